@@ -1,0 +1,99 @@
+// 16-bit float storage types and the load/store rules of the kernels: every type is
+// accumulated in float (double for double) and rounded once when a result is stored.
+// f16/bf16 are layout-compatible with Eigen::half / Eigen::bfloat16 (one uint16_t).
+#ifndef TF_LARGECONV_CORE_DTYPES_H_
+#define TF_LARGECONV_CORE_DTYPES_H_
+
+#include <cstdint>
+#include <cstring>
+
+namespace largeconv {
+
+struct f16 {
+  uint16_t bits;
+};
+struct bf16 {
+  uint16_t bits;
+};
+
+inline float BitsToFloat(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline uint32_t FloatToBits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+inline float HalfToFloat(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1f;
+  const uint32_t man = h & 0x3ffu;
+  if (exp == 0x1f) return BitsToFloat(sign | 0x7f800000u | (man << 13));  // inf / nan
+  if (exp != 0) return BitsToFloat(sign | ((exp + 112) << 23) | (man << 13));
+  // Zero or subnormal: man * 2^-24, exact in float.
+  const float mag = static_cast<float>(man) * 5.9604644775390625e-8f;
+  return sign ? -mag : mag;
+}
+
+// Round-to-nearest-even, overflow to inf, NaN kept quiet.
+inline uint16_t FloatToHalf(float f) {
+  const uint32_t u = FloatToBits(f);
+  const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
+  const uint32_t abs = u & 0x7fffffffu;
+  if (abs >= 0x7f800000u) {  // inf or nan
+    return sign | (abs > 0x7f800000u ? 0x7e00u : 0x7c00u);
+  }
+  if (abs >= 0x477ff000u) return sign | 0x7c00u;  // rounds to >= 65520: inf
+  if (abs < 0x38800000u) {                         // below 2^-14: subnormal or zero
+    // Scale into the subnormal grid; float addition rounds to nearest even.
+    const float mag = BitsToFloat(abs) + 0.5f;  // 0.5 = 2^-1 puts 2^-24 at the ulp of 0.5
+    return sign | static_cast<uint16_t>(FloatToBits(mag) - 0x3f000000u);
+  }
+  const uint32_t odd = (abs >> 13) & 1u;
+  const uint32_t r = abs + 0xfffu + odd;  // round to nearest even at bit 13
+  return sign | static_cast<uint16_t>((r - (112u << 23)) >> 13);
+}
+
+inline float Bf16ToFloat(uint16_t b) { return BitsToFloat(static_cast<uint32_t>(b) << 16); }
+
+inline uint16_t FloatToBf16(float f) {
+  const uint32_t u = FloatToBits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
+  const uint32_t odd = (u >> 16) & 1u;
+  return static_cast<uint16_t>((u + 0x7fffu + odd) >> 16);
+}
+
+template <typename T>
+struct Acc {
+  using type = float;
+};
+template <>
+struct Acc<double> {
+  using type = double;
+};
+
+template <typename T>
+using AccT = typename Acc<T>::type;
+
+inline float Load(float v) { return v; }
+inline double Load(double v) { return v; }
+inline float Load(f16 v) { return HalfToFloat(v.bits); }
+inline float Load(bf16 v) { return Bf16ToFloat(v.bits); }
+
+template <typename T>
+inline T Store(AccT<T> v);
+template <>
+inline float Store<float>(float v) { return v; }
+template <>
+inline double Store<double>(double v) { return v; }
+template <>
+inline f16 Store<f16>(float v) { return f16{FloatToHalf(v)}; }
+template <>
+inline bf16 Store<bf16>(float v) { return bf16{FloatToBf16(v)}; }
+
+}  // namespace largeconv
+
+#endif  // TF_LARGECONV_CORE_DTYPES_H_

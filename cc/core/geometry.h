@@ -1,0 +1,80 @@
+// ConvGeometry: the single source of truth for convolution output sizes and padding.
+// Framework-free (no TensorFlow headers); every kernel, shape function and the Python
+// bindings derive sizes from here.
+#ifndef TF_LARGECONV_CORE_GEOMETRY_H_
+#define TF_LARGECONV_CORE_GEOMETRY_H_
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace largeconv {
+
+enum class Padding { kSame, kValid, kExplicit };
+enum class DataFormat { kNHWC, kNCHW };
+
+// Parses "SAME"/"VALID"/"EXPLICIT" and "NHWC"/"NCHW"; returns an error message or "".
+std::string ParsePadding(const std::string& s, Padding* out);
+std::string ParseDataFormat(const std::string& s, DataFormat* out);
+
+// The attributes of a Conv2D-family op, exactly as TF's Conv2D carries them: strides,
+// dilations and explicit_paddings are in data_format order.
+struct ConvAttrs {
+  std::vector<int64_t> strides;
+  std::vector<int64_t> dilations;
+  Padding padding = Padding::kValid;
+  std::vector<int64_t> explicit_paddings;
+  DataFormat data_format = DataFormat::kNHWC;
+};
+
+// Checks the attributes alone (lengths, signs, batch/depth entries). Returns "" when valid,
+// otherwise a message naming the offending argument.
+std::string ValidateAttrs(const ConvAttrs& attrs);
+
+// Output size along one spatial dimension. `pad_before`/`pad_after` are inputs for
+// EXPLICIT padding and outputs for SAME/VALID. Returns "" or an error that names `dim`.
+std::string WindowOutputSize(int64_t in, int64_t filter, int64_t stride, int64_t dilation,
+                             Padding padding, const char* dim, int64_t* pad_before,
+                             int64_t* pad_after, int64_t* out);
+
+// Number of groups implied by the channel counts (input depth / filters in-depth), with the
+// checks TF's Conv2D makes. out_c < 0 means "not known yet" and skips its check.
+std::string ChannelGroups(int64_t in_c, int64_t filter_in_c, int64_t out_c, int64_t* groups);
+
+// Element strides of a logical (N, H, W, C) view of a dense tensor in a given layout.
+struct Strides4 {
+  int64_t n, h, w, c;
+};
+
+struct ConvGeometry {
+  int64_t batch = 0, in_h = 0, in_w = 0, in_c = 0;
+  int64_t filter_h = 0, filter_w = 0, filter_in_c = 0, out_c = 0;
+  int64_t groups = 1;
+  int64_t stride_h = 1, stride_w = 1, dilation_h = 1, dilation_w = 1;
+  int64_t pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;
+  int64_t out_h = 0, out_w = 0;
+  DataFormat data_format = DataFormat::kNHWC;
+
+  int64_t in_c_per_group() const { return filter_in_c; }
+  int64_t out_c_per_group() const { return groups > 0 ? out_c / groups : 0; }
+  Strides4 input_strides() const;
+  Strides4 output_strides() const;
+  int64_t input_elements() const { return batch * in_h * in_w * in_c; }
+  int64_t output_elements() const { return batch * out_h * out_w * out_c; }
+  int64_t filter_elements() const { return filter_h * filter_w * filter_in_c * out_c; }
+  // Input / output shapes in data_format order.
+  std::array<int64_t, 4> input_shape() const;
+  std::array<int64_t, 4> output_shape() const;
+  // Multiply-adds of one forward pass.
+  double macs() const;
+};
+
+// Builds the geometry from validated-or-not attributes and the two shapes (input in
+// data_format order, filter as [KH, KW, C_in / groups, C_out]). Returns "" or an error.
+std::string MakeGeometry(const ConvAttrs& attrs, const std::array<int64_t, 4>& input_shape,
+                         const std::array<int64_t, 4>& filter_shape, ConvGeometry* g);
+
+}  // namespace largeconv
+
+#endif  // TF_LARGECONV_CORE_GEOMETRY_H_

@@ -1,0 +1,188 @@
+// CPU OpKernels of the LargeConv family: attrs are read once at construction, shapes are
+// checked at the top of Compute, and the framework-free core does the arithmetic on TF's
+// intra-op thread pool.
+#include <array>
+#include <string>
+
+#include "cc/core/direct.h"
+#include "cc/core/dtypes.h"
+#include "cc/core/geometry.h"
+#include "cc/tf/attrs.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/register_types.h"
+#include "tensorflow/core/framework/tensor.h"
+#include "tensorflow/core/platform/threadpool.h"
+
+namespace largeconv {
+namespace {
+
+using tensorflow::OpKernel;
+using tensorflow::OpKernelConstruction;
+using tensorflow::OpKernelContext;
+using tensorflow::Tensor;
+using tensorflow::TensorShape;
+
+// Core storage type for each TF element type (same bits, no conversion).
+template <typename T>
+struct CoreType {
+  using type = T;
+};
+template <>
+struct CoreType<Eigen::half> {
+  using type = f16;
+};
+template <>
+struct CoreType<Eigen::bfloat16> {
+  using type = bf16;
+};
+static_assert(sizeof(Eigen::half) == sizeof(f16), "half layout");
+static_assert(sizeof(Eigen::bfloat16) == sizeof(bf16), "bfloat16 layout");
+
+template <typename T>
+const typename CoreType<T>::type* CorePtr(const Tensor& t) {
+  return reinterpret_cast<const typename CoreType<T>::type*>(t.flat<T>().data());
+}
+template <typename T>
+typename CoreType<T>::type* CorePtr(Tensor* t) {
+  return reinterpret_cast<typename CoreType<T>::type*>(t->flat<T>().data());
+}
+
+ParallelFor PoolFor(OpKernelContext* ctx) {
+  auto* pool = ctx->device()->tensorflow_cpu_worker_threads()->workers;
+  return [pool](int64_t total, int64_t cost, const std::function<void(int64_t, int64_t)>& fn) {
+    if (total <= 0) return;
+    pool->ParallelFor(total, cost, fn);
+  };
+}
+
+absl::Status ShapeOf(const Tensor& t, const char* name, std::array<int64_t, 4>* out) {
+  if (t.dims() != 4) {
+    return tensorflow::errors::InvalidArgument(name, " must be a 4-D tensor, got shape ",
+                                               t.shape().DebugString());
+  }
+  for (int i = 0; i < 4; ++i) (*out)[i] = t.dim_size(i);
+  return absl::OkStatus();
+}
+
+absl::Status SizesOf(const Tensor& t, const char* name, std::array<int64_t, 4>* out) {
+  if (t.dims() != 1 || t.NumElements() != 4) {
+    return tensorflow::errors::InvalidArgument(name, " must be a vector of 4 sizes, got shape ",
+                                               t.shape().DebugString());
+  }
+  auto v = t.vec<int32_t>();
+  for (int i = 0; i < 4; ++i) {
+    if (v(i) < 0) {
+      return tensorflow::errors::InvalidArgument(name, " must be non-negative, got ",
+                                                 t.DebugString());
+    }
+    (*out)[i] = v(i);
+  }
+  return absl::OkStatus();
+}
+
+TensorShape ToShape(const std::array<int64_t, 4>& s) {
+  return TensorShape({s[0], s[1], s[2], s[3]});
+}
+
+absl::Status CheckOutBackprop(const Tensor& dy, const ConvGeometry& g) {
+  std::array<int64_t, 4> got;
+  TF_RETURN_IF_ERROR(ShapeOf(dy, "out_backprop", &got));
+  if (got != g.output_shape()) {
+    return tensorflow::errors::InvalidArgument(
+        "out_backprop has shape ", dy.shape().DebugString(),
+        " but the convolution produces ", ToShape(g.output_shape()).DebugString());
+  }
+  return absl::OkStatus();
+}
+
+class ConvOpBase : public OpKernel {
+ public:
+  explicit ConvOpBase(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ReadConvAttrs(ctx, &attrs_));
+  }
+
+ protected:
+  ConvAttrs attrs_;
+};
+
+template <typename T>
+class Conv2DOp : public ConvOpBase {
+ public:
+  using ConvOpBase::ConvOpBase;
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& input = ctx->input(0);
+    const Tensor& filter = ctx->input(1);
+    std::array<int64_t, 4> in_shape, f_shape;
+    OP_REQUIRES_OK(ctx, ShapeOf(input, "input", &in_shape));
+    OP_REQUIRES_OK(ctx, ShapeOf(filter, "filter", &f_shape));
+    ConvGeometry g;
+    OP_REQUIRES_OK(ctx, ToStatus(MakeGeometry(attrs_, in_shape, f_shape, &g)));
+    Tensor* output = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, ToShape(g.output_shape()), &output));
+    DirectForward(g, CorePtr<T>(input), CorePtr<T>(filter), CorePtr<T>(output), PoolFor(ctx));
+  }
+};
+
+template <typename T>
+class Conv2DBackpropInputOp : public ConvOpBase {
+ public:
+  using ConvOpBase::ConvOpBase;
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& sizes = ctx->input(0);
+    const Tensor& filter = ctx->input(1);
+    const Tensor& dy = ctx->input(2);
+    std::array<int64_t, 4> in_shape, f_shape;
+    OP_REQUIRES_OK(ctx, SizesOf(sizes, "input_sizes", &in_shape));
+    OP_REQUIRES_OK(ctx, ShapeOf(filter, "filter", &f_shape));
+    ConvGeometry g;
+    OP_REQUIRES_OK(ctx, ToStatus(MakeGeometry(attrs_, in_shape, f_shape, &g)));
+    OP_REQUIRES_OK(ctx, CheckOutBackprop(dy, g));
+    Tensor* dx = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, ToShape(in_shape), &dx));
+    DirectBackpropInput(g, CorePtr<T>(filter), CorePtr<T>(dy), CorePtr<T>(dx), PoolFor(ctx));
+  }
+};
+
+template <typename T>
+class Conv2DBackpropFilterOp : public ConvOpBase {
+ public:
+  using ConvOpBase::ConvOpBase;
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& input = ctx->input(0);
+    const Tensor& sizes = ctx->input(1);
+    const Tensor& dy = ctx->input(2);
+    std::array<int64_t, 4> in_shape, f_shape;
+    OP_REQUIRES_OK(ctx, ShapeOf(input, "input", &in_shape));
+    OP_REQUIRES_OK(ctx, SizesOf(sizes, "filter_sizes", &f_shape));
+    ConvGeometry g;
+    OP_REQUIRES_OK(ctx, ToStatus(MakeGeometry(attrs_, in_shape, f_shape, &g)));
+    OP_REQUIRES_OK(ctx, CheckOutBackprop(dy, g));
+    Tensor* dw = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, ToShape(f_shape), &dw));
+    DirectBackpropFilter(g, CorePtr<T>(input), CorePtr<T>(dy), CorePtr<T>(dw), PoolFor(ctx));
+  }
+};
+
+#define LARGECONV_REGISTER_CPU(T)                                                         \
+  REGISTER_KERNEL_BUILDER(                                                                \
+      Name("LargeConv>Conv2D").Device(tensorflow::DEVICE_CPU).TypeConstraint<T>("T"),    \
+      Conv2DOp<T>);                                                                       \
+  REGISTER_KERNEL_BUILDER(Name("LargeConv>Conv2DBackpropInput")                          \
+                              .Device(tensorflow::DEVICE_CPU)                             \
+                              .TypeConstraint<T>("T")                                     \
+                              .HostMemory("input_sizes"),                                 \
+                          Conv2DBackpropInputOp<T>);                                      \
+  REGISTER_KERNEL_BUILDER(Name("LargeConv>Conv2DBackpropFilter")                         \
+                              .Device(tensorflow::DEVICE_CPU)                             \
+                              .TypeConstraint<T>("T")                                     \
+                              .HostMemory("filter_sizes"),                                \
+                          Conv2DBackpropFilterOp<T>);
+
+LARGECONV_REGISTER_CPU(float)
+LARGECONV_REGISTER_CPU(double)
+LARGECONV_REGISTER_CPU(Eigen::half)
+LARGECONV_REGISTER_CPU(Eigen::bfloat16)
+#undef LARGECONV_REGISTER_CPU
+
+}  // namespace
+}  // namespace largeconv

@@ -1,0 +1,146 @@
+// Op registrations for the LargeConv family: the attribute set of core Conv2D, and shape
+// functions that derive every static size from the core ConvGeometry.
+#include "cc/core/geometry.h"
+#include "cc/tf/attrs.h"
+#include "tensorflow/core/framework/common_shape_fns.h"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/shape_inference.h"
+
+namespace largeconv {
+namespace {
+
+using tensorflow::shape_inference::DimensionHandle;
+using tensorflow::shape_inference::InferenceContext;
+using tensorflow::shape_inference::ShapeHandle;
+
+absl::Status RequireRank4(InferenceContext* c, ShapeHandle s, const char* name,
+                          ShapeHandle* out) {
+  if (c->RankKnown(s) && c->Rank(s) != 4) {
+    return tensorflow::errors::InvalidArgument(
+        name, " must be a 4-D tensor, got shape ", c->DebugString(s));
+  }
+  return c->WithRank(s, 4, out);
+}
+
+// Output shape of the forward convolution from (possibly partially known) input and filter
+// shapes. Known spatial sizes go through the same WindowOutputSize the kernels use.
+absl::Status ForwardShape(InferenceContext* c, ShapeHandle input, ShapeHandle filter,
+                          ShapeHandle* out) {
+  ConvAttrs a;
+  TF_RETURN_IF_ERROR(ReadConvAttrs(c, &a));
+  const bool nhwc = a.data_format == DataFormat::kNHWC;
+  const int hi = nhwc ? 1 : 2, wi = nhwc ? 2 : 3, ci = nhwc ? 3 : 1;
+  auto value = [&](ShapeHandle s, int i) {
+    return c->ValueKnown(c->Dim(s, i)) ? c->Value(c->Dim(s, i)) : int64_t{-1};
+  };
+  const int64_t in_c = value(input, ci), f_in = value(filter, 2), f_out = value(filter, 3);
+  if (in_c >= 0 && f_in >= 0) {
+    int64_t groups;
+    TF_RETURN_IF_ERROR(ToStatus(ChannelGroups(in_c, f_in, f_out, &groups)));
+  }
+  const int64_t strides[2] = {a.strides[hi], a.strides[wi]};
+  const int64_t dil[2] = {a.dilations[hi], a.dilations[wi]};
+  const int dims[2] = {hi, wi};
+  const char* names[2] = {"height", "width"};
+  DimensionHandle spatial[2];
+  for (int k = 0; k < 2; ++k) {
+    const int64_t in = value(input, dims[k]), f = value(filter, k);
+    if (in < 0 || f < 0) {
+      spatial[k] = c->UnknownDim();
+      continue;
+    }
+    int64_t before = 0, after = 0, size = 0;
+    if (a.padding == Padding::kExplicit) {
+      before = a.explicit_paddings[2 * dims[k]];
+      after = a.explicit_paddings[2 * dims[k] + 1];
+    }
+    TF_RETURN_IF_ERROR(ToStatus(WindowOutputSize(in, f, strides[k], dil[k], a.padding,
+                                                 names[k], &before, &after, &size)));
+    spatial[k] = c->MakeDim(size);
+  }
+  DimensionHandle batch = c->Dim(input, 0), depth = c->Dim(filter, 3);
+  *out = nhwc ? c->MakeShape({batch, spatial[0], spatial[1], depth})
+              : c->MakeShape({batch, depth, spatial[0], spatial[1]});
+  return absl::OkStatus();
+}
+
+absl::Status Conv2DShapeFn(InferenceContext* c) {
+  ShapeHandle input, filter, out;
+  TF_RETURN_IF_ERROR(RequireRank4(c, c->input(0), "input", &input));
+  TF_RETURN_IF_ERROR(RequireRank4(c, c->input(1), "filter", &filter));
+  TF_RETURN_IF_ERROR(ForwardShape(c, input, filter, &out));
+  c->set_output(0, out);
+  return absl::OkStatus();
+}
+
+// Backprop ops: the result's shape is the sizes tensor; out_backprop must match the shape
+// the forward pass would produce.
+absl::Status BackpropShapeFn(InferenceContext* c, int sizes_index, bool sizes_are_input) {
+  ShapeHandle sizes_vec, result;
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(sizes_index), 1, &sizes_vec));
+  if (c->ValueKnown(c->Dim(sizes_vec, 0)) && c->Value(c->Dim(sizes_vec, 0)) != 4) {
+    return tensorflow::errors::InvalidArgument(
+        sizes_are_input ? "input_sizes" : "filter_sizes", " must have 4 elements, got ",
+        c->Value(c->Dim(sizes_vec, 0)));
+  }
+  TF_RETURN_IF_ERROR(c->MakeShapeFromShapeTensor(sizes_index, &result));
+  TF_RETURN_IF_ERROR(c->WithRank(result, 4, &result));
+  ShapeHandle input = sizes_are_input ? result : c->input(0);
+  ShapeHandle filter = sizes_are_input ? c->input(1) : result;
+  TF_RETURN_IF_ERROR(RequireRank4(c, input, "input", &input));
+  TF_RETURN_IF_ERROR(RequireRank4(c, filter, "filter", &filter));
+  ShapeHandle dy, expected, merged;
+  TF_RETURN_IF_ERROR(RequireRank4(c, c->input(2), "out_backprop", &dy));
+  TF_RETURN_IF_ERROR(ForwardShape(c, input, filter, &expected));
+  if (!c->Merge(dy, expected, &merged).ok()) {
+    return tensorflow::errors::InvalidArgument("out_backprop has shape ", c->DebugString(dy),
+                                               " but the convolution produces ",
+                                               c->DebugString(expected));
+  }
+  c->set_output(0, result);
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace largeconv
+
+#define LARGECONV_COMMON_ATTRS                                   \
+  Attr("T: {half, bfloat16, float, double}")                    \
+      .Attr("strides: list(int)")                                \
+      .Attr("padding: {'SAME', 'VALID', 'EXPLICIT'}")            \
+      .Attr("explicit_paddings: list(int) = []")                 \
+      .Attr("data_format: {'NHWC', 'NCHW'} = 'NHWC'")            \
+      .Attr("dilations: list(int) = [1, 1, 1, 1]")
+
+REGISTER_OP("LargeConv>Conv2D")
+    .Input("input: T")
+    .Input("filter: T")
+    .Output("output: T")
+    .LARGECONV_COMMON_ATTRS
+    .SetShapeFn(largeconv::Conv2DShapeFn)
+    .Doc(R"doc(
+2-D convolution with the semantics of Conv2D (grouped when the filter's in-depth divides
+the input depth), computed by memory-lean kernels suited to large filters.
+)doc");
+
+REGISTER_OP("LargeConv>Conv2DBackpropInput")
+    .Input("input_sizes: int32")
+    .Input("filter: T")
+    .Input("out_backprop: T")
+    .Output("output: T")
+    .LARGECONV_COMMON_ATTRS
+    .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
+      return largeconv::BackpropShapeFn(c, 0, true);
+    })
+    .Doc("Gradient of LargeConv>Conv2D with respect to its input.");
+
+REGISTER_OP("LargeConv>Conv2DBackpropFilter")
+    .Input("input: T")
+    .Input("filter_sizes: int32")
+    .Input("out_backprop: T")
+    .Output("output: T")
+    .LARGECONV_COMMON_ATTRS
+    .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
+      return largeconv::BackpropShapeFn(c, 1, false);
+    })
+    .Doc("Gradient of LargeConv>Conv2D with respect to its filter.");

@@ -1,0 +1,18 @@
+"""tf_largeconv: memory-lean, fast 2-D convolution with large filters for TensorFlow.
+
+`tf_largeconv.conv2d` is a drop-in for `tf.nn.conv2d`. Importing this package registers the
+LargeConv ops, so import it before loading a SavedModel or .keras file that uses them.
+"""
+
+from tf_largeconv import _loader
+from tf_largeconv.ops import conv2d
+from tf_largeconv.ops import conv2d_backprop_filter
+from tf_largeconv.ops import conv2d_backprop_input
+
+__version__ = "0.1.0"
+
+# Load at import: it registers the op kernels (needed before deserialising graphs) and
+# reports a missing or stale build straight away.
+_loader.ops()
+
+__all__ = ["conv2d", "conv2d_backprop_input", "conv2d_backprop_filter", "__version__"]

@@ -1,0 +1,50 @@
+"""Loads the compiled op library exactly once, from one path, and checks its TF version."""
+
+import glob
+import os
+
+import tensorflow as tf
+
+_PKG_DIR = os.path.dirname(os.path.abspath(__file__))
+REBUILD_HINT = (
+    "Rebuild it against the installed TensorFlow with 'make build' in a source checkout, "
+    "or 'pip install --no-build-isolation --force-reinstall .'"
+)
+_ops = None
+
+
+def _library_path(stem):
+  matches = sorted(glob.glob(os.path.join(_PKG_DIR, stem + "*.so")))
+  if not matches:
+    raise ImportError(
+        f"tf_largeconv: compiled library '{stem}*.so' not found in {_PKG_DIR}. "
+        + REBUILD_HINT)
+  return matches[0]
+
+
+def _check_build_version():
+  try:
+    from tf_largeconv import _build_info  # pylint: disable=g-import-not-at-top
+  except ImportError as e:
+    raise ImportError(
+        f"tf_largeconv: {_PKG_DIR}/_build_info.py is missing, so the op library's "
+        "TensorFlow version is unknown. " + REBUILD_HINT) from e
+  if _build_info.TF_VERSION != tf.__version__:
+    raise ImportError(
+        f"tf_largeconv was built against TensorFlow {_build_info.TF_VERSION} but "
+        f"TensorFlow {tf.__version__} is installed; the op library would not load "
+        "safely. " + REBUILD_HINT)
+
+
+def ops():
+  """Returns the loaded op-library module, loading it on first use."""
+  global _ops
+  if _ops is None:
+    _check_build_version()
+    path = _library_path("_large_conv_ops")
+    try:
+      _ops = tf.load_op_library(path)
+    except tf.errors.NotFoundError as e:
+      raise ImportError(
+          f"tf_largeconv: could not load {path}: {e.message}. " + REBUILD_HINT) from e
+  return _ops
