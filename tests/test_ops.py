@@ -1,0 +1,172 @@
+"""Forward pass of tf_largeconv.conv2d against tf.nn.conv2d and the float64 oracle."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tf_largeconv as lc
+from reference import Conv, assert_close
+
+DTYPES = {"float16": tf.float16, "bfloat16": tf.bfloat16, "float32": tf.float32,
+          "float64": tf.float64}
+
+
+def _explicit(pairs, data_format):
+  (t, b), (l, r) = pairs
+  if data_format == "NHWC":
+    return [[0, 0], [t, b], [l, r], [0, 0]]
+  return [[0, 0], [0, 0], [t, b], [l, r]]
+
+
+def _run(rng, x_shape, w_shape, strides, padding, dilations, data_format, dtype_name):
+  """Runs our op and the oracle on the same (dtype-rounded) data; checks the bound."""
+  ref = Conv(x_shape, w_shape, strides, padding, dilations, data_format)
+  dtype = DTYPES[dtype_name]
+  x = tf.cast(rng.standard_normal(x_shape), dtype)
+  w = tf.cast(rng.standard_normal(w_shape), dtype)
+  xd, wd = tf.cast(x, tf.float64).numpy(), tf.cast(w, tf.float64).numpy()
+  pad_arg = padding if isinstance(padding, str) else _explicit(padding, data_format)
+  y = lc.conv2d(x, w, list(strides), pad_arg, data_format=data_format,
+                dilations=list(dilations))
+  assert y.dtype == dtype
+  want = ref.forward(xd, wd)
+  mag = ref.forward(np.abs(xd), np.abs(wd))
+  assert_close(tf.cast(y, tf.float64), want, dtype_name, w_shape[0] * w_shape[1] * w_shape[2],
+               mag, "forward")
+  return x, w, y, pad_arg
+
+
+# (input NHWC, filter, strides, padding, dilations)
+GRID = [
+    ((2, 9, 11, 3), (1, 1, 3, 4), (1, 1), "VALID", (1, 1)),
+    ((2, 9, 11, 3), (2, 2, 3, 5), (1, 1), "SAME", (1, 1)),
+    ((1, 12, 10, 2), (3, 3, 2, 3), (1, 1), "SAME", (1, 1)),
+    ((2, 13, 9, 3), (4, 3, 3, 2), (2, 3), "SAME", (1, 1)),
+    ((1, 15, 17, 2), (5, 6, 2, 9), (3, 2), "VALID", (1, 1)),
+    ((1, 16, 16, 4), (3, 3, 4, 16), (1, 1), "VALID", (2, 3)),
+    ((2, 14, 15, 3), (3, 2, 3, 8), (2, 2), "SAME", (3, 2)),
+    ((1, 11, 12, 2), (4, 5, 2, 3), (1, 2), ((2, 1), (0, 3)), (1, 1)),
+    ((1, 12, 12, 3), (3, 3, 3, 10), (3, 1), ((0, 4), (5, 1)), (2, 1)),
+    ((1, 8, 7, 1), (11, 9, 1, 2), (1, 1), "SAME", (1, 1)),      # filter > input, SAME
+    ((1, 6, 5, 2), (13, 12, 2, 9), (2, 3), "SAME", (1, 1)),     # filter > input, strided
+    ((1, 20, 18, 1), (20, 18, 1, 3), (1, 1), "VALID", (1, 1)),  # filter == input
+    ((1, 40, 44, 1), (31, 31, 1, 3), (1, 1), "VALID", (1, 1)),
+    ((1, 36, 33, 2), (41, 41, 2, 2), (1, 1), "SAME", (1, 1)),
+    ((1, 30, 34, 1), (21, 20, 1, 1), (2, 2), "SAME", (1, 1)),   # even and non-square
+    ((1, 24, 24, 16), (9, 9, 16, 24), (1, 1), "SAME", (1, 1)),  # many channels
+    ((3, 10, 9, 32), (3, 3, 32, 70), (1, 1), "SAME", (1, 1)),   # channel tile edge
+    ((1, 300, 5, 2), (3, 1, 2, 3), (1, 1), "SAME", (1, 1)),     # position tile edge
+    ((1, 5, 300, 2), (1, 3, 2, 9), (1, 1), "VALID", (1, 1)),
+]
+
+
+def _id(case):
+  x, w, s, p, d = case
+  return f"x{'x'.join(map(str, x))}-k{w[0]}x{w[1]}x{w[2]}x{w[3]}-s{s[0]}{s[1]}-{p}-d{d[0]}{d[1]}"
+
+
+@pytest.mark.parametrize("data_format", ["NHWC", "NCHW"])
+@pytest.mark.parametrize("case", GRID, ids=[_id(c) for c in GRID])
+def test_forward_float64_matches_oracle(rng, case, data_format):
+  x_shape, w_shape, s, p, d = case
+  if data_format == "NCHW":
+    x_shape = (x_shape[0], x_shape[3], x_shape[1], x_shape[2])
+  _run(rng, x_shape, w_shape, s, p, d, data_format, "float64")
+
+
+@pytest.mark.parametrize("case", GRID, ids=[_id(c) for c in GRID])
+def test_forward_float32_matches_tf(rng, case):
+  x_shape, w_shape, s, p, d = case
+  x, w, y, pad_arg = _run(rng, x_shape, w_shape, s, p, d, "NHWC", "float32")
+  want = tf.nn.conv2d(x, w, list(s), pad_arg, dilations=list(d))
+  # Both sides are float32 sums of the same terms; compare at the float32 oracle bound.
+  ref = Conv(x_shape, w_shape, s, p, d)
+  mag = ref.forward(np.abs(x.numpy()), np.abs(w.numpy()))
+  assert_close(y, want.numpy().astype(np.float64), "float32",
+               2 * w_shape[0] * w_shape[1] * w_shape[2], 2 * mag, "vs tf.nn.conv2d")
+
+
+@pytest.mark.parametrize("dtype_name", ["float16", "bfloat16", "float32", "float64"])
+@pytest.mark.parametrize("data_format", ["NHWC", "NCHW"])
+@pytest.mark.parametrize("case", [GRID[3], GRID[6], GRID[8], GRID[12], GRID[15]],
+                         ids=[_id(c) for c in (GRID[3], GRID[6], GRID[8], GRID[12], GRID[15])])
+def test_forward_dtypes(rng, case, data_format, dtype_name):
+  x_shape, w_shape, s, p, d = case
+  if data_format == "NCHW":
+    x_shape = (x_shape[0], x_shape[3], x_shape[1], x_shape[2])
+  _run(rng, x_shape, w_shape, s, p, d, data_format, dtype_name)
+
+
+def test_half_accumulates_in_float32(rng):
+  # 4096 products of 1.0: a float16 accumulator would stall at 2048.
+  x = tf.ones((1, 64, 64, 1), tf.float16)
+  w = tf.ones((64, 64, 1, 1), tf.float16)
+  y = lc.conv2d(x, w, 1, "VALID")
+  assert float(y[0, 0, 0, 0]) == 4096.0
+  # Large magnitudes whose partial sums exceed the float16 range but whose result does not.
+  x = tf.constant([[[[60000.0], [60000.0], [-60000.0]]]], tf.float16)
+  w = tf.ones((1, 3, 1, 1), tf.float16)
+  assert float(lc.conv2d(x, w, 1, "VALID")[0, 0, 0, 0]) == 60000.0
+
+
+@pytest.mark.parametrize("fmt", ["NHWC", "NCHW"])
+@pytest.mark.parametrize("shape,padding,expected", [
+    ((0, 8, 8, 3), "SAME", (0, 8, 8, 4)),
+    ((2, 0, 8, 3), "SAME", (2, 0, 8, 4)),
+    ((2, 8, 0, 3), "SAME", (2, 8, 0, 4)),
+    ((0, 8, 8, 3), "VALID", (0, 6, 6, 4)),
+])
+def test_empty_tensors(shape, padding, expected, fmt):
+  if fmt == "NCHW":
+    shape = (shape[0], shape[3], shape[1], shape[2])
+    expected = (expected[0], expected[3], expected[1], expected[2])
+  x = tf.zeros(shape)
+  w = tf.ones((3, 3, 3, 4))
+  y = lc.conv2d(x, w, 1, padding, data_format=fmt)
+  assert tuple(y.shape) == expected
+
+
+def test_zero_output_channels_and_zero_input_channels():
+  y = lc.conv2d(tf.ones((1, 5, 5, 2)), tf.ones((3, 3, 2, 0)), 1, "SAME")
+  assert tuple(y.shape) == (1, 5, 5, 0)
+  y = lc.conv2d(tf.ones((1, 5, 5, 0)), tf.ones((3, 3, 0, 2)), 1, "SAME")
+  np.testing.assert_array_equal(y.numpy(), np.zeros((1, 5, 5, 2)))
+
+
+def test_nan_and_inf_propagate_like_tf():
+  x = np.zeros((1, 7, 7, 1), np.float32)
+  x[0, 3, 3, 0] = np.nan
+  x[0, 0, 6, 0] = np.inf
+  w = np.ones((3, 3, 1, 2), np.float32)
+  ours = lc.conv2d(x, w, 1, "SAME").numpy()
+  theirs = tf.nn.conv2d(x, w, 1, "SAME").numpy()
+  np.testing.assert_array_equal(np.isnan(ours), np.isnan(theirs))
+  np.testing.assert_array_equal(np.isinf(ours), np.isinf(theirs))
+  assert np.isnan(ours).sum() == 18 and np.isinf(ours).sum() == 8
+
+
+def test_argument_forms_match_tf(rng):
+  x = rng.standard_normal((2, 12, 14, 3)).astype(np.float32)
+  w = rng.standard_normal((3, 3, 3, 4)).astype(np.float32)
+  for strides in (2, [2], [2, 1], (1, 2, 1, 1), np.int64(3)):
+    for dil in (None, 1, [1, 1]):
+      got = lc.conv2d(x, w, strides, "SAME", dilations=dil)
+      want = tf.nn.conv2d(x, w, strides, "SAME", dilations=dil)
+      np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+  got = lc.conv2d(x, w, 1, "same")
+  np.testing.assert_allclose(got, tf.nn.conv2d(x, w, 1, "SAME"), rtol=1e-5, atol=1e-5)
+
+
+def test_graph_and_function_modes(rng):
+  x = rng.standard_normal((1, 10, 10, 2)).astype(np.float32)
+  w = rng.standard_normal((5, 5, 2, 3)).astype(np.float32)
+  eager = lc.conv2d(x, w, 2, "SAME").numpy()
+  fn = tf.function(lambda a, b: lc.conv2d(a, b, 2, "SAME"))
+  np.testing.assert_array_equal(fn(x, w).numpy(), eager)
+  g = tf.Graph()
+  with g.as_default():
+    xp = tf.compat.v1.placeholder(tf.float32, (None, 10, 10, 2))
+    y = lc.conv2d(xp, tf.constant(w), 2, "SAME")
+    assert y.shape.as_list() == [None, 5, 5, 3]
+  with tf.compat.v1.Session(graph=g) as sess:
+    np.testing.assert_array_equal(sess.run(y, {xp: x}), eager)
