@@ -96,7 +96,8 @@ def test_core_forward_equals_tf_op(rng):
     tf_op = lc.conv2d(x, w, [1, 2] if fmt == "NHWC" else [1, 2], "SAME", data_format=fmt)
     np.testing.assert_array_equal(ours, tf_op.numpy())
     assert ours.dtype == np.float32
-    ours64 = _core.conv2d(x.astype(np.float64), w.astype(np.float64), [1, 1, 1, 1], "VALID")
+    ours64 = _core.conv2d(x.astype(np.float64), w.astype(np.float64), [1, 1, 1, 1], "VALID",
+                          data_format=fmt)
     assert ours64.dtype == np.float64
 
 
