@@ -1,0 +1,156 @@
+"""Bad input raises a clear error naming the argument, in eager and tf.function alike;
+nothing crashes the process."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tf_largeconv as lc
+from tf_largeconv import _loader
+
+OpError = tf.errors.InvalidArgumentError
+X = np.zeros((1, 8, 8, 3), np.float32)
+W = np.zeros((3, 3, 3, 4), np.float32)
+
+# (id, kwargs overriding the defaults, eager exception, traced exception, message regex)
+BAD = [
+    ("rank3_input", dict(input=np.zeros((8, 8, 3), np.float32)), OpError, ValueError,
+     "input must be a 4-D tensor"),
+    ("rank5_input", dict(input=np.zeros((1, 1, 8, 8, 3), np.float32)), OpError, ValueError,
+     "input must be a 4-D tensor"),
+    ("rank2_filter", dict(filters=np.zeros((3, 3), np.float32)), OpError, ValueError,
+     "filter must be a 4-D tensor"),
+    ("channel_mismatch", dict(input=np.zeros((1, 8, 8, 5), np.float32)), OpError, ValueError,
+     "input depth 5 must be a positive multiple of filters in-depth"),
+    ("groups_do_not_divide_out", dict(input=np.zeros((1, 8, 8, 6), np.float32),
+                                      filters=np.zeros((3, 3, 3, 5), np.float32)),
+     OpError, ValueError, "out-depth.*5.*divisible by the number of groups 2"),
+    ("zero_stride", dict(strides=[1, 0, 1, 1]), OpError, ValueError,
+     "strides must be positive"),
+    ("negative_stride", dict(strides=-1), OpError, ValueError, "strides must be positive"),
+    ("stride_length_3", dict(strides=[1, 1, 1]), ValueError, ValueError,
+     "strides must have length 1, 2 or 4"),
+    ("batch_stride", dict(strides=[2, 1, 1, 1]), OpError, ValueError,
+     "strides must be 1 in the batch and depth"),
+    ("float_stride", dict(strides=1.5), ValueError, ValueError, "strides must"),
+    ("zero_dilation", dict(dilations=[1, 0]), OpError, ValueError,
+     "dilations must be positive"),
+    ("depth_dilation", dict(dilations=[1, 1, 1, 2]), OpError, ValueError,
+     "dilations must be 1 in the batch and depth"),
+    ("bad_padding_string", dict(padding="FULL"), ValueError, ValueError, "padding must be"),
+    ("explicit_string", dict(padding="EXPLICIT"), ValueError, ValueError, "padding="),
+    ("explicit_three_pairs", dict(padding=[[0, 0], [1, 1], [1, 1]]), ValueError, ValueError,
+     "padding as a list must have 4"),
+    ("explicit_not_pairs", dict(padding=[0, 1, 1, 0]), ValueError, ValueError,
+     "before, after"),
+    ("explicit_negative", dict(padding=[[0, 0], [-1, 1], [1, 1], [0, 0]]), OpError,
+     ValueError, "explicit_paddings must be non-negative"),
+    ("explicit_batch", dict(padding=[[1, 0], [1, 1], [1, 1], [0, 0]]), OpError, ValueError,
+     "explicit_paddings must be 0 in the batch and depth"),
+    ("bad_data_format", dict(data_format="NCWH"), ValueError, ValueError, "data_format"),
+    ("filter_too_large_valid", dict(filters=np.zeros((9, 3, 3, 4), np.float32)), OpError,
+     ValueError, "filters height 9 is larger than the padded input height 8"),
+    ("dilated_filter_too_large", dict(dilations=4), OpError, ValueError,
+     r"filters height 3 \(dilated to 9\) is larger than the padded input height 8"),
+    ("zero_size_filter", dict(filters=np.zeros((0, 3, 3, 4), np.float32)), OpError,
+     ValueError, "filters height must be positive"),
+    ("mixed_dtypes", dict(filters=tf.zeros((3, 3, 3, 4), tf.float64)), TypeError, TypeError,
+     "filters must have the same dtype as input"),
+    ("int_dtype", dict(input=np.zeros((1, 8, 8, 3), np.int32),
+                       filters=np.zeros((3, 3, 3, 4), np.int32)), TypeError, TypeError,
+     "input must have dtype"),
+]
+
+
+def _call(overrides):
+  kw = dict(input=X, filters=W, strides=1, padding="VALID", data_format="NHWC",
+            dilations=None)
+  kw.update(overrides)
+  return kw
+
+
+@pytest.mark.parametrize("overrides,eager_exc,traced_exc,msg", [b[1:] for b in BAD],
+                         ids=[b[0] for b in BAD])
+def test_eager_errors(overrides, eager_exc, traced_exc, msg):
+  with pytest.raises(eager_exc, match=msg):
+    lc.conv2d(**_call(overrides))
+
+
+@pytest.mark.parametrize("overrides,eager_exc,traced_exc,msg", [b[1:] for b in BAD],
+                         ids=[b[0] for b in BAD])
+def test_traced_errors(overrides, eager_exc, traced_exc, msg):
+  kw = _call(overrides)
+  x, w = kw.pop("input"), kw.pop("filters")
+  fn = tf.function(lambda a, b: lc.conv2d(a, b, **kw))
+  with pytest.raises(traced_exc, match=msg):
+    fn(tf.constant(x), tf.constant(w))
+
+
+@pytest.mark.parametrize("overrides,eager_exc,traced_exc,msg", [b[1:] for b in BAD],
+                         ids=[b[0] for b in BAD])
+def test_gradient_call_errors(overrides, eager_exc, traced_exc, msg):
+  kw = _call(overrides)
+  x, w = tf.Variable(kw.pop("input")), tf.Variable(kw.pop("filters"))
+  with pytest.raises(eager_exc, match=msg):
+    with tf.GradientTape() as tape:
+      loss = tf.reduce_sum(lc.conv2d(x, w, **kw))
+    tape.gradient(loss, [x, w])
+
+
+def test_raw_op_attr_errors_name_the_attr():
+  ops = _loader.ops()
+  with pytest.raises(OpError, match="strides must have 4 entries"):
+    ops.large_conv_conv2d(X, W, strides=[1, 1, 1], padding="SAME")
+  with pytest.raises(OpError, match="explicit_paddings must have 8 entries"):
+    ops.large_conv_conv2d(X, W, strides=[1, 1, 1, 1], padding="EXPLICIT",
+                          explicit_paddings=[1, 1])
+  with pytest.raises(OpError, match="explicit_paddings must be empty unless"):
+    ops.large_conv_conv2d(X, W, strides=[1, 1, 1, 1], padding="SAME",
+                          explicit_paddings=[0] * 8)
+  with pytest.raises((OpError, ValueError), match="padding"):
+    ops.large_conv_conv2d(X, W, strides=[1, 1, 1, 1], padding="FULL")
+
+
+def test_backprop_op_errors():
+  dy = np.zeros((1, 6, 6, 4), np.float32)
+  with pytest.raises(OpError, match="input_sizes must be a vector of 4"):
+    lc.conv2d_backprop_input([8, 8, 3], W, dy, 1, "VALID")
+  with pytest.raises(OpError, match="input_sizes must be non-negative"):
+    lc.conv2d_backprop_input([1, -8, 8, 3], W, dy, 1, "VALID")
+  with pytest.raises(OpError, match="out_backprop has shape"):
+    lc.conv2d_backprop_input([1, 8, 8, 3], W, np.zeros((1, 5, 6, 4), np.float32), 1, "VALID")
+  with pytest.raises(OpError, match="filter_sizes must be a vector of 4"):
+    lc.conv2d_backprop_filter(X, [3, 3, 3], dy, 1, "VALID")
+  with pytest.raises(OpError, match="out_backprop has shape"):
+    lc.conv2d_backprop_filter(X, [3, 3, 3, 4], np.zeros((1, 6, 6, 5), np.float32), 1,
+                              "VALID")
+
+
+def test_rank3_input_does_not_kill_the_process():
+  # tf.nn.conv2d's oneDNN kernel aborts the process on this input; ours must raise.
+  code = ("import numpy as np, tensorflow as tf, tf_largeconv as lc\n"
+          "try:\n"
+          "  lc.conv2d(np.zeros((8, 8, 3), np.float32), np.zeros((3, 3, 3, 4), np.float32),"
+          " 1, 'SAME')\n"
+          "except tf.errors.InvalidArgumentError as e:\n"
+          "  print('raised:', e.message)\n")
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120, check=False)
+  assert out.returncode == 0, out.stderr[-2000:]
+  assert "raised:" in out.stdout and "input must be a 4-D tensor" in out.stdout
+
+
+def test_missing_library_names_path_and_rebuild_command():
+  with pytest.raises(ImportError, match=r"_no_such_lib\*\.so.*not found in .*make build"):
+    _loader._library_path("_no_such_lib")  # pylint: disable=protected-access
+
+
+def test_stale_build_names_versions_and_rebuild_command(monkeypatch):
+  from tf_largeconv import _build_info  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(_build_info, "TF_VERSION", "1.0.0")
+  with pytest.raises(ImportError, match=r"built against TensorFlow 1\.0\.0 but TensorFlow "
+                     r"2\.\d+\.\d+ is installed.*make build"):
+    _loader._check_build_version()  # pylint: disable=protected-access
