@@ -1,0 +1,40 @@
+"""Timing and peak-memory helpers shared by the demo and the benchmark (Linux /proc)."""
+
+import time
+
+
+def _status_kib(field):
+  with open("/proc/self/status", encoding="ascii") as f:
+    for line in f:
+      if line.startswith(field + ":"):
+        return int(line.split()[1])
+  raise RuntimeError(f"{field} not found in /proc/self/status")
+
+
+def reset_peak_rss():
+  """Resets the process high-water mark to the current RSS; returns the RSS in bytes."""
+  with open("/proc/self/clear_refs", "w", encoding="ascii") as f:
+    f.write("5")
+  return _status_kib("VmRSS") * 1024
+
+
+def peak_rss():
+  """The process high-water mark (VmHWM) in bytes."""
+  return _status_kib("VmHWM") * 1024
+
+
+def measure(fn, repeats=3):
+  """Runs fn once to warm up, then `repeats` times.
+
+  Returns:
+    (min seconds over the timed runs, peak RSS growth in bytes over the warm-up run).
+  """
+  base = reset_peak_rss()
+  fn()
+  extra = max(peak_rss() - base, 0)
+  best = float("inf")
+  for _ in range(repeats):
+    t0 = time.perf_counter()
+    fn()
+    best = min(best, time.perf_counter() - t0)
+  return best, extra
