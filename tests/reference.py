@@ -107,17 +107,31 @@ ACC_EPS = {"float16": 2.0**-24, "bfloat16": 2.0**-24, "float32": 2.0**-24,
            "float64": 2.0**-53}
 
 
-def tolerance(dtype_name, terms, magnitude):
-  """Elementwise error bound for a sum of `terms` products whose absolute values sum to
-  `magnitude`: one rounding on store plus a sqrt(n)-growth accumulation bound."""
-  return (STORE_EPS[dtype_name] + 4.0 * np.sqrt(max(terms, 1)) * ACC_EPS[dtype_name]) * \
-      magnitude + 1e-300
+def tolerance(dtype_name, terms, magnitude, norm=0.0, transform_size=1):
+  """Error bound per element.
+
+  A direct sum of `terms` products whose absolute values sum to `magnitude` errs by at most
+  one rounding on store plus a sqrt(n)-growth accumulation term, elementwise. An FFT
+  computes every output from whole tiles, so its error is norm-wise instead: about
+  u * log2(transform size) * |a|_2 * |b|_2 for the two operands (`norm`), spread over all
+  elements (zero for the direct path, which passes norm=0).
+  """
+  elementwise = (STORE_EPS[dtype_name] +
+                 4.0 * np.sqrt(max(terms, 1)) * ACC_EPS[dtype_name]) * magnitude
+  fft = 8.0 * ACC_EPS[dtype_name] * np.log2(max(transform_size, 2)) * norm
+  return elementwise + fft + 1e-300
 
 
-def assert_close(got, want, dtype_name, terms, magnitude, what="result"):
+def operand_norm(a, b):
+  """|a|_2 * |b|_2, the scale of an FFT correlation's rounding error."""
+  return float(np.linalg.norm(np.ravel(a)) * np.linalg.norm(np.ravel(b)))
+
+
+def assert_close(got, want, dtype_name, terms, magnitude, what="result", norm=0.0,
+                 transform_size=1):
   got = np.asarray(got, np.float64)
   assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
-  tol = tolerance(dtype_name, terms, magnitude)
+  tol = tolerance(dtype_name, terms, magnitude, norm, transform_size)
   err = np.abs(got - want)
   bad = err > tol
   assert not bad.any(), (

@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 import tf_largeconv as lc
-from reference import Conv, assert_close
+from reference import Conv, assert_close, operand_norm
 
 JACOBIAN_CASES = [
     # (input NHWC, filter, strides, padding, dilations)
@@ -23,9 +23,10 @@ def _to_nchw(pad):
   return pad if isinstance(pad, str) else [pad[0], pad[3], pad[1], pad[2]]
 
 
+@pytest.mark.parametrize("algorithm", ["direct", "fft"])
 @pytest.mark.parametrize("data_format", ["NHWC", "NCHW"])
 @pytest.mark.parametrize("case", JACOBIAN_CASES)
-def test_jacobians_both_inputs(rng, case, data_format):
+def test_jacobians_both_inputs(rng, case, data_format, algorithm):
   x_shape, w_shape, s, p, d = case
   if data_format == "NCHW":
     x_shape = (x_shape[0], x_shape[3], x_shape[1], x_shape[2])
@@ -34,7 +35,8 @@ def test_jacobians_both_inputs(rng, case, data_format):
   w = tf.constant(rng.standard_normal(w_shape))
 
   def f(a, b):
-    return lc.conv2d(a, b, list(s), p, data_format=data_format, dilations=list(d))
+    return lc.conv2d(a, b, list(s), p, data_format=data_format, dilations=list(d),
+                     algorithm=algorithm)
 
   theoretical, numerical = tf.test.compute_gradient(f, [x, w])
   assert len(theoretical) == 2
@@ -55,10 +57,11 @@ BACKPROP_CASES = [
 ]
 
 
+@pytest.mark.parametrize("algorithm", ["direct", "fft"])
 @pytest.mark.parametrize("dtype_name", ["float64", "float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("data_format", ["NHWC", "NCHW"])
 @pytest.mark.parametrize("case", BACKPROP_CASES)
-def test_backprop_ops_match_oracle(rng, case, data_format, dtype_name):
+def test_backprop_ops_match_oracle(rng, case, data_format, dtype_name, algorithm):
   x_shape, w_shape, s, p, d = case
   dtype = tf.as_dtype(dtype_name)
   if data_format == "NCHW":
@@ -75,16 +78,20 @@ def test_backprop_ops_match_oracle(rng, case, data_format, dtype_name):
   dy = tf.cast(rng.standard_normal(ref.output_shape()), dtype)
   with tf.GradientTape() as tape:
     tape.watch([x, w])
-    y = lc.conv2d(x, w, list(s), pad_arg, data_format=data_format, dilations=list(d))
+    y = lc.conv2d(x, w, list(s), pad_arg, data_format=data_format, dilations=list(d),
+                  algorithm=algorithm)
   dx, dw = tape.gradient(y, [x, w], output_gradients=dy)
   assert dx.dtype == dtype and dw.dtype == dtype
   xd, wd, dyd = (tf.cast(t, tf.float64).numpy() for t in (x, w, dy))
+  fft = algorithm != "direct"
   assert_close(tf.cast(dx, tf.float64), ref.backprop_input(wd, dyd), dtype_name,
                w_shape[0] * w_shape[1] * w_shape[3],
-               ref.backprop_input(np.abs(wd), np.abs(dyd)), "input gradient")
+               ref.backprop_input(np.abs(wd), np.abs(dyd)), f"input gradient ({algorithm})",
+               operand_norm(wd, dyd) if fft else 0.0, dyd.size)
   assert_close(tf.cast(dw, tf.float64), ref.backprop_filter(xd, dyd), dtype_name,
                x_shape[0] * ref.oh * ref.ow, ref.backprop_filter(np.abs(xd), np.abs(dyd)),
-               "filter gradient")
+               f"filter gradient ({algorithm})", operand_norm(xd, dyd) if fft else 0.0,
+               xd.size)
 
 
 @pytest.mark.parametrize("padding", ["SAME", "VALID"])

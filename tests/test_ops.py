@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 import tf_largeconv as lc
-from reference import Conv, assert_close
+from reference import Conv, assert_close, operand_norm
 
 DTYPES = {"float16": tf.float16, "bfloat16": tf.bfloat16, "float32": tf.float32,
           "float64": tf.float64}
@@ -18,8 +18,10 @@ def _explicit(pairs, data_format):
   return [[0, 0], [0, 0], [t, b], [l, r]]
 
 
-def _run(rng, x_shape, w_shape, strides, padding, dilations, data_format, dtype_name):
-  """Runs our op and the oracle on the same (dtype-rounded) data; checks the bound."""
+def _run(rng, x_shape, w_shape, strides, padding, dilations, data_format, dtype_name,
+         algorithm="auto"):
+  """Runs our op and the oracle on the same (dtype-rounded) data; checks the bound (the
+  norm-wise FFT term only where the FFT may have been used)."""
   ref = Conv(x_shape, w_shape, strides, padding, dilations, data_format)
   dtype = DTYPES[dtype_name]
   x = tf.cast(rng.standard_normal(x_shape), dtype)
@@ -27,12 +29,13 @@ def _run(rng, x_shape, w_shape, strides, padding, dilations, data_format, dtype_
   xd, wd = tf.cast(x, tf.float64).numpy(), tf.cast(w, tf.float64).numpy()
   pad_arg = padding if isinstance(padding, str) else _explicit(padding, data_format)
   y = lc.conv2d(x, w, list(strides), pad_arg, data_format=data_format,
-                dilations=list(dilations))
+                dilations=list(dilations), algorithm=algorithm)
   assert y.dtype == dtype
   want = ref.forward(xd, wd)
   mag = ref.forward(np.abs(xd), np.abs(wd))
+  norm = 0.0 if algorithm == "direct" else operand_norm(xd, wd)
   assert_close(tf.cast(y, tf.float64), want, dtype_name, w_shape[0] * w_shape[1] * w_shape[2],
-               mag, "forward")
+               mag, f"forward ({algorithm})", norm, xd.size)
   return x, w, y, pad_arg
 
 
@@ -65,36 +68,41 @@ def _id(case):
   return f"x{'x'.join(map(str, x))}-k{w[0]}x{w[1]}x{w[2]}x{w[3]}-s{s[0]}{s[1]}-{p}-d{d[0]}{d[1]}"
 
 
+@pytest.mark.parametrize("algorithm", ["direct", "fft"])
 @pytest.mark.parametrize("data_format", ["NHWC", "NCHW"])
 @pytest.mark.parametrize("case", GRID, ids=[_id(c) for c in GRID])
-def test_forward_float64_matches_oracle(rng, case, data_format):
+def test_forward_float64_matches_oracle(rng, case, data_format, algorithm):
   x_shape, w_shape, s, p, d = case
   if data_format == "NCHW":
     x_shape = (x_shape[0], x_shape[3], x_shape[1], x_shape[2])
-  _run(rng, x_shape, w_shape, s, p, d, data_format, "float64")
+  _run(rng, x_shape, w_shape, s, p, d, data_format, "float64", algorithm)
 
 
+@pytest.mark.parametrize("algorithm", ["direct", "fft"])
 @pytest.mark.parametrize("case", GRID, ids=[_id(c) for c in GRID])
-def test_forward_float32_matches_tf(rng, case):
+def test_forward_float32_matches_tf(rng, case, algorithm):
   x_shape, w_shape, s, p, d = case
-  x, w, y, pad_arg = _run(rng, x_shape, w_shape, s, p, d, "NHWC", "float32")
+  x, w, y, pad_arg = _run(rng, x_shape, w_shape, s, p, d, "NHWC", "float32", algorithm)
   want = tf.nn.conv2d(x, w, list(s), pad_arg, dilations=list(d))
   # Both sides are float32 sums of the same terms; compare at the float32 oracle bound.
   ref = Conv(x_shape, w_shape, s, p, d)
   mag = ref.forward(np.abs(x.numpy()), np.abs(w.numpy()))
+  norm = 0.0 if algorithm == "direct" else operand_norm(x.numpy(), w.numpy())
   assert_close(y, want.numpy().astype(np.float64), "float32",
-               2 * w_shape[0] * w_shape[1] * w_shape[2], 2 * mag, "vs tf.nn.conv2d")
+               2 * w_shape[0] * w_shape[1] * w_shape[2], 2 * mag, "vs tf.nn.conv2d", norm,
+               x.numpy().size)
 
 
+@pytest.mark.parametrize("algorithm", ["direct", "fft"])
 @pytest.mark.parametrize("dtype_name", ["float16", "bfloat16", "float32", "float64"])
 @pytest.mark.parametrize("data_format", ["NHWC", "NCHW"])
 @pytest.mark.parametrize("case", [GRID[3], GRID[6], GRID[8], GRID[12], GRID[15]],
                          ids=[_id(c) for c in (GRID[3], GRID[6], GRID[8], GRID[12], GRID[15])])
-def test_forward_dtypes(rng, case, data_format, dtype_name):
+def test_forward_dtypes(rng, case, data_format, dtype_name, algorithm):
   x_shape, w_shape, s, p, d = case
   if data_format == "NCHW":
     x_shape = (x_shape[0], x_shape[3], x_shape[1], x_shape[2])
-  _run(rng, x_shape, w_shape, s, p, d, data_format, dtype_name)
+  _run(rng, x_shape, w_shape, s, p, d, data_format, dtype_name, algorithm)
 
 
 def test_half_accumulates_in_float32(rng):

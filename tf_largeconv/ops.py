@@ -92,7 +92,31 @@ def normalize_padding(padding):
       f"padding={padding!r}")
 
 
-def conv_attrs(strides, padding, data_format, dilations):
+ALGORITHMS = ("auto", "direct", "fft")
+
+
+def normalize_algorithm(algorithm):
+  """Returns 'auto', 'direct' or 'fft'; None means 'auto'."""
+  if algorithm is None:
+    return "auto"
+  if not isinstance(algorithm, str) or algorithm.lower() not in ALGORITHMS:
+    raise ValueError(f"algorithm must be one of {ALGORITHMS}, got algorithm={algorithm!r}")
+  return algorithm.lower()
+
+
+def normalize_workspace_limit(workspace_limit):
+  """Returns the limit in bytes as the op takes it (-1: the default, 64 MiB)."""
+  if workspace_limit is None:
+    return -1
+  if (not isinstance(workspace_limit, numbers.Integral) or isinstance(workspace_limit, bool)
+      or workspace_limit < 0):
+    raise ValueError("workspace_limit must be None or a non-negative number of bytes, got "
+                     f"workspace_limit={workspace_limit!r}")
+  return int(workspace_limit)
+
+
+def conv_attrs(strides, padding, data_format, dilations, algorithm="auto",
+               workspace_limit=None):
   """The op attributes for tf.nn.conv2d-style arguments (validated for form only)."""
   data_format = normalize_data_format(data_format)
   padding, explicit_paddings = normalize_padding(padding)
@@ -102,6 +126,8 @@ def conv_attrs(strides, padding, data_format, dilations):
       explicit_paddings=explicit_paddings,
       data_format=data_format,
       dilations=normalize_window(dilations, "dilations", data_format),
+      algorithm=normalize_algorithm(algorithm),
+      workspace_limit=normalize_workspace_limit(workspace_limit),
   )
 
 
@@ -125,7 +151,7 @@ def _as_tensors(input, filters):  # pylint: disable=redefined-builtin
 
 
 def conv2d(input, filters, strides, padding, data_format="NHWC", dilations=None,  # pylint: disable=redefined-builtin
-           name=None):
+           name=None, algorithm="auto", workspace_limit=None):
   """Computes a 2-D convolution with tf.nn.conv2d's semantics, lean for large filters.
 
   Same arguments and result as `tf.nn.conv2d`. Unlike TF's CPU kernels, NCHW and dilated
@@ -143,37 +169,42 @@ def conv2d(input, filters, strides, padding, data_format="NHWC", dilations=None,
     data_format: 'NHWC' (default) or 'NCHW'.
     dilations: int or list of 1, 2 or 4 ints: the filter dilation; default 1.
     name: optional name for the operation.
+    algorithm: 'auto' (the planner's choice per pass), 'direct' or 'fft'. Gradients use
+      the same setting.
+    workspace_limit: hard bound in bytes on the temporary memory of each pass (forward and
+      both gradients); None means 64 MiB. See `tf_largeconv.plan`.
 
   Returns:
     A tensor of input's dtype, [batch, out_height, out_width, out_channels] for NHWC.
 
   Raises:
-    ValueError: malformed strides, dilations, padding or data_format, or (while tracing a
-      graph) shapes that do not fit together.
+    ValueError: malformed strides, dilations, padding, data_format, algorithm or
+      workspace_limit, or (while tracing a graph) shapes that do not fit together.
     TypeError: unsupported or mismatched dtypes.
     tf.errors.InvalidArgumentError: shapes that do not fit together (eager execution).
   """
-  attrs = conv_attrs(strides, padding, data_format, dilations)
+  attrs = conv_attrs(strides, padding, data_format, dilations, algorithm, workspace_limit)
   with tf.name_scope(name or "LargeConv2D"):
     input, filters = _as_tensors(input, filters)
     return _loader.ops().large_conv_conv2d(input, filters, **attrs)
 
 
 def conv2d_backprop_input(input_sizes, filters, out_backprop, strides, padding,
-                          data_format="NHWC", dilations=None, name=None):
+                          data_format="NHWC", dilations=None, name=None, algorithm="auto",
+                          workspace_limit=None):
   """Gradient of `conv2d` with respect to its input (cf. tf.nn.conv2d_backprop_input).
 
   Args:
     input_sizes: int32 vector of 4: the shape of the convolution's input.
     filters: the convolution's filter.
     out_backprop: gradient with respect to the convolution's output.
-    strides, padding, data_format, dilations: as for `conv2d`.
+    strides, padding, data_format, dilations, algorithm, workspace_limit: as for `conv2d`.
     name: optional name for the operation.
 
   Returns:
     Gradient with respect to the input, shaped `input_sizes`.
   """
-  attrs = conv_attrs(strides, padding, data_format, dilations)
+  attrs = conv_attrs(strides, padding, data_format, dilations, algorithm, workspace_limit)
   with tf.name_scope(name or "LargeConv2DBackpropInput"):
     out_backprop, filters = _as_tensors(out_backprop, filters)
     input_sizes = tf.convert_to_tensor(input_sizes, dtype=tf.int32, name="input_sizes")
@@ -182,20 +213,21 @@ def conv2d_backprop_input(input_sizes, filters, out_backprop, strides, padding,
 
 
 def conv2d_backprop_filter(input, filter_sizes, out_backprop, strides, padding,  # pylint: disable=redefined-builtin
-                           data_format="NHWC", dilations=None, name=None):
+                           data_format="NHWC", dilations=None, name=None, algorithm="auto",
+                           workspace_limit=None):
   """Gradient of `conv2d` with respect to its filter (cf. tf.nn.conv2d_backprop_filter).
 
   Args:
     input: the convolution's input.
     filter_sizes: int32 vector of 4: the filter's shape.
     out_backprop: gradient with respect to the convolution's output.
-    strides, padding, data_format, dilations: as for `conv2d`.
+    strides, padding, data_format, dilations, algorithm, workspace_limit: as for `conv2d`.
     name: optional name for the operation.
 
   Returns:
     Gradient with respect to the filter, shaped `filter_sizes`.
   """
-  attrs = conv_attrs(strides, padding, data_format, dilations)
+  attrs = conv_attrs(strides, padding, data_format, dilations, algorithm, workspace_limit)
   with tf.name_scope(name or "LargeConv2DBackpropFilter"):
     input, out_backprop = _as_tensors(input, out_backprop)
     filter_sizes = tf.convert_to_tensor(filter_sizes, dtype=tf.int32, name="filter_sizes")
@@ -209,12 +241,13 @@ def conv2d_backprop_filter(input, filter_sizes, out_backprop, strides, padding, 
 
 def _attrs_of(op):
   return {k: op.get_attr(k) for k in ("strides", "padding", "explicit_paddings",
-                                      "data_format", "dilations")}
+                                      "data_format", "dilations", "algorithm",
+                                      "workspace_limit")}
 
 
 def _decode(attrs):
   out = dict(attrs)
-  for k in ("padding", "data_format"):
+  for k in ("padding", "data_format", "algorithm"):
     if isinstance(out[k], bytes):
       out[k] = out[k].decode()
   return out

@@ -6,12 +6,16 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "cc/core/direct.h"
+#include "cc/core/fft.h"
+#include "cc/core/plan.h"
 #include "cc/core/geometry.h"
 
 namespace py = pybind11;
@@ -46,9 +50,7 @@ ConvGeometry Geometry(const std::vector<int64_t>& input_shape,
 }
 
 // Splits [0, total) into near-equal contiguous chunks, one std::thread each.
-ParallelFor ThreadFor(int num_threads) {
-  int n = num_threads > 0 ? num_threads : static_cast<int>(std::thread::hardware_concurrency());
-  n = std::max(1, n);
+ParallelFor ThreadFor(int n) {
   return [n](int64_t total, int64_t, const std::function<void(int64_t, int64_t)>& fn) {
     if (total <= 0) return;
     const int64_t parts = std::min<int64_t>(n, total);
@@ -59,6 +61,42 @@ ParallelFor ThreadFor(int num_threads) {
     fn(0, total / parts);
     for (auto& t : threads) t.join();
   };
+}
+
+int ThreadCount(int num_threads) {
+  const int n = num_threads > 0 ? num_threads : static_cast<int>(std::thread::hardware_concurrency());
+  return std::max(1, n);
+}
+
+PlanRequest Request(const std::string& algorithm, int64_t workspace_limit, int threads,
+                    int real_bytes) {
+  PlanRequest r;
+  std::string err = ParseAlgorithm(algorithm, &r.algorithm);
+  if (!err.empty()) throw py::value_error(err);
+  r.workspace_limit = workspace_limit;
+  r.threads = threads;
+  r.real_bytes = real_bytes;
+  return r;
+}
+
+PassPlan Plan(const ConvGeometry& g, ConvPass pass, const PlanRequest& r) {
+  PassPlan p;
+  std::string err = PlanPass(g, pass, r, &p);
+  if (!err.empty()) throw py::value_error(err);
+  return p;
+}
+
+struct FreeDeleter {
+  void operator()(void* p) const { std::free(p); }
+};
+
+// Workspace of the plan's exact size, 64-byte aligned.
+std::unique_ptr<void, FreeDeleter> Workspace(const PassPlan& p) {
+  if (p.workspace_bytes == 0) return nullptr;
+  const size_t bytes = (static_cast<size_t>(p.workspace_bytes) + 63) / 64 * 64;
+  void* mem = std::aligned_alloc(64, bytes);
+  if (mem == nullptr) throw std::bad_alloc();
+  return std::unique_ptr<void, FreeDeleter>(mem);
 }
 
 template <typename T>
@@ -76,15 +114,23 @@ template <typename T>
 Array<T> Forward(const Array<T>& x, const Array<T>& w, const std::vector<int64_t>& strides,
                  const std::string& padding, const std::vector<int64_t>& explicit_paddings,
                  const std::string& data_format, const std::vector<int64_t>& dilations,
-                 int num_threads) {
+                 const std::string& algorithm, int64_t workspace_limit, int num_threads) {
   const ConvAttrs a = AttrsFrom(strides, padding, explicit_paddings, data_format, dilations);
   const ConvGeometry g = Geometry(ShapeOf(x, "input"), ShapeOf(w, "filter"), a);
+  const int threads = ThreadCount(num_threads);
+  const PassPlan plan = Plan(g, ConvPass::kForward,
+                             Request(algorithm, workspace_limit, threads, sizeof(T)));
   Array<T> y(ToVec(g.output_shape()));
   const T* xp = x.data();
   const T* wp = w.data();
   T* yp = y.mutable_data();
+  auto ws = Workspace(plan);
   py::gil_scoped_release release;
-  DirectForward(g, xp, wp, yp, ThreadFor(num_threads));
+  if (plan.algorithm == Algorithm::kFft) {
+    FftForward(g, plan.fft, xp, wp, yp, ws.get(), ThreadFor(threads));
+  } else {
+    DirectForward(g, xp, wp, yp, ThreadFor(threads));
+  }
   return y;
 }
 
@@ -94,9 +140,12 @@ Array<T> BackpropInput(const std::vector<int64_t>& input_shape, const Array<T>& 
                        const std::string& padding,
                        const std::vector<int64_t>& explicit_paddings,
                        const std::string& data_format, const std::vector<int64_t>& dilations,
-                       int num_threads) {
+                       const std::string& algorithm, int64_t workspace_limit, int num_threads) {
   const ConvAttrs a = AttrsFrom(strides, padding, explicit_paddings, data_format, dilations);
   const ConvGeometry g = Geometry(input_shape, ShapeOf(w, "filter"), a);
+  const int threads = ThreadCount(num_threads);
+  const PassPlan plan = Plan(g, ConvPass::kBackpropInput,
+                             Request(algorithm, workspace_limit, threads, sizeof(T)));
   if (ShapeOf(dy, "out_backprop") != ToVec(g.output_shape())) {
     throw py::value_error("out_backprop does not have the convolution's output shape");
   }
@@ -104,8 +153,13 @@ Array<T> BackpropInput(const std::vector<int64_t>& input_shape, const Array<T>& 
   const T* wp = w.data();
   const T* dyp = dy.data();
   T* dxp = dx.mutable_data();
+  auto ws = Workspace(plan);
   py::gil_scoped_release release;
-  DirectBackpropInput(g, wp, dyp, dxp, ThreadFor(num_threads));
+  if (plan.algorithm == Algorithm::kFft) {
+    FftBackpropInput(g, plan.fft, wp, dyp, dxp, ws.get(), ThreadFor(threads));
+  } else {
+    DirectBackpropInput(g, wp, dyp, dxp, ThreadFor(threads));
+  }
   return dx;
 }
 
@@ -115,9 +169,13 @@ Array<T> BackpropFilter(const Array<T>& x, const std::vector<int64_t>& filter_sh
                         const std::string& padding,
                         const std::vector<int64_t>& explicit_paddings,
                         const std::string& data_format, const std::vector<int64_t>& dilations,
+                        const std::string& algorithm, int64_t workspace_limit,
                         int num_threads) {
   const ConvAttrs a = AttrsFrom(strides, padding, explicit_paddings, data_format, dilations);
   const ConvGeometry g = Geometry(ShapeOf(x, "input"), filter_shape, a);
+  const int threads = ThreadCount(num_threads);
+  const PassPlan plan = Plan(g, ConvPass::kBackpropFilter,
+                             Request(algorithm, workspace_limit, threads, sizeof(T)));
   if (ShapeOf(dy, "out_backprop") != ToVec(g.output_shape())) {
     throw py::value_error("out_backprop does not have the convolution's output shape");
   }
@@ -125,8 +183,13 @@ Array<T> BackpropFilter(const Array<T>& x, const std::vector<int64_t>& filter_sh
   const T* xp = x.data();
   const T* dyp = dy.data();
   T* dwp = dw.mutable_data();
+  auto ws = Workspace(plan);
   py::gil_scoped_release release;
-  DirectBackpropFilter(g, xp, dyp, dwp, ThreadFor(num_threads));
+  if (plan.algorithm == Algorithm::kFft) {
+    FftBackpropFilter(g, plan.fft, xp, dyp, dwp, ws.get(), ThreadFor(threads));
+  } else {
+    DirectBackpropFilter(g, xp, dyp, dwp, ThreadFor(threads));
+  }
   return dw;
 }
 
@@ -152,12 +215,46 @@ py::dict GeometryDict(const std::vector<int64_t>& input_shape,
   return d;
 }
 
+py::list PlanList(const std::vector<int64_t>& input_shape,
+                  const std::vector<int64_t>& filter_shape, const std::vector<int64_t>& strides,
+                  const std::string& padding, const std::vector<int64_t>& explicit_paddings,
+                  const std::string& data_format, const std::vector<int64_t>& dilations,
+                  const std::string& algorithm, int64_t workspace_limit, int num_threads,
+                  int real_bytes) {
+  const ConvGeometry g = Geometry(
+      input_shape, filter_shape,
+      AttrsFrom(strides, padding, explicit_paddings, data_format, dilations));
+  const PlanRequest req = Request(algorithm, workspace_limit, ThreadCount(num_threads), real_bytes);
+  py::list out;
+  for (ConvPass pass : {ConvPass::kForward, ConvPass::kBackpropInput, ConvPass::kBackpropFilter}) {
+    const PassPlan p = Plan(g, pass, req);
+    py::dict d;
+    d["pass"] = PassName(pass);
+    d["algorithm"] = AlgorithmName(p.algorithm);
+    d["workspace_bytes"] = p.workspace_bytes;
+    d["flops"] = p.flops;
+    d["cost_direct"] = p.cost_direct;
+    d["cost_fft"] = p.cost_fft;
+    if (p.algorithm == Algorithm::kFft) {
+      d["fft"] = py::make_tuple(p.fft.fft_h, p.fft.fft_w);
+      d["tile"] = py::make_tuple(p.tiling.tile_h, p.tiling.tile_w);
+      d["tiles"] = py::make_tuple(p.tiling.tiles_h, p.tiling.tiles_w);
+      d["in_block"] = p.fft.in_block;
+      d["out_block"] = p.fft.out_block;
+      d["slots"] = p.fft.slots;
+    }
+    out.append(d);
+  }
+  return out;
+}
+
 const std::vector<int64_t> kOnes{1, 1, 1, 1};
 const std::vector<int64_t> kNone{};
 
 #define LARGECONV_ARGS                                                                   \
   py::arg("strides"), py::arg("padding"), py::arg("explicit_paddings") = kNone,         \
-      py::arg("data_format") = "NHWC", py::arg("dilations") = kOnes
+      py::arg("data_format") = "NHWC", py::arg("dilations") = kOnes,                    \
+      py::arg("algorithm") = "auto", py::arg("workspace_limit") = int64_t{-1}
 
 template <typename T>
 void DefKernels(py::module_& m) {
@@ -178,7 +275,13 @@ PYBIND11_MODULE(_core, m) {
   using namespace largeconv;
   m.doc() = "tf_largeconv core kernels (framework-free).";
   m.def("geometry", &GeometryDict, py::arg("input_shape"), py::arg("filter_shape"),
-        LARGECONV_ARGS, "The ConvGeometry for these shapes and attributes, as a dict.");
+        py::arg("strides"), py::arg("padding"), py::arg("explicit_paddings") = kNone,
+        py::arg("data_format") = "NHWC", py::arg("dilations") = kOnes,
+        "The ConvGeometry for these shapes and attributes, as a dict.");
+  m.def("plan", &PlanList, py::arg("input_shape"), py::arg("filter_shape"), LARGECONV_ARGS,
+        py::arg("num_threads") = 0, py::arg("real_bytes") = 4,
+        "The planner's choice for each pass, as a list of dicts.");
+  m.attr("DEFAULT_WORKSPACE_LIMIT") = kDefaultWorkspaceLimit;
   // float64 first: overload resolution tries in order, and forcecast would otherwise turn
   // double arrays into float32.
   DefKernels<double>(m);

@@ -6,7 +6,9 @@
 
 #include "cc/core/direct.h"
 #include "cc/core/dtypes.h"
+#include "cc/core/fft.h"
 #include "cc/core/geometry.h"
+#include "cc/core/plan.h"
 #include "cc/tf/attrs.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/register_types.h"
@@ -99,10 +101,31 @@ class ConvOpBase : public OpKernel {
  public:
   explicit ConvOpBase(OpKernelConstruction* ctx) : OpKernel(ctx) {
     OP_REQUIRES_OK(ctx, ReadConvAttrs(ctx, &attrs_));
+    std::string algorithm;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("algorithm", &algorithm));
+    OP_REQUIRES_OK(ctx, ToStatus(ParseAlgorithm(algorithm, &request_.algorithm)));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("workspace_limit", &request_.workspace_limit));
   }
 
  protected:
+  // Plans the pass for this geometry and this device's thread pool, and takes the plan's
+  // workspace (if any) from TF's allocator so that it is counted and bounded.
+  template <typename T>
+  absl::Status PlanAndAllocate(OpKernelContext* ctx, const ConvGeometry& g, ConvPass pass,
+                               PassPlan* plan, Tensor* workspace) {
+    PlanRequest req = request_;
+    req.threads = ctx->device()->tensorflow_cpu_worker_threads()->num_threads;
+    req.real_bytes = sizeof(AccT<typename CoreType<T>::type>);
+    TF_RETURN_IF_ERROR(ToStatus(PlanPass(g, pass, req, plan)));
+    if (plan->workspace_bytes > 0) {
+      TF_RETURN_IF_ERROR(ctx->allocate_temp(tensorflow::DT_INT8,
+                                            TensorShape({plan->workspace_bytes}), workspace));
+    }
+    return absl::OkStatus();
+  }
+
   ConvAttrs attrs_;
+  PlanRequest request_;
 };
 
 template <typename T>
@@ -119,7 +142,16 @@ class Conv2DOp : public ConvOpBase {
     OP_REQUIRES_OK(ctx, ToStatus(MakeGeometry(attrs_, in_shape, f_shape, &g)));
     Tensor* output = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, ToShape(g.output_shape()), &output));
-    DirectForward(g, CorePtr<T>(input), CorePtr<T>(filter), CorePtr<T>(output), PoolFor(ctx));
+    PassPlan plan;
+    Tensor workspace;
+    OP_REQUIRES_OK(ctx, PlanAndAllocate<T>(ctx, g, ConvPass::kForward, &plan, &workspace));
+    if (plan.algorithm == Algorithm::kFft) {
+      FftForward(g, plan.fft, CorePtr<T>(input), CorePtr<T>(filter), CorePtr<T>(output),
+                 workspace.data(), PoolFor(ctx));
+    } else {
+      DirectForward(g, CorePtr<T>(input), CorePtr<T>(filter), CorePtr<T>(output),
+                    PoolFor(ctx));
+    }
   }
 };
 
@@ -139,7 +171,17 @@ class Conv2DBackpropInputOp : public ConvOpBase {
     OP_REQUIRES_OK(ctx, CheckOutBackprop(dy, g));
     Tensor* dx = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, ToShape(in_shape), &dx));
-    DirectBackpropInput(g, CorePtr<T>(filter), CorePtr<T>(dy), CorePtr<T>(dx), PoolFor(ctx));
+    PassPlan plan;
+    Tensor workspace;
+    OP_REQUIRES_OK(ctx,
+                   PlanAndAllocate<T>(ctx, g, ConvPass::kBackpropInput, &plan, &workspace));
+    if (plan.algorithm == Algorithm::kFft) {
+      FftBackpropInput(g, plan.fft, CorePtr<T>(filter), CorePtr<T>(dy), CorePtr<T>(dx),
+                       workspace.data(), PoolFor(ctx));
+    } else {
+      DirectBackpropInput(g, CorePtr<T>(filter), CorePtr<T>(dy), CorePtr<T>(dx),
+                          PoolFor(ctx));
+    }
   }
 };
 
@@ -159,7 +201,17 @@ class Conv2DBackpropFilterOp : public ConvOpBase {
     OP_REQUIRES_OK(ctx, CheckOutBackprop(dy, g));
     Tensor* dw = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, ToShape(f_shape), &dw));
-    DirectBackpropFilter(g, CorePtr<T>(input), CorePtr<T>(dy), CorePtr<T>(dw), PoolFor(ctx));
+    PassPlan plan;
+    Tensor workspace;
+    OP_REQUIRES_OK(ctx,
+                   PlanAndAllocate<T>(ctx, g, ConvPass::kBackpropFilter, &plan, &workspace));
+    if (plan.algorithm == Algorithm::kFft) {
+      FftBackpropFilter(g, plan.fft, CorePtr<T>(input), CorePtr<T>(dy), CorePtr<T>(dw),
+                        workspace.data(), PoolFor(ctx));
+    } else {
+      DirectBackpropFilter(g, CorePtr<T>(input), CorePtr<T>(dy), CorePtr<T>(dw),
+                           PoolFor(ctx));
+    }
   }
 };
 

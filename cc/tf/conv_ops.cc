@@ -110,7 +110,9 @@ absl::Status BackpropShapeFn(InferenceContext* c, int sizes_index, bool sizes_ar
       .Attr("padding: {'SAME', 'VALID', 'EXPLICIT'}")            \
       .Attr("explicit_paddings: list(int) = []")                 \
       .Attr("data_format: {'NHWC', 'NCHW'} = 'NHWC'")            \
-      .Attr("dilations: list(int) = [1, 1, 1, 1]")
+      .Attr("dilations: list(int) = [1, 1, 1, 1]")                \
+      .Attr("algorithm: {'auto', 'direct', 'fft'} = 'auto'")     \
+      .Attr("workspace_limit: int = -1")
 
 REGISTER_OP("LargeConv>Conv2D")
     .Input("input: T")

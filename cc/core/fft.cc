@@ -1,0 +1,398 @@
+// FFT overlap-save convolution. All three passes are correlations computed tile by tile:
+//   forward:         y[p]  = sum_k x_pad[p + k] w_dil[k]         (then keep every stride-th p)
+//   backprop-input:  dx[p] = sum_k dy_z[p + pt - KE + 1 + k] w_dil[KE - 1 - k]
+//   backprop-filter: dw[k] = sum_p x_pad[p + k] dy_z[p]          (summed over batch and tiles)
+// where dy_z is out_backprop zero-stuffed by the stride and w_dil the dilated filter. A
+// correlation of a tile with a short kernel is IFFT(FFT(tile) * conj(FFT(kernel))); the
+// first tile - KE + 1 outputs of each transform are exact (overlap-save).
+#include "cc/core/fft.h"
+
+#include <algorithm>
+#include <complex>
+#include <functional>
+
+#include "cc/core/dtypes.h"
+#include "cc/core/ducc.h"
+
+namespace largeconv {
+namespace {
+
+constexpr int64_t kAlign = 64;
+inline int64_t AlignUp(int64_t b) { return (b + kAlign - 1) / kAlign * kAlign; }
+inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+inline int64_t Extent(int64_t k, int64_t d) { return (k - 1) * d + 1; }
+
+// The one description of how a pass's workspace is carved up.
+struct Layout {
+  int64_t bins = 0;            // complex bins of one spectrum
+  int64_t shared_spectra = 0;  // filter spectra shared by all slots
+  int64_t slot_spectra = 0;    // spectra owned by each slot
+  int64_t spectrum_bytes = 0, real_bytes = 0, slot_bytes = 0, shared_bytes = 0, total = 0;
+};
+
+Layout MakeLayout(const ConvGeometry& g, ConvPass pass, const FftConfig& c, int rb) {
+  Layout l;
+  l.bins = c.fft_h * (c.fft_w / 2 + 1);
+  switch (pass) {
+    case ConvPass::kForward:
+      l.shared_spectra = g.in_c_per_group() * c.out_block;
+      l.slot_spectra = c.out_block + 1;
+      break;
+    case ConvPass::kBackpropInput:
+      l.shared_spectra = g.out_c_per_group() * c.out_block;
+      l.slot_spectra = c.out_block + 1;
+      break;
+    case ConvPass::kBackpropFilter:
+      l.shared_spectra = 0;
+      l.slot_spectra = c.in_block * c.out_block + c.out_block + 1;
+      break;
+  }
+  l.spectrum_bytes = AlignUp(l.bins * 2 * rb);
+  l.real_bytes = AlignUp(c.fft_h * c.fft_w * rb);
+  l.shared_bytes = l.shared_spectra * l.spectrum_bytes;
+  l.slot_bytes = l.slot_spectra * l.spectrum_bytes + l.real_bytes;
+  l.total = l.shared_bytes + c.slots * l.slot_bytes;
+  return l;
+}
+
+// Typed views of the workspace.
+template <typename R>
+struct Workspace {
+  using C = std::complex<R>;
+  char* base;
+  Layout l;
+  C* shared(int64_t i) const { return reinterpret_cast<C*>(base + i * l.spectrum_bytes); }
+  char* slot_base(int64_t s) const { return base + l.shared_bytes + s * l.slot_bytes; }
+  C* spectrum(int64_t s, int64_t i) const {
+    return reinterpret_cast<C*>(slot_base(s) + i * l.spectrum_bytes);
+  }
+  R* real(int64_t s) const {
+    return reinterpret_cast<R*>(slot_base(s) + l.slot_spectra * l.spectrum_bytes);
+  }
+};
+
+// Runs fn(slot, item) for items [0, items), split into at most `slots` contiguous runs
+// that execute concurrently; a slot's buffers are touched by one thread only.
+void RunSlots(const ParallelFor& pf, int64_t slots, int64_t items, double cost_per_item,
+              const std::function<void(int64_t, int64_t)>& fn) {
+  if (items <= 0) return;
+  const int64_t s = std::max<int64_t>(1, std::min(slots, items));
+  const double cost = cost_per_item * static_cast<double>(CeilDiv(items, s));
+  pf(s, static_cast<int64_t>(std::min(cost, 1e15)) + 1, [&](int64_t b, int64_t e) {
+    for (int64_t slot = b; slot < e; ++slot) {
+      const int64_t lo = items * slot / s, hi = items * (slot + 1) / s;
+      for (int64_t i = lo; i < hi; ++i) fn(slot, i);
+    }
+  });
+}
+
+template <typename R>
+void R2C(const R* real, std::complex<R>* spec, int64_t fh, int64_t fw, R fct) {
+  ducc0::cfmav<R> in(real, {size_t(fh), size_t(fw)});
+  ducc0::vfmav<std::complex<R>> out(spec, {size_t(fh), size_t(fw / 2 + 1)});
+  ducc0::r2c(in, out, {0, 1}, true, fct, 1);
+}
+
+// Destroys `spec`.
+template <typename R>
+void C2R(std::complex<R>* spec, R* real, int64_t fh, int64_t fw, R fct) {
+  ducc0::vfmav<std::complex<R>> in(spec, {size_t(fh), size_t(fw / 2 + 1)});
+  ducc0::vfmav<R> out(real, {size_t(fh), size_t(fw)});
+  ducc0::c2r_mut(in, out, {0, 1}, false, fct, 1);
+}
+
+// acc += a * conj(b) over n complex bins, written on interleaved reals so it vectorises.
+template <typename R>
+void MacConj(std::complex<R>* acc, const std::complex<R>* a, const std::complex<R>* b,
+             int64_t n) {
+  R* __restrict o = reinterpret_cast<R*>(acc);
+  const R* __restrict x = reinterpret_cast<const R*>(a);
+  const R* __restrict y = reinterpret_cast<const R*>(b);
+  for (int64_t i = 0; i < n; ++i) {
+    const R xr = x[2 * i], xi = x[2 * i + 1], yr = y[2 * i], yi = y[2 * i + 1];
+    o[2 * i] += xr * yr + xi * yi;
+    o[2 * i + 1] += xi * yr - xr * yi;
+  }
+}
+
+// A 2-D plane of one (image, channel) of a tensor seen at "dense" positions q: the element
+// at q is plane[q / stuff] when q >= 0 and q % stuff == 0 (zero-stuffing for strides),
+// zero outside the plane.
+template <typename T>
+struct Plane {
+  const T* base;  // element (n, 0, 0, channel)
+  int64_t row_stride, col_stride, rows, cols, stuff_h, stuff_w;
+};
+
+// Fills real[fh x fw] with plane values at dense positions (q0_h + r, q0_w + c) for
+// r < max_rows, c < max_cols; zero elsewhere.
+template <typename T, typename R>
+void LoadTile(R* real, int64_t fh, int64_t fw, const Plane<T>& p, int64_t q0_h, int64_t q0_w,
+              int64_t max_rows, int64_t max_cols) {
+  std::fill(real, real + fh * fw, R(0));
+  const int64_t rows = std::min(fh, max_rows), cols = std::min(fw, max_cols);
+  int64_t c_first = std::max<int64_t>(0, -q0_w);
+  while (c_first < cols && (q0_w + c_first) % p.stuff_w != 0) ++c_first;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t q = q0_h + r;
+    if (q < 0 || q % p.stuff_h != 0) continue;
+    const int64_t i = q / p.stuff_h;
+    if (i >= p.rows) break;
+    const T* row = p.base + i * p.row_stride;
+    R* out = real + r * fw;
+    for (int64_t c = c_first; c < cols; c += p.stuff_w) {
+      const int64_t j = (q0_w + c) / p.stuff_w;
+      if (j >= p.cols) break;
+      out[c] = static_cast<R>(Load(row[j * p.col_stride]));
+    }
+  }
+}
+
+// Forward and backprop-input share this engine: dst[p] = sum_k src[p + off + k] filt[k],
+// summed over the group's source channels, for every destination channel.
+template <typename T>
+struct Correlation {
+  using R = AccT<T>;
+  using C = std::complex<R>;
+  const ConvGeometry& g;
+  const FftConfig& c;
+  FftTiling t;
+  bool backprop_input;
+  const T* src;
+  const T* filter;
+  T* dst;
+
+  int64_t src_cpg() const { return backprop_input ? g.out_c_per_group() : g.in_c_per_group(); }
+  int64_t dst_cpg() const { return backprop_input ? g.in_c_per_group() : g.out_c_per_group(); }
+
+  // Writes the dilated filter for (source channel sc, destination channel dc) into real,
+  // flipped for backprop-input, where the roles of input and output channels swap.
+  void PlaceFilter(R* real, int64_t grp, int64_t sc, int64_t dc) const {
+    std::fill(real, real + c.fft_h * c.fft_w, R(0));
+    const int64_t keh = Extent(g.filter_h, g.dilation_h), kew = Extent(g.filter_w, g.dilation_w);
+    const int64_t ci = backprop_input ? dc : sc;
+    const int64_t co = grp * g.out_c_per_group() + (backprop_input ? sc : dc);
+    for (int64_t kh = 0; kh < g.filter_h; ++kh) {
+      for (int64_t kw = 0; kw < g.filter_w; ++kw) {
+        int64_t r = kh * g.dilation_h, q = kw * g.dilation_w;
+        if (backprop_input) {
+          r = keh - 1 - r;
+          q = kew - 1 - q;
+        }
+        real[r * c.fft_w + q] =
+            static_cast<R>(Load(filter[((kh * g.filter_w + kw) * g.filter_in_c + ci) * g.out_c + co]));
+      }
+    }
+  }
+
+  Plane<T> SourcePlane(int64_t n, int64_t channel) const {
+    if (backprop_input) {
+      const Strides4 s = g.output_strides();
+      return {src + n * s.n + channel * s.c, s.h, s.w, g.out_h, g.out_w, g.stride_h, g.stride_w};
+    }
+    const Strides4 s = g.input_strides();
+    return {src + n * s.n + channel * s.c, s.h, s.w, g.in_h, g.in_w, 1, 1};
+  }
+
+  void Run(void* workspace, const ParallelFor& pf) const {
+    const Layout l = MakeLayout(g, backprop_input ? ConvPass::kBackpropInput : ConvPass::kForward,
+                                c, sizeof(R));
+    const Workspace<R> ws{static_cast<char*>(workspace), l};
+    const int64_t fh = c.fft_h, fw = c.fft_w, scpg = src_cpg(), dcpg = dst_cpg();
+    const R scale = R(1) / static_cast<R>(fh * fw);
+    const int64_t keh = Extent(g.filter_h, g.dilation_h), kew = Extent(g.filter_w, g.dilation_w);
+    // Source offset: dense output p reads source dense position p + off + k.
+    const int64_t off_h = backprop_input ? g.pad_top - keh + 1 : -g.pad_top;
+    const int64_t off_w = backprop_input ? g.pad_left - kew + 1 : -g.pad_left;
+    const int64_t out_sh = backprop_input ? 1 : g.stride_h, out_sw = backprop_input ? 1 : g.stride_w;
+    const Strides4 ds = backprop_input ? g.input_strides() : g.output_strides();
+    const double fft_cost = 5.0 * fh * fw * std::log2(static_cast<double>(fh * fw) + 2);
+    const int64_t per_image = t.tiles_h * t.tiles_w;
+
+    for (int64_t grp = 0; grp < g.groups; ++grp) {
+      for (int64_t ob0 = 0; ob0 < dcpg; ob0 += c.out_block) {
+        const int64_t ob = std::min(c.out_block, dcpg - ob0);
+        RunSlots(pf, c.slots, scpg * ob, fft_cost, [&](int64_t slot, int64_t idx) {
+          R* real = ws.real(slot);
+          PlaceFilter(real, grp, idx / ob, ob0 + idx % ob);
+          R2C(real, ws.shared(idx), fh, fw, scale);
+        });
+        const double tile_cost = fft_cost * (scpg + ob) + 8.0 * l.bins * scpg * ob;
+        RunSlots(pf, c.slots, g.batch * per_image, tile_cost, [&](int64_t slot, int64_t item) {
+          const int64_t n = item / per_image;
+          const int64_t p0_h = (item % per_image) / t.tiles_w * t.tile_h;
+          const int64_t p0_w = (item % per_image) % t.tiles_w * t.tile_w;
+          R* real = ws.real(slot);
+          C* x = ws.spectrum(slot, 0);
+          for (int64_t k = 0; k < ob; ++k) std::fill(ws.spectrum(slot, 1 + k), ws.spectrum(slot, 1 + k) + l.bins, C(0));
+          for (int64_t sc = 0; sc < scpg; ++sc) {
+            LoadTile(real, fh, fw, SourcePlane(n, grp * scpg + sc), p0_h + off_h, p0_w + off_w, fh, fw);
+            R2C(real, x, fh, fw, R(1));
+            for (int64_t k = 0; k < ob; ++k) MacConj(ws.spectrum(slot, 1 + k), x, ws.shared(sc * ob + k), l.bins);
+          }
+          const int64_t rows = std::min(t.tile_h, t.dense_h - p0_h);
+          const int64_t cols = std::min(t.tile_w, t.dense_w - p0_w);
+          for (int64_t k = 0; k < ob; ++k) {
+            C2R(ws.spectrum(slot, 1 + k), real, fh, fw, R(1));
+            T* out = dst + n * ds.n + (grp * dcpg + ob0 + k) * ds.c;
+            for (int64_t r = 0; r < rows; ++r) {
+              const int64_t p = p0_h + r;
+              if (p % out_sh != 0) continue;
+              T* orow = out + (p / out_sh) * ds.h;
+              const R* in = real + r * fw;
+              int64_t c0 = 0;
+              while (c0 < cols && (p0_w + c0) % out_sw != 0) ++c0;
+              for (int64_t q = c0; q < cols; q += out_sw) {
+                orow[((p0_w + q) / out_sw) * ds.w] = Store<T>(in[q]);
+              }
+            }
+          }
+        });
+      }
+    }
+  }
+};
+
+}  // namespace
+
+bool MakeFftTiling(const ConvGeometry& g, ConvPass pass, int64_t fft_h, int64_t fft_w,
+                   FftTiling* t) {
+  const int64_t keh = Extent(g.filter_h, g.dilation_h), kew = Extent(g.filter_w, g.dilation_w);
+  if (fft_h < keh || fft_w < kew) return false;
+  if (pass == ConvPass::kBackpropInput) {
+    t->dense_h = g.in_h;
+    t->dense_w = g.in_w;
+  } else {
+    t->dense_h = g.out_h > 0 ? (g.out_h - 1) * g.stride_h + 1 : 0;
+    t->dense_w = g.out_w > 0 ? (g.out_w - 1) * g.stride_w + 1 : 0;
+  }
+  t->tile_h = fft_h - keh + 1;
+  t->tile_w = fft_w - kew + 1;
+  t->tiles_h = CeilDiv(t->dense_h, t->tile_h);
+  t->tiles_w = CeilDiv(t->dense_w, t->tile_w);
+  return true;
+}
+
+int64_t FftWorkspaceBytes(const ConvGeometry& g, ConvPass pass, const FftConfig& c,
+                          int real_bytes) {
+  return MakeLayout(g, pass, c, real_bytes).total;
+}
+
+double FftTransformCount(const ConvGeometry& g, ConvPass pass, const FftConfig& c) {
+  FftTiling t;
+  if (!MakeFftTiling(g, pass, c.fft_h, c.fft_w, &t)) return 0;
+  const double tiles = static_cast<double>(g.batch) * t.tiles_h * t.tiles_w * g.groups;
+  const double icpg = g.in_c_per_group(), ocpg = g.out_c_per_group();
+  switch (pass) {
+    case ConvPass::kForward: {
+      const double blocks = CeilDiv(g.out_c_per_group(), c.out_block);
+      return g.groups * icpg * ocpg + tiles * (icpg * blocks + ocpg);
+    }
+    case ConvPass::kBackpropInput: {
+      const double blocks = CeilDiv(g.in_c_per_group(), c.out_block);
+      return g.groups * icpg * ocpg + tiles * (ocpg * blocks + icpg);
+    }
+    case ConvPass::kBackpropFilter: {
+      const double ib = CeilDiv(g.in_c_per_group(), c.in_block);
+      const double ob = CeilDiv(g.out_c_per_group(), c.out_block);
+      return tiles * (icpg * ob + ocpg * ib) + g.groups * icpg * ocpg;
+    }
+  }
+  return 0;
+}
+
+template <typename T>
+void FftForward(const ConvGeometry& g, const FftConfig& c, const T* input, const T* filter,
+                T* output, void* workspace, const ParallelFor& pf) {
+  if (g.output_elements() == 0) return;
+  Correlation<T> job{g, c, {}, false, input, filter, output};
+  MakeFftTiling(g, ConvPass::kForward, c.fft_h, c.fft_w, &job.t);
+  job.Run(workspace, pf);
+}
+
+template <typename T>
+void FftBackpropInput(const ConvGeometry& g, const FftConfig& c, const T* filter,
+                      const T* out_backprop, T* in_backprop, void* workspace,
+                      const ParallelFor& pf) {
+  if (g.input_elements() == 0) return;
+  Correlation<T> job{g, c, {}, true, out_backprop, filter, in_backprop};
+  MakeFftTiling(g, ConvPass::kBackpropInput, c.fft_h, c.fft_w, &job.t);
+  job.Run(workspace, pf);
+}
+
+template <typename T>
+void FftBackpropFilter(const ConvGeometry& g, const FftConfig& c, const T* input,
+                       const T* out_backprop, T* filter_backprop, void* workspace,
+                       const ParallelFor& pf) {
+  using R = AccT<T>;
+  using C = std::complex<R>;
+  if (g.filter_elements() == 0) return;
+  FftTiling t;
+  MakeFftTiling(g, ConvPass::kBackpropFilter, c.fft_h, c.fft_w, &t);
+  const Layout l = MakeLayout(g, ConvPass::kBackpropFilter, c, sizeof(R));
+  const Workspace<R> ws{static_cast<char*>(workspace), l};
+  const int64_t fh = c.fft_h, fw = c.fft_w;
+  const int64_t icpg = g.in_c_per_group(), ocpg = g.out_c_per_group();
+  const int64_t nib = CeilDiv(icpg, c.in_block), nob = CeilDiv(ocpg, c.out_block);
+  const int64_t per_image = t.tiles_h * t.tiles_w;
+  const Strides4 xs = g.input_strides(), ys = g.output_strides();
+  const R scale = R(1) / static_cast<R>(fh * fw);
+  const double fft_cost = 5.0 * fh * fw * std::log2(static_cast<double>(fh * fw) + 2);
+  const double unit_cost =
+      g.batch * per_image * (fft_cost * (c.in_block + c.out_block) +
+                             8.0 * l.bins * c.in_block * c.out_block);
+  RunSlots(pf, c.slots, g.groups * nib * nob, unit_cost, [&](int64_t slot, int64_t unit) {
+    const int64_t grp = unit / (nib * nob);
+    const int64_t ib0 = (unit / nob) % nib * c.in_block, ob0 = unit % nob * c.out_block;
+    const int64_t ib = std::min(c.in_block, icpg - ib0), ob = std::min(c.out_block, ocpg - ob0);
+    R* real = ws.real(slot);
+    C* xsp = ws.spectrum(slot, c.in_block * c.out_block + c.out_block);
+    for (int64_t i = 0; i < ib * ob; ++i) std::fill(ws.spectrum(slot, i), ws.spectrum(slot, i) + l.bins, C(0));
+    for (int64_t n = 0; n < g.batch; ++n) {
+      for (int64_t tile = 0; tile < per_image; ++tile) {
+        const int64_t p0_h = tile / t.tiles_w * t.tile_h, p0_w = tile % t.tiles_w * t.tile_w;
+        for (int64_t k = 0; k < ob; ++k) {
+          const Plane<T> dy{out_backprop + n * ys.n + (grp * ocpg + ob0 + k) * ys.c, ys.h, ys.w,
+                            g.out_h, g.out_w, g.stride_h, g.stride_w};
+          LoadTile(real, fh, fw, dy, p0_h, p0_w, std::min(t.tile_h, t.dense_h - p0_h),
+                   std::min(t.tile_w, t.dense_w - p0_w));
+          R2C(real, ws.spectrum(slot, ib * ob + k), fh, fw, R(1));
+        }
+        for (int64_t i = 0; i < ib; ++i) {
+          const Plane<T> x{input + n * xs.n + (grp * icpg + ib0 + i) * xs.c, xs.h, xs.w, g.in_h,
+                           g.in_w, 1, 1};
+          LoadTile(real, fh, fw, x, p0_h - g.pad_top, p0_w - g.pad_left, fh, fw);
+          R2C(real, xsp, fh, fw, R(1));
+          for (int64_t k = 0; k < ob; ++k) MacConj(ws.spectrum(slot, i * ob + k), xsp, ws.spectrum(slot, ib * ob + k), l.bins);
+        }
+      }
+    }
+    for (int64_t i = 0; i < ib; ++i) {
+      for (int64_t k = 0; k < ob; ++k) {
+        C2R(ws.spectrum(slot, i * ob + k), real, fh, fw, scale);
+        for (int64_t kh = 0; kh < g.filter_h; ++kh) {
+          for (int64_t kw = 0; kw < g.filter_w; ++kw) {
+            filter_backprop[((kh * g.filter_w + kw) * icpg + ib0 + i) * g.out_c + grp * ocpg + ob0 + k] =
+                Store<T>(real[kh * g.dilation_h * fw + kw * g.dilation_w]);
+          }
+        }
+      }
+    }
+  });
+}
+
+#define LARGECONV_INSTANTIATE_FFT(T)                                                        \
+  template void FftForward<T>(const ConvGeometry&, const FftConfig&, const T*, const T*,   \
+                              T*, void*, const ParallelFor&);                              \
+  template void FftBackpropInput<T>(const ConvGeometry&, const FftConfig&, const T*,       \
+                                    const T*, T*, void*, const ParallelFor&);              \
+  template void FftBackpropFilter<T>(const ConvGeometry&, const FftConfig&, const T*,      \
+                                     const T*, T*, void*, const ParallelFor&);
+
+LARGECONV_INSTANTIATE_FFT(float)
+LARGECONV_INSTANTIATE_FFT(double)
+LARGECONV_INSTANTIATE_FFT(f16)
+LARGECONV_INSTANTIATE_FFT(bf16)
+#undef LARGECONV_INSTANTIATE_FFT
+
+}  // namespace largeconv

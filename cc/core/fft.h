@@ -1,0 +1,62 @@
+// FFT overlap-save convolution on the CPU (DUCC0 transforms): forward, backprop-input and
+// backprop-filter. Every temporary lives in one caller-provided workspace whose size is
+// FftWorkspaceBytes(); nothing here allocates in proportion to the tensors.
+#ifndef TF_LARGECONV_CORE_FFT_H_
+#define TF_LARGECONV_CORE_FFT_H_
+
+#include <cstdint>
+
+#include "cc/core/geometry.h"
+#include "cc/core/parallel.h"
+
+namespace largeconv {
+
+enum class ConvPass { kForward, kBackpropInput, kBackpropFilter };
+
+// How a pass is cut up. fft_h x fft_w is the transform (tile plus filter halo).
+//  forward:         out_block = output channels whose filter spectra are held at once.
+//  backprop-input:  out_block = input channels (this pass's results) per spectra block.
+//  backprop-filter: a work unit accumulates in_block x out_block (input, output) channel
+//                   pairs of filter gradient spectra.
+// slots = workers that run at once, each with its own buffers.
+struct FftConfig {
+  int64_t fft_h = 0, fft_w = 0;
+  int64_t in_block = 1, out_block = 1;
+  int64_t slots = 1;
+};
+
+// The tiling a transform size implies for a pass: `tile_*` dense positions per tile and
+// the number of tiles per image. Returns false if the transform is smaller than the
+// (dilated) filter.
+struct FftTiling {
+  int64_t dense_h, dense_w;  // stride-1 positions the pass produces or consumes
+  int64_t tile_h, tile_w;
+  int64_t tiles_h, tiles_w;
+};
+bool MakeFftTiling(const ConvGeometry& g, ConvPass pass, int64_t fft_h, int64_t fft_w,
+                   FftTiling* t);
+
+// Exact workspace bytes of a pass for a given config and real type size (4 for float,
+// f16 and bf16, which compute in float; 8 for double).
+int64_t FftWorkspaceBytes(const ConvGeometry& g, ConvPass pass, const FftConfig& c,
+                          int real_bytes);
+
+// Number of real transforms (each fft_h x fft_w) a pass performs; the planner's cost model.
+double FftTransformCount(const ConvGeometry& g, ConvPass pass, const FftConfig& c);
+
+// `workspace` must hold FftWorkspaceBytes(g, pass, c, sizeof(real)) bytes, 64-byte aligned.
+template <typename T>
+void FftForward(const ConvGeometry& g, const FftConfig& c, const T* input, const T* filter,
+                T* output, void* workspace, const ParallelFor& pf);
+template <typename T>
+void FftBackpropInput(const ConvGeometry& g, const FftConfig& c, const T* filter,
+                      const T* out_backprop, T* in_backprop, void* workspace,
+                      const ParallelFor& pf);
+template <typename T>
+void FftBackpropFilter(const ConvGeometry& g, const FftConfig& c, const T* input,
+                       const T* out_backprop, T* filter_backprop, void* workspace,
+                       const ParallelFor& pf);
+
+}  // namespace largeconv
+
+#endif  // TF_LARGECONV_CORE_FFT_H_

@@ -1,0 +1,221 @@
+// Cost model and search behind PassPlan. The FFT tile is chosen from the limit and the
+// geometry only (never the thread count), so results are bitwise identical whatever the
+// number of threads; blocks and slots, which do not change the arithmetic, then use the
+// threads the limit can pay for.
+#include "cc/core/plan.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace largeconv {
+namespace {
+
+// Sustained single-thread rates measured on the project's CPU machines (float32,
+// compiler-vectorised loops); used only to compare algorithms, never reported as timing.
+constexpr double kDirectFlopsPerSec = 5e9;
+constexpr double kFftFlopsPerSec = 3e9;
+constexpr int64_t kMaxFftSide = 4096;
+
+inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+inline int64_t Extent(int64_t k, int64_t d) { return (k - 1) * d + 1; }
+
+// Sizes in [lo, hi] whose only prime factors are 2, 3, 5 and 7, plus the first one > hi
+// when none qualify (so there is always a candidate).
+std::vector<int64_t> SmoothSizes(int64_t lo, int64_t hi) {
+  std::vector<int64_t> out;
+  for (int64_t a = 1; a <= std::max(hi, lo) * 7 + 7; a *= 2) {
+    for (int64_t b = a; b <= std::max(hi, lo) * 7 + 7; b *= 3) {
+      for (int64_t c = b; c <= std::max(hi, lo) * 7 + 7; c *= 5) {
+        for (int64_t d = c; d <= std::max(hi, lo) * 7 + 7; d *= 7) out.push_back(d);
+      }
+    }
+  }
+  std::sort(out.begin(), out.end());
+  std::vector<int64_t> in_range;
+  for (int64_t v : out) {
+    if (v >= lo && v <= hi) in_range.push_back(v);
+  }
+  if (in_range.empty()) {
+    for (int64_t v : out) {
+      if (v >= lo) {
+        in_range.push_back(v);
+        break;
+      }
+    }
+  }
+  return in_range;
+}
+
+double FftFlops(int64_t fh, int64_t fw) {
+  // A real 2-D transform costs about half a complex one: 2.5 N log2 N.
+  const double n = static_cast<double>(fh) * fw;
+  return 2.5 * n * std::log2(std::max(n, 2.0));
+}
+
+int64_t DestChannels(const ConvGeometry& g, ConvPass pass) {
+  return pass == ConvPass::kBackpropInput ? g.in_c_per_group() : g.out_c_per_group();
+}
+
+// Items each parallel phase splits over (used to cap useful slots).
+int64_t ParallelItems(const ConvGeometry& g, ConvPass pass, const FftConfig& c,
+                      const FftTiling& t) {
+  if (pass == ConvPass::kBackpropFilter) {
+    return g.groups * CeilDiv(g.in_c_per_group(), c.in_block) *
+           CeilDiv(g.out_c_per_group(), c.out_block);
+  }
+  return g.batch * t.tiles_h * t.tiles_w;
+}
+
+double FftCost(const ConvGeometry& g, ConvPass pass, const FftConfig& c, const FftTiling& t,
+               double* flops) {
+  const double bins = static_cast<double>(c.fft_h) * (c.fft_w / 2 + 1);
+  const double tiles = static_cast<double>(g.batch) * t.tiles_h * t.tiles_w * g.groups;
+  const double macs = tiles * bins * g.in_c_per_group() * g.out_c_per_group();
+  *flops = FftTransformCount(g, pass, c) * FftFlops(c.fft_h, c.fft_w) + 8.0 * macs;
+  return *flops / kFftFlopsPerSec;
+}
+
+// Largest blocks (with `slots` slots) that fit the limit; false if none.
+bool FitBlocks(const ConvGeometry& g, ConvPass pass, int64_t limit, int real_bytes,
+               int64_t threads, FftConfig* c) {
+  if (pass == ConvPass::kBackpropFilter) {
+    const int64_t icpg = std::max<int64_t>(1, g.in_c_per_group());
+    const int64_t ocpg = std::max<int64_t>(1, g.out_c_per_group());
+    // Enough (input, output) units to keep `threads` busy: split output channels first.
+    const int64_t want = std::max<int64_t>(1, CeilDiv(threads, g.groups));
+    c->out_block = CeilDiv(ocpg, std::min(ocpg, want));
+    const int64_t co_units = CeilDiv(ocpg, c->out_block);
+    c->in_block = CeilDiv(icpg, std::min(icpg, std::max<int64_t>(1, want / co_units)));
+    while (FftWorkspaceBytes(g, pass, *c, real_bytes) > limit) {
+      if (c->in_block == 1 && c->out_block == 1) return false;
+      if (c->in_block >= c->out_block) {
+        c->in_block = CeilDiv(c->in_block, 2);
+      } else {
+        c->out_block = CeilDiv(c->out_block, 2);
+      }
+    }
+    return true;
+  }
+  const int64_t dest = std::max<int64_t>(1, DestChannels(g, pass));
+  int64_t lo = 1, hi = dest;
+  c->out_block = 1;
+  if (FftWorkspaceBytes(g, pass, *c, real_bytes) > limit) return false;
+  while (lo < hi) {  // largest block that fits
+    const int64_t mid = (lo + hi + 1) / 2;
+    c->out_block = mid;
+    if (FftWorkspaceBytes(g, pass, *c, real_bytes) <= limit) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  c->out_block = lo;
+  return true;
+}
+
+}  // namespace
+
+std::string ParseAlgorithm(const std::string& s, Algorithm* out) {
+  if (s == "auto") { *out = Algorithm::kAuto; return ""; }
+  if (s == "direct") { *out = Algorithm::kDirect; return ""; }
+  if (s == "fft") { *out = Algorithm::kFft; return ""; }
+  return "algorithm must be 'auto', 'direct' or 'fft', got '" + s + "'";
+}
+
+const char* AlgorithmName(Algorithm a) {
+  switch (a) {
+    case Algorithm::kAuto: return "auto";
+    case Algorithm::kDirect: return "direct";
+    case Algorithm::kFft: return "fft";
+  }
+  return "?";
+}
+
+const char* PassName(ConvPass p) {
+  switch (p) {
+    case ConvPass::kForward: return "forward";
+    case ConvPass::kBackpropInput: return "backprop_input";
+    case ConvPass::kBackpropFilter: return "backprop_filter";
+  }
+  return "?";
+}
+
+std::string PlanPass(const ConvGeometry& g, ConvPass pass, const PlanRequest& req,
+                     PassPlan* plan) {
+  const int64_t limit = req.workspace_limit < 0 ? kDefaultWorkspaceLimit : req.workspace_limit;
+  const int64_t threads = std::max<int64_t>(1, req.threads);
+  PassPlan p;
+  p.pass = pass;
+  p.flops = 2.0 * g.macs();
+  p.cost_direct = p.flops / kDirectFlopsPerSec;
+  p.algorithm = Algorithm::kDirect;
+
+  // Best FFT configuration by cost, for one slot (thread-independent).
+  const int64_t keh = Extent(g.filter_h, g.dilation_h), kew = Extent(g.filter_w, g.dilation_w);
+  FftTiling probe;
+  MakeFftTiling(g, pass, keh, kew, &probe);
+  bool found = false;
+  FftConfig best;
+  double best_cost = 0;
+  int64_t min_bytes = -1;
+  if (req.algorithm != Algorithm::kDirect && probe.dense_h > 0 && probe.dense_w > 0 &&
+      keh <= kMaxFftSide && kew <= kMaxFftSide) {
+    const auto hs = SmoothSizes(keh, std::min(kMaxFftSide, probe.dense_h + keh - 1));
+    const auto ws = SmoothSizes(kew, std::min(kMaxFftSide, probe.dense_w + kew - 1));
+    for (int64_t fh : hs) {
+      for (int64_t fw : ws) {
+        FftConfig c;
+        c.fft_h = fh;
+        c.fft_w = fw;
+        c.slots = 1;
+        FftConfig smallest = c;
+        const int64_t bytes = FftWorkspaceBytes(g, pass, smallest, req.real_bytes);
+        if (min_bytes < 0 || bytes < min_bytes) min_bytes = bytes;
+        if (!FitBlocks(g, pass, limit, req.real_bytes, 1, &c)) continue;
+        FftTiling t;
+        MakeFftTiling(g, pass, fh, fw, &t);
+        double flops;
+        const double cost = FftCost(g, pass, c, t, &flops);
+        if (!found || cost < best_cost) {
+          found = true;
+          best = c;
+          best_cost = cost;
+        }
+      }
+    }
+  }
+  if (found) p.cost_fft = best_cost;
+  const bool use_fft = found && (req.algorithm == Algorithm::kFft || best_cost < p.cost_direct);
+  if (req.algorithm == Algorithm::kFft && !found) {
+    if (min_bytes < 0) return "algorithm='fft' is not available for this geometry";
+    return "workspace_limit " + std::to_string(limit) +
+           " bytes is too small for the FFT algorithm: it needs at least " +
+           std::to_string(min_bytes) + " bytes for this " + PassName(pass) + " pass";
+  }
+  if (use_fft) {
+    // Now spend the limit on parallelism: as many slots as useful, largest blocks that fit.
+    FftConfig c = best;
+    FftTiling t;
+    MakeFftTiling(g, pass, c.fft_h, c.fft_w, &t);
+    for (int64_t slots = threads; slots >= 1; --slots) {
+      FftConfig trial = best;
+      trial.slots = slots;
+      if (!FitBlocks(g, pass, limit, req.real_bytes, slots, &trial)) continue;
+      trial.slots = std::max<int64_t>(1, std::min(slots, ParallelItems(g, pass, trial, t)));
+      c = trial;
+      break;
+    }
+    p.algorithm = Algorithm::kFft;
+    p.fft = c;
+    p.tiling = t;
+    p.workspace_bytes = FftWorkspaceBytes(g, pass, c, req.real_bytes);
+    double flops;
+    FftCost(g, pass, c, t, &flops);
+    p.flops = flops;
+  }
+  *plan = p;
+  return "";
+}
+
+}  // namespace largeconv

@@ -1,0 +1,48 @@
+// The planner: for each pass of a convolution, picks the algorithm (direct or FFT), the FFT
+// tile, channel blocks and concurrent slots under a hard workspace limit, and reports the
+// workspace bytes (exactly what the kernels take) and estimated FLOPs.
+#ifndef TF_LARGECONV_CORE_PLAN_H_
+#define TF_LARGECONV_CORE_PLAN_H_
+
+#include <cstdint>
+#include <string>
+
+#include "cc/core/fft.h"
+#include "cc/core/geometry.h"
+
+namespace largeconv {
+
+enum class Algorithm { kAuto, kDirect, kFft };
+
+std::string ParseAlgorithm(const std::string& s, Algorithm* out);
+const char* AlgorithmName(Algorithm a);
+const char* PassName(ConvPass p);
+
+constexpr int64_t kDefaultWorkspaceLimit = int64_t{64} << 20;  // 64 MiB
+
+struct PlanRequest {
+  Algorithm algorithm = Algorithm::kAuto;
+  int64_t workspace_limit = kDefaultWorkspaceLimit;  // bytes; < 0 means the default
+  int64_t threads = 1;                               // workers the caller's pool has
+  int real_bytes = 4;                                // 4: float/half/bfloat16, 8: double
+};
+
+struct PassPlan {
+  ConvPass pass = ConvPass::kForward;
+  Algorithm algorithm = Algorithm::kDirect;  // never kAuto once planned
+  FftConfig fft;                             // meaningful when algorithm == kFft
+  FftTiling tiling{};
+  int64_t workspace_bytes = 0;
+  double flops = 0;        // estimated floating-point operations
+  double cost_direct = 0;  // cost-model seconds (one thread) of each algorithm; <0: n/a
+  double cost_fft = -1;
+};
+
+// Returns "" and fills `plan`, or an error (e.g. the FFT was requested but even its
+// smallest configuration needs more than the limit: the message names the minimum).
+std::string PlanPass(const ConvGeometry& g, ConvPass pass, const PlanRequest& req,
+                     PassPlan* plan);
+
+}  // namespace largeconv
+
+#endif  // TF_LARGECONV_CORE_PLAN_H_
