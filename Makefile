@@ -21,7 +21,8 @@ HEADERS   := $(wildcard cc/core/*.h cc/tf/*.h)
 PYBIND_INC = $(shell $(PY) -c "import pybind11, sysconfig; print('-I' + pybind11.get_include(), '-I' + sysconfig.get_paths()['include'])")
 TFCONFIG  := $(BUILD)/tfconfig.mk
 
-OPT       := -O3 -DNDEBUG -fPIC -Wall -Wno-sign-compare -Wno-deprecated-declarations -Wno-interference-size -I.
+# -mavx: the instruction-set floor of the TensorFlow wheel itself, so it costs no user.
+OPT       := -O3 -mavx -DNDEBUG -fPIC -Wall -Wno-sign-compare -Wno-deprecated-declarations -Wno-interference-size -I.
 PY_STD    := -std=c++17
 
 .PHONY: all build demo test bench venv clean

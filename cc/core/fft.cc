@@ -133,17 +133,24 @@ void LoadTile(R* real, int64_t fh, int64_t fw, const Plane<T>& p, int64_t q0_h, 
   const int64_t rows = std::min(fh, max_rows), cols = std::min(fw, max_cols);
   int64_t c_first = std::max<int64_t>(0, -q0_w);
   while (c_first < cols && (q0_w + c_first) % p.stuff_w != 0) ++c_first;
+  if (c_first >= cols) return;
+  // Plane columns j_first, j_first + 1, ... land at tile columns c_first, + stuff_w, ...
+  const int64_t j_first = (q0_w + c_first) / p.stuff_w;
+  const int64_t count =
+      std::min(p.cols - j_first, (cols - c_first + p.stuff_w - 1) / p.stuff_w);
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t q = q0_h + r;
     if (q < 0 || q % p.stuff_h != 0) continue;
     const int64_t i = q / p.stuff_h;
     if (i >= p.rows) break;
-    const T* row = p.base + i * p.row_stride;
-    R* out = real + r * fw;
-    for (int64_t c = c_first; c < cols; c += p.stuff_w) {
-      const int64_t j = (q0_w + c) / p.stuff_w;
-      if (j >= p.cols) break;
-      out[c] = static_cast<R>(Load(row[j * p.col_stride]));
+    const T* src = p.base + i * p.row_stride + j_first * p.col_stride;
+    R* out = real + r * fw + c_first;
+    if (p.stuff_w == 1 && p.col_stride == 1) {
+      for (int64_t k = 0; k < count; ++k) out[k] = static_cast<R>(Load(src[k]));
+    } else {
+      for (int64_t k = 0; k < count; ++k) {
+        out[k * p.stuff_w] = static_cast<R>(Load(src[k * p.col_stride]));
+      }
     }
   }
 }
@@ -235,15 +242,19 @@ struct Correlation {
           for (int64_t k = 0; k < ob; ++k) {
             C2R(ws.spectrum(slot, 1 + k), real, fh, fw, R(1));
             T* out = dst + n * ds.n + (grp * dcpg + ob0 + k) * ds.c;
+            int64_t c0 = 0;
+            while (c0 < cols && (p0_w + c0) % out_sw != 0) ++c0;
+            const int64_t ow0 = (p0_w + c0) / out_sw;
+            const int64_t count = c0 < cols ? (cols - c0 + out_sw - 1) / out_sw : 0;
             for (int64_t r = 0; r < rows; ++r) {
               const int64_t p = p0_h + r;
               if (p % out_sh != 0) continue;
-              T* orow = out + (p / out_sh) * ds.h;
-              const R* in = real + r * fw;
-              int64_t c0 = 0;
-              while (c0 < cols && (p0_w + c0) % out_sw != 0) ++c0;
-              for (int64_t q = c0; q < cols; q += out_sw) {
-                orow[((p0_w + q) / out_sw) * ds.w] = Store<T>(in[q]);
+              T* orow = out + (p / out_sh) * ds.h + ow0 * ds.w;
+              const R* in = real + r * fw + c0;
+              if (out_sw == 1 && ds.w == 1) {
+                for (int64_t j = 0; j < count; ++j) orow[j] = Store<T>(in[j]);
+              } else {
+                for (int64_t j = 0; j < count; ++j) orow[j * ds.w] = Store<T>(in[j * out_sw]);
               }
             }
           }

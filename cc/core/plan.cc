@@ -20,31 +20,27 @@ constexpr int64_t kMaxFftSide = 4096;
 inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 inline int64_t Extent(int64_t k, int64_t d) { return (k - 1) * d + 1; }
 
-// Sizes in [lo, hi] whose only prime factors are 2, 3, 5 and 7, plus the first one > hi
-// when none qualify (so there is always a candidate).
+// Sizes in [lo, hi] whose only prime factors are 2, 3, 5 and 7, plus the first such size
+// above hi (so a single tile covering everything is always a candidate).
 std::vector<int64_t> SmoothSizes(int64_t lo, int64_t hi) {
+  hi = std::max(hi, lo);
+  const int64_t top = 2 * hi + 8;
+  std::vector<int64_t> all;
+  for (int64_t a = 1; a <= top; a *= 2) {
+    for (int64_t b = a; b <= top; b *= 3) {
+      for (int64_t c = b; c <= top; c *= 5) {
+        for (int64_t d = c; d <= top; d *= 7) all.push_back(d);
+      }
+    }
+  }
+  std::sort(all.begin(), all.end());
   std::vector<int64_t> out;
-  for (int64_t a = 1; a <= std::max(hi, lo) * 7 + 7; a *= 2) {
-    for (int64_t b = a; b <= std::max(hi, lo) * 7 + 7; b *= 3) {
-      for (int64_t c = b; c <= std::max(hi, lo) * 7 + 7; c *= 5) {
-        for (int64_t d = c; d <= std::max(hi, lo) * 7 + 7; d *= 7) out.push_back(d);
-      }
-    }
+  for (int64_t v : all) {
+    if (v < lo) continue;
+    out.push_back(v);
+    if (v >= hi) break;
   }
-  std::sort(out.begin(), out.end());
-  std::vector<int64_t> in_range;
-  for (int64_t v : out) {
-    if (v >= lo && v <= hi) in_range.push_back(v);
-  }
-  if (in_range.empty()) {
-    for (int64_t v : out) {
-      if (v >= lo) {
-        in_range.push_back(v);
-        break;
-      }
-    }
-  }
-  return in_range;
+  return out;
 }
 
 double FftFlops(int64_t fh, int64_t fw) {
