@@ -1,0 +1,201 @@
+"""The planner: workspace is a hard limit and exactly what the kernels take (as TF's
+allocator counts it), impossible limits fail clearly, and choices are stable."""
+
+import gc
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tf_largeconv as lc
+from tf_largeconv import _loader
+
+MiB = 2**20
+
+
+def _transient_peak(fn):
+  """Peak bytes TF's CPU allocator held during fn() above what is still live after it:
+  the temporary memory fn() took and gave back (its results stay live, so they cancel)."""
+  gc.collect()  # so no earlier garbage is freed during fn() and skews "current"
+  gc.disable()
+  try:
+    tf.config.experimental.reset_memory_stats("CPU:0")
+    result = fn()
+    info = tf.config.experimental.get_memory_info("CPU:0")
+  finally:
+    gc.enable()
+  return result, info["peak"] - info["current"]
+
+
+def _allocator_count(out_bytes, temp_bytes):
+  """What TF's CPU allocator counts as transient for "allocate a result of out_bytes, then
+  a temporary of temp_bytes, free the temporary" from its current state.
+
+  That allocator (BFC, with oneDNN) counts chunks, not requests: under 256 KiB nothing is
+  counted (small-object allocator); above, a request is counted exactly when split off a
+  larger free chunk and as the whole chunk (< 2x the request) otherwise, depending on its
+  free list. Replaying the op's allocation sequence gives the figure the op must produce.
+  """
+  def replay():
+    out = tf.random.uniform((out_bytes // 4,))
+    if temp_bytes:
+      temp = tf.random.uniform((temp_bytes // 4,))
+      del temp
+    return out
+
+  _, count = _transient_peak(replay)
+  return count
+
+
+CASES = [
+    ((2, 100, 90, 3), (31, 31, 3, 4), 1, "SAME"),
+    ((1, 64, 70, 8), (15, 9, 4, 6), (2, 1), "VALID"),
+    ((1, 200, 210, 1), (61, 61, 1, 2), 1, "SAME"),
+]
+
+
+@pytest.mark.parametrize("limit", [MiB // 4, MiB // 2, MiB, 8 * MiB, 64 * MiB])
+@pytest.mark.parametrize("case", CASES)
+def test_each_pass_takes_exactly_the_planned_workspace(rng, case, limit):
+  x_shape, w_shape, strides, padding = case
+  p = lc.plan(x_shape, w_shape, strides, padding, workspace_limit=limit)
+  x = tf.constant(rng.standard_normal(x_shape), tf.float32)
+  w = tf.constant(rng.standard_normal(w_shape), tf.float32)
+  dy = tf.constant(rng.standard_normal(p.output_shape), tf.float32)
+  runs = {
+      "forward": lambda: lc.conv2d(x, w, strides, padding, workspace_limit=limit),
+      "backprop_input": lambda: lc.conv2d_backprop_input(
+          x_shape, w, dy, strides, padding, workspace_limit=limit),
+      "backprop_filter": lambda: lc.conv2d_backprop_filter(
+          x, w_shape, dy, strides, padding, workspace_limit=limit),
+  }
+  out_bytes = {"forward": np.prod(p.output_shape) * 4, "backprop_input": np.prod(x_shape) * 4,
+               "backprop_filter": np.prod(w_shape) * 4}
+  for pass_plan in p.passes:
+    assert pass_plan.workspace_bytes <= limit
+    expected = _allocator_count(int(out_bytes[pass_plan.name]), pass_plan.workspace_bytes)
+    _, extra = _transient_peak(runs[pass_plan.name])
+    assert extra == expected, (pass_plan, extra, expected)
+    assert extra < 2 * max(pass_plan.workspace_bytes, 1)
+    if 256 * 1024 <= pass_plan.workspace_bytes and extra == pass_plan.workspace_bytes:
+      EXACT_CHECKS.append(pass_plan.name)
+
+
+EXACT_CHECKS = []
+
+
+def test_exact_equality_was_checked():
+  # Runs after the parametrised test above (file order): it must not have been vacuous.
+  assert len(EXACT_CHECKS) >= 10, EXACT_CHECKS
+
+
+def test_gradient_step_stays_within_limit(rng):
+  limit = 3 * MiB
+  x = tf.Variable(rng.standard_normal((2, 120, 130, 2)), dtype=tf.float32)
+  w = tf.Variable(rng.standard_normal((41, 41, 2, 3)), dtype=tf.float32)
+  p = lc.plan(x.shape, w.shape, 1, "SAME", workspace_limit=limit)
+  assert all(pp.algorithm == "fft" for pp in p.passes)
+
+  def step():
+    with tf.GradientTape() as tape:
+      y = lc.conv2d(x, w, 1, "SAME", workspace_limit=limit)
+    return tape.gradient(y, [x, w], output_gradients=tf.ones_like(y))
+
+  step()
+  _, transient = _transient_peak(step)
+  # Freed by the end of the step: y, the ones_like(y) seed, and one workspace at a time,
+  # each counted by the allocator as less than twice its size (see _allocator_count).
+  y_bytes = 2 * 120 * 130 * 3 * 4
+  assert transient < 2 * (2 * y_bytes + p.workspace_bytes)
+
+
+def test_plan_equals_what_the_op_does(rng):
+  x = rng.standard_normal((1, 150, 160, 2)).astype(np.float32)
+  w = rng.standard_normal((51, 51, 2, 2)).astype(np.float32)
+  p = lc.plan(x.shape, w.shape, 1, "VALID")
+  assert p.forward.algorithm == "fft" and p.forward.tile is not None
+  want = lc.conv2d(x, w, 1, "VALID", algorithm="direct").numpy()
+  got = lc.conv2d(x, w, 1, "VALID").numpy()
+  fft = lc.conv2d(x, w, 1, "VALID", algorithm="fft").numpy()
+  np.testing.assert_array_equal(got, fft)  # auto did what the plan said: the FFT
+  assert np.abs(got - want).max() < 1e-4 * np.abs(want).max()
+
+
+def test_impossible_limit_names_the_minimum():
+  with pytest.raises(ValueError, match=r"workspace_limit 1000 bytes is too small for the FFT "
+                     r"algorithm: it needs at least \d+ bytes"):
+    lc.plan((1, 100, 100, 1), (31, 31, 1, 1), 1, "SAME", algorithm="fft",
+            workspace_limit=1000)
+  with pytest.raises(tf.errors.InvalidArgumentError, match="needs at least"):
+    lc.conv2d(tf.ones((1, 100, 100, 1)), tf.ones((31, 31, 1, 1)), 1, "SAME",
+              algorithm="fft", workspace_limit=1000)
+  # With algorithm='auto' the planner falls back to the direct path, which needs none.
+  p = lc.plan((1, 100, 100, 1), (31, 31, 1, 1), 1, "SAME", workspace_limit=1000)
+  assert p.forward.algorithm == "direct" and p.workspace_bytes == 0
+
+
+def test_minimum_reported_is_sufficient():
+  p = lc.plan((1, 100, 100, 1), (31, 31, 1, 1), 1, "SAME", algorithm="fft",
+              workspace_limit=1000000, num_threads=1)
+  assert p.forward.workspace_bytes <= 1000000
+  try:
+    lc.plan((1, 100, 100, 1), (31, 31, 1, 1), 1, "SAME", algorithm="fft",
+            workspace_limit=1000)
+  except ValueError as e:
+    minimum = int(str(e).split("at least ")[1].split()[0])
+  p = lc.plan((1, 100, 100, 1), (31, 31, 1, 1), 1, "SAME", algorithm="fft",
+              workspace_limit=minimum)
+  assert all(pp.algorithm == "fft" and pp.workspace_bytes <= minimum for pp in p.passes)
+
+
+@pytest.mark.parametrize("x_shape,w_shape,padding,expected", [
+    # The seed case: one transform covers a whole frame.
+    ((10, 321, 481, 1), (135, 135, 1, 3), "VALID", ("fft", (324, 486), (1, 1))),
+    ((4, 128, 128, 16), (63, 63, 16, 16), "SAME", ("fft", None, None)),
+    # A 1x1 filter is a matrix product: nothing for an FFT to save.
+    ((2, 32, 32, 8), (1, 1, 8, 8), "SAME", ("direct", None, None)),
+])
+def test_reference_choices_are_stable(x_shape, w_shape, padding, expected):
+  p = lc.plan(x_shape, w_shape, 1, padding)
+  algorithm, fft_size, tiles = expected
+  assert p.forward.algorithm == algorithm
+  if fft_size:
+    assert p.forward.fft_size == fft_size
+  if tiles:
+    assert p.forward.tiles == tiles
+  if algorithm == "fft":
+    assert p.forward.estimated_seconds["fft"] < p.forward.estimated_seconds["direct"]
+
+
+def test_plan_prints_a_table():
+  text = str(lc.plan((2, 64, 64, 3), (31, 31, 3, 8), 1, "SAME"))
+  lines = text.splitlines()
+  assert lines[1].split()[:2] == ["pass", "algorithm"]
+  assert [l.split()[0] for l in lines[2:]] == ["forward", "backprop_input", "backprop_filter"]
+
+
+def test_plan_argument_errors():
+  with pytest.raises(ValueError, match="algorithm must be one of"):
+    lc.plan((1, 8, 8, 1), (3, 3, 1, 1), 1, "SAME", algorithm="winograd")
+  with pytest.raises(ValueError, match="workspace_limit must be None or a non-negative"):
+    lc.plan((1, 8, 8, 1), (3, 3, 1, 1), 1, "SAME", workspace_limit=-5)
+  with pytest.raises(ValueError, match="larger than the padded input"):
+    lc.plan((1, 8, 8, 1), (9, 3, 1, 1), 1, "VALID")
+
+
+def test_gradient_uses_forward_settings(rng):
+  x = tf.Variable(rng.standard_normal((1, 40, 40, 1)), dtype=tf.float32)
+  w = tf.Variable(rng.standard_normal((21, 21, 1, 1)), dtype=tf.float32)
+  fn = tf.function(lambda: _grads(x, w))
+  graph = fn.get_concrete_function().graph
+  algos = {op.type: op.get_attr("algorithm") for op in graph.get_operations()
+           if op.type.startswith("LargeConv>")}
+  assert algos == {"LargeConv>Conv2D": b"direct", "LargeConv>Conv2DBackpropInput": b"direct",
+                   "LargeConv>Conv2DBackpropFilter": b"direct"}
+  assert _loader.ops() is _loader.ops()
+
+
+def _grads(x, w):
+  with tf.GradientTape() as tape:
+    y = lc.conv2d(x, w, 1, "SAME", algorithm="direct")
+  return tape.gradient(y, [x, w])

@@ -1,0 +1,125 @@
+"""`tf_largeconv.plan`: what the op will do for given shapes, before running it.
+
+The numbers come from the same C++ planner the kernels call, so `workspace_bytes` is
+exactly the temporary memory each pass takes (through TensorFlow's allocator).
+"""
+
+import os
+
+import tensorflow as tf
+
+from tf_largeconv import ops as _ops_py
+
+
+def _core():
+  from tf_largeconv import _core as core  # pylint: disable=g-import-not-at-top
+  return core
+
+
+def intra_op_threads():
+  """Threads TensorFlow's CPU kernels get (what the op plans its slots for)."""
+  n = tf.config.threading.get_intra_op_parallelism_threads()
+  if n > 0:
+    return n
+  try:
+    return len(os.sched_getaffinity(0))
+  except AttributeError:  # not Linux
+    return os.cpu_count() or 1
+
+
+class PassPlan:
+  """The plan of one pass (forward, backprop_input or backprop_filter)."""
+
+  def __init__(self, d):
+    self.name = d["pass"]
+    self.algorithm = d["algorithm"]
+    self.workspace_bytes = int(d["workspace_bytes"])
+    self.flops = float(d["flops"])
+    self.fft_size = tuple(d["fft"]) if "fft" in d else None
+    self.tile = tuple(d["tile"]) if "tile" in d else None
+    self.tiles = tuple(d["tiles"]) if "tiles" in d else None
+    self.in_block = d.get("in_block")
+    self.out_block = d.get("out_block")
+    self.slots = d.get("slots")
+    self.estimated_seconds = {"direct": d["cost_direct"],
+                              "fft": d["cost_fft"] if d["cost_fft"] >= 0 else None}
+
+  def __repr__(self):
+    return (f"PassPlan({self.name}: {self.algorithm}, workspace={self.workspace_bytes} B, "
+            f"fft={self.fft_size}, tile={self.tile}, tiles={self.tiles})")
+
+
+class Plan:
+  """Per-pass plans of one convolution; `str()` prints a short table.
+
+  Attributes:
+    forward, backprop_input, backprop_filter: `PassPlan`s.
+    output_shape: the convolution's output shape.
+    workspace_bytes: the largest temporary memory any one pass takes.
+    workspace_limit: the limit the plan was made under, in bytes.
+  """
+
+  def __init__(self, passes, output_shape, workspace_limit, threads):
+    self.forward, self.backprop_input, self.backprop_filter = passes
+    self.passes = tuple(passes)
+    self.output_shape = tuple(output_shape)
+    self.workspace_limit = workspace_limit
+    self.threads = threads
+    self.workspace_bytes = max(p.workspace_bytes for p in passes)
+
+  def __str__(self):
+    rows = [f"output {self.output_shape}, workspace limit {self.workspace_limit / 2**20:.1f} "
+            f"MiB, {self.threads} thread(s)",
+            f"{'pass':16s}{'algorithm':10s}{'fft size':>12s}{'tile':>12s}{'tiles':>9s}"
+            f"{'blocks':>9s}{'slots':>6s}{'workspace':>12s}{'GFLOP':>9s}"]
+    for p in self.passes:
+      fft = "x".join(map(str, p.fft_size)) if p.fft_size else "-"
+      tile = "x".join(map(str, p.tile)) if p.tile else "-"
+      tiles = "x".join(map(str, p.tiles)) if p.tiles else "-"
+      blocks = f"{p.in_block}x{p.out_block}" if p.fft_size else "-"
+      rows.append(f"{p.name:16s}{p.algorithm:10s}{fft:>12s}{tile:>12s}{tiles:>9s}"
+                  f"{blocks:>9s}{str(p.slots or '-'):>6s}"
+                  f"{p.workspace_bytes / 2**20:>9.2f} MiB{p.flops / 1e9:>9.3f}")
+    return "\n".join(rows)
+
+  def __repr__(self):
+    return f"Plan({self.passes!r})"
+
+
+def plan(input_shape, filter_shape, strides, padding, data_format="NHWC", dilations=None,
+         dtype=tf.float32, algorithm="auto", workspace_limit=None, num_threads=None):
+  """Plans a convolution without running it.
+
+  Args:
+    input_shape: the input's shape (4 ints, in data_format order).
+    filter_shape: the filter's shape [height, width, in_channels / groups, out_channels].
+    strides, padding, data_format, dilations, algorithm, workspace_limit: as for
+      `tf_largeconv.conv2d`.
+    dtype: the tensors' dtype (float16/bfloat16/float32 compute in float32).
+    num_threads: threads to plan for; default: TensorFlow's intra-op thread count.
+
+  Returns:
+    A `Plan`.
+
+  Raises:
+    ValueError: malformed arguments, shapes that do not fit, or a workspace_limit that even
+      the smallest FFT plan exceeds when algorithm='fft' (the message gives the minimum).
+  """
+  attrs = _ops_py.conv_attrs(strides, padding, data_format, dilations, algorithm,
+                             workspace_limit)
+  dtype = tf.as_dtype(dtype)
+  if dtype not in (tf.float16, tf.bfloat16, tf.float32, tf.float64):
+    raise ValueError(f"dtype must be float16, bfloat16, float32 or float64, got {dtype.name}")
+  threads = int(num_threads) if num_threads else intra_op_threads()
+  core = _core()
+  args = ([int(v) for v in input_shape], [int(v) for v in filter_shape], attrs["strides"],
+          attrs["padding"], attrs["explicit_paddings"], attrs["data_format"],
+          attrs["dilations"])
+  geometry = core.geometry(*args)
+  passes = core.plan(*args, algorithm=attrs["algorithm"],
+                     workspace_limit=attrs["workspace_limit"], num_threads=threads,
+                     real_bytes=8 if dtype == tf.float64 else 4)
+  limit = attrs["workspace_limit"]
+  if limit < 0:
+    limit = core.DEFAULT_WORKSPACE_LIMIT
+  return Plan([PassPlan(d) for d in passes], geometry["output_shape"], limit, threads)
