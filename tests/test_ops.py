@@ -141,16 +141,24 @@ def test_zero_output_channels_and_zero_input_channels():
   np.testing.assert_array_equal(y.numpy(), np.zeros((1, 5, 5, 2)))
 
 
-def test_nan_and_inf_propagate_like_tf():
+@pytest.mark.parametrize("algorithm", ["direct", "fft"])
+def test_nan_and_inf_propagate_like_tf(algorithm):
   x = np.zeros((1, 7, 7, 1), np.float32)
   x[0, 3, 3, 0] = np.nan
   x[0, 0, 6, 0] = np.inf
   w = np.ones((3, 3, 1, 2), np.float32)
-  ours = lc.conv2d(x, w, 1, "SAME").numpy()
+  # The FFT would smear a non-finite value over its tile; the op then sums directly.
+  ours = lc.conv2d(x, w, 1, "SAME", algorithm=algorithm).numpy()
   theirs = tf.nn.conv2d(x, w, 1, "SAME").numpy()
   np.testing.assert_array_equal(np.isnan(ours), np.isnan(theirs))
   np.testing.assert_array_equal(np.isinf(ours), np.isinf(theirs))
   assert np.isnan(ours).sum() == 18 and np.isinf(ours).sum() == 8
+  finite = np.isfinite(theirs)
+  np.testing.assert_allclose(ours[finite], theirs[finite], rtol=1e-6)
+  w_nan = w.copy()
+  w_nan[1, 1, 0, 1] = np.nan
+  for got in (lc.conv2d(np.ones_like(x), w_nan, 1, "SAME", algorithm=algorithm).numpy(),):
+    assert np.isnan(got[..., 1]).all() and np.isfinite(got[..., 0]).all()
 
 
 def test_argument_forms_match_tf(rng):
@@ -158,23 +166,41 @@ def test_argument_forms_match_tf(rng):
   w = rng.standard_normal((3, 3, 3, 4)).astype(np.float32)
   for strides in (2, [2], [2, 1], (1, 2, 1, 1), np.int64(3)):
     for dil in (None, 1, [1, 1]):
-      got = lc.conv2d(x, w, strides, "SAME", dilations=dil)
+      got = lc.conv2d(x, w, strides, "SAME", dilations=dil, algorithm="direct")
       want = tf.nn.conv2d(x, w, strides, "SAME", dilations=dil)
       np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
-  got = lc.conv2d(x, w, 1, "same")
+  got = lc.conv2d(x, w, 1, "same", algorithm="direct")
   np.testing.assert_allclose(got, tf.nn.conv2d(x, w, 1, "SAME"), rtol=1e-5, atol=1e-5)
 
 
 def test_graph_and_function_modes(rng):
   x = rng.standard_normal((1, 10, 10, 2)).astype(np.float32)
   w = rng.standard_normal((5, 5, 2, 3)).astype(np.float32)
-  eager = lc.conv2d(x, w, 2, "SAME").numpy()
-  fn = tf.function(lambda a, b: lc.conv2d(a, b, 2, "SAME"))
+  eager = lc.conv2d(x, w, 2, "SAME", algorithm="direct").numpy()
+  fn = tf.function(lambda a, b: lc.conv2d(a, b, 2, "SAME", algorithm="direct"))
   np.testing.assert_array_equal(fn(x, w).numpy(), eager)
   g = tf.Graph()
   with g.as_default():
     xp = tf.compat.v1.placeholder(tf.float32, (None, 10, 10, 2))
-    y = lc.conv2d(xp, tf.constant(w), 2, "SAME")
+    y = lc.conv2d(xp, tf.constant(w), 2, "SAME", algorithm="direct")
     assert y.shape.as_list() == [None, 5, 5, 3]
   with tf.compat.v1.Session(graph=g) as sess:
     np.testing.assert_array_equal(sess.run(y, {xp: x}), eager)
+
+
+def test_auto_routes_small_filters_to_tensorflow_where_the_plan_says_so(rng):
+  x = rng.standard_normal((4, 32, 32, 32)).astype(np.float32)
+  w = rng.standard_normal((3, 3, 32, 64)).astype(np.float32)
+  p = lc.plan(x.shape, w.shape, 1, "SAME")
+  assert [pp.algorithm for pp in p.passes] == ["tf", "tf", "tf"]
+  np.testing.assert_array_equal(lc.conv2d(x, w, 1, "SAME").numpy(),
+                                tf.nn.conv2d(x, w, 1, "SAME").numpy())
+  # Where TF's CPU kernels cannot go (NCHW, dilated gradients), auto stays on ours.
+  assert lc.plan((4, 32, 32, 32), w.shape, 1, "SAME", data_format="NCHW").forward.algorithm \
+      != "tf"
+  assert lc.plan(x.shape, w.shape, 1, "SAME", dilations=2).forward.algorithm != "tf"
+  # An explicit algorithm is obeyed.
+  direct = lc.conv2d(x, w, 1, "SAME", algorithm="direct").numpy()
+  assert not np.array_equal(direct, tf.nn.conv2d(x, w, 1, "SAME").numpy())
+  with pytest.raises(ValueError, match="algorithm='tf' needs"):
+    lc.conv2d(x.transpose(0, 3, 1, 2), w, 1, "SAME", data_format="NCHW", algorithm="tf")

@@ -31,7 +31,8 @@ def test_static_shape_equals_runtime_and_core(case):
   x_shape, w_shape, strides, padding, dilations, fmt = case
   x = tf.zeros(x_shape)
   w = tf.zeros(w_shape)
-  fn = tf.function(lambda a, b: lc.conv2d(a, b, strides, padding, fmt, dilations))
+  fn = tf.function(lambda a, b: lc.conv2d(a, b, strides, padding, fmt, dilations,
+                                          algorithm="direct"))
   static = fn.get_concrete_function(tf.TensorSpec(x_shape), tf.TensorSpec(w_shape))
   static_shape = tuple(static.structured_outputs.shape.as_list())
   runtime_shape = tuple(fn(x, w).shape)
@@ -92,8 +93,8 @@ def test_core_forward_equals_tf_op(rng):
     x = rng.standard_normal(x_shape).astype(np.float32)
     w = rng.standard_normal((4, 5, 3, 6)).astype(np.float32)
     ours = _core.conv2d(x, w, [1, 1, 2, 1] if fmt == "NHWC" else [1, 1, 1, 2], "SAME", [],
-                        fmt, [1, 1, 1, 1])
-    tf_op = lc.conv2d(x, w, [1, 2] if fmt == "NHWC" else [1, 2], "SAME", data_format=fmt)
+                        fmt, [1, 1, 1, 1], algorithm="direct")
+    tf_op = lc.conv2d(x, w, [1, 2], "SAME", data_format=fmt, algorithm="direct")
     np.testing.assert_array_equal(ours, tf_op.numpy())
     assert ours.dtype == np.float32
     ours64 = _core.conv2d(x.astype(np.float64), w.astype(np.float64), [1, 1, 1, 1], "VALID",
@@ -107,11 +108,11 @@ def test_core_backprops_equal_tf_ops(rng):
   dy = rng.standard_normal((2, 6, 5, 6))
   args = ([1, 2, 2, 1], "SAME")
   np.testing.assert_array_equal(
-      _core.conv2d_backprop_input([2, 11, 10, 4], w, dy, *args),
-      lc.conv2d_backprop_input([2, 11, 10, 4], w, dy, *args).numpy())
+      _core.conv2d_backprop_input([2, 11, 10, 4], w, dy, *args, algorithm="fft"),
+      lc.conv2d_backprop_input([2, 11, 10, 4], w, dy, *args, algorithm="fft").numpy())
   np.testing.assert_array_equal(
-      _core.conv2d_backprop_filter(x, [3, 3, 2, 6], dy, *args),
-      lc.conv2d_backprop_filter(x, [3, 3, 2, 6], dy, *args).numpy())
+      _core.conv2d_backprop_filter(x, [3, 3, 2, 6], dy, *args, algorithm="fft"),
+      lc.conv2d_backprop_filter(x, [3, 3, 2, 6], dy, *args, algorithm="fft").numpy())
 
 
 def test_core_rejects_bad_input():

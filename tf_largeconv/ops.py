@@ -92,11 +92,11 @@ def normalize_padding(padding):
       f"padding={padding!r}")
 
 
-ALGORITHMS = ("auto", "direct", "fft")
+ALGORITHMS = ("auto", "direct", "fft", "tf")
 
 
 def normalize_algorithm(algorithm):
-  """Returns 'auto', 'direct' or 'fft'; None means 'auto'."""
+  """Returns 'auto', 'direct', 'fft' or 'tf'; None means 'auto'."""
   if algorithm is None:
     return "auto"
   if not isinstance(algorithm, str) or algorithm.lower() not in ALGORITHMS:
@@ -186,6 +186,12 @@ def conv2d(input, filters, strides, padding, data_format="NHWC", dilations=None,
   attrs = conv_attrs(strides, padding, data_format, dilations, algorithm, workspace_limit)
   with tf.name_scope(name or "LargeConv2D"):
     input, filters = _as_tensors(input, filters)
+    if attrs["algorithm"] in ("auto", "tf") and _use_tf_kernel(input, filters, attrs):
+      return tf.nn.conv2d(input, filters, strides, padding, data_format=attrs["data_format"],
+                          dilations=dilations)
+    if attrs["algorithm"] == "tf":
+      raise ValueError("algorithm='tf' needs what TensorFlow's CPU kernels support: NHWC, "
+                       "dilations 1, no groups, float32/float64 and static shapes")
     return _loader.ops().large_conv_conv2d(input, filters, **attrs)
 
 
@@ -233,6 +239,32 @@ def conv2d_backprop_filter(input, filter_sizes, out_backprop, strides, padding, 
     filter_sizes = tf.convert_to_tensor(filter_sizes, dtype=tf.int32, name="filter_sizes")
     return _loader.ops().large_conv_conv2d_backprop_filter(input, filter_sizes, out_backprop,
                                                            **attrs)
+
+
+TF_KERNEL_DTYPES = (tf.float32, tf.float64)
+
+
+def tf_kernel_eligible(input_shape, filter_shape, attrs, dtype):
+  """Whether TensorFlow's own CPU kernels can run this convolution, gradients included."""
+  return (len(input_shape) == 4 and len(filter_shape) == 4 and
+          attrs["data_format"] == "NHWC" and all(d == 1 for d in attrs["dilations"]) and
+          dtype in TF_KERNEL_DTYPES and input_shape[3] == filter_shape[2])
+
+
+def _use_tf_kernel(input, filters, attrs):  # pylint: disable=redefined-builtin
+  """True where the planner, asked with static shapes, prefers TensorFlow's own kernel
+  (small filters with many channels, where oneDNN's tuned code wins)."""
+  if not (input.shape.is_fully_defined() and filters.shape.is_fully_defined()):
+    return False
+  x_shape, f_shape = input.shape.as_list(), filters.shape.as_list()
+  if not tf_kernel_eligible(x_shape, f_shape, attrs, input.dtype):
+    return False
+  from tf_largeconv import planning  # pylint: disable=g-import-not-at-top
+  try:
+    p = planning.plan_from_attrs(x_shape, f_shape, attrs, input.dtype)
+  except ValueError:
+    return False  # bad shapes: our op raises the error, the same in every mode
+  return p.forward.algorithm == "tf"
 
 
 # Gradients, mirroring TF's _Conv2DGrad and its backprop-op gradients so that second-order

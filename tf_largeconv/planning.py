@@ -42,7 +42,8 @@ class PassPlan:
     self.out_block = d.get("out_block")
     self.slots = d.get("slots")
     self.estimated_seconds = {"direct": d["cost_direct"],
-                              "fft": d["cost_fft"] if d["cost_fft"] >= 0 else None}
+                              "fft": d["cost_fft"] if d["cost_fft"] >= 0 else None,
+                              "tf": d["cost_tf"] if d["cost_tf"] >= 0 else None}
 
   def __repr__(self):
     return (f"PassPlan({self.name}: {self.algorithm}, workspace={self.workspace_bytes} B, "
@@ -94,7 +95,9 @@ def plan(input_shape, filter_shape, strides, padding, data_format="NHWC", dilati
     input_shape: the input's shape (4 ints, in data_format order).
     filter_shape: the filter's shape [height, width, in_channels / groups, out_channels].
     strides, padding, data_format, dilations, algorithm, workspace_limit: as for
-      `tf_largeconv.conv2d`.
+      `tf_largeconv.conv2d`. A pass planned as 'tf' runs TensorFlow's own kernel (chosen
+      for small filters where it is faster; its temporary memory is TensorFlow's, shown as
+      an estimate that must fit the limit).
     dtype: the tensors' dtype (float16/bfloat16/float32 compute in float32).
     num_threads: threads to plan for; default: TensorFlow's intra-op thread count.
 
@@ -107,18 +110,31 @@ def plan(input_shape, filter_shape, strides, padding, data_format="NHWC", dilati
   """
   attrs = _ops_py.conv_attrs(strides, padding, data_format, dilations, algorithm,
                              workspace_limit)
+  return plan_from_attrs(input_shape, filter_shape, attrs, dtype, num_threads)
+
+
+def plan_from_attrs(input_shape, filter_shape, attrs, dtype=tf.float32, num_threads=None):
+  """`plan` for already-normalised op attributes (see `ops.conv_attrs`)."""
   dtype = tf.as_dtype(dtype)
   if dtype not in (tf.float16, tf.bfloat16, tf.float32, tf.float64):
     raise ValueError(f"dtype must be float16, bfloat16, float32 or float64, got {dtype.name}")
   threads = int(num_threads) if num_threads else intra_op_threads()
   core = _core()
-  args = ([int(v) for v in input_shape], [int(v) for v in filter_shape], attrs["strides"],
-          attrs["padding"], attrs["explicit_paddings"], attrs["data_format"],
-          attrs["dilations"])
+  input_shape = [int(v) for v in input_shape]
+  filter_shape = [int(v) for v in filter_shape]
+  args = (input_shape, filter_shape, attrs["strides"], attrs["padding"],
+          attrs["explicit_paddings"], attrs["data_format"], attrs["dilations"])
   geometry = core.geometry(*args)
-  passes = core.plan(*args, algorithm=attrs["algorithm"],
-                     workspace_limit=attrs["workspace_limit"], num_threads=threads,
-                     real_bytes=8 if dtype == tf.float64 else 4)
+  allow_tf = _ops_py.tf_kernel_eligible(input_shape, filter_shape, attrs, dtype)
+  kwargs = dict(workspace_limit=attrs["workspace_limit"], num_threads=threads,
+                real_bytes=8 if dtype == tf.float64 else 4)
+  passes = core.plan(*args, algorithm=attrs["algorithm"], allow_tf=allow_tf, **kwargs)
+  # The forward pass decides: on TensorFlow's kernel, TF's own gradients follow it; on
+  # ours, the gradients are our ops, which never run TF's kernels.
+  if passes[0]["algorithm"] == "tf":
+    passes = core.plan(*args, algorithm="tf", allow_tf=True, **kwargs)
+  elif allow_tf:
+    passes = core.plan(*args, algorithm=attrs["algorithm"], allow_tf=False, **kwargs)
   limit = attrs["workspace_limit"]
   if limit < 0:
     limit = core.DEFAULT_WORKSPACE_LIMIT

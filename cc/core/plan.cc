@@ -15,6 +15,9 @@ namespace {
 // compiler-vectorised loops); used only to compare algorithms, never reported as timing.
 constexpr double kDirectFlopsPerSec = 5e9;
 constexpr double kFftFlopsPerSec = 3e9;
+// TensorFlow's oneDNN kernels reach ~150 GFLOP/s per core with many channels, far less with
+// few (measured ~40 GFLOP/s per core with 1 input and 3 output channels).
+constexpr double kTfFlopsPerSec = 150e9;
 constexpr int64_t kMaxFftSide = 4096;
 
 inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -116,7 +119,8 @@ std::string ParseAlgorithm(const std::string& s, Algorithm* out) {
   if (s == "auto") { *out = Algorithm::kAuto; return ""; }
   if (s == "direct") { *out = Algorithm::kDirect; return ""; }
   if (s == "fft") { *out = Algorithm::kFft; return ""; }
-  return "algorithm must be 'auto', 'direct' or 'fft', got '" + s + "'";
+  if (s == "tf") { *out = Algorithm::kTf; return ""; }
+  return "algorithm must be 'auto', 'direct', 'fft' or 'tf', got '" + s + "'";
 }
 
 const char* AlgorithmName(Algorithm a) {
@@ -124,6 +128,7 @@ const char* AlgorithmName(Algorithm a) {
     case Algorithm::kAuto: return "auto";
     case Algorithm::kDirect: return "direct";
     case Algorithm::kFft: return "fft";
+    case Algorithm::kTf: return "tf";
   }
   return "?";
 }
@@ -135,6 +140,10 @@ const char* PassName(ConvPass p) {
     case ConvPass::kBackpropFilter: return "backprop_filter";
   }
   return "?";
+}
+
+int64_t TfWorkspaceEstimate(const ConvGeometry& g, int64_t threads, int real_bytes) {
+  return (int64_t{16} << 20) + (threads + 1) * g.filter_elements() * real_bytes;
 }
 
 std::string PlanPass(const ConvGeometry& g, ConvPass pass, const PlanRequest& req,
@@ -183,6 +192,26 @@ std::string PlanPass(const ConvGeometry& g, ConvPass pass, const PlanRequest& re
   }
   if (found) p.cost_fft = best_cost;
   const bool use_fft = found && (req.algorithm == Algorithm::kFft || best_cost < p.cost_direct);
+  if (req.allow_tf) {
+    const double pairs = static_cast<double>(g.in_c_per_group()) * g.out_c_per_group();
+    const double efficiency = std::min(1.0, std::sqrt(pairs) / 32.0);
+    p.cost_tf = p.flops / (kTfFlopsPerSec * std::max(efficiency, 1e-3));
+  }
+  if (req.algorithm == Algorithm::kTf) {
+    if (!req.allow_tf) return "algorithm='tf' is not available for this configuration";
+    p.algorithm = Algorithm::kTf;
+    p.workspace_bytes = TfWorkspaceEstimate(g, threads, req.real_bytes);
+    *plan = p;
+    return "";
+  }
+  if (req.algorithm == Algorithm::kAuto && req.allow_tf &&
+      TfWorkspaceEstimate(g, threads, req.real_bytes) <= limit &&
+      p.cost_tf < p.cost_direct && (!found || p.cost_tf < best_cost)) {
+    p.algorithm = Algorithm::kTf;
+    p.workspace_bytes = TfWorkspaceEstimate(g, threads, req.real_bytes);
+    *plan = p;
+    return "";
+  }
   if (req.algorithm == Algorithm::kFft && !found) {
     if (min_bytes < 0) return "algorithm='fft' is not available for this geometry";
     return "workspace_limit " + std::to_string(limit) +

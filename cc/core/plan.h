@@ -12,7 +12,10 @@
 
 namespace largeconv {
 
-enum class Algorithm { kAuto, kDirect, kFft };
+// kTf: TensorFlow's own tf.nn.conv2d kernels. Only the Python layer can run them, so only
+// a request with allow_tf (made there, for configurations TF's CPU kernels support) may be
+// planned onto them; the op itself never is.
+enum class Algorithm { kAuto, kDirect, kFft, kTf };
 
 std::string ParseAlgorithm(const std::string& s, Algorithm* out);
 const char* AlgorithmName(Algorithm a);
@@ -25,6 +28,7 @@ struct PlanRequest {
   int64_t workspace_limit = kDefaultWorkspaceLimit;  // bytes; < 0 means the default
   int64_t threads = 1;                               // workers the caller's pool has
   int real_bytes = 4;                                // 4: float/half/bfloat16, 8: double
+  bool allow_tf = false;
 };
 
 struct PassPlan {
@@ -36,7 +40,13 @@ struct PassPlan {
   double flops = 0;        // estimated floating-point operations
   double cost_direct = 0;  // cost-model seconds (one thread) of each algorithm; <0: n/a
   double cost_fft = -1;
+  double cost_tf = -1;
 };
+
+// Estimated temporary bytes of TensorFlow's own CPU kernels for this pass: a 16 MiB
+// im2col chunk (TF's Eigen path caps its patch buffer there) plus a filter-sized buffer
+// per thread (oneDNN's gradient reductions). Used to keep kTf within the limit.
+int64_t TfWorkspaceEstimate(const ConvGeometry& g, int64_t threads, int real_bytes);
 
 // Returns "" and fills `plan`, or an error (e.g. the FFT was requested but even its
 // smallest configuration needs more than the limit: the message names the minimum).

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cc/core/direct.h"
+#include "cc/core/dtypes.h"
 #include "cc/core/fft.h"
 #include "cc/core/plan.h"
 #include "cc/core/geometry.h"
@@ -69,8 +70,9 @@ int ThreadCount(int num_threads) {
 }
 
 PlanRequest Request(const std::string& algorithm, int64_t workspace_limit, int threads,
-                    int real_bytes) {
+                    int real_bytes, bool allow_tf = false) {
   PlanRequest r;
+  r.allow_tf = allow_tf;
   std::string err = ParseAlgorithm(algorithm, &r.algorithm);
   if (!err.empty()) throw py::value_error(err);
   r.workspace_limit = workspace_limit;
@@ -126,7 +128,7 @@ Array<T> Forward(const Array<T>& x, const Array<T>& w, const std::vector<int64_t
   T* yp = y.mutable_data();
   auto ws = Workspace(plan);
   py::gil_scoped_release release;
-  if (plan.algorithm == Algorithm::kFft) {
+  if (plan.algorithm == Algorithm::kFft && AllFinite(xp, x.size()) && AllFinite(wp, w.size())) {
     FftForward(g, plan.fft, xp, wp, yp, ws.get(), ThreadFor(threads));
   } else {
     DirectForward(g, xp, wp, yp, ThreadFor(threads));
@@ -155,7 +157,8 @@ Array<T> BackpropInput(const std::vector<int64_t>& input_shape, const Array<T>& 
   T* dxp = dx.mutable_data();
   auto ws = Workspace(plan);
   py::gil_scoped_release release;
-  if (plan.algorithm == Algorithm::kFft) {
+  if (plan.algorithm == Algorithm::kFft && AllFinite(wp, w.size()) &&
+      AllFinite(dyp, dy.size())) {
     FftBackpropInput(g, plan.fft, wp, dyp, dxp, ws.get(), ThreadFor(threads));
   } else {
     DirectBackpropInput(g, wp, dyp, dxp, ThreadFor(threads));
@@ -185,7 +188,8 @@ Array<T> BackpropFilter(const Array<T>& x, const std::vector<int64_t>& filter_sh
   T* dwp = dw.mutable_data();
   auto ws = Workspace(plan);
   py::gil_scoped_release release;
-  if (plan.algorithm == Algorithm::kFft) {
+  if (plan.algorithm == Algorithm::kFft && AllFinite(xp, x.size()) &&
+      AllFinite(dyp, dy.size())) {
     FftBackpropFilter(g, plan.fft, xp, dyp, dwp, ws.get(), ThreadFor(threads));
   } else {
     DirectBackpropFilter(g, xp, dyp, dwp, ThreadFor(threads));
@@ -220,11 +224,12 @@ py::list PlanList(const std::vector<int64_t>& input_shape,
                   const std::string& padding, const std::vector<int64_t>& explicit_paddings,
                   const std::string& data_format, const std::vector<int64_t>& dilations,
                   const std::string& algorithm, int64_t workspace_limit, int num_threads,
-                  int real_bytes) {
+                  int real_bytes, bool allow_tf) {
   const ConvGeometry g = Geometry(
       input_shape, filter_shape,
       AttrsFrom(strides, padding, explicit_paddings, data_format, dilations));
-  const PlanRequest req = Request(algorithm, workspace_limit, ThreadCount(num_threads), real_bytes);
+  const PlanRequest req =
+      Request(algorithm, workspace_limit, ThreadCount(num_threads), real_bytes, allow_tf);
   py::list out;
   for (ConvPass pass : {ConvPass::kForward, ConvPass::kBackpropInput, ConvPass::kBackpropFilter}) {
     const PassPlan p = Plan(g, pass, req);
@@ -235,6 +240,7 @@ py::list PlanList(const std::vector<int64_t>& input_shape,
     d["flops"] = p.flops;
     d["cost_direct"] = p.cost_direct;
     d["cost_fft"] = p.cost_fft;
+    d["cost_tf"] = p.cost_tf;
     if (p.algorithm == Algorithm::kFft) {
       d["fft"] = py::make_tuple(p.fft.fft_h, p.fft.fft_w);
       d["tile"] = py::make_tuple(p.tiling.tile_h, p.tiling.tile_w);
@@ -279,7 +285,7 @@ PYBIND11_MODULE(_core, m) {
         py::arg("data_format") = "NHWC", py::arg("dilations") = kOnes,
         "The ConvGeometry for these shapes and attributes, as a dict.");
   m.def("plan", &PlanList, py::arg("input_shape"), py::arg("filter_shape"), LARGECONV_ARGS,
-        py::arg("num_threads") = 0, py::arg("real_bytes") = 4,
+        py::arg("num_threads") = 0, py::arg("real_bytes") = 4, py::arg("allow_tf") = false,
         "The planner's choice for each pass, as a list of dicts.");
   m.attr("DEFAULT_WORKSPACE_LIMIT") = kDefaultWorkspaceLimit;
   // float64 first: overload resolution tries in order, and forcecast would otherwise turn

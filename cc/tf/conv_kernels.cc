@@ -49,6 +49,11 @@ typename CoreType<T>::type* CorePtr(Tensor* t) {
   return reinterpret_cast<typename CoreType<T>::type*>(t->flat<T>().data());
 }
 
+template <typename T>
+bool Finite(const Tensor& t) {
+  return AllFinite(CorePtr<T>(t), t.NumElements());
+}
+
 ParallelFor PoolFor(OpKernelContext* ctx) {
   auto* pool = ctx->device()->tensorflow_cpu_worker_threads()->workers;
   return [pool](int64_t total, int64_t cost, const std::function<void(int64_t, int64_t)>& fn) {
@@ -145,7 +150,7 @@ class Conv2DOp : public ConvOpBase {
     PassPlan plan;
     Tensor workspace;
     OP_REQUIRES_OK(ctx, PlanAndAllocate<T>(ctx, g, ConvPass::kForward, &plan, &workspace));
-    if (plan.algorithm == Algorithm::kFft) {
+    if (plan.algorithm == Algorithm::kFft && Finite<T>(input) && Finite<T>(filter)) {
       FftForward(g, plan.fft, CorePtr<T>(input), CorePtr<T>(filter), CorePtr<T>(output),
                  workspace.data(), PoolFor(ctx));
     } else {
@@ -175,7 +180,7 @@ class Conv2DBackpropInputOp : public ConvOpBase {
     Tensor workspace;
     OP_REQUIRES_OK(ctx,
                    PlanAndAllocate<T>(ctx, g, ConvPass::kBackpropInput, &plan, &workspace));
-    if (plan.algorithm == Algorithm::kFft) {
+    if (plan.algorithm == Algorithm::kFft && Finite<T>(filter) && Finite<T>(dy)) {
       FftBackpropInput(g, plan.fft, CorePtr<T>(filter), CorePtr<T>(dy), CorePtr<T>(dx),
                        workspace.data(), PoolFor(ctx));
     } else {
@@ -205,7 +210,7 @@ class Conv2DBackpropFilterOp : public ConvOpBase {
     Tensor workspace;
     OP_REQUIRES_OK(ctx,
                    PlanAndAllocate<T>(ctx, g, ConvPass::kBackpropFilter, &plan, &workspace));
-    if (plan.algorithm == Algorithm::kFft) {
+    if (plan.algorithm == Algorithm::kFft && Finite<T>(input) && Finite<T>(dy)) {
       FftBackpropFilter(g, plan.fft, CorePtr<T>(input), CorePtr<T>(dy), CorePtr<T>(dw),
                         workspace.data(), PoolFor(ctx));
     } else {

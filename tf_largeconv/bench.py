@@ -1,0 +1,235 @@
+"""Benchmark: tf_largeconv against tf.nn.conv2d (and scipy's overlap-add FFT for forward
+passes), each case and implementation in a fresh process, same machine, same run.
+
+  python -m tf_largeconv.bench [--cases NAME ...] [--quick] [--out DIR]
+
+Prints a table of warm times (min over runs) and peak extra memory (process high-water
+mark above the inputs, /proc VmHWM), with ratios tf.nn.conv2d / tf_largeconv, and writes
+DIR/bench.json and DIR/bench.png (time and memory against filter size).
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+MiB = 2**20
+
+# name: (input NHWC, filter HWIO, strides, padding, mode, TF runs). mode "forward" times
+# the forward pass; "train" a forward pass plus the gradients for input and filter.
+CASES = {
+    "seed_forward": ((10, 321, 481, 1), (135, 135, 1, 3), 1, "VALID", "forward", 2),
+    "seed_train": ((2, 321, 481, 1), (135, 135, 1, 3), 1, "VALID", "train", 1),
+    "k63_forward": ((4, 128, 128, 16), (63, 63, 16, 16), 1, "SAME", "forward", 2),
+    "k63_train": ((1, 128, 128, 16), (63, 63, 16, 16), 1, "SAME", "train", 1),
+    "k3_forward": ((16, 64, 64, 32), (3, 3, 32, 64), 1, "SAME", "forward", 5),
+    "k3_train": ((16, 64, 64, 32), (3, 3, 32, 64), 1, "SAME", "train", 5),
+    "large_image": ((1, 4096, 4096, 3), (101, 101, 3, 8), 1, "SAME", "forward", 1),
+}
+SWEEP = (3, 7, 15, 31, 63, 99, 135)
+for _k in SWEEP:
+  CASES[f"sweep_k{_k}"] = ((2, 321, 481, 1), (_k, _k, 1, 3), 1, "VALID", "forward", 3)
+QUICK = ("seed_forward", "k3_forward", "sweep_k31")
+IMPLS = ("tf_largeconv", "tf.nn.conv2d", "scipy")
+SCIPY_MAX_CHANNEL_PAIRS = 16  # scipy convolves one channel pair at a time
+
+
+def _scipy_forward(x, w, padding):
+  """Correlation via scipy.signal.oaconvolve, one (image, in, out) channel triple at a
+  time; strides 1. Pads like TF for SAME."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from scipy import signal  # pylint: disable=g-import-not-at-top
+  kh, kw, ci, co = w.shape
+  if padding == "SAME":
+    ph, pw = kh - 1, kw - 1
+    x = np.pad(x, ((0, 0), (ph // 2, ph - ph // 2), (pw // 2, pw - pw // 2), (0, 0)))
+  out = np.zeros((x.shape[0], x.shape[1] - kh + 1, x.shape[2] - kw + 1, co), x.dtype)
+  flipped = w[::-1, ::-1]
+  for n in range(x.shape[0]):
+    for o in range(co):
+      for i in range(ci):
+        out[n, :, :, o] += signal.oaconvolve(x[n, :, :, i], flipped[:, :, i, o], mode="valid")
+  return out
+
+
+def _worker(case, impl, repeats):
+  """Runs in a fresh process: builds inputs, then measures one implementation."""
+  os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from tf_largeconv import _measure  # pylint: disable=g-import-not-at-top
+  x_shape, w_shape, strides, padding, mode, _ = CASES[case]
+  rng = np.random.default_rng(0)
+  x = rng.random(x_shape, dtype=np.float32)
+  w = (rng.standard_normal(w_shape) / (w_shape[0] * w_shape[1])).astype(np.float32)
+  if impl == "scipy":
+    def run():
+      _scipy_forward(x, w, padding)
+  else:
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    import tf_largeconv as lc  # pylint: disable=g-import-not-at-top
+    conv = lc.conv2d if impl == "tf_largeconv" else tf.nn.conv2d
+    xt, wt = tf.constant(x), tf.constant(w)
+    # Warm the library on a tiny problem so one-time set-up is not counted as the case's.
+    conv(tf.ones((1, 8, 8, 1)), tf.ones((3, 3, 1, 1)), 1, "SAME").numpy()
+    if mode == "forward":
+      def run():
+        conv(xt, wt, strides, padding).numpy()
+    else:
+      def run():
+        with tf.GradientTape() as tape:
+          tape.watch([xt, wt])
+          y = conv(xt, wt, strides, padding)
+        for g in tape.gradient(y, [xt, wt]):
+          g.numpy()
+  seconds, extra = _measure.measure(run, repeats=repeats)
+  return {"seconds": seconds, "extra_bytes": extra}
+
+
+def _fft_floor(case):
+  """Single-thread time of the transforms one image needs (one real forward transform of
+  the padded image, one inverse per output channel, at the FFT size the planner picks),
+  times images / cores: what no FFT method on this machine can beat."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from scipy import fft  # pylint: disable=g-import-not-at-top
+  import tf_largeconv as lc  # pylint: disable=g-import-not-at-top
+  x_shape, w_shape, strides, padding, _, _ = CASES[case]
+  p = lc.plan(x_shape, w_shape, strides, padding).forward
+  if p.fft_size is None:
+    return None
+  tiles = p.tiles[0] * p.tiles[1]
+  a = np.random.default_rng(0).random(p.fft_size, dtype=np.float32)
+  spec = fft.rfft2(a, workers=1)
+  best = float("inf")
+  for _ in range(5):
+    t0 = time.perf_counter()
+    for _ in range(x_shape[3]):
+      fft.rfft2(a, workers=1)
+    for _ in range(w_shape[3]):
+      fft.irfft2(spec, s=p.fft_size, workers=1)
+    best = min(best, time.perf_counter() - t0)
+  cores = len(os.sched_getaffinity(0))
+  return best * tiles * x_shape[0] / cores
+
+
+def _run_one(case, impl, timeout):
+  repeats = CASES[case][5] if impl == "tf.nn.conv2d" else 5
+  cmd = [sys.executable, "-m", "tf_largeconv.bench", "--worker", case, impl, str(repeats)]
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", OPENBLAS_NUM_THREADS="1")
+  try:
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env,
+                         check=True)
+  except subprocess.TimeoutExpired:
+    return {"error": f"timed out after {timeout} s"}
+  except subprocess.CalledProcessError as e:
+    return {"error": e.stderr.strip().splitlines()[-1] if e.stderr.strip() else "failed"}
+  return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _fmt_time(r):
+  if r is None:
+    return "-"
+  if "error" in r:
+    return "n/a"
+  s = r["seconds"]
+  return f"{s * 1e3:.1f} ms" if s < 10 else f"{s:.1f} s"
+
+
+def _fmt_mem(r):
+  return "-" if r is None or "error" in r else f"{r['extra_bytes'] / MiB:.1f}"
+
+
+def _ratio(a, b, key):
+  if not a or not b or "error" in a or "error" in b or not b[key]:
+    return "-"
+  return f"{a[key] / b[key]:.1f}x" if b[key] > 0 else "-"
+
+
+def _plot(results, path):
+  try:
+    import matplotlib  # pylint: disable=g-import-not-at-top
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    print("matplotlib not installed: no plot written")
+    return
+  ks = [k for k in SWEEP if f"sweep_k{k}" in results]
+  if not ks:
+    return
+  fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+  for impl, style in (("tf_largeconv", "o-"), ("tf.nn.conv2d", "s--"), ("scipy", "^:")):
+    pts = [(k, results[f"sweep_k{k}"].get(impl)) for k in ks]
+    pts = [(k, r) for k, r in pts if r and "error" not in r]
+    if not pts:
+      continue
+    axes[0].plot([k for k, _ in pts], [r["seconds"] * 1e3 for _, r in pts], style, label=impl)
+    axes[1].plot([k for k, _ in pts], [max(r["extra_bytes"], 1) / MiB for _, r in pts], style,
+                 label=impl)
+  x_shape = CASES[f"sweep_k{ks[0]}"][0]
+  for ax, label in zip(axes, ("time per call (ms)", "peak extra memory (MiB)")):
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("filter size K (KxKx1x3, VALID)")
+    ax.set_ylabel(label)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+  fig.suptitle(f"forward pass, input {'x'.join(map(str, x_shape))}, float32, "
+               f"{len(os.sched_getaffinity(0))} cores")
+  fig.tight_layout()
+  fig.savefig(path, dpi=100)
+  print(f"wrote {path}")
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--cases", nargs="*", help=f"subset of: {', '.join(CASES)}")
+  parser.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK)}")
+  parser.add_argument("--out", default="bench_results")
+  parser.add_argument("--timeout", type=int, default=900, help="seconds per measurement")
+  parser.add_argument("--worker", nargs=3, metavar=("CASE", "IMPL", "REPEATS"),
+                      help=argparse.SUPPRESS)
+  args = parser.parse_args(argv)
+  if args.worker:
+    case, impl, repeats = args.worker
+    print(json.dumps(_worker(case, impl, int(repeats))))
+    return 0
+
+  names = args.cases or (list(QUICK) if args.quick else list(CASES))
+  unknown = [n for n in names if n not in CASES]
+  if unknown:
+    parser.error(f"unknown case(s) {unknown}; known: {list(CASES)}")
+  results = {}
+  header = (f"{'case':14s}{'tf_largeconv':>13s}{'tf.nn.conv2d':>13s}{'scipy':>10s}"
+            f"{'speedup':>9s}{'MiB ours':>10s}{'MiB TF':>9s}{'mem ratio':>10s}{'floor':>9s}")
+  print(header)
+  for name in names:
+    x_shape, w_shape, _, _, mode, _ = CASES[name]
+    row = {}
+    for impl in IMPLS:
+      if impl == "scipy" and (mode != "forward" or CASES[name][2] != 1 or
+                              x_shape[3] * w_shape[3] > SCIPY_MAX_CHANNEL_PAIRS):
+        continue
+      row[impl] = _run_one(name, impl, args.timeout)
+    floor = _fft_floor(name) if mode == "forward" else None
+    row["fft_floor_seconds"] = floor
+    results[name] = row
+    ours, theirs = row.get("tf_largeconv"), row.get("tf.nn.conv2d")
+    floor_ratio = (f"{ours['seconds'] / floor:.1f}x" if floor and ours and "error" not in ours
+                   else "-")
+    print(f"{name:14s}{_fmt_time(ours):>13s}{_fmt_time(theirs):>13s}"
+          f"{_fmt_time(row.get('scipy')):>10s}{_ratio(theirs, ours, 'seconds'):>9s}"
+          f"{_fmt_mem(ours):>10s}{_fmt_mem(theirs):>9s}"
+          f"{_ratio(theirs, ours, 'extra_bytes'):>10s}{floor_ratio:>9s}", flush=True)
+  os.makedirs(args.out, exist_ok=True)
+  meta = {"cores": len(os.sched_getaffinity(0)), "cases": {k: CASES[k] for k in names}}
+  with open(os.path.join(args.out, "bench.json"), "w", encoding="ascii") as f:
+    json.dump({"meta": meta, "results": results}, f, indent=1)
+  print(f"wrote {os.path.join(args.out, 'bench.json')}")
+  _plot(results, os.path.join(args.out, "bench.png"))
+  print("speedup, mem ratio: tf.nn.conv2d / tf_largeconv; floor: tf_largeconv / FFT floor")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
