@@ -76,5 +76,10 @@ test: $(VENV)/.ready
 	$(MAKE) --no-print-directory build PY=$(VENV)/bin/python
 	$(VENV)/bin/python -m pytest -q tests
 
+bench: $(VENV)/.ready
+	$(MAKE) --no-print-directory build PY=$(VENV)/bin/python
+	$(VENV)/bin/python -m pip install -q matplotlib
+	$(VENV)/bin/python -m $(PKG).bench
+
 clean:
 	rm -rf build $(PKG)/_large_conv_ops*.so $(PKG)/_core*.so $(PKG)/_build_info.py

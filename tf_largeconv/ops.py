@@ -1,6 +1,7 @@
 """Python API of the LargeConv op family: tf.nn.conv2d's signature, and its gradients."""
 
 import collections.abc
+import functools
 import numbers
 
 import tensorflow as tf
@@ -259,9 +260,18 @@ def _use_tf_kernel(input, filters, attrs):  # pylint: disable=redefined-builtin
   x_shape, f_shape = input.shape.as_list(), filters.shape.as_list()
   if not tf_kernel_eligible(x_shape, f_shape, attrs, input.dtype):
     return False
+  key = tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in sorted(attrs.items()))
+  return _plans_tf_kernel(tuple(x_shape), tuple(f_shape), key, input.dtype.name)
+
+
+@functools.lru_cache(maxsize=1024)
+def _plans_tf_kernel(x_shape, f_shape, attrs_key, dtype_name):
+  # Cached: eager code calls conv2d with the same shapes over and over, and the decision
+  # depends only on these arguments (and the thread count, fixed once TF is initialised).
   from tf_largeconv import planning  # pylint: disable=g-import-not-at-top
+  attrs = {k: list(v) if isinstance(v, tuple) else v for k, v in attrs_key}
   try:
-    p = planning.plan_from_attrs(x_shape, f_shape, attrs, input.dtype)
+    p = planning.plan_from_attrs(list(x_shape), list(f_shape), attrs, dtype_name)
   except ValueError:
     return False  # bad shapes: our op raises the error, the same in every mode
   return p.forward.algorithm == "tf"
