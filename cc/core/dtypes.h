@@ -103,16 +103,6 @@ inline bool IsFinite(double v) {
 inline bool IsFinite(f16 v) { return (v.bits & 0x7c00u) != 0x7c00u; }
 inline bool IsFinite(bf16 v) { return (v.bits & 0x7f80u) != 0x7f80u; }
 
-// True when no element is Inf or NaN. The FFT path spreads a non-finite input over its whole
-// tile (Inf - Inf = NaN in the transform), so callers use the direct path for such inputs,
-// which propagates them exactly as a direct sum (and TensorFlow) does.
-template <typename T>
-bool AllFinite(const T* p, int64_t n) {
-  bool ok = true;
-  for (int64_t i = 0; i < n; ++i) ok &= IsFinite(p[i]);
-  return ok;
-}
-
 }  // namespace largeconv
 
 #endif  // TF_LARGECONV_CORE_DTYPES_H_

@@ -394,7 +394,13 @@ void FftBackpropFilter(const ConvGeometry& g, const FftConfig& c, const T* input
   });
 }
 
+template <typename T>
+bool AllFinite(const T* p, int64_t n, const ParallelFor& pf) {
+  return ParallelAll(p, n, [](T v) { return IsFinite(v); }, pf);
+}
+
 #define LARGECONV_INSTANTIATE_FFT(T)                                                        \
+  template bool AllFinite<T>(const T*, int64_t, const ParallelFor&);                       \
   template void FftForward<T>(const ConvGeometry&, const FftConfig&, const T*, const T*,   \
                               T*, void*, const ParallelFor&);                              \
   template void FftBackpropInput<T>(const ConvGeometry&, const FftConfig&, const T*,       \

@@ -57,6 +57,12 @@ void FftBackpropFilter(const ConvGeometry& g, const FftConfig& c, const T* input
                        const T* out_backprop, T* filter_backprop, void* workspace,
                        const ParallelFor& pf);
 
+// True when no element is Inf or NaN. A transform spreads a non-finite input over its whole
+// tile (Inf - Inf = NaN), so callers take the direct path for such inputs, which propagates
+// them exactly as a direct sum (and TensorFlow) does.
+template <typename T>
+bool AllFinite(const T* p, int64_t n, const ParallelFor& pf);
+
 }  // namespace largeconv
 
 #endif  // TF_LARGECONV_CORE_FFT_H_

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 namespace largeconv {
 
@@ -17,6 +18,26 @@ using ParallelFor = std::function<void(int64_t total, int64_t cost_per_unit,
 inline void SerialFor(int64_t total, int64_t /*cost_per_unit*/,
                       const std::function<void(int64_t, int64_t)>& fn) {
   if (total > 0) fn(0, total);
+}
+
+// True when pred(p[i]) holds for every i, evaluated in parallel chunks.
+template <typename T, typename Pred>
+bool ParallelAll(const T* p, int64_t n, Pred pred, const ParallelFor& pf) {
+  constexpr int64_t kChunk = int64_t{1} << 16;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  std::vector<char> ok(static_cast<size_t>(chunks), 1);
+  pf(chunks, kChunk, [&](int64_t b, int64_t e) {
+    for (int64_t c = b; c < e; ++c) {
+      const int64_t lo = c * kChunk, hi = lo + kChunk < n ? lo + kChunk : n;
+      bool all = true;
+      for (int64_t i = lo; i < hi; ++i) all &= pred(p[i]);
+      ok[static_cast<size_t>(c)] = all;
+    }
+  });
+  for (char v : ok) {
+    if (!v) return false;
+  }
+  return true;
 }
 
 }  // namespace largeconv

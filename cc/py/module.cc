@@ -14,7 +14,6 @@
 #include <vector>
 
 #include "cc/core/direct.h"
-#include "cc/core/dtypes.h"
 #include "cc/core/fft.h"
 #include "cc/core/plan.h"
 #include "cc/core/geometry.h"
@@ -128,7 +127,8 @@ Array<T> Forward(const Array<T>& x, const Array<T>& w, const std::vector<int64_t
   T* yp = y.mutable_data();
   auto ws = Workspace(plan);
   py::gil_scoped_release release;
-  if (plan.algorithm == Algorithm::kFft && AllFinite(xp, x.size()) && AllFinite(wp, w.size())) {
+  if (plan.algorithm == Algorithm::kFft && AllFinite(xp, x.size(), ThreadFor(threads)) &&
+      AllFinite(wp, w.size(), ThreadFor(threads))) {
     FftForward(g, plan.fft, xp, wp, yp, ws.get(), ThreadFor(threads));
   } else {
     DirectForward(g, xp, wp, yp, ThreadFor(threads));
@@ -157,8 +157,8 @@ Array<T> BackpropInput(const std::vector<int64_t>& input_shape, const Array<T>& 
   T* dxp = dx.mutable_data();
   auto ws = Workspace(plan);
   py::gil_scoped_release release;
-  if (plan.algorithm == Algorithm::kFft && AllFinite(wp, w.size()) &&
-      AllFinite(dyp, dy.size())) {
+  if (plan.algorithm == Algorithm::kFft && AllFinite(wp, w.size(), ThreadFor(threads)) &&
+      AllFinite(dyp, dy.size(), ThreadFor(threads))) {
     FftBackpropInput(g, plan.fft, wp, dyp, dxp, ws.get(), ThreadFor(threads));
   } else {
     DirectBackpropInput(g, wp, dyp, dxp, ThreadFor(threads));
@@ -188,8 +188,8 @@ Array<T> BackpropFilter(const Array<T>& x, const std::vector<int64_t>& filter_sh
   T* dwp = dw.mutable_data();
   auto ws = Workspace(plan);
   py::gil_scoped_release release;
-  if (plan.algorithm == Algorithm::kFft && AllFinite(xp, x.size()) &&
-      AllFinite(dyp, dy.size())) {
+  if (plan.algorithm == Algorithm::kFft && AllFinite(xp, x.size(), ThreadFor(threads)) &&
+      AllFinite(dyp, dy.size(), ThreadFor(threads))) {
     FftBackpropFilter(g, plan.fft, xp, dyp, dwp, ws.get(), ThreadFor(threads));
   } else {
     DirectBackpropFilter(g, xp, dyp, dwp, ThreadFor(threads));

@@ -49,16 +49,24 @@ typename CoreType<T>::type* CorePtr(Tensor* t) {
   return reinterpret_cast<typename CoreType<T>::type*>(t->flat<T>().data());
 }
 
+ParallelFor PoolFor(OpKernelContext* ctx);
+
 template <typename T>
-bool Finite(const Tensor& t) {
-  return AllFinite(CorePtr<T>(t), t.NumElements());
+bool Finite(OpKernelContext* ctx, const Tensor& t) {
+  return AllFinite(CorePtr<T>(t), t.NumElements(), PoolFor(ctx));
 }
 
 ParallelFor PoolFor(OpKernelContext* ctx) {
   auto* pool = ctx->device()->tensorflow_cpu_worker_threads()->workers;
   return [pool](int64_t total, int64_t cost, const std::function<void(int64_t, int64_t)>& fn) {
     if (total <= 0) return;
-    pool->ParallelFor(total, cost, fn);
+    if (total <= pool->NumThreads()) {
+      // A few heavy units (FFT slots): one shard each. The cost-based ParallelFor can
+      // leave such a range on a single thread.
+      pool->TransformRangeConcurrently(1, total, fn);
+    } else {
+      pool->ParallelFor(total, cost, fn);
+    }
   };
 }
 
@@ -150,7 +158,7 @@ class Conv2DOp : public ConvOpBase {
     PassPlan plan;
     Tensor workspace;
     OP_REQUIRES_OK(ctx, PlanAndAllocate<T>(ctx, g, ConvPass::kForward, &plan, &workspace));
-    if (plan.algorithm == Algorithm::kFft && Finite<T>(input) && Finite<T>(filter)) {
+    if (plan.algorithm == Algorithm::kFft && Finite<T>(ctx, input) && Finite<T>(ctx, filter)) {
       FftForward(g, plan.fft, CorePtr<T>(input), CorePtr<T>(filter), CorePtr<T>(output),
                  workspace.data(), PoolFor(ctx));
     } else {
@@ -180,7 +188,7 @@ class Conv2DBackpropInputOp : public ConvOpBase {
     Tensor workspace;
     OP_REQUIRES_OK(ctx,
                    PlanAndAllocate<T>(ctx, g, ConvPass::kBackpropInput, &plan, &workspace));
-    if (plan.algorithm == Algorithm::kFft && Finite<T>(filter) && Finite<T>(dy)) {
+    if (plan.algorithm == Algorithm::kFft && Finite<T>(ctx, filter) && Finite<T>(ctx, dy)) {
       FftBackpropInput(g, plan.fft, CorePtr<T>(filter), CorePtr<T>(dy), CorePtr<T>(dx),
                        workspace.data(), PoolFor(ctx));
     } else {
@@ -210,7 +218,7 @@ class Conv2DBackpropFilterOp : public ConvOpBase {
     Tensor workspace;
     OP_REQUIRES_OK(ctx,
                    PlanAndAllocate<T>(ctx, g, ConvPass::kBackpropFilter, &plan, &workspace));
-    if (plan.algorithm == Algorithm::kFft && Finite<T>(input) && Finite<T>(dy)) {
+    if (plan.algorithm == Algorithm::kFft && Finite<T>(ctx, input) && Finite<T>(ctx, dy)) {
       FftBackpropFilter(g, plan.fft, CorePtr<T>(input), CorePtr<T>(dy), CorePtr<T>(dw),
                         workspace.data(), PoolFor(ctx));
     } else {
