@@ -235,7 +235,8 @@ struct Correlation {
           C* x = ws.spectrum(slot, 0);
           for (int64_t k = 0; k < ob; ++k) std::fill(ws.spectrum(slot, 1 + k), ws.spectrum(slot, 1 + k) + l.bins, C(0));
           for (int64_t sc = 0; sc < scpg; ++sc) {
-            LoadTile(real, fh, fw, SourcePlane(n, grp * scpg + sc), p0_h + off_h, p0_w + off_w, fh, fw);
+            LoadTile(real, fh, fw, SourcePlane(n, grp * scpg + sc), p0_h + off_h + t.shift_h,
+                     p0_w + off_w + t.shift_w, fh, fw);
             R2C(real, x, fh, fw, R(1));
             for (int64_t k = 0; k < ob; ++k) MacConj(ws.spectrum(slot, 1 + k), x, ws.shared(sc * ob + k), l.bins);
           }
@@ -252,7 +253,7 @@ struct Correlation {
               const int64_t p = p0_h + r;
               if (p % out_sh != 0) continue;
               T* orow = out + (p / out_sh) * ds.h + ow0 * ds.w;
-              const R* in = real + r * fw + c0;
+              const R* in = real + (r - t.shift_h) * fw + c0 - t.shift_w;
               if (out_sw == 1 && ds.w == 1) {
                 for (int64_t j = 0; j < count; ++j) orow[j] = Store<T>(in[j]);
               } else {
@@ -268,22 +269,53 @@ struct Correlation {
 
 }  // namespace
 
+namespace {
+
+// One dimension of a tiling. For the correlation passes, `off` maps an output position p to
+// the first source position it reads (p + off + k for taps k) and [src_lo, src_hi) is where
+// the source can be non-zero; `wrap` says whether the wrap-around single tile is allowed.
+bool TileDim(int64_t f, int64_t ke, int64_t dense, bool wrap, int64_t off, int64_t src_lo,
+             int64_t src_hi, int64_t* tile, int64_t* tiles, int64_t* shift) {
+  if (f < ke) return false;
+  *shift = 0;
+  *tile = f - ke + 1;
+  *tiles = CeilDiv(dense, *tile);
+  if (wrap && *tiles > 1) {
+    // The correlation is non-zero only for outputs in [src_lo - off - ke + 1, src_hi - off);
+    // if one transform spans those and the wanted [0, dense), circularity costs nothing.
+    const int64_t lo = std::min<int64_t>(0, src_lo - off - ke + 1);
+    const int64_t hi = std::max<int64_t>(dense, src_hi - off);
+    if (hi - lo <= f) {
+      *tile = dense;
+      *tiles = 1;
+      *shift = lo;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
 bool MakeFftTiling(const ConvGeometry& g, ConvPass pass, int64_t fft_h, int64_t fft_w,
                    FftTiling* t) {
   const int64_t keh = Extent(g.filter_h, g.dilation_h), kew = Extent(g.filter_w, g.dilation_w);
-  if (fft_h < keh || fft_w < kew) return false;
+  const int64_t out_dense_h = g.out_h > 0 ? (g.out_h - 1) * g.stride_h + 1 : 0;
+  const int64_t out_dense_w = g.out_w > 0 ? (g.out_w - 1) * g.stride_w + 1 : 0;
   if (pass == ConvPass::kBackpropInput) {
     t->dense_h = g.in_h;
     t->dense_w = g.in_w;
-  } else {
-    t->dense_h = g.out_h > 0 ? (g.out_h - 1) * g.stride_h + 1 : 0;
-    t->dense_w = g.out_w > 0 ? (g.out_w - 1) * g.stride_w + 1 : 0;
+    return TileDim(fft_h, keh, t->dense_h, true, g.pad_top - keh + 1, 0, out_dense_h,
+                   &t->tile_h, &t->tiles_h, &t->shift_h) &&
+           TileDim(fft_w, kew, t->dense_w, true, g.pad_left - kew + 1, 0, out_dense_w,
+                   &t->tile_w, &t->tiles_w, &t->shift_w);
   }
-  t->tile_h = fft_h - keh + 1;
-  t->tile_w = fft_w - kew + 1;
-  t->tiles_h = CeilDiv(t->dense_h, t->tile_h);
-  t->tiles_w = CeilDiv(t->dense_w, t->tile_w);
-  return true;
+  t->dense_h = out_dense_h;
+  t->dense_w = out_dense_w;
+  const bool wrap = pass == ConvPass::kForward;
+  return TileDim(fft_h, keh, t->dense_h, wrap, -g.pad_top, 0, g.in_h, &t->tile_h,
+                 &t->tiles_h, &t->shift_h) &&
+         TileDim(fft_w, kew, t->dense_w, wrap, -g.pad_left, 0, g.in_w, &t->tile_w,
+                 &t->tiles_w, &t->shift_w);
 }
 
 int64_t FftWorkspaceBytes(const ConvGeometry& g, ConvPass pass, const FftConfig& c,

@@ -28,10 +28,16 @@ struct FftConfig {
 // The tiling a transform size implies for a pass: `tile_*` dense positions per tile and
 // the number of tiles per image. Returns false if the transform is smaller than the
 // (dilated) filter.
+// shift_* <= 0 is set when one tile covers the whole dimension by wrapping around: the
+// transform then starts shift_* positions before the first output, which is exact whenever
+// the transform holds the correlation's whole support (a VALID backprop-input needs a
+// transform only as large as the input, where plain overlap-save needs the input plus the
+// filter).
 struct FftTiling {
   int64_t dense_h, dense_w;  // stride-1 positions the pass produces or consumes
   int64_t tile_h, tile_w;
   int64_t tiles_h, tiles_w;
+  int64_t shift_h = 0, shift_w = 0;
 };
 bool MakeFftTiling(const ConvGeometry& g, ConvPass pass, int64_t fft_h, int64_t fft_w,
                    FftTiling* t);
