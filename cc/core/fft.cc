@@ -27,7 +27,8 @@ struct Layout {
   int64_t bins = 0;            // complex bins of one spectrum
   int64_t shared_spectra = 0;  // filter spectra shared by all slots
   int64_t slot_spectra = 0;    // spectra owned by each slot
-  int64_t spectrum_bytes = 0, real_bytes = 0, slot_bytes = 0, shared_bytes = 0, total = 0;
+  int64_t spectrum_bytes = 0, plane_bytes = 0, real_planes = 1;
+  int64_t slot_bytes = 0, shared_bytes = 0, total = 0;
 };
 
 Layout MakeLayout(const ConvGeometry& g, ConvPass pass, const FftConfig& c, int rb) {
@@ -35,12 +36,14 @@ Layout MakeLayout(const ConvGeometry& g, ConvPass pass, const FftConfig& c, int 
   l.bins = c.fft_h * (c.fft_w / 2 + 1);
   switch (pass) {
     case ConvPass::kForward:
-      l.shared_spectra = g.in_c_per_group() * c.out_block;
-      l.slot_spectra = c.out_block + 1;
+      l.shared_spectra = c.group_block * g.in_c_per_group() * c.out_block;
+      l.real_planes = c.vec_block;
+      l.slot_spectra = c.vec_block * (c.out_block + 1);
       break;
     case ConvPass::kBackpropInput:
-      l.shared_spectra = g.out_c_per_group() * c.out_block;
-      l.slot_spectra = c.out_block + 1;
+      l.shared_spectra = c.group_block * g.out_c_per_group() * c.out_block;
+      l.real_planes = c.vec_block;
+      l.slot_spectra = c.vec_block * (c.out_block + 1);
       break;
     case ConvPass::kBackpropFilter:
       l.shared_spectra = 0;
@@ -48,9 +51,9 @@ Layout MakeLayout(const ConvGeometry& g, ConvPass pass, const FftConfig& c, int 
       break;
   }
   l.spectrum_bytes = AlignUp(l.bins * 2 * rb);
-  l.real_bytes = AlignUp(c.fft_h * c.fft_w * rb);
+  l.plane_bytes = AlignUp(c.fft_h * c.fft_w * rb);
   l.shared_bytes = l.shared_spectra * l.spectrum_bytes;
-  l.slot_bytes = l.slot_spectra * l.spectrum_bytes + l.real_bytes;
+  l.slot_bytes = l.slot_spectra * l.spectrum_bytes + l.real_planes * l.plane_bytes;
   // Whole multiples of 256 bytes, the granule TF's CPU allocator counts in, so the planned
   // number is exactly what the allocator reports.
   l.total = (l.shared_bytes + c.slots * l.slot_bytes + 255) / 256 * 256;
@@ -68,8 +71,9 @@ struct Workspace {
   C* spectrum(int64_t s, int64_t i) const {
     return reinterpret_cast<C*>(slot_base(s) + i * l.spectrum_bytes);
   }
-  R* real(int64_t s) const {
-    return reinterpret_cast<R*>(slot_base(s) + l.slot_spectra * l.spectrum_bytes);
+  R* real(int64_t s, int64_t plane = 0) const {
+    return reinterpret_cast<R*>(slot_base(s) + l.slot_spectra * l.spectrum_bytes +
+                                plane * l.plane_bytes);
   }
 };
 
@@ -93,6 +97,29 @@ void R2C(const R* real, std::complex<R>* spec, int64_t fh, int64_t fw, R fct) {
   ducc0::cfmav<R> in(real, {size_t(fh), size_t(fw)});
   ducc0::vfmav<std::complex<R>> out(spec, {size_t(fh), size_t(fw / 2 + 1)});
   ducc0::r2c(in, out, {0, 1}, true, fct, 1);
+}
+
+// Batched versions over `count` planes laid out `real_stride` / `spec_stride` elements
+// apart: one DUCC call vectorises across the planes' lines.
+template <typename R>
+void R2CBatch(const R* real, std::complex<R>* spec, int64_t count, int64_t real_stride,
+              int64_t spec_stride, int64_t fh, int64_t fw) {
+  ducc0::cfmav<R> in(real, {size_t(count), size_t(fh), size_t(fw)},
+                     {ptrdiff_t(real_stride), ptrdiff_t(fw), 1});
+  ducc0::vfmav<std::complex<R>> out(spec, {size_t(count), size_t(fh), size_t(fw / 2 + 1)},
+                                    {ptrdiff_t(spec_stride), ptrdiff_t(fw / 2 + 1), 1});
+  ducc0::r2c(in, out, {1, 2}, true, R(1), 1);
+}
+
+// Destroys `spec`.
+template <typename R>
+void C2RBatch(std::complex<R>* spec, R* real, int64_t count, int64_t real_stride,
+              int64_t spec_stride, int64_t fh, int64_t fw) {
+  ducc0::vfmav<std::complex<R>> in(spec, {size_t(count), size_t(fh), size_t(fw / 2 + 1)},
+                                   {ptrdiff_t(spec_stride), ptrdiff_t(fw / 2 + 1), 1});
+  ducc0::vfmav<R> out(real, {size_t(count), size_t(fh), size_t(fw)},
+                      {ptrdiff_t(real_stride), ptrdiff_t(fw), 1});
+  ducc0::c2r_mut(in, out, {1, 2}, false, R(1), 1);
 }
 
 // Destroys `spec`.
@@ -126,12 +153,17 @@ struct Plane {
   int64_t row_stride, col_stride, rows, cols, stuff_h, stuff_w;
 };
 
-// Fills real[fh x fw] with plane values at dense positions (q0_h + r, q0_w + c) for
-// r < max_rows, c < max_cols; zero elsewhere.
+// Fills `planes` tiles real + j * real_stride (each fh x fw) with the values of planes
+// p.base + j * plane_stride at dense positions (q0_h + r, q0_w + c) for r < max_rows,
+// c < max_cols; zero elsewhere. With several planes the innermost loop runs across them, so
+// channel-interleaved (NHWC) data is read in runs rather than one element per cache line.
 template <typename T, typename R>
-void LoadTile(R* real, int64_t fh, int64_t fw, const Plane<T>& p, int64_t q0_h, int64_t q0_w,
-              int64_t max_rows, int64_t max_cols) {
-  std::fill(real, real + fh * fw, R(0));
+void LoadTiles(R* real, int64_t real_stride, int64_t planes, int64_t plane_stride,
+               int64_t fh, int64_t fw, const Plane<T>& p, int64_t q0_h, int64_t q0_w,
+               int64_t max_rows, int64_t max_cols) {
+  for (int64_t j = 0; j < planes; ++j) {
+    std::fill(real + j * real_stride, real + j * real_stride + fh * fw, R(0));
+  }
   const int64_t rows = std::min(fh, max_rows), cols = std::min(fw, max_cols);
   int64_t c_first = std::max<int64_t>(0, -q0_w);
   while (c_first < cols && (q0_w + c_first) % p.stuff_w != 0) ++c_first;
@@ -147,14 +179,22 @@ void LoadTile(R* real, int64_t fh, int64_t fw, const Plane<T>& p, int64_t q0_h, 
     if (i >= p.rows) break;
     const T* src = p.base + i * p.row_stride + j_first * p.col_stride;
     R* out = real + r * fw + c_first;
-    if (p.stuff_w == 1 && p.col_stride == 1) {
+    if (planes == 1 && p.stuff_w == 1 && p.col_stride == 1) {
       for (int64_t k = 0; k < count; ++k) out[k] = static_cast<R>(Load(src[k]));
     } else {
       for (int64_t k = 0; k < count; ++k) {
-        out[k * p.stuff_w] = static_cast<R>(Load(src[k * p.col_stride]));
+        const T* s = src + k * p.col_stride;
+        R* o = out + k * p.stuff_w;
+        for (int64_t j = 0; j < planes; ++j) o[j * real_stride] = static_cast<R>(Load(s[j * plane_stride]));
       }
     }
   }
+}
+
+template <typename T, typename R>
+void LoadTile(R* real, int64_t fh, int64_t fw, const Plane<T>& p, int64_t q0_h, int64_t q0_w,
+              int64_t max_rows, int64_t max_cols) {
+  LoadTiles(real, 0, 1, 0, fh, fw, p, q0_h, q0_w, max_rows, max_cols);
 }
 
 // Forward and backprop-input share this engine: dst[p] = sum_k src[p + off + k] filt[k],
@@ -194,6 +234,10 @@ struct Correlation {
     }
   }
 
+  int64_t SourceChannelStride() const {
+    return backprop_input ? g.output_strides().c : g.input_strides().c;
+  }
+
   Plane<T> SourcePlane(int64_t n, int64_t channel) const {
     if (backprop_input) {
       const Strides4 s = g.output_strides();
@@ -218,46 +262,77 @@ struct Correlation {
     const double fft_cost = 5.0 * fh * fw * std::log2(static_cast<double>(fh * fw) + 2);
     const int64_t per_image = t.tiles_h * t.tiles_w;
 
-    for (int64_t grp = 0; grp < g.groups; ++grp) {
+    // Groups are taken group_block at a time (only with whole groups per block).
+    const int64_t gblock = c.out_block >= dcpg ? std::max<int64_t>(1, c.group_block) : 1;
+    for (int64_t g0 = 0; g0 < g.groups; g0 += gblock) {
+      const int64_t gb = std::min(gblock, g.groups - g0);
       for (int64_t ob0 = 0; ob0 < dcpg; ob0 += c.out_block) {
         const int64_t ob = std::min(c.out_block, dcpg - ob0);
-        RunSlots(pf, c.slots, scpg * ob, fft_cost, [&](int64_t slot, int64_t idx) {
+        const int64_t per_group = scpg * ob;  // spectra of one group in this block
+        RunSlots(pf, c.slots, gb * per_group, fft_cost, [&](int64_t slot, int64_t idx) {
           R* real = ws.real(slot);
-          PlaceFilter(real, grp, idx / ob, ob0 + idx % ob);
+          const int64_t j = idx % per_group;
+          PlaceFilter(real, g0 + idx / per_group, j / ob, ob0 + j % ob);
           R2C(real, ws.shared(idx), fh, fw, scale);
         });
         const double tile_cost = fft_cost * (scpg + ob) + 8.0 * l.bins * scpg * ob;
-        RunSlots(pf, c.slots, g.batch * per_image, tile_cost, [&](int64_t slot, int64_t item) {
+        // An item is up to vb groups of one tile of one image.
+        const int64_t vb = std::max<int64_t>(1, std::min(c.vec_block, gb));
+        const int64_t group_runs = CeilDiv(gb, vb);
+        const int64_t per_run = g.batch * per_image;
+        const int64_t real_stride = l.plane_bytes / sizeof(R);
+        const int64_t spec_stride = l.spectrum_bytes / sizeof(C);
+        // Group runs vary fastest, so one image's tile is reused from cache by all of them.
+        RunSlots(pf, c.slots, group_runs * per_run, tile_cost * vb, [&](int64_t slot, int64_t item) {
+          const int64_t gi0 = item % group_runs * vb;
+          const int64_t nb = std::min(vb, gb - gi0);
+          item /= group_runs;
           const int64_t n = item / per_image;
           const int64_t p0_h = (item % per_image) / t.tiles_w * t.tile_h;
           const int64_t p0_w = (item % per_image) % t.tiles_w * t.tile_w;
-          R* real = ws.real(slot);
+          // Slot spectra: [0, vb) source transforms, then vb per output channel k.
           C* x = ws.spectrum(slot, 0);
-          for (int64_t k = 0; k < ob; ++k) std::fill(ws.spectrum(slot, 1 + k), ws.spectrum(slot, 1 + k) + l.bins, C(0));
+          auto acc = [&](int64_t k, int64_t j) { return ws.spectrum(slot, vb + k * vb + j); };
+          for (int64_t k = 0; k < ob; ++k) {
+            for (int64_t j = 0; j < nb; ++j) std::fill(acc(k, j), acc(k, j) + l.bins, C(0));
+          }
+          const int64_t src_plane_stride = scpg * SourceChannelStride();
           for (int64_t sc = 0; sc < scpg; ++sc) {
-            LoadTile(real, fh, fw, SourcePlane(n, grp * scpg + sc), p0_h + off_h + t.shift_h,
-                     p0_w + off_w + t.shift_w, fh, fw);
-            R2C(real, x, fh, fw, R(1));
-            for (int64_t k = 0; k < ob; ++k) MacConj(ws.spectrum(slot, 1 + k), x, ws.shared(sc * ob + k), l.bins);
+            LoadTiles(ws.real(slot), real_stride, nb, src_plane_stride, fh, fw,
+                      SourcePlane(n, (g0 + gi0) * scpg + sc), p0_h + off_h + t.shift_h,
+                      p0_w + off_w + t.shift_w, fh, fw);
+            R2CBatch(ws.real(slot), x, nb, real_stride, spec_stride, fh, fw);
+            for (int64_t j = 0; j < nb; ++j) {
+              for (int64_t k = 0; k < ob; ++k) {
+                MacConj(acc(k, j), x + j * spec_stride,
+                        ws.shared((gi0 + j) * per_group + sc * ob + k), l.bins);
+              }
+            }
           }
           const int64_t rows = std::min(t.tile_h, t.dense_h - p0_h);
           const int64_t cols = std::min(t.tile_w, t.dense_w - p0_w);
+          int64_t c0 = 0;
+          while (c0 < cols && (p0_w + c0) % out_sw != 0) ++c0;
+          const int64_t ow0 = (p0_w + c0) / out_sw;
+          const int64_t count = c0 < cols ? (cols - c0 + out_sw - 1) / out_sw : 0;
+          const int64_t dst_plane_stride = dcpg * ds.c;  // between consecutive groups
           for (int64_t k = 0; k < ob; ++k) {
-            C2R(ws.spectrum(slot, 1 + k), real, fh, fw, R(1));
-            T* out = dst + n * ds.n + (grp * dcpg + ob0 + k) * ds.c;
-            int64_t c0 = 0;
-            while (c0 < cols && (p0_w + c0) % out_sw != 0) ++c0;
-            const int64_t ow0 = (p0_w + c0) / out_sw;
-            const int64_t count = c0 < cols ? (cols - c0 + out_sw - 1) / out_sw : 0;
+            C2RBatch(acc(k, 0), ws.real(slot), nb, real_stride, spec_stride, fh, fw);
+            T* out = dst + n * ds.n + ((g0 + gi0) * dcpg + ob0 + k) * ds.c;
             for (int64_t r = 0; r < rows; ++r) {
               const int64_t p = p0_h + r;
               if (p % out_sh != 0) continue;
               T* orow = out + (p / out_sh) * ds.h + ow0 * ds.w;
-              const R* in = real + (r - t.shift_h) * fw + c0 - t.shift_w;
-              if (out_sw == 1 && ds.w == 1) {
-                for (int64_t j = 0; j < count; ++j) orow[j] = Store<T>(in[j]);
+              const R* in = ws.real(slot) + (r - t.shift_h) * fw + c0 - t.shift_w;
+              if (nb == 1 && out_sw == 1 && ds.w == 1) {
+                for (int64_t q = 0; q < count; ++q) orow[q] = Store<T>(in[q]);
               } else {
-                for (int64_t j = 0; j < count; ++j) orow[j * ds.w] = Store<T>(in[j * out_sw]);
+                // Across the batched planes innermost: NHWC channels are adjacent.
+                for (int64_t q = 0; q < count; ++q) {
+                  T* o = orow + q * ds.w;
+                  const R* v = in + q * out_sw;
+                  for (int64_t j = 0; j < nb; ++j) o[j * dst_plane_stride] = Store<T>(v[j * real_stride]);
+                }
               }
             }
           }

@@ -14,14 +14,20 @@ namespace largeconv {
 enum class ConvPass { kForward, kBackpropInput, kBackpropFilter };
 
 // How a pass is cut up. fft_h x fft_w is the transform (tile plus filter halo).
-//  forward:         out_block = output channels whose filter spectra are held at once.
-//  backprop-input:  out_block = input channels (this pass's results) per spectra block.
+//  forward:         out_block = output channels whose filter spectra are held at once;
+//                   when it is the whole group, group_block groups are held at once (many
+//                   small groups, as in depthwise convolution, then run as one batch).
+//  backprop-input:  out_block / group_block likewise, for input channels.
+// vec_block (with group_block > 1) = groups a slot transforms in one batched call, which
+// amortises per-transform overhead and reads channel-interleaved (NHWC) data in runs.
 //  backprop-filter: a work unit accumulates in_block x out_block (input, output) channel
 //                   pairs of filter gradient spectra.
 // slots = workers that run at once, each with its own buffers.
 struct FftConfig {
   int64_t fft_h = 0, fft_w = 0;
   int64_t in_block = 1, out_block = 1;
+  int64_t group_block = 1;
+  int64_t vec_block = 1;
   int64_t slots = 1;
 };
 

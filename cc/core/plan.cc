@@ -66,7 +66,7 @@ int64_t ParallelItems(const ConvGeometry& g, ConvPass pass, const FftConfig& c,
     return g.groups * CeilDiv(g.in_c_per_group(), c.in_block) *
            CeilDiv(g.out_c_per_group(), c.out_block);
   }
-  return g.batch * t.tiles_h * t.tiles_w;
+  return g.batch * t.tiles_h * t.tiles_w * std::max<int64_t>(1, c.group_block);
 }
 
 double FftCost(const ConvGeometry& g, ConvPass pass, const FftConfig& c, const FftTiling& t,
@@ -113,6 +113,27 @@ bool FitBlocks(const ConvGeometry& g, ConvPass pass, int64_t limit, int real_byt
     }
   }
   c->out_block = lo;
+  c->group_block = 1;
+  c->vec_block = 1;
+  if (c->out_block >= dest && g.groups > 1) {  // whole groups fit: batch several groups
+    // Enough to amortise DUCC's per-call overhead, and 64 bytes of float channels.
+    constexpr int64_t kVecBlock = 16;
+    c->vec_block = std::min<int64_t>(kVecBlock, g.groups);
+    if (FftWorkspaceBytes(g, pass, *c, real_bytes) > limit) c->vec_block = 1;
+    lo = 1;
+    hi = g.groups;
+    while (lo < hi) {
+      const int64_t mid = (lo + hi + 1) / 2;
+      c->group_block = mid;
+      if (FftWorkspaceBytes(g, pass, *c, real_bytes) <= limit) {
+        lo = mid;
+      } else {
+        hi = mid - 1;
+      }
+    }
+    c->group_block = lo;
+    c->vec_block = std::min(c->vec_block, c->group_block);
+  }
   return true;
 }
 

@@ -247,6 +247,7 @@ py::list PlanList(const std::vector<int64_t>& input_shape,
       d["tiles"] = py::make_tuple(p.tiling.tiles_h, p.tiling.tiles_w);
       d["in_block"] = p.fft.in_block;
       d["out_block"] = p.fft.out_block;
+      d["group_block"] = p.fft.group_block;
       d["slots"] = p.fft.slots;
     }
     out.append(d);
