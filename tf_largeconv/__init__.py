@@ -8,6 +8,7 @@ from tf_largeconv import _loader
 from tf_largeconv.ops import conv2d
 from tf_largeconv.ops import conv2d_backprop_filter
 from tf_largeconv.ops import conv2d_backprop_input
+from tf_largeconv.ops import depthwise_conv2d
 from tf_largeconv.planning import Plan
 from tf_largeconv.planning import plan
 
@@ -17,5 +18,6 @@ __version__ = "0.1.0"
 # reports a missing or stale build straight away.
 _loader.ops()
 
-__all__ = ["conv2d", "conv2d_backprop_input", "conv2d_backprop_filter", "plan", "Plan",
+__all__ = ["conv2d", "conv2d_backprop_input", "conv2d_backprop_filter", "depthwise_conv2d",
+           "plan", "Plan",
            "__version__"]

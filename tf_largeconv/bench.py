@@ -17,8 +17,11 @@ import time
 
 MiB = 2**20
 
-# name: (input NHWC, filter HWIO, strides, padding, mode, TF runs). mode "forward" times
-# the forward pass; "train" a forward pass plus the gradients for input and filter.
+# name: (input NHWC, filter, strides, padding, mode, TF runs[, kind]). mode "forward" times
+# the forward pass; "train" a forward pass plus the gradients for input and filter. kind
+# "depthwise" takes a [h, w, channels, multiplier] filter through depthwise_conv2d (TF:
+# tf.nn.depthwise_conv2d); otherwise the filter is HWIO, grouped when its in-depth divides
+# the input depth.
 CASES = {
     "seed_forward": ((10, 321, 481, 1), (135, 135, 1, 3), 1, "VALID", "forward", 2),
     "seed_train": ((2, 321, 481, 1), (135, 135, 1, 3), 1, "VALID", "train", 1),
@@ -27,6 +30,11 @@ CASES = {
     "k3_forward": ((16, 64, 64, 32), (3, 3, 32, 64), 1, "SAME", "forward", 5),
     "k3_train": ((16, 64, 64, 32), (3, 3, 32, 64), 1, "SAME", "train", 5),
     "large_image": ((1, 4096, 4096, 3), (101, 101, 3, 8), 1, "SAME", "forward", 1),
+    "replk31_forward": ((8, 56, 56, 128), (31, 31, 128, 1), 1, "SAME", "forward", 3,
+                        "depthwise"),
+    "replk31_train": ((8, 56, 56, 128), (31, 31, 128, 1), 1, "SAME", "train", 1, "depthwise"),
+    "slak51_train": ((8, 32, 32, 256), (51, 51, 256, 1), 1, "SAME", "train", 1, "depthwise"),
+    "grouped31_train": ((4, 64, 64, 32), (31, 31, 8, 32), 1, "SAME", "train", 1),
 }
 SWEEP = (3, 7, 15, 31, 63, 99, 135)
 for _k in SWEEP:
@@ -59,7 +67,8 @@ def _worker(case, impl, repeats):
   os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
   import numpy as np  # pylint: disable=g-import-not-at-top
   from tf_largeconv import _measure  # pylint: disable=g-import-not-at-top
-  x_shape, w_shape, strides, padding, mode, _ = CASES[case]
+  x_shape, w_shape, strides, padding, mode = CASES[case][:5]
+  depthwise = _kind(case) == "depthwise"
   rng = np.random.default_rng(0)
   x = rng.random(x_shape, dtype=np.float32)
   w = (rng.standard_normal(w_shape) / (w_shape[0] * w_shape[1])).astype(np.float32)
@@ -69,7 +78,11 @@ def _worker(case, impl, repeats):
   else:
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     import tf_largeconv as lc  # pylint: disable=g-import-not-at-top
-    conv = lc.conv2d if impl == "tf_largeconv" else tf.nn.conv2d
+    if depthwise:
+      fn = lc.depthwise_conv2d if impl == "tf_largeconv" else tf.nn.depthwise_conv2d
+      conv = lambda a, b, s, p: fn(a, b, [1, s, s, 1], p)  # noqa: E731
+    else:
+      conv = lc.conv2d if impl == "tf_largeconv" else tf.nn.conv2d
     xt, wt = tf.constant(x), tf.constant(w)
     # Warm the library on a tiny problem so one-time set-up is not counted as the case's.
     conv(tf.ones((1, 8, 8, 1)), tf.ones((3, 3, 1, 1)), 1, "SAME").numpy()
@@ -87,6 +100,10 @@ def _worker(case, impl, repeats):
   return {"seconds": seconds, "extra_bytes": extra}
 
 
+def _kind(case):
+  return CASES[case][6] if len(CASES[case]) > 6 else "conv"
+
+
 def _fft_floor(case):
   """Single-thread time of the transforms one image needs (one real forward transform of
   the padded image, one inverse per output channel, at the FFT size the planner picks),
@@ -94,7 +111,9 @@ def _fft_floor(case):
   import numpy as np  # pylint: disable=g-import-not-at-top
   from scipy import fft  # pylint: disable=g-import-not-at-top
   import tf_largeconv as lc  # pylint: disable=g-import-not-at-top
-  x_shape, w_shape, strides, padding, _, _ = CASES[case]
+  x_shape, w_shape, strides, padding = CASES[case][:4]
+  if _kind(case) != "conv":
+    return None
   p = lc.plan(x_shape, w_shape, strides, padding).forward
   if p.fft_size is None:
     return None
@@ -204,10 +223,11 @@ def main(argv=None):
             f"{'speedup':>9s}{'MiB ours':>10s}{'MiB TF':>9s}{'mem ratio':>10s}{'floor':>9s}")
   print(header)
   for name in names:
-    x_shape, w_shape, _, _, mode, _ = CASES[name]
+    x_shape, w_shape, _, _, mode = CASES[name][:5]
     row = {}
     for impl in IMPLS:
       if impl == "scipy" and (mode != "forward" or CASES[name][2] != 1 or
+                              _kind(name) != "conv" or w_shape[2] != x_shape[3] or
                               x_shape[3] * w_shape[3] > SCIPY_MAX_CHANNEL_PAIRS):
         continue
       row[impl] = _run_one(name, impl, args.timeout)
@@ -222,7 +242,9 @@ def main(argv=None):
           f"{_fmt_mem(ours):>10s}{_fmt_mem(theirs):>9s}"
           f"{_ratio(theirs, ours, 'extra_bytes'):>10s}{floor_ratio:>9s}", flush=True)
   os.makedirs(args.out, exist_ok=True)
-  meta = {"cores": len(os.sched_getaffinity(0)), "cases": {k: CASES[k] for k in names}}
+  meta = {"cores": len(os.sched_getaffinity(0)), "cases": {k: CASES[k] for k in names},
+          "timing": "min over warm runs (TF: its runs count); memory: VmHWM growth over the "
+                    "first run"}
   with open(os.path.join(args.out, "bench.json"), "w", encoding="ascii") as f:
     json.dump({"meta": meta, "results": results}, f, indent=1)
   print(f"wrote {os.path.join(args.out, 'bench.json')}")

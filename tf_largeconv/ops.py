@@ -196,6 +196,62 @@ def conv2d(input, filters, strides, padding, data_format="NHWC", dilations=None,
     return _loader.ops().large_conv_conv2d(input, filters, **attrs)
 
 
+def depthwise_conv2d(input, filter, strides, padding, data_format=None, dilations=None,  # pylint: disable=redefined-builtin
+                     name=None, algorithm="auto", workspace_limit=None):
+  """Depthwise 2-D convolution with tf.nn.depthwise_conv2d's semantics.
+
+  Each input channel c is convolved with its own `channel_multiplier` filters; output
+  channel c * channel_multiplier + m comes from filter[:, :, c, m]. Unlike
+  tf.nn.depthwise_conv2d this also supports unequal strides, and strides together with
+  dilations (which TF computes wrongly, with a warning), on the CPU in NHWC and NCHW.
+  It is the grouped convolution with one group per input channel.
+
+  Args:
+    input: 4-D tensor in data_format order, float16/bfloat16/float32/float64.
+    filter: tensor of the same dtype, [height, width, in_channels, channel_multiplier].
+    strides: int or list of 1, 2 or 4 ints (4 in data_format order).
+    padding: 'SAME', 'VALID', or four [before, after] pairs in data_format order.
+    data_format: 'NHWC' (default when None) or 'NCHW'.
+    dilations: int or list of 1, 2 (TF's `rate`) or 4 ints; default 1.
+    name: optional name for the operation.
+    algorithm, workspace_limit: as for `conv2d`.
+
+  Returns:
+    A tensor with in_channels * channel_multiplier output channels.
+
+  Raises:
+    ValueError: malformed arguments, or a filter whose in_channels differs from the input's
+      depth (or whose rank is not 4).
+    tf.errors.InvalidArgumentError: the same mismatch found only at run time.
+  """
+  data_format = normalize_data_format(data_format)
+  with tf.name_scope(name or "LargeDepthwiseConv2D"):
+    input, filter = _as_tensors(input, filter)
+    if filter.shape.rank is not None and filter.shape.rank != 4:
+      raise ValueError("filter must be 4-D [height, width, in_channels, channel_multiplier], "
+                       f"got shape {filter.shape}")
+    if input.shape.rank is not None and input.shape.rank != 4:
+      raise ValueError(f"input must be a 4-D tensor, got shape {input.shape}")
+    depth = input.shape[_channel_index(data_format)]
+    if depth is not None and filter.shape[2] is not None and depth != filter.shape[2]:
+      raise ValueError(f"filter in_channels (dimension 2) {filter.shape[2]} must equal the "
+                       f"input depth {depth}")
+    shape = tf.shape(filter)
+    checks = []
+    if depth is None or filter.shape[2] is None:
+      checks.append(tf.debugging.assert_equal(
+          tf.shape(input)[_channel_index(data_format)], shape[2],
+          message="filter in_channels (dimension 2) must equal the input depth"))
+    with tf.control_dependencies(checks):
+      static = filter.shape.as_list()
+      if all(v is not None for v in static):
+        grouped = tf.reshape(filter, [static[0], static[1], 1, static[2] * static[3]])
+      else:
+        grouped = tf.reshape(filter, tf.stack([shape[0], shape[1], 1, shape[2] * shape[3]]))
+    return conv2d(input, grouped, strides, padding, data_format=data_format,
+                  dilations=dilations, algorithm=algorithm, workspace_limit=workspace_limit)
+
+
 def conv2d_backprop_input(input_sizes, filters, out_backprop, strides, padding,
                           data_format="NHWC", dilations=None, name=None, algorithm="auto",
                           workspace_limit=None):

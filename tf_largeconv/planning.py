@@ -41,6 +41,7 @@ class PassPlan:
     self.in_block = d.get("in_block")
     self.out_block = d.get("out_block")
     self.group_block = d.get("group_block")
+    self.vec_block = d.get("vec_block")
     self.slots = d.get("slots")
     self.estimated_seconds = {"direct": d["cost_direct"],
                               "fft": d["cost_fft"] if d["cost_fft"] >= 0 else None,

@@ -248,6 +248,7 @@ py::list PlanList(const std::vector<int64_t>& input_shape,
       d["in_block"] = p.fft.in_block;
       d["out_block"] = p.fft.out_block;
       d["group_block"] = p.fft.group_block;
+      d["vec_block"] = p.fft.vec_block;
       d["slots"] = p.fft.slots;
     }
     out.append(d);
