@@ -21,6 +21,7 @@ constexpr int64_t kAlign = 64;
 inline int64_t AlignUp(int64_t b) { return (b + kAlign - 1) / kAlign * kAlign; }
 inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 inline int64_t Extent(int64_t k, int64_t d) { return (k - 1) * d + 1; }
+inline int64_t Mod(int64_t a, int64_t m) { return ((a % m) + m) % m; }
 
 // The one description of how a pass's workspace is carved up.
 struct Layout {
@@ -47,7 +48,8 @@ Layout MakeLayout(const ConvGeometry& g, ConvPass pass, const FftConfig& c, int 
       break;
     case ConvPass::kBackpropFilter:
       l.shared_spectra = 0;
-      l.slot_spectra = c.in_block * c.out_block + c.out_block + 1;
+      l.real_planes = c.vec_block;
+      l.slot_spectra = c.vec_block * (c.in_block * c.out_block + c.out_block + 1);
       break;
   }
   l.spectrum_bytes = AlignUp(l.bins * 2 * rb);
@@ -319,19 +321,26 @@ struct Correlation {
           for (int64_t k = 0; k < ob; ++k) {
             C2RBatch(acc(k, 0), ws.real(slot), nb, real_stride, spec_stride, fh, fw);
             T* out = dst + n * ds.n + ((g0 + gi0) * dcpg + ob0 + k) * ds.c;
+            // Output (r, c) sits at transform position (r - shift_h, c - shift_w) modulo
+            // the transform size (the shift is 0 except for a wrap-around single tile).
+            const int64_t col0 = Mod(c0 - t.shift_w, fw);
+            const bool no_wrap = col0 + (count - 1) * out_sw < fw;
             for (int64_t r = 0; r < rows; ++r) {
               const int64_t p = p0_h + r;
               if (p % out_sh != 0) continue;
               T* orow = out + (p / out_sh) * ds.h + ow0 * ds.w;
-              const R* in = ws.real(slot) + (r - t.shift_h) * fw + c0 - t.shift_w;
-              if (nb == 1 && out_sw == 1 && ds.w == 1) {
-                for (int64_t q = 0; q < count; ++q) orow[q] = Store<T>(in[q]);
+              const R* in = ws.real(slot) + Mod(r - t.shift_h, fh) * fw;
+              if (no_wrap && nb == 1 && out_sw == 1 && ds.w == 1) {
+                for (int64_t q = 0; q < count; ++q) orow[q] = Store<T>(in[col0 + q]);
               } else {
                 // Across the batched planes innermost: NHWC channels are adjacent.
+                int64_t col = col0;
                 for (int64_t q = 0; q < count; ++q) {
                   T* o = orow + q * ds.w;
-                  const R* v = in + q * out_sw;
+                  const R* v = in + col;
                   for (int64_t j = 0; j < nb; ++j) o[j * dst_plane_stride] = Store<T>(v[j * real_stride]);
+                  col += out_sw;
+                  if (col >= fw) col -= fw;
                 }
               }
             }
@@ -346,27 +355,45 @@ struct Correlation {
 
 namespace {
 
-// One dimension of a tiling. For the correlation passes, `off` maps an output position p to
-// the first source position it reads (p + off + k for taps k) and [src_lo, src_hi) is where
-// the source can be non-zero; `wrap` says whether the wrap-around single tile is allowed.
+// Whether one transform of size f computes the wanted outputs [0, dense) of the correlation
+// out[p] = sum_k src[p + off + k] kern[k] (k < ke, src non-zero only in [src_lo, src_hi))
+// exactly despite wrapping around. Non-zero outputs lie in [u0, u1); with the whole source
+// in the transform from src_lo on, output p lands at p - shift modulo f (shift = src_lo -
+// off), and no unwanted non-zero output lands on a wanted one when f >= u1 and
+// f >= dense - u0.
+bool WrapFits(int64_t f, int64_t ke, int64_t dense, int64_t off, int64_t src_lo,
+              int64_t src_hi, int64_t* shift) {
+  const int64_t u0 = src_lo - off - ke + 1, u1 = src_hi - off;
+  const int64_t lo = std::min<int64_t>(0, u0), hi = std::max<int64_t>(dense, u1);
+  if (std::max({hi, dense - lo, src_hi - src_lo}) > f) return false;
+  *shift = src_lo - off;
+  return true;
+}
+
+// One dimension of a tiling: overlap-save tiles of f - ke + 1 outputs, or (wrap allowed)
+// a single wrap-around tile when WrapFits.
 bool TileDim(int64_t f, int64_t ke, int64_t dense, bool wrap, int64_t off, int64_t src_lo,
              int64_t src_hi, int64_t* tile, int64_t* tiles, int64_t* shift) {
   if (f < ke) return false;
   *shift = 0;
   *tile = f - ke + 1;
   *tiles = CeilDiv(dense, *tile);
-  if (wrap && *tiles > 1) {
-    // The correlation is non-zero only for outputs in [src_lo - off - ke + 1, src_hi - off);
-    // if one transform spans those and the wanted [0, dense), circularity costs nothing.
-    const int64_t lo = std::min<int64_t>(0, src_lo - off - ke + 1);
-    const int64_t hi = std::max<int64_t>(dense, src_hi - off);
-    if (hi - lo <= f) {
-      *tile = dense;
-      *tiles = 1;
-      *shift = lo;
-    }
+  if (wrap && *tiles > 1 && WrapFits(f, ke, dense, off, src_lo, src_hi, shift)) {
+    *tile = dense;
+    *tiles = 1;
   }
   return true;
+}
+
+// Backprop-filter as a correlation of the input with out_backprop: lags k < ke are the
+// outputs, out_backprop (dense positions) the kernel. One wrap-around tile covers all of
+// out_backprop when WrapFits with those roles.
+void FilterWrapDim(int64_t f, int64_t ke, int64_t dense, int64_t pad, int64_t in,
+                   int64_t* tile, int64_t* tiles, int64_t* shift) {
+  if (*tiles > 1 && WrapFits(f, dense, ke, -pad, 0, in, shift)) {
+    *tile = dense;
+    *tiles = 1;
+  }
 }
 
 }  // namespace
@@ -386,11 +413,20 @@ bool MakeFftTiling(const ConvGeometry& g, ConvPass pass, int64_t fft_h, int64_t 
   }
   t->dense_h = out_dense_h;
   t->dense_w = out_dense_w;
-  const bool wrap = pass == ConvPass::kForward;
-  return TileDim(fft_h, keh, t->dense_h, wrap, -g.pad_top, 0, g.in_h, &t->tile_h,
-                 &t->tiles_h, &t->shift_h) &&
-         TileDim(fft_w, kew, t->dense_w, wrap, -g.pad_left, 0, g.in_w, &t->tile_w,
-                 &t->tiles_w, &t->shift_w);
+  const bool forward = pass == ConvPass::kForward;
+  if (!TileDim(fft_h, keh, t->dense_h, forward, -g.pad_top, 0, g.in_h, &t->tile_h,
+               &t->tiles_h, &t->shift_h) ||
+      !TileDim(fft_w, kew, t->dense_w, forward, -g.pad_left, 0, g.in_w, &t->tile_w,
+               &t->tiles_w, &t->shift_w)) {
+    return false;
+  }
+  if (!forward) {
+    FilterWrapDim(fft_h, keh, t->dense_h, g.pad_top, g.in_h, &t->tile_h, &t->tiles_h,
+                  &t->shift_h);
+    FilterWrapDim(fft_w, kew, t->dense_w, g.pad_left, g.in_w, &t->tile_w, &t->tiles_w,
+                  &t->shift_w);
+  }
+  return true;
 }
 
 int64_t FftWorkspaceBytes(const ConvGeometry& g, ConvPass pass, const FftConfig& c,
@@ -456,44 +492,73 @@ void FftBackpropFilter(const ConvGeometry& g, const FftConfig& c, const T* input
   const int64_t nib = CeilDiv(icpg, c.in_block), nob = CeilDiv(ocpg, c.out_block);
   const int64_t per_image = t.tiles_h * t.tiles_w;
   const Strides4 xs = g.input_strides(), ys = g.output_strides();
-  const R scale = R(1) / static_cast<R>(fh * fw);
+  const R scale = R(1) / static_cast<R>(fh * fw);  // applied on the final read-out
   const double fft_cost = 5.0 * fh * fw * std::log2(static_cast<double>(fh * fw) + 2);
   const double unit_cost =
       g.batch * per_image * (fft_cost * (c.in_block + c.out_block) +
                              8.0 * l.bins * c.in_block * c.out_block);
-  RunSlots(pf, c.slots, g.groups * nib * nob, unit_cost, [&](int64_t slot, int64_t unit) {
-    const int64_t grp = unit / (nib * nob);
+  // Whole groups per unit (depthwise and other many-group cases) are taken vec_block at a
+  // time, transformed in batched calls and loaded channel-innermost.
+  const bool whole = c.in_block >= icpg && c.out_block >= ocpg;
+  const int64_t vb = whole ? std::max<int64_t>(1, std::min(c.vec_block, g.groups)) : 1;
+  const int64_t runs = CeilDiv(g.groups, vb);
+  const int64_t real_stride = l.plane_bytes / sizeof(R);
+  const int64_t spec_stride = l.spectrum_bytes / sizeof(C);
+  RunSlots(pf, c.slots, runs * nib * nob, unit_cost * vb, [&](int64_t slot, int64_t unit) {
+    const int64_t g0 = unit / (nib * nob) * vb;
+    const int64_t nb = std::min(vb, g.groups - g0);
     const int64_t ib0 = (unit / nob) % nib * c.in_block, ob0 = unit % nob * c.out_block;
     const int64_t ib = std::min(c.in_block, icpg - ib0), ob = std::min(c.out_block, ocpg - ob0);
-    R* real = ws.real(slot);
-    C* xsp = ws.spectrum(slot, c.in_block * c.out_block + c.out_block);
-    for (int64_t i = 0; i < ib * ob; ++i) std::fill(ws.spectrum(slot, i), ws.spectrum(slot, i) + l.bins, C(0));
+    // Slot spectra: accumulators (i, k, j), then out_backprop (k, j), then input (j).
+    auto acc = [&](int64_t i, int64_t k, int64_t j) {
+      return ws.spectrum(slot, (i * ob + k) * vb + j);
+    };
+    C* dys = ws.spectrum(slot, c.in_block * c.out_block * vb);
+    C* xsp = ws.spectrum(slot, (c.in_block * c.out_block + c.out_block) * vb);
+    for (int64_t i = 0; i < ib; ++i) {
+      for (int64_t k = 0; k < ob; ++k) {
+        for (int64_t j = 0; j < nb; ++j) std::fill(acc(i, k, j), acc(i, k, j) + l.bins, C(0));
+      }
+    }
     for (int64_t n = 0; n < g.batch; ++n) {
       for (int64_t tile = 0; tile < per_image; ++tile) {
         const int64_t p0_h = tile / t.tiles_w * t.tile_h, p0_w = tile % t.tiles_w * t.tile_w;
         for (int64_t k = 0; k < ob; ++k) {
-          const Plane<T> dy{out_backprop + n * ys.n + (grp * ocpg + ob0 + k) * ys.c, ys.h, ys.w,
+          const Plane<T> dy{out_backprop + n * ys.n + (g0 * ocpg + ob0 + k) * ys.c, ys.h, ys.w,
                             g.out_h, g.out_w, g.stride_h, g.stride_w};
-          LoadTile(real, fh, fw, dy, p0_h, p0_w, std::min(t.tile_h, t.dense_h - p0_h),
-                   std::min(t.tile_w, t.dense_w - p0_w));
-          R2C(real, ws.spectrum(slot, ib * ob + k), fh, fw, R(1));
+          LoadTiles(ws.real(slot), real_stride, nb, ocpg * ys.c, fh, fw, dy, p0_h, p0_w,
+                    std::min(t.tile_h, t.dense_h - p0_h), std::min(t.tile_w, t.dense_w - p0_w));
+          R2CBatch(ws.real(slot), dys + k * vb * spec_stride, nb, real_stride, spec_stride, fh,
+                   fw);
         }
         for (int64_t i = 0; i < ib; ++i) {
-          const Plane<T> x{input + n * xs.n + (grp * icpg + ib0 + i) * xs.c, xs.h, xs.w, g.in_h,
+          const Plane<T> x{input + n * xs.n + (g0 * icpg + ib0 + i) * xs.c, xs.h, xs.w, g.in_h,
                            g.in_w, 1, 1};
-          LoadTile(real, fh, fw, x, p0_h - g.pad_top, p0_w - g.pad_left, fh, fw);
-          R2C(real, xsp, fh, fw, R(1));
-          for (int64_t k = 0; k < ob; ++k) MacConj(ws.spectrum(slot, i * ob + k), xsp, ws.spectrum(slot, ib * ob + k), l.bins);
+          LoadTiles(ws.real(slot), real_stride, nb, icpg * xs.c, fh, fw, x,
+                    p0_h - g.pad_top + t.shift_h, p0_w - g.pad_left + t.shift_w, fh, fw);
+          R2CBatch(ws.real(slot), xsp, nb, real_stride, spec_stride, fh, fw);
+          for (int64_t j = 0; j < nb; ++j) {
+            for (int64_t k = 0; k < ob; ++k) {
+              MacConj(acc(i, k, j), xsp + j * spec_stride, dys + (k * vb + j) * spec_stride,
+                      l.bins);
+            }
+          }
         }
       }
     }
     for (int64_t i = 0; i < ib; ++i) {
       for (int64_t k = 0; k < ob; ++k) {
-        C2R(ws.spectrum(slot, i * ob + k), real, fh, fw, scale);
-        for (int64_t kh = 0; kh < g.filter_h; ++kh) {
-          for (int64_t kw = 0; kw < g.filter_w; ++kw) {
-            filter_backprop[((kh * g.filter_w + kw) * icpg + ib0 + i) * g.out_c + grp * ocpg + ob0 + k] =
-                Store<T>(real[kh * g.dilation_h * fw + kw * g.dilation_w]);
+        C2RBatch(acc(i, k, 0), ws.real(slot), nb, real_stride, spec_stride, fh, fw);
+        for (int64_t j = 0; j < nb; ++j) {
+          const R* real = ws.real(slot, j);
+          const int64_t grp = g0 + j;
+          for (int64_t kh = 0; kh < g.filter_h; ++kh) {
+            const R* row = real + Mod(kh * g.dilation_h - t.shift_h, fh) * fw;
+            for (int64_t kw = 0; kw < g.filter_w; ++kw) {
+              filter_backprop[((kh * g.filter_w + kw) * icpg + ib0 + i) * g.out_c + grp * ocpg +
+                              ob0 + k] =
+                  Store<T>(scale * row[Mod(kw * g.dilation_w - t.shift_w, fw)]);
+            }
           }
         }
       }

@@ -34,11 +34,12 @@ struct FftConfig {
 // The tiling a transform size implies for a pass: `tile_*` dense positions per tile and
 // the number of tiles per image. Returns false if the transform is smaller than the
 // (dilated) filter.
-// shift_* <= 0 is set when one tile covers the whole dimension by wrapping around: the
-// transform then starts shift_* positions before the first output, which is exact whenever
-// the transform holds the correlation's whole support (a VALID backprop-input needs a
-// transform only as large as the input, where plain overlap-save needs the input plus the
-// filter).
+// shift_* is set when one tile covers the whole dimension by wrapping around: the transform
+// then holds the whole source from its first non-zero position, and output p sits at
+// position p - shift modulo the transform size. That is exact whenever no unwanted output
+// of the correlation aliases onto a wanted one, which needs far less than overlap-save's
+// output + filter - 1 (e.g. a VALID backprop-input fits the input's own size, a SAME
+// forward the input plus half the filter).
 struct FftTiling {
   int64_t dense_h, dense_w;  // stride-1 positions the pass produces or consumes
   int64_t tile_h, tile_w;

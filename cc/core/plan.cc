@@ -63,8 +63,8 @@ int64_t DestChannels(const ConvGeometry& g, ConvPass pass) {
 int64_t ParallelItems(const ConvGeometry& g, ConvPass pass, const FftConfig& c,
                       const FftTiling& t) {
   if (pass == ConvPass::kBackpropFilter) {
-    return g.groups * CeilDiv(g.in_c_per_group(), c.in_block) *
-           CeilDiv(g.out_c_per_group(), c.out_block);
+    return CeilDiv(g.groups, std::max<int64_t>(1, c.vec_block)) *
+           CeilDiv(g.in_c_per_group(), c.in_block) * CeilDiv(g.out_c_per_group(), c.out_block);
   }
   return g.batch * t.tiles_h * t.tiles_w * std::max<int64_t>(1, c.group_block);
 }
@@ -84,7 +84,21 @@ bool FitBlocks(const ConvGeometry& g, ConvPass pass, int64_t limit, int real_byt
   if (pass == ConvPass::kBackpropFilter) {
     const int64_t icpg = std::max<int64_t>(1, g.in_c_per_group());
     const int64_t ocpg = std::max<int64_t>(1, g.out_c_per_group());
-    // Enough (input, output) units to keep `threads` busy: split output channels first.
+    c->vec_block = 1;
+    // Many groups keep the threads busy with whole groups per unit, batched.
+    if (g.groups >= threads) {
+      c->in_block = icpg;
+      c->out_block = ocpg;
+      constexpr int64_t kVecBlock = 16;
+      c->vec_block = std::max<int64_t>(
+          1, std::min<int64_t>(kVecBlock, CeilDiv(g.groups, std::max<int64_t>(1, threads))));
+      while (c->vec_block > 1 && FftWorkspaceBytes(g, pass, *c, real_bytes) > limit) {
+        c->vec_block /= 2;
+      }
+      if (FftWorkspaceBytes(g, pass, *c, real_bytes) <= limit) return true;
+    }
+    // Otherwise enough (input, output) units to keep `threads` busy: split output channels
+    // first.
     const int64_t want = std::max<int64_t>(1, CeilDiv(threads, g.groups));
     c->out_block = CeilDiv(ocpg, std::min(ocpg, want));
     const int64_t co_units = CeilDiv(ocpg, c->out_block);
