@@ -163,22 +163,38 @@ template <typename T, typename R>
 void LoadTiles(R* real, int64_t real_stride, int64_t planes, int64_t plane_stride,
                int64_t fh, int64_t fw, const Plane<T>& p, int64_t q0_h, int64_t q0_w,
                int64_t max_rows, int64_t max_cols) {
-  for (int64_t j = 0; j < planes; ++j) {
-    std::fill(real + j * real_stride, real + j * real_stride + fh * fw, R(0));
-  }
   const int64_t rows = std::min(fh, max_rows), cols = std::min(fw, max_cols);
   int64_t c_first = std::max<int64_t>(0, -q0_w);
   while (c_first < cols && (q0_w + c_first) % p.stuff_w != 0) ++c_first;
-  if (c_first >= cols) return;
   // Plane columns j_first, j_first + 1, ... land at tile columns c_first, + stuff_w, ...
-  const int64_t j_first = (q0_w + c_first) / p.stuff_w;
+  const int64_t j_first = c_first < cols ? (q0_w + c_first) / p.stuff_w : 0;
   const int64_t count =
-      std::min(p.cols - j_first, (cols - c_first + p.stuff_w - 1) / p.stuff_w);
-  for (int64_t r = 0; r < rows; ++r) {
+      c_first < cols
+          ? std::max<int64_t>(0, std::min(p.cols - j_first,
+                                          (cols - c_first + p.stuff_w - 1) / p.stuff_w))
+          : 0;
+  // Zero what the copy below leaves: whole rows without data, and (without column
+  // stuffing) the row ends around the copied run.
+  auto row_has_data = [&](int64_t r) {
     const int64_t q = q0_h + r;
-    if (q < 0 || q % p.stuff_h != 0) continue;
-    const int64_t i = q / p.stuff_h;
-    if (i >= p.rows) break;
+    return count > 0 && r < rows && q >= 0 && q % p.stuff_h == 0 && q / p.stuff_h < p.rows;
+  };
+  for (int64_t j = 0; j < planes; ++j) {
+    R* plane = real + j * real_stride;
+    for (int64_t r = 0; r < fh; ++r) {
+      R* row = plane + r * fw;
+      if (!row_has_data(r) || p.stuff_w != 1) {
+        std::fill(row, row + fw, R(0));
+      } else {
+        std::fill(row, row + c_first, R(0));
+        std::fill(row + c_first + count, row + fw, R(0));
+      }
+    }
+  }
+  if (count == 0) return;
+  for (int64_t r = 0; r < rows; ++r) {
+    if (!row_has_data(r)) continue;
+    const int64_t i = (q0_h + r) / p.stuff_h;
     const T* src = p.base + i * p.row_stride + j_first * p.col_stride;
     R* out = real + r * fw + c_first;
     if (planes == 1 && p.stuff_w == 1 && p.col_stride == 1) {
