@@ -78,6 +78,24 @@ double FftCost(const ConvGeometry& g, ConvPass pass, const FftConfig& c, const F
   return *flops / kFftFlopsPerSec;
 }
 
+// Largest v in [1, hi] for which fits() holds with *field = v, given that it holds for 1
+// (fits() grows with *field). Leaves *field at the result.
+template <typename Fits>
+int64_t LargestFitting(int64_t hi, int64_t* field, const Fits& fits) {
+  int64_t lo = 1;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) / 2;
+    *field = mid;
+    if (fits()) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  *field = lo;
+  return lo;
+}
+
 // Largest blocks (with `slots` slots) that fit the limit; false if none.
 bool FitBlocks(const ConvGeometry& g, ConvPass pass, int64_t limit, int real_bytes,
                int64_t threads, FftConfig* c) {
@@ -114,38 +132,18 @@ bool FitBlocks(const ConvGeometry& g, ConvPass pass, int64_t limit, int real_byt
     return true;
   }
   const int64_t dest = std::max<int64_t>(1, DestChannels(g, pass));
-  int64_t lo = 1, hi = dest;
-  c->out_block = 1;
-  if (FftWorkspaceBytes(g, pass, *c, real_bytes) > limit) return false;
-  while (lo < hi) {  // largest block that fits
-    const int64_t mid = (lo + hi + 1) / 2;
-    c->out_block = mid;
-    if (FftWorkspaceBytes(g, pass, *c, real_bytes) <= limit) {
-      lo = mid;
-    } else {
-      hi = mid - 1;
-    }
-  }
-  c->out_block = lo;
+  const auto fits = [&] { return FftWorkspaceBytes(g, pass, *c, real_bytes) <= limit; };
   c->group_block = 1;
   c->vec_block = 1;
+  c->out_block = 1;
+  if (!fits()) return false;
+  c->out_block = LargestFitting(dest, &c->out_block, fits);
   if (c->out_block >= dest && g.groups > 1) {  // whole groups fit: batch several groups
     // Enough to amortise DUCC's per-call overhead, and 64 bytes of float channels.
     constexpr int64_t kVecBlock = 16;
     c->vec_block = std::min<int64_t>(kVecBlock, g.groups);
-    if (FftWorkspaceBytes(g, pass, *c, real_bytes) > limit) c->vec_block = 1;
-    lo = 1;
-    hi = g.groups;
-    while (lo < hi) {
-      const int64_t mid = (lo + hi + 1) / 2;
-      c->group_block = mid;
-      if (FftWorkspaceBytes(g, pass, *c, real_bytes) <= limit) {
-        lo = mid;
-      } else {
-        hi = mid - 1;
-      }
-    }
-    c->group_block = lo;
+    if (!fits()) c->vec_block = 1;
+    c->group_block = LargestFitting(g.groups, &c->group_block, fits);
     c->vec_block = std::min(c->vec_block, c->group_block);
   }
   return true;

@@ -13,8 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "cc/core/direct.h"
-#include "cc/core/fft.h"
+#include "cc/core/conv.h"
 #include "cc/core/plan.h"
 #include "cc/core/geometry.h"
 
@@ -127,12 +126,7 @@ Array<T> Forward(const Array<T>& x, const Array<T>& w, const std::vector<int64_t
   T* yp = y.mutable_data();
   auto ws = Workspace(plan);
   py::gil_scoped_release release;
-  if (plan.algorithm == Algorithm::kFft && AllFinite(xp, x.size(), ThreadFor(threads)) &&
-      AllFinite(wp, w.size(), ThreadFor(threads))) {
-    FftForward(g, plan.fft, xp, wp, yp, ws.get(), ThreadFor(threads));
-  } else {
-    DirectForward(g, xp, wp, yp, ThreadFor(threads));
-  }
+  RunPass(g, plan, xp, x.size(), wp, w.size(), yp, ws.get(), ThreadFor(threads));
   return y;
 }
 
@@ -157,12 +151,7 @@ Array<T> BackpropInput(const std::vector<int64_t>& input_shape, const Array<T>& 
   T* dxp = dx.mutable_data();
   auto ws = Workspace(plan);
   py::gil_scoped_release release;
-  if (plan.algorithm == Algorithm::kFft && AllFinite(wp, w.size(), ThreadFor(threads)) &&
-      AllFinite(dyp, dy.size(), ThreadFor(threads))) {
-    FftBackpropInput(g, plan.fft, wp, dyp, dxp, ws.get(), ThreadFor(threads));
-  } else {
-    DirectBackpropInput(g, wp, dyp, dxp, ThreadFor(threads));
-  }
+  RunPass(g, plan, wp, w.size(), dyp, dy.size(), dxp, ws.get(), ThreadFor(threads));
   return dx;
 }
 
@@ -188,12 +177,7 @@ Array<T> BackpropFilter(const Array<T>& x, const std::vector<int64_t>& filter_sh
   T* dwp = dw.mutable_data();
   auto ws = Workspace(plan);
   py::gil_scoped_release release;
-  if (plan.algorithm == Algorithm::kFft && AllFinite(xp, x.size(), ThreadFor(threads)) &&
-      AllFinite(dyp, dy.size(), ThreadFor(threads))) {
-    FftBackpropFilter(g, plan.fft, xp, dyp, dwp, ws.get(), ThreadFor(threads));
-  } else {
-    DirectBackpropFilter(g, xp, dyp, dwp, ThreadFor(threads));
-  }
+  RunPass(g, plan, xp, x.size(), dyp, dy.size(), dwp, ws.get(), ThreadFor(threads));
   return dw;
 }
 
@@ -267,7 +251,7 @@ const std::vector<int64_t> kNone{};
 template <typename T>
 void DefKernels(py::module_& m) {
   m.def("conv2d", &Forward<T>, py::arg("input"), py::arg("filter"), LARGECONV_ARGS,
-        py::arg("num_threads") = 0, "Direct forward convolution (TF Conv2D semantics).");
+        py::arg("num_threads") = 0, "Forward convolution (TF Conv2D semantics), planned as the op plans it.");
   m.def("conv2d_backprop_input", &BackpropInput<T>, py::arg("input_shape"), py::arg("filter"),
         py::arg("out_backprop"), LARGECONV_ARGS, py::arg("num_threads") = 0,
         "Gradient of conv2d with respect to its input.");

@@ -4,9 +4,8 @@
 #include <array>
 #include <string>
 
-#include "cc/core/direct.h"
+#include "cc/core/conv.h"
 #include "cc/core/dtypes.h"
-#include "cc/core/fft.h"
 #include "cc/core/geometry.h"
 #include "cc/core/plan.h"
 #include "cc/tf/attrs.h"
@@ -47,13 +46,6 @@ const typename CoreType<T>::type* CorePtr(const Tensor& t) {
 template <typename T>
 typename CoreType<T>::type* CorePtr(Tensor* t) {
   return reinterpret_cast<typename CoreType<T>::type*>(t->flat<T>().data());
-}
-
-ParallelFor PoolFor(OpKernelContext* ctx);
-
-template <typename T>
-bool Finite(OpKernelContext* ctx, const Tensor& t) {
-  return AllFinite(CorePtr<T>(t), t.NumElements(), PoolFor(ctx));
 }
 
 ParallelFor PoolFor(OpKernelContext* ctx) {
@@ -137,6 +129,18 @@ class ConvOpBase : public OpKernel {
     return absl::OkStatus();
   }
 
+  // Plans, allocates the workspace and runs one pass on operands in the pass's order.
+  template <typename T>
+  void Run(OpKernelContext* ctx, const ConvGeometry& g, ConvPass pass, const Tensor& a,
+           const Tensor& b, Tensor* out) {
+    PassPlan plan;
+    Tensor workspace;
+    OP_REQUIRES_OK(ctx, PlanAndAllocate<T>(ctx, g, pass, &plan, &workspace));
+    RunPass(g, plan, CorePtr<T>(a), a.NumElements(), CorePtr<T>(b), b.NumElements(),
+            CorePtr<T>(out), plan.workspace_bytes > 0 ? workspace.data() : nullptr,
+            PoolFor(ctx));
+  }
+
   ConvAttrs attrs_;
   PlanRequest request_;
 };
@@ -155,16 +159,7 @@ class Conv2DOp : public ConvOpBase {
     OP_REQUIRES_OK(ctx, ToStatus(MakeGeometry(attrs_, in_shape, f_shape, &g)));
     Tensor* output = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, ToShape(g.output_shape()), &output));
-    PassPlan plan;
-    Tensor workspace;
-    OP_REQUIRES_OK(ctx, PlanAndAllocate<T>(ctx, g, ConvPass::kForward, &plan, &workspace));
-    if (plan.algorithm == Algorithm::kFft && Finite<T>(ctx, input) && Finite<T>(ctx, filter)) {
-      FftForward(g, plan.fft, CorePtr<T>(input), CorePtr<T>(filter), CorePtr<T>(output),
-                 workspace.data(), PoolFor(ctx));
-    } else {
-      DirectForward(g, CorePtr<T>(input), CorePtr<T>(filter), CorePtr<T>(output),
-                    PoolFor(ctx));
-    }
+    Run<T>(ctx, g, ConvPass::kForward, input, filter, output);
   }
 };
 
@@ -184,17 +179,7 @@ class Conv2DBackpropInputOp : public ConvOpBase {
     OP_REQUIRES_OK(ctx, CheckOutBackprop(dy, g));
     Tensor* dx = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, ToShape(in_shape), &dx));
-    PassPlan plan;
-    Tensor workspace;
-    OP_REQUIRES_OK(ctx,
-                   PlanAndAllocate<T>(ctx, g, ConvPass::kBackpropInput, &plan, &workspace));
-    if (plan.algorithm == Algorithm::kFft && Finite<T>(ctx, filter) && Finite<T>(ctx, dy)) {
-      FftBackpropInput(g, plan.fft, CorePtr<T>(filter), CorePtr<T>(dy), CorePtr<T>(dx),
-                       workspace.data(), PoolFor(ctx));
-    } else {
-      DirectBackpropInput(g, CorePtr<T>(filter), CorePtr<T>(dy), CorePtr<T>(dx),
-                          PoolFor(ctx));
-    }
+    Run<T>(ctx, g, ConvPass::kBackpropInput, filter, dy, dx);
   }
 };
 
@@ -214,17 +199,7 @@ class Conv2DBackpropFilterOp : public ConvOpBase {
     OP_REQUIRES_OK(ctx, CheckOutBackprop(dy, g));
     Tensor* dw = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, ToShape(f_shape), &dw));
-    PassPlan plan;
-    Tensor workspace;
-    OP_REQUIRES_OK(ctx,
-                   PlanAndAllocate<T>(ctx, g, ConvPass::kBackpropFilter, &plan, &workspace));
-    if (plan.algorithm == Algorithm::kFft && Finite<T>(ctx, input) && Finite<T>(ctx, dy)) {
-      FftBackpropFilter(g, plan.fft, CorePtr<T>(input), CorePtr<T>(dy), CorePtr<T>(dw),
-                        workspace.data(), PoolFor(ctx));
-    } else {
-      DirectBackpropFilter(g, CorePtr<T>(input), CorePtr<T>(dy), CorePtr<T>(dw),
-                           PoolFor(ctx));
-    }
+    Run<T>(ctx, g, ConvPass::kBackpropFilter, input, dy, dw);
   }
 };
 
