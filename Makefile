@@ -7,6 +7,9 @@
 VENV      ?= .venv
 TF_PIN    ?= tensorflow-cpu==2.21.0
 DEV_DEPS  ?= pybind11 numpy scipy pytest hypothesis setuptools wheel
+# tf_keras (Keras 2, for the tf_keras layer tests) without its dependency on the full
+# tensorflow package, which would be installed over tensorflow-cpu.
+NODEP_DEPS ?= "tf_keras==2.21.*"
 PY        ?= $(if $(wildcard $(VENV)/bin/python),$(VENV)/bin/python,python3)
 CXX       ?= g++
 JOBS      ?= 2
@@ -28,10 +31,11 @@ PY_STD    := -std=c++17
 .PHONY: all build demo test bench venv clean
 all: build
 
-$(VENV)/.ready:
+$(VENV)/.ready: Makefile
 	python3 -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --upgrade pip
 	$(VENV)/bin/python -m pip install "$(TF_PIN)" $(DEV_DEPS)
+	$(VENV)/bin/python -m pip install --no-deps $(NODEP_DEPS)
 	touch $@
 
 venv: $(VENV)/.ready

@@ -18,6 +18,12 @@ __version__ = "0.1.0"
 # reports a missing or stale build straight away.
 _loader.ops()
 
+# Registers the Keras layers as serializable, so saved models load after this import.
+try:
+  from tf_largeconv import keras  # noqa: F401  pylint: disable=g-import-not-at-top
+except ImportError:  # Keras 3 not installed: the ops still work
+  keras = None
+
 __all__ = ["conv2d", "conv2d_backprop_input", "conv2d_backprop_filter", "depthwise_conv2d",
            "plan", "Plan",
            "__version__"]

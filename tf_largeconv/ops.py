@@ -309,12 +309,13 @@ def tf_kernel_eligible(input_shape, filter_shape, attrs, dtype):
 
 
 def _use_tf_kernel(input, filters, attrs):  # pylint: disable=redefined-builtin
-  """True where the planner, asked with static shapes, prefers TensorFlow's own kernel
-  (small filters with many channels, where oneDNN's tuned code wins)."""
-  if not (input.shape.is_fully_defined() and filters.shape.is_fully_defined()):
+  """True where the planner, asked with static image and filter shapes, prefers
+  TensorFlow's own kernel (small filters with many channels, where oneDNN's tuned code
+  wins). The batch size may be unknown: the choice is made per image."""
+  if input.shape.rank != 4 or not filters.shape.is_fully_defined():
     return False
-  x_shape, f_shape = input.shape.as_list(), filters.shape.as_list()
-  if not tf_kernel_eligible(x_shape, f_shape, attrs, input.dtype):
+  x_shape, f_shape = [1] + input.shape.as_list()[1:], filters.shape.as_list()
+  if None in x_shape or not tf_kernel_eligible(x_shape, f_shape, attrs, input.dtype):
     return False
   key = tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in sorted(attrs.items()))
   return _plans_tf_kernel(tuple(x_shape), tuple(f_shape), key, input.dtype.name)

@@ -127,16 +127,20 @@ def plan_from_attrs(input_shape, filter_shape, attrs, dtype=tf.float32, num_thre
   args = (input_shape, filter_shape, attrs["strides"], attrs["padding"],
           attrs["explicit_paddings"], attrs["data_format"], attrs["dilations"])
   geometry = core.geometry(*args)
-  allow_tf = _ops_py.tf_kernel_eligible(input_shape, filter_shape, attrs, dtype)
   kwargs = dict(workspace_limit=attrs["workspace_limit"], num_threads=threads,
                 real_bytes=8 if dtype == tf.float64 else 4)
-  passes = core.plan(*args, algorithm=attrs["algorithm"], allow_tf=allow_tf, **kwargs)
-  # The forward pass decides: on TensorFlow's kernel, TF's own gradients follow it; on
-  # ours, the gradients are our ops, which never run TF's kernels.
-  if passes[0]["algorithm"] == "tf":
-    passes = core.plan(*args, algorithm="tf", allow_tf=True, **kwargs)
-  elif allow_tf:
-    passes = core.plan(*args, algorithm=attrs["algorithm"], allow_tf=False, **kwargs)
+  # TensorFlow's kernel runs the whole convolution (its own gradients follow) or none of
+  # it. The choice is made per image, so a graph traced with an unknown batch size and an
+  # eager call with a known one run the same kernel and give identical results.
+  route_tf = attrs["algorithm"] == "tf"
+  if attrs["algorithm"] == "auto" and _ops_py.tf_kernel_eligible(input_shape, filter_shape,
+                                                                  attrs, dtype):
+    per_image = [1] + input_shape[1:]
+    first = core.plan(per_image, *args[1:], algorithm="auto", allow_tf=True, **kwargs)[0]
+    route_tf = first["algorithm"] == "tf"
+  passes = core.plan(*args, algorithm="tf" if route_tf else attrs["algorithm"],
+                     allow_tf=route_tf and _ops_py.tf_kernel_eligible(
+                         input_shape, filter_shape, attrs, dtype), **kwargs)
   limit = attrs["workspace_limit"]
   if limit < 0:
     limit = core.DEFAULT_WORKSPACE_LIMIT

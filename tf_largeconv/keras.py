@@ -1,0 +1,191 @@
+"""Keras 3 layers over the LargeConv ops, and a converter for existing models.
+
+`LargeConv2D` and `LargeDepthwiseConv2D` are `keras.layers.Conv2D` / `DepthwiseConv2D`
+argument for argument, default for default and weight for weight (so `set_weights` moves
+weights both ways); they add `algorithm` and `workspace_limit`. TensorFlow backend only;
+models using them load (.keras or SavedModel) after `import tf_largeconv`.
+"""
+
+import keras
+import tensorflow as tf
+
+from tf_largeconv import ops as _ops
+
+_PACKAGE = "tf_largeconv"
+
+
+def _check_backend():
+  if keras.backend.backend() != "tensorflow":
+    raise ValueError("tf_largeconv layers need the TensorFlow backend, got "
+                     f"keras.backend.backend()={keras.backend.backend()!r}")
+
+
+def _data_format(keras_format):
+  return "NHWC" if keras_format == "channels_last" else "NCHW"
+
+
+def conv_output_shape(input_shape, filter_shape, strides, padding, data_format,
+                      dilations):
+  """Static output shape from the package's one geometry (tf_largeconv._core), keeping
+  unknown (None) dimensions unknown. data_format is 'NHWC' or 'NCHW'."""
+  from tf_largeconv import _core  # pylint: disable=g-import-not-at-top
+  attrs = _ops.conv_attrs(strides, padding, data_format, dilations)
+  shape = list(input_shape)
+  probe = list(shape)
+  h, w = (1, 2) if data_format == "NHWC" else (2, 3)
+  c = 3 if data_format == "NHWC" else 1
+  # Each unknown dimension is computed with a stand-in large enough for any filter, then
+  # reported unknown again: output sizes are independent per dimension.
+  for i, size in enumerate(shape):
+    if size is None:
+      probe[i] = 1 if i in (0, c) else max(filter_shape[0], filter_shape[1]) * 64 + 1
+  if shape[c] is None:
+    probe[c] = filter_shape[2]
+  out = list(_core.geometry([int(v) for v in probe], [int(v) for v in filter_shape],
+                            attrs["strides"], attrs["padding"], attrs["explicit_paddings"],
+                            attrs["data_format"], attrs["dilations"])["output_shape"])
+  for i in (0, h, w):
+    if shape[i] is None:
+      out[i] = None
+  return tuple(out)
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class LargeConv2D(keras.layers.Conv2D):
+  """`keras.layers.Conv2D` computed by `tf_largeconv.conv2d`.
+
+  Args: those of `keras.layers.Conv2D`, plus
+    algorithm: 'auto', 'direct', 'fft' or 'tf' (see `tf_largeconv.conv2d`).
+    workspace_limit: bytes of temporary memory per pass; None means 64 MiB.
+  Like `keras.layers.Conv2D` it rejects strides > 1 together with dilation_rate > 1 (the op
+  itself supports that combination; `tf_largeconv.conv2d` offers it).
+  """
+
+  def __init__(self, filters, kernel_size, strides=(1, 1), padding="valid",
+               data_format=None, dilation_rate=(1, 1), groups=1, activation=None,
+               use_bias=True, kernel_initializer="glorot_uniform", bias_initializer="zeros",
+               kernel_regularizer=None, bias_regularizer=None, activity_regularizer=None,
+               kernel_constraint=None, bias_constraint=None, algorithm="auto",
+               workspace_limit=None, **kwargs):
+    _check_backend()
+    self.algorithm = _ops.normalize_algorithm(algorithm)
+    _ops.normalize_workspace_limit(workspace_limit)
+    self.workspace_limit = workspace_limit
+    super().__init__(filters=filters, kernel_size=kernel_size, strides=strides,
+                     padding=padding, data_format=data_format, dilation_rate=dilation_rate,
+                     groups=groups, activation=activation, use_bias=use_bias,
+                     kernel_initializer=kernel_initializer, bias_initializer=bias_initializer,
+                     kernel_regularizer=kernel_regularizer, bias_regularizer=bias_regularizer,
+                     activity_regularizer=activity_regularizer,
+                     kernel_constraint=kernel_constraint, bias_constraint=bias_constraint,
+                     **kwargs)
+    self.supports_jit = False  # XLA cannot compile custom ops
+
+  def convolution_op(self, inputs, kernel):
+    return _ops.conv2d(inputs, kernel, list(self.strides), self.padding.upper(),
+                       data_format=_data_format(self.data_format),
+                       dilations=list(self.dilation_rate), algorithm=self.algorithm,
+                       workspace_limit=self.workspace_limit)
+
+  def compute_output_shape(self, input_shape):
+    c = -1 if self.data_format == "channels_last" else 1
+    in_c = input_shape[c]
+    filter_shape = (*self.kernel_size, (in_c // self.groups) if in_c else 1, self.filters)
+    return conv_output_shape(input_shape, filter_shape, list(self.strides),
+                             self.padding.upper(), _data_format(self.data_format),
+                             list(self.dilation_rate))
+
+  def get_config(self):
+    config = super().get_config()
+    config.update(algorithm=self.algorithm, workspace_limit=self.workspace_limit)
+    return config
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class LargeDepthwiseConv2D(keras.layers.DepthwiseConv2D):
+  """`keras.layers.DepthwiseConv2D` computed by `tf_largeconv.depthwise_conv2d`.
+
+  Args: those of `keras.layers.DepthwiseConv2D`, plus `algorithm` and `workspace_limit`
+  as for `LargeConv2D`.
+  """
+
+  def __init__(self, kernel_size, strides=(1, 1), padding="valid", depth_multiplier=1,
+               data_format=None, dilation_rate=(1, 1), activation=None, use_bias=True,
+               depthwise_initializer="glorot_uniform", bias_initializer="zeros",
+               depthwise_regularizer=None, bias_regularizer=None, activity_regularizer=None,
+               depthwise_constraint=None, bias_constraint=None, algorithm="auto",
+               workspace_limit=None, **kwargs):
+    _check_backend()
+    self.algorithm = _ops.normalize_algorithm(algorithm)
+    _ops.normalize_workspace_limit(workspace_limit)
+    self.workspace_limit = workspace_limit
+    super().__init__(kernel_size=kernel_size, strides=strides, padding=padding,
+                     depth_multiplier=depth_multiplier, data_format=data_format,
+                     dilation_rate=dilation_rate, activation=activation, use_bias=use_bias,
+                     depthwise_initializer=depthwise_initializer,
+                     bias_initializer=bias_initializer,
+                     depthwise_regularizer=depthwise_regularizer,
+                     bias_regularizer=bias_regularizer,
+                     activity_regularizer=activity_regularizer,
+                     depthwise_constraint=depthwise_constraint,
+                     bias_constraint=bias_constraint, **kwargs)
+    self.supports_jit = False
+
+  def call(self, inputs):
+    outputs = _ops.depthwise_conv2d(inputs, self.kernel, list(self.strides),
+                                    self.padding.upper(),
+                                    data_format=_data_format(self.data_format),
+                                    dilations=list(self.dilation_rate),
+                                    algorithm=self.algorithm,
+                                    workspace_limit=self.workspace_limit)
+    if self.use_bias:
+      shape = ((1, 1, 1, -1) if self.data_format == "channels_last" else (1, -1, 1, 1))
+      outputs = outputs + tf.reshape(tf.cast(self.bias, outputs.dtype), shape)
+    if self.activation is not None:
+      return self.activation(outputs)
+    return outputs
+
+  def compute_output_shape(self, input_shape):
+    c = -1 if self.data_format == "channels_last" else 1
+    in_c = input_shape[c]
+    if in_c is None:
+      raise ValueError("LargeDepthwiseConv2D needs a known input channel count")
+    filter_shape = (*self.kernel_size, 1, in_c * self.depth_multiplier)
+    return conv_output_shape(input_shape, filter_shape, list(self.strides),
+                             self.padding.upper(), _data_format(self.data_format),
+                             list(self.dilation_rate))
+
+  def get_config(self):
+    config = super().get_config()
+    config.update(algorithm=self.algorithm, workspace_limit=self.workspace_limit)
+    return config
+
+
+def convert(model, min_kernel_size=15, algorithm="auto", workspace_limit=None):
+  """Clones a Keras model with its large-kernel convolutions on tf_largeconv.
+
+  Every `keras.layers.Conv2D` / `DepthwiseConv2D` whose kernel has a side of at least
+  `min_kernel_size` becomes a `LargeConv2D` / `LargeDepthwiseConv2D` with the same
+  configuration; all weights are copied.
+
+  Args:
+    model: a Sequential or functional Keras model.
+    min_kernel_size: the smallest kernel side to replace.
+    algorithm, workspace_limit: for the new layers.
+
+  Returns:
+    The converted clone (the input model is left as it was).
+  """
+  def clone(layer):
+    config = layer.get_config()
+    large = max(getattr(layer, "kernel_size", (0,))) >= min_kernel_size
+    if type(layer) is keras.layers.Conv2D and large:  # pylint: disable=unidiomatic-typecheck
+      return LargeConv2D(**config, algorithm=algorithm, workspace_limit=workspace_limit)
+    if type(layer) is keras.layers.DepthwiseConv2D and large:  # pylint: disable=unidiomatic-typecheck
+      return LargeDepthwiseConv2D(**config, algorithm=algorithm,
+                                  workspace_limit=workspace_limit)
+    return layer.__class__.from_config(config)
+
+  converted = keras.models.clone_model(model, clone_function=clone)
+  converted.set_weights(model.get_weights())
+  return converted
