@@ -188,11 +188,22 @@ def conv2d(input, filters, strides, padding, data_format="NHWC", dilations=None,
   with tf.name_scope(name or "LargeConv2D"):
     input, filters = _as_tensors(input, filters)
     if attrs["algorithm"] in ("auto", "tf") and _use_tf_kernel(input, filters, attrs):
-      return tf.nn.conv2d(input, filters, strides, padding, data_format=attrs["data_format"],
-                          dilations=dilations)
+      def tf_kernel():
+        return tf.nn.conv2d(input, filters, strides, padding,
+                            data_format=attrs["data_format"], dilations=dilations)
+
+      def ours():
+        return _loader.ops().large_conv_conv2d(input, filters,
+                                               **dict(attrs, algorithm="auto"))
+
+      # TF's oneDNN kernel returns a wrongly shaped tensor for an empty batch.
+      batch = input.shape[0]
+      if batch is None:
+        return tf.cond(tf.shape(input)[0] > 0, tf_kernel, ours)
+      return tf_kernel() if batch > 0 else ours()
     if attrs["algorithm"] == "tf":
       raise ValueError("algorithm='tf' needs what TensorFlow's CPU kernels support: NHWC, "
-                       "dilations 1, no groups, float32/float64 and static shapes")
+                       "dilations 1, no groups, float32/float64 and static image shapes")
     return _loader.ops().large_conv_conv2d(input, filters, **attrs)
 
 
