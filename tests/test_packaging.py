@@ -35,3 +35,11 @@ def test_demo_runs():
   diff = float(diff_line.split("=")[1].split()[0])
   scale = float(diff_line.split("magnitude")[1].split(")")[0])
   assert diff <= 1e-4 * scale
+
+
+def test_example_trains():
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
+  out = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "train_large_kernel.py"),
+                        "--steps", "3", "--size", "40", "--channels", "8"], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=600, check=True)
+  assert "backprop_filter" in out.stdout and "loss per epoch" in out.stdout

@@ -1,0 +1,53 @@
+"""Trains a tiny RepLKNet-style network (a 31x31 depthwise block between 1x1 convolutions)
+on synthetic data with tf_largeconv's Keras layers, printing the plan of the large-kernel
+layer and the memory the run used.
+
+  python examples/train_large_kernel.py [--steps N]
+"""
+
+import argparse
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+import tf_largeconv as lc
+from tf_largeconv import _measure
+from tf_largeconv.keras import LargeDepthwiseConv2D
+
+
+def build(size, channels):
+  inp = keras.Input((size, size, 3))
+  h = keras.layers.Conv2D(channels, 1, activation="relu")(inp)
+  block = LargeDepthwiseConv2D(31, padding="same", name="large_kernel")(h)
+  h = keras.layers.Add()([h, keras.layers.Conv2D(channels, 1)(block)])  # residual
+  h = keras.layers.GlobalAveragePooling2D()(h)
+  return keras.Model(inp, keras.layers.Dense(10)(h))
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--steps", type=int, default=30)
+  parser.add_argument("--size", type=int, default=56)
+  parser.add_argument("--channels", type=int, default=32)
+  args = parser.parse_args(argv)
+
+  rng = np.random.default_rng(0)
+  x = rng.random((args.steps * 8, args.size, args.size, 3), dtype=np.float32)
+  labels = (x[:, ::8, ::8, 0].mean(axis=(1, 2)) * 10).astype(np.int64).clip(0, 9)
+  model = build(args.size, args.channels)
+  model.compile(keras.optimizers.Adam(1e-3),
+                keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+  print("Plan of the 31x31 depthwise layer for a batch of 8:")
+  print(lc.plan((8, args.size, args.size, args.channels), (31, 31, 1, args.channels), 1,
+                "SAME"))
+  base = _measure.reset_peak_rss()
+  hist = model.fit(x, labels, batch_size=8, epochs=2, verbose=0).history["loss"]
+  print(f"loss per epoch: {', '.join(f'{v:.3f}' for v in hist)}")
+  print(f"peak process memory above the start of training: "
+        f"{(_measure.peak_rss() - base) / 2**20:.1f} MiB")
+  return 0
+
+
+if __name__ == "__main__":
+  raise SystemExit(main())
