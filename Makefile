@@ -28,7 +28,7 @@ TFCONFIG  := $(BUILD)/tfconfig.mk
 OPT       := -O3 -mavx -DNDEBUG -fPIC -Wall -Wno-sign-compare -Wno-deprecated-declarations -Wno-interference-size -I.
 PY_STD    := -std=c++17
 
-.PHONY: all build demo test bench venv clean
+.PHONY: all build demo test bench fuzz venv clean
 all: build
 
 $(VENV)/.ready: Makefile
@@ -79,6 +79,12 @@ demo: $(VENV)/.ready
 test: $(VENV)/.ready
 	$(MAKE) --no-print-directory build PY=$(VENV)/bin/python
 	$(VENV)/bin/python -m pytest -q tests
+
+# Long property-based fuzzing and crash hunting (CI runs short versions in make test).
+fuzz: $(VENV)/.ready
+	$(MAKE) --no-print-directory build PY=$(VENV)/bin/python
+	FUZZ_EXAMPLES=2000 $(VENV)/bin/python -m pytest -q tests/test_fuzz.py
+	$(VENV)/bin/python tests/crash_harness.py --workers 8 --calls 2000
 
 bench: $(VENV)/.ready
 	$(MAKE) --no-print-directory build PY=$(VENV)/bin/python

@@ -2,7 +2,12 @@
 allocator counts it), impossible limits fail clearly, and choices are stable."""
 
 import gc
+import os
+import subprocess
+import sys
+import textwrap
 
+from hypothesis import HealthCheck, assume, given, settings, strategies as st
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -191,3 +196,61 @@ def _grads(x, w):
   with tf.GradientTape() as tape:
     y = lc.conv2d(x, w, 1, "SAME", algorithm="direct")
   return tape.gradient(y, [x, w])
+
+
+@settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", "12")), deadline=None,
+          derandomize=True, suppress_health_check=list(HealthCheck))
+@given(st.integers(1, 2), st.integers(20, 90), st.integers(20, 90), st.integers(1, 3),
+       st.integers(5, 41), st.integers(1, 4), st.sampled_from(["SAME", "VALID"]),
+       st.sampled_from([MiB // 4, MiB, 4 * MiB, 16 * MiB]))
+def test_random_shapes_and_limits_stay_within_the_limit(n, h, w, c, k, cout, padding, limit):
+  assume(padding == "SAME" or (h >= k and w >= k))
+  x_shape, w_shape = (n, h, w, c), (k, k, c, cout)
+  p = lc.plan(x_shape, w_shape, 1, padding, workspace_limit=limit)
+  rng = np.random.default_rng(h * w + k)
+  x = tf.constant(rng.standard_normal(x_shape), tf.float32)
+  wt = tf.constant(rng.standard_normal(w_shape), tf.float32)
+  dy = tf.constant(rng.standard_normal(p.output_shape), tf.float32)
+  runs = {
+      "forward": lambda: lc.conv2d(x, wt, 1, padding, workspace_limit=limit,
+                                   algorithm="fft"),
+      "backprop_input": lambda: lc.conv2d_backprop_input(
+          x_shape, wt, dy, 1, padding, workspace_limit=limit, algorithm="fft"),
+      "backprop_filter": lambda: lc.conv2d_backprop_filter(
+          x, w_shape, dy, 1, padding, workspace_limit=limit, algorithm="fft"),
+  }
+  fft_plan = lc.plan(x_shape, w_shape, 1, padding, workspace_limit=limit, algorithm="fft")
+  out_bytes = {"forward": np.prod(p.output_shape) * 4, "backprop_input": np.prod(x_shape) * 4,
+               "backprop_filter": np.prod(w_shape) * 4}
+  for pass_plan in fft_plan.passes:
+    assert pass_plan.workspace_bytes <= limit
+    expected = _allocator_count(int(out_bytes[pass_plan.name]), pass_plan.workspace_bytes)
+    _, extra = _transient_peak(runs[pass_plan.name])
+    assert extra == expected, (pass_plan, extra, expected)
+
+
+def test_process_memory_does_not_scale_with_input_times_filter():
+  # 2000x2000 input, 101x101 filter: an im2col would need 2000*2000*101*101*4 B = 163 GB.
+  code = textwrap.dedent("""
+      import numpy as np, tensorflow as tf, tf_largeconv as lc
+      from tf_largeconv import _measure
+      x = tf.random.uniform((1, 2000, 2000, 1)); w = tf.random.uniform((101, 101, 1, 1))
+      lc.conv2d(tf.ones((1, 8, 8, 1)), tf.ones((3, 3, 1, 1)), 1, "SAME")  # load, warm up
+      limit = 8 << 20
+      base = _measure.reset_peak_rss()
+      with tf.GradientTape() as tape:
+        tape.watch([x, w])
+        y = lc.conv2d(x, w, 1, "SAME", workspace_limit=limit)
+      dx, dw = tape.gradient(y, [x, w])
+      print((_measure.peak_rss() - base) / 2**20)
+      """)
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
+             PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       timeout=600, check=True)
+  growth_mib = float(out.stdout.strip().splitlines()[-1])
+  # Live at once: y, its gradient seed, dx (16 MB each), one 8 MiB workspace, each
+  # possibly held in a chunk up to twice its size by TF's allocator, plus thread and
+  # transform scratch.
+  assert growth_mib < 2 * (3 * 16 + 8) + 32, growth_mib

@@ -35,6 +35,10 @@ CASES = {
     "replk31_train": ((8, 56, 56, 128), (31, 31, 128, 1), 1, "SAME", "train", 1, "depthwise"),
     "slak51_train": ((8, 32, 32, 256), (51, 51, 256, 1), 1, "SAME", "train", 1, "depthwise"),
     "grouped31_train": ((4, 64, 64, 32), (31, 31, 8, 32), 1, "SAME", "train", 1),
+    # More than 2^31 elements (4.3 GB of bfloat16) under the default workspace limit. TF's
+    # own kernel is not run: ~44 TFLOP of direct convolution would take hours here.
+    "gigapixel": ((1, 46500, 46500, 1), (101, 101, 1, 1), 1, "SAME", "forward", 0,
+                  "gigapixel"),
 }
 SWEEP = (3, 7, 15, 31, 63, 99, 135)
 for _k in SWEEP:
@@ -70,8 +74,13 @@ def _worker(case, impl, repeats):
   x_shape, w_shape, strides, padding, mode = CASES[case][:5]
   depthwise = _kind(case) == "depthwise"
   rng = np.random.default_rng(0)
-  x = rng.random(x_shape, dtype=np.float32)
   w = (rng.standard_normal(w_shape) / (w_shape[0] * w_shape[1])).astype(np.float32)
+  if _kind(case) == "gigapixel":  # generated in TF's bfloat16 directly: no float32 copy
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    x = tf.random.uniform(x_shape, dtype=tf.bfloat16)
+    w = tf.cast(w, tf.bfloat16)
+  else:
+    x = rng.random(x_shape, dtype=np.float32)
   if impl == "scipy":
     def run():
       _scipy_forward(x, w, padding)
@@ -83,10 +92,13 @@ def _worker(case, impl, repeats):
       conv = lambda a, b, s, p: fn(a, b, [1, s, s, 1], p)  # noqa: E731
     else:
       conv = lc.conv2d if impl == "tf_largeconv" else tf.nn.conv2d
-    xt, wt = tf.constant(x), tf.constant(w)
+    xt, wt = tf.convert_to_tensor(x), tf.convert_to_tensor(w)
     # Warm the library on a tiny problem so one-time set-up is not counted as the case's.
     conv(tf.ones((1, 8, 8, 1)), tf.ones((3, 3, 1, 1)), 1, "SAME").numpy()
-    if mode == "forward":
+    if mode == "forward" and _kind(case) == "gigapixel":
+      def run():  # eager ops run synchronously; .numpy() would copy 4.3 GB of bfloat16
+        conv(xt, wt, strides, padding)[0, 0, 0, 0].numpy()
+    elif mode == "forward":
       def run():
         conv(xt, wt, strides, padding).numpy()
     else:
@@ -133,7 +145,7 @@ def _fft_floor(case):
 
 
 def _run_one(case, impl, timeout):
-  repeats = CASES[case][5] if impl == "tf.nn.conv2d" else 5
+  repeats = CASES[case][5] if impl == "tf.nn.conv2d" else (1 if _kind(case) == "gigapixel" else 5)
   cmd = [sys.executable, "-m", "tf_largeconv.bench", "--worker", case, impl, str(repeats)]
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", OPENBLAS_NUM_THREADS="1")
   try:
@@ -226,6 +238,8 @@ def main(argv=None):
     x_shape, w_shape, _, _, mode = CASES[name][:5]
     row = {}
     for impl in IMPLS:
+      if impl != "tf_largeconv" and _kind(name) == "gigapixel":
+        continue
       if impl == "scipy" and (mode != "forward" or CASES[name][2] != 1 or
                               _kind(name) != "conv" or w_shape[2] != x_shape[3] or
                               x_shape[3] * w_shape[3] > SCIPY_MAX_CHANNEL_PAIRS):

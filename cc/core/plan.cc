@@ -192,7 +192,10 @@ std::string PlanPass(const ConvGeometry& g, ConvPass pass, const PlanRequest& re
   p.cost_direct = p.flops / kDirectFlopsPerSec;
   p.algorithm = Algorithm::kDirect;
 
-  // Best FFT configuration by cost, for one slot (thread-independent).
+  // Best FFT configuration by cost. The transform size must not depend on the thread
+  // count (it changes the arithmetic), so it is chosen for a fixed nominal number of slots
+  // that leaves room to run in parallel, or for one slot if nothing fits that way.
+  constexpr int64_t kNominalSlots = 4;
   const int64_t keh = Extent(g.filter_h, g.dilation_h), kew = Extent(g.filter_w, g.dilation_w);
   FftTiling probe;
   MakeFftTiling(g, pass, keh, kew, &probe);
@@ -204,27 +207,31 @@ std::string PlanPass(const ConvGeometry& g, ConvPass pass, const PlanRequest& re
       keh <= kMaxFftSide && kew <= kMaxFftSide) {
     const auto hs = SmoothSizes(keh, std::min(kMaxFftSide, probe.dense_h + keh - 1));
     const auto ws = SmoothSizes(kew, std::min(kMaxFftSide, probe.dense_w + kew - 1));
-    for (int64_t fh : hs) {
-      for (int64_t fw : ws) {
-        FftConfig c;
-        c.fft_h = fh;
-        c.fft_w = fw;
-        c.slots = 1;
-        FftConfig smallest = c;
-        const int64_t bytes = FftWorkspaceBytes(g, pass, smallest, req.real_bytes);
-        if (min_bytes < 0 || bytes < min_bytes) min_bytes = bytes;
-        if (!FitBlocks(g, pass, limit, req.real_bytes, 1, &c)) continue;
-        FftTiling t;
-        MakeFftTiling(g, pass, fh, fw, &t);
-        double flops;
-        const double cost = FftCost(g, pass, c, t, &flops);
-        if (!found || cost < best_cost) {
-          found = true;
-          best = c;
-          best_cost = cost;
+    for (int64_t nominal : {kNominalSlots, int64_t{1}}) {
+      for (int64_t fh : hs) {
+        for (int64_t fw : ws) {
+          FftConfig c;
+          c.fft_h = fh;
+          c.fft_w = fw;
+          c.slots = 1;
+          const int64_t bytes = FftWorkspaceBytes(g, pass, c, req.real_bytes);
+          if (min_bytes < 0 || bytes < min_bytes) min_bytes = bytes;
+          c.slots = nominal;
+          if (!FitBlocks(g, pass, limit, req.real_bytes, 1, &c)) continue;
+          FftTiling t;
+          MakeFftTiling(g, pass, fh, fw, &t);
+          double flops;
+          const double cost = FftCost(g, pass, c, t, &flops);
+          if (!found || cost < best_cost) {
+            found = true;
+            best = c;
+            best_cost = cost;
+          }
         }
       }
+      if (found) break;
     }
+    best.slots = 1;
   }
   if (found) p.cost_fft = best_cost;
   const bool use_fft = found && (req.algorithm == Algorithm::kFft || best_cost < p.cost_direct);
