@@ -24,10 +24,6 @@ template <typename T>
 void DirectBackpropFilter(const ConvGeometry& g, const T* input, const T* out_backprop,
                           T* filter_backprop, const ParallelFor& pf);
 
-// Bytes of workspace the direct passes take from the caller (they use none: the tiles live
-// on the stack). Kept as a function so planners have one number to read.
-inline int64_t DirectWorkspaceBytes(const ConvGeometry&) { return 0; }
-
 }  // namespace largeconv
 
 #endif  // TF_LARGECONV_CORE_DIRECT_H_

@@ -124,14 +124,6 @@ void C2RBatch(std::complex<R>* spec, R* real, int64_t count, int64_t real_stride
   ducc0::c2r_mut(in, out, {1, 2}, false, R(1), 1);
 }
 
-// Destroys `spec`.
-template <typename R>
-void C2R(std::complex<R>* spec, R* real, int64_t fh, int64_t fw, R fct) {
-  ducc0::vfmav<std::complex<R>> in(spec, {size_t(fh), size_t(fw / 2 + 1)});
-  ducc0::vfmav<R> out(real, {size_t(fh), size_t(fw)});
-  ducc0::c2r_mut(in, out, {0, 1}, false, fct, 1);
-}
-
 // acc += a * conj(b) over n complex bins, written on interleaved reals so it vectorises.
 template <typename R>
 void MacConj(std::complex<R>* acc, const std::complex<R>* a, const std::complex<R>* b,
@@ -207,12 +199,6 @@ void LoadTiles(R* real, int64_t real_stride, int64_t planes, int64_t plane_strid
       }
     }
   }
-}
-
-template <typename T, typename R>
-void LoadTile(R* real, int64_t fh, int64_t fw, const Plane<T>& p, int64_t q0_h, int64_t q0_w,
-              int64_t max_rows, int64_t max_cols) {
-  LoadTiles(real, 0, 1, 0, fh, fw, p, q0_h, q0_w, max_rows, max_cols);
 }
 
 // Forward and backprop-input share this engine: dst[p] = sum_k src[p + off + k] filt[k],

@@ -14,12 +14,6 @@ namespace largeconv {
 using ParallelFor = std::function<void(int64_t total, int64_t cost_per_unit,
                                        const std::function<void(int64_t, int64_t)>& fn)>;
 
-// Runs everything on the calling thread.
-inline void SerialFor(int64_t total, int64_t /*cost_per_unit*/,
-                      const std::function<void(int64_t, int64_t)>& fn) {
-  if (total > 0) fn(0, total);
-}
-
 // True when pred(p[i]) holds for every i, evaluated in parallel chunks.
 template <typename T, typename Pred>
 bool ParallelAll(const T* p, int64_t n, Pred pred, const ParallelFor& pf) {
