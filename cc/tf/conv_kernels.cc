@@ -2,6 +2,7 @@
 // checked at the top of Compute, and the framework-free core does the arithmetic on TF's
 // intra-op thread pool.
 #include <array>
+#include <map>
 #include <string>
 
 #include "cc/core/conv.h"
@@ -12,6 +13,7 @@
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/register_types.h"
 #include "tensorflow/core/framework/tensor.h"
+#include "tensorflow/core/platform/mutex.h"
 #include "tensorflow/core/platform/threadpool.h"
 
 namespace largeconv {
@@ -121,10 +123,32 @@ class ConvOpBase : public OpKernel {
     PlanRequest req = request_;
     req.threads = ctx->device()->tensorflow_cpu_worker_threads()->num_threads;
     req.real_bytes = sizeof(AccT<typename CoreType<T>::type>);
+    // Plans depend only on the shapes here (attrs are fixed per kernel): cache them, so a
+    // training loop plans each shape once.
+    const PlanKey key{g.batch, g.in_h, g.in_w, g.in_c, g.filter_h, g.filter_w,
+                      g.filter_in_c, g.out_c, req.threads};
+    {
+      tensorflow::mutex_lock lock(plan_mu_);
+      auto it = plans_.find(key);
+      if (it != plans_.end()) {
+        *plan = it->second;
+        return AllocateWorkspace(ctx, *plan, workspace);
+      }
+    }
     TF_RETURN_IF_ERROR(ToStatus(PlanPass(g, pass, req, plan)));
-    if (plan->workspace_bytes > 0) {
+    {
+      tensorflow::mutex_lock lock(plan_mu_);
+      if (plans_.size() >= kMaxCachedPlans) plans_.clear();
+      plans_.emplace(key, *plan);
+    }
+    return AllocateWorkspace(ctx, *plan, workspace);
+  }
+
+  static absl::Status AllocateWorkspace(OpKernelContext* ctx, const PassPlan& plan,
+                                        Tensor* workspace) {
+    if (plan.workspace_bytes > 0) {
       TF_RETURN_IF_ERROR(ctx->allocate_temp(tensorflow::DT_INT8,
-                                            TensorShape({plan->workspace_bytes}), workspace));
+                                            TensorShape({plan.workspace_bytes}), workspace));
     }
     return absl::OkStatus();
   }
@@ -141,8 +165,13 @@ class ConvOpBase : public OpKernel {
             PoolFor(ctx));
   }
 
+  using PlanKey = std::array<int64_t, 9>;
+  static constexpr size_t kMaxCachedPlans = 64;
+
   ConvAttrs attrs_;
   PlanRequest request_;
+  tensorflow::mutex plan_mu_;
+  std::map<PlanKey, PassPlan> plans_ TF_GUARDED_BY(plan_mu_);
 };
 
 template <typename T>
