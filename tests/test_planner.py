@@ -52,6 +52,28 @@ def _allocator_count(out_bytes, temp_bytes):
   return count
 
 
+def _check_passes(plan, x_shape, w_shape, strides, padding, rng, **kwargs):
+  """Runs each pass of `plan` alone and checks its temporary memory against the allocator's
+  count of one request of the planned workspace (after the pass's result)."""
+  x = tf.constant(rng.standard_normal(x_shape), tf.float32)
+  w = tf.constant(rng.standard_normal(w_shape), tf.float32)
+  dy = tf.constant(rng.standard_normal(plan.output_shape), tf.float32)
+  runs = {
+      "forward": (lambda: lc.conv2d(x, w, strides, padding, **kwargs), plan.output_shape),
+      "backprop_input": (lambda: lc.conv2d_backprop_input(x_shape, w, dy, strides, padding,
+                                                          **kwargs), x_shape),
+      "backprop_filter": (lambda: lc.conv2d_backprop_filter(x, w_shape, dy, strides, padding,
+                                                            **kwargs), w_shape),
+  }
+  for pass_plan in plan.passes:
+    assert pass_plan.workspace_bytes <= plan.workspace_limit
+    run, out_shape = runs[pass_plan.name]
+    expected = _allocator_count(int(np.prod(out_shape)) * 4, pass_plan.workspace_bytes)
+    _, extra = _transient_peak(run)
+    assert extra == expected, (pass_plan, extra, expected)
+    assert extra < 2 * max(pass_plan.workspace_bytes, 1)
+
+
 CASES = [
     ((2, 100, 90, 3), (31, 31, 3, 4), 1, "SAME"),
     ((1, 64, 70, 8), (15, 9, 4, 6), (2, 1), "VALID"),
@@ -64,24 +86,7 @@ CASES = [
 def test_each_pass_takes_exactly_the_planned_workspace(rng, case, limit):
   x_shape, w_shape, strides, padding = case
   p = lc.plan(x_shape, w_shape, strides, padding, workspace_limit=limit)
-  x = tf.constant(rng.standard_normal(x_shape), tf.float32)
-  w = tf.constant(rng.standard_normal(w_shape), tf.float32)
-  dy = tf.constant(rng.standard_normal(p.output_shape), tf.float32)
-  runs = {
-      "forward": lambda: lc.conv2d(x, w, strides, padding, workspace_limit=limit),
-      "backprop_input": lambda: lc.conv2d_backprop_input(
-          x_shape, w, dy, strides, padding, workspace_limit=limit),
-      "backprop_filter": lambda: lc.conv2d_backprop_filter(
-          x, w_shape, dy, strides, padding, workspace_limit=limit),
-  }
-  out_bytes = {"forward": np.prod(p.output_shape) * 4, "backprop_input": np.prod(x_shape) * 4,
-               "backprop_filter": np.prod(w_shape) * 4}
-  for pass_plan in p.passes:
-    assert pass_plan.workspace_bytes <= limit
-    expected = _allocator_count(int(out_bytes[pass_plan.name]), pass_plan.workspace_bytes)
-    _, extra = _transient_peak(runs[pass_plan.name])
-    assert extra == expected, (pass_plan, extra, expected)
-    assert extra < 2 * max(pass_plan.workspace_bytes, 1)
+  _check_passes(p, x_shape, w_shape, strides, padding, rng, workspace_limit=limit)
 
 
 def test_gradient_step_stays_within_limit(rng):
@@ -206,27 +211,9 @@ def _grads(x, w):
 def test_random_shapes_and_limits_stay_within_the_limit(n, h, w, c, k, cout, padding, limit):
   assume(padding == "SAME" or (h >= k and w >= k))
   x_shape, w_shape = (n, h, w, c), (k, k, c, cout)
-  p = lc.plan(x_shape, w_shape, 1, padding, workspace_limit=limit)
-  rng = np.random.default_rng(h * w + k)
-  x = tf.constant(rng.standard_normal(x_shape), tf.float32)
-  wt = tf.constant(rng.standard_normal(w_shape), tf.float32)
-  dy = tf.constant(rng.standard_normal(p.output_shape), tf.float32)
-  runs = {
-      "forward": lambda: lc.conv2d(x, wt, 1, padding, workspace_limit=limit,
-                                   algorithm="fft"),
-      "backprop_input": lambda: lc.conv2d_backprop_input(
-          x_shape, wt, dy, 1, padding, workspace_limit=limit, algorithm="fft"),
-      "backprop_filter": lambda: lc.conv2d_backprop_filter(
-          x, w_shape, dy, 1, padding, workspace_limit=limit, algorithm="fft"),
-  }
-  fft_plan = lc.plan(x_shape, w_shape, 1, padding, workspace_limit=limit, algorithm="fft")
-  out_bytes = {"forward": np.prod(p.output_shape) * 4, "backprop_input": np.prod(x_shape) * 4,
-               "backprop_filter": np.prod(w_shape) * 4}
-  for pass_plan in fft_plan.passes:
-    assert pass_plan.workspace_bytes <= limit
-    expected = _allocator_count(int(out_bytes[pass_plan.name]), pass_plan.workspace_bytes)
-    _, extra = _transient_peak(runs[pass_plan.name])
-    assert extra == expected, (pass_plan, extra, expected)
+  p = lc.plan(x_shape, w_shape, 1, padding, workspace_limit=limit, algorithm="fft")
+  _check_passes(p, x_shape, w_shape, 1, padding, np.random.default_rng(h * w + k),
+                workspace_limit=limit, algorithm="fft")
 
 
 def test_process_memory_does_not_scale_with_input_times_filter():

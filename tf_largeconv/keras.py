@@ -50,8 +50,28 @@ def conv_output_shape(input_shape, filter_shape, strides, padding, data_format,
   return tuple(out)
 
 
+class _LargeConvSettings:
+  """The two settings our layers add to Keras's, validated and serialised once."""
+
+  def _init_settings(self, algorithm, workspace_limit):
+    _check_backend()
+    self.algorithm = _ops.normalize_algorithm(algorithm)
+    _ops.normalize_workspace_limit(workspace_limit)
+    self.workspace_limit = workspace_limit
+
+  def _op_kwargs(self):
+    return dict(data_format=_data_format(self.data_format),
+                dilations=list(self.dilation_rate), algorithm=self.algorithm,
+                workspace_limit=self.workspace_limit)
+
+  def get_config(self):
+    config = super().get_config()
+    config.update(algorithm=self.algorithm, workspace_limit=self.workspace_limit)
+    return config
+
+
 @keras.saving.register_keras_serializable(package=_PACKAGE)
-class LargeConv2D(keras.layers.Conv2D):
+class LargeConv2D(_LargeConvSettings, keras.layers.Conv2D):
   """`keras.layers.Conv2D` computed by `tf_largeconv.conv2d`.
 
   Args: those of `keras.layers.Conv2D`, plus
@@ -67,10 +87,7 @@ class LargeConv2D(keras.layers.Conv2D):
                kernel_regularizer=None, bias_regularizer=None, activity_regularizer=None,
                kernel_constraint=None, bias_constraint=None, algorithm="auto",
                workspace_limit=None, **kwargs):
-    _check_backend()
-    self.algorithm = _ops.normalize_algorithm(algorithm)
-    _ops.normalize_workspace_limit(workspace_limit)
-    self.workspace_limit = workspace_limit
+    self._init_settings(algorithm, workspace_limit)
     super().__init__(filters=filters, kernel_size=kernel_size, strides=strides,
                      padding=padding, data_format=data_format, dilation_rate=dilation_rate,
                      groups=groups, activation=activation, use_bias=use_bias,
@@ -83,9 +100,7 @@ class LargeConv2D(keras.layers.Conv2D):
 
   def convolution_op(self, inputs, kernel):
     return _ops.conv2d(inputs, kernel, list(self.strides), self.padding.upper(),
-                       data_format=_data_format(self.data_format),
-                       dilations=list(self.dilation_rate), algorithm=self.algorithm,
-                       workspace_limit=self.workspace_limit)
+                       **self._op_kwargs())
 
   def compute_output_shape(self, input_shape):
     c = -1 if self.data_format == "channels_last" else 1
@@ -95,14 +110,10 @@ class LargeConv2D(keras.layers.Conv2D):
                              self.padding.upper(), _data_format(self.data_format),
                              list(self.dilation_rate))
 
-  def get_config(self):
-    config = super().get_config()
-    config.update(algorithm=self.algorithm, workspace_limit=self.workspace_limit)
-    return config
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
-class LargeDepthwiseConv2D(keras.layers.DepthwiseConv2D):
+class LargeDepthwiseConv2D(_LargeConvSettings, keras.layers.DepthwiseConv2D):
   """`keras.layers.DepthwiseConv2D` computed by `tf_largeconv.depthwise_conv2d`.
 
   Args: those of `keras.layers.DepthwiseConv2D`, plus `algorithm` and `workspace_limit`
@@ -115,10 +126,7 @@ class LargeDepthwiseConv2D(keras.layers.DepthwiseConv2D):
                depthwise_regularizer=None, bias_regularizer=None, activity_regularizer=None,
                depthwise_constraint=None, bias_constraint=None, algorithm="auto",
                workspace_limit=None, **kwargs):
-    _check_backend()
-    self.algorithm = _ops.normalize_algorithm(algorithm)
-    _ops.normalize_workspace_limit(workspace_limit)
-    self.workspace_limit = workspace_limit
+    self._init_settings(algorithm, workspace_limit)
     super().__init__(kernel_size=kernel_size, strides=strides, padding=padding,
                      depth_multiplier=depth_multiplier, data_format=data_format,
                      dilation_rate=dilation_rate, activation=activation, use_bias=use_bias,
@@ -133,11 +141,7 @@ class LargeDepthwiseConv2D(keras.layers.DepthwiseConv2D):
 
   def call(self, inputs):
     outputs = _ops.depthwise_conv2d(inputs, self.kernel, list(self.strides),
-                                    self.padding.upper(),
-                                    data_format=_data_format(self.data_format),
-                                    dilations=list(self.dilation_rate),
-                                    algorithm=self.algorithm,
-                                    workspace_limit=self.workspace_limit)
+                                    self.padding.upper(), **self._op_kwargs())
     if self.use_bias:
       shape = ((1, 1, 1, -1) if self.data_format == "channels_last" else (1, -1, 1, 1))
       outputs = outputs + tf.reshape(tf.cast(self.bias, outputs.dtype), shape)
@@ -154,12 +158,6 @@ class LargeDepthwiseConv2D(keras.layers.DepthwiseConv2D):
     return conv_output_shape(input_shape, filter_shape, list(self.strides),
                              self.padding.upper(), _data_format(self.data_format),
                              list(self.dilation_rate))
-
-  def get_config(self):
-    config = super().get_config()
-    config.update(algorithm=self.algorithm, workspace_limit=self.workspace_limit)
-    return config
-
 
 def convert(model, min_kernel_size=15, algorithm="auto", workspace_limit=None):
   """Clones a Keras model with its large-kernel convolutions on tf_largeconv.
