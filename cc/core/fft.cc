@@ -192,10 +192,14 @@ void LoadTiles(R* real, int64_t real_stride, int64_t planes, int64_t plane_strid
     if (planes == 1 && p.stuff_w == 1 && p.col_stride == 1) {
       for (int64_t k = 0; k < count; ++k) out[k] = static_cast<R>(Load(src[k]));
     } else {
-      for (int64_t k = 0; k < count; ++k) {
-        const T* s = src + k * p.col_stride;
-        R* o = out + k * p.stuff_w;
-        for (int64_t j = 0; j < planes; ++j) o[j * real_stride] = static_cast<R>(Load(s[j * plane_stride]));
+      // Plane by plane: each output row is written contiguously, while the source row
+      // segment (count x planes channels) stays in L1 across the planes.
+      for (int64_t j = 0; j < planes; ++j) {
+        const T* s = src + j * plane_stride;
+        R* o = out + j * real_stride;
+        for (int64_t k = 0; k < count; ++k) {
+          o[k * p.stuff_w] = static_cast<R>(Load(s[k * p.col_stride]));
+        }
       }
     }
   }
@@ -335,14 +339,17 @@ struct Correlation {
               if (no_wrap && nb == 1 && out_sw == 1 && ds.w == 1) {
                 for (int64_t q = 0; q < count; ++q) orow[q] = Store<T>(in[col0 + q]);
               } else {
-                // Across the batched planes innermost: NHWC channels are adjacent.
-                int64_t col = col0;
-                for (int64_t q = 0; q < count; ++q) {
-                  T* o = orow + q * ds.w;
-                  const R* v = in + col;
-                  for (int64_t j = 0; j < nb; ++j) o[j * dst_plane_stride] = Store<T>(v[j * real_stride]);
-                  col += out_sw;
-                  if (col >= fw) col -= fw;
+                // Plane by plane: reads run along each plane's row, and the output row
+                // (all batched channels) stays in L1 across the planes.
+                for (int64_t j = 0; j < nb; ++j) {
+                  T* o = orow + j * dst_plane_stride;
+                  const R* v = in + j * real_stride;
+                  int64_t col = col0;
+                  for (int64_t q = 0; q < count; ++q) {
+                    o[q * ds.w] = Store<T>(v[col]);
+                    col += out_sw;
+                    if (col >= fw) col -= fw;
+                  }
                 }
               }
             }
