@@ -8,9 +8,6 @@ import tensorflow as tf
 
 from tf_largeconv import _loader
 
-_OP_NAMES = ("LargeConv>Conv2D", "LargeConv>Conv2DBackpropInput",
-             "LargeConv>Conv2DBackpropFilter")
-
 
 def _channel_index(data_format):
   return 1 if data_format == "NCHW" else 3
