@@ -16,10 +16,10 @@ JOBS      ?= 2
 
 PKG       := tf_largeconv
 BUILD     := build/make
-CORE_SRCS := $(wildcard cc/core/*.cc)
+CORE_SRCS := $(wildcard cc/core/*.cc cc/core/cuda/*.cc)
 TF_SRCS   := $(wildcard cc/tf/*.cc)
 PY_SRCS   := $(wildcard cc/py/*.cc)
-HEADERS   := $(wildcard cc/core/*.h cc/tf/*.h)
+HEADERS   := $(wildcard cc/core/*.h cc/core/cuda/*.h cc/tf/*.h cc/py/*.h)
 
 PYBIND_INC = $(shell $(PY) -c "import pybind11, sysconfig; print('-I' + pybind11.get_include(), '-I' + sysconfig.get_paths()['include'])")
 TFCONFIG  := $(BUILD)/tfconfig.mk

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "cc/core/hd.h"
+
 namespace largeconv {
 
 struct f16 {
@@ -16,18 +18,26 @@ struct bf16 {
   uint16_t bits;
 };
 
-inline float BitsToFloat(uint32_t u) {
+LC_HD inline float BitsToFloat(uint32_t u) {
+#ifdef __CUDA_ARCH__
+  return __uint_as_float(u);
+#else
   float f;
   std::memcpy(&f, &u, 4);
   return f;
+#endif
 }
-inline uint32_t FloatToBits(float f) {
+LC_HD inline uint32_t FloatToBits(float f) {
+#ifdef __CUDA_ARCH__
+  return __float_as_uint(f);
+#else
   uint32_t u;
   std::memcpy(&u, &f, 4);
   return u;
+#endif
 }
 
-inline float HalfToFloat(uint16_t h) {
+LC_HD inline float HalfToFloat(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   const uint32_t exp = (h >> 10) & 0x1f;
   const uint32_t man = h & 0x3ffu;
@@ -39,7 +49,7 @@ inline float HalfToFloat(uint16_t h) {
 }
 
 // Round-to-nearest-even, overflow to inf, NaN kept quiet.
-inline uint16_t FloatToHalf(float f) {
+LC_HD inline uint16_t FloatToHalf(float f) {
   const uint32_t u = FloatToBits(f);
   const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
   const uint32_t abs = u & 0x7fffffffu;
@@ -57,9 +67,9 @@ inline uint16_t FloatToHalf(float f) {
   return sign | static_cast<uint16_t>((r - (112u << 23)) >> 13);
 }
 
-inline float Bf16ToFloat(uint16_t b) { return BitsToFloat(static_cast<uint32_t>(b) << 16); }
+LC_HD inline float Bf16ToFloat(uint16_t b) { return BitsToFloat(static_cast<uint32_t>(b) << 16); }
 
-inline uint16_t FloatToBf16(float f) {
+LC_HD inline uint16_t FloatToBf16(float f) {
   const uint32_t u = FloatToBits(f);
   if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
   const uint32_t odd = (u >> 16) & 1u;
@@ -78,30 +88,34 @@ struct Acc<double> {
 template <typename T>
 using AccT = typename Acc<T>::type;
 
-inline float Load(float v) { return v; }
-inline double Load(double v) { return v; }
-inline float Load(f16 v) { return HalfToFloat(v.bits); }
-inline float Load(bf16 v) { return Bf16ToFloat(v.bits); }
+LC_HD inline float Load(float v) { return v; }
+LC_HD inline double Load(double v) { return v; }
+LC_HD inline float Load(f16 v) { return HalfToFloat(v.bits); }
+LC_HD inline float Load(bf16 v) { return Bf16ToFloat(v.bits); }
 
 template <typename T>
-inline T Store(AccT<T> v);
+LC_HD inline T Store(AccT<T> v);
 template <>
-inline float Store<float>(float v) { return v; }
+LC_HD inline float Store<float>(float v) { return v; }
 template <>
-inline double Store<double>(double v) { return v; }
+LC_HD inline double Store<double>(double v) { return v; }
 template <>
-inline f16 Store<f16>(float v) { return f16{FloatToHalf(v)}; }
+LC_HD inline f16 Store<f16>(float v) { return f16{FloatToHalf(v)}; }
 template <>
-inline bf16 Store<bf16>(float v) { return bf16{FloatToBf16(v)}; }
+LC_HD inline bf16 Store<bf16>(float v) { return bf16{FloatToBf16(v)}; }
 
-inline bool IsFinite(float v) { return (FloatToBits(v) & 0x7f800000u) != 0x7f800000u; }
-inline bool IsFinite(double v) {
+LC_HD inline bool IsFinite(float v) { return (FloatToBits(v) & 0x7f800000u) != 0x7f800000u; }
+LC_HD inline bool IsFinite(double v) {
+#ifdef __CUDA_ARCH__
+  const uint64_t u = static_cast<uint64_t>(__double_as_longlong(v));
+#else
   uint64_t u;
   std::memcpy(&u, &v, 8);
+#endif
   return (u & 0x7ff0000000000000ull) != 0x7ff0000000000000ull;
 }
-inline bool IsFinite(f16 v) { return (v.bits & 0x7c00u) != 0x7c00u; }
-inline bool IsFinite(bf16 v) { return (v.bits & 0x7f80u) != 0x7f80u; }
+LC_HD inline bool IsFinite(f16 v) { return (v.bits & 0x7c00u) != 0x7c00u; }
+LC_HD inline bool IsFinite(bf16 v) { return (v.bits & 0x7f80u) != 0x7f80u; }
 
 }  // namespace largeconv
 

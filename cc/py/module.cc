@@ -14,39 +14,13 @@
 #include <vector>
 
 #include "cc/core/conv.h"
-#include "cc/core/plan.h"
+#include "cc/core/cuda/emulate.h"
 #include "cc/core/geometry.h"
-
-namespace py = pybind11;
+#include "cc/core/plan.h"
+#include "cc/py/args.h"
 
 namespace largeconv {
 namespace {
-
-ConvAttrs AttrsFrom(const std::vector<int64_t>& strides, const std::string& padding,
-                    const std::vector<int64_t>& explicit_paddings,
-                    const std::string& data_format, const std::vector<int64_t>& dilations) {
-  ConvAttrs a;
-  std::string err = ParsePadding(padding, &a.padding);
-  if (err.empty()) err = ParseDataFormat(data_format, &a.data_format);
-  if (!err.empty()) throw py::value_error(err);
-  a.strides = strides;
-  a.dilations = dilations;
-  a.explicit_paddings = explicit_paddings;
-  return a;
-}
-
-std::array<int64_t, 4> Shape4(const std::vector<int64_t>& v, const char* name) {
-  if (v.size() != 4) throw py::value_error(std::string(name) + " must have 4 dimensions");
-  return {v[0], v[1], v[2], v[3]};
-}
-
-ConvGeometry Geometry(const std::vector<int64_t>& input_shape,
-                      const std::vector<int64_t>& filter_shape, const ConvAttrs& a) {
-  ConvGeometry g;
-  std::string err = MakeGeometry(a, Shape4(input_shape, "input"), Shape4(filter_shape, "filter"), &g);
-  if (!err.empty()) throw py::value_error(err);
-  return g;
-}
 
 // Splits [0, total) into near-equal contiguous chunks, one std::thread each.
 ParallelFor ThreadFor(int n) {
@@ -99,6 +73,27 @@ std::unique_ptr<void, FreeDeleter> Workspace(const PassPlan& p) {
   return std::unique_ptr<void, FreeDeleter>(mem);
 }
 
+// algorithm="cuda_emulation" runs the CUDA tile kernels (cc/core/cuda/tiles.h) on the host,
+// phase by phase as a thread block would: the tests' check of the device index arithmetic.
+constexpr char kCudaEmulation[] = "cuda_emulation";
+
+// One pass on the host: planned and run as the op runs it, or emulated.
+template <typename T>
+void RunOnHost(const ConvGeometry& g, ConvPass pass, const T* a, int64_t a_size, const T* b,
+               int64_t b_size, T* out, const std::string& algorithm, int64_t workspace_limit,
+               int num_threads) {
+  if (algorithm == kCudaEmulation) {
+    py::gil_scoped_release release;
+    cuda::EmulateTilesPass(g, pass, a, b, out, workspace_limit);
+    return;
+  }
+  const int threads = ThreadCount(num_threads);
+  const PassPlan plan = Plan(g, pass, Request(algorithm, workspace_limit, threads, sizeof(T)));
+  auto ws = Workspace(plan);
+  py::gil_scoped_release release;
+  RunPass(g, plan, a, a_size, b, b_size, out, ws.get(), ThreadFor(threads));
+}
+
 template <typename T>
 using Array = py::array_t<T, py::array::c_style | py::array::forcecast>;
 
@@ -108,8 +103,6 @@ std::vector<int64_t> ShapeOf(const Array<T>& a, const char* name) {
   return {a.shape(0), a.shape(1), a.shape(2), a.shape(3)};
 }
 
-std::vector<int64_t> ToVec(const std::array<int64_t, 4>& s) { return {s[0], s[1], s[2], s[3]}; }
-
 template <typename T>
 Array<T> Forward(const Array<T>& x, const Array<T>& w, const std::vector<int64_t>& strides,
                  const std::string& padding, const std::vector<int64_t>& explicit_paddings,
@@ -117,16 +110,9 @@ Array<T> Forward(const Array<T>& x, const Array<T>& w, const std::vector<int64_t
                  const std::string& algorithm, int64_t workspace_limit, int num_threads) {
   const ConvAttrs a = AttrsFrom(strides, padding, explicit_paddings, data_format, dilations);
   const ConvGeometry g = Geometry(ShapeOf(x, "input"), ShapeOf(w, "filter"), a);
-  const int threads = ThreadCount(num_threads);
-  const PassPlan plan = Plan(g, ConvPass::kForward,
-                             Request(algorithm, workspace_limit, threads, sizeof(T)));
   Array<T> y(ToVec(g.output_shape()));
-  const T* xp = x.data();
-  const T* wp = w.data();
-  T* yp = y.mutable_data();
-  auto ws = Workspace(plan);
-  py::gil_scoped_release release;
-  RunPass(g, plan, xp, x.size(), wp, w.size(), yp, ws.get(), ThreadFor(threads));
+  RunOnHost(g, ConvPass::kForward, x.data(), x.size(), w.data(), w.size(), y.mutable_data(),
+            algorithm, workspace_limit, num_threads);
   return y;
 }
 
@@ -139,19 +125,12 @@ Array<T> BackpropInput(const std::vector<int64_t>& input_shape, const Array<T>& 
                        const std::string& algorithm, int64_t workspace_limit, int num_threads) {
   const ConvAttrs a = AttrsFrom(strides, padding, explicit_paddings, data_format, dilations);
   const ConvGeometry g = Geometry(input_shape, ShapeOf(w, "filter"), a);
-  const int threads = ThreadCount(num_threads);
-  const PassPlan plan = Plan(g, ConvPass::kBackpropInput,
-                             Request(algorithm, workspace_limit, threads, sizeof(T)));
   if (ShapeOf(dy, "out_backprop") != ToVec(g.output_shape())) {
     throw py::value_error("out_backprop does not have the convolution's output shape");
   }
   Array<T> dx(input_shape);
-  const T* wp = w.data();
-  const T* dyp = dy.data();
-  T* dxp = dx.mutable_data();
-  auto ws = Workspace(plan);
-  py::gil_scoped_release release;
-  RunPass(g, plan, wp, w.size(), dyp, dy.size(), dxp, ws.get(), ThreadFor(threads));
+  RunOnHost(g, ConvPass::kBackpropInput, w.data(), w.size(), dy.data(), dy.size(),
+            dx.mutable_data(), algorithm, workspace_limit, num_threads);
   return dx;
 }
 
@@ -165,19 +144,12 @@ Array<T> BackpropFilter(const Array<T>& x, const std::vector<int64_t>& filter_sh
                         int num_threads) {
   const ConvAttrs a = AttrsFrom(strides, padding, explicit_paddings, data_format, dilations);
   const ConvGeometry g = Geometry(ShapeOf(x, "input"), filter_shape, a);
-  const int threads = ThreadCount(num_threads);
-  const PassPlan plan = Plan(g, ConvPass::kBackpropFilter,
-                             Request(algorithm, workspace_limit, threads, sizeof(T)));
   if (ShapeOf(dy, "out_backprop") != ToVec(g.output_shape())) {
     throw py::value_error("out_backprop does not have the convolution's output shape");
   }
   Array<T> dw(filter_shape);
-  const T* xp = x.data();
-  const T* dyp = dy.data();
-  T* dwp = dw.mutable_data();
-  auto ws = Workspace(plan);
-  py::gil_scoped_release release;
-  RunPass(g, plan, xp, x.size(), dyp, dy.size(), dwp, ws.get(), ThreadFor(threads));
+  RunOnHost(g, ConvPass::kBackpropFilter, x.data(), x.size(), dy.data(), dy.size(),
+            dw.mutable_data(), algorithm, workspace_limit, num_threads);
   return dw;
 }
 
@@ -239,14 +211,6 @@ py::list PlanList(const std::vector<int64_t>& input_shape,
   }
   return out;
 }
-
-const std::vector<int64_t> kOnes{1, 1, 1, 1};
-const std::vector<int64_t> kNone{};
-
-#define LARGECONV_ARGS                                                                   \
-  py::arg("strides"), py::arg("padding"), py::arg("explicit_paddings") = kNone,         \
-      py::arg("data_format") = "NHWC", py::arg("dilations") = kOnes,                    \
-      py::arg("algorithm") = "auto", py::arg("workspace_limit") = int64_t{-1}
 
 template <typename T>
 void DefKernels(py::module_& m) {

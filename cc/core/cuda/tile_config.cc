@@ -1,0 +1,136 @@
+// Host-side sizing of the direct tile kernels: block shapes, shared memory, the
+// backprop-filter slicing and its workspace. The one formula the launcher, the host
+// emulation and the planner share.
+#include <algorithm>
+
+#include "cc/core/cuda/tiles.h"
+#include "cc/core/plan.h"
+
+namespace largeconv {
+namespace cuda {
+namespace {
+
+int64_t NextPow2(int64_t v) {
+  int64_t p = 1;
+  while (p < v) p *= 2;
+  return p;
+}
+
+// Threads along the two dimensions a block covers: up to 32 wide (a warp along the
+// innermost spatial dimension), 256 in all, and no wider than the extent it tiles.
+void TileShape(int64_t h, int64_t w, TileConfig* c) {
+  c->tile_w = std::min<int64_t>(32, NextPow2(std::max<int64_t>(w, 1)));
+  c->tile_h = std::min<int64_t>(256 / c->tile_w, NextPow2(std::max<int64_t>(h, 1)));
+}
+
+int64_t ChannelsPerThread(int64_t per_group) {
+  if (per_group >= 3) return 4;
+  return per_group == 2 ? 2 : 1;
+}
+
+// Patch and shared-memory size of the current shape of `c`.
+void Measure(const TileGeom& g, ConvPass pass, TileConfig* c) {
+  if (pass == ConvPass::kForward) {
+    c->patch_h = (c->tile_h - 1) * g.stride_h + (c->chunk_h - 1) * g.dil_h + 1;
+    c->patch_w = (c->tile_w - 1) * g.stride_w + (c->chunk_w - 1) * g.dil_w + 1;
+    c->smem_elems = c->patch_h * c->patch_w + c->chunk_h * c->chunk_w * c->channels;
+  } else if (pass == ConvPass::kBackpropInput) {
+    // Output rows a block's input rows meet through chunk_h taps: at most
+    // ceil(span / stride) + 1 for span = tile + dilated chunk - 2.
+    c->patch_h = (c->tile_h - 1 + (c->chunk_h - 1) * g.dil_h) / g.stride_h + 2;
+    c->patch_w = (c->tile_w - 1 + (c->chunk_w - 1) * g.dil_w) / g.stride_w + 2;
+    c->smem_elems = c->patch_h * c->patch_w + c->chunk_h * c->chunk_w * c->channels;
+  } else {
+    c->patch_h = c->tile_h;
+    c->patch_w = (c->chunk_w - 1) * g.stride_w + (c->tile_w - 1) * g.dil_w + 1;
+    c->smem_elems = c->patch_h * c->patch_w + c->chunk_w * c->channels;
+  }
+}
+
+}  // namespace
+
+TileGeom MakeTileGeom(const ConvGeometry& g) {
+  TileGeom t;
+  t.batch = g.batch;
+  t.in_h = g.in_h;
+  t.in_w = g.in_w;
+  t.filter_h = g.filter_h;
+  t.filter_w = g.filter_w;
+  t.cin_g = g.in_c_per_group();
+  t.cout = g.out_c;
+  t.cout_g = g.out_c_per_group();
+  t.groups = g.groups;
+  t.stride_h = g.stride_h;
+  t.stride_w = g.stride_w;
+  t.dil_h = g.dilation_h;
+  t.dil_w = g.dilation_w;
+  t.pad_top = g.pad_top;
+  t.pad_left = g.pad_left;
+  t.out_h = g.out_h;
+  t.out_w = g.out_w;
+  t.in = g.input_strides();
+  t.out = g.output_strides();
+  return t;
+}
+
+TileConfig MakeTileConfig(const ConvGeometry& geom, ConvPass pass, int acc_bytes,
+                          int64_t workspace_limit) {
+  if (workspace_limit < 0) workspace_limit = kDefaultWorkspaceLimit;
+  const TileGeom g = MakeTileGeom(geom);
+  TileConfig c;
+  if (pass == ConvPass::kForward) {
+    TileShape(g.out_h, g.out_w, &c);
+    c.channels = ChannelsPerThread(g.cout_g);
+  } else if (pass == ConvPass::kBackpropInput) {
+    TileShape(g.in_h, g.in_w, &c);
+    c.channels = ChannelsPerThread(g.cin_g);
+  } else {
+    TileShape(g.filter_h, g.filter_w, &c);
+    c.channels = ChannelsPerThread(g.cout_g);
+  }
+  if (pass == ConvPass::kBackpropFilter) {
+    c.chunk_h = 1;
+    c.chunk_w = std::min<int64_t>(64, std::max<int64_t>(g.out_w, 1));
+  } else {
+    c.chunk_h = std::min<int64_t>(16, g.filter_h);
+    c.chunk_w = std::min<int64_t>(32, g.filter_w);
+  }
+  // Shrink until the block's shared memory fits: taps per step first, the tile last.
+  for (Measure(g, pass, &c); c.smem_elems * acc_bytes > kSmemBytes; Measure(g, pass, &c)) {
+    if (c.chunk_w > 1) {
+      c.chunk_w = (c.chunk_w + 1) / 2;
+    } else if (c.chunk_h > 1) {
+      c.chunk_h = (c.chunk_h + 1) / 2;
+    } else if (c.tile_w > 1) {
+      c.tile_w /= 2;
+    } else if (c.tile_h > 1) {
+      c.tile_h /= 2;
+    } else {
+      break;  // a 1x1 tile of one tap: a few elements, always fits
+    }
+  }
+  if (pass == ConvPass::kForward || pass == ConvPass::kBackpropInput) {
+    const bool fwd = pass == ConvPass::kForward;
+    const int64_t h = fwd ? g.out_h : g.in_h, w = fwd ? g.out_w : g.in_w;
+    const int64_t cg = fwd ? g.cout_g : g.cin_g;
+    c.blocks = g.batch * g.groups * CeilDivHD(cg, c.channels) * CeilDivHD(h, c.tile_h) *
+               CeilDivHD(w, c.tile_w);
+    return c;
+  }
+  // Backprop-filter: slice the batch x output rows so there are enough blocks, each slice
+  // writing a partial filter gradient, as far as the workspace limit allows.
+  const int64_t base = CeilDivHD(g.filter_h, c.tile_h) * CeilDivHD(g.filter_w, c.tile_w) *
+                       CeilDivHD(g.cout_g, c.channels) * g.groups * g.cin_g;
+  const int64_t rows = g.batch * g.out_h;
+  const int64_t partial_bytes = g.filter_h * g.filter_w * g.cin_g * g.cout * acc_bytes;
+  int64_t r = std::min(CeilDivHD(kTargetBlocks, std::max<int64_t>(base, 1)),
+                       std::max<int64_t>(rows, 1));
+  if (r > 1 && partial_bytes > 0) r = std::min(r, workspace_limit / partial_bytes);
+  c.reduce_chunks = std::max<int64_t>(r, 1);
+  c.workspace_bytes = c.reduce_chunks > 1 ? c.reduce_chunks * partial_bytes : 0;
+  c.blocks = base * c.reduce_chunks;
+  return c;
+}
+
+}  // namespace cuda
+}  // namespace largeconv

@@ -1,0 +1,415 @@
+// Direct convolution as shared-memory tile kernels, written once for the CUDA device and the
+// host. Each kernel is a struct of phases that a thread block runs in lock-step:
+//
+//   for every block:  acc = 0
+//   for every step:  LoadTile (all threads) | barrier
+//                                      Accumulate             | barrier
+//                     StoreResult
+//
+// The CUDA driver (direct.cu) runs the phases with __syncthreads() as the barriers; the
+// host emulation (emulate.h) runs each phase for every thread of a block before the next,
+// which is the same semantics, so the host test suite checks the exact index arithmetic the
+// device runs. No im2col and no atomics: every output is one thread's sum, in a fixed order.
+//
+// Passes (filter HWIO, [KH, KW, C_in / groups, C_out]):
+//  forward          threads own output positions, step over (in-channel, filter chunk);
+//  backprop-input   threads own input positions, step over (out-channel, filter chunk);
+//  backprop-filter  threads own filter taps, step over (output row, column chunk) of one
+//                   of `reduce_chunks` slices of the batch x output rows; each slice writes
+//                   a partial sum and a second kernel adds the partials in slice order
+//                   (or, with one slice, the first kernel stores the result directly).
+#ifndef TF_LARGECONV_CORE_CUDA_TILES_H_
+#define TF_LARGECONV_CORE_CUDA_TILES_H_
+
+#include <cstdint>
+#include <type_traits>
+
+#include "cc/core/dtypes.h"
+#include "cc/core/fft.h"
+#include "cc/core/geometry.h"
+#include "cc/core/hd.h"
+
+namespace largeconv {
+namespace cuda {
+
+// Shared memory a block may use without opting in, on every CUDA architecture.
+constexpr int64_t kSmemBytes = 48 * 1024;
+// Enough blocks to fill an H100/H200 (132 SMs) a few times over; sets the batch slicing
+// of backprop-filter.
+constexpr int64_t kTargetBlocks = 2048;
+
+// The geometry as the kernels read it: plain integers, element strides per layout.
+struct TileGeom {
+  int64_t batch, in_h, in_w, filter_h, filter_w, cin_g, cout, cout_g, groups;
+  int64_t stride_h, stride_w, dil_h, dil_w, pad_top, pad_left, out_h, out_w;
+  Strides4 in, out;  // of input / in_backprop and of output / out_backprop
+};
+
+// How a pass is cut into blocks; chosen on the host by MakeTileConfig, from the geometry,
+// the accumulator size and the workspace limit only (never from the device), so results
+// are the same on every GPU.
+struct TileConfig {
+  int64_t tile_h = 1, tile_w = 1;    // threads per block = tile_h * tile_w
+  int64_t chunk_h = 1, chunk_w = 1;  // filter taps per step (backprop-filter: chunk_w =
+                                     // output columns per step)
+  int64_t patch_h = 1, patch_w = 1;  // shared-memory patch (pitch patch_w)
+  int64_t channels = 1;              // channels per thread: the kernels' template C
+  int64_t reduce_chunks = 1;         // backprop-filter slices
+  int64_t blocks = 0;
+  int64_t smem_elems = 0;            // accumulator elements of shared memory per block
+  int64_t workspace_bytes = 0;
+  int64_t threads() const { return tile_h * tile_w; }
+};
+
+TileGeom MakeTileGeom(const ConvGeometry& g);
+// acc_bytes: 4 for float/half/bfloat16, 8 for double. workspace_limit < 0: the default.
+TileConfig MakeTileConfig(const ConvGeometry& g, ConvPass pass, int acc_bytes,
+                          int64_t workspace_limit);
+
+LC_HD inline int64_t CeilDivHD(int64_t a, int64_t b) { return (a + b - 1) / b; }
+LC_HD inline int64_t FloorDivHD(int64_t a, int64_t b) {
+  const int64_t q = a / b;
+  return (q * b > a) ? q - 1 : q;
+}
+LC_HD inline int64_t MinHD(int64_t a, int64_t b) { return a < b ? a : b; }
+
+// Output positions x channel blocks of a group: the block order shared by forward and
+// backprop-input (spatial tiles fastest, so neighbouring blocks share filter chunks).
+struct SpatialBlock {
+  int64_t n, grp, j, y0, x0;
+};
+LC_HD inline SpatialBlock DecodeSpatial(int64_t b, int64_t h, int64_t w, int64_t cblocks,
+                                        int64_t groups, const TileConfig& c) {
+  const int64_t tiles_x = CeilDivHD(w, c.tile_w), tiles_y = CeilDivHD(h, c.tile_h);
+  SpatialBlock k;
+  k.x0 = (b % tiles_x) * c.tile_w;
+  b /= tiles_x;
+  k.y0 = (b % tiles_y) * c.tile_h;
+  b /= tiles_y;
+  k.j = b % cblocks;
+  b /= cblocks;
+  k.grp = b % groups;
+  k.n = b / groups;
+  return k;
+}
+
+template <typename T, int C>
+struct ForwardTiles {
+  using A = AccT<T>;
+  static constexpr int kAcc = C;
+  struct Params {
+    TileGeom g;
+    TileConfig c;
+    const T* input;
+    const T* filter;
+    T* output;
+  };
+  using Block = SpatialBlock;
+
+  LC_HD static Block Decode(const Params& p, int64_t b) {
+    return DecodeSpatial(b, p.g.out_h, p.g.out_w, CeilDivHD(p.g.cout_g, C), p.g.groups, p.c);
+  }
+  LC_HD static int64_t Steps(const Params& p, const Block&) {
+    return p.g.cin_g * CeilDivHD(p.g.filter_h, p.c.chunk_h) * CeilDivHD(p.g.filter_w, p.c.chunk_w);
+  }
+  // Step s -> (in-channel, first filter row, first filter column).
+  LC_HD static void StepTaps(const Params& p, int64_t s, int64_t* ci, int64_t* kh0,
+                             int64_t* kw0) {
+    const int64_t nw = CeilDivHD(p.g.filter_w, p.c.chunk_w);
+    const int64_t nh = CeilDivHD(p.g.filter_h, p.c.chunk_h);
+    *kw0 = (s % nw) * p.c.chunk_w;
+    s /= nw;
+    *kh0 = (s % nh) * p.c.chunk_h;
+    *ci = s / nh;
+  }
+  LC_HD static void LoadTile(const Params& p, const Block& k, int64_t s, int tid, int threads,
+                         A* smem) {
+    const TileGeom& g = p.g;
+    const TileConfig& c = p.c;
+    int64_t ci, kh0, kw0;
+    StepTaps(p, s, &ci, &kh0, &kw0);
+    const int64_t by = k.y0 * g.stride_h + kh0 * g.dil_h - g.pad_top;
+    const int64_t bx = k.x0 * g.stride_w + kw0 * g.dil_w - g.pad_left;
+    const T* src = p.input + k.n * g.in.n + (k.grp * g.cin_g + ci) * g.in.c;
+    const int64_t patch = c.patch_h * c.patch_w;
+    for (int64_t e = tid; e < patch; e += threads) {
+      const int64_t iy = by + e / c.patch_w, ix = bx + e % c.patch_w;
+      const bool in = iy >= 0 && iy < g.in_h && ix >= 0 && ix < g.in_w;
+      smem[e] = in ? static_cast<A>(Load(src[iy * g.in.h + ix * g.in.w])) : A(0);
+    }
+    A* filt = smem + patch;
+    const int64_t c0 = k.j * C;  // first channel of the block within its group
+    for (int64_t e = tid; e < c.chunk_h * c.chunk_w * C; e += threads) {
+      const int64_t o = e % C, kw = kw0 + (e / C) % c.chunk_w, kh = kh0 + e / (C * c.chunk_w);
+      const bool in = kh < g.filter_h && kw < g.filter_w && c0 + o < g.cout_g;
+      filt[e] = in ? static_cast<A>(Load(p.filter[((kh * g.filter_w + kw) * g.cin_g + ci) *
+                                                      g.cout + k.grp * g.cout_g + c0 + o]))
+                   : A(0);
+    }
+  }
+  LC_HD static void Accumulate(const Params& p, const Block&, int64_t s, int tid,
+                               const A* smem, A* acc) {
+    const TileGeom& g = p.g;
+    const TileConfig& c = p.c;
+    int64_t ci, kh0, kw0;
+    StepTaps(p, s, &ci, &kh0, &kw0);
+    const int64_t ty = tid / c.tile_w, tx = tid % c.tile_w;
+    const int64_t nh = MinHD(c.chunk_h, g.filter_h - kh0), nw = MinHD(c.chunk_w, g.filter_w - kw0);
+    const A* filt = smem + c.patch_h * c.patch_w;
+    for (int64_t i = 0; i < nh; ++i) {
+      const A* row = smem + (ty * g.stride_h + i * g.dil_h) * c.patch_w + tx * g.stride_w;
+      const A* f = filt + i * c.chunk_w * C;
+      for (int64_t j = 0; j < nw; ++j) {
+        const A v = row[j * g.dil_w];
+        for (int o = 0; o < C; ++o) acc[o] += v * f[j * C + o];
+      }
+    }
+  }
+  LC_HD static void StoreResult(const Params& p, const Block& k, int tid, const A* acc) {
+    const TileGeom& g = p.g;
+    const int64_t oy = k.y0 + tid / p.c.tile_w, ox = k.x0 + tid % p.c.tile_w;
+    if (oy >= g.out_h || ox >= g.out_w) return;
+    T* dst = p.output + k.n * g.out.n + oy * g.out.h + ox * g.out.w;
+    for (int o = 0; o < C; ++o) {
+      const int64_t co = k.j * C + o;
+      if (co < g.cout_g) dst[(k.grp * g.cout_g + co) * g.out.c] = Store<T>(acc[o]);
+    }
+  }
+};
+
+template <typename T, int C>
+struct BackpropInputTiles {
+  using A = AccT<T>;
+  static constexpr int kAcc = C;
+  struct Params {
+    TileGeom g;
+    TileConfig c;
+    const T* filter;
+    const T* out_backprop;
+    T* in_backprop;
+  };
+  using Block = SpatialBlock;
+
+  LC_HD static Block Decode(const Params& p, int64_t b) {
+    return DecodeSpatial(b, p.g.in_h, p.g.in_w, CeilDivHD(p.g.cin_g, C), p.g.groups, p.c);
+  }
+  LC_HD static int64_t Steps(const Params& p, const Block&) {
+    return p.g.cout_g * CeilDivHD(p.g.filter_h, p.c.chunk_h) * CeilDivHD(p.g.filter_w, p.c.chunk_w);
+  }
+  // Step s -> (out-channel within the group, first filter row, first filter column), and
+  // the first out_backprop row/column of the block's patch: the lowest output position any
+  // of the block's input positions meets through the chunk's taps.
+  LC_HD static void StepTaps(const Params& p, const Block& k, int64_t s, int64_t* co,
+                             int64_t* kh0, int64_t* kw0, int64_t* oy0, int64_t* ox0) {
+    const TileGeom& g = p.g;
+    const int64_t nw = CeilDivHD(g.filter_w, p.c.chunk_w);
+    const int64_t nh = CeilDivHD(g.filter_h, p.c.chunk_h);
+    *kw0 = (s % nw) * p.c.chunk_w;
+    s /= nw;
+    *kh0 = (s % nh) * p.c.chunk_h;
+    *co = s / nh;
+    *oy0 = FloorDivHD(k.y0 + g.pad_top - (*kh0 + p.c.chunk_h - 1) * g.dil_h, g.stride_h);
+    *ox0 = FloorDivHD(k.x0 + g.pad_left - (*kw0 + p.c.chunk_w - 1) * g.dil_w, g.stride_w);
+  }
+  LC_HD static void LoadTile(const Params& p, const Block& k, int64_t s, int tid, int threads,
+                         A* smem) {
+    const TileGeom& g = p.g;
+    const TileConfig& c = p.c;
+    int64_t co, kh0, kw0, oy0, ox0;
+    StepTaps(p, k, s, &co, &kh0, &kw0, &oy0, &ox0);
+    const T* src = p.out_backprop + k.n * g.out.n + (k.grp * g.cout_g + co) * g.out.c;
+    const int64_t patch = c.patch_h * c.patch_w;
+    for (int64_t e = tid; e < patch; e += threads) {
+      const int64_t oy = oy0 + e / c.patch_w, ox = ox0 + e % c.patch_w;
+      const bool in = oy >= 0 && oy < g.out_h && ox >= 0 && ox < g.out_w;
+      smem[e] = in ? static_cast<A>(Load(src[oy * g.out.h + ox * g.out.w])) : A(0);
+    }
+    A* filt = smem + patch;
+    const int64_t c0 = k.j * C;  // first in-channel of the block within its group
+    for (int64_t e = tid; e < c.chunk_h * c.chunk_w * C; e += threads) {
+      const int64_t o = e % C, kw = kw0 + (e / C) % c.chunk_w, kh = kh0 + e / (C * c.chunk_w);
+      const bool in = kh < g.filter_h && kw < g.filter_w && c0 + o < g.cin_g;
+      filt[e] = in ? static_cast<A>(Load(p.filter[((kh * g.filter_w + kw) * g.cin_g + c0 + o) *
+                                                      g.cout + k.grp * g.cout_g + co]))
+                   : A(0);
+    }
+  }
+  LC_HD static void Accumulate(const Params& p, const Block& k, int64_t s, int tid,
+                               const A* smem, A* acc) {
+    const TileGeom& g = p.g;
+    const TileConfig& c = p.c;
+    int64_t co, kh0, kw0, oy0, ox0;
+    StepTaps(p, k, s, &co, &kh0, &kw0, &oy0, &ox0);
+    const int64_t iy = k.y0 + tid / c.tile_w, ix = k.x0 + tid % c.tile_w;
+    const int64_t nh = MinHD(c.chunk_h, g.filter_h - kh0), nw = MinHD(c.chunk_w, g.filter_w - kw0);
+    const A* filt = smem + c.patch_h * c.patch_w;
+    for (int64_t i = 0; i < nh; ++i) {
+      const int64_t t = iy + g.pad_top - (kh0 + i) * g.dil_h;  // = oy * stride_h
+      const int64_t oy = FloorDivHD(t, g.stride_h);
+      if (oy * g.stride_h != t) continue;
+      const A* row = smem + (oy - oy0) * c.patch_w;
+      const A* f = filt + i * c.chunk_w * C;
+      for (int64_t j = 0; j < nw; ++j) {
+        const int64_t u = ix + g.pad_left - (kw0 + j) * g.dil_w;
+        const int64_t ox = FloorDivHD(u, g.stride_w);
+        if (ox * g.stride_w != u) continue;
+        const A v = row[ox - ox0];
+        for (int o = 0; o < C; ++o) acc[o] += v * f[j * C + o];
+      }
+    }
+  }
+  LC_HD static void StoreResult(const Params& p, const Block& k, int tid, const A* acc) {
+    const TileGeom& g = p.g;
+    const int64_t iy = k.y0 + tid / p.c.tile_w, ix = k.x0 + tid % p.c.tile_w;
+    if (iy >= g.in_h || ix >= g.in_w) return;
+    T* dst = p.in_backprop + k.n * g.in.n + iy * g.in.h + ix * g.in.w;
+    for (int o = 0; o < C; ++o) {
+      const int64_t ci = k.j * C + o;
+      if (ci < g.cin_g) dst[(k.grp * g.cin_g + ci) * g.in.c] = Store<T>(acc[o]);
+    }
+  }
+};
+
+template <typename T, int C>
+struct BackpropFilterTiles {
+  using A = AccT<T>;
+  static constexpr int kAcc = C;
+  struct Params {
+    TileGeom g;
+    TileConfig c;
+    const T* input;
+    const T* out_backprop;
+    T* filter_backprop;  // written directly when c.reduce_chunks == 1
+    A* partials;         // [reduce_chunks][filter elements] otherwise
+  };
+  struct Block {
+    int64_t kh0, kw0, j, grp, ci, r, row0, rows;  // r: the batch-row slice
+  };
+
+  LC_HD static Block Decode(const Params& p, int64_t b) {
+    const TileGeom& g = p.g;
+    const TileConfig& c = p.c;
+    const int64_t tiles_x = CeilDivHD(g.filter_w, c.tile_w);
+    const int64_t tiles_y = CeilDivHD(g.filter_h, c.tile_h);
+    const int64_t cblocks = CeilDivHD(g.cout_g, C);
+    Block k;
+    k.kw0 = (b % tiles_x) * c.tile_w;
+    b /= tiles_x;
+    k.kh0 = (b % tiles_y) * c.tile_h;
+    b /= tiles_y;
+    k.j = b % cblocks;
+    b /= cblocks;
+    k.grp = b % g.groups;
+    b /= g.groups;
+    k.ci = b % g.cin_g;
+    const int64_t total = g.batch * g.out_h;
+    k.r = b / g.cin_g;
+    k.row0 = k.r * total / c.reduce_chunks;
+    k.rows = (k.r + 1) * total / c.reduce_chunks - k.row0;
+    return k;
+  }
+  LC_HD static int64_t Steps(const Params& p, const Block& k) {
+    return k.rows * CeilDivHD(p.g.out_w, p.c.chunk_w);
+  }
+  LC_HD static void LoadTile(const Params& p, const Block& k, int64_t s, int tid, int threads,
+                         A* smem) {
+    const TileGeom& g = p.g;
+    const TileConfig& c = p.c;
+    const int64_t nx = CeilDivHD(g.out_w, c.chunk_w);
+    const int64_t row = k.row0 + s / nx, ox0 = (s % nx) * c.chunk_w;
+    const int64_t n = row / g.out_h, oy = row % g.out_h;
+    const T* x = p.input + n * g.in.n + (k.grp * g.cin_g + k.ci) * g.in.c;
+    const int64_t bx = ox0 * g.stride_w + k.kw0 * g.dil_w - g.pad_left;
+    const int64_t patch = c.patch_h * c.patch_w;
+    for (int64_t e = tid; e < patch; e += threads) {
+      const int64_t kh = k.kh0 + e / c.patch_w;
+      const int64_t iy = oy * g.stride_h + kh * g.dil_h - g.pad_top, ix = bx + e % c.patch_w;
+      const bool in = kh < g.filter_h && iy >= 0 && iy < g.in_h && ix >= 0 && ix < g.in_w;
+      smem[e] = in ? static_cast<A>(Load(x[iy * g.in.h + ix * g.in.w])) : A(0);
+    }
+    A* dy = smem + patch;
+    const T* src = p.out_backprop + n * g.out.n + oy * g.out.h;
+    for (int64_t e = tid; e < c.chunk_w * C; e += threads) {
+      const int64_t o = e % C, ox = ox0 + e / C, co = k.j * C + o;
+      const bool in = ox < g.out_w && co < g.cout_g;
+      dy[e] = in ? static_cast<A>(Load(src[ox * g.out.w + (k.grp * g.cout_g + co) * g.out.c]))
+                 : A(0);
+    }
+  }
+  LC_HD static void Accumulate(const Params& p, const Block&, int64_t, int tid, const A* smem,
+                               A* acc) {
+    const TileGeom& g = p.g;
+    const TileConfig& c = p.c;
+    const int64_t ty = tid / c.tile_w, tx = tid % c.tile_w;
+    const A* row = smem + ty * c.patch_w + tx * g.dil_w;
+    const A* dy = smem + c.patch_h * c.patch_w;
+    for (int64_t j = 0; j < c.chunk_w; ++j) {
+      const A v = row[j * g.stride_w];
+      for (int o = 0; o < C; ++o) acc[o] += v * dy[j * C + o];
+    }
+  }
+  LC_HD static void StoreResult(const Params& p, const Block& k, int tid, const A* acc) {
+    const TileGeom& g = p.g;
+    const int64_t kh = k.kh0 + tid / p.c.tile_w, kw = k.kw0 + tid % p.c.tile_w;
+    if (kh >= g.filter_h || kw >= g.filter_w) return;
+    const int64_t base = ((kh * g.filter_w + kw) * g.cin_g + k.ci) * g.cout + k.grp * g.cout_g;
+    for (int o = 0; o < C; ++o) {
+      const int64_t co = k.j * C + o;
+      if (co >= g.cout_g) continue;
+      if (p.c.reduce_chunks == 1) {
+        p.filter_backprop[base + co] = Store<T>(acc[o]);
+      } else {
+        p.partials[k.r * FilterElements(g) + base + co] = acc[o];
+      }
+    }
+  }
+  LC_HD static int64_t FilterElements(const TileGeom& g) {
+    return g.filter_h * g.filter_w * g.cin_g * g.cout;
+  }
+  // The second kernel: element i of the filter gradient, the partials added in slice order.
+  LC_HD static void Reduce(const Params& p, int64_t i) {
+    const int64_t fe = FilterElements(p.g);
+    A sum = 0;
+    for (int64_t r = 0; r < p.c.reduce_chunks; ++r) sum += p.partials[r * fe + i];
+    p.filter_backprop[i] = Store<T>(sum);
+  }
+};
+
+// Picks the kernel for a pass and its channels-per-thread, fills its parameters and hands
+// them to `run`, which either launches them on a device or emulates them on the host:
+//   run.template Tiles<K>(params)          runs K's phases over params.c.blocks blocks;
+//   run.template Reduce<K>(params, count)  runs K::Reduce for elements [0, count).
+// Operands in each pass's order, as RunPass takes them. `workspace` holds
+// config.workspace_bytes (backprop-filter's partial sums).
+template <typename T, class Runner>
+void DispatchTiles(const ConvGeometry& geom, ConvPass pass, const TileConfig& c, const T* a,
+                   const T* b, T* out, void* workspace, Runner& run) {
+  const TileGeom g = MakeTileGeom(geom);
+  const auto go = [&](auto channels) {
+    constexpr int C = decltype(channels)::value;
+    if (pass == ConvPass::kForward) {
+      using K = ForwardTiles<T, C>;
+      run.template Tiles<K>(typename K::Params{g, c, a, b, out});
+    } else if (pass == ConvPass::kBackpropInput) {
+      using K = BackpropInputTiles<T, C>;
+      run.template Tiles<K>(typename K::Params{g, c, a, b, out});
+    } else {
+      using K = BackpropFilterTiles<T, C>;
+      const typename K::Params params{g, c, a, b, out, static_cast<AccT<T>*>(workspace)};
+      run.template Tiles<K>(params);
+      if (c.reduce_chunks > 1) run.template Reduce<K>(params, K::FilterElements(g));
+    }
+  };
+  if (c.channels == 1) {
+    go(std::integral_constant<int, 1>{});
+  } else if (c.channels == 2) {
+    go(std::integral_constant<int, 2>{});
+  } else {
+    go(std::integral_constant<int, 4>{});
+  }
+}
+
+}  // namespace cuda
+}  // namespace largeconv
+
+#endif  // TF_LARGECONV_CORE_CUDA_TILES_H_

@@ -1,0 +1,62 @@
+// Argument handling shared by the pybind11 modules (_core on the host, _cuda on a device):
+// Conv2D attributes and shapes in, ConvGeometry out, errors as Python ValueError.
+#ifndef TF_LARGECONV_PY_ARGS_H_
+#define TF_LARGECONV_PY_ARGS_H_
+
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cc/core/geometry.h"
+
+namespace py = pybind11;
+
+namespace largeconv {
+
+inline ConvAttrs AttrsFrom(const std::vector<int64_t>& strides, const std::string& padding,
+                           const std::vector<int64_t>& explicit_paddings,
+                           const std::string& data_format,
+                           const std::vector<int64_t>& dilations) {
+  ConvAttrs a;
+  std::string err = ParsePadding(padding, &a.padding);
+  if (err.empty()) err = ParseDataFormat(data_format, &a.data_format);
+  if (!err.empty()) throw py::value_error(err);
+  a.strides = strides;
+  a.dilations = dilations;
+  a.explicit_paddings = explicit_paddings;
+  return a;
+}
+
+inline std::array<int64_t, 4> Shape4(const std::vector<int64_t>& v, const char* name) {
+  if (v.size() != 4) throw py::value_error(std::string(name) + " must have 4 dimensions");
+  return {v[0], v[1], v[2], v[3]};
+}
+
+inline ConvGeometry Geometry(const std::vector<int64_t>& input_shape,
+                             const std::vector<int64_t>& filter_shape, const ConvAttrs& a) {
+  ConvGeometry g;
+  std::string err =
+      MakeGeometry(a, Shape4(input_shape, "input"), Shape4(filter_shape, "filter"), &g);
+  if (!err.empty()) throw py::value_error(err);
+  return g;
+}
+
+inline std::vector<int64_t> ToVec(const std::array<int64_t, 4>& s) {
+  return {s[0], s[1], s[2], s[3]};
+}
+
+inline const std::vector<int64_t> kOnes{1, 1, 1, 1};
+inline const std::vector<int64_t> kNone{};
+
+#define LARGECONV_ARGS                                                                   \
+  py::arg("strides"), py::arg("padding"), py::arg("explicit_paddings") = kNone,         \
+      py::arg("data_format") = "NHWC", py::arg("dilations") = kOnes,                    \
+      py::arg("algorithm") = "auto", py::arg("workspace_limit") = int64_t{-1}
+
+}  // namespace largeconv
+
+#endif  // TF_LARGECONV_PY_ARGS_H_
