@@ -1,5 +1,6 @@
-"""Builds the op library and the pybind11 core module through the Makefile, so that
-`make build` and `pip install --no-build-isolation .` compile exactly the same way."""
+"""Builds the op library and the pybind11 modules (_core; _cuda where nvcc is found)
+through the Makefile, so that `make build` and `pip install --no-build-isolation .` compile
+exactly the same way."""
 
 import os
 import shutil
@@ -37,8 +38,12 @@ class MakeBuildExt(build_ext):
     shutil.copyfile(src, dst)
 
 
+EXTENSIONS = [Extension(f"{PKG}._large_conv_ops", sources=[]),
+              Extension(f"{PKG}._core", sources=[])]
+if shutil.which(os.environ.get("NVCC", "nvcc")):  # the Makefile builds _cuda when it finds nvcc
+  EXTENSIONS.append(Extension(f"{PKG}._cuda", sources=[]))
+
 setup(
-    ext_modules=[Extension(f"{PKG}._large_conv_ops", sources=[]),
-                 Extension(f"{PKG}._core", sources=[])],
+    ext_modules=EXTENSIONS,
     cmdclass={"build_ext": MakeBuildExt},
 )

@@ -10,39 +10,11 @@ import itertools
 import numpy as np
 import pytest
 
+from cases import CASES, attrs, to_format
 from reference import Conv, assert_close
 from tf_largeconv import _core
 
 EMU = "cuda_emulation"
-
-# (x NHWC, w HWIO, strides, padding, dilations)
-CASES = [
-    ((1, 9, 11, 1), (3, 3, 1, 1), (1, 1), "VALID", (1, 1)),
-    ((2, 13, 10, 3), (5, 4, 3, 2), (1, 1), "SAME", (1, 1)),
-    ((1, 40, 37, 1), (35, 33, 1, 3), (1, 1), "VALID", (1, 1)),  # chunks of 16 x 32 taps
-    ((2, 21, 19, 4), (7, 6, 2, 6), (2, 3), "SAME", (1, 1)),     # grouped, unequal strides
-    ((1, 23, 25, 2), (4, 5, 2, 4), (1, 1), "SAME", (3, 2)),     # dilations
-    ((2, 27, 22, 6), (5, 3, 1, 6), (3, 2), "SAME", (2, 3)),     # depthwise, stride+dilation
-    ((1, 12, 14, 5), (3, 3, 5, 7), (1, 1), ((2, 1), (0, 3)), (1, 1)),  # explicit, 7 = 4 + 3
-    ((3, 8, 8, 2), (8, 8, 2, 1), (5, 5), "VALID", (1, 1)),
-    ((1, 70, 9, 1), (2, 1, 1, 2), (33, 1), "SAME", (1, 1)),    # stride beyond the tile
-    ((1, 6, 7, 1), (9, 11, 1, 1), (1, 1), "SAME", (1, 1)),     # filter larger than input
-    ((0, 6, 7, 2), (3, 3, 2, 2), (1, 1), "SAME", (1, 1)),      # empty batch
-]
-
-
-def _attrs(strides, padding, dilations, fmt):
-  s = [1, strides[0], strides[1], 1] if fmt == "NHWC" else [1, 1, strides[0], strides[1]]
-  d = [1, dilations[0], dilations[1], 1] if fmt == "NHWC" else [1, 1, dilations[0], dilations[1]]
-  if isinstance(padding, str):
-    return s, padding, [], d
-  (t, b), (l, r) = padding
-  ex = [0, 0, t, b, l, r, 0, 0] if fmt == "NHWC" else [0, 0, 0, 0, t, b, l, r]
-  return s, "EXPLICIT", ex, d
-
-
-def _to(fmt, a):
-  return a if fmt == "NHWC" else np.ascontiguousarray(np.transpose(a, (0, 3, 1, 2)))
 
 
 @pytest.mark.parametrize("case,fmt,dtype", list(itertools.product(
@@ -51,10 +23,10 @@ def test_emulated_tiles_match_oracle(rng, case, fmt, dtype):
   x_shape, w_shape, strides, padding, dilations = case
   x = rng.standard_normal(x_shape)
   w = rng.standard_normal(w_shape)
-  xf = _to(fmt, x).astype(dtype)
+  xf = to_format(fmt, x).astype(dtype)
   ref = Conv(xf.shape, w_shape, strides, padding, dilations, fmt)
   dy = rng.standard_normal(ref.output_shape()).astype(dtype)
-  s, pad, ex, d = _attrs(strides, padding, dilations, fmt)
+  s, pad, ex, d = attrs(strides, padding, dilations, fmt)
   name = np.dtype(dtype).name
   kwargs = dict(explicit_paddings=ex, data_format=fmt, dilations=d, algorithm=EMU)
 

@@ -1,0 +1,100 @@
+// Device drivers of the direct tile kernels (tiles.h): one CUDA block per logical block
+// (grid-strided), phases separated by __syncthreads(), shared memory sized by the config.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "cc/core/cuda/launch.h"
+#include "cc/core/cuda/tiles.h"
+
+namespace largeconv {
+namespace cuda {
+namespace {
+
+constexpr int64_t kMaxGrid = int64_t{1} << 30;
+
+template <class K>
+__global__ void __launch_bounds__(256) TileKernel(const typename K::Params p) {
+  using A = typename K::A;
+  extern __shared__ __align__(16) unsigned char shared_raw[];
+  A* smem = reinterpret_cast<A*>(shared_raw);
+  const int tid = static_cast<int>(threadIdx.x), threads = static_cast<int>(blockDim.x);
+  for (int64_t b = blockIdx.x; b < p.c.blocks; b += gridDim.x) {
+    const typename K::Block k = K::Decode(p, b);
+    A acc[K::kAcc];
+    for (int i = 0; i < K::kAcc; ++i) acc[i] = A(0);
+    const int64_t steps = K::Steps(p, k);
+    for (int64_t s = 0; s < steps; ++s) {
+      K::LoadTile(p, k, s, tid, threads, smem);
+      __syncthreads();
+      K::Accumulate(p, k, s, tid, smem, acc);
+      __syncthreads();
+    }
+    K::StoreResult(p, k, tid, acc);
+  }
+}
+
+template <class K>
+__global__ void ReduceKernel(const typename K::Params p, int64_t count) {
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += step) {
+    K::Reduce(p, i);
+  }
+}
+
+struct DeviceLauncher {
+  cudaStream_t stream;
+  cudaError_t error = cudaSuccess;
+
+  template <class K>
+  void Tiles(const typename K::Params& p) {
+    if (error != cudaSuccess || p.c.blocks == 0) return;
+    const unsigned grid = static_cast<unsigned>(std::min(p.c.blocks, kMaxGrid));
+    const size_t smem = static_cast<size_t>(p.c.smem_elems) * sizeof(typename K::A);
+    TileKernel<K><<<grid, static_cast<unsigned>(p.c.threads()), smem, stream>>>(p);
+    error = cudaGetLastError();
+  }
+  template <class K>
+  void Reduce(const typename K::Params& p, int64_t count) {
+    if (error != cudaSuccess || count == 0) return;
+    const unsigned grid = static_cast<unsigned>(std::min<int64_t>((count + 255) / 256, kMaxGrid));
+    ReduceKernel<K><<<grid, 256, 0, stream>>>(p, count);
+    error = cudaGetLastError();
+  }
+};
+
+}  // namespace
+
+int64_t DirectWorkspaceBytes(const ConvGeometry& g, ConvPass pass, int acc_bytes,
+                             int64_t workspace_limit) {
+  return MakeTileConfig(g, pass, acc_bytes, workspace_limit).workspace_bytes;
+}
+
+template <typename T>
+std::string DirectPass(const ConvGeometry& g, ConvPass pass, const T* a, const T* b, T* out,
+                       void* workspace, int64_t workspace_limit, Stream stream) {
+  const TileConfig c = MakeTileConfig(g, pass, sizeof(AccT<T>), workspace_limit);
+  if (c.workspace_bytes > 0 && workspace == nullptr) {
+    return "the direct backprop-filter kernels need a workspace of " +
+           std::to_string(c.workspace_bytes) + " bytes";
+  }
+  DeviceLauncher run{stream};
+  DispatchTiles(g, pass, c, a, b, out, workspace, run);
+  if (run.error != cudaSuccess) {
+    return std::string("CUDA kernel launch failed: ") + cudaGetErrorString(run.error);
+  }
+  return "";
+}
+
+#define LARGECONV_INSTANTIATE(T)                                                           \
+  template std::string DirectPass<T>(const ConvGeometry&, ConvPass, const T*, const T*, T*, \
+                                     void*, int64_t, Stream);
+LARGECONV_INSTANTIATE(float)
+LARGECONV_INSTANTIATE(double)
+LARGECONV_INSTANTIATE(f16)
+LARGECONV_INSTANTIATE(bf16)
+#undef LARGECONV_INSTANTIATE
+
+}  // namespace cuda
+}  // namespace largeconv

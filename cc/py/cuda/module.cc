@@ -1,0 +1,218 @@
+// pybind11 module tf_largeconv._cuda: the CUDA kernels on device arrays, with no
+// TensorFlow, so they can be tested and timed on any machine with a GPU (arrays from torch,
+// CuPy or anything else exposing __cuda_array_interface__). Outputs are caller-allocated;
+// work is enqueued on the caller's stream and nothing synchronises.
+#include <cuda_runtime_api.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cc/core/cuda/launch.h"
+#include "cc/core/dtypes.h"
+#include "cc/core/geometry.h"
+#include "cc/py/args.h"
+
+namespace largeconv {
+namespace {
+
+enum class DType { kFloat, kDouble, kHalf, kBFloat16 };
+
+struct DeviceArray {
+  void* data = nullptr;
+  std::vector<int64_t> shape;
+  DType dtype = DType::kFloat;
+};
+
+int64_t ElementBytes(DType t) {
+  return t == DType::kDouble ? 8 : (t == DType::kFloat ? 4 : 2);
+}
+
+// dtype_override: "" to take the array's own typestr, or "bfloat16" for 2-byte integer
+// views of bfloat16 data (torch exposes no typestr for bfloat16).
+DeviceArray FromInterface(const py::object& o, const char* name,
+                          const std::string& dtype_override) {
+  if (!py::hasattr(o, "__cuda_array_interface__")) {
+    throw py::value_error(std::string(name) +
+                          " must be a CUDA device array exposing __cuda_array_interface__ "
+                          "(e.g. a torch CUDA tensor or a CuPy array)");
+  }
+  const py::dict d = o.attr("__cuda_array_interface__");
+  DeviceArray a;
+  a.shape = d["shape"].cast<std::vector<int64_t>>();
+  const std::string typestr = d["typestr"].cast<std::string>();
+  if (dtype_override == "bfloat16") {
+    if (typestr != "<i2" && typestr != "<u2") {
+      throw py::value_error(std::string(name) +
+                            ": dtype='bfloat16' needs a 2-byte integer view, got typestr " +
+                            typestr);
+    }
+    a.dtype = DType::kBFloat16;
+  } else if (!dtype_override.empty()) {
+    throw py::value_error("dtype must be '' or 'bfloat16', got '" + dtype_override + "'");
+  } else if (typestr == "<f4") {
+    a.dtype = DType::kFloat;
+  } else if (typestr == "<f8") {
+    a.dtype = DType::kDouble;
+  } else if (typestr == "<f2") {
+    a.dtype = DType::kHalf;
+  } else {
+    throw py::value_error(std::string(name) + " must be float16, bfloat16, float32 or float64, "
+                          "got typestr " + typestr);
+  }
+  if (a.shape.size() != 4) throw py::value_error(std::string(name) + " must be 4-D");
+  if (d.contains("strides") && !d["strides"].is_none()) {
+    const auto strides = d["strides"].cast<std::vector<int64_t>>();
+    int64_t expect = ElementBytes(a.dtype);
+    for (int i = 3; i >= 0; --i) {
+      if (a.shape[i] > 1 && strides[i] != expect) {
+        throw py::value_error(std::string(name) + " must be C-contiguous");
+      }
+      expect *= a.shape[i];
+    }
+  }
+  a.data = reinterpret_cast<void*>(d["data"].cast<py::tuple>()[0].cast<uintptr_t>());
+  return a;
+}
+
+void CheckCuda(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+  }
+}
+
+template <typename T>
+void Launch(const ConvGeometry& g, ConvPass pass, const DeviceArray& a, const DeviceArray& b,
+            const DeviceArray& out, int64_t workspace_limit, cudaStream_t stream) {
+  const int64_t bytes = cuda::DirectWorkspaceBytes(g, pass, sizeof(AccT<T>), workspace_limit);
+  void* ws = nullptr;
+  if (bytes > 0) CheckCuda(cudaMallocAsync(&ws, bytes, stream), "workspace allocation");
+  const std::string err = cuda::DirectPass(g, pass, static_cast<const T*>(a.data),
+                                           static_cast<const T*>(b.data),
+                                           static_cast<T*>(out.data), ws, workspace_limit,
+                                           stream);
+  if (ws != nullptr) CheckCuda(cudaFreeAsync(ws, stream), "workspace release");
+  if (!err.empty()) throw std::runtime_error(err);
+}
+
+// Checks dtypes and the output's shape, then enqueues the pass.
+void Run(const ConvGeometry& g, ConvPass pass, const DeviceArray& a, const DeviceArray& b,
+         const DeviceArray& out, const std::vector<int64_t>& out_shape, const char* out_name,
+         const std::string& algorithm, int64_t workspace_limit, uintptr_t stream) {
+  if (algorithm != "auto" && algorithm != "direct") {
+    throw py::value_error("algorithm must be 'auto' or 'direct' on the GPU, got '" +
+                          algorithm + "'");
+  }
+  if (a.dtype != b.dtype || a.dtype != out.dtype) {
+    throw py::value_error("all three arrays must have the same dtype");
+  }
+  if (out.shape != out_shape) {
+    throw py::value_error(std::string(out_name) + " does not have the shape the convolution " +
+                          "gives it");
+  }
+  const auto s = reinterpret_cast<cudaStream_t>(stream);
+  switch (a.dtype) {
+    case DType::kFloat: return Launch<float>(g, pass, a, b, out, workspace_limit, s);
+    case DType::kDouble: return Launch<double>(g, pass, a, b, out, workspace_limit, s);
+    case DType::kHalf: return Launch<f16>(g, pass, a, b, out, workspace_limit, s);
+    case DType::kBFloat16: return Launch<bf16>(g, pass, a, b, out, workspace_limit, s);
+  }
+}
+
+#define LARGECONV_CUDA_ARGS                                                               \
+  const std::vector<int64_t>&strides, const std::string &padding,                       \
+      const std::vector<int64_t>&explicit_paddings, const std::string &data_format,     \
+      const std::vector<int64_t>&dilations, const std::string &algorithm,               \
+      int64_t workspace_limit, uintptr_t stream, const std::string &dtype
+
+void Forward(const py::object& input, const py::object& filter, const py::object& output,
+             LARGECONV_CUDA_ARGS) {
+  const DeviceArray x = FromInterface(input, "input", dtype);
+  const DeviceArray w = FromInterface(filter, "filter", dtype);
+  const DeviceArray y = FromInterface(output, "output", dtype);
+  const ConvGeometry g = Geometry(
+      x.shape, w.shape, AttrsFrom(strides, padding, explicit_paddings, data_format, dilations));
+  Run(g, ConvPass::kForward, x, w, y, ToVec(g.output_shape()), "output", algorithm,
+      workspace_limit, stream);
+}
+
+void BackpropInput(const py::object& filter, const py::object& out_backprop,
+                   const py::object& in_backprop, LARGECONV_CUDA_ARGS) {
+  const DeviceArray w = FromInterface(filter, "filter", dtype);
+  const DeviceArray dy = FromInterface(out_backprop, "out_backprop", dtype);
+  const DeviceArray dx = FromInterface(in_backprop, "in_backprop", dtype);
+  const ConvGeometry g = Geometry(
+      dx.shape, w.shape, AttrsFrom(strides, padding, explicit_paddings, data_format, dilations));
+  if (dy.shape != ToVec(g.output_shape())) {
+    throw py::value_error("out_backprop does not have the convolution's output shape");
+  }
+  Run(g, ConvPass::kBackpropInput, w, dy, dx, dx.shape, "in_backprop", algorithm,
+      workspace_limit, stream);
+}
+
+void BackpropFilter(const py::object& input, const py::object& out_backprop,
+                    const py::object& filter_backprop, LARGECONV_CUDA_ARGS) {
+  const DeviceArray x = FromInterface(input, "input", dtype);
+  const DeviceArray dy = FromInterface(out_backprop, "out_backprop", dtype);
+  const DeviceArray dw = FromInterface(filter_backprop, "filter_backprop", dtype);
+  const ConvGeometry g = Geometry(
+      x.shape, dw.shape, AttrsFrom(strides, padding, explicit_paddings, data_format, dilations));
+  if (dy.shape != ToVec(g.output_shape())) {
+    throw py::value_error("out_backprop does not have the convolution's output shape");
+  }
+  Run(g, ConvPass::kBackpropFilter, x, dy, dw, dw.shape, "filter_backprop", algorithm,
+      workspace_limit, stream);
+}
+
+int64_t WorkspaceBytes(const std::string& pass, const std::vector<int64_t>& input_shape,
+                       const std::vector<int64_t>& filter_shape, LARGECONV_CUDA_ARGS) {
+  ConvPass p;
+  if (pass == "forward") {
+    p = ConvPass::kForward;
+  } else if (pass == "backprop_input") {
+    p = ConvPass::kBackpropInput;
+  } else if (pass == "backprop_filter") {
+    p = ConvPass::kBackpropFilter;
+  } else {
+    throw py::value_error("pass must be forward, backprop_input or backprop_filter");
+  }
+  (void)algorithm;
+  (void)stream;
+  const ConvGeometry g = Geometry(
+      input_shape, filter_shape,
+      AttrsFrom(strides, padding, explicit_paddings, data_format, dilations));
+  return cuda::DirectWorkspaceBytes(g, p, dtype == "float64" ? 8 : 4, workspace_limit);
+}
+
+int DeviceCount() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
+  return n;
+}
+
+}  // namespace
+}  // namespace largeconv
+
+PYBIND11_MODULE(_cuda, m) {
+  using namespace largeconv;
+  m.doc() = "tf_largeconv CUDA kernels on device arrays (__cuda_array_interface__).";
+#define LARGECONV_CUDA_PYARGS                                                             \
+  py::arg("strides"), py::arg("padding"), py::arg("explicit_paddings") = kNone,         \
+      py::arg("data_format") = "NHWC", py::arg("dilations") = kOnes,                    \
+      py::arg("algorithm") = "auto", py::arg("workspace_limit") = int64_t{-1},          \
+      py::arg("stream") = uintptr_t{0}, py::arg("dtype") = ""
+  m.def("conv2d", &Forward, py::arg("input"), py::arg("filter"), py::arg("output"),
+        LARGECONV_CUDA_PYARGS, "Forward convolution into `output`, enqueued on `stream`.");
+  m.def("conv2d_backprop_input", &BackpropInput, py::arg("filter"), py::arg("out_backprop"),
+        py::arg("in_backprop"), LARGECONV_CUDA_PYARGS,
+        "Gradient with respect to the input, into `in_backprop`.");
+  m.def("conv2d_backprop_filter", &BackpropFilter, py::arg("input"), py::arg("out_backprop"),
+        py::arg("filter_backprop"), LARGECONV_CUDA_PYARGS,
+        "Gradient with respect to the filter, into `filter_backprop`.");
+  m.def("workspace_bytes", &WorkspaceBytes, py::arg("pass_"), py::arg("input_shape"),
+        py::arg("filter_shape"), LARGECONV_CUDA_PYARGS,
+        "Device workspace a pass takes (dtype 'float64' or any 4-byte-accumulating type).");
+  m.def("device_count", &DeviceCount, "Number of CUDA devices visible (0 if none).");
+}

@@ -1,0 +1,39 @@
+"""TF Conv2D semantics expressed through torch.nn.functional.conv2d, as the GPU oracle:
+HWIO filters become OIHW, SAME/EXPLICIT padding (possibly asymmetric) is padded explicitly,
+NHWC is permuted, and the two gradients come from autograd."""
+
+import torch
+import torch.nn.functional as F
+
+
+def tf_pads(h, w, kh, kw, strides, dilations, padding):
+  """(top, bottom, left, right) as TF computes them."""
+  if padding == "VALID":
+    return (0, 0, 0, 0)
+  if padding != "SAME":
+    (t, b), (l, r) = padding
+    return (t, b, l, r)
+  out = []
+  for size, k, s, d in ((h, kh, strides[0], dilations[0]), (w, kw, strides[1], dilations[1])):
+    eff = (k - 1) * d + 1
+    total = max((-(-size // s) - 1) * s + eff - size, 0)
+    out += [total // 2, total - total // 2]
+  return tuple(out)
+
+
+def conv2d_and_grads(x, w, dy, strides, padding, dilations, data_format):
+  """Forward output and (d input, d filter) for x in data_format, w HWIO, dy like the output.
+  Returns tensors in the same layouts as the inputs."""
+  xn = x if data_format == "NCHW" else x.permute(0, 3, 1, 2)
+  xn = xn.detach().clone().requires_grad_(True)
+  wo = w.permute(3, 2, 0, 1).detach().clone().requires_grad_(True)
+  groups = xn.shape[1] // w.shape[2]
+  t, b, l, r = tf_pads(xn.shape[2], xn.shape[3], w.shape[0], w.shape[1], strides, dilations,
+                       padding)
+  y = F.conv2d(F.pad(xn, (l, r, t, b)), wo, stride=tuple(strides), dilation=tuple(dilations),
+               groups=groups)
+  dyn = dy if data_format == "NCHW" else dy.permute(0, 3, 1, 2)
+  y.backward(dyn)
+  back = (lambda a: a) if data_format == "NCHW" else (lambda a: a.permute(0, 2, 3, 1))
+  return (back(y.detach()).contiguous(), back(xn.grad).contiguous(),
+          wo.grad.permute(2, 3, 1, 0).contiguous())
