@@ -75,16 +75,23 @@ PY_OBJS  = $(patsubst cc/%.cc,$(BUILD)/py/%.o,$(CORE_SRCS) $(PY_SRCS))
 
 _libs: $(OPS_LIB) $(CORE_LIB) $(PKG)/_build_info.py
 
+# With nvcc, the op library also registers GPU kernels (the CUDA objects, static cudart).
+ifneq ($(strip $(NVCC)),)
+TF_CUDA_DEFS = -DLARGECONV_WITH_CUDA -I$(CUDA_HOME)/include
+TF_CUDA_OBJS = $(patsubst cc/%.cu,$(BUILD)/cuda/%.o,$(CU_SRCS))
+TF_CUDA_LIBS = $(CUDA_HOME)/lib64/libcudart_static.a -ldl -lrt -lpthread
+endif
+
 $(BUILD)/tf/%.o: cc/%.cc $(HEADERS) $(TFCONFIG)
 	@mkdir -p $(dir $@)
-	$(CXX) $(TF_CFLAGS) $(OPT) $(DUCC_INC) -c $< -o $@
+	$(CXX) $(TF_CFLAGS) $(OPT) $(TF_CUDA_DEFS) $(DUCC_INC) -c $< -o $@
 
 $(BUILD)/py/%.o: cc/%.cc $(HEADERS) $(TFCONFIG)
 	@mkdir -p $(dir $@)
 	$(CXX) $(PY_STD) $(OPT) -fvisibility=hidden $(DUCC_INC) $(PYINC) -c $< -o $@
 
-$(OPS_LIB): $(TF_OBJS)
-	$(CXX) -shared $^ -o $@ $(TF_LFLAGS)
+$(OPS_LIB): $(TF_OBJS) $(TF_CUDA_OBJS)
+	$(CXX) -shared $^ -o $@ $(TF_LFLAGS) $(TF_CUDA_LIBS)
 
 $(CORE_LIB): $(PY_OBJS)
 	$(CXX) -shared $^ -o $@

@@ -1,6 +1,7 @@
-// CPU OpKernels of the LargeConv family: attrs are read once at construction, shapes are
-// checked at the top of Compute, and the framework-free core does the arithmetic on TF's
-// intra-op thread pool.
+// OpKernels of the LargeConv family: attrs are read once at construction, shapes are
+// checked at the top of Compute. On the CPU the framework-free core does the arithmetic on
+// TF's intra-op thread pool; on a GPU (built with LARGECONV_WITH_CUDA, when nvcc is found)
+// the CUDA kernels run on the op's stream, their workspace taken through allocate_temp.
 #include <array>
 #include <map>
 #include <string>
@@ -15,6 +16,11 @@
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/platform/mutex.h"
 #include "tensorflow/core/platform/threadpool.h"
+
+#ifdef LARGECONV_WITH_CUDA
+#include "cc/core/cuda/launch.h"
+#include "xla/stream_executor/stream.h"
+#endif
 
 namespace largeconv {
 namespace {
@@ -154,9 +160,15 @@ class ConvOpBase : public OpKernel {
   }
 
   // Plans, allocates the workspace and runs one pass on operands in the pass's order.
-  template <typename T>
+  template <typename T, bool kGpu>
   void Run(OpKernelContext* ctx, const ConvGeometry& g, ConvPass pass, const Tensor& a,
            const Tensor& b, Tensor* out) {
+#ifdef LARGECONV_WITH_CUDA
+    if constexpr (kGpu) {
+      RunOnGpu<T>(ctx, g, pass, a, b, out);
+      return;
+    }
+#endif
     PassPlan plan;
     Tensor workspace;
     OP_REQUIRES_OK(ctx, PlanAndAllocate<T>(ctx, g, pass, &plan, &workspace));
@@ -164,6 +176,33 @@ class ConvOpBase : public OpKernel {
             CorePtr<T>(out), plan.workspace_bytes > 0 ? workspace.data() : nullptr,
             PoolFor(ctx));
   }
+
+#ifdef LARGECONV_WITH_CUDA
+  // The GPU has the direct tile kernels only, so "auto" and "direct" both mean them.
+  template <typename T>
+  void RunOnGpu(OpKernelContext* ctx, const ConvGeometry& g, ConvPass pass, const Tensor& a,
+                const Tensor& b, Tensor* out) {
+    OP_REQUIRES(ctx, request_.algorithm != Algorithm::kFft,
+                tensorflow::errors::Unimplemented(
+                    "algorithm='fft' is not available on GPU; use 'auto' or 'direct'"));
+    using C = typename CoreType<T>::type;
+    const int64_t bytes =
+        cuda::DirectWorkspaceBytes(g, pass, sizeof(AccT<C>), request_.workspace_limit);
+    Tensor workspace;
+    if (bytes > 0) {
+      OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_INT8, TensorShape({bytes}),
+                                             &workspace));
+    }
+    auto* stream = ctx->op_device_context() ? ctx->op_device_context()->stream() : nullptr;
+    OP_REQUIRES(ctx, stream != nullptr,
+                tensorflow::errors::Internal("the GPU op has no stream to run on"));
+    const auto handle = static_cast<cuda::Stream>(stream->platform_specific_handle().stream);
+    OP_REQUIRES_OK(ctx, ToStatus(cuda::DirectPass(
+                            g, pass, CorePtr<T>(a), CorePtr<T>(b), CorePtr<T>(out),
+                            bytes > 0 ? workspace.data() : nullptr, request_.workspace_limit,
+                            handle)));
+  }
+#endif
 
   using PlanKey = std::array<int64_t, 9>;
   static constexpr size_t kMaxCachedPlans = 64;
@@ -174,7 +213,7 @@ class ConvOpBase : public OpKernel {
   std::map<PlanKey, PassPlan> plans_ TF_GUARDED_BY(plan_mu_);
 };
 
-template <typename T>
+template <typename T, bool kGpu>
 class Conv2DOp : public ConvOpBase {
  public:
   using ConvOpBase::ConvOpBase;
@@ -188,11 +227,11 @@ class Conv2DOp : public ConvOpBase {
     OP_REQUIRES_OK(ctx, ToStatus(MakeGeometry(attrs_, in_shape, f_shape, &g)));
     Tensor* output = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, ToShape(g.output_shape()), &output));
-    Run<T>(ctx, g, ConvPass::kForward, input, filter, output);
+    Run<T, kGpu>(ctx, g, ConvPass::kForward, input, filter, output);
   }
 };
 
-template <typename T>
+template <typename T, bool kGpu>
 class Conv2DBackpropInputOp : public ConvOpBase {
  public:
   using ConvOpBase::ConvOpBase;
@@ -208,11 +247,11 @@ class Conv2DBackpropInputOp : public ConvOpBase {
     OP_REQUIRES_OK(ctx, CheckOutBackprop(dy, g));
     Tensor* dx = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, ToShape(in_shape), &dx));
-    Run<T>(ctx, g, ConvPass::kBackpropInput, filter, dy, dx);
+    Run<T, kGpu>(ctx, g, ConvPass::kBackpropInput, filter, dy, dx);
   }
 };
 
-template <typename T>
+template <typename T, bool kGpu>
 class Conv2DBackpropFilterOp : public ConvOpBase {
  public:
   using ConvOpBase::ConvOpBase;
@@ -228,30 +267,39 @@ class Conv2DBackpropFilterOp : public ConvOpBase {
     OP_REQUIRES_OK(ctx, CheckOutBackprop(dy, g));
     Tensor* dw = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, ToShape(f_shape), &dw));
-    Run<T>(ctx, g, ConvPass::kBackpropFilter, input, dy, dw);
+    Run<T, kGpu>(ctx, g, ConvPass::kBackpropFilter, input, dy, dw);
   }
 };
 
-#define LARGECONV_REGISTER_CPU(T)                                                         \
+#define LARGECONV_REGISTER(DEVICE, T, GPU)                                               \
   REGISTER_KERNEL_BUILDER(                                                                \
-      Name("LargeConv>Conv2D").Device(tensorflow::DEVICE_CPU).TypeConstraint<T>("T"),    \
-      Conv2DOp<T>);                                                                       \
+      Name("LargeConv>Conv2D").Device(DEVICE).TypeConstraint<T>("T"), Conv2DOp<T, GPU>);  \
   REGISTER_KERNEL_BUILDER(Name("LargeConv>Conv2DBackpropInput")                          \
-                              .Device(tensorflow::DEVICE_CPU)                             \
+                              .Device(DEVICE)                                             \
                               .TypeConstraint<T>("T")                                     \
                               .HostMemory("input_sizes"),                                 \
-                          Conv2DBackpropInputOp<T>);                                      \
+                          Conv2DBackpropInputOp<T, GPU>);                                 \
   REGISTER_KERNEL_BUILDER(Name("LargeConv>Conv2DBackpropFilter")                         \
-                              .Device(tensorflow::DEVICE_CPU)                             \
+                              .Device(DEVICE)                                             \
                               .TypeConstraint<T>("T")                                     \
                               .HostMemory("filter_sizes"),                                \
-                          Conv2DBackpropFilterOp<T>);
+                          Conv2DBackpropFilterOp<T, GPU>);
+#define LARGECONV_REGISTER_CPU(T) LARGECONV_REGISTER(tensorflow::DEVICE_CPU, T, false)
 
 LARGECONV_REGISTER_CPU(float)
 LARGECONV_REGISTER_CPU(double)
 LARGECONV_REGISTER_CPU(Eigen::half)
 LARGECONV_REGISTER_CPU(Eigen::bfloat16)
+#ifdef LARGECONV_WITH_CUDA
+#define LARGECONV_REGISTER_GPU(T) LARGECONV_REGISTER(tensorflow::DEVICE_GPU, T, true)
+LARGECONV_REGISTER_GPU(float)
+LARGECONV_REGISTER_GPU(double)
+LARGECONV_REGISTER_GPU(Eigen::half)
+LARGECONV_REGISTER_GPU(Eigen::bfloat16)
+#undef LARGECONV_REGISTER_GPU
+#endif
 #undef LARGECONV_REGISTER_CPU
+#undef LARGECONV_REGISTER
 
 }  // namespace
 }  // namespace largeconv
