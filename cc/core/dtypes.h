@@ -67,7 +67,9 @@ LC_HD inline uint16_t FloatToHalf(float f) {
   return sign | static_cast<uint16_t>((r - (112u << 23)) >> 13);
 }
 
-LC_HD inline float Bf16ToFloat(uint16_t b) { return BitsToFloat(static_cast<uint32_t>(b) << 16); }
+LC_HD inline float Bf16ToFloat(uint16_t b) {
+  return BitsToFloat(static_cast<uint32_t>(b) << 16);
+}
 
 LC_HD inline uint16_t FloatToBf16(float f) {
   const uint32_t u = FloatToBits(f);

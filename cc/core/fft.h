@@ -13,6 +13,16 @@ namespace largeconv {
 
 enum class ConvPass { kForward, kBackpropInput, kBackpropFilter };
 
+// The pass's name as the Python API spells it.
+inline const char* PassName(ConvPass p) {
+  switch (p) {
+    case ConvPass::kForward: return "forward";
+    case ConvPass::kBackpropInput: return "backprop_input";
+    case ConvPass::kBackpropFilter: return "backprop_filter";
+  }
+  return "?";
+}
+
 // How a pass is cut up. fft_h x fft_w is the transform (tile plus filter halo).
 //  forward:         out_block = output channels whose filter spectra are held at once;
 //                   when it is the whole group, group_block groups are held at once (many

@@ -169,15 +169,6 @@ const char* AlgorithmName(Algorithm a) {
   return "?";
 }
 
-const char* PassName(ConvPass p) {
-  switch (p) {
-    case ConvPass::kForward: return "forward";
-    case ConvPass::kBackpropInput: return "backprop_input";
-    case ConvPass::kBackpropFilter: return "backprop_filter";
-  }
-  return "?";
-}
-
 int64_t TfWorkspaceEstimate(const ConvGeometry& g, int64_t threads, int real_bytes) {
   return (int64_t{16} << 20) + (threads + 1) * g.filter_elements() * real_bytes;
 }

@@ -19,7 +19,6 @@ enum class Algorithm { kAuto, kDirect, kFft, kTf };
 
 std::string ParseAlgorithm(const std::string& s, Algorithm* out);
 const char* AlgorithmName(Algorithm a);
-const char* PassName(ConvPass p);
 
 constexpr int64_t kDefaultWorkspaceLimit = int64_t{64} << 20;  // 64 MiB
 

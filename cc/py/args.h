@@ -49,6 +49,13 @@ inline std::vector<int64_t> ToVec(const std::array<int64_t, 4>& s) {
   return {s[0], s[1], s[2], s[3]};
 }
 
+// The gradient ops' check that out_backprop has the convolution's output shape.
+inline void CheckOutBackprop(const std::vector<int64_t>& shape, const ConvGeometry& g) {
+  if (shape != ToVec(g.output_shape())) {
+    throw py::value_error("out_backprop does not have the convolution's output shape");
+  }
+}
+
 inline const std::vector<int64_t> kOnes{1, 1, 1, 1};
 inline const std::vector<int64_t> kNone{};
 

@@ -125,9 +125,7 @@ Array<T> BackpropInput(const std::vector<int64_t>& input_shape, const Array<T>& 
                        const std::string& algorithm, int64_t workspace_limit, int num_threads) {
   const ConvAttrs a = AttrsFrom(strides, padding, explicit_paddings, data_format, dilations);
   const ConvGeometry g = Geometry(input_shape, ShapeOf(w, "filter"), a);
-  if (ShapeOf(dy, "out_backprop") != ToVec(g.output_shape())) {
-    throw py::value_error("out_backprop does not have the convolution's output shape");
-  }
+  CheckOutBackprop(ShapeOf(dy, "out_backprop"), g);
   Array<T> dx(input_shape);
   RunOnHost(g, ConvPass::kBackpropInput, w.data(), w.size(), dy.data(), dy.size(),
             dx.mutable_data(), algorithm, workspace_limit, num_threads);
@@ -144,9 +142,7 @@ Array<T> BackpropFilter(const Array<T>& x, const std::vector<int64_t>& filter_sh
                         int num_threads) {
   const ConvAttrs a = AttrsFrom(strides, padding, explicit_paddings, data_format, dilations);
   const ConvGeometry g = Geometry(ShapeOf(x, "input"), filter_shape, a);
-  if (ShapeOf(dy, "out_backprop") != ToVec(g.output_shape())) {
-    throw py::value_error("out_backprop does not have the convolution's output shape");
-  }
+  CheckOutBackprop(ShapeOf(dy, "out_backprop"), g);
   Array<T> dw(filter_shape);
   RunOnHost(g, ConvPass::kBackpropFilter, x.data(), x.size(), dy.data(), dy.size(),
             dw.mutable_data(), algorithm, workspace_limit, num_threads);

@@ -186,8 +186,9 @@ class ConvOpBase : public OpKernel {
                 tensorflow::errors::Unimplemented(
                     "algorithm='fft' is not available on GPU; use 'auto' or 'direct'"));
     using C = typename CoreType<T>::type;
-    const int64_t bytes =
-        cuda::DirectWorkspaceBytes(g, pass, sizeof(AccT<C>), request_.workspace_limit);
+    const cuda::TileConfig config =
+        cuda::MakeTileConfig(g, pass, sizeof(AccT<C>), request_.workspace_limit);
+    const int64_t bytes = config.workspace_bytes;
     Tensor workspace;
     if (bytes > 0) {
       OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_INT8, TensorShape({bytes}),
@@ -197,10 +198,10 @@ class ConvOpBase : public OpKernel {
     OP_REQUIRES(ctx, stream != nullptr,
                 tensorflow::errors::Internal("the GPU op has no stream to run on"));
     const auto handle = static_cast<cuda::Stream>(stream->platform_specific_handle().stream);
-    OP_REQUIRES_OK(ctx, ToStatus(cuda::DirectPass(
-                            g, pass, CorePtr<T>(a), CorePtr<T>(b), CorePtr<T>(out),
-                            bytes > 0 ? workspace.data() : nullptr, request_.workspace_limit,
-                            handle)));
+    OP_REQUIRES_OK(ctx, ToStatus(cuda::DirectPass(g, pass, config, CorePtr<T>(a),
+                                                  CorePtr<T>(b), CorePtr<T>(out),
+                                                  bytes > 0 ? workspace.data() : nullptr,
+                                                  handle)));
   }
 #endif
 

@@ -66,15 +66,9 @@ struct DeviceLauncher {
 
 }  // namespace
 
-int64_t DirectWorkspaceBytes(const ConvGeometry& g, ConvPass pass, int acc_bytes,
-                             int64_t workspace_limit) {
-  return MakeTileConfig(g, pass, acc_bytes, workspace_limit).workspace_bytes;
-}
-
 template <typename T>
-std::string DirectPass(const ConvGeometry& g, ConvPass pass, const T* a, const T* b, T* out,
-                       void* workspace, int64_t workspace_limit, Stream stream) {
-  const TileConfig c = MakeTileConfig(g, pass, sizeof(AccT<T>), workspace_limit);
+std::string DirectPass(const ConvGeometry& g, ConvPass pass, const TileConfig& c,
+                       const T* a, const T* b, T* out, void* workspace, Stream stream) {
   if (c.workspace_bytes > 0 && workspace == nullptr) {
     return "the direct backprop-filter kernels need a workspace of " +
            std::to_string(c.workspace_bytes) + " bytes";
@@ -88,8 +82,8 @@ std::string DirectPass(const ConvGeometry& g, ConvPass pass, const T* a, const T
 }
 
 #define LARGECONV_INSTANTIATE(T)                                                           \
-  template std::string DirectPass<T>(const ConvGeometry&, ConvPass, const T*, const T*, T*, \
-                                     void*, int64_t, Stream);
+  template std::string DirectPass<T>(const ConvGeometry&, ConvPass, const TileConfig&,    \
+                                     const T*, const T*, T*, void*, Stream);
 LARGECONV_INSTANTIATE(float)
 LARGECONV_INSTANTIATE(double)
 LARGECONV_INSTANTIATE(f16)

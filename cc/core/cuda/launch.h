@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "cc/core/cuda/tiles.h"
 #include "cc/core/fft.h"
 #include "cc/core/geometry.h"
 
@@ -17,18 +18,15 @@ namespace cuda {
 
 using Stream = CUstream_st*;  // cudaStream_t
 
-// Bytes of device workspace DirectPass needs (backprop-filter's partial sums; 0 otherwise).
-int64_t DirectWorkspaceBytes(const ConvGeometry& g, ConvPass pass, int acc_bytes,
-                             int64_t workspace_limit);
-
-// One pass of the direct tile kernels, enqueued on `stream`. Operands in RunPass's order:
-// forward (input, filter) -> output; backprop-input (filter, out_backprop) -> in_backprop;
-// backprop-filter (input, out_backprop) -> filter_backprop. `workspace` holds
-// DirectWorkspaceBytes(g, pass, sizeof accumulator, workspace_limit) bytes.
-// T: float, double, f16, bf16 (cc/core/dtypes.h).
+// One pass of the direct tile kernels, enqueued on `stream`, cut up as `config` says:
+// MakeTileConfig(g, pass, sizeof(AccT<T>), workspace_limit), made once by the caller, who
+// also allocates its workspace_bytes (backprop-filter's partial sums; 0 otherwise) as
+// `workspace`. Operands in RunPass's order: forward (input, filter) -> output;
+// backprop-input (filter, out_backprop) -> in_backprop; backprop-filter (input,
+// out_backprop) -> filter_backprop. T: float, double, f16, bf16 (cc/core/dtypes.h).
 template <typename T>
-std::string DirectPass(const ConvGeometry& g, ConvPass pass, const T* a, const T* b, T* out,
-                       void* workspace, int64_t workspace_limit, Stream stream);
+std::string DirectPass(const ConvGeometry& g, ConvPass pass, const TileConfig& config,
+                       const T* a, const T* b, T* out, void* workspace, Stream stream);
 
 }  // namespace cuda
 }  // namespace largeconv

@@ -93,6 +93,60 @@ LC_HD inline SpatialBlock DecodeSpatial(int64_t b, int64_t h, int64_t w, int64_t
   return k;
 }
 
+// One step of forward / backprop-input: a channel of the reduction (in-channel forward,
+// out-channel within the group backprop-input) and the first tap of a filter chunk.
+struct TapStep {
+  int64_t ch, kh0, kw0;
+};
+LC_HD inline int64_t TapSteps(const TileGeom& g, const TileConfig& c, int64_t channels) {
+  return channels * CeilDivHD(g.filter_h, c.chunk_h) * CeilDivHD(g.filter_w, c.chunk_w);
+}
+LC_HD inline TapStep DecodeTapStep(const TileGeom& g, const TileConfig& c, int64_t s) {
+  const int64_t nw = CeilDivHD(g.filter_w, c.chunk_w), nh = CeilDivHD(g.filter_h, c.chunk_h);
+  TapStep t;
+  t.kw0 = (s % nw) * c.chunk_w;
+  s /= nw;
+  t.kh0 = (s % nh) * c.chunk_h;
+  t.ch = s / nh;
+  return t;
+}
+
+// The block's share of loading the patch_h x patch_w window at (y0, x0) of an h x w plane
+// (element strides st.h, st.w) into dst; zero outside the plane.
+template <typename T, typename A>
+LC_HD inline void LoadPatch(const T* plane, int64_t y0, int64_t x0, int64_t h, int64_t w,
+                            const Strides4& st, const TileConfig& c, int tid, int threads,
+                            A* dst) {
+  for (int64_t e = tid; e < c.patch_h * c.patch_w; e += threads) {
+    const int64_t y = y0 + e / c.patch_w, x = x0 + e % c.patch_w;
+    const bool in = y >= 0 && y < h && x >= 0 && x < w;
+    dst[e] = in ? static_cast<A>(Load(plane[y * st.h + x * st.w])) : A(0);
+  }
+}
+
+// The block's share of loading a step's filter chunk as [chunk_h][chunk_w][C]: entry
+// (kh, kw, o) is filter[tap(kh, kw) + base + o * channel_stride], zero past the filter's
+// edge or for o >= valid (the group's last channel block).
+template <int C, typename T, typename A>
+LC_HD inline void LoadFilterChunk(const T* filter, const TileGeom& g, const TileConfig& c,
+                                  const TapStep& t, int64_t base, int64_t channel_stride,
+                                  int64_t valid, int tid, int threads, A* dst) {
+  const int64_t tap = g.cin_g * g.cout;  // elements between neighbouring taps (HWIO)
+  for (int64_t e = tid; e < c.chunk_h * c.chunk_w * C; e += threads) {
+    const int64_t o = e % C, kw = t.kw0 + (e / C) % c.chunk_w, kh = t.kh0 + e / (C * c.chunk_w);
+    const bool in = kh < g.filter_h && kw < g.filter_w && o < valid;
+    dst[e] = in ? static_cast<A>(Load(filter[(kh * g.filter_w + kw) * tap + base +
+                                             o * channel_stride]))
+                : A(0);
+  }
+}
+
+// Stores a thread's C accumulators to dst[o * stride] for o < valid.
+template <int C, typename T, typename A>
+LC_HD inline void StoreChannels(const A* acc, int64_t valid, int64_t stride, T* dst) {
+  for (int o = 0; o < C && o < valid; ++o) dst[o * stride] = Store<T>(acc[o]);
+}
+
 template <typename T, int C>
 struct ForwardTiles {
   using A = AccT<T>;
@@ -110,49 +164,27 @@ struct ForwardTiles {
     return DecodeSpatial(b, p.g.out_h, p.g.out_w, CeilDivHD(p.g.cout_g, C), p.g.groups, p.c);
   }
   LC_HD static int64_t Steps(const Params& p, const Block&) {
-    return p.g.cin_g * CeilDivHD(p.g.filter_h, p.c.chunk_h) * CeilDivHD(p.g.filter_w, p.c.chunk_w);
-  }
-  // Step s -> (in-channel, first filter row, first filter column).
-  LC_HD static void StepTaps(const Params& p, int64_t s, int64_t* ci, int64_t* kh0,
-                             int64_t* kw0) {
-    const int64_t nw = CeilDivHD(p.g.filter_w, p.c.chunk_w);
-    const int64_t nh = CeilDivHD(p.g.filter_h, p.c.chunk_h);
-    *kw0 = (s % nw) * p.c.chunk_w;
-    s /= nw;
-    *kh0 = (s % nh) * p.c.chunk_h;
-    *ci = s / nh;
+    return TapSteps(p.g, p.c, p.g.cin_g);
   }
   LC_HD static void LoadTile(const Params& p, const Block& k, int64_t s, int tid, int threads,
-                         A* smem) {
+                             A* smem) {
     const TileGeom& g = p.g;
     const TileConfig& c = p.c;
-    int64_t ci, kh0, kw0;
-    StepTaps(p, s, &ci, &kh0, &kw0);
-    const int64_t by = k.y0 * g.stride_h + kh0 * g.dil_h - g.pad_top;
-    const int64_t bx = k.x0 * g.stride_w + kw0 * g.dil_w - g.pad_left;
-    const T* src = p.input + k.n * g.in.n + (k.grp * g.cin_g + ci) * g.in.c;
-    const int64_t patch = c.patch_h * c.patch_w;
-    for (int64_t e = tid; e < patch; e += threads) {
-      const int64_t iy = by + e / c.patch_w, ix = bx + e % c.patch_w;
-      const bool in = iy >= 0 && iy < g.in_h && ix >= 0 && ix < g.in_w;
-      smem[e] = in ? static_cast<A>(Load(src[iy * g.in.h + ix * g.in.w])) : A(0);
-    }
-    A* filt = smem + patch;
-    const int64_t c0 = k.j * C;  // first channel of the block within its group
-    for (int64_t e = tid; e < c.chunk_h * c.chunk_w * C; e += threads) {
-      const int64_t o = e % C, kw = kw0 + (e / C) % c.chunk_w, kh = kh0 + e / (C * c.chunk_w);
-      const bool in = kh < g.filter_h && kw < g.filter_w && c0 + o < g.cout_g;
-      filt[e] = in ? static_cast<A>(Load(p.filter[((kh * g.filter_w + kw) * g.cin_g + ci) *
-                                                      g.cout + k.grp * g.cout_g + c0 + o]))
-                   : A(0);
-    }
+    const TapStep t = DecodeTapStep(g, c, s);
+    LoadPatch(p.input + k.n * g.in.n + (k.grp * g.cin_g + t.ch) * g.in.c,
+              k.y0 * g.stride_h + t.kh0 * g.dil_h - g.pad_top,
+              k.x0 * g.stride_w + t.kw0 * g.dil_w - g.pad_left, g.in_h, g.in_w, g.in, c, tid,
+              threads, smem);
+    const int64_t c0 = k.j * C;  // first out-channel of the block within its group
+    LoadFilterChunk<C>(p.filter, g, c, t, t.ch * g.cout + k.grp * g.cout_g + c0, 1,
+                       g.cout_g - c0, tid, threads, smem + c.patch_h * c.patch_w);
   }
   LC_HD static void Accumulate(const Params& p, const Block&, int64_t s, int tid,
                                const A* smem, A* acc) {
     const TileGeom& g = p.g;
     const TileConfig& c = p.c;
-    int64_t ci, kh0, kw0;
-    StepTaps(p, s, &ci, &kh0, &kw0);
+    const TapStep t = DecodeTapStep(g, c, s);
+    const int64_t kh0 = t.kh0, kw0 = t.kw0;
     const int64_t ty = tid / c.tile_w, tx = tid % c.tile_w;
     const int64_t nh = MinHD(c.chunk_h, g.filter_h - kh0), nw = MinHD(c.chunk_w, g.filter_w - kw0);
     const A* filt = smem + c.patch_h * c.patch_w;
@@ -169,11 +201,10 @@ struct ForwardTiles {
     const TileGeom& g = p.g;
     const int64_t oy = k.y0 + tid / p.c.tile_w, ox = k.x0 + tid % p.c.tile_w;
     if (oy >= g.out_h || ox >= g.out_w) return;
-    T* dst = p.output + k.n * g.out.n + oy * g.out.h + ox * g.out.w;
-    for (int o = 0; o < C; ++o) {
-      const int64_t co = k.j * C + o;
-      if (co < g.cout_g) dst[(k.grp * g.cout_g + co) * g.out.c] = Store<T>(acc[o]);
-    }
+    const int64_t c0 = k.j * C;
+    StoreChannels<C>(acc, g.cout_g - c0, g.out.c,
+                     p.output + k.n * g.out.n + oy * g.out.h + ox * g.out.w +
+                         (k.grp * g.cout_g + c0) * g.out.c);
   }
 };
 
@@ -194,52 +225,37 @@ struct BackpropInputTiles {
     return DecodeSpatial(b, p.g.in_h, p.g.in_w, CeilDivHD(p.g.cin_g, C), p.g.groups, p.c);
   }
   LC_HD static int64_t Steps(const Params& p, const Block&) {
-    return p.g.cout_g * CeilDivHD(p.g.filter_h, p.c.chunk_h) * CeilDivHD(p.g.filter_w, p.c.chunk_w);
+    return TapSteps(p.g, p.c, p.g.cout_g);
   }
-  // Step s -> (out-channel within the group, first filter row, first filter column), and
-  // the first out_backprop row/column of the block's patch: the lowest output position any
-  // of the block's input positions meets through the chunk's taps.
-  LC_HD static void StepTaps(const Params& p, const Block& k, int64_t s, int64_t* co,
-                             int64_t* kh0, int64_t* kw0, int64_t* oy0, int64_t* ox0) {
+  // The first out_backprop row/column of a step's patch: the lowest output position any of
+  // the block's input positions meets through the chunk's taps.
+  LC_HD static void PatchOrigin(const Params& p, const Block& k, const TapStep& t, int64_t* oy0,
+                                int64_t* ox0) {
     const TileGeom& g = p.g;
-    const int64_t nw = CeilDivHD(g.filter_w, p.c.chunk_w);
-    const int64_t nh = CeilDivHD(g.filter_h, p.c.chunk_h);
-    *kw0 = (s % nw) * p.c.chunk_w;
-    s /= nw;
-    *kh0 = (s % nh) * p.c.chunk_h;
-    *co = s / nh;
-    *oy0 = FloorDivHD(k.y0 + g.pad_top - (*kh0 + p.c.chunk_h - 1) * g.dil_h, g.stride_h);
-    *ox0 = FloorDivHD(k.x0 + g.pad_left - (*kw0 + p.c.chunk_w - 1) * g.dil_w, g.stride_w);
+    *oy0 = FloorDivHD(k.y0 + g.pad_top - (t.kh0 + p.c.chunk_h - 1) * g.dil_h, g.stride_h);
+    *ox0 = FloorDivHD(k.x0 + g.pad_left - (t.kw0 + p.c.chunk_w - 1) * g.dil_w, g.stride_w);
   }
   LC_HD static void LoadTile(const Params& p, const Block& k, int64_t s, int tid, int threads,
-                         A* smem) {
+                             A* smem) {
     const TileGeom& g = p.g;
     const TileConfig& c = p.c;
-    int64_t co, kh0, kw0, oy0, ox0;
-    StepTaps(p, k, s, &co, &kh0, &kw0, &oy0, &ox0);
-    const T* src = p.out_backprop + k.n * g.out.n + (k.grp * g.cout_g + co) * g.out.c;
-    const int64_t patch = c.patch_h * c.patch_w;
-    for (int64_t e = tid; e < patch; e += threads) {
-      const int64_t oy = oy0 + e / c.patch_w, ox = ox0 + e % c.patch_w;
-      const bool in = oy >= 0 && oy < g.out_h && ox >= 0 && ox < g.out_w;
-      smem[e] = in ? static_cast<A>(Load(src[oy * g.out.h + ox * g.out.w])) : A(0);
-    }
-    A* filt = smem + patch;
+    const TapStep t = DecodeTapStep(g, c, s);
+    int64_t oy0, ox0;
+    PatchOrigin(p, k, t, &oy0, &ox0);
+    LoadPatch(p.out_backprop + k.n * g.out.n + (k.grp * g.cout_g + t.ch) * g.out.c, oy0, ox0,
+              g.out_h, g.out_w, g.out, c, tid, threads, smem);
     const int64_t c0 = k.j * C;  // first in-channel of the block within its group
-    for (int64_t e = tid; e < c.chunk_h * c.chunk_w * C; e += threads) {
-      const int64_t o = e % C, kw = kw0 + (e / C) % c.chunk_w, kh = kh0 + e / (C * c.chunk_w);
-      const bool in = kh < g.filter_h && kw < g.filter_w && c0 + o < g.cin_g;
-      filt[e] = in ? static_cast<A>(Load(p.filter[((kh * g.filter_w + kw) * g.cin_g + c0 + o) *
-                                                      g.cout + k.grp * g.cout_g + co]))
-                   : A(0);
-    }
+    LoadFilterChunk<C>(p.filter, g, c, t, c0 * g.cout + k.grp * g.cout_g + t.ch, g.cout,
+                       g.cin_g - c0, tid, threads, smem + c.patch_h * c.patch_w);
   }
   LC_HD static void Accumulate(const Params& p, const Block& k, int64_t s, int tid,
                                const A* smem, A* acc) {
     const TileGeom& g = p.g;
     const TileConfig& c = p.c;
-    int64_t co, kh0, kw0, oy0, ox0;
-    StepTaps(p, k, s, &co, &kh0, &kw0, &oy0, &ox0);
+    const TapStep t = DecodeTapStep(g, c, s);
+    const int64_t kh0 = t.kh0, kw0 = t.kw0;
+    int64_t oy0, ox0;
+    PatchOrigin(p, k, t, &oy0, &ox0);
     const int64_t iy = k.y0 + tid / c.tile_w, ix = k.x0 + tid % c.tile_w;
     const int64_t nh = MinHD(c.chunk_h, g.filter_h - kh0), nw = MinHD(c.chunk_w, g.filter_w - kw0);
     const A* filt = smem + c.patch_h * c.patch_w;
@@ -262,11 +278,10 @@ struct BackpropInputTiles {
     const TileGeom& g = p.g;
     const int64_t iy = k.y0 + tid / p.c.tile_w, ix = k.x0 + tid % p.c.tile_w;
     if (iy >= g.in_h || ix >= g.in_w) return;
-    T* dst = p.in_backprop + k.n * g.in.n + iy * g.in.h + ix * g.in.w;
-    for (int o = 0; o < C; ++o) {
-      const int64_t ci = k.j * C + o;
-      if (ci < g.cin_g) dst[(k.grp * g.cin_g + ci) * g.in.c] = Store<T>(acc[o]);
-    }
+    const int64_t c0 = k.j * C;
+    StoreChannels<C>(acc, g.cin_g - c0, g.in.c,
+                     p.in_backprop + k.n * g.in.n + iy * g.in.h + ix * g.in.w +
+                         (k.grp * g.cin_g + c0) * g.in.c);
   }
 };
 

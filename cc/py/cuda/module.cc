@@ -6,12 +6,15 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <iterator>
 #include <string>
 #include <vector>
 
 #include "cc/core/cuda/launch.h"
 #include "cc/core/dtypes.h"
+#include "cc/core/fft.h"
 #include "cc/core/geometry.h"
 #include "cc/py/args.h"
 
@@ -86,13 +89,15 @@ void CheckCuda(cudaError_t e, const char* what) {
 template <typename T>
 void Launch(const ConvGeometry& g, ConvPass pass, const DeviceArray& a, const DeviceArray& b,
             const DeviceArray& out, int64_t workspace_limit, cudaStream_t stream) {
-  const int64_t bytes = cuda::DirectWorkspaceBytes(g, pass, sizeof(AccT<T>), workspace_limit);
+  const cuda::TileConfig config =
+      cuda::MakeTileConfig(g, pass, sizeof(AccT<T>), workspace_limit);
   void* ws = nullptr;
-  if (bytes > 0) CheckCuda(cudaMallocAsync(&ws, bytes, stream), "workspace allocation");
-  const std::string err = cuda::DirectPass(g, pass, static_cast<const T*>(a.data),
-                                           static_cast<const T*>(b.data),
-                                           static_cast<T*>(out.data), ws, workspace_limit,
-                                           stream);
+  if (config.workspace_bytes > 0) {
+    CheckCuda(cudaMallocAsync(&ws, config.workspace_bytes, stream), "workspace allocation");
+  }
+  const std::string err =
+      cuda::DirectPass(g, pass, config, static_cast<const T*>(a.data),
+                       static_cast<const T*>(b.data), static_cast<T*>(out.data), ws, stream);
   if (ws != nullptr) CheckCuda(cudaFreeAsync(ws, stream), "workspace release");
   if (!err.empty()) throw std::runtime_error(err);
 }
@@ -145,9 +150,7 @@ void BackpropInput(const py::object& filter, const py::object& out_backprop,
   const DeviceArray dx = FromInterface(in_backprop, "in_backprop", dtype);
   const ConvGeometry g = Geometry(
       dx.shape, w.shape, AttrsFrom(strides, padding, explicit_paddings, data_format, dilations));
-  if (dy.shape != ToVec(g.output_shape())) {
-    throw py::value_error("out_backprop does not have the convolution's output shape");
-  }
+  CheckOutBackprop(dy.shape, g);
   Run(g, ConvPass::kBackpropInput, w, dy, dx, dx.shape, "in_backprop", algorithm,
       workspace_limit, stream);
 }
@@ -159,31 +162,36 @@ void BackpropFilter(const py::object& input, const py::object& out_backprop,
   const DeviceArray dw = FromInterface(filter_backprop, "filter_backprop", dtype);
   const ConvGeometry g = Geometry(
       x.shape, dw.shape, AttrsFrom(strides, padding, explicit_paddings, data_format, dilations));
-  if (dy.shape != ToVec(g.output_shape())) {
-    throw py::value_error("out_backprop does not have the convolution's output shape");
-  }
+  CheckOutBackprop(dy.shape, g);
   Run(g, ConvPass::kBackpropFilter, x, dy, dw, dw.shape, "filter_backprop", algorithm,
       workspace_limit, stream);
 }
 
+// Device workspace of a pass: the kernels' only temporary memory.
 int64_t WorkspaceBytes(const std::string& pass, const std::vector<int64_t>& input_shape,
-                       const std::vector<int64_t>& filter_shape, LARGECONV_CUDA_ARGS) {
-  ConvPass p;
-  if (pass == "forward") {
-    p = ConvPass::kForward;
-  } else if (pass == "backprop_input") {
-    p = ConvPass::kBackpropInput;
-  } else if (pass == "backprop_filter") {
-    p = ConvPass::kBackpropFilter;
-  } else {
-    throw py::value_error("pass must be forward, backprop_input or backprop_filter");
+                       const std::vector<int64_t>& filter_shape,
+                       const std::vector<int64_t>& strides, const std::string& padding,
+                       const std::vector<int64_t>& explicit_paddings,
+                       const std::string& data_format, const std::vector<int64_t>& dilations,
+                       int64_t workspace_limit, const std::string& dtype) {
+  const ConvPass passes[] = {ConvPass::kForward, ConvPass::kBackpropInput,
+                             ConvPass::kBackpropFilter};
+  const ConvPass* p = std::find_if(std::begin(passes), std::end(passes),
+                                   [&](ConvPass q) { return pass == PassName(q); });
+  if (p == std::end(passes)) {
+    throw py::value_error("pass_ must be forward, backprop_input or backprop_filter, got '" +
+                          pass + "'");
   }
-  (void)algorithm;
-  (void)stream;
+  if (dtype != "float16" && dtype != "bfloat16" && dtype != "float32" && dtype != "float64") {
+    throw py::value_error("dtype must be float16, bfloat16, float32 or float64, got '" +
+                          dtype + "'");
+  }
   const ConvGeometry g = Geometry(
       input_shape, filter_shape,
       AttrsFrom(strides, padding, explicit_paddings, data_format, dilations));
-  return cuda::DirectWorkspaceBytes(g, p, dtype == "float64" ? 8 : 4, workspace_limit);
+  // Every type accumulates in float except float64 (cc/core/dtypes.h).
+  const int acc_bytes = dtype == "float64" ? sizeof(AccT<double>) : sizeof(AccT<float>);
+  return cuda::MakeTileConfig(g, *p, acc_bytes, workspace_limit).workspace_bytes;
 }
 
 int DeviceCount() {
@@ -212,7 +220,9 @@ PYBIND11_MODULE(_cuda, m) {
         py::arg("filter_backprop"), LARGECONV_CUDA_PYARGS,
         "Gradient with respect to the filter, into `filter_backprop`.");
   m.def("workspace_bytes", &WorkspaceBytes, py::arg("pass_"), py::arg("input_shape"),
-        py::arg("filter_shape"), LARGECONV_CUDA_PYARGS,
-        "Device workspace a pass takes (dtype 'float64' or any 4-byte-accumulating type).");
+        py::arg("filter_shape"), py::arg("strides"), py::arg("padding"),
+        py::arg("explicit_paddings") = kNone, py::arg("data_format") = "NHWC",
+        py::arg("dilations") = kOnes, py::arg("workspace_limit") = int64_t{-1},
+        py::arg("dtype") = "float32", "Device workspace bytes a pass takes.");
   m.def("device_count", &DeviceCount, "Number of CUDA devices visible (0 if none).");
 }
