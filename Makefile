@@ -35,7 +35,8 @@ NVCC      ?= $(shell command -v nvcc 2>/dev/null)
 CUDA_HOME ?= $(firstword $(foreach d,$(realpath $(dir $(NVCC))..) /usr/local/cuda,$(if $(wildcard $(d)/include/cuda_runtime_api.h),$(d))))
 CUDA_GENCODE := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
 CU_SRCS   := $(wildcard cc/core/cuda/*.cu)
-CUDA_CC   := cc/core/geometry.cc cc/core/cuda/tile_config.cc cc/py/cuda/module.cc
+CUDA_CC   := cc/core/geometry.cc cc/core/tiling.cc cc/core/cuda/tile_config.cc cc/core/cuda/fft_plan.cc \
+             cc/py/cuda/module.cc
 CUDA_OBJS = $(patsubst cc/%.cu,$(BUILD)/cuda/%.o,$(CU_SRCS)) $(patsubst cc/%.cc,$(BUILD)/cuda/%.o,$(CUDA_CC))
 
 .PHONY: all build cuda demo test bench fuzz venv clean

@@ -5,6 +5,7 @@
 #define TF_LARGECONV_CORE_FFT_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "cc/core/geometry.h"
 #include "cc/core/parallel.h"
@@ -58,6 +59,14 @@ struct FftTiling {
 };
 bool MakeFftTiling(const ConvGeometry& g, ConvPass pass, int64_t fft_h, int64_t fft_w,
                    FftTiling* t);
+
+// The largest transform side either FFT path considers.
+constexpr int64_t kMaxFftSide = 4096;
+
+// Transform sizes in [lo, hi] whose only prime factors are 2, 3, 5 and 7, in increasing
+// order, plus the first such size above hi (so one tile covering everything is always a
+// candidate). Defined with MakeFftTiling in tiling.cc.
+std::vector<int64_t> SmoothSizes(int64_t lo, int64_t hi);
 
 // Exact workspace bytes of a pass for a given config and real type size (4 for float,
 // f16 and bf16, which compute in float; 8 for double).

@@ -18,33 +18,9 @@ constexpr double kFftFlopsPerSec = 3e9;
 // TensorFlow's oneDNN kernels reach ~150 GFLOP/s per core with many channels, far less with
 // few (measured ~40 GFLOP/s per core with 1 input and 3 output channels).
 constexpr double kTfFlopsPerSec = 150e9;
-constexpr int64_t kMaxFftSide = 4096;
 
 inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 inline int64_t Extent(int64_t k, int64_t d) { return (k - 1) * d + 1; }
-
-// Sizes in [lo, hi] whose only prime factors are 2, 3, 5 and 7, plus the first such size
-// above hi (so a single tile covering everything is always a candidate).
-std::vector<int64_t> SmoothSizes(int64_t lo, int64_t hi) {
-  hi = std::max(hi, lo);
-  const int64_t top = 2 * hi + 8;
-  std::vector<int64_t> all;
-  for (int64_t a = 1; a <= top; a *= 2) {
-    for (int64_t b = a; b <= top; b *= 3) {
-      for (int64_t c = b; c <= top; c *= 5) {
-        for (int64_t d = c; d <= top; d *= 7) all.push_back(d);
-      }
-    }
-  }
-  std::sort(all.begin(), all.end());
-  std::vector<int64_t> out;
-  for (int64_t v : all) {
-    if (v < lo) continue;
-    out.push_back(v);
-    if (v >= hi) break;
-  }
-  return out;
-}
 
 double FftFlops(int64_t fh, int64_t fw) {
   // A real 2-D transform costs about half a complex one, 2.5 N log2 N, plus the passes over

@@ -11,7 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "cc/core/cuda/fft_plan.h"
 #include "cc/core/geometry.h"
+#include "cc/core/plan.h"
 
 namespace py = pybind11;
 
@@ -54,6 +56,50 @@ inline void CheckOutBackprop(const std::vector<int64_t>& shape, const ConvGeomet
   if (shape != ToVec(g.output_shape())) {
     throw py::value_error("out_backprop does not have the convolution's output shape");
   }
+}
+
+// Bytes of the real type a dtype computes in: 8 for float64, 4 for the others.
+inline int RealBytes(const std::string& dtype) {
+  if (dtype != "float16" && dtype != "bfloat16" && dtype != "float32" && dtype != "float64") {
+    throw py::value_error("dtype must be float16, bfloat16, float32 or float64, got '" +
+                          dtype + "'");
+  }
+  return dtype == "float64" ? 8 : 4;
+}
+
+inline Algorithm AlgorithmFrom(const std::string& algorithm) {
+  Algorithm a;
+  const std::string err = ParseAlgorithm(algorithm, &a);
+  if (!err.empty()) throw py::value_error(err);
+  return a;
+}
+
+// The GPU planner's choice for each pass as dicts. plan_pass(pass, &plan) returns "" or an
+// error: the device planner (_cuda) or the host emulation's (_core).
+template <class PlanFn>
+py::list CudaPlanList(const PlanFn& plan_pass) {
+  py::list out;
+  for (ConvPass pass : {ConvPass::kForward, ConvPass::kBackpropInput, ConvPass::kBackpropFilter}) {
+    cuda::CudaPlan p;
+    const std::string err = plan_pass(pass, &p);
+    if (!err.empty()) throw py::value_error(err);
+    py::dict d;
+    d["pass"] = PassName(pass);
+    d["algorithm"] = AlgorithmName(p.algorithm);
+    d["workspace_bytes"] = p.workspace_bytes;
+    d["cost_direct"] = p.cost_direct;
+    d["cost_fft"] = p.cost_fft;
+    if (p.algorithm == Algorithm::kFft) {
+      d["fft"] = py::make_tuple(p.fft.fft_h, p.fft.fft_w);
+      d["tile"] = py::make_tuple(p.fft.tiling.tile_h, p.fft.tiling.tile_w);
+      d["tiles"] = py::make_tuple(p.fft.tiling.tiles_h, p.fft.tiling.tiles_w);
+      d["items"] = p.fft.items;
+      d["chunk"] = p.fft.chunk;
+      d["fft_work_bytes"] = p.fft_work_bytes;
+    }
+    out.append(d);
+  }
+  return out;
 }
 
 inline const std::vector<int64_t> kOnes{1, 1, 1, 1};

@@ -73,18 +73,36 @@ std::unique_ptr<void, FreeDeleter> Workspace(const PassPlan& p) {
   return std::unique_ptr<void, FreeDeleter>(mem);
 }
 
-// algorithm="cuda_emulation" runs the CUDA tile kernels (cc/core/cuda/tiles.h) on the host,
-// phase by phase as a thread block would: the tests' check of the device index arithmetic.
-constexpr char kCudaEmulation[] = "cuda_emulation";
+// algorithm="cuda_emulation" runs the CUDA direct tile kernels (cc/core/cuda/tiles.h) on
+// the host, phase by phase as a thread block would; "cuda_fft_emulation" the GPU's FFT path
+// (cc/core/cuda/fft_pipeline.h, DUCC standing in for cuFFT); "cuda_auto_emulation" whichever
+// the GPU planner picks. The tests' check of the device index arithmetic.
+bool CudaEmulation(const std::string& algorithm, Algorithm* a) {
+  if (algorithm == "cuda_emulation") {
+    *a = Algorithm::kDirect;
+  } else if (algorithm == "cuda_fft_emulation") {
+    *a = Algorithm::kFft;
+  } else if (algorithm == "cuda_auto_emulation") {
+    *a = Algorithm::kAuto;
+  } else {
+    return false;
+  }
+  return true;
+}
 
 // One pass on the host: planned and run as the op runs it, or emulated.
 template <typename T>
 void RunOnHost(const ConvGeometry& g, ConvPass pass, const T* a, int64_t a_size, const T* b,
                int64_t b_size, T* out, const std::string& algorithm, int64_t workspace_limit,
                int num_threads) {
-  if (algorithm == kCudaEmulation) {
-    py::gil_scoped_release release;
-    cuda::EmulateTilesPass(g, pass, a, b, out, workspace_limit);
+  Algorithm emulated;
+  if (CudaEmulation(algorithm, &emulated)) {
+    std::string err;
+    {
+      py::gil_scoped_release release;
+      err = cuda::EmulateCudaPass(g, pass, emulated, a, b, out, workspace_limit);
+    }
+    if (!err.empty()) throw py::value_error(err);
     return;
   }
   const int threads = ThreadCount(num_threads);
@@ -208,6 +226,27 @@ py::list PlanList(const std::vector<int64_t>& input_shape,
   return out;
 }
 
+// The GPU planner as the host emulation runs it (no cuFFT work areas).
+py::list CudaPlanHost(const std::vector<int64_t>& input_shape,
+                      const std::vector<int64_t>& filter_shape,
+                      const std::vector<int64_t>& strides, const std::string& padding,
+                      const std::vector<int64_t>& explicit_paddings,
+                      const std::string& data_format, const std::vector<int64_t>& dilations,
+                      const std::string& algorithm, int64_t workspace_limit,
+                      const std::string& dtype) {
+  const ConvGeometry g = Geometry(
+      input_shape, filter_shape,
+      AttrsFrom(strides, padding, explicit_paddings, data_format, dilations));
+  const Algorithm a = AlgorithmFrom(algorithm);
+  const int rb = RealBytes(dtype);
+  const cuda::WorkBytesFn none = [](const cuda::TransformShape&, std::string*) -> int64_t {
+    return 0;
+  };
+  return CudaPlanList([&](ConvPass pass, cuda::CudaPlan* p) {
+    return cuda::PlanGpuPass(g, pass, a, rb, workspace_limit, &none, "", p);
+  });
+}
+
 template <typename T>
 void DefKernels(py::module_& m) {
   m.def("conv2d", &Forward<T>, py::arg("input"), py::arg("filter"), LARGECONV_ARGS,
@@ -233,6 +272,9 @@ PYBIND11_MODULE(_core, m) {
   m.def("plan", &PlanList, py::arg("input_shape"), py::arg("filter_shape"), LARGECONV_ARGS,
         py::arg("num_threads") = 0, py::arg("real_bytes") = 4, py::arg("allow_tf") = false,
         "The planner's choice for each pass, as a list of dicts.");
+  m.def("cuda_plan", &CudaPlanHost, py::arg("input_shape"), py::arg("filter_shape"),
+        LARGECONV_ARGS, py::arg("dtype") = "float32",
+        "The GPU planner's choice for each pass (as the host emulation plans it).");
   m.attr("DEFAULT_WORKSPACE_LIMIT") = kDefaultWorkspaceLimit;
   // float64 first: overload resolution tries in order, and forcecast would otherwise turn
   // double arrays into float32.

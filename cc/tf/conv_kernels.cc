@@ -178,17 +178,17 @@ class ConvOpBase : public OpKernel {
   }
 
 #ifdef LARGECONV_WITH_CUDA
-  // The GPU has the direct tile kernels only, so "auto" and "direct" both mean them.
+  // Plans for the op's device (the direct tile kernels or the FFT path through cuFFT, found
+  // at run time), takes the workspace through allocate_temp and enqueues on the op's stream.
   template <typename T>
   void RunOnGpu(OpKernelContext* ctx, const ConvGeometry& g, ConvPass pass, const Tensor& a,
                 const Tensor& b, Tensor* out) {
-    OP_REQUIRES(ctx, request_.algorithm != Algorithm::kFft,
-                tensorflow::errors::Unimplemented(
-                    "algorithm='fft' is not available on GPU; use 'auto' or 'direct'"));
     using C = typename CoreType<T>::type;
-    const cuda::TileConfig config =
-        cuda::MakeTileConfig(g, pass, sizeof(AccT<C>), request_.workspace_limit);
-    const int64_t bytes = config.workspace_bytes;
+    cuda::CudaPlan plan;
+    OP_REQUIRES_OK(ctx, ToStatus(cuda::PlanCudaPass(g, pass, request_.algorithm,
+                                                    sizeof(AccT<C>), request_.workspace_limit,
+                                                    &plan)));
+    const int64_t bytes = plan.workspace_bytes;
     Tensor workspace;
     if (bytes > 0) {
       OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_INT8, TensorShape({bytes}),
@@ -198,10 +198,10 @@ class ConvOpBase : public OpKernel {
     OP_REQUIRES(ctx, stream != nullptr,
                 tensorflow::errors::Internal("the GPU op has no stream to run on"));
     const auto handle = static_cast<cuda::Stream>(stream->platform_specific_handle().stream);
-    OP_REQUIRES_OK(ctx, ToStatus(cuda::DirectPass(g, pass, config, CorePtr<T>(a),
-                                                  CorePtr<T>(b), CorePtr<T>(out),
-                                                  bytes > 0 ? workspace.data() : nullptr,
-                                                  handle)));
+    OP_REQUIRES_OK(ctx, ToStatus(cuda::RunCudaPass(g, plan, CorePtr<T>(a), CorePtr<T>(b),
+                                                   CorePtr<T>(out),
+                                                   bytes > 0 ? workspace.data() : nullptr,
+                                                   handle)));
   }
 #endif
 

@@ -13,9 +13,11 @@ namespace {
 
 constexpr int64_t kMaxGrid = int64_t{1} << 30;
 
+// `gate`: when set, the kernel does nothing unless *gate != 0 (see RunFftPass).
 template <class K>
-__global__ void __launch_bounds__(256) TileKernel(const typename K::Params p) {
+__global__ void __launch_bounds__(256) TileKernel(const typename K::Params p, const int* gate) {
   using A = typename K::A;
+  if (gate != nullptr && *gate == 0) return;
   extern __shared__ __align__(16) unsigned char shared_raw[];
   A* smem = reinterpret_cast<A*>(shared_raw);
   const int tid = static_cast<int>(threadIdx.x), threads = static_cast<int>(blockDim.x);
@@ -35,7 +37,8 @@ __global__ void __launch_bounds__(256) TileKernel(const typename K::Params p) {
 }
 
 template <class K>
-__global__ void ReduceKernel(const typename K::Params p, int64_t count) {
+__global__ void ReduceKernel(const typename K::Params p, int64_t count, const int* gate) {
+  if (gate != nullptr && *gate == 0) return;
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
        i += step) {
@@ -45,6 +48,7 @@ __global__ void ReduceKernel(const typename K::Params p, int64_t count) {
 
 struct DeviceLauncher {
   cudaStream_t stream;
+  const int* gate;
   cudaError_t error = cudaSuccess;
 
   template <class K>
@@ -52,14 +56,14 @@ struct DeviceLauncher {
     if (error != cudaSuccess || p.c.blocks == 0) return;
     const unsigned grid = static_cast<unsigned>(std::min(p.c.blocks, kMaxGrid));
     const size_t smem = static_cast<size_t>(p.c.smem_elems) * sizeof(typename K::A);
-    TileKernel<K><<<grid, static_cast<unsigned>(p.c.threads()), smem, stream>>>(p);
+    TileKernel<K><<<grid, static_cast<unsigned>(p.c.threads()), smem, stream>>>(p, gate);
     error = cudaGetLastError();
   }
   template <class K>
   void Reduce(const typename K::Params& p, int64_t count) {
     if (error != cudaSuccess || count == 0) return;
     const unsigned grid = static_cast<unsigned>(std::min<int64_t>((count + 255) / 256, kMaxGrid));
-    ReduceKernel<K><<<grid, 256, 0, stream>>>(p, count);
+    ReduceKernel<K><<<grid, 256, 0, stream>>>(p, count, gate);
     error = cudaGetLastError();
   }
 };
@@ -68,12 +72,13 @@ struct DeviceLauncher {
 
 template <typename T>
 std::string DirectPass(const ConvGeometry& g, ConvPass pass, const TileConfig& c,
-                       const T* a, const T* b, T* out, void* workspace, Stream stream) {
+                       const T* a, const T* b, T* out, void* workspace, Stream stream,
+                       const int* gate) {
   if (c.workspace_bytes > 0 && workspace == nullptr) {
     return "the direct backprop-filter kernels need a workspace of " +
            std::to_string(c.workspace_bytes) + " bytes";
   }
-  DeviceLauncher run{stream};
+  DeviceLauncher run{stream, gate};
   DispatchTiles(g, pass, c, a, b, out, workspace, run);
   if (run.error != cudaSuccess) {
     return std::string("CUDA kernel launch failed: ") + cudaGetErrorString(run.error);
@@ -83,7 +88,7 @@ std::string DirectPass(const ConvGeometry& g, ConvPass pass, const TileConfig& c
 
 #define LARGECONV_INSTANTIATE(T)                                                           \
   template std::string DirectPass<T>(const ConvGeometry&, ConvPass, const TileConfig&,    \
-                                     const T*, const T*, T*, void*, Stream);
+                                     const T*, const T*, T*, void*, Stream, const int*);
 LARGECONV_INSTANTIATE(float)
 LARGECONV_INSTANTIATE(double)
 LARGECONV_INSTANTIATE(f16)

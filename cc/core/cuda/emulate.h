@@ -3,22 +3,33 @@
 // device. Shared memory is refilled with NaN before every load phase and guarded by NaN on
 // both sides, so a read of anything the block did not load in that step poisons the result.
 // Used by the tests to check the device index arithmetic on machines without a GPU.
+// The FFT path (fft_pipeline.h) runs here too, its element kernels as loops and its
+// transforms through DUCC with cuFFT's in-place layout, in a workspace filled with NaN.
 #ifndef TF_LARGECONV_CORE_CUDA_EMULATE_H_
 #define TF_LARGECONV_CORE_CUDA_EMULATE_H_
 
 #include <algorithm>
+#include <complex>
+#include <cstring>
 #include <limits>
+#include <string>
 #include <vector>
 
+#include "cc/core/cuda/fft_pipeline.h"
+#include "cc/core/cuda/fft_plan.h"
 #include "cc/core/cuda/tiles.h"
+#include "cc/core/ducc.h"
 
 namespace largeconv {
 namespace cuda {
 
 struct HostEmulator {
+  const int* gate = nullptr;  // when set, nothing runs unless *gate != 0
+
   template <class K>
   void Tiles(const typename K::Params& p) {
     using A = typename K::A;
+    if (gate != nullptr && *gate == 0) return;
     constexpr int64_t kGuard = 1 << 14;
     const int threads = static_cast<int>(p.c.threads());
     std::vector<A> smem(static_cast<size_t>(p.c.smem_elems + 2 * kGuard));
@@ -38,19 +49,78 @@ struct HostEmulator {
   }
   template <class K>
   void Reduce(const typename K::Params& p, int64_t count) {
+    if (gate != nullptr && *gate == 0) return;
     for (int64_t i = 0; i < count; ++i) K::Reduce(p, i);
   }
 };
 
-// Runs a pass through the emulated device kernels, with the configuration the device
-// launcher would use. Operands in RunPass's order.
+// The FFT path's runner on the host. Transforms are in place as cuFFT's are: real planes
+// with rows padded to 2 (fft_w / 2 + 1), spectra in the same bytes. After a complex-to-real
+// transform the padding columns (which cuFFT leaves undefined) are set to NaN.
+struct HostFftRunner {
+  template <class F>
+  void ForEach(int64_t count, const F& f) {
+    for (int64_t i = 0; i < count; ++i) f(i);
+  }
+  void Transform(const TransformShape& s, void* data, void*) {
+    if (s.real_bytes == 8) {
+      Run(s, static_cast<double*>(data));
+    } else {
+      Run(s, static_cast<float*>(data));
+    }
+  }
+  template <typename T>
+  void Direct(const ConvGeometry& g, ConvPass pass, const TileConfig& config, const T* a,
+              const T* b, T* out, void* workspace, const int* gate) {
+    HostEmulator run{gate};
+    DispatchTiles(g, pass, config, a, b, out, workspace, run);
+  }
+
+ private:
+  template <typename R>
+  static void Run(const TransformShape& s, R* data) {
+    const size_t n = s.batch, h = s.fft_h, w = s.fft_w, hw = w / 2 + 1, pitch = 2 * hw;
+    const ptrdiff_t plane = h * pitch;
+    std::vector<std::complex<R>> spec(n * h * hw);
+    if (!s.inverse) {
+      ducc0::cfmav<R> in(data, {n, h, w}, {plane, ptrdiff_t(pitch), 1});
+      ducc0::vfmav<std::complex<R>> out(spec.data(), {n, h, hw});
+      ducc0::r2c(in, out, {1, 2}, true, R(1), 1);
+      std::memcpy(static_cast<void*>(data), spec.data(), spec.size() * sizeof(spec[0]));
+      return;
+    }
+    std::memcpy(static_cast<void*>(spec.data()), data, spec.size() * sizeof(spec[0]));
+    ducc0::vfmav<std::complex<R>> in(spec.data(), {n, h, hw});
+    ducc0::vfmav<R> out(data, {n, h, w}, {plane, ptrdiff_t(pitch), 1});
+    ducc0::c2r_mut(in, out, {1, 2}, false, R(1), 1);
+    for (size_t i = 0; i < n * h; ++i) {
+      std::fill(data + i * pitch + w, data + (i + 1) * pitch, std::numeric_limits<R>::quiet_NaN());
+    }
+  }
+};
+
+// Plans a pass as the device does (with no cuFFT work area) and runs it through the
+// emulated kernels: algorithm kAuto, kDirect or kFft. Returns "" or the planner's error.
 template <typename T>
-void EmulateTilesPass(const ConvGeometry& g, ConvPass pass, const T* a, const T* b, T* out,
-                      int64_t workspace_limit) {
-  const TileConfig c = MakeTileConfig(g, pass, sizeof(AccT<T>), workspace_limit);
-  std::vector<AccT<T>> partials(static_cast<size_t>(c.workspace_bytes / sizeof(AccT<T>)));
-  HostEmulator run;
-  DispatchTiles(g, pass, c, a, b, out, partials.data(), run);
+std::string EmulateCudaPass(const ConvGeometry& g, ConvPass pass, Algorithm algorithm,
+                            const T* a, const T* b, T* out, int64_t workspace_limit) {
+  const WorkBytesFn none = [](const TransformShape&, std::string*) -> int64_t { return 0; };
+  CudaPlan plan;
+  const std::string error = PlanGpuPass(g, pass, algorithm, sizeof(AccT<T>), workspace_limit,
+                                        &none, "", &plan);
+  if (!error.empty()) return error;
+  // All bits set: a NaN in float and in double, so a read of anything never written shows.
+  std::vector<double> ws(static_cast<size_t>(plan.workspace_bytes + 7) / 8 + 1);
+  std::memset(ws.data(), 0xff, ws.size() * sizeof(double));
+  char* workspace = reinterpret_cast<char*>(ws.data());
+  if (plan.algorithm == Algorithm::kFft) {
+    HostFftRunner run;
+    RunFftPass(g, plan, a, b, out, workspace, run);
+  } else {
+    HostEmulator run;
+    DispatchTiles(g, pass, plan.direct, a, b, out, workspace, run);
+  }
+  return "";
 }
 
 }  // namespace cuda

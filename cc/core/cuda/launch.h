@@ -7,9 +7,11 @@
 #include <cstdint>
 #include <string>
 
+#include "cc/core/cuda/fft_plan.h"
 #include "cc/core/cuda/tiles.h"
 #include "cc/core/fft.h"
 #include "cc/core/geometry.h"
+#include "cc/core/plan.h"
 
 struct CUstream_st;
 
@@ -18,15 +20,29 @@ namespace cuda {
 
 using Stream = CUstream_st*;  // cudaStream_t
 
-// One pass of the direct tile kernels, enqueued on `stream`, cut up as `config` says:
-// MakeTileConfig(g, pass, sizeof(AccT<T>), workspace_limit), made once by the caller, who
-// also allocates its workspace_bytes (backprop-filter's partial sums; 0 otherwise) as
-// `workspace`. Operands in RunPass's order: forward (input, filter) -> output;
+// Plans a pass for the current device: the direct tile kernels or the FFT path, whichever
+// the cost model prefers within `workspace_limit` (algorithm kAuto), or the one asked for.
+// Loads cuFFT on first use and asks it for its work areas (creating and caching plans);
+// without cuFFT only the direct kernels are planned, and an explicit kFft is refused.
+// real_bytes: 4 for float/half/bfloat16 (float arithmetic), 8 for double.
+std::string PlanCudaPass(const ConvGeometry& g, ConvPass pass, Algorithm algorithm,
+                         int real_bytes, int64_t workspace_limit, CudaPlan* plan);
+
+// Enqueues a planned pass on `stream`; `workspace` holds plan.workspace_bytes (may be null
+// when that is 0). Operands in RunPass's order: forward (input, filter) -> output;
 // backprop-input (filter, out_backprop) -> in_backprop; backprop-filter (input,
 // out_backprop) -> filter_backprop. T: float, double, f16, bf16 (cc/core/dtypes.h).
 template <typename T>
+std::string RunCudaPass(const ConvGeometry& g, const CudaPlan& plan, const T* a, const T* b,
+                        T* out, void* workspace, Stream stream);
+
+// The direct tile kernels alone, cut up as `config` says (MakeTileConfig), with its
+// workspace_bytes as `workspace`. With `gate` (a device int), the kernels do nothing
+// unless *gate != 0 when they run.
+template <typename T>
 std::string DirectPass(const ConvGeometry& g, ConvPass pass, const TileConfig& config,
-                       const T* a, const T* b, T* out, void* workspace, Stream stream);
+                       const T* a, const T* b, T* out, void* workspace, Stream stream,
+                       const int* gate = nullptr);
 
 }  // namespace cuda
 }  // namespace largeconv

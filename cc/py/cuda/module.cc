@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "cc/core/cuda/cufft.h"
 #include "cc/core/cuda/launch.h"
 #include "cc/core/dtypes.h"
 #include "cc/core/fft.h"
@@ -86,18 +87,28 @@ void CheckCuda(cudaError_t e, const char* what) {
   }
 }
 
+cuda::CudaPlan PlanOrThrow(const ConvGeometry& g, ConvPass pass, const std::string& algorithm,
+                           int real_bytes, int64_t workspace_limit) {
+  cuda::CudaPlan plan;
+  const std::string err =
+      cuda::PlanCudaPass(g, pass, AlgorithmFrom(algorithm), real_bytes, workspace_limit, &plan);
+  if (!err.empty()) throw py::value_error(err);
+  return plan;
+}
+
 template <typename T>
 void Launch(const ConvGeometry& g, ConvPass pass, const DeviceArray& a, const DeviceArray& b,
-            const DeviceArray& out, int64_t workspace_limit, cudaStream_t stream) {
-  const cuda::TileConfig config =
-      cuda::MakeTileConfig(g, pass, sizeof(AccT<T>), workspace_limit);
+            const DeviceArray& out, const std::string& algorithm, int64_t workspace_limit,
+            cudaStream_t stream) {
+  const cuda::CudaPlan plan =
+      PlanOrThrow(g, pass, algorithm, sizeof(AccT<T>), workspace_limit);
   void* ws = nullptr;
-  if (config.workspace_bytes > 0) {
-    CheckCuda(cudaMallocAsync(&ws, config.workspace_bytes, stream), "workspace allocation");
+  if (plan.workspace_bytes > 0) {
+    CheckCuda(cudaMallocAsync(&ws, plan.workspace_bytes, stream), "workspace allocation");
   }
   const std::string err =
-      cuda::DirectPass(g, pass, config, static_cast<const T*>(a.data),
-                       static_cast<const T*>(b.data), static_cast<T*>(out.data), ws, stream);
+      cuda::RunCudaPass(g, plan, static_cast<const T*>(a.data), static_cast<const T*>(b.data),
+                        static_cast<T*>(out.data), ws, stream);
   if (ws != nullptr) CheckCuda(cudaFreeAsync(ws, stream), "workspace release");
   if (!err.empty()) throw std::runtime_error(err);
 }
@@ -106,10 +117,6 @@ void Launch(const ConvGeometry& g, ConvPass pass, const DeviceArray& a, const De
 void Run(const ConvGeometry& g, ConvPass pass, const DeviceArray& a, const DeviceArray& b,
          const DeviceArray& out, const std::vector<int64_t>& out_shape, const char* out_name,
          const std::string& algorithm, int64_t workspace_limit, uintptr_t stream) {
-  if (algorithm != "auto" && algorithm != "direct") {
-    throw py::value_error("algorithm must be 'auto' or 'direct' on the GPU, got '" +
-                          algorithm + "'");
-  }
   if (a.dtype != b.dtype || a.dtype != out.dtype) {
     throw py::value_error("all three arrays must have the same dtype");
   }
@@ -119,10 +126,10 @@ void Run(const ConvGeometry& g, ConvPass pass, const DeviceArray& a, const Devic
   }
   const auto s = reinterpret_cast<cudaStream_t>(stream);
   switch (a.dtype) {
-    case DType::kFloat: return Launch<float>(g, pass, a, b, out, workspace_limit, s);
-    case DType::kDouble: return Launch<double>(g, pass, a, b, out, workspace_limit, s);
-    case DType::kHalf: return Launch<f16>(g, pass, a, b, out, workspace_limit, s);
-    case DType::kBFloat16: return Launch<bf16>(g, pass, a, b, out, workspace_limit, s);
+    case DType::kFloat: return Launch<float>(g, pass, a, b, out, algorithm, workspace_limit, s);
+    case DType::kDouble: return Launch<double>(g, pass, a, b, out, algorithm, workspace_limit, s);
+    case DType::kHalf: return Launch<f16>(g, pass, a, b, out, algorithm, workspace_limit, s);
+    case DType::kBFloat16: return Launch<bf16>(g, pass, a, b, out, algorithm, workspace_limit, s);
   }
 }
 
@@ -167,13 +174,7 @@ void BackpropFilter(const py::object& input, const py::object& out_backprop,
       workspace_limit, stream);
 }
 
-// Device workspace of a pass: the kernels' only temporary memory.
-int64_t WorkspaceBytes(const std::string& pass, const std::vector<int64_t>& input_shape,
-                       const std::vector<int64_t>& filter_shape,
-                       const std::vector<int64_t>& strides, const std::string& padding,
-                       const std::vector<int64_t>& explicit_paddings,
-                       const std::string& data_format, const std::vector<int64_t>& dilations,
-                       int64_t workspace_limit, const std::string& dtype) {
+ConvPass PassFrom(const std::string& pass) {
   const ConvPass passes[] = {ConvPass::kForward, ConvPass::kBackpropInput,
                              ConvPass::kBackpropFilter};
   const ConvPass* p = std::find_if(std::begin(passes), std::end(passes),
@@ -182,16 +183,48 @@ int64_t WorkspaceBytes(const std::string& pass, const std::vector<int64_t>& inpu
     throw py::value_error("pass_ must be forward, backprop_input or backprop_filter, got '" +
                           pass + "'");
   }
-  if (dtype != "float16" && dtype != "bfloat16" && dtype != "float32" && dtype != "float64") {
-    throw py::value_error("dtype must be float16, bfloat16, float32 or float64, got '" +
-                          dtype + "'");
-  }
+  return *p;
+}
+
+// Device workspace of a pass as planned on the current device: the kernels' only
+// temporary memory (cuFFT's work area included).
+int64_t WorkspaceBytes(const std::string& pass, const std::vector<int64_t>& input_shape,
+                       const std::vector<int64_t>& filter_shape,
+                       const std::vector<int64_t>& strides, const std::string& padding,
+                       const std::vector<int64_t>& explicit_paddings,
+                       const std::string& data_format, const std::vector<int64_t>& dilations,
+                       const std::string& algorithm, int64_t workspace_limit,
+                       const std::string& dtype) {
+  const ConvPass p = PassFrom(pass);
+  const int rb = RealBytes(dtype);
   const ConvGeometry g = Geometry(
       input_shape, filter_shape,
       AttrsFrom(strides, padding, explicit_paddings, data_format, dilations));
-  // Every type accumulates in float except float64 (cc/core/dtypes.h).
-  const int acc_bytes = dtype == "float64" ? sizeof(AccT<double>) : sizeof(AccT<float>);
-  return cuda::MakeTileConfig(g, *p, acc_bytes, workspace_limit).workspace_bytes;
+  return PlanOrThrow(g, p, algorithm, rb, workspace_limit).workspace_bytes;
+}
+
+py::list PlanDevice(const std::vector<int64_t>& input_shape,
+                    const std::vector<int64_t>& filter_shape, const std::vector<int64_t>& strides,
+                    const std::string& padding, const std::vector<int64_t>& explicit_paddings,
+                    const std::string& data_format, const std::vector<int64_t>& dilations,
+                    const std::string& algorithm, int64_t workspace_limit,
+                    const std::string& dtype) {
+  const ConvGeometry g = Geometry(
+      input_shape, filter_shape,
+      AttrsFrom(strides, padding, explicit_paddings, data_format, dilations));
+  const Algorithm a = AlgorithmFrom(algorithm);
+  const int rb = RealBytes(dtype);
+  return CudaPlanList([&](ConvPass pass, cuda::CudaPlan* p) {
+    return cuda::PlanCudaPass(g, pass, a, rb, workspace_limit, p);
+  });
+}
+
+py::dict CufftInfo() {
+  py::dict d;
+  d["status"] = cuda::CufftStatus();
+  d["path"] = cuda::CufftPath();
+  d["version"] = cuda::CufftVersion();
+  return d;
 }
 
 int DeviceCount() {
@@ -222,7 +255,13 @@ PYBIND11_MODULE(_cuda, m) {
   m.def("workspace_bytes", &WorkspaceBytes, py::arg("pass_"), py::arg("input_shape"),
         py::arg("filter_shape"), py::arg("strides"), py::arg("padding"),
         py::arg("explicit_paddings") = kNone, py::arg("data_format") = "NHWC",
-        py::arg("dilations") = kOnes, py::arg("workspace_limit") = int64_t{-1},
-        py::arg("dtype") = "float32", "Device workspace bytes a pass takes.");
+        py::arg("dilations") = kOnes, py::arg("algorithm") = "auto",
+        py::arg("workspace_limit") = int64_t{-1}, py::arg("dtype") = "float32",
+        "Device workspace bytes a pass takes, as planned on the current device.");
+  m.def("plan", &PlanDevice, py::arg("input_shape"), py::arg("filter_shape"), LARGECONV_ARGS,
+        py::arg("dtype") = "float32",
+        "The GPU planner's choice for each pass on the current device, as a list of dicts.");
+  m.def("cufft", &CufftInfo,
+        "Whether cuFFT was found: {'status': '' or why not, 'path': ..., 'version': ...}.");
   m.def("device_count", &DeviceCount, "Number of CUDA devices visible (0 if none).");
 }

@@ -1,0 +1,249 @@
+// cuFFT through dlopen: the few entry points the FFT path uses, declared here from cuFFT's
+// documented C API (cufftHandle and cufftResult are ints, the transform types are fixed
+// enumerators), and a per-device cache of plans.
+#include "cc/core/cuda/cufft.h"
+
+#include <cuda_runtime.h>
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <vector>
+
+namespace largeconv {
+namespace cuda {
+namespace {
+
+using Handle = int;  // cufftHandle
+using Result = int;  // cufftResult; 0 is CUFFT_SUCCESS
+// cufftType enumerators.
+constexpr int kR2C = 0x2a, kC2R = 0x2c, kD2Z = 0x6a, kZ2D = 0x6c;
+
+struct Api {
+  Result (*create)(Handle*);
+  Result (*set_auto_allocation)(Handle, int);
+  Result (*make_plan_many64)(Handle, int, long long*, long long*, long long, long long,
+                             long long*, long long, long long, int, long long, size_t*);
+  Result (*set_work_area)(Handle, void*);
+  Result (*set_stream)(Handle, cudaStream_t);
+  Result (*exec_r2c)(Handle, float*, void*);
+  Result (*exec_c2r)(Handle, void*, float*);
+  Result (*exec_d2z)(Handle, double*, void*);
+  Result (*exec_z2d)(Handle, void*, double*);
+  Result (*destroy)(Handle);
+  Result (*get_version)(int*);
+};
+
+struct Library {
+  Api api{};
+  std::string error = "not loaded";
+  std::string path;
+  int version = 0;
+};
+
+// Directory of the shared object this code is linked into (the package directory).
+std::string OwnDirectory() {
+  Dl_info info;
+  if (dladdr(reinterpret_cast<void*>(&OwnDirectory), &info) == 0 || info.dli_fname == nullptr) {
+    return "";
+  }
+  const std::string file = info.dli_fname;
+  const size_t slash = file.rfind('/');
+  return slash == std::string::npos ? "." : file.substr(0, slash);
+}
+
+std::vector<std::string> Candidates() {
+  if (const char* path = std::getenv("LARGECONV_CUFFT")) return {path};
+  const char* names[] = {"libcufft.so.12", "libcufft.so.11", "libcufft.so.13", "libcufft.so.10",
+                         "libcufft.so"};
+  std::vector<std::string> dirs;
+  const std::string own = OwnDirectory();
+  if (!own.empty()) {
+    dirs.push_back(own + "/../nvidia/cufft/lib");
+    dirs.push_back(own + "/../nvidia/cu13/lib");
+  }
+  if (const char* home = std::getenv("CUDA_HOME")) dirs.push_back(std::string(home) + "/lib64");
+  dirs.push_back("/usr/local/cuda/lib64");
+  std::vector<std::string> out(std::begin(names), std::end(names));
+  for (const std::string& d : dirs) {
+    for (const char* n : names) out.push_back(d + "/" + n);
+  }
+  return out;
+}
+
+template <typename F>
+bool Bind(void* lib, const char* name, F* fn, std::string* error) {
+  *fn = reinterpret_cast<F>(dlsym(lib, name));
+  if (*fn == nullptr) *error = std::string("cuFFT has no ") + name;
+  return *fn != nullptr;
+}
+
+Library Load() {
+  Library l;
+  std::string tried;
+  for (const std::string& c : Candidates()) {
+    void* lib = dlopen(c.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) {
+      if (tried.size() < 2000) tried += "\n  " + std::string(dlerror());
+      continue;
+    }
+    Api& a = l.api;
+    std::string error;
+    if (Bind(lib, "cufftCreate", &a.create, &error) &&
+        Bind(lib, "cufftSetAutoAllocation", &a.set_auto_allocation, &error) &&
+        Bind(lib, "cufftMakePlanMany64", &a.make_plan_many64, &error) &&
+        Bind(lib, "cufftSetWorkArea", &a.set_work_area, &error) &&
+        Bind(lib, "cufftSetStream", &a.set_stream, &error) &&
+        Bind(lib, "cufftExecR2C", &a.exec_r2c, &error) &&
+        Bind(lib, "cufftExecC2R", &a.exec_c2r, &error) &&
+        Bind(lib, "cufftExecD2Z", &a.exec_d2z, &error) &&
+        Bind(lib, "cufftExecZ2D", &a.exec_z2d, &error) &&
+        Bind(lib, "cufftDestroy", &a.destroy, &error) &&
+        Bind(lib, "cufftGetVersion", &a.get_version, &error)) {
+      l.path = c;
+      l.error.clear();
+      if (a.get_version(&l.version) != 0) l.version = 0;
+      return l;
+    }
+    tried += "\n  " + c + ": " + error;
+    dlclose(lib);
+  }
+  l.error = "cuFFT (libcufft.so) was not found; set LARGECONV_CUFFT to its path. Tried:" + tried;
+  return l;
+}
+
+const Library& Lib() {
+  static const Library* lib = new Library(Load());
+  return *lib;
+}
+
+struct Key {
+  int device;
+  bool inverse;
+  int real_bytes;
+  int64_t fft_h, fft_w, batch;
+  bool operator<(const Key& o) const {
+    return std::tie(device, inverse, real_bytes, fft_h, fft_w, batch) <
+           std::tie(o.device, o.inverse, o.real_bytes, o.fft_h, o.fft_w, o.batch);
+  }
+};
+
+struct Plan {
+  Handle handle = 0;
+  size_t work = 0;
+  uint64_t last_use = 0;
+};
+
+// Plans by (device, shape). Bounded: past kMaxPlans the least recently used plan of the
+// current device is destroyed, after the device has finished any work queued on it.
+constexpr size_t kMaxPlans = 64;
+
+struct Cache {
+  std::mutex mu;
+  std::map<Key, Plan> plans;
+  uint64_t clock = 0;
+};
+
+Cache& Plans() {
+  static Cache* cache = new Cache();
+  return *cache;
+}
+
+std::string ResultMessage(const char* what, Result r) {
+  return std::string("cuFFT ") + what + " failed with cufftResult " + std::to_string(r);
+}
+
+// Finds or creates the plan of s on the current device. Caller holds the cache lock.
+std::string GetPlan(Cache& cache, const TransformShape& s, Plan** out) {
+  const Api& api = Lib().api;
+  int device = 0;
+  const cudaError_t e = cudaGetDevice(&device);
+  if (e != cudaSuccess) return std::string("no CUDA device: ") + cudaGetErrorString(e);
+  const Key key{device, s.inverse, s.real_bytes, s.fft_h, s.fft_w, s.batch};
+  auto it = cache.plans.find(key);
+  if (it == cache.plans.end()) {
+    if (cache.plans.size() >= kMaxPlans) {
+      auto victim = cache.plans.end();
+      for (auto p = cache.plans.begin(); p != cache.plans.end(); ++p) {
+        if (p->first.device == device &&
+            (victim == cache.plans.end() || p->second.last_use < victim->second.last_use)) {
+          victim = p;
+        }
+      }
+      if (victim != cache.plans.end() && cudaDeviceSynchronize() == cudaSuccess) {
+        api.destroy(victim->second.handle);
+        cache.plans.erase(victim);
+      }
+    }
+    Plan p;
+    Result r = api.create(&p.handle);
+    if (r != 0) return ResultMessage("plan creation", r);
+    long long n[2] = {s.fft_h, s.fft_w};
+    long long padded[2] = {s.fft_h, 2 * (s.fft_w / 2 + 1)};
+    long long bins[2] = {s.fft_h, s.fft_w / 2 + 1};
+    const long long padded_dist = padded[0] * padded[1], bins_dist = bins[0] * bins[1];
+    const bool dbl = s.real_bytes == 8;
+    const int type = s.inverse ? (dbl ? kZ2D : kC2R) : (dbl ? kD2Z : kR2C);
+    r = api.set_auto_allocation(p.handle, 0);
+    if (r == 0) {
+      r = s.inverse ? api.make_plan_many64(p.handle, 2, n, bins, 1, bins_dist, padded, 1,
+                                           padded_dist, type, s.batch, &p.work)
+                    : api.make_plan_many64(p.handle, 2, n, padded, 1, padded_dist, bins, 1,
+                                           bins_dist, type, s.batch, &p.work);
+    }
+    if (r != 0) {
+      api.destroy(p.handle);
+      return ResultMessage("plan making", r) + " for a batch of " + std::to_string(s.batch) +
+             " transforms of " + std::to_string(s.fft_h) + "x" + std::to_string(s.fft_w);
+    }
+    it = cache.plans.emplace(key, p).first;
+  }
+  it->second.last_use = ++cache.clock;
+  *out = &it->second;
+  return "";
+}
+
+}  // namespace
+
+std::string CufftStatus() { return Lib().error; }
+std::string CufftPath() { return Lib().path; }
+int CufftVersion() { return Lib().version; }
+
+int64_t CufftWorkBytes(const TransformShape& s, std::string* error) {
+  if (!Lib().error.empty()) {
+    *error = Lib().error;
+    return -1;
+  }
+  Cache& cache = Plans();
+  std::lock_guard<std::mutex> lock(cache.mu);
+  Plan* plan = nullptr;
+  *error = GetPlan(cache, s, &plan);
+  return error->empty() ? static_cast<int64_t>(plan->work) : -1;
+}
+
+std::string CufftExecute(const TransformShape& s, void* data, void* work, CUstream_st* stream) {
+  if (!Lib().error.empty()) return Lib().error;
+  const Api& api = Lib().api;
+  Cache& cache = Plans();
+  // Held until the transform is enqueued: the plan's stream and work area are its own.
+  std::lock_guard<std::mutex> lock(cache.mu);
+  Plan* plan = nullptr;
+  std::string error = GetPlan(cache, s, &plan);
+  if (!error.empty()) return error;
+  Result r = api.set_stream(plan->handle, stream);
+  if (r == 0 && plan->work > 0) r = api.set_work_area(plan->handle, work);
+  if (r != 0) return ResultMessage("plan setup", r);
+  if (s.real_bytes == 8) {
+    r = s.inverse ? api.exec_z2d(plan->handle, data, static_cast<double*>(data))
+                  : api.exec_d2z(plan->handle, static_cast<double*>(data), data);
+  } else {
+    r = s.inverse ? api.exec_c2r(plan->handle, data, static_cast<float*>(data))
+                  : api.exec_r2c(plan->handle, static_cast<float*>(data), data);
+  }
+  return r == 0 ? "" : ResultMessage("execution", r);
+}
+
+}  // namespace cuda
+}  // namespace largeconv

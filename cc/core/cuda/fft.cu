@@ -1,0 +1,90 @@
+// Device driver of the FFT path (fft_pipeline.h): element kernels as grid-strided launches,
+// transforms through cuFFT (cufft.h), the exact redo through the gated direct kernels. Also
+// the planner and runner entry points of launch.h.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "cc/core/cuda/cufft.h"
+#include "cc/core/cuda/fft_pipeline.h"
+#include "cc/core/cuda/launch.h"
+
+namespace largeconv {
+namespace cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int64_t kMaxBlocks = int64_t{1} << 20;
+
+template <class F>
+__global__ void __launch_bounds__(kThreads) ForEachKernel(int64_t count, const F f) {
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += step) {
+    f(i);
+  }
+}
+
+// Keeps the first error and skips everything after it.
+struct DeviceRunner {
+  cudaStream_t stream;
+  std::string error;
+
+  template <class F>
+  void ForEach(int64_t count, const F& f) {
+    if (!error.empty() || count <= 0) return;
+    const int64_t blocks = std::min((count + kThreads - 1) / kThreads, kMaxBlocks);
+    ForEachKernel<F><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(count, f);
+    const cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) error = std::string("CUDA kernel launch failed: ") + cudaGetErrorString(e);
+  }
+  void Transform(const TransformShape& s, void* data, void* work) {
+    if (error.empty()) error = CufftExecute(s, data, work, stream);
+  }
+  template <typename T>
+  void Direct(const ConvGeometry& g, ConvPass pass, const TileConfig& config, const T* a,
+              const T* b, T* out, void* workspace, const int* gate) {
+    if (error.empty()) error = DirectPass(g, pass, config, a, b, out, workspace, stream, gate);
+  }
+};
+
+}  // namespace
+
+std::string PlanCudaPass(const ConvGeometry& g, ConvPass pass, Algorithm algorithm,
+                         int real_bytes, int64_t workspace_limit, CudaPlan* plan) {
+  const std::string status = algorithm == Algorithm::kDirect ? "" : CufftStatus();
+  if (algorithm == Algorithm::kDirect || !status.empty()) {
+    return PlanGpuPass(g, pass, algorithm, real_bytes, workspace_limit, nullptr, status, plan);
+  }
+  const WorkBytesFn work = [](const TransformShape& s, std::string* error) {
+    return CufftWorkBytes(s, error);
+  };
+  return PlanGpuPass(g, pass, algorithm, real_bytes, workspace_limit, &work, "", plan);
+}
+
+template <typename T>
+std::string RunCudaPass(const ConvGeometry& g, const CudaPlan& plan, const T* a, const T* b,
+                        T* out, void* workspace, Stream stream) {
+  if (plan.workspace_bytes > 0 && workspace == nullptr) {
+    return "the planned pass needs a workspace of " + std::to_string(plan.workspace_bytes) +
+           " bytes";
+  }
+  if (plan.algorithm != Algorithm::kFft) {
+    return DirectPass(g, plan.pass, plan.direct, a, b, out, workspace, stream);
+  }
+  DeviceRunner run{stream, ""};
+  RunFftPass(g, plan, a, b, out, static_cast<char*>(workspace), run);
+  return run.error;
+}
+
+#define LARGECONV_INSTANTIATE(T)                                                           \
+  template std::string RunCudaPass<T>(const ConvGeometry&, const CudaPlan&, const T*,     \
+                                      const T*, T*, void*, Stream);
+LARGECONV_INSTANTIATE(float)
+LARGECONV_INSTANTIATE(double)
+LARGECONV_INSTANTIATE(f16)
+LARGECONV_INSTANTIATE(bf16)
+#undef LARGECONV_INSTANTIATE
+
+}  // namespace cuda
+}  // namespace largeconv

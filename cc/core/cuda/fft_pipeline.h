@@ -1,0 +1,319 @@
+// The FFT path on the GPU, written once for the device and the host: element kernels (one
+// call per output element, no shared memory, no atomics) around batched in-place
+// transforms. The same overlap-save correlations as the CPU path (fft.cc):
+//   forward:         y[p]  = sum_k x_pad[p + k] w_dil[k]         (every stride-th p kept)
+//   backprop-input:  dx[p] = sum_k dy_z[p + pt - KE + 1 + k] w_dil[KE - 1 - k]
+//   backprop-filter: dw[k] = sum_p x_pad[p + k] dy_z[p]          (summed over batch, tiles)
+// with the tiling of MakeFftTiling. A pass runs in rounds of `chunk` items (image tiles):
+//   forward / backprop-input
+//     once:       PlaceFilters -> R2C(filter spectra)       (scaled by 1 / transform size)
+//     per round:  PackTiles -> R2C -> MultiplyConj -> C2R -> StoreTiles
+//   backprop-filter
+//     per round:  PackTiles(x) -> R2C, PackTiles(dy) -> R2C -> AccumulateConj
+//     once:       C2R(accumulated spectra) -> ReadFilter
+// The runner supplies ForEach (a grid-strided kernel on the device, a loop on the host),
+// the transforms (cuFFT on the device, DUCC on the host) and the gated direct pass.
+//
+// A transform spreads one Inf or NaN over its whole tile, where a direct sum (and
+// TensorFlow) keeps it in place. So FlagNonFinite marks a workspace flag when an operand
+// holds one, and the direct kernels, gated on that flag, then redo the pass exactly; with
+// finite operands they exit at once. All of it is stream-ordered: nothing waits on the host.
+#ifndef TF_LARGECONV_CORE_CUDA_FFT_PIPELINE_H_
+#define TF_LARGECONV_CORE_CUDA_FFT_PIPELINE_H_
+
+#include <cstdint>
+
+#include "cc/core/cuda/fft_plan.h"
+#include "cc/core/cuda/tiles.h"
+#include "cc/core/dtypes.h"
+#include "cc/core/hd.h"
+
+namespace largeconv {
+namespace cuda {
+
+// Interleaved complex, layout-compatible with cufftComplex / cufftDoubleComplex and
+// std::complex.
+template <typename R>
+struct Cx {
+  R re, im;
+};
+
+LC_HD inline int64_t ModHD(int64_t a, int64_t m) { return ((a % m) + m) % m; }
+
+// Transform geometry the element kernels share.
+struct FftGeom {
+  int64_t fh, fw, pitch, plane;  // pitch = 2 (fw / 2 + 1) reals; plane = fh * pitch
+  int64_t bins;                  // fh * (fw / 2 + 1)
+  FftTiling t;
+  int64_t per_image;             // tiles per image
+  LC_HD int64_t Image(int64_t item) const { return item / per_image; }
+  LC_HD int64_t TileRow(int64_t item) const { return item % per_image / t.tiles_w * t.tile_h; }
+  LC_HD int64_t TileCol(int64_t item) const { return item % per_image % t.tiles_w * t.tile_w; }
+};
+
+struct SetFlag {
+  int* flag;
+  int value;
+  LC_HD void operator()(int64_t) const { *flag = value; }
+};
+
+// Every writer stores the same value, so concurrent writes are benign.
+template <typename T>
+struct FlagNonFinite {
+  const T* p;
+  int* flag;
+  LC_HD void operator()(int64_t i) const {
+    if (!IsFinite(p[i])) *flag = 1;
+  }
+};
+
+template <typename T>
+struct Fill {
+  T* p;
+  LC_HD void operator()(int64_t i) const { p[i] = Store<T>(AccT<T>(0)); }
+};
+
+// Filter spectra (group, source channel, destination channel) as real planes: the dilated
+// filter at the origin, flipped for backprop-input (where input and output channels swap
+// roles), times `scale`. One call per plane element, padding columns included.
+template <typename T, typename R>
+struct PlaceFilters {
+  TileGeom g;
+  FftGeom f;
+  bool flip;
+  int64_t scpg, dcpg;
+  R scale;
+  const T* filter;
+  R* dst;
+  LC_HD void operator()(int64_t e) const {
+    const int64_t c = e % f.pitch, r = e / f.pitch % f.fh, s = e / f.plane;
+    const int64_t grp = s / (scpg * dcpg), sc = s / dcpg % scpg, dc = s % dcpg;
+    const int64_t keh = (g.filter_h - 1) * g.dil_h + 1, kew = (g.filter_w - 1) * g.dil_w + 1;
+    const int64_t y = flip ? keh - 1 - r : r, x = flip ? kew - 1 - c : c;
+    R v = R(0);
+    if (c < f.fw && y >= 0 && x >= 0 && y % g.dil_h == 0 && x % g.dil_w == 0 &&
+        y / g.dil_h < g.filter_h && x / g.dil_w < g.filter_w) {
+      const int64_t ci = flip ? dc : sc, co = grp * g.cout_g + (flip ? sc : dc);
+      const int64_t tap = (y / g.dil_h) * g.filter_w + x / g.dil_w;
+      v = scale * static_cast<R>(Load(filter[(tap * g.cin_g + ci) * g.cout + co]));
+    }
+    dst[e] = v;
+  }
+};
+
+// A round's source tiles as real planes (item, channel): tile pixel (r, c) of item it holds
+// the source at dense position (tile origin + org + (r, c)), where dense position q is
+// element q / stuff when q >= 0 and q % stuff == 0 (zero-stuffing by the stride), zero
+// outside the source. With clip, only the pixels inside the tile's own extent are loaded
+// (out_backprop in backprop-filter).
+template <typename T, typename R>
+struct PackTiles {
+  FftGeom f;
+  const T* base;
+  Strides4 st;
+  int64_t rows, cols, stuff_h, stuff_w, channels;
+  int64_t org_h, org_w;
+  bool clip;
+  int64_t dense_h, dense_w;  // the tiling's extent (for clip)
+  int64_t item0;
+  R* dst;
+  LC_HD void operator()(int64_t e) const {
+    const int64_t c = e % f.pitch, r = e / f.pitch % f.fh;
+    const int64_t ch = e / f.plane % channels, item = item0 + e / (f.plane * channels);
+    const int64_t p0h = f.TileRow(item), p0w = f.TileCol(item);
+    R v = R(0);
+    const bool inside = !clip || (r < f.t.tile_h && p0h + r < dense_h && c < f.t.tile_w &&
+                                  p0w + c < dense_w);
+    const int64_t qh = p0h + org_h + r, qw = p0w + org_w + c;
+    if (c < f.fw && inside && qh >= 0 && qw >= 0 && qh % stuff_h == 0 && qw % stuff_w == 0 &&
+        qh / stuff_h < rows && qw / stuff_w < cols) {
+      v = static_cast<R>(Load(base[f.Image(item) * st.n + ch * st.c + (qh / stuff_h) * st.h +
+                                   (qw / stuff_w) * st.w]));
+    }
+    dst[e] = v;
+  }
+};
+
+// y(item, group, dc) = sum over the group's source channels sc of
+// x(item, group, sc) * conj(filters(group, sc, dc)), bin by bin.
+template <typename R>
+struct MultiplyConj {
+  int64_t bins, groups, scpg, dcpg;
+  const Cx<R>* x;
+  const Cx<R>* filters;
+  Cx<R>* y;
+  LC_HD void operator()(int64_t e) const {
+    const int64_t bin = e % bins, d = e / bins % (groups * dcpg), item = e / (bins * groups * dcpg);
+    const int64_t grp = d / dcpg, dc = d % dcpg;
+    const Cx<R>* xs = x + (item * groups * scpg + grp * scpg) * bins + bin;
+    const Cx<R>* fs = filters + (grp * scpg * dcpg + dc) * bins + bin;
+    R re = R(0), im = R(0);
+    for (int64_t sc = 0; sc < scpg; ++sc) {
+      const Cx<R> a = xs[sc * bins], b = fs[sc * dcpg * bins];
+      re += a.re * b.re + a.im * b.im;
+      im += a.im * b.re - a.re * b.im;
+    }
+    y[(item * groups * dcpg + d) * bins + bin] = Cx<R>{re, im};
+  }
+};
+
+// The wanted outputs of a round's result planes into the destination tensor: dense tile
+// position (r, c) of item it is output ((p0 + r) / out_stride) when on the stride grid,
+// read from the plane at (r - shift) modulo the transform size.
+template <typename T, typename R>
+struct StoreTiles {
+  FftGeom f;
+  T* out;
+  Strides4 ds;
+  int64_t channels, out_sh, out_sw, item0;
+  const R* real;
+  LC_HD void operator()(int64_t e) const {
+    const int64_t c = e % f.t.tile_w, r = e / f.t.tile_w % f.t.tile_h;
+    const int64_t ch = e / (f.t.tile_w * f.t.tile_h) % channels;
+    const int64_t local = e / (f.t.tile_w * f.t.tile_h * channels), item = item0 + local;
+    const int64_t ph = f.TileRow(item) + r, pw = f.TileCol(item) + c;
+    if (ph >= f.t.dense_h || pw >= f.t.dense_w || ph % out_sh != 0 || pw % out_sw != 0) return;
+    const R v = real[(local * channels + ch) * f.plane + ModHD(r - f.t.shift_h, f.fh) * f.pitch +
+                     ModHD(c - f.t.shift_w, f.fw)];
+    out[f.Image(item) * ds.n + ch * ds.c + (ph / out_sh) * ds.h + (pw / out_sw) * ds.w] =
+        Store<T>(v);
+  }
+};
+
+// acc(group, i, o) (+)= sum over the round's items, in order, of x(item, group, i) *
+// conj(dy(item, group, o)); `first` starts the sum. One thread owns each bin of each pair,
+// so the gradient is summed in the same order whatever the round size.
+template <typename R>
+struct AccumulateConj {
+  int64_t bins, groups, icpg, ocpg, items;
+  bool first;
+  const Cx<R>* x;
+  const Cx<R>* dy;
+  Cx<R>* acc;
+  LC_HD void operator()(int64_t e) const {
+    const int64_t bin = e % bins, s = e / bins;
+    const int64_t o = s % ocpg, i = s / ocpg % icpg, grp = s / (ocpg * icpg);
+    R re = first ? R(0) : acc[e].re, im = first ? R(0) : acc[e].im;
+    const Cx<R>* xs = x + (grp * icpg + i) * bins + bin;
+    const Cx<R>* ys = dy + (grp * ocpg + o) * bins + bin;
+    for (int64_t it = 0; it < items; ++it) {
+      const Cx<R> a = xs[it * groups * icpg * bins], b = ys[it * groups * ocpg * bins];
+      re += a.re * b.re + a.im * b.im;
+      im += a.im * b.re - a.re * b.im;
+    }
+    acc[e] = Cx<R>{re, im};
+  }
+};
+
+// Filter gradient tap (kh, kw, i, co) from the transformed-back accumulator of
+// (group, i, o): lag (kh, kw) * dilation, less the tiling's shift, times `scale`.
+template <typename T, typename R>
+struct ReadFilter {
+  TileGeom g;
+  FftGeom f;
+  R scale;
+  const R* real;
+  T* out;
+  LC_HD void operator()(int64_t e) const {
+    const int64_t co = e % g.cout, i = e / g.cout % g.cin_g;
+    const int64_t kw = e / (g.cout * g.cin_g) % g.filter_w, kh = e / (g.cout * g.cin_g * g.filter_w);
+    const int64_t s = ((co / g.cout_g) * g.cin_g + i) * g.cout_g + co % g.cout_g;
+    out[e] = Store<T>(scale * real[s * f.plane + ModHD(kh * g.dil_h - f.t.shift_h, f.fh) * f.pitch +
+                                   ModHD(kw * g.dil_w - f.t.shift_w, f.fw)]);
+  }
+};
+
+// Runs a planned FFT pass (plan.algorithm == kFft) through `run`:
+//   run.ForEach(count, functor)               functor(i) for i in [0, count)
+//   run.Transform(shape, data, work)          in place, unnormalised, `work` its work area
+//   run.Direct(g, pass, config, a, b, out, workspace, gate)
+//                                             the direct kernels, skipped unless *gate != 0
+// Operands in RunPass's order; `workspace` holds plan.workspace_bytes.
+template <typename T, class Runner>
+void RunFftPass(const ConvGeometry& geom, const CudaPlan& plan, const T* a, const T* b, T* out,
+                char* workspace, Runner& run) {
+  using R = AccT<T>;
+  const ConvPass pass = plan.pass;
+  const GpuFftConfig& c = plan.fft;
+  const TileGeom g = MakeTileGeom(geom);
+  const int rb = static_cast<int>(sizeof(R));
+  const GpuFftLayout l = MakeGpuFftLayout(geom, pass, c, rb);
+  const FftTiling& t = c.tiling;
+  const FftGeom f{c.fft_h, c.fft_w, 2 * (c.fft_w / 2 + 1), c.fft_h * 2 * (c.fft_w / 2 + 1),
+                  l.bins, t, t.tiles_h * t.tiles_w};
+  int* flag = reinterpret_cast<int*>(workspace);
+  R* filters = reinterpret_cast<R*>(workspace + l.filters);
+  R* src = reinterpret_cast<R*>(workspace + l.src);
+  R* dst = reinterpret_cast<R*>(workspace + l.dst);
+  void* work = workspace + l.work;
+  const auto spectra = [](R* p) { return reinterpret_cast<Cx<R>*>(p); };
+  const auto transform = [&](bool inverse, int64_t batch, R* data) {
+    if (batch > 0) run.Transform(TransformShape{inverse, rb, c.fft_h, c.fft_w, batch}, data, work);
+  };
+  const R scale = R(1) / static_cast<R>(c.fft_h * c.fft_w);
+  const int64_t keh = (g.filter_h - 1) * g.dil_h + 1, kew = (g.filter_w - 1) * g.dil_w + 1;
+
+  run.ForEach(1, SetFlag{flag, 0});
+  const int64_t sizes[2] = {pass == ConvPass::kBackpropInput ? geom.filter_elements()
+                                                             : geom.input_elements(),
+                            pass == ConvPass::kForward ? geom.filter_elements()
+                                                       : geom.output_elements()};
+  run.ForEach(sizes[0], FlagNonFinite<T>{a, flag});
+  run.ForEach(sizes[1], FlagNonFinite<T>{b, flag});
+
+  if (pass == ConvPass::kBackpropFilter) {
+    if (c.items == 0) {
+      run.ForEach(geom.filter_elements(), Fill<T>{out});
+    } else {
+      for (int64_t item0 = 0; item0 < c.items; item0 += c.chunk) {
+        const int64_t items = MinHD(c.chunk, c.items - item0);
+        run.ForEach(items * g.cin_g * g.groups * f.plane,
+                    PackTiles<T, R>{f, a, g.in, g.in_h, g.in_w, 1, 1, g.cin_g * g.groups,
+                                    t.shift_h - g.pad_top, t.shift_w - g.pad_left, false,
+                                    t.dense_h, t.dense_w, item0, src});
+        transform(false, items * l.src_channels, src);
+        run.ForEach(items * g.cout * f.plane,
+                    PackTiles<T, R>{f, b, g.out, g.out_h, g.out_w, g.stride_h, g.stride_w,
+                                    g.cout, 0, 0, true, t.dense_h, t.dense_w, item0, dst});
+        transform(false, items * l.dst_channels, dst);
+        run.ForEach(l.filter_spectra * l.bins,
+                    AccumulateConj<R>{l.bins, g.groups, g.cin_g, g.cout_g, items, item0 == 0,
+                                      spectra(src), spectra(dst), spectra(filters)});
+      }
+      transform(true, l.filter_spectra, filters);
+      run.ForEach(geom.filter_elements(), ReadFilter<T, R>{g, f, scale, filters, out});
+    }
+  } else {
+    const bool bpi = pass == ConvPass::kBackpropInput;
+    const int64_t scpg = bpi ? g.cout_g : g.cin_g, dcpg = bpi ? g.cin_g : g.cout_g;
+    run.ForEach(l.filter_spectra * f.plane,
+                PlaceFilters<T, R>{g, f, bpi, scpg, dcpg, scale, bpi ? a : b, filters});
+    transform(false, l.filter_spectra, filters);
+    const T* source = bpi ? b : a;
+    const Strides4 ss = bpi ? g.out : g.in, ds = bpi ? g.in : g.out;
+    const int64_t off_h = bpi ? g.pad_top - keh + 1 : -g.pad_top;
+    const int64_t off_w = bpi ? g.pad_left - kew + 1 : -g.pad_left;
+    for (int64_t item0 = 0; item0 < c.items; item0 += c.chunk) {
+      const int64_t items = MinHD(c.chunk, c.items - item0);
+      run.ForEach(items * l.src_channels * f.plane,
+                  PackTiles<T, R>{f, source, ss, bpi ? g.out_h : g.in_h, bpi ? g.out_w : g.in_w,
+                                  bpi ? g.stride_h : 1, bpi ? g.stride_w : 1, l.src_channels,
+                                  off_h + t.shift_h, off_w + t.shift_w, false, t.dense_h,
+                                  t.dense_w, item0, src});
+      transform(false, items * l.src_channels, src);
+      run.ForEach(items * l.dst_channels * l.bins,
+                  MultiplyConj<R>{l.bins, g.groups, scpg, dcpg, spectra(src), spectra(filters),
+                                  spectra(dst)});
+      transform(true, items * l.dst_channels, dst);
+      run.ForEach(items * l.dst_channels * t.tile_h * t.tile_w,
+                  StoreTiles<T, R>{f, out, ds, l.dst_channels, bpi ? 1 : g.stride_h,
+                                   bpi ? 1 : g.stride_w, item0, dst});
+    }
+  }
+  run.Direct(geom, pass, plan.direct, a, b, out, workspace + kFlagBytes, flag);
+}
+
+}  // namespace cuda
+}  // namespace largeconv
+
+#endif  // TF_LARGECONV_CORE_CUDA_FFT_PIPELINE_H_

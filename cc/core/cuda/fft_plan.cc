@@ -1,0 +1,215 @@
+// The GPU planner: the FFT path's workspace layout and transforms, its cost against the
+// direct tile kernels', and the choice between them under the workspace limit.
+#include "cc/core/cuda/fft_plan.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace largeconv {
+namespace cuda {
+namespace {
+
+// Cost-model rates of an H200, from its data sheet and discounted for what kernels like
+// these sustain (FP32 CUDA cores, no tensor cores): 33.5e12 FP32 FMA/s peak, 4.8e12 B/s
+// of HBM3e. Only used to compare the two algorithms, never reported as a timing.
+constexpr double kDirectMacsPerSec = 10e12;  // float and 16-bit types (float accumulation)
+constexpr double kDirectMacsPerSecF64 = 5e12;
+constexpr double kBytesPerSec = 3e12;
+constexpr double kLaunchSec = 5e-6;
+// Memory passes of one batched 2-D transform: a read and a write per dimension.
+constexpr double kTransformPasses = 4;
+
+int64_t Align256(int64_t b) { return (b + 255) / 256 * 256; }
+
+struct Channels {
+  int64_t filter_spectra, src, dst, src_per_group, dst_per_group;
+};
+
+Channels PassChannels(const ConvGeometry& g, ConvPass pass) {
+  const int64_t icpg = g.in_c_per_group(), ocpg = g.out_c_per_group();
+  const int64_t spectra = g.groups * icpg * ocpg;
+  if (pass == ConvPass::kBackpropInput) return {spectra, g.out_c, g.in_c, ocpg, icpg};
+  return {spectra, g.in_c, g.out_c, icpg, ocpg};
+}
+
+// Cost-model seconds of the FFT path (transforms, element kernels, launches).
+double FftSeconds(const ConvGeometry& g, ConvPass pass, const GpuFftConfig& c, int rb) {
+  const GpuFftLayout l = MakeGpuFftLayout(g, pass, c, rb);
+  const Channels ch = PassChannels(g, pass);
+  const double plane = static_cast<double>(l.spectrum_reals) * rb;
+  const double items = static_cast<double>(c.items);
+  const double per_item = ch.src + ch.dst;
+  const double transforms = l.filter_spectra + items * per_item;
+  const double pairs = static_cast<double>(g.groups) * ch.src_per_group * ch.dst_per_group;
+  double bytes = kTransformPasses * transforms * plane;  // cuFFT
+  bytes += transforms * plane;                           // placing / loading the planes
+  bytes += items * per_item * plane;                     // product written, results read
+  bytes += 2.0 * items * pairs * plane;                  // the products' operands
+  const double rounds = std::ceil(items / std::max<int64_t>(c.chunk, 1));
+  const double launches = 4 + 7 * rounds;
+  return bytes / kBytesPerSec + launches * kLaunchSec;
+}
+
+double DirectSeconds(const ConvGeometry& g, int rb) {
+  return g.macs() / (rb == 8 ? kDirectMacsPerSecF64 : kDirectMacsPerSec) + 2 * kLaunchSec;
+}
+
+// Workspace of the FFT path with cuFFT's work area estimated as the data of its largest
+// transform (the bound planning uses before cuFFT is asked).
+int64_t EstimatedBytes(const ConvGeometry& g, ConvPass pass, const GpuFftConfig& c, int rb) {
+  const GpuFftLayout l = MakeGpuFftLayout(g, pass, c, rb);
+  const int64_t largest =
+      std::max({l.filter_spectra, c.chunk * l.src_channels, c.chunk * l.dst_channels});
+  return l.fft_bytes + Align256(largest * l.spectrum_reals * rb);
+}
+
+}  // namespace
+
+GpuFftLayout MakeGpuFftLayout(const ConvGeometry& g, ConvPass pass, const GpuFftConfig& c,
+                              int real_bytes) {
+  GpuFftLayout l;
+  const Channels ch = PassChannels(g, pass);
+  l.bins = c.fft_h * (c.fft_w / 2 + 1);
+  l.spectrum_reals = 2 * l.bins;
+  l.filter_spectra = ch.filter_spectra;
+  l.src_channels = ch.src;
+  l.dst_channels = ch.dst;
+  const int64_t sb = l.spectrum_reals * real_bytes;
+  l.filters = kFlagBytes;
+  l.src = l.filters + Align256(l.filter_spectra * sb);
+  l.dst = l.src + Align256(c.chunk * l.src_channels * sb);
+  l.fft_bytes = l.dst + Align256(c.chunk * l.dst_channels * sb);
+  l.work = l.fft_bytes;
+  return l;
+}
+
+std::vector<TransformShape> PassTransforms(const ConvGeometry& g, ConvPass pass,
+                                           const GpuFftConfig& c, int real_bytes) {
+  const GpuFftLayout l = MakeGpuFftLayout(g, pass, c, real_bytes);
+  std::vector<TransformShape> out;
+  const auto add = [&](bool inverse, int64_t batch) {
+    if (batch <= 0) return;
+    const TransformShape s{inverse, real_bytes, c.fft_h, c.fft_w, batch};
+    for (const TransformShape& o : out) {
+      if (o.inverse == s.inverse && o.batch == s.batch) return;
+    }
+    out.push_back(s);
+  };
+  const bool filter_grad = pass == ConvPass::kBackpropFilter;
+  add(filter_grad, l.filter_spectra);
+  const int64_t last = c.chunk > 0 ? c.items % c.chunk : 0;
+  for (int64_t items : {std::min(c.chunk, c.items), last}) {
+    add(false, items * l.src_channels);
+    add(!filter_grad, items * l.dst_channels);
+  }
+  return out;
+}
+
+std::string PlanGpuPass(const ConvGeometry& g, ConvPass pass, Algorithm algorithm,
+                        int real_bytes, int64_t limit, const WorkBytesFn* work_bytes,
+                        const std::string& fft_unavailable, CudaPlan* plan) {
+  if (algorithm == Algorithm::kTf) {
+    return "algorithm='tf' is not available on the GPU: use 'auto', 'direct' or 'fft'";
+  }
+  if (limit < 0) limit = kDefaultWorkspaceLimit;
+  CudaPlan p;
+  p.pass = pass;
+  p.cost_direct = DirectSeconds(g, real_bytes);
+  p.direct = MakeTileConfig(g, pass, real_bytes, limit);
+  p.workspace_bytes = p.direct.workspace_bytes;
+  if (algorithm == Algorithm::kDirect) {
+    *plan = p;
+    return "";
+  }
+  if (work_bytes == nullptr) {
+    if (algorithm == Algorithm::kFft) return "algorithm='fft' is not available: " + fft_unavailable;
+    *plan = p;
+    return "";
+  }
+
+  // The cheapest transform size whose smallest round fits, with the largest round that
+  // fits the limit (cuFFT's work area estimated).
+  const int64_t keh = (g.filter_h - 1) * g.dilation_h + 1;
+  const int64_t kew = (g.filter_w - 1) * g.dilation_w + 1;
+  FftTiling probe;
+  MakeFftTiling(g, pass, keh, kew, &probe);
+  bool found = false;
+  GpuFftConfig best;
+  double best_cost = 0;
+  int64_t min_bytes = -1;
+  if (probe.dense_h > 0 && probe.dense_w > 0 && keh <= kMaxFftSide && kew <= kMaxFftSide) {
+    for (int64_t fh : SmoothSizes(keh, std::min(kMaxFftSide, probe.dense_h + keh - 1))) {
+      for (int64_t fw : SmoothSizes(kew, std::min(kMaxFftSide, probe.dense_w + kew - 1))) {
+        GpuFftConfig c;
+        c.fft_h = fh;
+        c.fft_w = fw;
+        if (!MakeFftTiling(g, pass, fh, fw, &c.tiling)) continue;
+        c.items = g.batch * c.tiling.tiles_h * c.tiling.tiles_w;
+        c.chunk = 1;
+        const int64_t smallest = EstimatedBytes(g, pass, c, real_bytes);
+        if (min_bytes < 0 || smallest < min_bytes) min_bytes = smallest;
+        if (smallest > limit) continue;
+        int64_t lo = 1, hi = std::max<int64_t>(c.items, 1);
+        while (lo < hi) {
+          c.chunk = (lo + hi + 1) / 2;
+          if (EstimatedBytes(g, pass, c, real_bytes) <= limit) {
+            lo = c.chunk;
+          } else {
+            hi = c.chunk - 1;
+          }
+        }
+        c.chunk = lo;
+        const double cost = FftSeconds(g, pass, c, real_bytes);
+        if (!found || cost < best_cost) {
+          found = true;
+          best = c;
+          best_cost = cost;
+        }
+      }
+    }
+  }
+  // cuFFT's actual work area: halve the round until everything fits.
+  int64_t work = 0;
+  std::string error;
+  while (found) {
+    work = 0;
+    for (const TransformShape& s : PassTransforms(g, pass, best, real_bytes)) {
+      const int64_t w = (*work_bytes)(s, &error);
+      if (w < 0) {
+        found = false;
+        break;
+      }
+      work = std::max(work, w);
+    }
+    if (!found) break;
+    if (MakeGpuFftLayout(g, pass, best, real_bytes).fft_bytes + Align256(work) <= limit) break;
+    if (best.chunk == 1) {
+      found = false;
+      error = "cuFFT's work area does not fit the limit";
+      break;
+    }
+    best.chunk = (best.chunk + 1) / 2;
+  }
+  if (found) p.cost_fft = FftSeconds(g, pass, best, real_bytes);
+  if (algorithm == Algorithm::kFft && !found) {
+    if (!error.empty()) return "algorithm='fft' is not available: " + error;
+    if (min_bytes < 0) return "algorithm='fft' is not available for this geometry";
+    return "workspace_limit " + std::to_string(limit) +
+           " bytes is too small for the FFT algorithm: it needs at least " +
+           std::to_string(min_bytes) + " bytes for this " + PassName(pass) + " pass";
+  }
+  if (found && (algorithm == Algorithm::kFft || p.cost_fft < p.cost_direct)) {
+    p.algorithm = Algorithm::kFft;
+    p.fft = best;
+    p.fft_work_bytes = Align256(work);
+    // The exact redo for non-finite operands shares everything after the flag.
+    p.direct = MakeTileConfig(g, pass, real_bytes, std::max<int64_t>(0, limit - kFlagBytes));
+    const int64_t fft = MakeGpuFftLayout(g, pass, best, real_bytes).fft_bytes + p.fft_work_bytes;
+    p.workspace_bytes = std::max(fft, kFlagBytes + p.direct.workspace_bytes);
+  }
+  *plan = p;
+  return "";
+}
+
+}  // namespace cuda
+}  // namespace largeconv

@@ -1,0 +1,89 @@
+// Planning of a pass on the GPU: the direct tile kernels or the FFT path (cuFFT transforms
+// plus the element kernels of fft_pipeline.h), chosen by a cost model under the workspace
+// limit. CUDA-free: the device launcher (fft.cu), the host emulation (emulate.h) and the
+// adapters share this one description of the work and of the workspace bytes.
+#ifndef TF_LARGECONV_CORE_CUDA_FFT_PLAN_H_
+#define TF_LARGECONV_CORE_CUDA_FFT_PLAN_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "cc/core/cuda/tiles.h"
+#include "cc/core/fft.h"
+#include "cc/core/geometry.h"
+#include "cc/core/plan.h"
+
+namespace largeconv {
+namespace cuda {
+
+// The FFT path cuts a pass into overlap-save tiles (MakeFftTiling, shared with the CPU) and
+// runs `chunk` of the batch x tiles "items" per round: every transform of a round is one
+// batched in-place cuFFT call. Spectra are fft_h x (fft_w / 2 + 1) complex bins, stored
+// contiguously; a real plane sits in the same place with rows padded to 2 (fft_w / 2 + 1).
+struct GpuFftConfig {
+  int64_t fft_h = 0, fft_w = 0;
+  FftTiling tiling{};
+  int64_t items = 0;  // batch x tiles per image
+  int64_t chunk = 0;  // items per round
+};
+
+// Byte offsets of the FFT path's workspace, one formula for the launcher, the emulation and
+// the reported workspace size. Every array starts on a 256-byte boundary.
+//   flag:    one int, set when an operand holds Inf or NaN (the direct kernels then redo
+//            the pass exactly, as the CPU path does; see fft_pipeline.h)
+//   filters: forward / backprop-input: the filter spectra, (group, source ch, dest ch);
+//            backprop-filter: the gradient spectra being accumulated, (group, in, out)
+//   src:     a round's source transforms, (item, source channel)
+//   dst:     forward / backprop-input: the round's products, (item, dest channel);
+//            backprop-filter: the round's out_backprop transforms, (item, out channel)
+//   work:    cuFFT's work area (the largest any of the pass's transforms asks for)
+// The direct fallback's own workspace reuses everything after the flag: it runs after the
+// FFT path is done with it, in stream order.
+struct GpuFftLayout {
+  int64_t bins = 0;           // complex bins per spectrum
+  int64_t spectrum_reals = 0;  // = 2 * bins: a spectrum's (and a padded plane's) reals
+  int64_t filter_spectra = 0, src_channels = 0, dst_channels = 0;
+  int64_t filters = 0, src = 0, dst = 0, work = 0;  // byte offsets
+  int64_t fft_bytes = 0;     // end of dst: the FFT path's arrays without cuFFT's work area
+};
+constexpr int64_t kFlagBytes = 256;
+GpuFftLayout MakeGpuFftLayout(const ConvGeometry& g, ConvPass pass, const GpuFftConfig& c,
+                              int real_bytes);
+
+// One batched in-place transform of `batch` planes of fft_h x fft_w.
+struct TransformShape {
+  bool inverse = false;  // false: real to complex, true: complex to real
+  int real_bytes = 4;    // 4: single precision, 8: double
+  int64_t fft_h = 0, fft_w = 0, batch = 0;
+};
+// Every transform a pass runs with this config (at most five distinct shapes).
+std::vector<TransformShape> PassTransforms(const ConvGeometry& g, ConvPass pass,
+                                           const GpuFftConfig& c, int real_bytes);
+
+// A transform library's work-area bytes for a shape, or < 0 (with *error set) if it cannot
+// make that transform. The device asks cuFFT; the host emulation needs none.
+using WorkBytesFn = std::function<int64_t(const TransformShape&, std::string* error)>;
+
+struct CudaPlan {
+  ConvPass pass = ConvPass::kForward;
+  Algorithm algorithm = Algorithm::kDirect;  // kDirect or kFft
+  TileConfig direct;  // the direct kernels; with kFft, the exact redo for non-finite input
+  GpuFftConfig fft;   // with kFft
+  int64_t fft_work_bytes = 0;  // cuFFT's work area (kFft)
+  int64_t workspace_bytes = 0;
+  double cost_direct = 0, cost_fft = -1;  // cost-model seconds; < 0: not available
+};
+
+// Plans a pass. algorithm: kAuto, kDirect or kFft (kTf is refused). `work_bytes` is null
+// when no transform library is loaded (then only the direct kernels can run, and
+// `fft_unavailable` says why, for an explicit request of the FFT path). Returns "" or an
+// error naming what does not fit.
+std::string PlanGpuPass(const ConvGeometry& g, ConvPass pass, Algorithm algorithm,
+                        int real_bytes, int64_t workspace_limit, const WorkBytesFn* work_bytes,
+                        const std::string& fft_unavailable, CudaPlan* plan);
+
+}  // namespace cuda
+}  // namespace largeconv
+
+#endif  // TF_LARGECONV_CORE_CUDA_FFT_PLAN_H_

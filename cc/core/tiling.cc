@@ -1,0 +1,110 @@
+// Overlap-save tiling of the FFT passes and the transform sizes they may use: the part of
+// the FFT path the CPU transforms (fft.cc) and the CUDA ones (cuda/fft_plan.cc) share. No
+// transform library here, so every build links it.
+#include <algorithm>
+#include <vector>
+
+#include "cc/core/fft.h"
+
+namespace largeconv {
+namespace {
+
+inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+inline int64_t Extent(int64_t k, int64_t d) { return (k - 1) * d + 1; }
+
+// Whether one transform of size f computes the wanted outputs [0, dense) of the correlation
+// out[p] = sum_k src[p + off + k] kern[k] (k < ke, src non-zero only in [src_lo, src_hi))
+// exactly despite wrapping around. Non-zero outputs lie in [u0, u1); with the whole source
+// in the transform from src_lo on, output p lands at p - shift modulo f (shift = src_lo -
+// off), and no unwanted non-zero output lands on a wanted one when f >= u1 and
+// f >= dense - u0.
+bool WrapFits(int64_t f, int64_t ke, int64_t dense, int64_t off, int64_t src_lo,
+              int64_t src_hi, int64_t* shift) {
+  const int64_t u0 = src_lo - off - ke + 1, u1 = src_hi - off;
+  const int64_t lo = std::min<int64_t>(0, u0), hi = std::max<int64_t>(dense, u1);
+  if (std::max({hi, dense - lo, src_hi - src_lo}) > f) return false;
+  *shift = src_lo - off;
+  return true;
+}
+
+// One dimension of a tiling: overlap-save tiles of f - ke + 1 outputs, or (wrap allowed)
+// a single wrap-around tile when WrapFits.
+bool TileDim(int64_t f, int64_t ke, int64_t dense, bool wrap, int64_t off, int64_t src_lo,
+             int64_t src_hi, int64_t* tile, int64_t* tiles, int64_t* shift) {
+  if (f < ke) return false;
+  *shift = 0;
+  *tile = f - ke + 1;
+  *tiles = CeilDiv(dense, *tile);
+  if (wrap && *tiles > 1 && WrapFits(f, ke, dense, off, src_lo, src_hi, shift)) {
+    *tile = dense;
+    *tiles = 1;
+  }
+  return true;
+}
+
+// Backprop-filter as a correlation of the input with out_backprop: lags k < ke are the
+// outputs, out_backprop (dense positions) the kernel. One wrap-around tile covers all of
+// out_backprop when WrapFits with those roles.
+void FilterWrapDim(int64_t f, int64_t ke, int64_t dense, int64_t pad, int64_t in,
+                   int64_t* tile, int64_t* tiles, int64_t* shift) {
+  if (*tiles > 1 && WrapFits(f, dense, ke, -pad, 0, in, shift)) {
+    *tile = dense;
+    *tiles = 1;
+  }
+}
+
+}  // namespace
+
+bool MakeFftTiling(const ConvGeometry& g, ConvPass pass, int64_t fft_h, int64_t fft_w,
+                   FftTiling* t) {
+  const int64_t keh = Extent(g.filter_h, g.dilation_h), kew = Extent(g.filter_w, g.dilation_w);
+  const int64_t out_dense_h = g.out_h > 0 ? (g.out_h - 1) * g.stride_h + 1 : 0;
+  const int64_t out_dense_w = g.out_w > 0 ? (g.out_w - 1) * g.stride_w + 1 : 0;
+  if (pass == ConvPass::kBackpropInput) {
+    t->dense_h = g.in_h;
+    t->dense_w = g.in_w;
+    return TileDim(fft_h, keh, t->dense_h, true, g.pad_top - keh + 1, 0, out_dense_h,
+                   &t->tile_h, &t->tiles_h, &t->shift_h) &&
+           TileDim(fft_w, kew, t->dense_w, true, g.pad_left - kew + 1, 0, out_dense_w,
+                   &t->tile_w, &t->tiles_w, &t->shift_w);
+  }
+  t->dense_h = out_dense_h;
+  t->dense_w = out_dense_w;
+  const bool forward = pass == ConvPass::kForward;
+  if (!TileDim(fft_h, keh, t->dense_h, forward, -g.pad_top, 0, g.in_h, &t->tile_h,
+               &t->tiles_h, &t->shift_h) ||
+      !TileDim(fft_w, kew, t->dense_w, forward, -g.pad_left, 0, g.in_w, &t->tile_w,
+               &t->tiles_w, &t->shift_w)) {
+    return false;
+  }
+  if (!forward) {
+    FilterWrapDim(fft_h, keh, t->dense_h, g.pad_top, g.in_h, &t->tile_h, &t->tiles_h,
+                  &t->shift_h);
+    FilterWrapDim(fft_w, kew, t->dense_w, g.pad_left, g.in_w, &t->tile_w, &t->tiles_w,
+                  &t->shift_w);
+  }
+  return true;
+}
+
+std::vector<int64_t> SmoothSizes(int64_t lo, int64_t hi) {
+  hi = std::max(hi, lo);
+  const int64_t top = 2 * hi + 8;
+  std::vector<int64_t> all;
+  for (int64_t a = 1; a <= top; a *= 2) {
+    for (int64_t b = a; b <= top; b *= 3) {
+      for (int64_t c = b; c <= top; c *= 5) {
+        for (int64_t d = c; d <= top; d *= 7) all.push_back(d);
+      }
+    }
+  }
+  std::sort(all.begin(), all.end());
+  std::vector<int64_t> out;
+  for (int64_t v : all) {
+    if (v < lo) continue;
+    out.push_back(v);
+    if (v >= hi) break;
+  }
+  return out;
+}
+
+}  // namespace largeconv
