@@ -1,9 +1,11 @@
-"""The CUDA direct tile kernels (cc/core/cuda/tiles.h), run on the host by the emulator in
-cc/core/cuda/emulate.h, against the float64 oracle. The emulator runs each phase of a block
-for all its threads before the next, as __syncthreads() does, and poisons shared memory with
-NaN before every load, so these tests check the exact index arithmetic the device runs:
-tiling, patch bounds, strides, dilations, paddings, groups, layouts and the backprop-filter
-slicing. The same kernels on a real GPU are tested in tests/gpu/."""
+"""The CUDA kernels, run on the host by the emulator in cc/core/cuda/emulate.h, against the
+float64 oracle: the direct tile kernels (cc/core/cuda/tiles.h) and the FFT path
+(cc/core/cuda/fft_pipeline.h, DUCC standing in for cuFFT with cuFFT's in-place layout). The
+emulator runs each phase of a block for all its threads before the next, as __syncthreads()
+does, poisons shared memory with NaN before every load and starts from a NaN-filled
+workspace, so these tests check the exact index arithmetic the device runs: tiling, patch
+bounds, strides, dilations, paddings, groups, layouts, the backprop-filter slicing, the FFT
+rounds and the GPU planner. The same kernels on a real GPU are tested in tests/gpu/."""
 
 import itertools
 
@@ -11,15 +13,18 @@ import numpy as np
 import pytest
 
 from cases import CASES, attrs, to_format
-from reference import Conv, assert_close
+from reference import Conv, assert_close, operand_norm
 from tf_largeconv import _core
 
 EMU = "cuda_emulation"
+FFT = "cuda_fft_emulation"
+AUTO = "cuda_auto_emulation"
+SEED = ((2, 161, 241, 1), (67, 67, 1, 3))  # the seed case at half size, two frames
 
 
-@pytest.mark.parametrize("case,fmt,dtype", list(itertools.product(
-    CASES, ["NHWC", "NCHW"], [np.float32, np.float64])))
-def test_emulated_tiles_match_oracle(rng, case, fmt, dtype):
+@pytest.mark.parametrize("case,fmt,dtype,emu", list(itertools.product(
+    CASES, ["NHWC", "NCHW"], [np.float32, np.float64], [EMU, FFT])))
+def test_emulated_kernels_match_oracle(rng, case, fmt, dtype, emu):
   x_shape, w_shape, strides, padding, dilations = case
   x = rng.standard_normal(x_shape)
   w = rng.standard_normal(w_shape)
@@ -28,22 +33,30 @@ def test_emulated_tiles_match_oracle(rng, case, fmt, dtype):
   dy = rng.standard_normal(ref.output_shape()).astype(dtype)
   s, pad, ex, d = attrs(strides, padding, dilations, fmt)
   name = np.dtype(dtype).name
-  kwargs = dict(explicit_paddings=ex, data_format=fmt, dilations=d, algorithm=EMU)
+  kwargs = dict(explicit_paddings=ex, data_format=fmt, dilations=d, algorithm=emu)
 
-  y = _core.conv2d(xf, w.astype(dtype), s, pad, **kwargs)
+  wf = w.astype(dtype)
+  # The FFT path errs norm-wise (reference.tolerance); the direct kernels elementwise.
+  fft = emu == FFT
+  size = max(xf.size, 1)
+
+  y = _core.conv2d(xf, wf, s, pad, **kwargs)
   want = ref.forward(xf, w)
   mag = ref.forward(np.abs(xf), np.abs(w))
-  assert_close(y, want, name, w_shape[0] * w_shape[1] * w_shape[2], mag, "forward")
+  assert_close(y, want, name, w_shape[0] * w_shape[1] * w_shape[2], mag, "forward",
+               operand_norm(xf, wf) if fft else 0.0, size)
 
-  dx = _core.conv2d_backprop_input(list(xf.shape), w.astype(dtype), dy, s, pad, **kwargs)
+  dx = _core.conv2d_backprop_input(list(xf.shape), wf, dy, s, pad, **kwargs)
   want = ref.backprop_input(w, dy)
   mag = ref.backprop_input(np.abs(w), np.abs(dy))
-  assert_close(dx, want, name, w_shape[0] * w_shape[1] * w_shape[3], mag, "backprop_input")
+  assert_close(dx, want, name, w_shape[0] * w_shape[1] * w_shape[3], mag, "backprop_input",
+               operand_norm(wf, dy) if fft else 0.0, size)
 
   dw = _core.conv2d_backprop_filter(xf, list(w_shape), dy, s, pad, **kwargs)
   want = ref.backprop_filter(xf, dy)
   mag = ref.backprop_filter(np.abs(xf), np.abs(dy))
-  assert_close(dw, want, name, int(np.prod(ref.output_shape())), mag, "backprop_filter")
+  assert_close(dw, want, name, int(np.prod(ref.output_shape())), mag, "backprop_filter",
+               operand_norm(xf, dy) if fft else 0.0, size)
 
 
 @pytest.mark.parametrize("limit", [0, 3000, -1])
@@ -60,9 +73,127 @@ def test_backprop_filter_slicing_is_exact_under_any_limit(rng, limit):
   assert_close(dw, ref.backprop_filter(x, dy), "float64", int(np.prod(dy.shape)), mag)
 
 
-def test_emulated_tiles_propagate_non_finite_values():
+def _seed_operands(rng):
+  x = rng.random(SEED[0])
+  w = rng.standard_normal(SEED[1]) / 67
+  ref = Conv(x.shape, SEED[1])
+  return x, w, ref, rng.standard_normal(ref.output_shape())
+
+
+@pytest.mark.parametrize("limit", [1 << 20, 4 << 20, -1])
+def test_fft_rounds_match_oracle_under_any_limit(rng, limit):
+  """The FFT path in one round or many (the limit sets the round size), every pass."""
+  x, w, ref, dy = _seed_operands(rng)
+  kw = dict(algorithm=FFT, workspace_limit=limit)
+  plans = _core.cuda_plan(list(x.shape), list(w.shape), [1, 1, 1, 1], "VALID",
+                          algorithm="fft", workspace_limit=limit)
+  for p in plans:
+    assert p["algorithm"] == "fft" and p["workspace_bytes"] <= (limit if limit > 0 else 64 << 20)
+  if limit == 1 << 20:
+    assert all(p["chunk"] < p["items"] for p in plans), plans
+  y = _core.conv2d(x, w, [1, 1, 1, 1], "VALID", **kw)
+  assert_close(y, ref.forward(x, w), "float64", 67 * 67, ref.forward(x, np.abs(w)), "forward",
+               operand_norm(x, w), x.size)
+  dx = _core.conv2d_backprop_input(list(x.shape), w, dy, [1, 1, 1, 1], "VALID", **kw)
+  assert_close(dx, ref.backprop_input(w, dy), "float64", 67 * 67 * 3,
+               ref.backprop_input(np.abs(w), np.abs(dy)), "backprop_input",
+               operand_norm(w, dy), x.size)
+  dw = _core.conv2d_backprop_filter(x, list(w.shape), dy, [1, 1, 1, 1], "VALID", **kw)
+  assert_close(dw, ref.backprop_filter(x, dy), "float64", int(np.prod(dy.shape)),
+               ref.backprop_filter(x, np.abs(dy)), "backprop_filter", operand_norm(x, dy),
+               x.size)
+
+
+def test_fft_filter_gradient_is_the_same_in_any_round_size(rng):
+  """Each filter-gradient bin is one thread's sum over the items in order, so the round size
+  (set by the limit) does not change a bit of the result."""
+  x = rng.standard_normal((6, 40, 36, 2)).astype(np.float32)
+  ref = Conv(x.shape, (17, 15, 2, 3), (1, 1), "SAME")
+  dy = rng.standard_normal(ref.output_shape()).astype(np.float32)
+  outs = []
+  for limit in (1 << 18, 400_000, -1):
+    plan = _core.cuda_plan(list(x.shape), [17, 15, 2, 3], [1, 1, 1, 1], "SAME",
+                           algorithm="fft", workspace_limit=limit)[2]
+    outs.append((plan["chunk"], _core.conv2d_backprop_filter(
+        x, [17, 15, 2, 3], dy, [1, 1, 1, 1], "SAME", algorithm=FFT, workspace_limit=limit)))
+  assert [c for c, _ in outs] == [2, 4, 6]
+  np.testing.assert_array_equal(outs[0][1], outs[1][1])
+  np.testing.assert_array_equal(outs[0][1], outs[2][1])
+
+
+@pytest.mark.parametrize("emu", [EMU, FFT])
+def test_emulated_kernels_propagate_non_finite_values(emu):
+  """Inf and NaN stay where a direct sum puts them: the FFT path's flag makes the gated
+  direct kernels redo the pass."""
   x = np.ones((1, 6, 6, 1), np.float32)
   x[0, 2, 3, 0] = np.inf
-  y = _core.conv2d(x, np.ones((3, 3, 1, 1), np.float32), [1, 1, 1, 1], "VALID", algorithm=EMU)
+  w = np.ones((3, 3, 1, 1), np.float32)
+  y = _core.conv2d(x, w, [1, 1, 1, 1], "VALID", algorithm=emu)
   want = Conv(x.shape, (3, 3, 1, 1)).forward(x, np.ones((3, 3, 1, 1)))
   np.testing.assert_array_equal(y, want.astype(np.float32))
+  dy = np.ones((1, 4, 4, 1), np.float32)
+  dy[0, 1, 1, 0] = np.nan
+  dx = _core.conv2d_backprop_input([1, 6, 6, 1], w, dy, [1, 1, 1, 1], "VALID", algorithm=emu)
+  np.testing.assert_array_equal(np.isnan(dx), np.isnan(
+      Conv(x.shape, (3, 3, 1, 1)).backprop_input(w, dy)))
+  dw = _core.conv2d_backprop_filter(x, [3, 3, 1, 1], np.ones((1, 4, 4, 1), np.float32),
+                                    [1, 1, 1, 1], "VALID", algorithm=emu)
+  np.testing.assert_array_equal(dw, Conv(x.shape, (3, 3, 1, 1)).backprop_filter(
+      x, np.ones((1, 4, 4, 1))).astype(np.float32))
+
+
+def test_fft_finite_operands_are_not_redone(rng):
+  """With finite operands the gated direct kernels must not run: the result is the FFT's
+  own (it differs from the direct kernels' in the last bits)."""
+  x = rng.standard_normal((1, 40, 40, 1)).astype(np.float32)
+  w = rng.standard_normal((21, 21, 1, 1)).astype(np.float32)
+  fft = _core.conv2d(x, w, [1, 1, 1, 1], "VALID", algorithm=FFT)
+  direct = _core.conv2d(x, w, [1, 1, 1, 1], "VALID", algorithm=EMU)
+  np.testing.assert_allclose(fft, direct, rtol=0, atol=1e-4)
+  assert not np.array_equal(fft, direct)
+
+
+def test_gpu_planner_picks_fft_for_large_filters_and_direct_for_small():
+  seed = _core.cuda_plan([200, 321, 481, 1], [135, 135, 1, 3], [1, 1, 1, 1], "VALID")
+  assert [p["algorithm"] for p in seed] == ["fft"] * 3, seed
+  for p in seed:
+    assert p["cost_fft"] * 10 < p["cost_direct"]
+    assert p["workspace_bytes"] <= _core.DEFAULT_WORKSPACE_LIMIT
+  small = _core.cuda_plan([8, 64, 64, 16], [3, 3, 16, 16], [1, 1, 1, 1], "SAME")
+  assert [p["algorithm"] for p in small] == ["direct"] * 3, small
+  assert all(p["workspace_bytes"] <= _core.DEFAULT_WORKSPACE_LIMIT for p in small)
+
+
+def test_gpu_planner_auto_runs_its_choice(rng):
+  """cuda_auto_emulation runs exactly what the planner picks: the FFT path for eight
+  half-size seed frames, the direct kernels for a small filter."""
+  for x_shape, w_shape, choice, emu in (((8, 161, 241, 1), (67, 67, 1, 3), "fft", FFT),
+                                         ((2, 20, 20, 3), (3, 3, 3, 4), "direct", EMU)):
+    x = rng.random(x_shape).astype(np.float32)
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    plan = _core.cuda_plan(list(x_shape), list(w_shape), [1, 1, 1, 1], "VALID")
+    assert plan[0]["algorithm"] == choice, plan
+    np.testing.assert_array_equal(_core.conv2d(x, w, [1, 1, 1, 1], "VALID", algorithm=AUTO),
+                                  _core.conv2d(x, w, [1, 1, 1, 1], "VALID", algorithm=emu))
+
+
+@pytest.mark.parametrize("limit", [0, 100_000, 1 << 20, 16 << 20])
+def test_gpu_planner_stays_within_the_limit(limit):
+  for shape, filt in (((4, 100, 90, 3), (31, 31, 3, 5)), ((2, 64, 64, 32), (31, 31, 1, 32))):
+    for p in _core.cuda_plan(list(shape), list(filt), [1, 1, 1, 1], "SAME",
+                             workspace_limit=limit):
+      assert p["workspace_bytes"] <= limit, p
+
+
+def test_gpu_planner_errors_name_the_problem():
+  with pytest.raises(ValueError, match=r"workspace_limit 1000 bytes is too small for the FFT "
+                                       r"algorithm: it needs at least \d+ bytes"):
+    _core.cuda_plan([1, 64, 64, 1], [31, 31, 1, 1], [1, 1, 1, 1], "VALID", algorithm="fft",
+                    workspace_limit=1000)
+  with pytest.raises(ValueError, match="algorithm='tf' is not available on the GPU"):
+    _core.cuda_plan([1, 64, 64, 1], [31, 31, 1, 1], [1, 1, 1, 1], "VALID", algorithm="tf")
+  with pytest.raises(ValueError, match="dtype must be"):
+    _core.cuda_plan([1, 64, 64, 1], [31, 31, 1, 1], [1, 1, 1, 1], "VALID", dtype="int8")
+  with pytest.raises(ValueError, match="workspace_limit 1000 bytes"):
+    _core.conv2d(np.ones((1, 64, 64, 1)), np.ones((31, 31, 1, 1)), [1, 1, 1, 1], "VALID",
+                 algorithm=FFT, workspace_limit=1000)

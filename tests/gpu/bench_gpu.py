@@ -1,12 +1,15 @@
 """GPU benchmark: tf_largeconv's CUDA kernels against torch.nn.functional.conv2d (cuDNN with
 benchmark mode on, so it picks its fastest algorithm; TF32 off), same device, same run.
 
-  python tests/gpu/bench_gpu.py [--cases NAME ...] [--repeats N] [--json PATH]
+  python tests/gpu/bench_gpu.py [--cases NAME ...] [--algorithms auto direct fft]
+                                [--repeats N] [--json PATH]
 
 Needs a CUDA device, torch and tf_largeconv/_cuda (`make cuda`); no TensorFlow. Times are
 CUDA-event milliseconds (min and median over the repeats, after a warm-up). Memory is the
 temporary memory a method takes beyond its operands: for torch, its allocator's peak minus
-the operands; for ours, the workspace the kernels allocate (their only temporary).
+the operands; for ours, the workspace the kernels allocate (their only temporary, cuFFT's
+work area included). With --algorithms, ours runs once per algorithm; "auto" is what the
+planner picks (shown per pass: d = direct, f = FFT).
 """
 
 import argparse
@@ -46,7 +49,7 @@ def _time(fn, repeats):
   return times[0], times[len(times) // 2]
 
 
-def _case(ext, name, repeats):
+def _case(ext, name, repeats, algorithm):
   x_shape, w_shape, padding, mode = CASES[name]
   gen = torch.Generator(device="cuda").manual_seed(0)
   x = torch.rand(x_shape, device="cuda", generator=gen)
@@ -61,7 +64,7 @@ def _case(ext, name, repeats):
   dy = torch.randn(y_ref.shape, device="cuda", generator=gen)
   stream = torch.cuda.current_stream().cuda_stream
   attrs = ([1, 1, 1, 1], padding)
-  kwargs = dict(data_format="NCHW", stream=stream)
+  kwargs = dict(data_format="NCHW", stream=stream, algorithm=algorithm)
   y, dx, dw = torch.empty_like(y_ref), torch.empty_like(x), torch.empty_like(w)
 
   def ours():
@@ -81,9 +84,10 @@ def _case(ext, name, repeats):
       with torch.no_grad():
         F.conv2d(F.pad(xg, (pl, pr, pt, pb)), wg, groups=groups)
 
-  passes = ["forward"] + (["backprop_input", "backprop_filter"] if mode == "train" else [])
-  ours_ws = max(ext.workspace_bytes(p, list(x_shape), list(w_shape), *attrs,
-                                    data_format="NCHW") for p in passes)
+  plans = ext.plan(list(x_shape), list(w_shape), *attrs, data_format="NCHW",
+                   algorithm=algorithm)[:3 if mode == "train" else 1]
+  ours_ws = max(p["workspace_bytes"] for p in plans)
+  chosen = "".join(p["algorithm"][0] for p in plans)
   ours_t = _time(ours, repeats)
   ours(); torch.cuda.synchronize()  # noqa: E702
   err = (y - y_ref).abs().max().item() / max(y_ref.abs().max().item(), 1e-30)
@@ -94,13 +98,15 @@ def _case(ext, name, repeats):
   torch.cuda.reset_peak_memory_stats()
   theirs_t = _time(theirs, repeats)
   theirs_ws = torch.cuda.max_memory_allocated() - operands
-  return {"case": name, "ours_ms": ours_t, "torch_ms": theirs_t, "ours_workspace": ours_ws,
+  return {"case": name, "algorithm": f"{algorithm}:{chosen}", "ours_ms": ours_t, "torch_ms": theirs_t, "ours_workspace": ours_ws,
           "torch_extra": max(theirs_ws, 0), "max_rel_error": err}
 
 
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--cases", nargs="*", default=list(CASES))
+  parser.add_argument("--algorithms", nargs="*", default=["auto"],
+                      choices=["auto", "direct", "fft"])
   parser.add_argument("--repeats", type=int, default=5)
   parser.add_argument("--json", help="also write the results here")
   args = parser.parse_args(argv)
@@ -112,14 +118,15 @@ def main(argv=None):
   torch.backends.cudnn.benchmark = True
   print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, "
         f"cuDNN {torch.backends.cudnn.version()}")
-  print(f"{'case':18s}{'ours min/med ms':>18s}{'torch min/med ms':>19s}{'speedup':>9s}"
+  print(f"cuFFT: {ext.cufft()}")
+  print(f"{'case':18s}{'algorithm':>12s}{'ours min/med ms':>18s}{'torch min/med ms':>19s}{'speedup':>9s}"
         f"{'ours ws MiB':>13s}{'torch MiB':>11s}{'rel err':>10s}")
   results = []
-  for name in args.cases:
-    r = _case(ext, name, args.repeats)
+  for name, algorithm in ((n, a) for n in args.cases for a in args.algorithms):
+    r = _case(ext, name, args.repeats, algorithm)
     results.append(r)
     o, t = r["ours_ms"], r["torch_ms"]
-    print(f"{name:18s}{o[0]:9.2f}/{o[1]:<8.2f}{t[0]:10.2f}/{t[1]:<8.2f}{t[0] / o[0]:8.2f}x"
+    print(f"{name:18s}{r['algorithm']:>12s}{o[0]:9.2f}/{o[1]:<8.2f}{t[0]:10.2f}/{t[1]:<8.2f}{t[0] / o[0]:8.2f}x"
           f"{r['ours_workspace'] / MiB:13.1f}{r['torch_extra'] / MiB:11.1f}"
           f"{r['max_rel_error']:10.1e}", flush=True)
     torch.cuda.empty_cache()

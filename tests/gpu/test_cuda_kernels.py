@@ -1,6 +1,7 @@
-"""The CUDA direct kernels on a device against torch.nn.functional.conv2d (TF32 off), the
-float64 oracle and the CPU path: forward and both gradients, every dtype, both layouts,
-strides, dilations, paddings, groups; determinism; bad input. Skipped without a GPU."""
+"""The CUDA kernels on a device (the direct tile kernels and the FFT path through cuFFT)
+against torch.nn.functional.conv2d (TF32 off), the float64 oracle and the CPU path: forward
+and both gradients, every dtype, both layouts, strides, dilations, paddings, groups;
+non-finite values; determinism; the planner; bad input. Skipped without a GPU."""
 
 import itertools
 
@@ -8,7 +9,7 @@ import numpy as np
 import pytest
 
 from cases import CASES, attrs, to_format
-from reference import Conv, assert_close
+from reference import Conv, assert_close, operand_norm
 
 torch = pytest.importorskip("torch")
 import torch_conv  # noqa: E402  pylint: disable=g-import-not-at-top
@@ -26,11 +27,11 @@ def _arg(t):
   return t.view(torch.int16) if t.dtype == torch.bfloat16 else t
 
 
-def _run(ext, x, w, dy, case, fmt):
+def _run(ext, x, w, dy, case, fmt, algorithm="auto"):
   """Our forward and both gradients for device tensors x (fmt), w (HWIO), dy (fmt)."""
   _, _, strides, padding, dilations = case
   s, pad, ex, d = attrs(strides, padding, dilations, fmt)
-  kw = dict(explicit_paddings=ex, data_format=fmt, dilations=d,
+  kw = dict(explicit_paddings=ex, data_format=fmt, dilations=d, algorithm=algorithm,
             stream=torch.cuda.current_stream().cuda_stream,
             dtype="bfloat16" if x.dtype == torch.bfloat16 else "")
   y, dx, dw = torch.empty_like(dy), torch.empty_like(x), torch.empty_like(w)
@@ -41,23 +42,25 @@ def _run(ext, x, w, dy, case, fmt):
   return y, dx, dw
 
 
-def _check_all(got, ref, x, w, dy, name, what):
-  """got = (y, dx, dw) against the float64 oracle on the (rounded) operands."""
+def _check_all(got, ref, x, w, dy, name, what, fft=False):
+  """got = (y, dx, dw) against the float64 oracle on the (rounded) operands; with fft, at
+  the FFT's norm-wise bound (reference.tolerance)."""
   kh, kwid, ci, co = w.shape
   checks = (
-      (got[0], ref.forward(x, w), ref.forward(np.abs(x), np.abs(w)), kh * kwid * ci),
+      (got[0], ref.forward(x, w), ref.forward(np.abs(x), np.abs(w)), kh * kwid * ci, (x, w)),
       (got[1], ref.backprop_input(w, dy), ref.backprop_input(np.abs(w), np.abs(dy)),
-       kh * kwid * co),
+       kh * kwid * co, (w, dy)),
       (got[2], ref.backprop_filter(x, dy), ref.backprop_filter(np.abs(x), np.abs(dy)),
-       int(np.prod(dy.shape))))
-  for (t, want, mag, terms), pass_name in zip(checks, ("forward", "backprop_input",
-                                                      "backprop_filter")):
-    assert_close(t.double().cpu().numpy(), want, name, terms, mag, f"{what} {pass_name}")
+       int(np.prod(dy.shape)), (x, dy)))
+  for (t, want, mag, terms, ops), pass_name in zip(checks, ("forward", "backprop_input",
+                                                           "backprop_filter")):
+    assert_close(t.double().cpu().numpy(), want, name, terms, mag, f"{what} {pass_name}",
+                 operand_norm(*ops) if fft else 0.0, max(x.size, 1))
 
 
-@pytest.mark.parametrize("case,fmt,dtype", list(itertools.product(
-    CASES, ["NHWC", "NCHW"], ["float32", "float64", "float16", "bfloat16"])))
-def test_kernels_match_oracle_and_torch(cuda_ext, rng, case, fmt, dtype):
+@pytest.mark.parametrize("case,fmt,dtype,algorithm", list(itertools.product(
+    CASES, ["NHWC", "NCHW"], ["float32", "float64", "float16", "bfloat16"], ["direct", "fft"])))
+def test_kernels_match_oracle_and_torch(cuda_ext, rng, case, fmt, dtype, algorithm):
   x_shape, w_shape, strides, padding, dilations = case
   x = to_format(fmt, rng.standard_normal(x_shape))
   w = rng.standard_normal(w_shape)
@@ -66,16 +69,17 @@ def test_kernels_match_oracle_and_torch(cuda_ext, rng, case, fmt, dtype):
   xt, wt, dyt = _dev(x, dtype), _dev(w, dtype), _dev(dy, dtype)
   # The oracle sees the operands exactly as the device stores them.
   xr, wr, dyr = (t.double().cpu().numpy() for t in (xt, wt, dyt))
-  ours = _run(cuda_ext, xt, wt, dyt, case, fmt)
-  _check_all(ours, ref, xr, wr, dyr, dtype, "ours")
-  if dtype in ("float32", "float64") and x_shape[0] > 0:
+  ours = _run(cuda_ext, xt, wt, dyt, case, fmt, algorithm)
+  _check_all(ours, ref, xr, wr, dyr, dtype, f"ours ({algorithm})", algorithm == "fft")
+  if dtype in ("float32", "float64") and x_shape[0] > 0 and algorithm == "direct":
     theirs = torch_conv.conv2d_and_grads(xt, wt, dyt, strides, padding, dilations, fmt)
     _check_all(theirs, ref, xr, wr, dyr, dtype, "torch")  # the oracle agrees with torch
     for a, b in zip(ours, theirs):
       assert a.shape == b.shape
 
 
-def test_seed_sized_filter_matches_torch(cuda_ext, rng):
+@pytest.mark.parametrize("algorithm", ["direct", "fft", "auto"])
+def test_seed_sized_filter_matches_torch(cuda_ext, rng, algorithm):
   """One 321x481 frame, a 135x135x1x3 filter, VALID: the product's own case."""
   case = ((1, 321, 481, 1), (135, 135, 1, 3), (1, 1), "VALID", (1, 1))
   x = rng.random(case[0])
@@ -83,13 +87,44 @@ def test_seed_sized_filter_matches_torch(cuda_ext, rng):
   ref = Conv(x.shape, case[1])
   dy = rng.standard_normal(ref.output_shape())
   xt, wt, dyt = (_dev(a, "float32") for a in (x, w, dy))
-  ours = _run(cuda_ext, xt, wt, dyt, case, "NHWC")
+  ours = _run(cuda_ext, xt, wt, dyt, case, "NHWC", algorithm)
   theirs = torch_conv.conv2d_and_grads(xt, wt, dyt, (1, 1), "VALID", (1, 1), "NHWC")
   xr, wr, dyr = (t.double().cpu().numpy() for t in (xt, wt, dyt))
-  _check_all(ours, ref, xr, wr, dyr, "float32", "ours")
+  _check_all(ours, ref, xr, wr, dyr, "float32", f"ours ({algorithm})", algorithm != "direct")
   for a, b in zip(ours, theirs):
     scale = b.abs().max().item()
     assert (a - b).abs().max().item() <= 1e-4 * scale
+
+
+def test_cufft_is_found_and_planned_for_the_seed_case(cuda_ext):
+  info = cuda_ext.cufft()
+  assert info["status"] == "", info
+  assert info["version"] > 0 and info["path"], info
+  plans = cuda_ext.plan([200, 321, 481, 1], [135, 135, 1, 3], [1, 1, 1, 1], "VALID")
+  assert [p["algorithm"] for p in plans] == ["fft"] * 3, plans
+  for p in plans:
+    assert p["workspace_bytes"] <= 64 << 20
+    assert p["workspace_bytes"] == cuda_ext.workspace_bytes(
+        p["pass"], [200, 321, 481, 1], [135, 135, 1, 3], [1, 1, 1, 1], "VALID")
+
+
+@pytest.mark.parametrize("algorithm", ["direct", "fft"])
+def test_non_finite_values_stay_in_place(cuda_ext, algorithm):
+  """An Inf in the input gives Inf/NaN exactly where a direct sum does: the FFT path's flag
+  makes the gated direct kernels redo the pass."""
+  x = np.ones((2, 40, 40, 1))
+  x[1, 20, 7, 0] = np.inf
+  w = np.ones((9, 9, 1, 2))
+  ref = Conv(x.shape, w.shape)
+  dy = np.ones(ref.output_shape())
+  dy[0, 3, 3, 1] = np.nan
+  case = (x.shape, w.shape, (1, 1), "VALID", (1, 1))
+  ours = _run(cuda_ext, _dev(x, "float32"), _dev(w, "float32"), _dev(dy, "float32"), case,
+              "NHWC", algorithm)
+  with np.errstate(invalid="ignore"):
+    wants = (ref.forward(x, w), ref.backprop_input(w, dy), ref.backprop_filter(x, dy))
+  for got, want in zip(ours, wants):
+    np.testing.assert_array_equal(got.double().cpu().numpy(), want)
 
 
 def test_matches_cpu_direct_path(cuda_ext, core_ext, rng):
@@ -106,7 +141,8 @@ def test_matches_cpu_direct_path(cuda_ext, core_ext, rng):
   assert_close(ours[0].cpu().numpy(), cpu.astype(np.float64), "float32", 9 * 7 * 2, 2 * mag)
 
 
-def test_backprop_filter_is_deterministic(cuda_ext, rng):
+@pytest.mark.parametrize("algorithm", ["direct", "fft"])
+def test_backprop_filter_is_deterministic(cuda_ext, rng, algorithm):
   case = ((16, 64, 64, 8), (31, 31, 8, 8), (1, 1), "SAME", (1, 1))
   x = _dev(rng.standard_normal(case[0]), "float32")
   dy = _dev(rng.standard_normal(case[0][:3] + (8,)), "float32")
@@ -114,7 +150,7 @@ def test_backprop_filter_is_deterministic(cuda_ext, rng):
   outs = []
   for _ in range(3):
     dw = torch.empty(case[1], device="cuda")
-    cuda_ext.conv2d_backprop_filter(x, dy, dw, s, pad)
+    cuda_ext.conv2d_backprop_filter(x, dy, dw, s, pad, algorithm=algorithm)
     torch.cuda.synchronize()
     outs.append(dw.cpu().numpy())
   np.testing.assert_array_equal(outs[0], outs[1])
@@ -137,3 +173,9 @@ def test_bad_input_raises_value_error(cuda_ext):
                     [1, 1, 1, 1], "VALID")
   with pytest.raises(ValueError, match="strides"):
     cuda_ext.conv2d(x, w, torch.zeros((1, 6, 6, 1), device="cuda"), [1, 1, 1], "VALID")
+  with pytest.raises(ValueError, match="algorithm='tf' is not available on the GPU"):
+    cuda_ext.conv2d(x, w, torch.zeros((1, 6, 6, 1), device="cuda"), [1, 1, 1, 1], "VALID",
+                    algorithm="tf")
+  with pytest.raises(ValueError, match="workspace_limit 100 bytes is too small"):
+    cuda_ext.conv2d(x, w, torch.zeros((1, 6, 6, 1), device="cuda"), [1, 1, 1, 1], "VALID",
+                    algorithm="fft", workspace_limit=100)
