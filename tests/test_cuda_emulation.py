@@ -197,3 +197,20 @@ def test_gpu_planner_errors_name_the_problem():
   with pytest.raises(ValueError, match="workspace_limit 1000 bytes"):
     _core.conv2d(np.ones((1, 64, 64, 1)), np.ones((31, 31, 1, 1)), [1, 1, 1, 1], "VALID",
                  algorithm=FFT, workspace_limit=1000)
+
+
+def test_cuda_module_loads_and_plans_without_a_device():
+  """_cuda loads on a machine without a GPU (static cudart, cuFFT looked up at run time);
+  without a device it plans the direct kernels and refuses an explicit FFT by saying why."""
+  _cuda = pytest.importorskip("tf_largeconv._cuda", reason="built only where nvcc is found")
+  info = _cuda.cufft()
+  if info["status"]:
+    assert "LARGECONV_CUFFT" in info["status"] and info["version"] == 0
+  else:  # a cuFFT was found: all its entry points bound, and it reports its version
+    assert info["version"] > 0 and "libcufft" in info["path"]
+  if _cuda.device_count() > 0:
+    pytest.skip("a device is present: tests/gpu covers it")
+  plans = _cuda.plan([200, 321, 481, 1], [135, 135, 1, 3], [1, 1, 1, 1], "VALID")
+  assert [p["algorithm"] for p in plans] == ["direct"] * 3
+  with pytest.raises(ValueError, match="algorithm='fft' is not available: "):
+    _cuda.plan([2, 64, 64, 1], [31, 31, 1, 1], [1, 1, 1, 1], "VALID", algorithm="fft")

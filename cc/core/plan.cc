@@ -127,24 +127,6 @@ bool FitBlocks(const ConvGeometry& g, ConvPass pass, int64_t limit, int real_byt
 
 }  // namespace
 
-std::string ParseAlgorithm(const std::string& s, Algorithm* out) {
-  if (s == "auto") { *out = Algorithm::kAuto; return ""; }
-  if (s == "direct") { *out = Algorithm::kDirect; return ""; }
-  if (s == "fft") { *out = Algorithm::kFft; return ""; }
-  if (s == "tf") { *out = Algorithm::kTf; return ""; }
-  return "algorithm must be 'auto', 'direct', 'fft' or 'tf', got '" + s + "'";
-}
-
-const char* AlgorithmName(Algorithm a) {
-  switch (a) {
-    case Algorithm::kAuto: return "auto";
-    case Algorithm::kDirect: return "direct";
-    case Algorithm::kFft: return "fft";
-    case Algorithm::kTf: return "tf";
-  }
-  return "?";
-}
-
 int64_t TfWorkspaceEstimate(const ConvGeometry& g, int64_t threads, int real_bytes) {
   return (int64_t{16} << 20) + (threads + 1) * g.filter_elements() * real_bytes;
 }

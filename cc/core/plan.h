@@ -17,8 +17,24 @@ namespace largeconv {
 // planned onto them; the op itself never is.
 enum class Algorithm { kAuto, kDirect, kFft, kTf };
 
-std::string ParseAlgorithm(const std::string& s, Algorithm* out);
-const char* AlgorithmName(Algorithm a);
+// Inline, so the CUDA module, which links no planner of the CPU, has them too.
+inline std::string ParseAlgorithm(const std::string& s, Algorithm* out) {
+  if (s == "auto") { *out = Algorithm::kAuto; return ""; }
+  if (s == "direct") { *out = Algorithm::kDirect; return ""; }
+  if (s == "fft") { *out = Algorithm::kFft; return ""; }
+  if (s == "tf") { *out = Algorithm::kTf; return ""; }
+  return "algorithm must be 'auto', 'direct', 'fft' or 'tf', got '" + s + "'";
+}
+
+inline const char* AlgorithmName(Algorithm a) {
+  switch (a) {
+    case Algorithm::kAuto: return "auto";
+    case Algorithm::kDirect: return "direct";
+    case Algorithm::kFft: return "fft";
+    case Algorithm::kTf: return "tf";
+  }
+  return "?";
+}
 
 constexpr int64_t kDefaultWorkspaceLimit = int64_t{64} << 20;  // 64 MiB
 
