@@ -12,6 +12,9 @@ namespace cuda {
 namespace {
 
 constexpr int64_t kMaxGrid = int64_t{1} << 30;
+// Grid of a gated launch: blocks stride over the work (as always), so this only bounds what
+// a closed gate costs (every block starts, reads the flag and leaves).
+constexpr int64_t kGatedGrid = 4096;
 
 // `gate`: when set, the kernel does nothing unless *gate != 0 (see RunFftPass).
 template <class K>
@@ -54,7 +57,8 @@ struct DeviceLauncher {
   template <class K>
   void Tiles(const typename K::Params& p) {
     if (error != cudaSuccess || p.c.blocks == 0) return;
-    const unsigned grid = static_cast<unsigned>(std::min(p.c.blocks, kMaxGrid));
+    const unsigned grid =
+        static_cast<unsigned>(std::min(p.c.blocks, gate != nullptr ? kGatedGrid : kMaxGrid));
     const size_t smem = static_cast<size_t>(p.c.smem_elems) * sizeof(typename K::A);
     TileKernel<K><<<grid, static_cast<unsigned>(p.c.threads()), smem, stream>>>(p, gate);
     error = cudaGetLastError();
@@ -62,7 +66,8 @@ struct DeviceLauncher {
   template <class K>
   void Reduce(const typename K::Params& p, int64_t count) {
     if (error != cudaSuccess || count == 0) return;
-    const unsigned grid = static_cast<unsigned>(std::min<int64_t>((count + 255) / 256, kMaxGrid));
+    const unsigned grid = static_cast<unsigned>(
+        std::min<int64_t>((count + 255) / 256, gate != nullptr ? kGatedGrid : kMaxGrid));
     ReduceKernel<K><<<grid, 256, 0, stream>>>(p, count, gate);
     error = cudaGetLastError();
   }
