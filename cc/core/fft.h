@@ -5,6 +5,7 @@
 #define TF_LARGECONV_CORE_FFT_H_
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "cc/core/geometry.h"
@@ -67,6 +68,16 @@ constexpr int64_t kMaxFftSide = 4096;
 // order, plus the first such size above hi (so one tile covering everything is always a
 // candidate). Defined with MakeFftTiling in tiling.cc.
 std::vector<int64_t> SmoothSizes(int64_t lo, int64_t hi);
+
+// The transform sizes the planners (CPU and GPU) try for a pass: smooth sizes from the
+// dilated filter up to one tile covering everything, per dimension. False when the FFT
+// cannot run the pass (nothing to compute, or a filter beyond kMaxFftSide).
+bool FftSizeCandidates(const ConvGeometry& g, ConvPass pass, std::vector<int64_t>* heights,
+                       std::vector<int64_t>* widths);
+
+// The planners' refusal of an explicit FFT request: min_bytes is the smallest workspace any
+// candidate needed (< 0 when there was no candidate at all).
+std::string FftUnavailable(int64_t limit, int64_t min_bytes, ConvPass pass);
 
 // Exact workspace bytes of a pass for a given config and real type size (4 for float,
 // f16 and bf16, which compute in float; 8 for double).

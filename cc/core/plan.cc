@@ -145,17 +145,12 @@ std::string PlanPass(const ConvGeometry& g, ConvPass pass, const PlanRequest& re
   // count (it changes the arithmetic), so it is chosen for a fixed nominal number of slots
   // that leaves room to run in parallel, or for one slot if nothing fits that way.
   constexpr int64_t kNominalSlots = 4;
-  const int64_t keh = Extent(g.filter_h, g.dilation_h), kew = Extent(g.filter_w, g.dilation_w);
-  FftTiling probe;
-  MakeFftTiling(g, pass, keh, kew, &probe);
   bool found = false;
   FftConfig best;
   double best_cost = 0;
   int64_t min_bytes = -1;
-  if (req.algorithm != Algorithm::kDirect && probe.dense_h > 0 && probe.dense_w > 0 &&
-      keh <= kMaxFftSide && kew <= kMaxFftSide) {
-    const auto hs = SmoothSizes(keh, std::min(kMaxFftSide, probe.dense_h + keh - 1));
-    const auto ws = SmoothSizes(kew, std::min(kMaxFftSide, probe.dense_w + kew - 1));
+  std::vector<int64_t> hs, ws;
+  if (req.algorithm != Algorithm::kDirect && FftSizeCandidates(g, pass, &hs, &ws)) {
     for (int64_t nominal : {kNominalSlots, int64_t{1}}) {
       for (int64_t fh : hs) {
         for (int64_t fw : ws) {
@@ -205,10 +200,7 @@ std::string PlanPass(const ConvGeometry& g, ConvPass pass, const PlanRequest& re
     return "";
   }
   if (req.algorithm == Algorithm::kFft && !found) {
-    if (min_bytes < 0) return "algorithm='fft' is not available for this geometry";
-    return "workspace_limit " + std::to_string(limit) +
-           " bytes is too small for the FFT algorithm: it needs at least " +
-           std::to_string(min_bytes) + " bytes for this " + PassName(pass) + " pass";
+    return FftUnavailable(limit, min_bytes, pass);
   }
   if (use_fft) {
     // Now spend the limit on parallelism: as many slots as useful, largest blocks that fit.

@@ -107,4 +107,24 @@ std::vector<int64_t> SmoothSizes(int64_t lo, int64_t hi) {
   return out;
 }
 
+bool FftSizeCandidates(const ConvGeometry& g, ConvPass pass, std::vector<int64_t>* heights,
+                       std::vector<int64_t>* widths) {
+  const int64_t keh = Extent(g.filter_h, g.dilation_h), kew = Extent(g.filter_w, g.dilation_w);
+  FftTiling probe;
+  MakeFftTiling(g, pass, keh, kew, &probe);
+  if (probe.dense_h <= 0 || probe.dense_w <= 0 || keh > kMaxFftSide || kew > kMaxFftSide) {
+    return false;
+  }
+  *heights = SmoothSizes(keh, std::min(kMaxFftSide, probe.dense_h + keh - 1));
+  *widths = SmoothSizes(kew, std::min(kMaxFftSide, probe.dense_w + kew - 1));
+  return true;
+}
+
+std::string FftUnavailable(int64_t limit, int64_t min_bytes, ConvPass pass) {
+  if (min_bytes < 0) return "algorithm='fft' is not available for this geometry";
+  return "workspace_limit " + std::to_string(limit) +
+         " bytes is too small for the FFT algorithm: it needs at least " +
+         std::to_string(min_bytes) + " bytes for this " + PassName(pass) + " pass";
+}
+
 }  // namespace largeconv

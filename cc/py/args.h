@@ -74,14 +74,26 @@ inline Algorithm AlgorithmFrom(const std::string& algorithm) {
   return a;
 }
 
-// The GPU planner's choice for each pass as dicts. plan_pass(pass, &plan) returns "" or an
-// error: the device planner (_cuda) or the host emulation's (_core).
-template <class PlanFn>
-py::list CudaPlanList(const PlanFn& plan_pass) {
+// The GPU planner's choice for each pass as dicts. Planner{}(g, pass, algorithm, real_bytes,
+// limit, &plan) returns "" or an error: the device's planner (_cuda) or the host
+// emulation's (_core).
+template <class Planner>
+py::list CudaPlanList(const std::vector<int64_t>& input_shape,
+                      const std::vector<int64_t>& filter_shape,
+                      const std::vector<int64_t>& strides, const std::string& padding,
+                      const std::vector<int64_t>& explicit_paddings,
+                      const std::string& data_format, const std::vector<int64_t>& dilations,
+                      const std::string& algorithm, int64_t workspace_limit,
+                      const std::string& dtype) {
+  const ConvGeometry g = Geometry(
+      input_shape, filter_shape,
+      AttrsFrom(strides, padding, explicit_paddings, data_format, dilations));
+  const Algorithm a = AlgorithmFrom(algorithm);
+  const int rb = RealBytes(dtype);
   py::list out;
   for (ConvPass pass : {ConvPass::kForward, ConvPass::kBackpropInput, ConvPass::kBackpropFilter}) {
     cuda::CudaPlan p;
-    const std::string err = plan_pass(pass, &p);
+    const std::string err = Planner{}(g, pass, a, rb, workspace_limit, &p);
     if (!err.empty()) throw py::value_error(err);
     py::dict d;
     d["pass"] = PassName(pass);
@@ -101,6 +113,9 @@ py::list CudaPlanList(const PlanFn& plan_pass) {
   }
   return out;
 }
+
+#define LARGECONV_PLAN_PYARGS                                                             \
+  py::arg("input_shape"), py::arg("filter_shape"), LARGECONV_ARGS, py::arg("dtype") = "float32"
 
 inline const std::vector<int64_t> kOnes{1, 1, 1, 1};
 inline const std::vector<int64_t> kNone{};

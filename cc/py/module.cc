@@ -227,25 +227,12 @@ py::list PlanList(const std::vector<int64_t>& input_shape,
 }
 
 // The GPU planner as the host emulation runs it (no cuFFT work areas).
-py::list CudaPlanHost(const std::vector<int64_t>& input_shape,
-                      const std::vector<int64_t>& filter_shape,
-                      const std::vector<int64_t>& strides, const std::string& padding,
-                      const std::vector<int64_t>& explicit_paddings,
-                      const std::string& data_format, const std::vector<int64_t>& dilations,
-                      const std::string& algorithm, int64_t workspace_limit,
-                      const std::string& dtype) {
-  const ConvGeometry g = Geometry(
-      input_shape, filter_shape,
-      AttrsFrom(strides, padding, explicit_paddings, data_format, dilations));
-  const Algorithm a = AlgorithmFrom(algorithm);
-  const int rb = RealBytes(dtype);
-  const cuda::WorkBytesFn none = [](const cuda::TransformShape&, std::string*) -> int64_t {
-    return 0;
-  };
-  return CudaPlanList([&](ConvPass pass, cuda::CudaPlan* p) {
-    return cuda::PlanGpuPass(g, pass, a, rb, workspace_limit, &none, "", p);
-  });
-}
+struct HostCudaPlanner {
+  std::string operator()(const ConvGeometry& g, ConvPass pass, Algorithm a, int real_bytes,
+                         int64_t limit, cuda::CudaPlan* plan) const {
+    return cuda::PlanEmulatedPass(g, pass, a, real_bytes, limit, plan);
+  }
+};
 
 template <typename T>
 void DefKernels(py::module_& m) {
@@ -272,8 +259,7 @@ PYBIND11_MODULE(_core, m) {
   m.def("plan", &PlanList, py::arg("input_shape"), py::arg("filter_shape"), LARGECONV_ARGS,
         py::arg("num_threads") = 0, py::arg("real_bytes") = 4, py::arg("allow_tf") = false,
         "The planner's choice for each pass, as a list of dicts.");
-  m.def("cuda_plan", &CudaPlanHost, py::arg("input_shape"), py::arg("filter_shape"),
-        LARGECONV_ARGS, py::arg("dtype") = "float32",
+  m.def("cuda_plan", &CudaPlanList<HostCudaPlanner>, LARGECONV_PLAN_PYARGS,
         "The GPU planner's choice for each pass (as the host emulation plans it).");
   m.attr("DEFAULT_WORKSPACE_LIMIT") = kDefaultWorkspaceLimit;
   // float64 first: overload resolution tries in order, and forcecast would otherwise turn

@@ -129,17 +129,14 @@ std::string PlanGpuPass(const ConvGeometry& g, ConvPass pass, Algorithm algorith
 
   // The cheapest transform size whose smallest round fits, with the largest round that
   // fits the limit (cuFFT's work area estimated).
-  const int64_t keh = (g.filter_h - 1) * g.dilation_h + 1;
-  const int64_t kew = (g.filter_w - 1) * g.dilation_w + 1;
-  FftTiling probe;
-  MakeFftTiling(g, pass, keh, kew, &probe);
   bool found = false;
   GpuFftConfig best;
   double best_cost = 0;
   int64_t min_bytes = -1;
-  if (probe.dense_h > 0 && probe.dense_w > 0 && keh <= kMaxFftSide && kew <= kMaxFftSide) {
-    for (int64_t fh : SmoothSizes(keh, std::min(kMaxFftSide, probe.dense_h + keh - 1))) {
-      for (int64_t fw : SmoothSizes(kew, std::min(kMaxFftSide, probe.dense_w + kew - 1))) {
+  std::vector<int64_t> hs, ws;
+  if (FftSizeCandidates(g, pass, &hs, &ws)) {
+    for (int64_t fh : hs) {
+      for (int64_t fw : ws) {
         GpuFftConfig c;
         c.fft_h = fh;
         c.fft_w = fw;
@@ -193,10 +190,7 @@ std::string PlanGpuPass(const ConvGeometry& g, ConvPass pass, Algorithm algorith
   if (found) p.cost_fft = FftSeconds(g, pass, best, real_bytes);
   if (algorithm == Algorithm::kFft && !found) {
     if (!error.empty()) return "algorithm='fft' is not available: " + error;
-    if (min_bytes < 0) return "algorithm='fft' is not available for this geometry";
-    return "workspace_limit " + std::to_string(limit) +
-           " bytes is too small for the FFT algorithm: it needs at least " +
-           std::to_string(min_bytes) + " bytes for this " + PassName(pass) + " pass";
+    return FftUnavailable(limit, min_bytes, pass);
   }
   if (found && (algorithm == Algorithm::kFft || p.cost_fft < p.cost_direct)) {
     p.algorithm = Algorithm::kFft;

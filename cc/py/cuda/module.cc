@@ -203,21 +203,12 @@ int64_t WorkspaceBytes(const std::string& pass, const std::vector<int64_t>& inpu
   return PlanOrThrow(g, p, algorithm, rb, workspace_limit).workspace_bytes;
 }
 
-py::list PlanDevice(const std::vector<int64_t>& input_shape,
-                    const std::vector<int64_t>& filter_shape, const std::vector<int64_t>& strides,
-                    const std::string& padding, const std::vector<int64_t>& explicit_paddings,
-                    const std::string& data_format, const std::vector<int64_t>& dilations,
-                    const std::string& algorithm, int64_t workspace_limit,
-                    const std::string& dtype) {
-  const ConvGeometry g = Geometry(
-      input_shape, filter_shape,
-      AttrsFrom(strides, padding, explicit_paddings, data_format, dilations));
-  const Algorithm a = AlgorithmFrom(algorithm);
-  const int rb = RealBytes(dtype);
-  return CudaPlanList([&](ConvPass pass, cuda::CudaPlan* p) {
-    return cuda::PlanCudaPass(g, pass, a, rb, workspace_limit, p);
-  });
-}
+struct DevicePlanner {
+  std::string operator()(const ConvGeometry& g, ConvPass pass, Algorithm a, int real_bytes,
+                         int64_t limit, cuda::CudaPlan* plan) const {
+    return cuda::PlanCudaPass(g, pass, a, real_bytes, limit, plan);
+  }
+};
 
 py::dict CufftInfo() {
   py::dict d;
@@ -258,8 +249,7 @@ PYBIND11_MODULE(_cuda, m) {
         py::arg("dilations") = kOnes, py::arg("algorithm") = "auto",
         py::arg("workspace_limit") = int64_t{-1}, py::arg("dtype") = "float32",
         "Device workspace bytes a pass takes, as planned on the current device.");
-  m.def("plan", &PlanDevice, py::arg("input_shape"), py::arg("filter_shape"), LARGECONV_ARGS,
-        py::arg("dtype") = "float32",
+  m.def("plan", &CudaPlanList<DevicePlanner>, LARGECONV_PLAN_PYARGS,
         "The GPU planner's choice for each pass on the current device, as a list of dicts.");
   m.def("cufft", &CufftInfo,
         "Whether cuFFT was found: {'status': '' or why not, 'path': ..., 'version': ...}.");
