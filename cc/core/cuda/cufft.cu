@@ -138,7 +138,7 @@ struct Plan {
 
 // Plans by (device, shape). Bounded: past kMaxPlans the least recently used plan of the
 // current device is destroyed, after the device has finished any work queued on it.
-constexpr size_t kMaxPlans = 64;
+constexpr size_t kMaxPlans = 256;
 
 struct Cache {
   std::mutex mu;

@@ -165,7 +165,13 @@ std::string PlanGpuPass(const ConvGeometry& g, ConvPass pass, Algorithm algorith
       }
     }
   }
-  // cuFFT's actual work area: halve the round until everything fits.
+  // cuFFT's actual work area: halve the round until everything fits. Not asked (no plans
+  // made) when the direct kernels win anyway.
+  if (found && algorithm == Algorithm::kAuto && best_cost >= p.cost_direct) {
+    p.cost_fft = best_cost;
+    *plan = p;
+    return "";
+  }
   int64_t work = 0;
   std::string error;
   while (found) {
