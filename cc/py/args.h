@@ -68,7 +68,7 @@ inline int RealBytes(const std::string& dtype) {
 }
 
 inline Algorithm AlgorithmFrom(const std::string& algorithm) {
-  Algorithm a;
+  Algorithm a = Algorithm::kAuto;
   const std::string err = ParseAlgorithm(algorithm, &a);
   if (!err.empty()) throw py::value_error(err);
   return a;

@@ -134,10 +134,13 @@ struct Plan {
   Handle handle = 0;
   size_t work = 0;
   uint64_t last_use = 0;
+  cudaEvent_t done = nullptr;  // recorded after the plan's latest transform
 };
 
-// Plans by (device, shape). Bounded: past kMaxPlans the least recently used plan of the
-// current device is destroyed, after the device has finished any work queued on it.
+// Plans by (device, shape). Bounded: past kMaxPlans on a device, its least recently used
+// plan is taken out of the cache and destroyed once its latest transform has finished. That
+// wait happens outside the cache's lock and on that plan's event only, so it never holds up
+// other devices or threads (which could deadlock against work queued elsewhere).
 constexpr size_t kMaxPlans = 256;
 
 struct Cache {
@@ -155,8 +158,21 @@ std::string ResultMessage(const char* what, Result r) {
   return std::string("cuFFT ") + what + " failed with cufftResult " + std::to_string(r);
 }
 
-// Finds or creates the plan of s on the current device. Caller holds the cache lock.
-std::string GetPlan(Cache& cache, const TransformShape& s, Plan** out) {
+// Destroys plans taken out of the cache, after their queued work. Called without the lock.
+// If the wait is refused (e.g. while a stream is being captured into a graph), the plan is
+// left alive rather than destroyed under queued work.
+void Retire(const std::vector<Plan>& retired) {
+  for (const Plan& p : retired) {
+    if (p.done != nullptr && cudaEventSynchronize(p.done) != cudaSuccess) continue;
+    Lib().api.destroy(p.handle);
+    if (p.done != nullptr) cudaEventDestroy(p.done);
+  }
+}
+
+// Finds or creates the plan of s on the current device; a plan evicted to make room goes
+// to *retired. Caller holds the cache lock.
+std::string GetPlan(Cache& cache, const TransformShape& s, Plan** out,
+                    std::vector<Plan>* retired) {
   const Api& api = Lib().api;
   int device = 0;
   const cudaError_t e = cudaGetDevice(&device);
@@ -164,18 +180,18 @@ std::string GetPlan(Cache& cache, const TransformShape& s, Plan** out) {
   const Key key{device, s.inverse, s.real_bytes, s.fft_h, s.fft_w, s.batch};
   auto it = cache.plans.find(key);
   if (it == cache.plans.end()) {
-    if (cache.plans.size() >= kMaxPlans) {
-      auto victim = cache.plans.end();
-      for (auto p = cache.plans.begin(); p != cache.plans.end(); ++p) {
-        if (p->first.device == device &&
-            (victim == cache.plans.end() || p->second.last_use < victim->second.last_use)) {
-          victim = p;
-        }
+    size_t on_device = 0;
+    auto victim = cache.plans.end();
+    for (auto p = cache.plans.begin(); p != cache.plans.end(); ++p) {
+      if (p->first.device != device) continue;
+      ++on_device;
+      if (victim == cache.plans.end() || p->second.last_use < victim->second.last_use) {
+        victim = p;
       }
-      if (victim != cache.plans.end() && cudaDeviceSynchronize() == cudaSuccess) {
-        api.destroy(victim->second.handle);
-        cache.plans.erase(victim);
-      }
+    }
+    if (on_device >= kMaxPlans) {
+      retired->push_back(victim->second);
+      cache.plans.erase(victim);
     }
     Plan p;
     Result r = api.create(&p.handle);
@@ -205,6 +221,29 @@ std::string GetPlan(Cache& cache, const TransformShape& s, Plan** out) {
   return "";
 }
 
+// Enqueues the transform on `stream` and records the plan's event after it.
+std::string Execute(const Api& api, Plan& plan, const TransformShape& s, void* data, void* work,
+                    cudaStream_t stream) {
+  Result r = api.set_stream(plan.handle, stream);
+  if (r == 0 && plan.work > 0) r = api.set_work_area(plan.handle, work);
+  if (r != 0) return ResultMessage("plan setup", r);
+  if (s.real_bytes == 8) {
+    r = s.inverse ? api.exec_z2d(plan.handle, data, static_cast<double*>(data))
+                  : api.exec_d2z(plan.handle, static_cast<double*>(data), data);
+  } else {
+    r = s.inverse ? api.exec_c2r(plan.handle, data, static_cast<float*>(data))
+                  : api.exec_r2c(plan.handle, static_cast<float*>(data), data);
+  }
+  if (r != 0) return ResultMessage("execution", r);
+  if (plan.done == nullptr &&
+      cudaEventCreateWithFlags(&plan.done, cudaEventDisableTiming) != cudaSuccess) {
+    plan.done = nullptr;
+    return "could not create a CUDA event for a cuFFT plan";
+  }
+  const cudaError_t e = cudaEventRecord(plan.done, stream);
+  return e == cudaSuccess ? "" : std::string("cudaEventRecord: ") + cudaGetErrorString(e);
+}
+
 }  // namespace
 
 std::string CufftStatus() { return Lib().error; }
@@ -217,32 +256,38 @@ int64_t CufftWorkBytes(const TransformShape& s, std::string* error) {
     return -1;
   }
   Cache& cache = Plans();
-  std::lock_guard<std::mutex> lock(cache.mu);
-  Plan* plan = nullptr;
-  *error = GetPlan(cache, s, &plan);
-  return error->empty() ? static_cast<int64_t>(plan->work) : -1;
+  std::vector<Plan> retired;
+  int64_t work = -1;
+  {
+    std::lock_guard<std::mutex> lock(cache.mu);
+    Plan* plan = nullptr;
+    *error = GetPlan(cache, s, &plan, &retired);
+    if (error->empty()) work = static_cast<int64_t>(plan->work);
+  }
+  Retire(retired);
+  return work;
 }
 
-std::string CufftExecute(const TransformShape& s, void* data, void* work, CUstream_st* stream) {
+std::string CufftExecute(const TransformShape& s, void* data, void* work, int64_t work_bytes,
+                         CUstream_st* stream) {
   if (!Lib().error.empty()) return Lib().error;
   const Api& api = Lib().api;
   Cache& cache = Plans();
-  // Held until the transform is enqueued: the plan's stream and work area are its own.
-  std::lock_guard<std::mutex> lock(cache.mu);
-  Plan* plan = nullptr;
-  std::string error = GetPlan(cache, s, &plan);
-  if (!error.empty()) return error;
-  Result r = api.set_stream(plan->handle, stream);
-  if (r == 0 && plan->work > 0) r = api.set_work_area(plan->handle, work);
-  if (r != 0) return ResultMessage("plan setup", r);
-  if (s.real_bytes == 8) {
-    r = s.inverse ? api.exec_z2d(plan->handle, data, static_cast<double*>(data))
-                  : api.exec_d2z(plan->handle, static_cast<double*>(data), data);
-  } else {
-    r = s.inverse ? api.exec_c2r(plan->handle, data, static_cast<float*>(data))
-                  : api.exec_r2c(plan->handle, static_cast<float*>(data), data);
+  std::vector<Plan> retired;
+  std::string error;
+  {
+    // Held until the transform is enqueued: the plan's stream and work area are its own.
+    std::lock_guard<std::mutex> lock(cache.mu);
+    Plan* plan = nullptr;
+    error = GetPlan(cache, s, &plan, &retired);
+    if (error.empty() && static_cast<int64_t>(plan->work) > work_bytes) {
+      error = "cuFFT asks for a work area of " + std::to_string(plan->work) +
+              " bytes, more than the " + std::to_string(work_bytes) + " planned";
+    }
+    if (error.empty()) error = Execute(api, *plan, s, data, work, stream);
   }
-  return r == 0 ? "" : ResultMessage("execution", r);
+  Retire(retired);
+  return error;
 }
 
 }  // namespace cuda

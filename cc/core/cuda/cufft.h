@@ -26,9 +26,10 @@ int CufftVersion();
 // with *error set if cuFFT cannot make it.
 int64_t CufftWorkBytes(const TransformShape& s, std::string* error);
 
-// Enqueues the in-place transform on `stream`, with `work` (CufftWorkBytes of it) as the
-// work area. Returns "" or an error.
-std::string CufftExecute(const TransformShape& s, void* data, void* work, CUstream_st* stream);
+// Enqueues the in-place transform on `stream`, with `work` (work_bytes long, at least
+// CufftWorkBytes of it) as the work area. Returns "" or an error.
+std::string CufftExecute(const TransformShape& s, void* data, void* work, int64_t work_bytes,
+                         CUstream_st* stream);
 
 }  // namespace cuda
 }  // namespace largeconv

@@ -28,7 +28,9 @@ __global__ void __launch_bounds__(kThreads) ForEachKernel(int64_t count, const F
 // Keeps the first error and skips everything after it.
 struct DeviceRunner {
   cudaStream_t stream;
+  int64_t work_bytes;  // cuFFT's work area as planned
   std::string error;
+  bool transform_failed = false;
 
   template <class F>
   void ForEach(int64_t count, const F& f) {
@@ -39,7 +41,9 @@ struct DeviceRunner {
     if (e != cudaSuccess) error = std::string("CUDA kernel launch failed: ") + cudaGetErrorString(e);
   }
   void Transform(const TransformShape& s, void* data, void* work) {
-    if (error.empty()) error = CufftExecute(s, data, work, stream);
+    if (!error.empty()) return;
+    error = CufftExecute(s, data, work, work_bytes, stream);
+    transform_failed = !error.empty();
   }
   template <typename T>
   void Direct(const ConvGeometry& g, ConvPass pass, const TileConfig& config, const T* a,
@@ -72,8 +76,15 @@ std::string RunCudaPass(const ConvGeometry& g, const CudaPlan& plan, const T* a,
   if (plan.algorithm != Algorithm::kFft) {
     return DirectPass(g, plan.pass, plan.direct, a, b, out, workspace, stream);
   }
-  DeviceRunner run{stream, ""};
+  DeviceRunner run{stream, plan.fft_work_bytes, ""};
   RunFftPass(g, plan, a, b, out, static_cast<char*>(workspace), run);
+  if (run.transform_failed) {
+    // cuFFT failed at run time (e.g. no memory to re-create an evicted plan): the direct
+    // kernels redo the whole pass, after whatever the FFT path had queued, and overwrite
+    // every output it may have written.
+    return DirectPass(g, plan.pass, plan.direct, a, b, out,
+                      static_cast<char*>(workspace) + kFlagBytes, stream);
+  }
   return run.error;
 }
 

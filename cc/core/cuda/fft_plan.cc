@@ -137,6 +137,8 @@ std::string PlanGpuPass(const ConvGeometry& g, ConvPass pass, Algorithm algorith
   if (FftSizeCandidates(g, pass, &hs, &ws)) {
     for (int64_t fh : hs) {
       for (int64_t fw : ws) {
+        // A side of 1 would ask cuFFT for a degenerate 2-D plan; 2 costs next to nothing.
+        if (fh < 2 || fw < 2) continue;
         GpuFftConfig c;
         c.fft_h = fh;
         c.fft_w = fw;
