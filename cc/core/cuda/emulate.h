@@ -60,7 +60,11 @@ struct HostEmulator {
 struct HostFftRunner {
   template <class F>
   void ForEach(int64_t count, const F& f) {
-    for (int64_t i = 0; i < count; ++i) f(i);
+    if (count < kNarrowCount) {  // the index type the device would use
+      for (int32_t i = 0; i < static_cast<int32_t>(count); ++i) f(i);
+    } else {
+      for (int64_t i = 0; i < count; ++i) f(i);
+    }
   }
   void Transform(const TransformShape& s, void* data, void*) {
     if (s.real_bytes == 8) {

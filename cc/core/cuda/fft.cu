@@ -14,13 +14,13 @@ namespace cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int64_t kMaxBlocks = int64_t{1} << 20;
+constexpr int64_t kMaxBlocks = int64_t{1} << 20;  // x kThreads: the stride kNarrowCount allows
 
-template <class F>
-__global__ void __launch_bounds__(kThreads) ForEachKernel(int64_t count, const F f) {
-  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
-       i += step) {
+template <class F, typename I>
+__global__ void __launch_bounds__(kThreads) ForEachKernel(I count, const F f) {
+  const I step = static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x);
+  for (I i = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x);
+       i < count; i += step) {
     f(i);
   }
 }
@@ -36,7 +36,12 @@ struct DeviceRunner {
   void ForEach(int64_t count, const F& f) {
     if (!error.empty() || count <= 0) return;
     const int64_t blocks = std::min((count + kThreads - 1) / kThreads, kMaxBlocks);
-    ForEachKernel<F><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(count, f);
+    if (count < kNarrowCount) {
+      ForEachKernel<F, int32_t><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+          static_cast<int32_t>(count), f);
+    } else {
+      ForEachKernel<F, int64_t><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(count, f);
+    }
     const cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) error = std::string("CUDA kernel launch failed: ") + cudaGetErrorString(e);
   }

@@ -12,7 +12,11 @@
 //     per round:  PackTiles(x) -> R2C, PackTiles(dy) -> R2C -> AccumulateConj
 //     once:       C2R(accumulated spectra) -> ReadFilter
 // The runner supplies ForEach (a grid-strided kernel on the device, a loop on the host),
-// the transforms (cuFFT on the device, DUCC on the host) and the gated direct pass.
+// the transforms (cuFFT on the device, DUCC on the host) and the gated direct pass. Element
+// kernels take their index as I: int32_t when the launch's count is below kNarrowCount (the
+// usual case: a round is bounded by the workspace limit), so that decoding it into
+// coordinates costs 32-bit divisions rather than 64-bit ones (emulated on a GPU); int64_t
+// otherwise. Addresses are always computed in 64 bits.
 //
 // A transform spreads one Inf or NaN over its whole tile, where a direct sum (and
 // TensorFlow) keeps it in place. So FlagNonFinite marks a workspace flag when an operand
@@ -40,6 +44,10 @@ struct Cx {
 
 LC_HD inline int64_t ModHD(int64_t a, int64_t m) { return ((a % m) + m) % m; }
 
+// Launches with fewer elements than this index them as int32_t (room is left for a grid
+// stride of up to 2^28 on top of the last index).
+constexpr int64_t kNarrowCount = (int64_t{1} << 31) - (int64_t{1} << 28);
+
 // Transform geometry the element kernels share.
 struct FftGeom {
   int64_t fh, fw, pitch, plane;  // pitch = 2 (fw / 2 + 1) reals; plane = fh * pitch
@@ -54,7 +62,8 @@ struct FftGeom {
 struct SetFlag {
   int* flag;
   int value;
-  LC_HD void operator()(int64_t) const { *flag = value; }
+  template <typename I>
+  LC_HD void operator()(I) const { *flag = value; }
 };
 
 // Every writer stores the same value, so concurrent writes are benign.
@@ -62,7 +71,8 @@ template <typename T>
 struct FlagNonFinite {
   const T* p;
   int* flag;
-  LC_HD void operator()(int64_t i) const {
+  template <typename I>
+  LC_HD void operator()(I i) const {
     if (!IsFinite(p[i])) *flag = 1;
   }
 };
@@ -70,7 +80,8 @@ struct FlagNonFinite {
 template <typename T>
 struct Fill {
   T* p;
-  LC_HD void operator()(int64_t i) const { p[i] = Store<T>(AccT<T>(0)); }
+  template <typename I>
+  LC_HD void operator()(I i) const { p[i] = Store<T>(AccT<T>(0)); }
 };
 
 // Filter spectra (group, source channel, destination channel) as real planes: the dilated
@@ -85,9 +96,12 @@ struct PlaceFilters {
   R scale;
   const T* filter;
   R* dst;
-  LC_HD void operator()(int64_t e) const {
-    const int64_t c = e % f.pitch, r = e / f.pitch % f.fh, s = e / f.plane;
-    const int64_t grp = s / (scpg * dcpg), sc = s / dcpg % scpg, dc = s % dcpg;
+  template <typename I>
+  LC_HD void operator()(I e) const {
+    const I pitch = static_cast<I>(f.pitch), s = e / static_cast<I>(f.plane);
+    const I c = e % pitch, r = e / pitch % static_cast<I>(f.fh);
+    const I per_group = static_cast<I>(scpg * dcpg), dcs = static_cast<I>(dcpg);
+    const int64_t grp = s / per_group, sc = s / dcs % static_cast<I>(scpg), dc = s % dcs;
     const int64_t keh = (g.filter_h - 1) * g.dil_h + 1, kew = (g.filter_w - 1) * g.dil_w + 1;
     const int64_t y = flip ? keh - 1 - r : r, x = flip ? kew - 1 - c : c;
     R v = R(0);
@@ -117,9 +131,12 @@ struct PackTiles {
   int64_t dense_h, dense_w;  // the tiling's extent (for clip)
   int64_t item0;
   R* dst;
-  LC_HD void operator()(int64_t e) const {
-    const int64_t c = e % f.pitch, r = e / f.pitch % f.fh;
-    const int64_t ch = e / f.plane % channels, item = item0 + e / (f.plane * channels);
+  template <typename I>
+  LC_HD void operator()(I e) const {
+    const I pitch = static_cast<I>(f.pitch), plane = static_cast<I>(f.plane);
+    const I chs = static_cast<I>(channels);
+    const I c = e % pitch, r = e / pitch % static_cast<I>(f.fh), p = e / plane;
+    const int64_t ch = p % chs, item = item0 + p / chs;
     const int64_t p0h = f.TileRow(item), p0w = f.TileCol(item);
     R v = R(0);
     const bool inside = !clip || (r < f.t.tile_h && p0h + r < dense_h && c < f.t.tile_w &&
@@ -142,8 +159,10 @@ struct MultiplyConj {
   const Cx<R>* x;
   const Cx<R>* filters;
   Cx<R>* y;
-  LC_HD void operator()(int64_t e) const {
-    const int64_t bin = e % bins, d = e / bins % (groups * dcpg), item = e / (bins * groups * dcpg);
+  template <typename I>
+  LC_HD void operator()(I e) const {
+    const I nb = static_cast<I>(bins), nd = static_cast<I>(groups * dcpg), q = e / nb;
+    const int64_t bin = e % nb, d = q % nd, item = q / nd;
     const int64_t grp = d / dcpg, dc = d % dcpg;
     const Cx<R>* xs = x + (item * groups * scpg + grp * scpg) * bins + bin;
     const Cx<R>* fs = filters + (grp * scpg * dcpg + dc) * bins + bin;
@@ -167,10 +186,12 @@ struct StoreTiles {
   Strides4 ds;
   int64_t channels, out_sh, out_sw, item0;
   const R* real;
-  LC_HD void operator()(int64_t e) const {
-    const int64_t c = e % f.t.tile_w, r = e / f.t.tile_w % f.t.tile_h;
-    const int64_t ch = e / (f.t.tile_w * f.t.tile_h) % channels;
-    const int64_t local = e / (f.t.tile_w * f.t.tile_h * channels), item = item0 + local;
+  template <typename I>
+  LC_HD void operator()(I e) const {
+    const I tw = static_cast<I>(f.t.tile_w), th = static_cast<I>(f.t.tile_h);
+    const I chs = static_cast<I>(channels), row = e / tw, p = row / th;
+    const int64_t c = e % tw, r = row % th, ch = p % chs;
+    const int64_t local = p / chs, item = item0 + local;
     const int64_t ph = f.TileRow(item) + r, pw = f.TileCol(item) + c;
     if (ph >= f.t.dense_h || pw >= f.t.dense_w || ph % out_sh != 0 || pw % out_sw != 0) return;
     const R v = real[(local * channels + ch) * f.plane + ModHD(r - f.t.shift_h, f.fh) * f.pitch +
@@ -190,9 +211,11 @@ struct AccumulateConj {
   const Cx<R>* x;
   const Cx<R>* dy;
   Cx<R>* acc;
-  LC_HD void operator()(int64_t e) const {
-    const int64_t bin = e % bins, s = e / bins;
-    const int64_t o = s % ocpg, i = s / ocpg % icpg, grp = s / (ocpg * icpg);
+  template <typename I>
+  LC_HD void operator()(I e) const {
+    const I nb = static_cast<I>(bins), s = e / nb, no = static_cast<I>(ocpg), so = s / no;
+    const int64_t bin = e % nb, o = s % no, i = so % static_cast<I>(icpg);
+    const int64_t grp = so / static_cast<I>(icpg);
     R re = first ? R(0) : acc[e].re, im = first ? R(0) : acc[e].im;
     const Cx<R>* xs = x + (grp * icpg + i) * bins + bin;
     const Cx<R>* ys = dy + (grp * ocpg + o) * bins + bin;
@@ -214,7 +237,8 @@ struct ReadFilter {
   R scale;
   const R* real;
   T* out;
-  LC_HD void operator()(int64_t e) const {
+  template <typename I>
+  LC_HD void operator()(I e) const {
     const int64_t co = e % g.cout, i = e / g.cout % g.cin_g;
     const int64_t kw = e / (g.cout * g.cin_g) % g.filter_w, kh = e / (g.cout * g.cin_g * g.filter_w);
     const int64_t s = ((co / g.cout_g) * g.cin_g + i) * g.cout_g + co % g.cout_g;
@@ -224,7 +248,8 @@ struct ReadFilter {
 };
 
 // Runs a planned FFT pass (plan.algorithm == kFft) through `run`:
-//   run.ForEach(count, functor)               functor(i) for i in [0, count)
+//   run.ForEach(count, functor)               functor(i) for i in [0, count), i an int32_t
+//                                             when count < kNarrowCount, else an int64_t
 //   run.Transform(shape, data, work)          in place, unnormalised, `work` its work area
 //   run.Direct(g, pass, config, a, b, out, workspace, gate)
 //                                             the direct kernels, skipped unless *gate != 0
