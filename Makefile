@@ -39,7 +39,7 @@ CUDA_CC   := cc/core/geometry.cc cc/core/tiling.cc cc/core/cuda/tile_config.cc c
              cc/py/cuda/module.cc
 CUDA_OBJS = $(patsubst cc/%.cu,$(BUILD)/cuda/%.o,$(CU_SRCS)) $(patsubst cc/%.cc,$(BUILD)/cuda/%.o,$(CUDA_CC))
 
-.PHONY: all build cuda demo test bench fuzz venv clean
+.PHONY: all build cuda gpu-check demo test bench fuzz venv clean
 all: build
 
 $(VENV)/.ready: Makefile
@@ -131,6 +131,15 @@ bench: $(VENV)/.ready
 	$(MAKE) --no-print-directory build PY=$(VENV)/bin/python
 	$(VENV)/bin/python -m pip install -q matplotlib
 	$(VENV)/bin/python -m $(PKG).bench
+
+# On a machine with a GPU, torch and pytest (no TensorFlow needed): build the CUDA module,
+# run the GPU tests, then time both algorithms and the planner's choice against cuDNN
+# (results also as JSON in $(GPU_OUT)).
+GPU_OUT ?= .
+gpu-check:
+	$(MAKE) --no-print-directory cuda PY=$(PY)
+	$(PY) -m pytest -q tests/gpu
+	$(PY) tests/gpu/bench_gpu.py --algorithms auto direct fft --json $(GPU_OUT)/bench_gpu.json
 
 clean:
 	rm -rf build $(PKG)/_large_conv_ops*.so $(PKG)/_core*.so $(PKG)/_cuda*.so $(PKG)/_build_info.py

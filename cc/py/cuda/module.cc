@@ -96,21 +96,62 @@ cuda::CudaPlan PlanOrThrow(const ConvGeometry& g, ConvPass pass, const std::stri
   return plan;
 }
 
+// Makes the arrays' device current for the call (plans, cuFFT and the workspace all
+// belong to the current device) and restores the caller's on the way out.
+class DeviceGuard {
+ public:
+  DeviceGuard(const DeviceArray& a, const DeviceArray& b, const DeviceArray& out) {
+    CheckCuda(cudaGetDevice(&previous_), "cudaGetDevice");
+    int device = -1;
+    for (const DeviceArray* array : {&a, &b, &out}) {
+      if (array->data == nullptr) continue;  // an empty array has no memory to locate
+      cudaPointerAttributes attr;
+      if (cudaPointerGetAttributes(&attr, array->data) != cudaSuccess ||
+          (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged)) {
+        cudaGetLastError();  // a failed query is not a sticky error; clear it
+        throw py::value_error("the arrays must be in CUDA device memory");
+      }
+      if (device >= 0 && attr.device != device) {
+        throw py::value_error("all three arrays must be on the same CUDA device");
+      }
+      device = attr.device;
+    }
+    if (device >= 0 && device != previous_) CheckCuda(cudaSetDevice(device), "cudaSetDevice");
+  }
+  ~DeviceGuard() { cudaSetDevice(previous_); }
+
+ private:
+  int previous_ = 0;
+};
+
 template <typename T>
 void Launch(const ConvGeometry& g, ConvPass pass, const DeviceArray& a, const DeviceArray& b,
             const DeviceArray& out, const std::string& algorithm, int64_t workspace_limit,
             cudaStream_t stream) {
-  const cuda::CudaPlan plan =
-      PlanOrThrow(g, pass, algorithm, sizeof(AccT<T>), workspace_limit);
+  const DeviceGuard device(a, b, out);
+  const Algorithm requested = AlgorithmFrom(algorithm);
+  cuda::CudaPlan plan;
+  std::string plan_error, run_error;
   void* ws = nullptr;
-  if (plan.workspace_bytes > 0) {
-    CheckCuda(cudaMallocAsync(&ws, plan.workspace_bytes, stream), "workspace allocation");
+  cudaError_t alloc = cudaSuccess, release = cudaSuccess;
+  {
+    // Planning may create cuFFT plans; neither it nor the launch needs Python.
+    py::gil_scoped_release nogil;
+    plan_error = cuda::PlanCudaPass(g, pass, requested, sizeof(AccT<T>), workspace_limit, &plan);
+    if (plan_error.empty() && plan.workspace_bytes > 0) {
+      alloc = cudaMallocAsync(&ws, plan.workspace_bytes, stream);
+    }
+    if (plan_error.empty() && alloc == cudaSuccess) {
+      run_error = cuda::RunCudaPass(g, plan, static_cast<const T*>(a.data),
+                                    static_cast<const T*>(b.data), static_cast<T*>(out.data),
+                                    ws, stream);
+      if (ws != nullptr) release = cudaFreeAsync(ws, stream);
+    }
   }
-  const std::string err =
-      cuda::RunCudaPass(g, plan, static_cast<const T*>(a.data), static_cast<const T*>(b.data),
-                        static_cast<T*>(out.data), ws, stream);
-  if (ws != nullptr) CheckCuda(cudaFreeAsync(ws, stream), "workspace release");
-  if (!err.empty()) throw std::runtime_error(err);
+  if (!plan_error.empty()) throw py::value_error(plan_error);  // what was asked cannot be
+  CheckCuda(alloc, "workspace allocation");
+  CheckCuda(release, "workspace release");
+  if (!run_error.empty()) throw std::runtime_error(run_error);
 }
 
 // Checks dtypes and the output's shape, then enqueues the pass.
