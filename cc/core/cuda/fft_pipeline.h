@@ -38,7 +38,7 @@ namespace cuda {
 // Interleaved complex, layout-compatible with cufftComplex / cufftDoubleComplex and
 // std::complex.
 template <typename R>
-struct Cx {
+struct alignas(2 * sizeof(R)) Cx {  // aligned as float2 / double2: one load per value
   R re, im;
 };
 
@@ -152,27 +152,33 @@ struct PackTiles {
 };
 
 // y(item, group, dc) = sum over the group's source channels sc of
-// x(item, group, sc) * conj(filters(group, sc, dc)), bin by bin.
+// x(item, group, sc) * conj(filters(group, sc, dc)), bin by bin; a thread owns up to
+// kChannelBlock consecutive dc of one bin (`dblocks` = ceil(dcpg / kChannelBlock)).
 template <typename R>
 struct MultiplyConj {
-  int64_t bins, groups, scpg, dcpg;
+  int64_t bins, groups, scpg, dcpg, dblocks;
   const Cx<R>* x;
   const Cx<R>* filters;
   Cx<R>* y;
   template <typename I>
   LC_HD void operator()(I e) const {
-    const I nb = static_cast<I>(bins), nd = static_cast<I>(groups * dcpg), q = e / nb;
+    const I nb = static_cast<I>(bins), nd = static_cast<I>(groups * dblocks), q = e / nb;
     const int64_t bin = e % nb, d = q % nd, item = q / nd;
-    const int64_t grp = d / dcpg, dc = d % dcpg;
+    const int64_t grp = d / dblocks, dc0 = d % dblocks * kChannelBlock;
+    const int n = static_cast<int>(MinHD(kChannelBlock, dcpg - dc0));
     const Cx<R>* xs = x + (item * groups * scpg + grp * scpg) * bins + bin;
-    const Cx<R>* fs = filters + (grp * scpg * dcpg + dc) * bins + bin;
-    R re = R(0), im = R(0);
+    const Cx<R>* fs = filters + (grp * scpg * dcpg + dc0) * bins + bin;
+    R re[kChannelBlock] = {}, im[kChannelBlock] = {};
     for (int64_t sc = 0; sc < scpg; ++sc) {
-      const Cx<R> a = xs[sc * bins], b = fs[sc * dcpg * bins];
-      re += a.re * b.re + a.im * b.im;
-      im += a.im * b.re - a.re * b.im;
+      const Cx<R> a = xs[sc * bins];
+      for (int k = 0; k < n; ++k) {
+        const Cx<R> b = fs[(sc * dcpg + k) * bins];
+        re[k] += a.re * b.re + a.im * b.im;
+        im[k] += a.im * b.re - a.re * b.im;
+      }
     }
-    y[(item * groups * dcpg + d) * bins + bin] = Cx<R>{re, im};
+    Cx<R>* ys = y + (item * groups * dcpg + grp * dcpg + dc0) * bins + bin;
+    for (int k = 0; k < n; ++k) ys[k * bins] = Cx<R>{re[k], im[k]};
   }
 };
 
@@ -202,29 +208,39 @@ struct StoreTiles {
 };
 
 // acc(group, i, o) (+)= sum over the round's items, in order, of x(item, group, i) *
-// conj(dy(item, group, o)); `first` starts the sum. One thread owns each bin of each pair,
-// so the gradient is summed in the same order whatever the round size.
+// conj(dy(item, group, o)); `first` starts the sum. A thread owns one bin of up to
+// kChannelBlock consecutive o (`oblocks` = ceil(ocpg / kChannelBlock)), and each sum runs
+// over the items in order, so the gradient is the same whatever the round size.
 template <typename R>
 struct AccumulateConj {
-  int64_t bins, groups, icpg, ocpg, items;
+  int64_t bins, groups, icpg, ocpg, oblocks, items;
   bool first;
   const Cx<R>* x;
   const Cx<R>* dy;
   Cx<R>* acc;
   template <typename I>
   LC_HD void operator()(I e) const {
-    const I nb = static_cast<I>(bins), s = e / nb, no = static_cast<I>(ocpg), so = s / no;
-    const int64_t bin = e % nb, o = s % no, i = so % static_cast<I>(icpg);
+    const I nb = static_cast<I>(bins), s = e / nb, no = static_cast<I>(oblocks), so = s / no;
+    const int64_t bin = e % nb, o0 = s % no * kChannelBlock, i = so % static_cast<I>(icpg);
     const int64_t grp = so / static_cast<I>(icpg);
-    R re = first ? R(0) : acc[e].re, im = first ? R(0) : acc[e].im;
-    const Cx<R>* xs = x + (grp * icpg + i) * bins + bin;
-    const Cx<R>* ys = dy + (grp * ocpg + o) * bins + bin;
-    for (int64_t it = 0; it < items; ++it) {
-      const Cx<R> a = xs[it * groups * icpg * bins], b = ys[it * groups * ocpg * bins];
-      re += a.re * b.re + a.im * b.im;
-      im += a.im * b.re - a.re * b.im;
+    const int n = static_cast<int>(MinHD(kChannelBlock, ocpg - o0));
+    Cx<R>* out = acc + ((grp * icpg + i) * ocpg + o0) * bins + bin;
+    R re[kChannelBlock] = {}, im[kChannelBlock] = {};
+    for (int k = 0; k < n && !first; ++k) {
+      re[k] = out[k * bins].re;
+      im[k] = out[k * bins].im;
     }
-    acc[e] = Cx<R>{re, im};
+    const Cx<R>* xs = x + (grp * icpg + i) * bins + bin;
+    const Cx<R>* ys = dy + (grp * ocpg + o0) * bins + bin;
+    for (int64_t it = 0; it < items; ++it) {
+      const Cx<R> a = xs[it * groups * icpg * bins];
+      for (int k = 0; k < n; ++k) {
+        const Cx<R> b = ys[(it * groups * ocpg + k) * bins];
+        re[k] += a.re * b.re + a.im * b.im;
+        im[k] += a.im * b.re - a.re * b.im;
+      }
+    }
+    for (int k = 0; k < n; ++k) out[k * bins] = Cx<R>{re[k], im[k]};
   }
 };
 
@@ -301,9 +317,10 @@ void RunFftPass(const ConvGeometry& geom, const CudaPlan& plan, const T* a, cons
                     PackTiles<T, R>{f, b, g.out, g.out_h, g.out_w, g.stride_h, g.stride_w,
                                     g.cout, 0, 0, true, t.dense_h, t.dense_w, item0, dst});
         transform(false, items * l.dst_channels, dst);
-        run.ForEach(l.filter_spectra * l.bins,
-                    AccumulateConj<R>{l.bins, g.groups, g.cin_g, g.cout_g, items, item0 == 0,
-                                      spectra(src), spectra(dst), spectra(filters)});
+        const int64_t oblocks = CeilDivHD(g.cout_g, kChannelBlock);
+        run.ForEach(g.groups * g.cin_g * oblocks * l.bins,
+                    AccumulateConj<R>{l.bins, g.groups, g.cin_g, g.cout_g, oblocks, items,
+                                      item0 == 0, spectra(src), spectra(dst), spectra(filters)});
       }
       transform(true, l.filter_spectra, filters);
       run.ForEach(geom.filter_elements(), ReadFilter<T, R>{g, f, scale, filters, out});
@@ -326,9 +343,10 @@ void RunFftPass(const ConvGeometry& geom, const CudaPlan& plan, const T* a, cons
                                   off_h + t.shift_h, off_w + t.shift_w, false, t.dense_h,
                                   t.dense_w, item0, src});
       transform(false, items * l.src_channels, src);
-      run.ForEach(items * l.dst_channels * l.bins,
-                  MultiplyConj<R>{l.bins, g.groups, scpg, dcpg, spectra(src), spectra(filters),
-                                  spectra(dst)});
+      const int64_t dblocks = CeilDivHD(dcpg, kChannelBlock);
+      run.ForEach(items * g.groups * dblocks * l.bins,
+                  MultiplyConj<R>{l.bins, g.groups, scpg, dcpg, dblocks, spectra(src),
+                                  spectra(filters), spectra(dst)});
       transform(true, items * l.dst_channels, dst);
       run.ForEach(items * l.dst_channels * t.tile_h * t.tile_w,
                   StoreTiles<T, R>{f, out, ds, l.dst_channels, bpi ? 1 : g.stride_h,

@@ -44,7 +44,10 @@ double FftSeconds(const ConvGeometry& g, ConvPass pass, const GpuFftConfig& c, i
   double bytes = kTransformPasses * transforms * plane;  // cuFFT
   bytes += transforms * plane;                           // placing / loading the planes
   bytes += items * per_item * plane;                     // product written, results read
-  bytes += 2.0 * items * pairs * plane;                  // the products' operands
+  // The products' operands: each thread reads a source value once for up to
+  // kChannelBlock destination channels, and their filter (or gradient) values.
+  const double block = std::min<double>(kChannelBlock, std::max<int64_t>(ch.dst_per_group, 1));
+  bytes += (1.0 + 1.0 / block) * items * pairs * plane;
   const double rounds = std::ceil(items / std::max<int64_t>(c.chunk, 1));
   const double launches = 4 + 7 * rounds;
   return bytes / kBytesPerSec + launches * kLaunchSec;

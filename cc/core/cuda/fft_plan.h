@@ -48,6 +48,10 @@ struct GpuFftLayout {
   int64_t fft_bytes = 0;     // end of dst: the FFT path's arrays without cuFFT's work area
 };
 constexpr int64_t kFlagBytes = 256;
+
+// Destination channels (in backprop-filter, output channels) one thread of the product
+// kernels (fft_pipeline.h) owns: each source value it reads serves that many outputs.
+constexpr int kChannelBlock = 4;
 GpuFftLayout MakeGpuFftLayout(const ConvGeometry& g, ConvPass pass, const GpuFftConfig& c,
                               int real_bytes);
 
