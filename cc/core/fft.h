@@ -70,10 +70,11 @@ constexpr int64_t kMaxFftSide = 4096;
 std::vector<int64_t> SmoothSizes(int64_t lo, int64_t hi);
 
 // The transform sizes the planners (CPU and GPU) try for a pass: smooth sizes from the
-// dilated filter up to one tile covering everything, per dimension. False when the FFT
-// cannot run the pass (nothing to compute, or a filter beyond kMaxFftSide).
-bool FftSizeCandidates(const ConvGeometry& g, ConvPass pass, std::vector<int64_t>* heights,
-                       std::vector<int64_t>* widths);
+// dilated filter (and at least min_side) up to one tile covering everything, per dimension.
+// False when the FFT cannot run the pass (nothing to compute, or a filter beyond
+// kMaxFftSide).
+bool FftSizeCandidates(const ConvGeometry& g, ConvPass pass, int64_t min_side,
+                       std::vector<int64_t>* heights, std::vector<int64_t>* widths);
 
 // The planners' refusal of an explicit FFT request: min_bytes is the smallest workspace any
 // candidate needed (< 0 when there was no candidate at all).

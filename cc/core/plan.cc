@@ -150,7 +150,7 @@ std::string PlanPass(const ConvGeometry& g, ConvPass pass, const PlanRequest& re
   double best_cost = 0;
   int64_t min_bytes = -1;
   std::vector<int64_t> hs, ws;
-  if (req.algorithm != Algorithm::kDirect && FftSizeCandidates(g, pass, &hs, &ws)) {
+  if (req.algorithm != Algorithm::kDirect && FftSizeCandidates(g, pass, 1, &hs, &ws)) {
     for (int64_t nominal : {kNominalSlots, int64_t{1}}) {
       for (int64_t fh : hs) {
         for (int64_t fw : ws) {

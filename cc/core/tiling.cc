@@ -107,16 +107,16 @@ std::vector<int64_t> SmoothSizes(int64_t lo, int64_t hi) {
   return out;
 }
 
-bool FftSizeCandidates(const ConvGeometry& g, ConvPass pass, std::vector<int64_t>* heights,
-                       std::vector<int64_t>* widths) {
+bool FftSizeCandidates(const ConvGeometry& g, ConvPass pass, int64_t min_side,
+                       std::vector<int64_t>* heights, std::vector<int64_t>* widths) {
   const int64_t keh = Extent(g.filter_h, g.dilation_h), kew = Extent(g.filter_w, g.dilation_w);
   FftTiling probe;
   MakeFftTiling(g, pass, keh, kew, &probe);
   if (probe.dense_h <= 0 || probe.dense_w <= 0 || keh > kMaxFftSide || kew > kMaxFftSide) {
     return false;
   }
-  *heights = SmoothSizes(keh, std::min(kMaxFftSide, probe.dense_h + keh - 1));
-  *widths = SmoothSizes(kew, std::min(kMaxFftSide, probe.dense_w + kew - 1));
+  *heights = SmoothSizes(std::max(keh, min_side), std::min(kMaxFftSide, probe.dense_h + keh - 1));
+  *widths = SmoothSizes(std::max(kew, min_side), std::min(kMaxFftSide, probe.dense_w + kew - 1));
   return true;
 }
 

@@ -129,34 +129,25 @@ class ConvOpBase : public OpKernel {
     PlanRequest req = request_;
     req.threads = ctx->device()->tensorflow_cpu_worker_threads()->num_threads;
     req.real_bytes = sizeof(AccT<typename CoreType<T>::type>);
+    // Plans depend only on the shapes here (attrs are fixed per kernel): cache them, so a
+    // training loop plans each shape once.
     const PlanKey key{g.batch, g.in_h, g.in_w, g.in_c, g.filter_h, g.filter_w,
                       g.filter_in_c, g.out_c, req.threads};
-    TF_RETURN_IF_ERROR(Cached(plans_, key, plan, [&] { return PlanPass(g, pass, req, plan); }));
-    return AllocateWorkspace(ctx, *plan, workspace);
-  }
-
-  using PlanKey = std::array<int64_t, 9>;
-  static constexpr size_t kMaxCachedPlans = 64;
-
-  // Plans depend only on the shapes here (attrs are fixed per kernel, and a kernel belongs
-  // to one device): cached, so a training loop plans each shape once. make() fills *plan
-  // and returns "" or an error.
-  template <class Plan, class Make>
-  absl::Status Cached(std::map<PlanKey, Plan>& cache, const PlanKey& key, Plan* plan,
-                      const Make& make) {
     {
       tensorflow::mutex_lock lock(plan_mu_);
-      auto it = cache.find(key);
-      if (it != cache.end()) {
+      auto it = plans_.find(key);
+      if (it != plans_.end()) {
         *plan = it->second;
-        return absl::OkStatus();
+        return AllocateWorkspace(ctx, *plan, workspace);
       }
     }
-    TF_RETURN_IF_ERROR(ToStatus(make()));
-    tensorflow::mutex_lock lock(plan_mu_);
-    if (cache.size() >= kMaxCachedPlans) cache.clear();
-    cache.emplace(key, *plan);
-    return absl::OkStatus();
+    TF_RETURN_IF_ERROR(ToStatus(PlanPass(g, pass, req, plan)));
+    {
+      tensorflow::mutex_lock lock(plan_mu_);
+      if (plans_.size() >= kMaxCachedPlans) plans_.clear();
+      plans_.emplace(key, *plan);
+    }
+    return AllocateWorkspace(ctx, *plan, workspace);
   }
 
   static absl::Status AllocateWorkspace(OpKernelContext* ctx, const PassPlan& plan,
@@ -193,13 +184,10 @@ class ConvOpBase : public OpKernel {
   void RunOnGpu(OpKernelContext* ctx, const ConvGeometry& g, ConvPass pass, const Tensor& a,
                 const Tensor& b, Tensor* out) {
     using C = typename CoreType<T>::type;
-    cuda::CudaPlan plan;
-    const PlanKey key{g.batch, g.in_h, g.in_w, g.in_c, g.filter_h, g.filter_w,
-                      g.filter_in_c, g.out_c, 0};
-    OP_REQUIRES_OK(ctx, Cached(gpu_plans_, key, &plan, [&] {
-                     return cuda::PlanCudaPass(g, pass, request_.algorithm, sizeof(AccT<C>),
-                                               request_.workspace_limit, &plan);
-                   }));
+    cuda::CudaPlan plan;  // PlanCudaPass caches plans per geometry and device
+    OP_REQUIRES_OK(ctx, ToStatus(cuda::PlanCudaPass(g, pass, request_.algorithm,
+                                                    sizeof(AccT<C>), request_.workspace_limit,
+                                                    &plan)));
     const int64_t bytes = plan.workspace_bytes;
     Tensor workspace;
     if (bytes > 0) {
@@ -217,13 +205,13 @@ class ConvOpBase : public OpKernel {
   }
 #endif
 
+  using PlanKey = std::array<int64_t, 9>;
+  static constexpr size_t kMaxCachedPlans = 64;
+
   ConvAttrs attrs_;
   PlanRequest request_;
   tensorflow::mutex plan_mu_;
   std::map<PlanKey, PassPlan> plans_ TF_GUARDED_BY(plan_mu_);
-#ifdef LARGECONV_WITH_CUDA
-  std::map<PlanKey, cuda::CudaPlan> gpu_plans_ TF_GUARDED_BY(plan_mu_);
-#endif
 };
 
 template <typename T, bool kGpu>

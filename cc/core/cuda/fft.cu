@@ -4,6 +4,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
+#include <map>
+#include <mutex>
 
 #include "cc/core/cuda/cufft.h"
 #include "cc/core/cuda/fft_pipeline.h"
@@ -57,9 +60,23 @@ struct DeviceRunner {
   }
 };
 
-}  // namespace
+// Plans by everything they depend on: the geometry, the request and the device. Planning
+// searches every transform size (milliseconds), and a training loop or a benchmark asks for
+// the same few geometries on every call.
+using PlanKey = std::array<int64_t, 25>;
+constexpr size_t kMaxCachedPlans = 256;
 
-std::string PlanCudaPass(const ConvGeometry& g, ConvPass pass, Algorithm algorithm,
+struct PlanCache {
+  std::mutex mu;
+  std::map<PlanKey, CudaPlan> plans;
+};
+
+PlanCache& Plans() {
+  static PlanCache* cache = new PlanCache();
+  return *cache;
+}
+
+std::string PlanUncached(const ConvGeometry& g, ConvPass pass, Algorithm algorithm,
                          int real_bytes, int64_t workspace_limit, CudaPlan* plan) {
   const std::string status = algorithm == Algorithm::kDirect ? "" : CufftStatus();
   if (algorithm == Algorithm::kDirect || !status.empty()) {
@@ -69,6 +86,37 @@ std::string PlanCudaPass(const ConvGeometry& g, ConvPass pass, Algorithm algorit
     return CufftWorkBytes(s, error);
   };
   return PlanGpuPass(g, pass, algorithm, real_bytes, workspace_limit, &work, "", plan);
+}
+
+}  // namespace
+
+std::string PlanCudaPass(const ConvGeometry& g, ConvPass pass, Algorithm algorithm,
+                         int real_bytes, int64_t workspace_limit, CudaPlan* plan) {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError();  // no device: plan anyway (the direct kernels need none to plan)
+    device = -1;
+  }
+  const PlanKey key{g.batch, g.in_h, g.in_w, g.in_c, g.filter_h, g.filter_w, g.filter_in_c,
+                    g.out_c, g.groups, g.stride_h, g.stride_w, g.dilation_h, g.dilation_w,
+                    g.pad_top, g.pad_bottom, g.pad_left, g.pad_right, g.out_h, g.out_w,
+                    static_cast<int64_t>(g.data_format), static_cast<int64_t>(pass),
+                    static_cast<int64_t>(algorithm), real_bytes, workspace_limit, device};
+  PlanCache& cache = Plans();
+  {
+    std::lock_guard<std::mutex> lock(cache.mu);
+    auto it = cache.plans.find(key);
+    if (it != cache.plans.end()) {
+      *plan = it->second;
+      return "";
+    }
+  }
+  const std::string error = PlanUncached(g, pass, algorithm, real_bytes, workspace_limit, plan);
+  if (!error.empty()) return error;
+  std::lock_guard<std::mutex> lock(cache.mu);
+  if (cache.plans.size() >= kMaxCachedPlans) cache.plans.clear();
+  cache.plans.emplace(key, *plan);
+  return "";
 }
 
 template <typename T>

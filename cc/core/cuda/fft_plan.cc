@@ -137,11 +137,10 @@ std::string PlanGpuPass(const ConvGeometry& g, ConvPass pass, Algorithm algorith
   double best_cost = 0;
   int64_t min_bytes = -1;
   std::vector<int64_t> hs, ws;
-  if (FftSizeCandidates(g, pass, &hs, &ws)) {
+  // Sides of at least 2: a side of 1 would ask cuFFT for a degenerate 2-D plan.
+  if (FftSizeCandidates(g, pass, 2, &hs, &ws)) {
     for (int64_t fh : hs) {
       for (int64_t fw : ws) {
-        // A side of 1 would ask cuFFT for a degenerate 2-D plan; 2 costs next to nothing.
-        if (fh < 2 || fw < 2) continue;
         GpuFftConfig c;
         c.fft_h = fh;
         c.fft_w = fw;
