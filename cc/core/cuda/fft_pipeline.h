@@ -286,7 +286,7 @@ void RunFftPass(const ConvGeometry& geom, const CudaPlan& plan, const T* a, cons
   R* filters = reinterpret_cast<R*>(workspace + l.filters);
   R* src = reinterpret_cast<R*>(workspace + l.src);
   R* dst = reinterpret_cast<R*>(workspace + l.dst);
-  void* work = workspace + l.work;
+  void* work = workspace + l.fft_bytes;
   const auto spectra = [](R* p) { return reinterpret_cast<Cx<R>*>(p); };
   const auto transform = [&](bool inverse, int64_t batch, R* data) {
     if (batch > 0) run.Transform(TransformShape{inverse, rb, c.fft_h, c.fft_w, batch}, data, work);

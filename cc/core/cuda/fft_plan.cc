@@ -82,7 +82,6 @@ GpuFftLayout MakeGpuFftLayout(const ConvGeometry& g, ConvPass pass, const GpuFft
   l.src = l.filters + Align256(l.filter_spectra * sb);
   l.dst = l.src + Align256(c.chunk * l.src_channels * sb);
   l.fft_bytes = l.dst + Align256(c.chunk * l.dst_channels * sb);
-  l.work = l.fft_bytes;
   return l;
 }
 

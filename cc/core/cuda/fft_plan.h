@@ -44,8 +44,8 @@ struct GpuFftLayout {
   int64_t bins = 0;           // complex bins per spectrum
   int64_t spectrum_reals = 0;  // = 2 * bins: a spectrum's (and a padded plane's) reals
   int64_t filter_spectra = 0, src_channels = 0, dst_channels = 0;
-  int64_t filters = 0, src = 0, dst = 0, work = 0;  // byte offsets
-  int64_t fft_bytes = 0;     // end of dst: the FFT path's arrays without cuFFT's work area
+  int64_t filters = 0, src = 0, dst = 0;  // byte offsets
+  int64_t fft_bytes = 0;  // end of dst, where cuFFT's work area starts
 };
 constexpr int64_t kFlagBytes = 256;
 
