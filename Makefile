@@ -119,7 +119,7 @@ demo: $(VENV)/.ready
 
 test: $(VENV)/.ready
 	$(MAKE) --no-print-directory build PY=$(VENV)/bin/python
-	$(VENV)/bin/python -m pytest -q tests
+	$(VENV)/bin/python -m pytest -q -rs tests
 
 # Long property-based fuzzing and crash hunting (CI runs short versions in make test).
 fuzz: $(VENV)/.ready
@@ -138,7 +138,7 @@ bench: $(VENV)/.ready
 GPU_OUT ?= .
 gpu-check:
 	$(MAKE) --no-print-directory cuda PY=$(PY)
-	$(PY) -m pytest -q tests/gpu
+	LARGECONV_REQUIRE_GPU=1 $(PY) -m pytest -q -rs tests/gpu
 	$(PY) tests/gpu/bench_gpu.py --algorithms auto direct fft --json $(GPU_OUT)/bench_gpu.json
 
 clean:

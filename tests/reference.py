@@ -57,6 +57,18 @@ class Conv:
     for g in range(self.groups):
       yield slice(g * self.ci, (g + 1) * self.ci), slice(g * cog, (g + 1) * cog)
 
+  def check(self, pass_name, got, a, b, dtype_name, fft_size=None, what=None):
+    """Checks one pass's result `got` for operands (a, b): see `PassCheck.check`."""
+    return PassCheck(self, pass_name, a, b).check(got, dtype_name, fft_size, what)
+
+  def check_passes(self, dtype_name, fft, x, w, dy, y=None, dx=None, dw=None, what=""):
+    """Checks whichever of y, dx, dw is given; `fft` maps each pass to its transform size
+    or None (see `planned_fft`)."""
+    for name, got, a, b in (("forward", y, x, w), ("backprop_input", dx, w, dy),
+                            ("backprop_filter", dw, x, dy)):
+      if got is not None:
+        self.check(name, got, a, b, dtype_name, fft[name], f"{what}{name}")
+
   def output_shape(self):
     s = (self.n, self.oh, self.ow, self.co)
     return s if self.fmt == "NHWC" else (s[0], s[3], s[1], s[2])
@@ -106,34 +118,137 @@ STORE_EPS = {"float16": 2.0**-11, "bfloat16": 2.0**-8, "float32": 2.0**-24,
 ACC_EPS = {"float16": 2.0**-24, "bfloat16": 2.0**-24, "float32": 2.0**-24,
            "float64": 2.0**-53}
 
+PASSES = ("forward", "backprop_input", "backprop_filter")
 
-def tolerance(dtype_name, terms, magnitude, norm=0.0, transform_size=1):
-  """Error bound per element.
 
-  A direct sum of `terms` products whose absolute values sum to `magnitude` errs by at most
-  one rounding on store plus a sqrt(n)-growth accumulation term, elementwise. An FFT
-  computes every output from whole tiles, so its error is norm-wise instead: about
-  u * log2(transform size) * |a|_2 * |b|_2 for the two operands (`norm`), spread over all
-  elements (zero for the direct path, which passes norm=0).
+def tolerance(dtype_name, terms, magnitude):
+  """Elementwise error bound of a direct sum.
+
+  A sum of `terms` products whose absolute values sum to `magnitude` errs by at most one
+  rounding on store plus a sqrt(n)-growth accumulation term.
   """
-  elementwise = (STORE_EPS[dtype_name] +
-                 4.0 * np.sqrt(max(terms, 1)) * ACC_EPS[dtype_name]) * magnitude
-  fft = 8.0 * ACC_EPS[dtype_name] * np.log2(max(transform_size, 2)) * norm
-  return elementwise + fft + 1e-300
+  return (STORE_EPS[dtype_name] +
+          4.0 * np.sqrt(max(terms, 1)) * ACC_EPS[dtype_name]) * magnitude + 1e-300
 
 
-def operand_norm(a, b):
-  """|a|_2 * |b|_2, the scale of an FFT correlation's rounding error."""
-  return float(np.linalg.norm(np.ravel(a)) * np.linalg.norm(np.ravel(b)))
-
-
-def assert_close(got, want, dtype_name, terms, magnitude, what="result", norm=0.0,
-                 transform_size=1):
+def assert_close(got, want, dtype_name, terms, magnitude, what="result"):
+  """Elementwise check of a directly summed result against the oracle."""
   got = np.asarray(got, np.float64)
   assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
-  tol = tolerance(dtype_name, terms, magnitude, norm, transform_size)
+  tol = tolerance(dtype_name, terms, magnitude)
   err = np.abs(got - want)
   bad = err > tol
   assert not bad.any(), (
       f"{what}: {bad.sum()} of {bad.size} elements off; worst error "
       f"{err.max():.3e} vs tolerance {tol.flat[np.argmax(err)]:.3e}")
+
+
+def _norms(a, axes):
+  return np.sqrt(np.sum(np.square(a), axis=axes))
+
+
+class PassCheck:
+  """The oracle's answer to one pass of `conv` and the error bounds around it.
+
+  `a`, `b` are the pass's operands as the op takes them, in the problem's data format:
+  forward (x, w), backprop_input (w, dy), backprop_filter (x, dy).
+  """
+
+  def __init__(self, conv, pass_name, a, b):
+    assert pass_name in PASSES, pass_name
+    self.conv, self.pass_name = conv, pass_name
+    self.a, self.b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    run = getattr(conv, pass_name)
+    self.want = run(self.a, self.b)
+    self.magnitude = run(np.abs(self.a), np.abs(self.b))
+    c = conv
+    self.terms = {"forward": c.kh * c.kw * c.ci,
+                  "backprop_input": c.kh * c.kw * (c.co // max(c.groups, 1)),
+                  "backprop_filter": c.n * c.oh * c.ow}[pass_name]
+
+  def plane_norms(self, a):
+    """2-norms of `a` (shaped as the pass's result) over each output plane: (image,
+    channel) planes of the forward and backprop_input results, (in, out) channel pairs of
+    the filter gradient."""
+    if self.pass_name == "backprop_filter":
+      return _norms(a, (0, 1))
+    return _norms(_nhwc(a, self.conv.fmt), (1, 2))
+
+  def fft_bound(self, fft_size, dtype_name):
+    """Bound on the 2-norm of each output plane's error for an FFT pass with transforms
+    of `fft_size` (h, w), computing in dtype_name's accumulator type.
+
+    An FFT correlation of two signals errs in 2-norm by about u * log2(T) * |a|_2 * |b|_2
+    (T the transform's size). Each output plane is a sum over one group's channels of such
+    correlations, so by Cauchy-Schwarz its error is bounded by the norms of exactly the
+    operand slices it reads: the image's group of input planes and the output channel's
+    filter (forward), the image's group of gradient planes and the filters of the input
+    channel (backprop_input), one input channel and one output channel over the whole
+    batch (backprop_filter).
+    """
+    c = self.conv
+    g, cig, cog = c.groups, c.ci, c.co // max(c.groups, 1)
+    log_t = np.log2(max(int(np.prod(fft_size)), 2))
+    if self.pass_name == "forward":
+      x = _nhwc(self.a, c.fmt)
+      xn = _norms(x.reshape(c.n, c.h * c.w, g, cig), (1, 3))            # (n, g)
+      wn = _norms(self.b, (0, 1, 2))                                     # (co,)
+      bound = xn[:, np.arange(c.co) // cog] * wn[None, :]                # (n, co)
+    elif self.pass_name == "backprop_input":
+      dy = _nhwc(self.b, c.fmt)
+      dyn = _norms(dy.reshape(c.n, c.oh * c.ow, g, cog), (1, 3))         # (n, g)
+      wn = _norms(self.a.reshape(c.kh * c.kw, cig, g, cog), (0, 3)).T.reshape(-1)  # (c,)
+      bound = dyn[:, np.arange(g * cig) // cig] * wn[None, :]            # (n, c)
+    else:
+      xn = _norms(_nhwc(self.a, c.fmt), (0, 1, 2))                       # (c,)
+      dyn = _norms(_nhwc(self.b, c.fmt), (0, 1, 2))                      # (co,)
+      first = (np.arange(c.co) // cog) * cig                             # (co,)
+      bound = xn[first[None, :] + np.arange(cig)[:, None]] * dyn[None, :]  # (ci, co)
+    return 8.0 * ACC_EPS[dtype_name] * log_t * bound
+
+  def check(self, got, dtype_name, fft_size=None, what=None, want=None, want_tolerance=0.0):
+    """Asserts `got` is within the bound of the path that computed it.
+
+    Args:
+      got: the pass's result.
+      dtype_name: the tensors' dtype.
+      fft_size: the plan's transform size where the pass ran the FFT; None where it summed
+        directly (elementwise bound).
+      what: names the check in the failure message.
+      want, want_tolerance: compare with another implementation's result (e.g. TF's),
+        whose own elementwise error bound is `want_tolerance`, instead of the oracle.
+    """
+    what = what or self.pass_name
+    got = np.asarray(got, np.float64)
+    ref = self.want if want is None else np.asarray(want, np.float64)
+    assert got.shape == ref.shape, f"{what}: shape {got.shape} != {ref.shape}"
+    if fft_size is None:
+      tol = tolerance(dtype_name, self.terms, self.magnitude) + want_tolerance
+      err = np.abs(got - ref)
+      bad = err > tol
+      assert not bad.any(), (
+          f"{what} (direct): {bad.sum()} of {bad.size} elements off; worst error "
+          f"{err.max():.3e} vs tolerance {tol.flat[np.argmax(err)]:.3e}")
+      return
+    # Rounding on store (and the other side's own error) is elementwise: its 2-norm per
+    # plane adds to the transform's.
+    store = STORE_EPS[dtype_name] * np.abs(ref) + want_tolerance
+    limit = self.plane_norms(store) + self.fft_bound(fft_size, dtype_name) + 1e-300
+    ratio = self.plane_norms(got - ref) / limit
+    assert (ratio <= 1).all(), (
+        f"{what} (fft {tuple(fft_size)}): {(ratio > 1).sum()} of {ratio.size} planes off; "
+        f"worst is {ratio.max():.2f}x its bound")
+    return ratio.max(initial=0.0)
+
+
+def planned_fft(passes):
+  """{pass name: transform size (h, w), or None where the pass sums directly} from a plan's
+  passes: `PassPlan`s of tf_largeconv.plan, or the dicts the modules' planners return."""
+  out = {}
+  for p in passes:
+    if isinstance(p, dict):
+      name, algorithm, fft = p["pass"], p["algorithm"], p.get("fft")
+    else:
+      name, algorithm, fft = p.name, p.algorithm, p.fft_size
+    out[name] = tuple(fft) if algorithm == "fft" else None
+  return out

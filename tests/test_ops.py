@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 import tf_largeconv as lc
-from reference import Conv, assert_close, operand_norm
+from reference import Conv, PassCheck, planned_fft, tolerance
 
 DTYPES = {"float16": tf.float16, "bfloat16": tf.bfloat16, "float32": tf.float32,
           "float64": tf.float64}
@@ -20,23 +20,23 @@ def _explicit(pairs, data_format):
 
 def _run(rng, x_shape, w_shape, strides, padding, dilations, data_format, dtype_name,
          algorithm="auto"):
-  """Runs our op and the oracle on the same (dtype-rounded) data; checks the bound (the
-  norm-wise FFT term only where the FFT may have been used)."""
+  """Runs our op and the oracle on the same (dtype-rounded) data; checks the bound of the
+  path the plan says the op took (per-plane norm-wise for the FFT, elementwise otherwise)."""
   ref = Conv(x_shape, w_shape, strides, padding, dilations, data_format)
   dtype = DTYPES[dtype_name]
   x = tf.cast(rng.standard_normal(x_shape), dtype)
   w = tf.cast(rng.standard_normal(w_shape), dtype)
   xd, wd = tf.cast(x, tf.float64).numpy(), tf.cast(w, tf.float64).numpy()
   pad_arg = padding if isinstance(padding, str) else _explicit(padding, data_format)
-  y = lc.conv2d(x, w, list(strides), pad_arg, data_format=data_format,
-                dilations=list(dilations), algorithm=algorithm)
+  kwargs = dict(data_format=data_format, dilations=list(dilations), algorithm=algorithm)
+  y = lc.conv2d(x, w, list(strides), pad_arg, **kwargs)
   assert y.dtype == dtype
-  want = ref.forward(xd, wd)
-  mag = ref.forward(np.abs(xd), np.abs(wd))
-  norm = 0.0 if algorithm == "direct" else operand_norm(xd, wd)
-  assert_close(tf.cast(y, tf.float64), want, dtype_name, w_shape[0] * w_shape[1] * w_shape[2],
-               mag, f"forward ({algorithm})", norm, xd.size)
-  return x, w, y, pad_arg
+  fft = planned_fft(lc.plan(x_shape, w_shape, list(strides), pad_arg, dtype=dtype,
+                            **kwargs).passes)["forward"]
+  assert (fft is not None) == (algorithm == "fft") or algorithm == "auto"
+  check = PassCheck(ref, "forward", xd, wd)
+  check.check(y, dtype_name, fft, f"forward ({algorithm})")
+  return x, w, y, pad_arg, check, fft
 
 
 # (input NHWC, filter, strides, padding, dilations)
@@ -82,15 +82,12 @@ def test_forward_float64_matches_oracle(rng, case, data_format, algorithm):
 @pytest.mark.parametrize("case", GRID, ids=[_id(c) for c in GRID])
 def test_forward_float32_matches_tf(rng, case, algorithm):
   x_shape, w_shape, s, p, d = case
-  x, w, y, pad_arg = _run(rng, x_shape, w_shape, s, p, d, "NHWC", "float32", algorithm)
+  x, w, y, pad_arg, check, fft = _run(rng, x_shape, w_shape, s, p, d, "NHWC", "float32",
+                                      algorithm)
   want = tf.nn.conv2d(x, w, list(s), pad_arg, dilations=list(d))
-  # Both sides are float32 sums of the same terms; compare at the float32 oracle bound.
-  ref = Conv(x_shape, w_shape, s, p, d)
-  mag = ref.forward(np.abs(x.numpy()), np.abs(w.numpy()))
-  norm = 0.0 if algorithm == "direct" else operand_norm(x.numpy(), w.numpy())
-  assert_close(y, want.numpy().astype(np.float64), "float32",
-               2 * w_shape[0] * w_shape[1] * w_shape[2], 2 * mag, "vs tf.nn.conv2d", norm,
-               x.numpy().size)
+  # TF sums directly in float32: its own elementwise bound adds to ours.
+  check.check(y, "float32", fft, "vs tf.nn.conv2d", want=want.numpy(),
+              want_tolerance=tolerance("float32", check.terms, check.magnitude))
 
 
 @pytest.mark.parametrize("algorithm", ["direct", "fft"])
@@ -199,8 +196,39 @@ def test_auto_routes_small_filters_to_tensorflow_where_the_plan_says_so(rng):
   assert lc.plan((4, 32, 32, 32), w.shape, 1, "SAME", data_format="NCHW").forward.algorithm \
       != "tf"
   assert lc.plan(x.shape, w.shape, 1, "SAME", dilations=2).forward.algorithm != "tf"
-  # An explicit algorithm is obeyed.
-  direct = lc.conv2d(x, w, 1, "SAME", algorithm="direct").numpy()
-  assert not np.array_equal(direct, tf.nn.conv2d(x, w, 1, "SAME").numpy())
+  # The graph shows which kernel runs: TensorFlow's where auto routes to it, ours (with
+  # the requested algorithm) where one is asked for explicitly.
+  def kernels(algorithm):
+    fn = tf.function(lambda a, b: lc.conv2d(a, b, 1, "SAME", algorithm=algorithm))
+    ops = fn.get_concrete_function(x, w).graph.get_operations()
+    return sorted((op.type, op.get_attr("algorithm") if op.type.startswith("LargeConv>")
+                   else None) for op in ops if "Conv2D" in op.type)
+  assert kernels("auto") == [("Conv2D", None)]
+  assert kernels("direct") == [("LargeConv>Conv2D", b"direct")]
   with pytest.raises(ValueError, match="algorithm='tf' needs"):
     lc.conv2d(x.transpose(0, 3, 1, 2), w, 1, "SAME", data_format="NCHW", algorithm="tf")
+
+
+@pytest.mark.parametrize("case", GRID, ids=[_id(c) for c in GRID])
+def test_the_oracle_matches_tf_in_float64(rng, case):
+  """The oracle every test leans on, checked once against TensorFlow's own kernels: the
+  forward pass for every case, both gradients where TF's CPU kernels take the case
+  (no dilations)."""
+  x_shape, w_shape, s, p, d = case
+  ref = Conv(x_shape, w_shape, s, p, d)
+  x = tf.constant(rng.standard_normal(x_shape))
+  w = tf.constant(rng.standard_normal(w_shape))
+  dy = tf.constant(rng.standard_normal(ref.output_shape()))
+  pad_arg = p if isinstance(p, str) else _explicit(p, "NHWC")
+  with tf.GradientTape() as tape:
+    tape.watch([x, w])
+    y = tf.nn.conv2d(x, w, list(s), pad_arg, dilations=list(d))
+  results = {"forward": (y, x, w)}
+  if d == (1, 1):
+    dx, dw = tape.gradient(y, [x, w], output_gradients=dy)
+    results.update(backprop_input=(dx, w, dy), backprop_filter=(dw, x, dy))
+  for name, (got, a, b) in results.items():
+    # TF sums directly in float64: the elementwise bound, doubled for the oracle's own.
+    check = PassCheck(ref, name, a.numpy(), b.numpy())
+    check.check(got.numpy(), "float64", None, f"oracle vs TF {name}",
+                want_tolerance=tolerance("float64", check.terms, check.magnitude))

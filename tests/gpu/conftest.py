@@ -1,6 +1,8 @@
 """GPU test set-up. These tests need a CUDA device, torch and the built tf_largeconv/_cuda
 extension (`make cuda`), and no TensorFlow: the extensions are loaded from their files, not
-through the tf_largeconv package. Everything here is skipped on machines without a GPU."""
+through the tf_largeconv package. Everything here is skipped, test by test with the reason,
+on machines without a GPU; with LARGECONV_REQUIRE_GPU=1 (`make gpu-check`) a missing GPU,
+torch or extension fails every test instead."""
 
 import glob
 import importlib.util
@@ -34,6 +36,11 @@ def _skip_reason():
   return None
 
 
+def gpu_required():
+  """True where GPU tests must run: a skip for want of a GPU is then a failure."""
+  return os.environ.get("LARGECONV_REQUIRE_GPU", "") not in ("", "0")
+
+
 def pytest_collection_modifyitems(config, items):
   reason = _skip_reason()
   if reason is None:
@@ -41,7 +48,15 @@ def pytest_collection_modifyitems(config, items):
   here = os.path.dirname(os.path.abspath(__file__))
   for item in items:
     if str(item.fspath).startswith(here):
-      item.add_marker(pytest.mark.skip(reason=reason))
+      if gpu_required():
+        item.add_marker(pytest.mark.usefixtures("_gpu_missing"))
+      else:
+        item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.fixture
+def _gpu_missing():
+  pytest.fail(f"LARGECONV_REQUIRE_GPU is set but {_skip_reason()}")
 
 
 @pytest.fixture(scope="session")
@@ -55,6 +70,7 @@ def core_ext():
   machines without TensorFlow, where the tests that compare with it are skipped."""
   ext = load_extension("_core")
   if ext is None:
+    # Not a GPU failure: GPU machines have no TensorFlow to build it with.
     pytest.skip("tf_largeconv/_core is not built (it needs TensorFlow's headers)")
   return ext
 

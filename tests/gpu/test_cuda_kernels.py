@@ -9,17 +9,19 @@ import numpy as np
 import pytest
 
 from cases import CASES, attrs, to_format
-from reference import Conv, assert_close, operand_norm
+from reference import PASSES, Conv, assert_close, planned_fft
 
-torch = pytest.importorskip("torch")
-import torch_conv  # noqa: E402  pylint: disable=g-import-not-at-top
-
-TORCH_DTYPES = {"float32": torch.float32, "float64": torch.float64,
-                "float16": torch.float16, "bfloat16": torch.bfloat16}
+# Without torch every test here is skipped, each with its reason (conftest.py); the module
+# still imports, so the skips are counted and shown test by test.
+try:
+  import torch  # pylint: disable=g-import-not-at-top
+  import torch_conv  # pylint: disable=g-import-not-at-top
+except ImportError:
+  torch = torch_conv = None
 
 
 def _dev(a, dtype_name):
-  return torch.as_tensor(np.asarray(a, np.float64)).to("cuda", TORCH_DTYPES[dtype_name])
+  return torch.as_tensor(np.asarray(a, np.float64)).to("cuda", getattr(torch, dtype_name))
 
 
 def _arg(t):
@@ -42,20 +44,20 @@ def _run(ext, x, w, dy, case, fmt, algorithm="auto"):
   return y, dx, dw
 
 
-def _check_all(got, ref, x, w, dy, name, what, fft=False):
-  """got = (y, dx, dw) against the float64 oracle on the (rounded) operands; with fft, at
-  the FFT's norm-wise bound (reference.tolerance)."""
-  kh, kwid, ci, co = w.shape
-  checks = (
-      (got[0], ref.forward(x, w), ref.forward(np.abs(x), np.abs(w)), kh * kwid * ci, (x, w)),
-      (got[1], ref.backprop_input(w, dy), ref.backprop_input(np.abs(w), np.abs(dy)),
-       kh * kwid * co, (w, dy)),
-      (got[2], ref.backprop_filter(x, dy), ref.backprop_filter(np.abs(x), np.abs(dy)),
-       int(np.prod(dy.shape)), (x, dy)))
-  for (t, want, mag, terms, ops), pass_name in zip(checks, ("forward", "backprop_input",
-                                                           "backprop_filter")):
-    assert_close(t.double().cpu().numpy(), want, name, terms, mag, f"{what} {pass_name}",
-                 operand_norm(*ops) if fft else 0.0, max(x.size, 1))
+def _planned_fft(ext, x, w_shape, case, fmt, dtype, algorithm):
+  """The transform size of each pass the device planner runs as an FFT (None: direct)."""
+  _, _, strides, padding, dilations = case
+  s, pad, ex, d = attrs(strides, padding, dilations, fmt)
+  return planned_fft(ext.plan(list(x.shape), list(w_shape), s, pad, explicit_paddings=ex,
+                              data_format=fmt, dilations=d, algorithm=algorithm, dtype=dtype))
+
+
+def _check_all(got, ref, x, w, dy, name, what, fft=None):
+  """got = (y, dx, dw) against the float64 oracle on the (rounded) operands, at the bound
+  of the path each pass took (`fft`: see reference.planned_fft; None: all direct)."""
+  fft = fft or dict.fromkeys(PASSES)
+  ref.check_passes(name, fft, x, w, dy, *(t.double().cpu().numpy() for t in got),
+                   what=f"{what} ")
 
 
 @pytest.mark.parametrize("case,fmt,dtype,algorithm", list(itertools.product(
@@ -70,7 +72,9 @@ def test_kernels_match_oracle_and_torch(cuda_ext, rng, case, fmt, dtype, algorit
   # The oracle sees the operands exactly as the device stores them.
   xr, wr, dyr = (t.double().cpu().numpy() for t in (xt, wt, dyt))
   ours = _run(cuda_ext, xt, wt, dyt, case, fmt, algorithm)
-  _check_all(ours, ref, xr, wr, dyr, dtype, f"ours ({algorithm})", algorithm == "fft")
+  fft = _planned_fft(cuda_ext, x, w_shape, case, fmt, dtype, algorithm)
+  assert all((f is not None) == (algorithm == "fft") for f in fft.values()), fft
+  _check_all(ours, ref, xr, wr, dyr, dtype, f"ours ({algorithm})", fft)
   if dtype in ("float32", "float64") and x_shape[0] > 0 and algorithm == "direct":
     theirs = torch_conv.conv2d_and_grads(xt, wt, dyt, strides, padding, dilations, fmt)
     _check_all(theirs, ref, xr, wr, dyr, dtype, "torch")  # the oracle agrees with torch
@@ -90,7 +94,8 @@ def test_seed_sized_filter_matches_torch(cuda_ext, rng, algorithm):
   ours = _run(cuda_ext, xt, wt, dyt, case, "NHWC", algorithm)
   theirs = torch_conv.conv2d_and_grads(xt, wt, dyt, (1, 1), "VALID", (1, 1), "NHWC")
   xr, wr, dyr = (t.double().cpu().numpy() for t in (xt, wt, dyt))
-  _check_all(ours, ref, xr, wr, dyr, "float32", f"ours ({algorithm})", algorithm != "direct")
+  _check_all(ours, ref, xr, wr, dyr, "float32", f"ours ({algorithm})",
+             _planned_fft(cuda_ext, x, case[1], case, "NHWC", "float32", algorithm))
   for a, b in zip(ours, theirs):
     scale = b.abs().max().item()
     assert (a - b).abs().max().item() <= 1e-4 * scale

@@ -1,0 +1,64 @@
+"""The TensorFlow ops on a GPU: conv2d and both gradients placed on /GPU:0 run the CUDA
+kernels (direct and FFT) and match the float64 oracle. Skipped, with the reason, where
+TensorFlow sees no GPU (the CPU wheel); LARGECONV_REQUIRE_GPU=1 makes that a failure."""
+
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tf_largeconv as lc
+from cases import attrs
+from reference import Conv, planned_fft
+
+GPUS = tf.config.list_physical_devices("GPU")
+
+
+@pytest.fixture(autouse=True)
+def _gpu():
+  if GPUS:
+    return
+  reason = "TensorFlow sees no GPU"
+  if os.environ.get("LARGECONV_REQUIRE_GPU", "") not in ("", "0"):
+    pytest.fail(f"LARGECONV_REQUIRE_GPU is set but {reason}")
+  pytest.skip(reason)
+
+
+CASES = [
+    ((2, 40, 37, 3), (31, 29, 3, 4), (1, 1), "SAME", (1, 1)),
+    ((1, 33, 30, 4), (5, 4, 2, 6), (2, 1), ((2, 1), (0, 3)), (2, 1)),  # grouped, explicit
+]
+
+
+@pytest.mark.parametrize("algorithm", ["direct", "fft"])
+@pytest.mark.parametrize("dtype_name", ["float32", "float16"])
+@pytest.mark.parametrize("data_format", ["NHWC", "NCHW"])
+@pytest.mark.parametrize("case", CASES)
+def test_ops_on_the_gpu_match_the_oracle(rng, case, data_format, dtype_name, algorithm):
+  from tf_largeconv import _cuda  # pylint: disable=g-import-not-at-top
+  x_shape, w_shape, strides, padding, dilations = case
+  if data_format == "NCHW":
+    x_shape = (x_shape[0], x_shape[3], x_shape[1], x_shape[2])
+  s, pad, ex, d = attrs(strides, padding, dilations, data_format)
+  pad_arg = pad if pad != "EXPLICIT" else [ex[i:i + 2] for i in range(0, 8, 2)]
+  ref = Conv(x_shape, w_shape, strides, padding, dilations, data_format)
+  dtype = tf.as_dtype(dtype_name)
+  with tf.device("/GPU:0"):
+    x = tf.cast(rng.standard_normal(x_shape), dtype)
+    w = tf.cast(rng.standard_normal(w_shape), dtype)
+    dy = tf.cast(rng.standard_normal(ref.output_shape()), dtype)
+    with tf.GradientTape() as tape:
+      tape.watch([x, w])
+      y = lc.conv2d(x, w, s, pad_arg, data_format=data_format, dilations=d,
+                    algorithm=algorithm)
+    dx, dw = tape.gradient(y, [x, w], output_gradients=dy)
+  for t in (y, dx, dw):
+    assert t.device.endswith("GPU:0"), t.device
+  fft = planned_fft(_cuda.plan(list(x_shape), list(w_shape), s, pad, explicit_paddings=ex,
+                               data_format=data_format, dilations=d, algorithm=algorithm,
+                               dtype=dtype_name))
+  assert all((f is not None) == (algorithm == "fft") for f in fft.values()), fft
+  as64 = lambda t: tf.cast(t, tf.float64).numpy()  # noqa: E731
+  ref.check_passes(dtype_name, fft, as64(x), as64(w), as64(dy), as64(y), as64(dx), as64(dw),
+                   what=f"GPU ({algorithm}) ")
