@@ -1,7 +1,12 @@
-"""tf.distribute: model.fit with LargeConv2D under MirroredStrategy (two logical CPUs),
-and training under MultiWorkerMirroredStrategy (two worker processes on loopback), each in
-fresh processes with bounded time: the loss falls and every replica ends with the same
-weights.
+"""tf.distribute: model.fit with LargeConv2D under MirroredStrategy (two logical CPUs), and
+training under MultiWorkerMirroredStrategy (two worker processes on loopback), each in fresh
+processes with bounded time. Every replica ends with the same weights, and those weights
+match the same training run on a single device (same initial weights, same data, same batch
+order), with the convolution kernels moved far beyond the tolerance.
+
+The single-device run is the oracle: with equal shares per replica, the mean of the replica
+losses (and of their gradients) is the mean over the global batch, so distributed and
+single-device training take the same steps up to float32 summation order.
 
 Keras 3.15's model.fit fails under MultiWorkerMirroredStrategy on this setup even with
 keras.layers.Conv2D alone ("Attempt to convert a value (PerReplica...)"), so the
@@ -9,22 +14,31 @@ multi-worker test trains with a tf.distribute step (strategy.run, all-reduced gr
 over the same layers."""
 
 import json
-import os
 import socket
-import subprocess
-import sys
-import textwrap
+import threading
+import time
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
-           PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
+import subproc
+
+# Distributed and single-device weights differ only by float32 summation order (a batch
+# of 8 summed as 4 + 4 across replicas): measured at most 2e-6 after the 16 steps, so 1e-5
+# leaves a margin of five while the convolution kernels move by 1e-2 or more; a layer
+# that does not train, or gradients reduced wrongly (summed, not averaged), miss it by
+# orders of magnitude.
+RTOL = ATOL = 1e-5
+# The convolution kernels must move by far more than the tolerance.
+MIN_MOVE = 100 * ATOL
 
 TRAIN = """
+import sys
 import numpy as np, keras, tensorflow as tf
 import tf_largeconv
 from tf_largeconv.keras import LargeConv2D, LargeDepthwiseConv2D
+
+OUT = sys.argv[1]
+LR, BATCH, EPOCHS = 0.05, 8, 4
 
 def data():
   rng = np.random.default_rng(0)
@@ -34,49 +48,72 @@ def data():
 
 def build():
   keras.utils.set_random_seed(1)
+  # Explicit algorithms: with 'auto' the planner may hand such small convolutions to
+  # TensorFlow's own kernel, and the test would not run the op at all.
   m = keras.Sequential([keras.Input((28, 28, 2)),
-                        LargeConv2D(4, 15, padding="same", activation="relu"),
-                        LargeDepthwiseConv2D(9, padding="same"),
+                        LargeConv2D(4, 15, padding="same", activation="relu",
+                                    algorithm="fft"),
+                        LargeDepthwiseConv2D(9, padding="same", algorithm="direct"),
                         keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(1)])
-  m.compile(keras.optimizers.SGD(0.02), "mse")
+  m.compile(keras.optimizers.SGD(LR), "mse")
   return m
+
+def save(name, weights):
+  # Keyed by layer class and variable, the same in models built under any strategy.
+  np.savez(f"{OUT}/{name}.npz", **weights)
+
+def weights(m):
+  return {f"{type(l).__name__}.{v.name}": np.array(v.numpy()) for l in m.layers
+          for v in l.weights}
 """
 
 
-def _run(code, env=ENV, timeout=240):
-  return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)],
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+def _load(folder, name):
+  with np.load(folder / f"{name}.npz") as f:
+    return {k: f[k] for k in f.files}
 
 
-def _wait(proc, timeout=240):
-  try:
-    out, err = proc.communicate(timeout=timeout)
-  except subprocess.TimeoutExpired:
-    proc.kill()
-    out, err = proc.communicate()
-    raise AssertionError(f"timed out; stderr: {err[-3000:]}")
-  assert proc.returncode == 0, err[-3000:]
-  return out
+def _assert_matches_single_device(folder, distributed="dist"):
+  """Distributed weights equal single-device ones; the convolution kernels trained."""
+  init, dist, ref = (_load(folder, n) for n in ("init", distributed, "ref"))
+  assert sorted(dist) == sorted(ref) == sorted(init) == [
+      "Dense.bias", "Dense.kernel", "LargeConv2D.bias", "LargeConv2D.kernel",
+      "LargeDepthwiseConv2D.bias", "LargeDepthwiseConv2D.kernel"]
+  for k in ref:
+    np.testing.assert_allclose(dist[k], ref[k], rtol=RTOL, atol=ATOL, equal_nan=False,
+                               err_msg=k)
+  for k in ("LargeConv2D.kernel", "LargeDepthwiseConv2D.kernel"):
+    moved = np.abs(dist[k] - init[k]).max()
+    assert moved > MIN_MOVE, f"{k} moved by only {moved} in training"
 
 
-def test_mirrored_strategy_on_two_logical_cpus():
-  out = _wait(_run(TRAIN + """
+def test_mirrored_strategy_on_two_logical_cpus(tmp_path):
+  out = subproc.run(TRAIN + """
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 assert strategy.num_replicas_in_sync == 2
 with strategy.scope():
   m = build()
+init = m.get_weights()
+save("init", weights(m))
 x, y = data()
-loss = m.fit(x, y, batch_size=8, epochs=4, verbose=0).history["loss"]
-assert loss[-1] < loss[0], loss
+# No shuffling: the single-device run below sees the same batches in the same order.
+fit = dict(batch_size=BATCH, epochs=EPOCHS, shuffle=False, verbose=0)
+m.fit(x, y, **fit)
 for v in m.trainable_variables:
   parts = [p.numpy() for p in strategy.experimental_local_results(v.value)]
   assert len(parts) == 2
   np.testing.assert_array_equal(parts[0], parts[1])
-print("ok", loss)
-"""))
-  assert out.startswith("ok")
+save("dist", weights(m))
+ref = build()  # outside the strategy: one device
+ref.set_weights(init)
+ref.fit(x, y, **fit)
+save("ref", weights(ref))
+print("ok")
+""", tmp_path, timeout=240)
+  assert out.stdout.startswith("ok")
+  _assert_matches_single_device(tmp_path)
 
 
 def _free_ports(n):
@@ -89,43 +126,91 @@ def _free_ports(n):
   return ports
 
 
-def test_multi_worker_mirrored_strategy_two_local_workers(tmp_path):
-  ports = _free_ports(2)
-  cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
-  procs = []
-  for index in range(2):
-    env = dict(ENV, TF_CONFIG=json.dumps({"cluster": cluster,
-                                          "task": {"type": "worker", "index": index}}))
-    procs.append(_run(TRAIN + f"""
+def _wait_workers(procs, timeout):
+  """Waits for all workers and returns their stdout. A worker that fails ends the others
+  (they would wait for it until the timeout), and the failure shows every worker's output."""
+  results = [None] * len(procs)
+
+  def wait(i):
+    try:
+      results[i] = subproc.wait(procs[i], timeout)[0]
+    except AssertionError as e:
+      results[i] = e
+
+  threads = [threading.Thread(target=wait, args=(i,)) for i in range(len(procs))]
+  for t in threads:
+    t.start()
+  while any(t.is_alive() for t in threads):
+    if any(isinstance(r, AssertionError) for r in results):
+      for p in procs:
+        if p.poll() is None:
+          p.kill()
+    time.sleep(0.2)
+  for t in threads:
+    t.join()
+  errors = [f"worker {i}: {r}" for i, r in enumerate(results) if isinstance(r, Exception)]
+  assert not errors, "\n".join(errors)
+  return results
+
+
+WORKER = TRAIN + """
+index = int(sys.argv[2])
 strategy = tf.distribute.MultiWorkerMirroredStrategy()
 assert strategy.num_replicas_in_sync == 2
 with strategy.scope():
   m = build()
+init = m.get_weights()
+if index == 0:
+  save("init", weights(m))
 x, y = data()
-dist = strategy.experimental_distribute_dataset(
-    tf.data.Dataset.from_tensor_slices((x, y)).batch(8).repeat(4))
+batches = tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH).repeat(EPOCHS)
+
+def shard(ctx):
+  # This worker's equal share of every global batch, in the global order: the replicas'
+  # mean gradient is then the global batch's.
+  n = ctx.get_per_replica_batch_size(BATCH)
+  i = ctx.input_pipeline_id
+  return batches.map(lambda xb, yb: (xb[i * n:(i + 1) * n], yb[i * n:(i + 1) * n]))
+
+def grads(model, xb, yb):
+  with tf.GradientTape() as tape:
+    loss = tf.reduce_mean((model(xb, training=True) - yb) ** 2)
+  return tape.gradient(loss, [v.value for v in model.trainable_variables])
 
 @tf.function
 def step(xb, yb):
-  def replica(xb, yb):
-    with tf.GradientTape() as tape:
-      loss = tf.reduce_mean((m(xb, training=True) - yb) ** 2)
-    grads = tape.gradient(loss, [v.value for v in m.trainable_variables])
-    return loss, grads
-  loss, grads = strategy.run(replica, args=(xb, yb))
-  loss = strategy.reduce("MEAN", loss, axis=None)
-  for v, g in zip(m.trainable_variables, grads):
-    v.assign_sub(0.02 * strategy.reduce("MEAN", g, axis=None))
-  return loss
+  g = strategy.run(lambda xb, yb: grads(m, xb, yb), args=(xb, yb))
+  for v, gv in zip(m.trainable_variables, g):
+    v.assign_sub(LR * strategy.reduce("MEAN", gv, axis=None))
 
-losses = [float(step(xb, yb)) for xb, yb in dist]
-assert losses[-1] < losses[0], losses
-np.savez({str(tmp_path / f"w{index}.npz")!r}, *[w for w in m.get_weights()])
-print("ok", losses[0], losses[-1])
-""", env=env))
-  outs = [_wait(p) for p in procs]
+for xb, yb in strategy.distribute_datasets_from_function(shard):
+  step(xb, yb)
+save(f"dist{index}", weights(m))
+if index == 0:
+  ref = build()  # outside the strategy: one device, whole batches
+  ref.set_weights(init)
+
+  @tf.function
+  def ref_step(xb, yb):
+    for v, gv in zip(ref.trainable_variables, grads(ref, xb, yb)):
+      v.assign_sub(LR * gv)
+
+  for xb, yb in batches:
+    ref_step(xb, yb)
+  save("ref", weights(ref))
+print("ok")
+"""
+
+
+def test_multi_worker_mirrored_strategy_two_local_workers(tmp_path):
+  ports = _free_ports(2)
+  cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+  procs = [subproc.start(WORKER, tmp_path, index, env=subproc.child_env(TF_CONFIG=json.dumps(
+      {"cluster": cluster, "task": {"type": "worker", "index": index}}))) for index in range(2)]
+  outs = _wait_workers(procs, timeout=240)
   assert all(o.startswith("ok") for o in outs)
-  w0, w1 = (np.load(tmp_path / f"w{i}.npz") for i in range(2))
-  assert len(w0.files) == len(w1.files) > 0
-  for k in w0.files:
-    np.testing.assert_array_equal(w0[k], w1[k])
+  w0, w1 = (_load(tmp_path, f"dist{i}") for i in range(2))
+  assert sorted(w0) == sorted(w1) and len(w0) == 6
+  for k in w0:
+    np.testing.assert_array_equal(w0[k], w1[k], err_msg=k)
+  _assert_matches_single_device(tmp_path, "dist0")
