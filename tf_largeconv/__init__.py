@@ -4,6 +4,7 @@
 LargeConv ops, so import it before loading a SavedModel or .keras file that uses them.
 """
 
+from tf_largeconv import _gradients  # noqa: F401  (registers the ops' gradients)
 from tf_largeconv import _loader
 from tf_largeconv.ops import conv2d
 from tf_largeconv.ops import conv2d_backprop_filter

@@ -70,6 +70,7 @@ def _worker(case, impl, repeats):
   """Runs in a fresh process: builds inputs, then measures one implementation."""
   os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
   import numpy as np  # pylint: disable=g-import-not-at-top
+
   from tf_largeconv import _measure  # pylint: disable=g-import-not-at-top
   x_shape, w_shape, strides, padding, mode = CASES[case][:5]
   depthwise = _kind(case) == "depthwise"
@@ -86,6 +87,7 @@ def _worker(case, impl, repeats):
       _scipy_forward(x, w, padding)
   else:
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
     import tf_largeconv as lc  # pylint: disable=g-import-not-at-top
     if depthwise:
       fn = lc.depthwise_conv2d if impl == "tf_largeconv" else tf.nn.depthwise_conv2d
@@ -123,6 +125,7 @@ def _fft_floor(case):
   no FFT method on this machine can beat."""
   import numpy as np  # pylint: disable=g-import-not-at-top
   from scipy import fft  # pylint: disable=g-import-not-at-top
+
   import tf_largeconv as lc  # pylint: disable=g-import-not-at-top
   x_shape, w_shape, strides, padding = CASES[case][:4]
   if _kind(case) == "gigapixel":

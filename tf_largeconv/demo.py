@@ -29,6 +29,7 @@ def _worker(which, frames, out_path):
   """Runs one implementation in this (fresh) process and saves result and figures."""
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
   import tf_largeconv as lc  # pylint: disable=g-import-not-at-top
   from tf_largeconv import _measure  # pylint: disable=g-import-not-at-top
 

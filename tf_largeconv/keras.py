@@ -9,6 +9,9 @@ models using them load (.keras or SavedModel) after `import tf_largeconv`.
 import keras
 import tensorflow as tf
 
+from tf_largeconv import _args
+from tf_largeconv import _core
+from tf_largeconv import _layer_settings
 from tf_largeconv import ops as _ops
 
 _PACKAGE = "tf_largeconv"
@@ -20,16 +23,11 @@ def _check_backend():
                      f"keras.backend.backend()={keras.backend.backend()!r}")
 
 
-def _data_format(keras_format):
-  return "NHWC" if keras_format == "channels_last" else "NCHW"
-
-
 def conv_output_shape(input_shape, filter_shape, strides, padding, data_format,
                       dilations):
   """Static output shape from the package's one geometry (tf_largeconv._core), keeping
   unknown (None) dimensions unknown. data_format is 'NHWC' or 'NCHW'."""
-  from tf_largeconv import _core  # pylint: disable=g-import-not-at-top
-  attrs = _ops.conv_attrs(strides, padding, data_format, dilations)
+  attrs = _args.conv_attrs(strides, padding, data_format, dilations)
   shape = list(input_shape)
   probe = list(shape)
   h, w = (1, 2) if data_format == "NHWC" else (2, 3)
@@ -50,24 +48,18 @@ def conv_output_shape(input_shape, filter_shape, strides, padding, data_format,
   return tuple(out)
 
 
-class _LargeConvSettings:
-  """The two settings our layers add to Keras's, validated and serialised once."""
+class _LargeConvSettings(_layer_settings.LargeConvSettings):
+  """The shared settings, on the TensorFlow backend only, and the layers' output shape."""
 
   def _init_settings(self, algorithm, workspace_limit):
     _check_backend()
-    self.algorithm = _ops.normalize_algorithm(algorithm)
-    _ops.normalize_workspace_limit(workspace_limit)
-    self.workspace_limit = workspace_limit
+    super()._init_settings(algorithm, workspace_limit)
 
-  def _op_kwargs(self):
-    return dict(data_format=_data_format(self.data_format),
-                dilations=list(self.dilation_rate), algorithm=self.algorithm,
-                workspace_limit=self.workspace_limit)
-
-  def get_config(self):
-    config = super().get_config()
-    config.update(algorithm=self.algorithm, workspace_limit=self.workspace_limit)
-    return config
+  def _output_shape(self, input_shape, filter_shape):
+    return conv_output_shape(input_shape, filter_shape, list(self.strides),
+                             self.padding.upper(),
+                             _layer_settings.op_data_format(self.data_format),
+                             list(self.dilation_rate))
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
@@ -106,10 +98,7 @@ class LargeConv2D(_LargeConvSettings, keras.layers.Conv2D):
     c = -1 if self.data_format == "channels_last" else 1
     in_c = input_shape[c]
     filter_shape = (*self.kernel_size, (in_c // self.groups) if in_c else 1, self.filters)
-    return conv_output_shape(input_shape, filter_shape, list(self.strides),
-                             self.padding.upper(), _data_format(self.data_format),
-                             list(self.dilation_rate))
-
+    return self._output_shape(input_shape, filter_shape)
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
@@ -155,9 +144,8 @@ class LargeDepthwiseConv2D(_LargeConvSettings, keras.layers.DepthwiseConv2D):
     if in_c is None:
       raise ValueError("LargeDepthwiseConv2D needs a known input channel count")
     filter_shape = (*self.kernel_size, 1, in_c * self.depth_multiplier)
-    return conv_output_shape(input_shape, filter_shape, list(self.strides),
-                             self.padding.upper(), _data_format(self.data_format),
-                             list(self.dilation_rate))
+    return self._output_shape(input_shape, filter_shape)
+
 
 def convert(model, min_kernel_size=15, algorithm="auto", workspace_limit=None):
   """Clones a Keras model with its large-kernel convolutions on tf_largeconv.

@@ -1,151 +1,14 @@
-"""Python API of the LargeConv op family: tf.nn.conv2d's signature, and its gradients."""
+"""Python API of the LargeConv op family: tf.nn.conv2d's signature, and its gradients.
 
-import collections.abc
-import functools
-import numbers
+The gradients themselves are registered by `tf_largeconv._gradients`, imported with the
+package.
+"""
 
 import tensorflow as tf
 
+from tf_largeconv import _args
 from tf_largeconv import _loader
-
-
-def _channel_index(data_format):
-  return 1 if data_format == "NCHW" else 3
-
-
-def normalize_data_format(data_format):
-  """Returns 'NHWC' or 'NCHW'; None means NHWC, as in tf.nn.conv2d."""
-  if data_format is None:
-    return "NHWC"
-  if not isinstance(data_format, str) or data_format.upper() not in ("NHWC", "NCHW"):
-    raise ValueError(
-        f"data_format must be 'NHWC' or 'NCHW', got data_format={data_format!r}")
-  return data_format.upper()
-
-
-def normalize_window(value, name, data_format):
-  """Expands strides/dilations given as an int or a list of 1, 2 or 4 ints to 4 ints.
-
-  Mirrors tf.nn.conv2d: a length-4 list is taken in data_format order as is; 1 or 2 values
-  are the spatial ones.
-  """
-  if value is None:
-    return [1, 1, 1, 1]
-  if isinstance(value, numbers.Integral):
-    values = [value]
-  elif isinstance(value, collections.abc.Sized) and not isinstance(value, (str, bytes)):
-    values = list(value)
-  else:
-    raise ValueError(
-        f"{name} must be an int or a list of 1, 2 or 4 ints, got {name}={value!r}")
-  for v in values:
-    if not isinstance(v, numbers.Integral) or isinstance(v, bool):
-      raise ValueError(f"{name} must contain only ints, got {name}={value!r}")
-  values = [int(v) for v in values]
-  if len(values) == 4:
-    return values
-  if len(values) == 1:
-    values = values * 2
-  elif len(values) != 2:
-    raise ValueError(
-        f"{name} must have length 1, 2 or 4, got {name}={value!r} of length {len(values)}")
-  if _channel_index(data_format) == 1:
-    return [1, 1] + values
-  return [1] + values + [1]
-
-
-def normalize_padding(padding):
-  """Returns (padding string, explicit_paddings) as the op takes them.
-
-  `padding` is 'SAME' or 'VALID' (any case), or a list of four [before, after] pairs in
-  data_format order (explicit padding), as in tf.nn.conv2d.
-  """
-  if isinstance(padding, str):
-    upper = padding.upper()
-    if upper in ("SAME", "VALID"):
-      return upper, []
-    if upper == "EXPLICIT":
-      raise ValueError("padding='EXPLICIT' is not accepted directly: pass padding as a list "
-                       "of four [before, after] pairs instead")
-    raise ValueError(
-        f"padding must be 'SAME', 'VALID' or a list of four [before, after] pairs, "
-        f"got padding={padding!r}")
-  if isinstance(padding, (list, tuple)):
-    if len(padding) != 4:
-      raise ValueError(
-          f"padding as a list must have 4 [before, after] pairs (one per dimension), got "
-          f"padding={padding!r} of length {len(padding)}")
-    flat = []
-    for pair in padding:
-      if not isinstance(pair, (list, tuple)) or len(pair) != 2:
-        raise ValueError(
-            f"each entry of padding must be a [before, after] pair, got padding={padding!r}")
-      for p in pair:
-        if not isinstance(p, numbers.Integral) or isinstance(p, bool):
-          raise ValueError(f"padding must contain only ints, got padding={padding!r}")
-        flat.append(int(p))
-    return "EXPLICIT", flat
-  raise ValueError(
-      f"padding must be 'SAME', 'VALID' or a list of four [before, after] pairs, got "
-      f"padding={padding!r}")
-
-
-ALGORITHMS = ("auto", "direct", "fft", "tf")
-
-
-def normalize_algorithm(algorithm):
-  """Returns 'auto', 'direct', 'fft' or 'tf'; None means 'auto'."""
-  if algorithm is None:
-    return "auto"
-  if not isinstance(algorithm, str) or algorithm.lower() not in ALGORITHMS:
-    raise ValueError(f"algorithm must be one of {ALGORITHMS}, got algorithm={algorithm!r}")
-  return algorithm.lower()
-
-
-def normalize_workspace_limit(workspace_limit):
-  """Returns the limit in bytes as the op takes it (-1: the default, 64 MiB)."""
-  if workspace_limit is None:
-    return -1
-  if (not isinstance(workspace_limit, numbers.Integral) or isinstance(workspace_limit, bool)
-      or workspace_limit < 0):
-    raise ValueError("workspace_limit must be None or a non-negative number of bytes, got "
-                     f"workspace_limit={workspace_limit!r}")
-  return int(workspace_limit)
-
-
-def conv_attrs(strides, padding, data_format, dilations, algorithm="auto",
-               workspace_limit=None):
-  """The op attributes for tf.nn.conv2d-style arguments (validated for form only)."""
-  data_format = normalize_data_format(data_format)
-  padding, explicit_paddings = normalize_padding(padding)
-  return dict(
-      strides=normalize_window(strides, "strides", data_format),
-      padding=padding,
-      explicit_paddings=explicit_paddings,
-      data_format=data_format,
-      dilations=normalize_window(dilations, "dilations", data_format),
-      algorithm=normalize_algorithm(algorithm),
-      workspace_limit=normalize_workspace_limit(workspace_limit),
-  )
-
-
-_DTYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64)
-
-
-def _as_tensors(input, filters):  # pylint: disable=redefined-builtin
-  input = tf.convert_to_tensor(input, name="input")
-  dtype = input.dtype
-  if isinstance(filters, tf.Tensor) or isinstance(filters, tf.Variable):
-    filters = tf.convert_to_tensor(filters, name="filters")
-  else:
-    filters = tf.convert_to_tensor(filters, dtype=dtype, name="filters")
-  if dtype not in _DTYPES:
-    raise TypeError(f"input must have dtype float16, bfloat16, float32 or float64, got "
-                    f"{dtype.name}")
-  if filters.dtype != dtype:
-    raise TypeError(f"filters must have the same dtype as input ({dtype.name}), got "
-                    f"{filters.dtype.name}")
-  return input, filters
+from tf_largeconv import planning
 
 
 def conv2d(input, filters, strides, padding, data_format="NHWC", dilations=None,  # pylint: disable=redefined-builtin
@@ -181,10 +44,10 @@ def conv2d(input, filters, strides, padding, data_format="NHWC", dilations=None,
     TypeError: unsupported or mismatched dtypes.
     tf.errors.InvalidArgumentError: shapes that do not fit together (eager execution).
   """
-  attrs = conv_attrs(strides, padding, data_format, dilations, algorithm, workspace_limit)
+  attrs = _args.conv_attrs(strides, padding, data_format, dilations, algorithm, workspace_limit)
   with tf.name_scope(name or "LargeConv2D"):
-    input, filters = _as_tensors(input, filters)
-    if attrs["algorithm"] in ("auto", "tf") and _use_tf_kernel(input, filters, attrs):
+    input, filters = _args.as_tensors(input, filters)
+    if attrs["algorithm"] in ("auto", "tf") and planning.use_tf_kernel(input, filters, attrs):
       def tf_kernel():
         return tf.nn.conv2d(input, filters, strides, padding,
                             data_format=attrs["data_format"], dilations=dilations)
@@ -232,15 +95,15 @@ def depthwise_conv2d(input, filter, strides, padding, data_format=None, dilation
       depth (or whose rank is not 4).
     tf.errors.InvalidArgumentError: the same mismatch found only at run time.
   """
-  data_format = normalize_data_format(data_format)
+  data_format = _args.normalize_data_format(data_format)
   with tf.name_scope(name or "LargeDepthwiseConv2D"):
-    input, filter = _as_tensors(input, filter)
+    input, filter = _args.as_tensors(input, filter)
     if filter.shape.rank is not None and filter.shape.rank != 4:
       raise ValueError("filter must be 4-D [height, width, in_channels, channel_multiplier], "
                        f"got shape {filter.shape}")
     if input.shape.rank is not None and input.shape.rank != 4:
       raise ValueError(f"input must be a 4-D tensor, got shape {input.shape}")
-    depth = input.shape[_channel_index(data_format)]
+    depth = input.shape[_args.channel_index(data_format)]
     if depth is not None and filter.shape[2] is not None and depth != filter.shape[2]:
       raise ValueError(f"filter in_channels (dimension 2) {filter.shape[2]} must equal the "
                        f"input depth {depth}")
@@ -248,7 +111,7 @@ def depthwise_conv2d(input, filter, strides, padding, data_format=None, dilation
     checks = []
     if depth is None or filter.shape[2] is None:
       checks.append(tf.debugging.assert_equal(
-          tf.shape(input)[_channel_index(data_format)], shape[2],
+          tf.shape(input)[_args.channel_index(data_format)], shape[2],
           message="filter in_channels (dimension 2) must equal the input depth"))
     with tf.control_dependencies(checks):
       static = filter.shape.as_list()
@@ -275,9 +138,9 @@ def conv2d_backprop_input(input_sizes, filters, out_backprop, strides, padding,
   Returns:
     Gradient with respect to the input, shaped `input_sizes`.
   """
-  attrs = conv_attrs(strides, padding, data_format, dilations, algorithm, workspace_limit)
+  attrs = _args.conv_attrs(strides, padding, data_format, dilations, algorithm, workspace_limit)
   with tf.name_scope(name or "LargeConv2DBackpropInput"):
-    out_backprop, filters = _as_tensors(out_backprop, filters)
+    out_backprop, filters = _args.as_tensors(out_backprop, filters)
     input_sizes = tf.convert_to_tensor(input_sizes, dtype=tf.int32, name="input_sizes")
     return _loader.ops().large_conv_conv2d_backprop_input(input_sizes, filters, out_backprop,
                                                           **attrs)
@@ -298,98 +161,9 @@ def conv2d_backprop_filter(input, filter_sizes, out_backprop, strides, padding, 
   Returns:
     Gradient with respect to the filter, shaped `filter_sizes`.
   """
-  attrs = conv_attrs(strides, padding, data_format, dilations, algorithm, workspace_limit)
+  attrs = _args.conv_attrs(strides, padding, data_format, dilations, algorithm, workspace_limit)
   with tf.name_scope(name or "LargeConv2DBackpropFilter"):
-    input, out_backprop = _as_tensors(input, out_backprop)
+    input, out_backprop = _args.as_tensors(input, out_backprop)
     filter_sizes = tf.convert_to_tensor(filter_sizes, dtype=tf.int32, name="filter_sizes")
     return _loader.ops().large_conv_conv2d_backprop_filter(input, filter_sizes, out_backprop,
                                                            **attrs)
-
-
-TF_KERNEL_DTYPES = (tf.float32, tf.float64)
-
-
-def tf_kernel_eligible(input_shape, filter_shape, attrs, dtype):
-  """Whether TensorFlow's own CPU kernels can run this convolution, gradients included."""
-  return (len(input_shape) == 4 and len(filter_shape) == 4 and
-          attrs["data_format"] == "NHWC" and all(d == 1 for d in attrs["dilations"]) and
-          dtype in TF_KERNEL_DTYPES and input_shape[3] == filter_shape[2])
-
-
-def _use_tf_kernel(input, filters, attrs):  # pylint: disable=redefined-builtin
-  """True where the planner, asked with static image and filter shapes, prefers
-  TensorFlow's own kernel (small filters with many channels, where oneDNN's tuned code
-  wins). The batch size may be unknown: the choice is made per image."""
-  if input.shape.rank != 4 or not filters.shape.is_fully_defined():
-    return False
-  x_shape, f_shape = [1] + input.shape.as_list()[1:], filters.shape.as_list()
-  if None in x_shape or not tf_kernel_eligible(x_shape, f_shape, attrs, input.dtype):
-    return False
-  key = tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in sorted(attrs.items()))
-  return _plans_tf_kernel(tuple(x_shape), tuple(f_shape), key, input.dtype.name)
-
-
-@functools.lru_cache(maxsize=1024)
-def _plans_tf_kernel(x_shape, f_shape, attrs_key, dtype_name):
-  # Cached: eager code calls conv2d with the same shapes over and over, and the decision
-  # depends only on these arguments (and the thread count, fixed once TF is initialised).
-  from tf_largeconv import planning  # pylint: disable=g-import-not-at-top
-  attrs = {k: list(v) if isinstance(v, tuple) else v for k, v in attrs_key}
-  try:
-    p = planning.plan_from_attrs(list(x_shape), list(f_shape), attrs, dtype_name)
-  except ValueError:
-    return False  # bad shapes: our op raises the error, the same in every mode
-  return p.forward.algorithm == "tf"
-
-
-# Gradients, mirroring TF's _Conv2DGrad and its backprop-op gradients so that second-order
-# derivatives work.
-
-
-def _attrs_of(op):
-  return {k: op.get_attr(k) for k in ("strides", "padding", "explicit_paddings",
-                                      "data_format", "dilations", "algorithm",
-                                      "workspace_limit")}
-
-
-def _decode(attrs):
-  out = dict(attrs)
-  for k in ("padding", "data_format", "algorithm"):
-    if isinstance(out[k], bytes):
-      out[k] = out[k].decode()
-  return out
-
-
-@tf.RegisterGradient("LargeConv>Conv2D")
-def _conv2d_grad(op, grad):
-  attrs = _decode(_attrs_of(op))
-  ops = _loader.ops()
-  shape_0, shape_1 = tf.shape_n([op.inputs[0], op.inputs[1]])
-  return [
-      ops.large_conv_conv2d_backprop_input(shape_0, op.inputs[1], grad, **attrs),
-      ops.large_conv_conv2d_backprop_filter(op.inputs[0], shape_1, grad, **attrs),
-  ]
-
-
-@tf.RegisterGradient("LargeConv>Conv2DBackpropInput")
-def _conv2d_backprop_input_grad(op, grad):
-  attrs = _decode(_attrs_of(op))
-  ops = _loader.ops()
-  return [
-      None,
-      ops.large_conv_conv2d_backprop_filter(grad, tf.shape(op.inputs[1]), op.inputs[2],
-                                            **attrs),
-      ops.large_conv_conv2d(grad, op.inputs[1], **attrs),
-  ]
-
-
-@tf.RegisterGradient("LargeConv>Conv2DBackpropFilter")
-def _conv2d_backprop_filter_grad(op, grad):
-  attrs = _decode(_attrs_of(op))
-  ops = _loader.ops()
-  return [
-      ops.large_conv_conv2d_backprop_input(tf.shape(op.inputs[0]), grad, op.inputs[2],
-                                           **attrs),
-      None,
-      ops.large_conv_conv2d(op.inputs[0], grad, **attrs),
-  ]

@@ -1,19 +1,18 @@
 """`tf_largeconv.plan`: what the op will do for given shapes, before running it.
 
 The numbers come from the same C++ planner the kernels call, so `workspace_bytes` is
-exactly the temporary memory each pass takes (through TensorFlow's allocator).
+exactly the temporary memory each pass takes (through TensorFlow's allocator). The same
+planner decides where `conv2d` runs TensorFlow's own kernel instead of the op
+(`use_tf_kernel`).
 """
 
+import functools
 import os
 
 import tensorflow as tf
 
-from tf_largeconv import ops as _ops_py
-
-
-def _core():
-  from tf_largeconv import _core as core  # pylint: disable=g-import-not-at-top
-  return core
+from tf_largeconv import _args
+from tf_largeconv import _core
 
 
 def intra_op_threads():
@@ -110,38 +109,71 @@ def plan(input_shape, filter_shape, strides, padding, data_format="NHWC", dilati
     ValueError: malformed arguments, shapes that do not fit, or a workspace_limit that even
       the smallest FFT plan exceeds when algorithm='fft' (the message gives the minimum).
   """
-  attrs = _ops_py.conv_attrs(strides, padding, data_format, dilations, algorithm,
-                             workspace_limit)
+  attrs = _args.conv_attrs(strides, padding, data_format, dilations, algorithm,
+                           workspace_limit)
   return plan_from_attrs(input_shape, filter_shape, attrs, dtype, num_threads)
 
 
 def plan_from_attrs(input_shape, filter_shape, attrs, dtype=tf.float32, num_threads=None):
-  """`plan` for already-normalised op attributes (see `ops.conv_attrs`)."""
-  dtype = tf.as_dtype(dtype)
-  if dtype not in (tf.float16, tf.bfloat16, tf.float32, tf.float64):
-    raise ValueError(f"dtype must be float16, bfloat16, float32 or float64, got {dtype.name}")
+  """`plan` for already-normalised op attributes (see `_args.conv_attrs`)."""
+  dtype = _args.normalize_dtype(dtype)
   threads = int(num_threads) if num_threads else intra_op_threads()
-  core = _core()
   input_shape = [int(v) for v in input_shape]
   filter_shape = [int(v) for v in filter_shape]
   args = (input_shape, filter_shape, attrs["strides"], attrs["padding"],
           attrs["explicit_paddings"], attrs["data_format"], attrs["dilations"])
-  geometry = core.geometry(*args)
+  geometry = _core.geometry(*args)
   kwargs = dict(workspace_limit=attrs["workspace_limit"], num_threads=threads,
                 real_bytes=8 if dtype == tf.float64 else 4)
   # TensorFlow's kernel runs the whole convolution (its own gradients follow) or none of
   # it. The choice is made per image, so a graph traced with an unknown batch size and an
   # eager call with a known one run the same kernel and give identical results.
   route_tf = attrs["algorithm"] == "tf"
-  if attrs["algorithm"] == "auto" and _ops_py.tf_kernel_eligible(input_shape, filter_shape,
-                                                                  attrs, dtype):
+  eligible = tf_kernel_eligible(input_shape, filter_shape, attrs, dtype)
+  if attrs["algorithm"] == "auto" and eligible:
     per_image = [1] + input_shape[1:]
-    first = core.plan(per_image, *args[1:], algorithm="auto", allow_tf=True, **kwargs)[0]
+    first = _core.plan(per_image, *args[1:], algorithm="auto", allow_tf=True, **kwargs)[0]
     route_tf = first["algorithm"] == "tf"
-  passes = core.plan(*args, algorithm="tf" if route_tf else attrs["algorithm"],
-                     allow_tf=route_tf and _ops_py.tf_kernel_eligible(
-                         input_shape, filter_shape, attrs, dtype), **kwargs)
+  passes = _core.plan(*args, algorithm="tf" if route_tf else attrs["algorithm"],
+                      allow_tf=route_tf and eligible, **kwargs)
   limit = attrs["workspace_limit"]
   if limit < 0:
-    limit = core.DEFAULT_WORKSPACE_LIMIT
+    limit = _core.DEFAULT_WORKSPACE_LIMIT
   return Plan([PassPlan(d) for d in passes], geometry["output_shape"], limit, threads)
+
+
+# TensorFlow's own kernel is weighed for the full-width dtypes only, so float16 and
+# bfloat16 results always come from the op, which computes them in float32.
+TF_KERNEL_DTYPES = tuple(d for d in _args.DTYPES if d.size >= 4)
+
+
+def tf_kernel_eligible(input_shape, filter_shape, attrs, dtype):
+  """Whether TensorFlow's own CPU kernels can run this convolution, gradients included."""
+  return (len(input_shape) == 4 and len(filter_shape) == 4 and
+          attrs["data_format"] == "NHWC" and all(d == 1 for d in attrs["dilations"]) and
+          dtype in TF_KERNEL_DTYPES and input_shape[3] == filter_shape[2])
+
+
+def use_tf_kernel(input, filters, attrs):  # pylint: disable=redefined-builtin
+  """True where the planner, asked with static image and filter shapes, prefers
+  TensorFlow's own kernel (small filters with many channels, where oneDNN's tuned code
+  wins). The batch size may be unknown: the choice is made per image."""
+  if input.shape.rank != 4 or not filters.shape.is_fully_defined():
+    return False
+  x_shape, f_shape = [1] + input.shape.as_list()[1:], filters.shape.as_list()
+  if None in x_shape or not tf_kernel_eligible(x_shape, f_shape, attrs, input.dtype):
+    return False
+  key = tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in sorted(attrs.items()))
+  return _plans_tf_kernel(tuple(x_shape), tuple(f_shape), key, input.dtype.name)
+
+
+@functools.lru_cache(maxsize=1024)
+def _plans_tf_kernel(x_shape, f_shape, attrs_key, dtype_name):
+  # Cached: eager code calls conv2d with the same shapes over and over, and the decision
+  # depends only on these arguments (and the thread count, fixed once TF is initialised).
+  attrs = {k: list(v) if isinstance(v, tuple) else v for k, v in attrs_key}
+  try:
+    p = plan_from_attrs(list(x_shape), list(f_shape), attrs, dtype_name)
+  except ValueError:
+    return False  # bad shapes: our op raises the error, the same in every mode
+  return p.forward.algorithm == "tf"

@@ -6,11 +6,12 @@ layers built on tf_keras itself. Importing this module requires the tf_keras pac
 
 import tf_keras
 
+from tf_largeconv import _layer_settings
 from tf_largeconv import ops as _ops
 
 
 @tf_keras.utils.register_keras_serializable(package="tf_largeconv")
-class LargeConv2D(tf_keras.layers.Conv2D):
+class LargeConv2D(_layer_settings.LargeConvSettings, tf_keras.layers.Conv2D):
   """`tf_keras.layers.Conv2D` computed by `tf_largeconv.conv2d`.
 
   Args: those of `tf_keras.layers.Conv2D`, plus `algorithm` and `workspace_limit` (see
@@ -18,18 +19,9 @@ class LargeConv2D(tf_keras.layers.Conv2D):
   """
 
   def __init__(self, filters, kernel_size, algorithm="auto", workspace_limit=None, **kwargs):
-    self.algorithm = _ops.normalize_algorithm(algorithm)
-    _ops.normalize_workspace_limit(workspace_limit)
-    self.workspace_limit = workspace_limit
+    self._init_settings(algorithm, workspace_limit)
     super().__init__(filters, kernel_size, **kwargs)
 
   def convolution_op(self, inputs, kernel):
-    data_format = "NHWC" if self.data_format == "channels_last" else "NCHW"
     return _ops.conv2d(inputs, kernel, list(self.strides), self.padding.upper(),
-                       data_format=data_format, dilations=list(self.dilation_rate),
-                       algorithm=self.algorithm, workspace_limit=self.workspace_limit)
-
-  def get_config(self):
-    config = super().get_config()
-    config.update(algorithm=self.algorithm, workspace_limit=self.workspace_limit)
-    return config
+                       **self._op_kwargs())

@@ -1,0 +1,170 @@
+"""Argument normalisation shared by the ops, the planner and the layers.
+
+Turns tf.nn.conv2d-style arguments into the LargeConv ops' attributes and checks the
+tensors' dtypes, raising the same errors whichever entry point was called.
+"""
+
+import collections.abc
+import numbers
+
+import tensorflow as tf
+
+# The dtypes the LargeConv ops are registered for, in the order error messages list them.
+# Written here only; meant to come from the C++ op library's own list once it exports one.
+DTYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64)
+_DTYPE_NAMES = ", ".join(d.name for d in DTYPES[:-1]) + " or " + DTYPES[-1].name
+
+ALGORITHMS = ("auto", "direct", "fft", "tf")
+
+
+def channel_index(data_format):
+  """The position of the depth dimension in a 4-D tensor of this (normalised) layout."""
+  return 1 if data_format == "NCHW" else 3
+
+
+def normalize_data_format(data_format):
+  """Returns 'NHWC' or 'NCHW'; None means NHWC, as in tf.nn.conv2d."""
+  if data_format is None:
+    return "NHWC"
+  if not isinstance(data_format, str) or data_format.upper() not in ("NHWC", "NCHW"):
+    raise ValueError(
+        f"data_format must be 'NHWC' or 'NCHW', got data_format={data_format!r}")
+  return data_format.upper()
+
+
+def normalize_window(value, name, data_format):
+  """Expands strides/dilations given as an int or a list of 1, 2 or 4 ints to 4 ints.
+
+  Mirrors tf.nn.conv2d: a length-4 list is taken in data_format order as is; 1 or 2 values
+  are the spatial ones.
+  """
+  if value is None:
+    return [1, 1, 1, 1]
+  if isinstance(value, numbers.Integral):
+    values = [value]
+  elif isinstance(value, collections.abc.Sized) and not isinstance(value, (str, bytes)):
+    values = list(value)
+  else:
+    raise ValueError(
+        f"{name} must be an int or a list of 1, 2 or 4 ints, got {name}={value!r}")
+  for v in values:
+    if not isinstance(v, numbers.Integral) or isinstance(v, bool):
+      raise ValueError(f"{name} must contain only ints, got {name}={value!r}")
+  values = [int(v) for v in values]
+  if len(values) == 4:
+    return values
+  if len(values) == 1:
+    values = values * 2
+  elif len(values) != 2:
+    raise ValueError(
+        f"{name} must have length 1, 2 or 4, got {name}={value!r} of length {len(values)}")
+  if channel_index(data_format) == 1:
+    return [1, 1] + values
+  return [1] + values + [1]
+
+
+def normalize_padding(padding):
+  """Returns (padding string, explicit_paddings) as the op takes them.
+
+  `padding` is 'SAME' or 'VALID' (any case), or a list of four [before, after] pairs in
+  data_format order (explicit padding), as in tf.nn.conv2d.
+  """
+  if isinstance(padding, str):
+    upper = padding.upper()
+    if upper in ("SAME", "VALID"):
+      return upper, []
+    if upper == "EXPLICIT":
+      raise ValueError("padding='EXPLICIT' is not accepted directly: pass padding as a list "
+                       "of four [before, after] pairs instead")
+    raise ValueError(
+        f"padding must be 'SAME', 'VALID' or a list of four [before, after] pairs, "
+        f"got padding={padding!r}")
+  if isinstance(padding, (list, tuple)):
+    if len(padding) != 4:
+      raise ValueError(
+          f"padding as a list must have 4 [before, after] pairs (one per dimension), got "
+          f"padding={padding!r} of length {len(padding)}")
+    flat = []
+    for pair in padding:
+      if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+        raise ValueError(
+            f"each entry of padding must be a [before, after] pair, got padding={padding!r}")
+      for p in pair:
+        if not isinstance(p, numbers.Integral) or isinstance(p, bool):
+          raise ValueError(f"padding must contain only ints, got padding={padding!r}")
+        flat.append(int(p))
+    return "EXPLICIT", flat
+  raise ValueError(
+      f"padding must be 'SAME', 'VALID' or a list of four [before, after] pairs, got "
+      f"padding={padding!r}")
+
+
+def normalize_algorithm(algorithm):
+  """Returns 'auto', 'direct', 'fft' or 'tf'; None means 'auto'."""
+  if algorithm is None:
+    return "auto"
+  if not isinstance(algorithm, str) or algorithm.lower() not in ALGORITHMS:
+    raise ValueError(f"algorithm must be one of {ALGORITHMS}, got algorithm={algorithm!r}")
+  return algorithm.lower()
+
+
+def normalize_workspace_limit(workspace_limit):
+  """Returns the limit in bytes as the op takes it (-1: the default, 64 MiB)."""
+  if workspace_limit is None:
+    return -1
+  if (not isinstance(workspace_limit, numbers.Integral) or isinstance(workspace_limit, bool)
+      or workspace_limit < 0):
+    raise ValueError("workspace_limit must be None or a non-negative number of bytes, got "
+                     f"workspace_limit={workspace_limit!r}")
+  return int(workspace_limit)
+
+
+def conv_attrs(strides, padding, data_format, dilations, algorithm="auto",
+               workspace_limit=None):
+  """The op attributes for tf.nn.conv2d-style arguments (validated for form only)."""
+  data_format = normalize_data_format(data_format)
+  padding, explicit_paddings = normalize_padding(padding)
+  return dict(
+      strides=normalize_window(strides, "strides", data_format),
+      padding=padding,
+      explicit_paddings=explicit_paddings,
+      data_format=data_format,
+      dilations=normalize_window(dilations, "dilations", data_format),
+      algorithm=normalize_algorithm(algorithm),
+      workspace_limit=normalize_workspace_limit(workspace_limit),
+  )
+
+
+def normalize_dtype(dtype):
+  """Returns `dtype` as a tf.DType, if the ops support it.
+
+  Raises:
+    ValueError: a dtype outside `DTYPES`.
+  """
+  dtype = tf.as_dtype(dtype)
+  if dtype not in DTYPES:
+    raise ValueError(f"dtype must be {_DTYPE_NAMES}, got {dtype.name}")
+  return dtype
+
+
+def as_tensors(input, filters):  # pylint: disable=redefined-builtin
+  """Converts an op's two data operands to tensors of one supported dtype.
+
+  `filters` takes input's dtype unless it already is a tensor or variable, whose dtype must
+  then match.
+
+  Raises:
+    TypeError: input's dtype is not in `DTYPES`, or filters' differs from it.
+  """
+  input = tf.convert_to_tensor(input, name="input")
+  dtype = input.dtype
+  if isinstance(filters, (tf.Tensor, tf.Variable)):
+    filters = tf.convert_to_tensor(filters, name="filters")
+  else:
+    filters = tf.convert_to_tensor(filters, dtype=dtype, name="filters")
+  if dtype not in DTYPES:
+    raise TypeError(f"input must have dtype {_DTYPE_NAMES}, got {dtype.name}")
+  if filters.dtype != dtype:
+    raise TypeError(f"filters must have the same dtype as input ({dtype.name}), got "
+                    f"{filters.dtype.name}")
+  return input, filters

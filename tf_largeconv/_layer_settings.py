@@ -1,0 +1,35 @@
+"""The settings the LargeConv layers add to a Keras convolution, for Keras 3 and tf_keras.
+
+Imports no Keras: `keras.py` (Keras 3) and `tf_keras.py` (Keras 2) both mix this class into
+their layers, and neither may depend on the other's Keras.
+"""
+
+from tf_largeconv import _args
+
+
+def op_data_format(keras_format):
+  """The op's data_format for a Keras one ('channels_last' or 'channels_first')."""
+  return "NHWC" if keras_format == "channels_last" else "NCHW"
+
+
+class LargeConvSettings:
+  """The two settings our layers add to Keras's, validated and serialised once.
+
+  Mixed in before the Keras convolution layer, whose `data_format`, `dilation_rate` and
+  `get_config` it uses.
+  """
+
+  def _init_settings(self, algorithm, workspace_limit):
+    self.algorithm = _args.normalize_algorithm(algorithm)
+    _args.normalize_workspace_limit(workspace_limit)
+    self.workspace_limit = workspace_limit
+
+  def _op_kwargs(self):
+    return dict(data_format=op_data_format(self.data_format),
+                dilations=list(self.dilation_rate), algorithm=self.algorithm,
+                workspace_limit=self.workspace_limit)
+
+  def get_config(self):
+    config = super().get_config()
+    config.update(algorithm=self.algorithm, workspace_limit=self.workspace_limit)
+    return config
