@@ -1,112 +1,141 @@
-"""The planner: workspace is a hard limit and exactly what the kernels take (as TF's
-allocator counts it), impossible limits fail clearly, and choices are stable."""
+"""The planner: workspace is a hard limit and exactly what the kernels take (as TF's step
+stats count it), impossible limits fail clearly, and choices are stable."""
 
-import gc
 import os
-import subprocess
-import sys
-import textwrap
+import re
 
-from hypothesis import HealthCheck, assume, given, settings, strategies as st
 import numpy as np
 import pytest
+import subproc
 import tensorflow as tf
+from hypothesis import HealthCheck
+from hypothesis import assume
+from hypothesis import given
+from hypothesis import settings
+from hypothesis import strategies as st
 
 import tf_largeconv as lc
 from tf_largeconv import _loader
 
 MiB = 2**20
 
-
-def _transient_peak(fn):
-  """Peak bytes TF's CPU allocator held during fn() above what is still live after it:
-  the temporary memory fn() took and gave back (its results stay live, so they cancel)."""
-  gc.collect()  # so no earlier garbage is freed during fn() and skews "current"
-  gc.disable()
-  try:
-    tf.config.experimental.reset_memory_stats("CPU:0")
-    result = fn()
-    info = tf.config.experimental.get_memory_info("CPU:0")
-  finally:
-    gc.enable()
-  return result, info["peak"] - info["current"]
+_OP_OF_PASS = {"forward": "LargeConv>Conv2D",
+               "backprop_input": "LargeConv>Conv2DBackpropInput",
+               "backprop_filter": "LargeConv>Conv2DBackpropFilter"}
 
 
-def _allocator_count(out_bytes, temp_bytes):
-  """What TF's CPU allocator counts as transient for "allocate a result of out_bytes, then
-  a temporary of temp_bytes, free the temporary" from its current state.
+def _traced_run(build, *arrays):
+  """Runs a graph once in a `tf.compat.v1.Session` with a full trace.
 
-  That allocator (BFC, with oneDNN) counts chunks, not requests: under 256 KiB nothing is
-  counted (small-object allocator); above, a request is counted exactly when split off a
-  larger free chunk and as the whole chunk (< 2x the request) otherwise, depending on its
-  free list. Replaying the op's allocation sequence gives the figure the op must produce.
+  TF's step stats give each node's temporary memory (what it took through allocate_temp
+  and gave back) to the byte; the allocator's own counters round to chunks and count
+  nothing under 256 KiB.
+
+  Args:
+    build: makes the fetches from placeholders standing for `arrays`. Placeholders, not
+      constants, so that graph optimization cannot fold the ops away.
+    *arrays: float32 numpy arrays to feed.
+
+  Returns:
+    (the fetched values, {op type: [temp_memory_size of each of its nodes that ran]}).
   """
-  def replay():
-    out = tf.random.uniform((out_bytes // 4,))
-    if temp_bytes:
-      temp = tf.random.uniform((temp_bytes // 4,))
-      del temp
-    return out
-
-  _, count = _transient_peak(replay)
-  return count
+  graph = tf.Graph()
+  with graph.as_default():
+    inputs = [tf.compat.v1.placeholder(tf.float32, a.shape) for a in arrays]
+    fetches = build(*inputs)
+  options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
+  metadata = tf.compat.v1.RunMetadata()
+  with tf.compat.v1.Session(graph=graph) as session:
+    values = session.run(fetches, dict(zip(inputs, arrays)), options=options,
+                         run_metadata=metadata)
+  op_types = {op.name: op.type for op in graph.get_operations()}
+  temps = {}
+  for device in metadata.step_stats.dev_stats:
+    for node in device.node_stats:
+      temps.setdefault(op_types.get(node.node_name), []).append(
+          node.memory_stats.temp_memory_size)
+  return values, temps
 
 
 def _check_passes(plan, x_shape, w_shape, strides, padding, rng, **kwargs):
-  """Runs each pass of `plan` alone and checks its temporary memory against the allocator's
-  count of one request of the planned workspace (after the pass's result)."""
-  x = tf.constant(rng.standard_normal(x_shape), tf.float32)
-  w = tf.constant(rng.standard_normal(w_shape), tf.float32)
-  dy = tf.constant(rng.standard_normal(plan.output_shape), tf.float32)
-  runs = {
-      "forward": (lambda: lc.conv2d(x, w, strides, padding, **kwargs), plan.output_shape),
-      "backprop_input": (lambda: lc.conv2d_backprop_input(x_shape, w, dy, strides, padding,
-                                                          **kwargs), x_shape),
-      "backprop_filter": (lambda: lc.conv2d_backprop_filter(x, w_shape, dy, strides, padding,
-                                                            **kwargs), w_shape),
-  }
+  """Runs the three passes of `plan` on random operands, checking that each takes exactly
+  its planned workspace, within the plan's limit.
+
+  Returns:
+    (x, w, dy, {pass name: its result}).
+  """
+  x = rng.standard_normal(x_shape).astype(np.float32)
+  w = rng.standard_normal(w_shape).astype(np.float32)
+  dy = rng.standard_normal(plan.output_shape).astype(np.float32)
+  values, temps = _traced_run(lambda x, w, dy: {
+      "forward": lc.conv2d(x, w, strides, padding, **kwargs),
+      "backprop_input": lc.conv2d_backprop_input(x_shape, w, dy, strides, padding, **kwargs),
+      "backprop_filter": lc.conv2d_backprop_filter(x, w_shape, dy, strides, padding,
+                                                   **kwargs),
+  }, x, w, dy)
   for pass_plan in plan.passes:
+    assert temps[_OP_OF_PASS[pass_plan.name]] == [pass_plan.workspace_bytes], (pass_plan,
+                                                                              temps)
     assert pass_plan.workspace_bytes <= plan.workspace_limit
-    run, out_shape = runs[pass_plan.name]
-    expected = _allocator_count(int(np.prod(out_shape)) * 4, pass_plan.workspace_bytes)
-    _, extra = _transient_peak(run)
-    assert extra == expected, (pass_plan, extra, expected)
-    assert extra < 2 * max(pass_plan.workspace_bytes, 1)
+    if pass_plan.algorithm == "fft":
+      assert pass_plan.workspace_bytes > 0
+  return x, w, dy, values
 
 
+def _assert_binds(plan, unconstrained):
+  """Both plans go FFT in every pass, and every pass of `plan` uses a different transform
+  than without a limit: its limit changed the plan. Transform sizes do not depend on the
+  thread count (slots do), so this holds on any machine."""
+  for limited, free in zip(plan.passes, unconstrained.passes):
+    assert limited.algorithm == free.algorithm == "fft", (limited, free)
+    assert limited.fft_size != free.fft_size, (limited, free)
+
+
+# Each case goes FFT at each of its limits, each of which binds; `None` (the 64 MiB default)
+# is the unconstrained reference, the largest workspace of each case.
 CASES = [
-    ((2, 100, 90, 3), (31, 31, 3, 4), 1, "SAME"),
-    ((1, 64, 70, 8), (15, 9, 4, 6), (2, 1), "VALID"),
-    ((1, 200, 210, 1), (61, 61, 1, 2), 1, "SAME"),
+    (((2, 100, 90, 3), (31, 31, 3, 4), 1, "SAME"), [MiB // 4, MiB // 2, MiB]),
+    (((1, 150, 140, 2), (41, 35, 2, 4), (2, 1), "VALID"), [MiB // 2, MiB]),
+    (((1, 200, 210, 1), (61, 61, 1, 2), 1, "SAME"), [MiB // 2, MiB]),
 ]
 
 
-@pytest.mark.parametrize("limit", [MiB // 4, MiB // 2, MiB, 8 * MiB, 64 * MiB])
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case,limit", [
+    pytest.param(case, limit, id=f"{'x'.join(map(str, case[0]))}-{limit or 'none'}")
+    for case, limits in CASES for limit in limits + [None]])
 def test_each_pass_takes_exactly_the_planned_workspace(rng, case, limit):
-  x_shape, w_shape, strides, padding = case
-  p = lc.plan(x_shape, w_shape, strides, padding, workspace_limit=limit)
-  _check_passes(p, x_shape, w_shape, strides, padding, rng, workspace_limit=limit)
+  p = lc.plan(*case, workspace_limit=limit)
+  assert all(pp.algorithm == "fft" for pp in p.passes), p
+  if limit is not None:
+    _assert_binds(p, lc.plan(*case))
+  _check_passes(p, *case, rng, workspace_limit=limit)
 
 
 def test_gradient_step_stays_within_limit(rng):
-  limit = 3 * MiB
-  x = tf.Variable(rng.standard_normal((2, 120, 130, 2)), dtype=tf.float32)
-  w = tf.Variable(rng.standard_normal((41, 41, 2, 3)), dtype=tf.float32)
-  p = lc.plan(x.shape, w.shape, 1, "SAME", workspace_limit=limit)
-  assert all(pp.algorithm == "fft" for pp in p.passes)
+  # Without the limit each pass plans 0.8 to 1.4 MB (1 or 2 threads; more with more), so a
+  # step that lost the limit on the way to its gradient ops would show.
+  limit = MiB // 2
+  x_shape, w_shape = (2, 120, 130, 2), (41, 41, 2, 3)
+  p = lc.plan(x_shape, w_shape, 1, "SAME", workspace_limit=limit)
+  unconstrained = lc.plan(x_shape, w_shape, 1, "SAME")
+  _assert_binds(p, unconstrained)
+  assert all(pp.workspace_bytes > limit for pp in unconstrained.passes), unconstrained
 
-  def step():
+  def step(x, w):
     with tf.GradientTape() as tape:
+      tape.watch([x, w])
       y = lc.conv2d(x, w, 1, "SAME", workspace_limit=limit)
-    return tape.gradient(y, [x, w], output_gradients=tf.ones_like(y))
+    # y is fetched too: nothing else needs its value, so the session would not run it.
+    return y, tape.gradient(y, [x, w], output_gradients=tf.ones_like(y))
 
-  step()
-  _, transient = _transient_peak(step)
-  # Freed by the end of the step: y, the ones_like(y) seed, and one workspace at a time,
-  # each counted by the allocator as less than twice its size (see _allocator_count).
-  y_bytes = 2 * 120 * 130 * 3 * 4
-  assert transient < 2 * (2 * y_bytes + p.workspace_bytes)
+  _, temps = _traced_run(step, rng.standard_normal(x_shape).astype(np.float32),
+                         rng.standard_normal(w_shape).astype(np.float32))
+  # Each pass ran once and took exactly its planned workspace; no node of the step took
+  # more than the limit.
+  for pass_plan in p.passes:
+    assert temps[_OP_OF_PASS[pass_plan.name]] == [pass_plan.workspace_bytes], (pass_plan,
+                                                                              temps)
+  assert max(max(t) for t in temps.values()) <= limit, temps
 
 
 def test_plan_equals_what_the_op_does(rng):
@@ -134,18 +163,34 @@ def test_impossible_limit_names_the_minimum():
   assert p.forward.algorithm == "direct" and p.workspace_bytes == 0
 
 
-def test_minimum_reported_is_sufficient():
-  p = lc.plan((1, 100, 100, 1), (31, 31, 1, 1), 1, "SAME", algorithm="fft",
-              workspace_limit=1000000, num_threads=1)
-  assert p.forward.workspace_bytes <= 1000000
-  try:
-    lc.plan((1, 100, 100, 1), (31, 31, 1, 1), 1, "SAME", algorithm="fft",
-            workspace_limit=1000)
-  except ValueError as e:
-    minimum = int(str(e).split("at least ")[1].split()[0])
-  p = lc.plan((1, 100, 100, 1), (31, 31, 1, 1), 1, "SAME", algorithm="fft",
-              workspace_limit=minimum)
-  assert all(pp.algorithm == "fft" and pp.workspace_bytes <= minimum for pp in p.passes)
+def test_minimum_reported_is_sufficient(rng):
+  case = ((1, 100, 100, 1), (31, 31, 1, 1), 1, "SAME")
+  with pytest.raises(ValueError, match=r"needs at least \d+ bytes for this forward pass") as e:
+    lc.plan(*case, algorithm="fft", workspace_limit=1000)
+  minimum = int(re.search(r"needs at least (\d+) bytes", str(e.value)).group(1))
+  p = lc.plan(*case, algorithm="fft", workspace_limit=minimum)
+  assert all(pp.algorithm == "fft" and pp.workspace_bytes <= minimum for pp in p.passes), p
+  assert p.forward.workspace_bytes == minimum, p  # the smallest plan of the pass named
+  # The op runs every pass at exactly that limit, each taking its planned workspace, and
+  # agrees with the direct path.
+  x, w, dy, got = _check_passes(p, *case, rng, algorithm="fft", workspace_limit=minimum)
+  _, w_shape, strides, padding = case
+  want = {
+      "forward": lc.conv2d(x, w, strides, padding, algorithm="direct"),
+      "backprop_input": lc.conv2d_backprop_input(x.shape, w, dy, strides, padding,
+                                                 algorithm="direct"),
+      "backprop_filter": lc.conv2d_backprop_filter(x, w_shape, dy, strides, padding,
+                                                   algorithm="direct"),
+  }
+  for name, value in want.items():
+    value = value.numpy()
+    assert got[name].shape == value.shape
+    assert np.abs(got[name] - value).max() < 1e-4 * np.abs(value).max(), name
+  # One byte less is too little, for the planner and for the op alike.
+  with pytest.raises(ValueError, match=f"needs at least {minimum} bytes"):
+    lc.plan(*case, algorithm="fft", workspace_limit=minimum - 1)
+  with pytest.raises(tf.errors.InvalidArgumentError, match=f"needs at least {minimum} bytes"):
+    lc.conv2d(x, w, strides, padding, algorithm="fft", workspace_limit=minimum - 1)
 
 
 @pytest.mark.parametrize("x_shape,w_shape,padding,expected", [
@@ -173,7 +218,7 @@ def test_plan_prints_a_table():
   text = str(lc.plan((2, 64, 64, 3), (31, 31, 3, 8), 1, "SAME"))
   lines = text.splitlines()
   assert lines[1].split()[:2] == ["pass", "algorithm"]
-  assert [l.split()[0] for l in lines[2:]] == ["forward", "backprop_input", "backprop_filter"]
+  assert [line.split()[0] for line in lines[2:]] == ["forward", "backprop_input", "backprop_filter"]
 
 
 def test_plan_argument_errors():
@@ -212,32 +257,46 @@ def test_random_shapes_and_limits_stay_within_the_limit(n, h, w, c, k, cout, pad
   assume(padding == "SAME" or (h >= k and w >= k))
   x_shape, w_shape = (n, h, w, c), (k, k, c, cout)
   p = lc.plan(x_shape, w_shape, 1, padding, workspace_limit=limit, algorithm="fft")
+  assert p.workspace_limit == limit  # the limit _check_passes holds the passes to
+  # Every draw is an FFT plan, so each pass takes a workspace > 0, checked to the byte.
   _check_passes(p, x_shape, w_shape, 1, padding, np.random.default_rng(h * w + k),
                 workspace_limit=limit, algorithm="fft")
 
 
+# Runs the forward pass and both gradients of a 2000x2000 input and a 101x101 filter under
+# the workspace limit argv[1]; prints the peak RSS growth and the largest planned workspace.
+_RSS_CHILD = """
+    import sys
+    import tensorflow as tf, tf_largeconv as lc
+    from tf_largeconv import _measure
+    limit = int(sys.argv[1])
+    x = tf.random.uniform((1, 2000, 2000, 1)); w = tf.random.uniform((101, 101, 1, 1))
+    lc.conv2d(tf.ones((1, 8, 8, 1)), tf.ones((3, 3, 1, 1)), 1, "SAME")  # load, warm up
+    p = lc.plan(x.shape, w.shape, 1, "SAME", workspace_limit=limit)
+    base = _measure.reset_peak_rss()
+    with tf.GradientTape() as tape:
+      tape.watch([x, w])
+      y = lc.conv2d(x, w, 1, "SAME", workspace_limit=limit)
+    dx, dw = tape.gradient(y, [x, w])
+    print(_measure.peak_rss() - base, p.workspace_bytes)
+    """
+
+
 def test_process_memory_does_not_scale_with_input_times_filter():
-  # 2000x2000 input, 101x101 filter: an im2col would need 2000*2000*101*101*4 B = 163 GB.
-  code = textwrap.dedent("""
-      import numpy as np, tensorflow as tf, tf_largeconv as lc
-      from tf_largeconv import _measure
-      x = tf.random.uniform((1, 2000, 2000, 1)); w = tf.random.uniform((101, 101, 1, 1))
-      lc.conv2d(tf.ones((1, 8, 8, 1)), tf.ones((3, 3, 1, 1)), 1, "SAME")  # load, warm up
-      limit = 8 << 20
-      base = _measure.reset_peak_rss()
-      with tf.GradientTape() as tape:
-        tape.watch([x, w])
-        y = lc.conv2d(x, w, 1, "SAME", workspace_limit=limit)
-      dx, dw = tape.gradient(y, [x, w])
-      print((_measure.peak_rss() - base) / 2**20)
-      """)
-  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
-             PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
-  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                       timeout=600, check=True)
-  growth_mib = float(out.stdout.strip().splitlines()[-1])
-  # Live at once: y, its gradient seed, dx (16 MB each), one 8 MiB workspace, each
-  # possibly held in a chunk up to twice its size by TF's allocator, plus thread and
-  # transform scratch.
-  assert growth_mib < 2 * (3 * 16 + 8) + 32, growth_mib
+  # An im2col would need 2000*2000*101*101*4 B = 163 GB.
+  case = ((1, 2000, 2000, 1), (101, 101, 1, 1), 1, "SAME")
+  limit = 2 * MiB
+  p = lc.plan(*case, workspace_limit=limit)
+  unconstrained = lc.plan(*case)
+  _assert_binds(p, unconstrained)
+  out = subproc.run(_RSS_CHILD, limit, timeout=600)
+  growth, workspace = map(int, out.stdout.split()[-2:])
+  assert workspace == p.workspace_bytes  # the child planned what this process did
+  # Live at once: y, its gradient seed and dx (16 MB each; dw is 40 KB) and one workspace.
+  # The slack (thread and transform scratch: 0.6 MiB measured on 2 threads) is less than the
+  # workspace the limit saves (15 MB on 2 threads; the whole step then grows 62 MiB, over
+  # this bound's 53 MiB), so a run that ignored the limit fails.
+  outputs = 3 * 2000 * 2000 * 4
+  slack = 6 * MiB
+  assert slack < unconstrained.workspace_bytes - workspace
+  assert growth <= outputs + workspace + slack, (growth, workspace)
