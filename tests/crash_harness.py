@@ -1,15 +1,24 @@
 """Crash harness: random, mostly malformed calls to the raw LargeConv ops in worker
-processes; counts the processes that die (signal or abort) instead of raising.
+processes; counts the processes that die (signal or abort) instead of raising, or hang.
 
-  python tests/crash_harness.py --workers 4 --calls 500 [--seed 0]
+  python tests/crash_harness.py --workers 4 --calls 500 [--seed 0] [--timeout 1800]
 
-Prints "deaths: N" and exits non-zero if N > 0.
+Prints "deaths: N" and exits non-zero if N > 0. The workers import the tf_largeconv this
+Python imports (as the tests' children do, see subproc.py); run as a script where none is
+importable (`make fuzz` in a checkout), the checkout's in-place build.
 """
 
 import argparse
 import os
-import subprocess
 import sys
+
+try:
+  import subproc
+except ModuleNotFoundError as e:
+  if e.name != "tf_largeconv":
+    raise
+  sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  import subproc  # pylint: disable=g-import-not-at-top
 
 WORKER = r"""
 import sys, numpy as np, tensorflow as tf
@@ -76,20 +85,24 @@ def main(argv=None):
   parser.add_argument("--workers", type=int, default=4)
   parser.add_argument("--calls", type=int, default=500)
   parser.add_argument("--seed", type=int, default=0)
+  parser.add_argument("--timeout", type=float, default=1800,
+                      help="seconds after which a worker counts as hung (killed, a death)")
   args = parser.parse_args(argv)
-  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
-             PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+  print(f"workers import {subproc.PACKAGE_PARENT}", flush=True)
   deaths = 0
   for w in range(args.workers):
-    proc = subprocess.run([sys.executable, "-c", WORKER, str(args.seed * 1000 + w),
-                           str(args.calls)], env=env, capture_output=True, text=True,
-                          timeout=1800, check=False)
-    if proc.returncode != 0 or "worker done" not in proc.stdout:
+    proc = subproc.start(WORKER, args.seed * 1000 + w, args.calls)
+    try:
+      out, err = subproc.wait(proc, args.timeout, check=False)
+    except AssertionError as e:  # hung: killed, the message holds its output
       deaths += 1
-      print(f"worker {w} died with code {proc.returncode}:\n{proc.stderr[-2000:]}")
+      print(f"worker {w} hung:\n{e}", flush=True)
+      continue
+    if proc.returncode != 0 or "worker done" not in out:
+      deaths += 1
+      print(f"worker {w} died:\n{subproc.describe(proc, out, err)}", flush=True)
     else:
-      print(proc.stdout.strip())
+      print(out.strip(), flush=True)
   print(f"deaths: {deaths}")
   return 1 if deaths else 0
 
