@@ -59,7 +59,8 @@ def wait(proc, timeout, check=True):
   except subprocess.TimeoutExpired:
     proc.kill()
     out, err = proc.communicate()
-    raise AssertionError(f"child timed out after {timeout} s\n" + describe(proc, out, err))
+    raise AssertionError(
+        f"child timed out after {timeout} s\n" + describe(proc, out, err)) from None
   if check and proc.returncode != 0:
     raise AssertionError(describe(proc, out, err))
   return out, err

@@ -5,9 +5,12 @@ group configurations."""
 import numpy as np
 import pytest
 import tensorflow as tf
+from reference import Conv
+from reference import PassCheck
+from reference import planned_fft
+from reference import tolerance
 
 import tf_largeconv as lc
-from reference import Conv, PassCheck, planned_fft, tolerance
 
 # (input NHWC, kernel (h, w), multiplier, strides, padding, dilations)
 DEPTHWISE = [

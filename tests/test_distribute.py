@@ -19,7 +19,6 @@ import threading
 import time
 
 import numpy as np
-
 import subproc
 
 # Distributed and single-device weights differ only by float32 summation order (a batch

@@ -5,12 +5,17 @@ and gradient calls. FUZZ_EXAMPLES sets the number of draws (`make fuzz`: thousan
 
 import os
 
-from hypothesis import HealthCheck, assume, given, settings, strategies as st
 import numpy as np
 import tensorflow as tf
+from hypothesis import HealthCheck
+from hypothesis import assume
+from hypothesis import given
+from hypothesis import settings
+from hypothesis import strategies as st
+from reference import Conv
+from reference import planned_fft
 
 import tf_largeconv as lc
-from reference import Conv, planned_fft
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "40"))
 SETTINGS = settings(max_examples=EXAMPLES, deadline=None, derandomize=True,

@@ -4,13 +4,13 @@ TensorFlow sees no GPU (the CPU wheel); LARGECONV_REQUIRE_GPU=1 makes that a fai
 
 import os
 
-import numpy as np
 import pytest
 import tensorflow as tf
+from cases import attrs
+from reference import Conv
+from reference import planned_fft
 
 import tf_largeconv as lc
-from cases import attrs
-from reference import Conv, planned_fft
 
 GPUS = tf.config.list_physical_devices("GPU")
 

@@ -5,9 +5,10 @@ second-order gradients against TF."""
 import numpy as np
 import pytest
 import tensorflow as tf
+from reference import Conv
+from reference import planned_fft
 
 import tf_largeconv as lc
-from reference import Conv, planned_fft
 
 JACOBIAN_CASES = [
     # (input NHWC, filter, strides, padding, dilations)

@@ -6,11 +6,12 @@ tf_keras twin (trained like tf_keras.layers.Conv2D), and Keras-like argument err
 import keras
 import numpy as np
 import pytest
+import subproc
 import tensorflow as tf
 
-import subproc
 import tf_largeconv as lc
-from tf_largeconv.keras import LargeConv2D, LargeDepthwiseConv2D
+from tf_largeconv.keras import LargeConv2D
+from tf_largeconv.keras import LargeDepthwiseConv2D
 
 
 def _to_last(a):

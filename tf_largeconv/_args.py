@@ -9,12 +9,15 @@ import numbers
 
 import tensorflow as tf
 
-# The dtypes the LargeConv ops are registered for, in the order error messages list them.
-# Written here only; meant to come from the C++ op library's own list once it exports one.
-DTYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64)
+from tf_largeconv import _loader
+
+# The dtypes the LargeConv ops are registered for, in the order error messages list them:
+# the C++ list (cc/core/dtypes.h) that every kernel and registration is expanded from.
+DTYPES = tuple(tf.as_dtype(name) for name in _loader.core().DTYPES)
 _DTYPE_NAMES = ", ".join(d.name for d in DTYPES[:-1]) + " or " + DTYPES[-1].name
 
-ALGORITHMS = ("auto", "direct", "fft", "tf")
+# 'auto', 'direct', 'fft', 'tf': the C++ vocabulary's list (cc/core/vocabulary.h).
+ALGORITHMS = tuple(_loader.core().ALGORITHMS)
 
 
 def channel_index(data_format):

@@ -36,6 +36,13 @@ def _check_build_version():
         "safely. " + REBUILD_HINT)
 
 
+def core():
+  """Returns the framework-free core module (planner, geometry, host kernels)."""
+  _library_path("_core")  # a missing build gets the message above, not a bare ImportError
+  from tf_largeconv import _core  # pylint: disable=g-import-not-at-top
+  return _core
+
+
 def ops():
   """Returns the loaded op-library module, loading it on first use."""
   global _ops

@@ -12,7 +12,9 @@ import os
 import tensorflow as tf
 
 from tf_largeconv import _args
-from tf_largeconv import _core
+from tf_largeconv import _loader
+
+_CORE = _loader.core()
 
 
 def intra_op_threads():
@@ -122,7 +124,7 @@ def plan_from_attrs(input_shape, filter_shape, attrs, dtype=tf.float32, num_thre
   filter_shape = [int(v) for v in filter_shape]
   args = (input_shape, filter_shape, attrs["strides"], attrs["padding"],
           attrs["explicit_paddings"], attrs["data_format"], attrs["dilations"])
-  geometry = _core.geometry(*args)
+  geometry = _CORE.geometry(*args)
   kwargs = dict(workspace_limit=attrs["workspace_limit"], num_threads=threads,
                 real_bytes=8 if dtype == tf.float64 else 4)
   # TensorFlow's kernel runs the whole convolution (its own gradients follow) or none of
@@ -132,13 +134,13 @@ def plan_from_attrs(input_shape, filter_shape, attrs, dtype=tf.float32, num_thre
   eligible = tf_kernel_eligible(input_shape, filter_shape, attrs, dtype)
   if attrs["algorithm"] == "auto" and eligible:
     per_image = [1] + input_shape[1:]
-    first = _core.plan(per_image, *args[1:], algorithm="auto", allow_tf=True, **kwargs)[0]
+    first = _CORE.plan(per_image, *args[1:], algorithm="auto", allow_tf=True, **kwargs)[0]
     route_tf = first["algorithm"] == "tf"
-  passes = _core.plan(*args, algorithm="tf" if route_tf else attrs["algorithm"],
+  passes = _CORE.plan(*args, algorithm="tf" if route_tf else attrs["algorithm"],
                       allow_tf=route_tf and eligible, **kwargs)
   limit = attrs["workspace_limit"]
   if limit < 0:
-    limit = _core.DEFAULT_WORKSPACE_LIMIT
+    limit = _CORE.DEFAULT_WORKSPACE_LIMIT
   return Plan([PassPlan(d) for d in passes], geometry["output_shape"], limit, threads)
 
 

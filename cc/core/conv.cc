@@ -8,10 +8,10 @@
 namespace largeconv {
 
 template <typename T>
-void RunPass(const ConvGeometry& g, const PassPlan& plan, const T* a, int64_t a_size,
-             const T* b, int64_t b_size, T* out, void* workspace, const ParallelFor& pf) {
-  const bool fft = plan.algorithm == Algorithm::kFft && AllFinite(a, a_size, pf) &&
-                   AllFinite(b, b_size, pf);
+void RunPass(const ConvGeometry& g, const PassPlan& plan, const T* a, int64_t a_size, const T* b,
+             int64_t b_size, T* out, void* workspace, const ParallelFor& pf) {
+  const bool fft =
+      plan.algorithm == Algorithm::kFft && AllFinite(a, a_size, pf) && AllFinite(b, b_size, pf);
   switch (plan.pass) {
     case ConvPass::kForward:
       if (fft) {
@@ -37,14 +37,10 @@ void RunPass(const ConvGeometry& g, const PassPlan& plan, const T* a, int64_t a_
   }
 }
 
-#define LARGECONV_INSTANTIATE_RUN(T)                                                       \
-  template void RunPass<T>(const ConvGeometry&, const PassPlan&, const T*, int64_t,        \
-                           const T*, int64_t, T*, void*, const ParallelFor&);
-
-LARGECONV_INSTANTIATE_RUN(float)
-LARGECONV_INSTANTIATE_RUN(double)
-LARGECONV_INSTANTIATE_RUN(f16)
-LARGECONV_INSTANTIATE_RUN(bf16)
+#define LARGECONV_INSTANTIATE_RUN(T, NAME, TF_WORD)                                           \
+  template void RunPass<T>(const ConvGeometry&, const PassPlan&, const T*, int64_t, const T*, \
+                           int64_t, T*, void*, const ParallelFor&);
+LARGECONV_FOR_EACH_DTYPE(LARGECONV_INSTANTIATE_RUN)
 #undef LARGECONV_INSTANTIATE_RUN
 
 }  // namespace largeconv

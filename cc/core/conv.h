@@ -16,8 +16,8 @@ namespace largeconv {
 // (filter, out_backprop) -> in_backprop; backprop-filter (input, out_backprop) ->
 // filter_backprop. `workspace` holds plan.workspace_bytes (64-byte aligned).
 template <typename T>
-void RunPass(const ConvGeometry& g, const PassPlan& plan, const T* a, int64_t a_size,
-             const T* b, int64_t b_size, T* out, void* workspace, const ParallelFor& pf);
+void RunPass(const ConvGeometry& g, const PassPlan& plan, const T* a, int64_t a_size, const T* b,
+             int64_t b_size, T* out, void* workspace, const ParallelFor& pf);
 
 }  // namespace largeconv
 

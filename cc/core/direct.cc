@@ -7,17 +7,12 @@
 #include <algorithm>
 
 #include "cc/core/dtypes.h"
+#include "cc/core/vocabulary.h"
 
 namespace largeconv {
 namespace {
 
 constexpr int64_t kManyChannels = 8;
-
-inline int64_t FloorDiv(int64_t a, int64_t b) {
-  const int64_t q = a / b;
-  return (a % b != 0 && (a < 0) != (b < 0)) ? q - 1 : q;
-}
-inline int64_t CeilDiv(int64_t a, int64_t b) { return -FloorDiv(-a, b); }
 
 // Range [lo, hi) of j in [0, n) with 0 <= (base + j) * stride + off < size.
 inline void ValidRange(int64_t base, int64_t n, int64_t stride, int64_t off, int64_t size,
@@ -40,9 +35,7 @@ inline AccT<T> StridedDot(const T* a, int64_t sa, const T* b, int64_t sb, int64_
   return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
 }
 
-inline int64_t CostHint(double ops) {
-  return static_cast<int64_t>(std::min(ops, 1e15)) + 1;
-}
+inline int64_t CostHint(double ops) { return static_cast<int64_t>(std::min(ops, 1e15)) + 1; }
 
 // ---------------------------------------------------------------------------------------
 // Forward: one work unit per output row (n, oh).
@@ -94,8 +87,8 @@ void ForwardRowsChannelInner(const ConvGeometry& g, const T* x, const T* w, T* y
 }
 
 template <typename T>
-void ForwardRowsPositionInner(const ConvGeometry& g, const T* x, const T* w, T* y,
-                              int64_t t0, int64_t t1) {
+void ForwardRowsPositionInner(const ConvGeometry& g, const T* x, const T* w, T* y, int64_t t0,
+                              int64_t t1) {
   using A = AccT<T>;
   constexpr int64_t TW = 256, TC = kManyChannels;
   A acc[TC * TW];
@@ -218,8 +211,7 @@ void BackpropInputRowsPositionInner(const ConvGeometry& g, const T* w, const T* 
               const int64_t ow_first = std::max<int64_t>(0, CeilDiv(iw0 + off, sw));
               const int64_t i_first = ow_first * sw - iw0 - off;
               if (i_first >= tw || ow_first >= g.out_w) continue;
-              const int64_t steps =
-                  std::min(CeilDiv(tw - i_first, sw), g.out_w - ow_first);
+              const int64_t steps = std::min(CeilDiv(tw - i_first, sw), g.out_w - ow_first);
               for (int64_t oc = 0; oc < ocpg; ++oc) {
                 const T* dyq =
                     dy + n * ys.n + oh * ys.h + ow_first * ys.w + (grp * ocpg + oc) * ys.c;
@@ -293,8 +285,8 @@ void BackpropFilterUnits(const ConvGeometry& g, const T* x, const T* dy, T* dw, 
             const T* yp0 = yrow + lo * ys.w;
             for (int64_t i = 0; i < ti; ++i) {
               for (int64_t o = 0; o < to; ++o) {
-                acc[i * TO + o] += StridedDot(xp0 + i * xs.c, g.stride_w * xs.w,
-                                              yp0 + o * ys.c, ys.w, hi - lo);
+                acc[i * TO + o] +=
+                    StridedDot(xp0 + i * xs.c, g.stride_w * xs.w, yp0 + o * ys.c, ys.w, hi - lo);
               }
             }
           }
@@ -349,25 +341,20 @@ void DirectBackpropFilter(const ConvGeometry& g, const T* input, const T* out_ba
   if (g.filter_elements() == 0) return;
   const int64_t iblocks = (g.in_c_per_group() + kFilterTileIn - 1) / kFilterTileIn;
   const int64_t units = g.filter_h * g.filter_w * g.groups * iblocks;
-  const double per_unit = static_cast<double>(g.batch) * g.out_h * g.out_w *
-                          g.out_c_per_group() * kFilterTileIn;
+  const double per_unit =
+      static_cast<double>(g.batch) * g.out_h * g.out_w * g.out_c_per_group() * kFilterTileIn;
   pf(units, CostHint(per_unit), [&](int64_t b, int64_t e) {
     BackpropFilterUnits(g, input, out_backprop, filter_backprop, b, e);
   });
 }
 
-#define LARGECONV_INSTANTIATE_DIRECT(T)                                                   \
-  template void DirectForward<T>(const ConvGeometry&, const T*, const T*, T*,            \
-                                 const ParallelFor&);                                     \
-  template void DirectBackpropInput<T>(const ConvGeometry&, const T*, const T*, T*,      \
-                                       const ParallelFor&);                               \
-  template void DirectBackpropFilter<T>(const ConvGeometry&, const T*, const T*, T*,     \
+#define LARGECONV_INSTANTIATE_DIRECT(T, NAME, TF_WORD)                                             \
+  template void DirectForward<T>(const ConvGeometry&, const T*, const T*, T*, const ParallelFor&); \
+  template void DirectBackpropInput<T>(const ConvGeometry&, const T*, const T*, T*,                \
+                                       const ParallelFor&);                                        \
+  template void DirectBackpropFilter<T>(const ConvGeometry&, const T*, const T*, T*,               \
                                         const ParallelFor&);
-
-LARGECONV_INSTANTIATE_DIRECT(float)
-LARGECONV_INSTANTIATE_DIRECT(double)
-LARGECONV_INSTANTIATE_DIRECT(f16)
-LARGECONV_INSTANTIATE_DIRECT(bf16)
+LARGECONV_FOR_EACH_DTYPE(LARGECONV_INSTANTIATE_DIRECT)
 #undef LARGECONV_INSTANTIATE_DIRECT
 
 }  // namespace largeconv

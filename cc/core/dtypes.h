@@ -57,7 +57,7 @@ LC_HD inline uint16_t FloatToHalf(float f) {
     return sign | (abs > 0x7f800000u ? 0x7e00u : 0x7c00u);
   }
   if (abs >= 0x477ff000u) return sign | 0x7c00u;  // rounds to >= 65520: inf
-  if (abs < 0x38800000u) {                         // below 2^-14: subnormal or zero
+  if (abs < 0x38800000u) {                        // below 2^-14: subnormal or zero
     // Scale into the subnormal grid; float addition rounds to nearest even.
     const float mag = BitsToFloat(abs) + 0.5f;  // 0.5 = 2^-1 puts 2^-24 at the ulp of 0.5
     return sign | static_cast<uint16_t>(FloatToBits(mag) - 0x3f000000u);
@@ -67,9 +67,7 @@ LC_HD inline uint16_t FloatToHalf(float f) {
   return sign | static_cast<uint16_t>((r - (112u << 23)) >> 13);
 }
 
-LC_HD inline float Bf16ToFloat(uint16_t b) {
-  return BitsToFloat(static_cast<uint32_t>(b) << 16);
-}
+LC_HD inline float Bf16ToFloat(uint16_t b) { return BitsToFloat(static_cast<uint32_t>(b) << 16); }
 
 LC_HD inline uint16_t FloatToBf16(float f) {
   const uint32_t u = FloatToBits(f);
@@ -77,6 +75,17 @@ LC_HD inline uint16_t FloatToBf16(float f) {
   const uint32_t odd = (u >> 16) & 1u;
   return static_cast<uint16_t>((u + 0x7fffu + odd) >> 16);
 }
+
+// The one list of element types the kernels support, one line each:
+//   X(core storage type, name as TensorFlow's dtypes and numpy spell it, TF's attr word)
+// Every instantiation and registration site (CPU and CUDA kernels, TF kernels and op attrs,
+// the Python modules' dtype list) expands it, so a new type is added here and nowhere else
+// but its Load/Store rules below.
+#define LARGECONV_FOR_EACH_DTYPE(X) \
+  X(f16, float16, half)             \
+  X(bf16, bfloat16, bfloat16)       \
+  X(float, float32, float)          \
+  X(double, float64, double)
 
 template <typename T>
 struct Acc {
@@ -90,6 +99,10 @@ struct Acc<double> {
 template <typename T>
 using AccT = typename Acc<T>::type;
 
+// Bytes of the type each storage type computes in (the planners size buffers with it).
+template <typename T>
+constexpr int kComputeBytes = sizeof(AccT<T>);
+
 LC_HD inline float Load(float v) { return v; }
 LC_HD inline double Load(double v) { return v; }
 LC_HD inline float Load(f16 v) { return HalfToFloat(v.bits); }
@@ -98,13 +111,21 @@ LC_HD inline float Load(bf16 v) { return Bf16ToFloat(v.bits); }
 template <typename T>
 LC_HD inline T Store(AccT<T> v);
 template <>
-LC_HD inline float Store<float>(float v) { return v; }
+LC_HD inline float Store<float>(float v) {
+  return v;
+}
 template <>
-LC_HD inline double Store<double>(double v) { return v; }
+LC_HD inline double Store<double>(double v) {
+  return v;
+}
 template <>
-LC_HD inline f16 Store<f16>(float v) { return f16{FloatToHalf(v)}; }
+LC_HD inline f16 Store<f16>(float v) {
+  return f16{FloatToHalf(v)};
+}
 template <>
-LC_HD inline bf16 Store<bf16>(float v) { return bf16{FloatToBf16(v)}; }
+LC_HD inline bf16 Store<bf16>(float v) {
+  return bf16{FloatToBf16(v)};
+}
 
 LC_HD inline bool IsFinite(float v) { return (FloatToBits(v) & 0x7f800000u) != 0x7f800000u; }
 LC_HD inline bool IsFinite(double v) {

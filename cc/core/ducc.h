@@ -5,7 +5,7 @@
 #define TF_LARGECONV_CORE_DUCC_H_
 
 #define ducc0 tf_largeconv_ducc0
-#include "ducc0/fft/fftnd_impl.h"  // IWYU pragma: export
+#include "ducc0/fft/fftnd_impl.h"   // IWYU pragma: export
 #include "ducc0/infra/threading.h"  // IWYU pragma: export
 
 #endif  // TF_LARGECONV_CORE_DUCC_H_

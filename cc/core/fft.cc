@@ -18,10 +18,7 @@ namespace largeconv {
 namespace {
 
 constexpr int64_t kAlign = 64;
-inline int64_t AlignUp(int64_t b) { return (b + kAlign - 1) / kAlign * kAlign; }
-inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-inline int64_t Extent(int64_t k, int64_t d) { return (k - 1) * d + 1; }
-inline int64_t Mod(int64_t a, int64_t m) { return ((a % m) + m) % m; }
+inline int64_t Align(int64_t b) { return AlignUp(b, kAlign); }
 
 // The one description of how a pass's workspace is carved up.
 struct Layout {
@@ -52,8 +49,8 @@ Layout MakeLayout(const ConvGeometry& g, ConvPass pass, const FftConfig& c, int 
       l.slot_spectra = c.vec_block * (c.in_block * c.out_block + c.out_block + 1);
       break;
   }
-  l.spectrum_bytes = AlignUp(l.bins * 2 * rb);
-  l.plane_bytes = AlignUp(c.fft_h * c.fft_w * rb);
+  l.spectrum_bytes = Align(l.bins * 2 * rb);
+  l.plane_bytes = Align(c.fft_h * c.fft_w * rb);
   l.shared_bytes = l.shared_spectra * l.spectrum_bytes;
   l.slot_bytes = l.slot_spectra * l.spectrum_bytes + l.real_planes * l.plane_bytes;
   // Whole multiples of 256 bytes, the granule TF's CPU allocator counts in, so the planned
@@ -126,8 +123,7 @@ void C2RBatch(std::complex<R>* spec, R* real, int64_t count, int64_t real_stride
 
 // acc += a * conj(b) over n complex bins, written on interleaved reals so it vectorises.
 template <typename R>
-void MacConj(std::complex<R>* acc, const std::complex<R>* a, const std::complex<R>* b,
-             int64_t n) {
+void MacConj(std::complex<R>* acc, const std::complex<R>* a, const std::complex<R>* b, int64_t n) {
   R* __restrict o = reinterpret_cast<R*>(acc);
   const R* __restrict x = reinterpret_cast<const R*>(a);
   const R* __restrict y = reinterpret_cast<const R*>(b);
@@ -152,19 +148,18 @@ struct Plane {
 // c < max_cols; zero elsewhere. With several planes the innermost loop runs across them, so
 // channel-interleaved (NHWC) data is read in runs rather than one element per cache line.
 template <typename T, typename R>
-void LoadTiles(R* real, int64_t real_stride, int64_t planes, int64_t plane_stride,
-               int64_t fh, int64_t fw, const Plane<T>& p, int64_t q0_h, int64_t q0_w,
-               int64_t max_rows, int64_t max_cols) {
+void LoadTiles(R* real, int64_t real_stride, int64_t planes, int64_t plane_stride, int64_t fh,
+               int64_t fw, const Plane<T>& p, int64_t q0_h, int64_t q0_w, int64_t max_rows,
+               int64_t max_cols) {
   const int64_t rows = std::min(fh, max_rows), cols = std::min(fw, max_cols);
   int64_t c_first = std::max<int64_t>(0, -q0_w);
   while (c_first < cols && (q0_w + c_first) % p.stuff_w != 0) ++c_first;
   // Plane columns j_first, j_first + 1, ... land at tile columns c_first, + stuff_w, ...
   const int64_t j_first = c_first < cols ? (q0_w + c_first) / p.stuff_w : 0;
   const int64_t count =
-      c_first < cols
-          ? std::max<int64_t>(0, std::min(p.cols - j_first,
-                                          (cols - c_first + p.stuff_w - 1) / p.stuff_w))
-          : 0;
+      c_first < cols ? std::max<int64_t>(0, std::min(p.cols - j_first,
+                                                     (cols - c_first + p.stuff_w - 1) / p.stuff_w))
+                     : 0;
   // Zero what the copy below leaves: whole rows without data, and (without column
   // stuffing) the row ends around the copied run.
   auto row_has_data = [&](int64_t r) {
@@ -226,7 +221,8 @@ struct Correlation {
   // flipped for backprop-input, where the roles of input and output channels swap.
   void PlaceFilter(R* real, int64_t grp, int64_t sc, int64_t dc) const {
     std::fill(real, real + c.fft_h * c.fft_w, R(0));
-    const int64_t keh = Extent(g.filter_h, g.dilation_h), kew = Extent(g.filter_w, g.dilation_w);
+    const int64_t keh = DilatedExtent(g.filter_h, g.dilation_h),
+                  kew = DilatedExtent(g.filter_w, g.dilation_w);
     const int64_t ci = backprop_input ? dc : sc;
     const int64_t co = grp * g.out_c_per_group() + (backprop_input ? sc : dc);
     for (int64_t kh = 0; kh < g.filter_h; ++kh) {
@@ -236,8 +232,8 @@ struct Correlation {
           r = keh - 1 - r;
           q = kew - 1 - q;
         }
-        real[r * c.fft_w + q] =
-            static_cast<R>(Load(filter[((kh * g.filter_w + kw) * g.filter_in_c + ci) * g.out_c + co]));
+        real[r * c.fft_w + q] = static_cast<R>(
+            Load(filter[((kh * g.filter_w + kw) * g.filter_in_c + ci) * g.out_c + co]));
       }
     }
   }
@@ -256,16 +252,18 @@ struct Correlation {
   }
 
   void Run(void* workspace, const ParallelFor& pf) const {
-    const Layout l = MakeLayout(g, backprop_input ? ConvPass::kBackpropInput : ConvPass::kForward,
-                                c, sizeof(R));
+    const Layout l =
+        MakeLayout(g, backprop_input ? ConvPass::kBackpropInput : ConvPass::kForward, c, sizeof(R));
     const Workspace<R> ws{static_cast<char*>(workspace), l};
     const int64_t fh = c.fft_h, fw = c.fft_w, scpg = src_cpg(), dcpg = dst_cpg();
     const R scale = R(1) / static_cast<R>(fh * fw);
-    const int64_t keh = Extent(g.filter_h, g.dilation_h), kew = Extent(g.filter_w, g.dilation_w);
+    const int64_t keh = DilatedExtent(g.filter_h, g.dilation_h),
+                  kew = DilatedExtent(g.filter_w, g.dilation_w);
     // Source offset: dense output p reads source dense position p + off + k.
     const int64_t off_h = backprop_input ? g.pad_top - keh + 1 : -g.pad_top;
     const int64_t off_w = backprop_input ? g.pad_left - kew + 1 : -g.pad_left;
-    const int64_t out_sh = backprop_input ? 1 : g.stride_h, out_sw = backprop_input ? 1 : g.stride_w;
+    const int64_t out_sh = backprop_input ? 1 : g.stride_h,
+                  out_sw = backprop_input ? 1 : g.stride_w;
     const Strides4 ds = backprop_input ? g.input_strides() : g.output_strides();
     const double fft_cost = 5.0 * fh * fw * std::log2(static_cast<double>(fh * fw) + 2);
     const int64_t per_image = t.tiles_h * t.tiles_w;
@@ -291,70 +289,71 @@ struct Correlation {
         const int64_t real_stride = l.plane_bytes / sizeof(R);
         const int64_t spec_stride = l.spectrum_bytes / sizeof(C);
         // Group runs vary fastest, so one image's tile is reused from cache by all of them.
-        RunSlots(pf, c.slots, group_runs * per_run, tile_cost * vb, [&](int64_t slot, int64_t item) {
-          const int64_t gi0 = item % group_runs * vb;
-          const int64_t nb = std::min(vb, gb - gi0);
-          item /= group_runs;
-          const int64_t n = item / per_image;
-          const int64_t p0_h = (item % per_image) / t.tiles_w * t.tile_h;
-          const int64_t p0_w = (item % per_image) % t.tiles_w * t.tile_w;
-          // Slot spectra: [0, vb) source transforms, then vb per output channel k.
-          C* x = ws.spectrum(slot, 0);
-          auto acc = [&](int64_t k, int64_t j) { return ws.spectrum(slot, vb + k * vb + j); };
-          for (int64_t k = 0; k < ob; ++k) {
-            for (int64_t j = 0; j < nb; ++j) std::fill(acc(k, j), acc(k, j) + l.bins, C(0));
-          }
-          const int64_t src_plane_stride = scpg * SourceChannelStride();
-          for (int64_t sc = 0; sc < scpg; ++sc) {
-            LoadTiles(ws.real(slot), real_stride, nb, src_plane_stride, fh, fw,
-                      SourcePlane(n, (g0 + gi0) * scpg + sc), p0_h + off_h + t.shift_h,
-                      p0_w + off_w + t.shift_w, fh, fw);
-            R2CBatch(ws.real(slot), x, nb, real_stride, spec_stride, fh, fw);
-            for (int64_t j = 0; j < nb; ++j) {
+        RunSlots(
+            pf, c.slots, group_runs * per_run, tile_cost * vb, [&](int64_t slot, int64_t item) {
+              const int64_t gi0 = item % group_runs * vb;
+              const int64_t nb = std::min(vb, gb - gi0);
+              item /= group_runs;
+              const int64_t n = item / per_image;
+              const int64_t p0_h = (item % per_image) / t.tiles_w * t.tile_h;
+              const int64_t p0_w = (item % per_image) % t.tiles_w * t.tile_w;
+              // Slot spectra: [0, vb) source transforms, then vb per output channel k.
+              C* x = ws.spectrum(slot, 0);
+              auto acc = [&](int64_t k, int64_t j) { return ws.spectrum(slot, vb + k * vb + j); };
               for (int64_t k = 0; k < ob; ++k) {
-                MacConj(acc(k, j), x + j * spec_stride,
-                        ws.shared((gi0 + j) * per_group + sc * ob + k), l.bins);
+                for (int64_t j = 0; j < nb; ++j) std::fill(acc(k, j), acc(k, j) + l.bins, C(0));
               }
-            }
-          }
-          const int64_t rows = std::min(t.tile_h, t.dense_h - p0_h);
-          const int64_t cols = std::min(t.tile_w, t.dense_w - p0_w);
-          int64_t c0 = 0;
-          while (c0 < cols && (p0_w + c0) % out_sw != 0) ++c0;
-          const int64_t ow0 = (p0_w + c0) / out_sw;
-          const int64_t count = c0 < cols ? (cols - c0 + out_sw - 1) / out_sw : 0;
-          const int64_t dst_plane_stride = dcpg * ds.c;  // between consecutive groups
-          for (int64_t k = 0; k < ob; ++k) {
-            C2RBatch(acc(k, 0), ws.real(slot), nb, real_stride, spec_stride, fh, fw);
-            T* out = dst + n * ds.n + ((g0 + gi0) * dcpg + ob0 + k) * ds.c;
-            // Output (r, c) sits at transform position (r - shift_h, c - shift_w) modulo
-            // the transform size (the shift is 0 except for a wrap-around single tile).
-            const int64_t col0 = Mod(c0 - t.shift_w, fw);
-            const bool no_wrap = col0 + (count - 1) * out_sw < fw;
-            for (int64_t r = 0; r < rows; ++r) {
-              const int64_t p = p0_h + r;
-              if (p % out_sh != 0) continue;
-              T* orow = out + (p / out_sh) * ds.h + ow0 * ds.w;
-              const R* in = ws.real(slot) + Mod(r - t.shift_h, fh) * fw;
-              if (no_wrap && nb == 1 && out_sw == 1 && ds.w == 1) {
-                for (int64_t q = 0; q < count; ++q) orow[q] = Store<T>(in[col0 + q]);
-              } else {
-                // Plane by plane: reads run along each plane's row, and the output row
-                // (all batched channels) stays in L1 across the planes.
+              const int64_t src_plane_stride = scpg * SourceChannelStride();
+              for (int64_t sc = 0; sc < scpg; ++sc) {
+                LoadTiles(ws.real(slot), real_stride, nb, src_plane_stride, fh, fw,
+                          SourcePlane(n, (g0 + gi0) * scpg + sc), p0_h + off_h + t.shift_h,
+                          p0_w + off_w + t.shift_w, fh, fw);
+                R2CBatch(ws.real(slot), x, nb, real_stride, spec_stride, fh, fw);
                 for (int64_t j = 0; j < nb; ++j) {
-                  T* o = orow + j * dst_plane_stride;
-                  const R* v = in + j * real_stride;
-                  int64_t col = col0;
-                  for (int64_t q = 0; q < count; ++q) {
-                    o[q * ds.w] = Store<T>(v[col]);
-                    col += out_sw;
-                    if (col >= fw) col -= fw;
+                  for (int64_t k = 0; k < ob; ++k) {
+                    MacConj(acc(k, j), x + j * spec_stride,
+                            ws.shared((gi0 + j) * per_group + sc * ob + k), l.bins);
                   }
                 }
               }
-            }
-          }
-        });
+              const int64_t rows = std::min(t.tile_h, t.dense_h - p0_h);
+              const int64_t cols = std::min(t.tile_w, t.dense_w - p0_w);
+              int64_t c0 = 0;
+              while (c0 < cols && (p0_w + c0) % out_sw != 0) ++c0;
+              const int64_t ow0 = (p0_w + c0) / out_sw;
+              const int64_t count = c0 < cols ? (cols - c0 + out_sw - 1) / out_sw : 0;
+              const int64_t dst_plane_stride = dcpg * ds.c;  // between consecutive groups
+              for (int64_t k = 0; k < ob; ++k) {
+                C2RBatch(acc(k, 0), ws.real(slot), nb, real_stride, spec_stride, fh, fw);
+                T* out = dst + n * ds.n + ((g0 + gi0) * dcpg + ob0 + k) * ds.c;
+                // Output (r, c) sits at transform position (r - shift_h, c - shift_w) modulo
+                // the transform size (the shift is 0 except for a wrap-around single tile).
+                const int64_t col0 = Mod(c0 - t.shift_w, fw);
+                const bool no_wrap = col0 + (count - 1) * out_sw < fw;
+                for (int64_t r = 0; r < rows; ++r) {
+                  const int64_t p = p0_h + r;
+                  if (p % out_sh != 0) continue;
+                  T* orow = out + (p / out_sh) * ds.h + ow0 * ds.w;
+                  const R* in = ws.real(slot) + Mod(r - t.shift_h, fh) * fw;
+                  if (no_wrap && nb == 1 && out_sw == 1 && ds.w == 1) {
+                    for (int64_t q = 0; q < count; ++q) orow[q] = Store<T>(in[col0 + q]);
+                  } else {
+                    // Plane by plane: reads run along each plane's row, and the output row
+                    // (all batched channels) stays in L1 across the planes.
+                    for (int64_t j = 0; j < nb; ++j) {
+                      T* o = orow + j * dst_plane_stride;
+                      const R* v = in + j * real_stride;
+                      int64_t col = col0;
+                      for (int64_t q = 0; q < count; ++q) {
+                        o[q * ds.w] = Store<T>(v[col]);
+                        col += out_sw;
+                        if (col >= fw) col -= fw;
+                      }
+                    }
+                  }
+                }
+              }
+            });
       }
     }
   }
@@ -368,8 +367,7 @@ int64_t FftWorkspaceBytes(const ConvGeometry& g, ConvPass pass, const FftConfig&
 }
 
 double FftTransformCount(const ConvGeometry& g, ConvPass pass, const FftConfig& c) {
-  FftTiling t;
-  if (!MakeFftTiling(g, pass, c.fft_h, c.fft_w, &t)) return 0;
+  const FftTiling& t = c.tiling;
   const double tiles = static_cast<double>(g.batch) * t.tiles_h * t.tiles_w * g.groups;
   const double icpg = g.in_c_per_group(), ocpg = g.out_c_per_group();
   switch (pass) {
@@ -394,8 +392,7 @@ template <typename T>
 void FftForward(const ConvGeometry& g, const FftConfig& c, const T* input, const T* filter,
                 T* output, void* workspace, const ParallelFor& pf) {
   if (g.output_elements() == 0) return;
-  Correlation<T> job{g, c, {}, false, input, filter, output};
-  MakeFftTiling(g, ConvPass::kForward, c.fft_h, c.fft_w, &job.t);
+  Correlation<T> job{g, c, c.tiling, false, input, filter, output};
   job.Run(workspace, pf);
 }
 
@@ -404,8 +401,7 @@ void FftBackpropInput(const ConvGeometry& g, const FftConfig& c, const T* filter
                       const T* out_backprop, T* in_backprop, void* workspace,
                       const ParallelFor& pf) {
   if (g.input_elements() == 0) return;
-  Correlation<T> job{g, c, {}, true, out_backprop, filter, in_backprop};
-  MakeFftTiling(g, ConvPass::kBackpropInput, c.fft_h, c.fft_w, &job.t);
+  Correlation<T> job{g, c, c.tiling, true, out_backprop, filter, in_backprop};
   job.Run(workspace, pf);
 }
 
@@ -416,8 +412,7 @@ void FftBackpropFilter(const ConvGeometry& g, const FftConfig& c, const T* input
   using R = AccT<T>;
   using C = std::complex<R>;
   if (g.filter_elements() == 0) return;
-  FftTiling t;
-  MakeFftTiling(g, ConvPass::kBackpropFilter, c.fft_h, c.fft_w, &t);
+  const FftTiling& t = c.tiling;
   const Layout l = MakeLayout(g, ConvPass::kBackpropFilter, c, sizeof(R));
   const Workspace<R> ws{static_cast<char*>(workspace), l};
   const int64_t fh = c.fft_h, fw = c.fft_w;
@@ -428,8 +423,8 @@ void FftBackpropFilter(const ConvGeometry& g, const FftConfig& c, const T* input
   const R scale = R(1) / static_cast<R>(fh * fw);  // applied on the final read-out
   const double fft_cost = 5.0 * fh * fw * std::log2(static_cast<double>(fh * fw) + 2);
   const double unit_cost =
-      g.batch * per_image * (fft_cost * (c.in_block + c.out_block) +
-                             8.0 * l.bins * c.in_block * c.out_block);
+      g.batch * per_image *
+      (fft_cost * (c.in_block + c.out_block) + 8.0 * l.bins * c.in_block * c.out_block);
   // Whole groups per unit (depthwise and other many-group cases) are taken vec_block at a
   // time, transformed in batched calls and loaded channel-innermost.
   const bool whole = c.in_block >= icpg && c.out_block >= ocpg;
@@ -457,16 +452,20 @@ void FftBackpropFilter(const ConvGeometry& g, const FftConfig& c, const T* input
       for (int64_t tile = 0; tile < per_image; ++tile) {
         const int64_t p0_h = tile / t.tiles_w * t.tile_h, p0_w = tile % t.tiles_w * t.tile_w;
         for (int64_t k = 0; k < ob; ++k) {
-          const Plane<T> dy{out_backprop + n * ys.n + (g0 * ocpg + ob0 + k) * ys.c, ys.h, ys.w,
-                            g.out_h, g.out_w, g.stride_h, g.stride_w};
+          const Plane<T> dy{out_backprop + n * ys.n + (g0 * ocpg + ob0 + k) * ys.c,
+                            ys.h,
+                            ys.w,
+                            g.out_h,
+                            g.out_w,
+                            g.stride_h,
+                            g.stride_w};
           LoadTiles(ws.real(slot), real_stride, nb, ocpg * ys.c, fh, fw, dy, p0_h, p0_w,
                     std::min(t.tile_h, t.dense_h - p0_h), std::min(t.tile_w, t.dense_w - p0_w));
-          R2CBatch(ws.real(slot), dys + k * vb * spec_stride, nb, real_stride, spec_stride, fh,
-                   fw);
+          R2CBatch(ws.real(slot), dys + k * vb * spec_stride, nb, real_stride, spec_stride, fh, fw);
         }
         for (int64_t i = 0; i < ib; ++i) {
-          const Plane<T> x{input + n * xs.n + (g0 * icpg + ib0 + i) * xs.c, xs.h, xs.w, g.in_h,
-                           g.in_w, 1, 1};
+          const Plane<T> x{
+              input + n * xs.n + (g0 * icpg + ib0 + i) * xs.c, xs.h, xs.w, g.in_h, g.in_w, 1, 1};
           LoadTiles(ws.real(slot), real_stride, nb, icpg * xs.c, fh, fw, x,
                     p0_h - g.pad_top + t.shift_h, p0_w - g.pad_left + t.shift_w, fh, fw);
           R2CBatch(ws.real(slot), xsp, nb, real_stride, spec_stride, fh, fw);
@@ -504,19 +503,15 @@ bool AllFinite(const T* p, int64_t n, const ParallelFor& pf) {
   return ParallelAll(p, n, [](T v) { return IsFinite(v); }, pf);
 }
 
-#define LARGECONV_INSTANTIATE_FFT(T)                                                        \
-  template bool AllFinite<T>(const T*, int64_t, const ParallelFor&);                       \
-  template void FftForward<T>(const ConvGeometry&, const FftConfig&, const T*, const T*,   \
-                              T*, void*, const ParallelFor&);                              \
-  template void FftBackpropInput<T>(const ConvGeometry&, const FftConfig&, const T*,       \
-                                    const T*, T*, void*, const ParallelFor&);              \
-  template void FftBackpropFilter<T>(const ConvGeometry&, const FftConfig&, const T*,      \
-                                     const T*, T*, void*, const ParallelFor&);
-
-LARGECONV_INSTANTIATE_FFT(float)
-LARGECONV_INSTANTIATE_FFT(double)
-LARGECONV_INSTANTIATE_FFT(f16)
-LARGECONV_INSTANTIATE_FFT(bf16)
+#define LARGECONV_INSTANTIATE_FFT(T, NAME, TF_WORD)                                                \
+  template bool AllFinite<T>(const T*, int64_t, const ParallelFor&);                               \
+  template void FftForward<T>(const ConvGeometry&, const FftConfig&, const T*, const T*, T*,       \
+                              void*, const ParallelFor&);                                          \
+  template void FftBackpropInput<T>(const ConvGeometry&, const FftConfig&, const T*, const T*, T*, \
+                                    void*, const ParallelFor&);                                    \
+  template void FftBackpropFilter<T>(const ConvGeometry&, const FftConfig&, const T*, const T*,    \
+                                     T*, void*, const ParallelFor&);
+LARGECONV_FOR_EACH_DTYPE(LARGECONV_INSTANTIATE_FFT)
 #undef LARGECONV_INSTANTIATE_FFT
 
 }  // namespace largeconv

@@ -10,20 +10,27 @@
 
 #include "cc/core/geometry.h"
 #include "cc/core/parallel.h"
+#include "cc/core/vocabulary.h"
 
 namespace largeconv {
 
-enum class ConvPass { kForward, kBackpropInput, kBackpropFilter };
-
-// The pass's name as the Python API spells it.
-inline const char* PassName(ConvPass p) {
-  switch (p) {
-    case ConvPass::kForward: return "forward";
-    case ConvPass::kBackpropInput: return "backprop_input";
-    case ConvPass::kBackpropFilter: return "backprop_filter";
-  }
-  return "?";
-}
+// The tiling a transform size implies for a pass: `tile_*` dense positions per tile and
+// the number of tiles per image. Returns false if the transform is smaller than the
+// (dilated) filter.
+// shift_* is set when one tile covers the whole dimension by wrapping around: the transform
+// then holds the whole source from its first non-zero position, and output p sits at
+// position p - shift modulo the transform size. That is exact whenever no unwanted output
+// of the correlation aliases onto a wanted one, which needs far less than overlap-save's
+// output + filter - 1 (e.g. a VALID backprop-input fits the input's own size, a SAME
+// forward the input plus half the filter).
+struct FftTiling {
+  int64_t dense_h = 0, dense_w = 0;  // stride-1 positions the pass produces or consumes
+  int64_t tile_h = 0, tile_w = 0;
+  int64_t tiles_h = 0, tiles_w = 0;
+  int64_t shift_h = 0, shift_w = 0;
+};
+bool MakeFftTiling(const ConvGeometry& g, ConvPass pass, int64_t fft_h, int64_t fft_w,
+                   FftTiling* t);
 
 // How a pass is cut up. fft_h x fft_w is the transform (tile plus filter halo).
 //  forward:         out_block = output channels whose filter spectra are held at once;
@@ -37,29 +44,12 @@ inline const char* PassName(ConvPass p) {
 // slots = workers that run at once, each with its own buffers.
 struct FftConfig {
   int64_t fft_h = 0, fft_w = 0;
+  FftTiling tiling{};  // what fft_h x fft_w implies (MakeFftTiling), set by the planner
   int64_t in_block = 1, out_block = 1;
   int64_t group_block = 1;
   int64_t vec_block = 1;
   int64_t slots = 1;
 };
-
-// The tiling a transform size implies for a pass: `tile_*` dense positions per tile and
-// the number of tiles per image. Returns false if the transform is smaller than the
-// (dilated) filter.
-// shift_* is set when one tile covers the whole dimension by wrapping around: the transform
-// then holds the whole source from its first non-zero position, and output p sits at
-// position p - shift modulo the transform size. That is exact whenever no unwanted output
-// of the correlation aliases onto a wanted one, which needs far less than overlap-save's
-// output + filter - 1 (e.g. a VALID backprop-input fits the input's own size, a SAME
-// forward the input plus half the filter).
-struct FftTiling {
-  int64_t dense_h, dense_w;  // stride-1 positions the pass produces or consumes
-  int64_t tile_h, tile_w;
-  int64_t tiles_h, tiles_w;
-  int64_t shift_h = 0, shift_w = 0;
-};
-bool MakeFftTiling(const ConvGeometry& g, ConvPass pass, int64_t fft_h, int64_t fft_w,
-                   FftTiling* t);
 
 // The largest transform side either FFT path considers.
 constexpr int64_t kMaxFftSide = 4096;
@@ -78,12 +68,11 @@ bool FftSizeCandidates(const ConvGeometry& g, ConvPass pass, int64_t min_side,
 
 // The planners' refusal of an explicit FFT request: min_bytes is the smallest workspace any
 // candidate needed (< 0 when there was no candidate at all).
-std::string FftUnavailable(int64_t limit, int64_t min_bytes, ConvPass pass);
+Status FftUnavailable(int64_t limit, int64_t min_bytes, ConvPass pass);
 
 // Exact workspace bytes of a pass for a given config and real type size (4 for float,
 // f16 and bf16, which compute in float; 8 for double).
-int64_t FftWorkspaceBytes(const ConvGeometry& g, ConvPass pass, const FftConfig& c,
-                          int real_bytes);
+int64_t FftWorkspaceBytes(const ConvGeometry& g, ConvPass pass, const FftConfig& c, int real_bytes);
 
 // Number of real transforms (each fft_h x fft_w) a pass performs; the planner's cost model.
 double FftTransformCount(const ConvGeometry& g, ConvPass pass, const FftConfig& c);

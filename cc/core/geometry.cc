@@ -18,90 +18,111 @@ std::string ListToString(const std::vector<int64_t>& v) {
 // Indices of the H, W and C dimensions within a 4-D shape/attr in data_format order.
 void SpatialIndices(DataFormat f, int* h, int* w, int* c) {
   if (f == DataFormat::kNHWC) {
-    *h = 1; *w = 2; *c = 3;
+    *h = 1;
+    *w = 2;
+    *c = 3;
   } else {
-    *c = 1; *h = 2; *w = 3;
+    *c = 1;
+    *h = 2;
+    *w = 3;
   }
 }
 
-std::string CheckWindowAttr(const std::vector<int64_t>& v, const char* name, DataFormat f) {
+Status CheckWindowAttr(const std::vector<int64_t>& v, const char* name, DataFormat f) {
   if (v.size() != 4) {
-    return std::string(name) + " must have 4 entries (one per dimension of input), got " +
-           ListToString(v);
+    return InvalidArgument(std::string(name) +
+                           " must have 4 entries (one per dimension of input), got " +
+                           ListToString(v));
   }
   int h, w, c;
   SpatialIndices(f, &h, &w, &c);
   if (v[0] != 1 || v[c] != 1) {
-    return std::string(name) + " must be 1 in the batch and depth dimensions, got " +
-           ListToString(v);
+    return InvalidArgument(std::string(name) +
+                           " must be 1 in the batch and depth dimensions, got " + ListToString(v));
   }
   if (v[h] < 1 || v[w] < 1) {
-    return std::string(name) + " must be positive in the spatial dimensions, got " +
-           ListToString(v);
+    return InvalidArgument(std::string(name) + " must be positive in the spatial dimensions, got " +
+                           ListToString(v));
   }
-  return "";
+  return OkStatus();
 }
 
 }  // namespace
 
-std::string ParsePadding(const std::string& s, Padding* out) {
-  if (s == "SAME") { *out = Padding::kSame; return ""; }
-  if (s == "VALID") { *out = Padding::kValid; return ""; }
-  if (s == "EXPLICIT") { *out = Padding::kExplicit; return ""; }
-  return "padding must be one of SAME, VALID, EXPLICIT, got '" + s + "'";
+Status ParsePadding(const std::string& s, Padding* out) {
+  if (s == "SAME") {
+    *out = Padding::kSame;
+    return OkStatus();
+  }
+  if (s == "VALID") {
+    *out = Padding::kValid;
+    return OkStatus();
+  }
+  if (s == "EXPLICIT") {
+    *out = Padding::kExplicit;
+    return OkStatus();
+  }
+  return InvalidArgument("padding must be one of SAME, VALID, EXPLICIT, got '" + s + "'");
 }
 
-std::string ParseDataFormat(const std::string& s, DataFormat* out) {
-  if (s == "NHWC") { *out = DataFormat::kNHWC; return ""; }
-  if (s == "NCHW") { *out = DataFormat::kNCHW; return ""; }
-  return "data_format must be NHWC or NCHW, got '" + s + "'";
+Status ParseDataFormat(const std::string& s, DataFormat* out) {
+  if (s == "NHWC") {
+    *out = DataFormat::kNHWC;
+    return OkStatus();
+  }
+  if (s == "NCHW") {
+    *out = DataFormat::kNCHW;
+    return OkStatus();
+  }
+  return InvalidArgument("data_format must be NHWC or NCHW, got '" + s + "'");
 }
 
-std::string ValidateAttrs(const ConvAttrs& a) {
-  std::string err = CheckWindowAttr(a.strides, "strides", a.data_format);
-  if (!err.empty()) return err;
-  err = CheckWindowAttr(a.dilations, "dilations", a.data_format);
-  if (!err.empty()) return err;
+Status ValidateAttrs(const ConvAttrs& a) {
+  LC_RETURN_IF_ERROR(CheckWindowAttr(a.strides, "strides", a.data_format));
+  LC_RETURN_IF_ERROR(CheckWindowAttr(a.dilations, "dilations", a.data_format));
   if (a.padding == Padding::kExplicit) {
     if (a.explicit_paddings.size() != 8) {
-      return "explicit_paddings must have 8 entries (a before/after pair per dimension) when "
-             "padding is EXPLICIT, got " + ListToString(a.explicit_paddings);
+      return InvalidArgument(
+          "explicit_paddings must have 8 entries (a before/after pair per dimension) when "
+          "padding is EXPLICIT, got " +
+          ListToString(a.explicit_paddings));
     }
     int h, w, c;
     SpatialIndices(a.data_format, &h, &w, &c);
     for (int64_t p : a.explicit_paddings) {
       if (p < 0) {
-        return "explicit_paddings must be non-negative, got " +
-               ListToString(a.explicit_paddings);
+        return InvalidArgument("explicit_paddings must be non-negative, got " +
+                               ListToString(a.explicit_paddings));
       }
     }
     if (a.explicit_paddings[0] || a.explicit_paddings[1] || a.explicit_paddings[2 * c] ||
         a.explicit_paddings[2 * c + 1]) {
-      return "explicit_paddings must be 0 in the batch and depth dimensions, got " +
-             ListToString(a.explicit_paddings);
+      return InvalidArgument("explicit_paddings must be 0 in the batch and depth dimensions, got " +
+                             ListToString(a.explicit_paddings));
     }
   } else if (!a.explicit_paddings.empty()) {
-    return "explicit_paddings must be empty unless padding is EXPLICIT, got " +
-           ListToString(a.explicit_paddings);
+    return InvalidArgument("explicit_paddings must be empty unless padding is EXPLICIT, got " +
+                           ListToString(a.explicit_paddings));
   }
-  return "";
+  return OkStatus();
 }
 
-std::string WindowOutputSize(int64_t in, int64_t filter, int64_t stride, int64_t dilation,
-                             Padding padding, const char* dim, int64_t* pad_before,
-                             int64_t* pad_after, int64_t* out) {
+Status WindowOutputSize(int64_t in, int64_t filter, int64_t stride, int64_t dilation,
+                        Padding padding, const char* dim, int64_t* pad_before, int64_t* pad_after,
+                        int64_t* out) {
   const std::string d(dim);
-  if (in < 0) return "input " + d + " must be non-negative, got " + std::to_string(in);
+  if (in < 0)
+    return InvalidArgument("input " + d + " must be non-negative, got " + std::to_string(in));
   if (filter < 1) {
-    return "filters " + d + " must be positive, got " + std::to_string(filter);
+    return InvalidArgument("filters " + d + " must be positive, got " + std::to_string(filter));
   }
   if (stride < 1 || dilation < 1) {
-    return "strides and dilations along " + d + " must be positive";
+    return InvalidArgument("strides and dilations along " + d + " must be positive");
   }
   int64_t span, eff;
   if (__builtin_mul_overflow(filter - 1, dilation, &span) ||
       __builtin_add_overflow(span, int64_t{1}, &eff)) {
-    return "filters " + d + " times dilation overflows int64";
+    return InvalidArgument("filters " + d + " times dilation overflows int64");
   }
   if (padding == Padding::kSame) {
     // ceil(in / stride) without overflow.
@@ -115,50 +136,52 @@ std::string WindowOutputSize(int64_t in, int64_t filter, int64_t stride, int64_t
     }
     *pad_before = needed / 2;
     *pad_after = needed - *pad_before;
-    return "";
+    return OkStatus();
   }
   if (padding == Padding::kValid) {
     *pad_before = 0;
     *pad_after = 0;
   }
   if (*pad_before < 0 || *pad_after < 0) {
-    return "explicit padding along " + d + " must be non-negative";
+    return InvalidArgument("explicit padding along " + d + " must be non-negative");
   }
   int64_t padded;
   if (__builtin_add_overflow(in, *pad_before, &padded) ||
       __builtin_add_overflow(padded, *pad_after, &padded)) {
-    return "padded input " + d + " overflows int64";
+    return InvalidArgument("padded input " + d + " overflows int64");
   }
   if (padded < eff) {
-    return "filters " + d + " " + std::to_string(filter) +
-           (dilation > 1 ? " (dilated to " + std::to_string(eff) + ")" : std::string()) +
-           " is larger than the padded input " + d + " " + std::to_string(padded) +
-           "; use padding='SAME' or a smaller filter";
+    return InvalidArgument(
+        "filters " + d + " " + std::to_string(filter) +
+        (dilation > 1 ? " (dilated to " + std::to_string(eff) + ")" : std::string()) +
+        " is larger than the padded input " + d + " " + std::to_string(padded) +
+        "; use padding='SAME' or a smaller filter");
   }
   *out = (padded - eff) / stride + 1;
-  return "";
+  return OkStatus();
 }
 
-std::string ChannelGroups(int64_t in_c, int64_t filter_in_c, int64_t out_c, int64_t* groups) {
+Status ChannelGroups(int64_t in_c, int64_t filter_in_c, int64_t out_c, int64_t* groups) {
   if (filter_in_c == 0) {
     if (in_c != 0) {
-      return "filters in-depth (dimension 2) is 0 but input depth is " + std::to_string(in_c);
+      return InvalidArgument("filters in-depth (dimension 2) is 0 but input depth is " +
+                             std::to_string(in_c));
     }
     *groups = 1;
-    return "";
+    return OkStatus();
   }
   if (in_c == 0 || in_c % filter_in_c != 0) {
-    return "input depth " + std::to_string(in_c) +
-           " must be a positive multiple of filters in-depth (dimension 2) " +
-           std::to_string(filter_in_c);
+    return InvalidArgument("input depth " + std::to_string(in_c) +
+                           " must be a positive multiple of filters in-depth (dimension 2) " +
+                           std::to_string(filter_in_c));
   }
   *groups = in_c / filter_in_c;
   if (out_c >= 0 && out_c % *groups != 0) {
-    return "filters out-depth (dimension 3) " + std::to_string(out_c) +
-           " must be divisible by the number of groups " + std::to_string(*groups) +
-           " (input depth / filters in-depth)";
+    return InvalidArgument("filters out-depth (dimension 3) " + std::to_string(out_c) +
+                           " must be divisible by the number of groups " + std::to_string(*groups) +
+                           " (input depth / filters in-depth)");
   }
-  return "";
+  return OkStatus();
 }
 
 Strides4 ConvGeometry::input_strides() const {
@@ -186,17 +209,15 @@ std::array<int64_t, 4> ConvGeometry::output_shape() const {
 }
 
 double ConvGeometry::macs() const {
-  return static_cast<double>(batch) * out_h * out_w * out_c * filter_h * filter_w *
-         filter_in_c;
+  return static_cast<double>(batch) * out_h * out_w * out_c * filter_h * filter_w * filter_in_c;
 }
 
-std::string MakeGeometry(const ConvAttrs& a, const std::array<int64_t, 4>& input_shape,
-                         const std::array<int64_t, 4>& filter_shape, ConvGeometry* g) {
-  std::string err = ValidateAttrs(a);
-  if (!err.empty()) return err;
+Status MakeGeometry(const ConvAttrs& a, const std::array<int64_t, 4>& input_shape,
+                    const std::array<int64_t, 4>& filter_shape, ConvGeometry* g) {
+  LC_RETURN_IF_ERROR(ValidateAttrs(a));
   for (int i = 0; i < 4; ++i) {
-    if (input_shape[i] < 0) return "input shape must be non-negative";
-    if (filter_shape[i] < 0) return "filters shape must be non-negative";
+    if (input_shape[i] < 0) return InvalidArgument("input shape must be non-negative");
+    if (filter_shape[i] < 0) return InvalidArgument("filters shape must be non-negative");
   }
   int h, w, c;
   SpatialIndices(a.data_format, &h, &w, &c);
@@ -215,28 +236,25 @@ std::string MakeGeometry(const ConvAttrs& a, const std::array<int64_t, 4>& input
   r.dilation_h = a.dilations[h];
   r.dilation_w = a.dilations[w];
 
-  err = ChannelGroups(r.in_c, r.filter_in_c, r.out_c, &r.groups);
-  if (!err.empty()) return err;
+  LC_RETURN_IF_ERROR(ChannelGroups(r.in_c, r.filter_in_c, r.out_c, &r.groups));
   if (a.padding == Padding::kExplicit) {
     r.pad_top = a.explicit_paddings[2 * h];
     r.pad_bottom = a.explicit_paddings[2 * h + 1];
     r.pad_left = a.explicit_paddings[2 * w];
     r.pad_right = a.explicit_paddings[2 * w + 1];
   }
-  err = WindowOutputSize(r.in_h, r.filter_h, r.stride_h, r.dilation_h, a.padding, "height",
-                         &r.pad_top, &r.pad_bottom, &r.out_h);
-  if (!err.empty()) return err;
-  err = WindowOutputSize(r.in_w, r.filter_w, r.stride_w, r.dilation_w, a.padding, "width",
-                         &r.pad_left, &r.pad_right, &r.out_w);
-  if (!err.empty()) return err;
+  LC_RETURN_IF_ERROR(WindowOutputSize(r.in_h, r.filter_h, r.stride_h, r.dilation_h, a.padding,
+                                      "height", &r.pad_top, &r.pad_bottom, &r.out_h));
+  LC_RETURN_IF_ERROR(WindowOutputSize(r.in_w, r.filter_w, r.stride_w, r.dilation_w, a.padding,
+                                      "width", &r.pad_left, &r.pad_right, &r.out_w));
   int64_t total;
   if (__builtin_mul_overflow(r.batch, r.out_h, &total) ||
       __builtin_mul_overflow(total, r.out_w, &total) ||
       __builtin_mul_overflow(total, r.out_c, &total)) {
-    return "output size overflows int64";
+    return InvalidArgument("output size overflows int64");
   }
   *g = r;
-  return "";
+  return OkStatus();
 }
 
 }  // namespace largeconv

@@ -9,14 +9,17 @@
 #include <string>
 #include <vector>
 
+#include "cc/core/status.h"
+#include "cc/core/vocabulary.h"
+
 namespace largeconv {
 
 enum class Padding { kSame, kValid, kExplicit };
 enum class DataFormat { kNHWC, kNCHW };
 
-// Parses "SAME"/"VALID"/"EXPLICIT" and "NHWC"/"NCHW"; returns an error message or "".
-std::string ParsePadding(const std::string& s, Padding* out);
-std::string ParseDataFormat(const std::string& s, DataFormat* out);
+// Parses "SAME"/"VALID"/"EXPLICIT" and "NHWC"/"NCHW"; returns an error naming the argument or OK.
+Status ParsePadding(const std::string& s, Padding* out);
+Status ParseDataFormat(const std::string& s, DataFormat* out);
 
 // The attributes of a Conv2D-family op, exactly as TF's Conv2D carries them: strides,
 // dilations and explicit_paddings are in data_format order.
@@ -28,19 +31,19 @@ struct ConvAttrs {
   DataFormat data_format = DataFormat::kNHWC;
 };
 
-// Checks the attributes alone (lengths, signs, batch/depth entries). Returns "" when valid,
+// Checks the attributes alone (lengths, signs, batch/depth entries). Returns OK when valid,
 // otherwise a message naming the offending argument.
-std::string ValidateAttrs(const ConvAttrs& attrs);
+Status ValidateAttrs(const ConvAttrs& attrs);
 
 // Output size along one spatial dimension. `pad_before`/`pad_after` are inputs for
-// EXPLICIT padding and outputs for SAME/VALID. Returns "" or an error that names `dim`.
-std::string WindowOutputSize(int64_t in, int64_t filter, int64_t stride, int64_t dilation,
-                             Padding padding, const char* dim, int64_t* pad_before,
-                             int64_t* pad_after, int64_t* out);
+// EXPLICIT padding and outputs for SAME/VALID. Returns OK or an error that names `dim`.
+Status WindowOutputSize(int64_t in, int64_t filter, int64_t stride, int64_t dilation,
+                        Padding padding, const char* dim, int64_t* pad_before, int64_t* pad_after,
+                        int64_t* out);
 
 // Number of groups implied by the channel counts (input depth / filters in-depth), with the
 // checks TF's Conv2D makes. out_c < 0 means "not known yet" and skips its check.
-std::string ChannelGroups(int64_t in_c, int64_t filter_in_c, int64_t out_c, int64_t* groups);
+Status ChannelGroups(int64_t in_c, int64_t filter_in_c, int64_t out_c, int64_t* groups);
 
 // Element strides of a logical (N, H, W, C) view of a dense tensor in a given layout.
 struct Strides4 {
@@ -63,17 +66,24 @@ struct ConvGeometry {
   int64_t input_elements() const { return batch * in_h * in_w * in_c; }
   int64_t output_elements() const { return batch * out_h * out_w * out_c; }
   int64_t filter_elements() const { return filter_h * filter_w * filter_in_c * out_c; }
-  // Input / output shapes in data_format order.
+  // Input / output shapes in data_format order, the filter's [KH, KW, C_in / groups, C_out].
   std::array<int64_t, 4> input_shape() const;
   std::array<int64_t, 4> output_shape() const;
+  std::array<int64_t, 4> filter_shape() const { return {filter_h, filter_w, filter_in_c, out_c}; }
+  // The shape of one of the three tensors (and of its gradient).
+  std::array<int64_t, 4> shape(ConvTensor t) const {
+    return t == ConvTensor::kInput    ? input_shape()
+           : t == ConvTensor::kFilter ? filter_shape()
+                                      : output_shape();
+  }
   // Multiply-adds of one forward pass.
   double macs() const;
 };
 
 // Builds the geometry from validated-or-not attributes and the two shapes (input in
-// data_format order, filter as [KH, KW, C_in / groups, C_out]). Returns "" or an error.
-std::string MakeGeometry(const ConvAttrs& attrs, const std::array<int64_t, 4>& input_shape,
-                         const std::array<int64_t, 4>& filter_shape, ConvGeometry* g);
+// data_format order, filter as [KH, KW, C_in / groups, C_out]). Returns OK or an error.
+Status MakeGeometry(const ConvAttrs& attrs, const std::array<int64_t, 4>& input_shape,
+                    const std::array<int64_t, 4>& filter_shape, ConvGeometry* g);
 
 }  // namespace largeconv
 

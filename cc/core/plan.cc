@@ -8,6 +8,8 @@
 #include <cmath>
 #include <vector>
 
+#include "cc/core/plan_search.h"
+
 namespace largeconv {
 namespace {
 
@@ -18,9 +20,6 @@ constexpr double kFftFlopsPerSec = 3e9;
 // TensorFlow's oneDNN kernels reach ~150 GFLOP/s per core with many channels, far less with
 // few (measured ~40 GFLOP/s per core with 1 input and 3 output channels).
 constexpr double kTfFlopsPerSec = 150e9;
-
-inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-inline int64_t Extent(int64_t k, int64_t d) { return (k - 1) * d + 1; }
 
 double FftFlops(int64_t fh, int64_t fw) {
   // A real 2-D transform costs about half a complex one, 2.5 N log2 N, plus the passes over
@@ -36,8 +35,8 @@ int64_t DestChannels(const ConvGeometry& g, ConvPass pass) {
 }
 
 // Items each parallel phase splits over (used to cap useful slots).
-int64_t ParallelItems(const ConvGeometry& g, ConvPass pass, const FftConfig& c,
-                      const FftTiling& t) {
+int64_t ParallelItems(const ConvGeometry& g, ConvPass pass, const FftConfig& c) {
+  const FftTiling& t = c.tiling;
   if (pass == ConvPass::kBackpropFilter) {
     return CeilDiv(g.groups, std::max<int64_t>(1, c.vec_block)) *
            CeilDiv(g.in_c_per_group(), c.in_block) * CeilDiv(g.out_c_per_group(), c.out_block);
@@ -45,8 +44,8 @@ int64_t ParallelItems(const ConvGeometry& g, ConvPass pass, const FftConfig& c,
   return g.batch * t.tiles_h * t.tiles_w * std::max<int64_t>(1, c.group_block);
 }
 
-double FftCost(const ConvGeometry& g, ConvPass pass, const FftConfig& c, const FftTiling& t,
-               double* flops) {
+double FftCost(const ConvGeometry& g, ConvPass pass, const FftConfig& c, double* flops) {
+  const FftTiling& t = c.tiling;
   const double bins = static_cast<double>(c.fft_h) * (c.fft_w / 2 + 1);
   const double tiles = static_cast<double>(g.batch) * t.tiles_h * t.tiles_w * g.groups;
   const double macs = tiles * bins * g.in_c_per_group() * g.out_c_per_group();
@@ -73,8 +72,8 @@ int64_t LargestFitting(int64_t hi, int64_t* field, const Fits& fits) {
 }
 
 // Largest blocks (with `slots` slots) that fit the limit; false if none.
-bool FitBlocks(const ConvGeometry& g, ConvPass pass, int64_t limit, int real_bytes,
-               int64_t threads, FftConfig* c) {
+bool FitBlocks(const ConvGeometry& g, ConvPass pass, int64_t limit, int real_bytes, int64_t threads,
+               FftConfig* c) {
   if (pass == ConvPass::kBackpropFilter) {
     const int64_t icpg = std::max<int64_t>(1, g.in_c_per_group());
     const int64_t ocpg = std::max<int64_t>(1, g.out_c_per_group());
@@ -131,8 +130,7 @@ int64_t TfWorkspaceEstimate(const ConvGeometry& g, int64_t threads, int real_byt
   return (int64_t{16} << 20) + (threads + 1) * g.filter_elements() * real_bytes;
 }
 
-std::string PlanPass(const ConvGeometry& g, ConvPass pass, const PlanRequest& req,
-                     PassPlan* plan) {
+Status PlanPass(const ConvGeometry& g, ConvPass pass, const PlanRequest& req, PassPlan* plan) {
   const int64_t limit = req.workspace_limit < 0 ? kDefaultWorkspaceLimit : req.workspace_limit;
   const int64_t threads = std::max<int64_t>(1, req.threads);
   PassPlan p;
@@ -145,86 +143,65 @@ std::string PlanPass(const ConvGeometry& g, ConvPass pass, const PlanRequest& re
   // count (it changes the arithmetic), so it is chosen for a fixed nominal number of slots
   // that leaves room to run in parallel, or for one slot if nothing fits that way.
   constexpr int64_t kNominalSlots = 4;
-  bool found = false;
-  FftConfig best;
-  double best_cost = 0;
-  int64_t min_bytes = -1;
-  std::vector<int64_t> hs, ws;
-  if (req.algorithm != Algorithm::kDirect && FftSizeCandidates(g, pass, 1, &hs, &ws)) {
+  FftSearch<FftConfig> fft;
+  if (req.algorithm != Algorithm::kDirect) {
     for (int64_t nominal : {kNominalSlots, int64_t{1}}) {
-      for (int64_t fh : hs) {
-        for (int64_t fw : ws) {
-          FftConfig c;
-          c.fft_h = fh;
-          c.fft_w = fw;
-          c.slots = 1;
-          const int64_t bytes = FftWorkspaceBytes(g, pass, c, req.real_bytes);
-          if (min_bytes < 0 || bytes < min_bytes) min_bytes = bytes;
-          c.slots = nominal;
-          if (!FitBlocks(g, pass, limit, req.real_bytes, 1, &c)) continue;
-          FftTiling t;
-          MakeFftTiling(g, pass, fh, fw, &t);
-          double flops;
-          const double cost = FftCost(g, pass, c, t, &flops);
-          if (!found || cost < best_cost) {
-            found = true;
-            best = c;
-            best_cost = cost;
-          }
-        }
-      }
-      if (found) break;
+      const auto fit = [&](int64_t fh, int64_t fw, FftConfig* c, int64_t* smallest) {
+        c->fft_h = fh;
+        c->fft_w = fw;
+        if (!MakeFftTiling(g, pass, fh, fw, &c->tiling)) return false;
+        c->slots = 1;
+        *smallest = FftWorkspaceBytes(g, pass, *c, req.real_bytes);
+        c->slots = nominal;
+        return FitBlocks(g, pass, limit, req.real_bytes, 1, c);
+      };
+      const auto cost = [&](const FftConfig& c) {
+        double flops;
+        return FftCost(g, pass, c, &flops);
+      };
+      fft = SearchFftSizes<FftConfig>(g, pass, 1, fit, cost);
+      if (fft.found) break;
     }
-    best.slots = 1;
+    fft.config.slots = 1;
   }
-  if (found) p.cost_fft = best_cost;
-  const bool use_fft = found && (req.algorithm == Algorithm::kFft || best_cost < p.cost_direct);
+  p.cost_fft = fft.cost;
   if (req.allow_tf) {
     const double pairs = static_cast<double>(g.in_c_per_group()) * g.out_c_per_group();
     const double efficiency = std::min(1.0, std::sqrt(pairs) / 32.0);
     p.cost_tf = p.flops / (kTfFlopsPerSec * std::max(efficiency, 1e-3));
   }
-  if (req.algorithm == Algorithm::kTf) {
-    if (!req.allow_tf) return "algorithm='tf' is not available for this configuration";
-    p.algorithm = Algorithm::kTf;
-    p.workspace_bytes = TfWorkspaceEstimate(g, threads, req.real_bytes);
+  if (req.algorithm == Algorithm::kTf && !req.allow_tf) {
+    return InvalidArgument("algorithm='tf' is not available for this configuration");
+  }
+  if (req.algorithm == Algorithm::kFft && !fft.found) {
+    return FftUnavailable(limit, fft.min_bytes, pass);
+  }
+  const int64_t tf_bytes = TfWorkspaceEstimate(g, threads, req.real_bytes);
+  p.algorithm = ChooseAlgorithm(req.algorithm, p.cost_direct, p.cost_fft,
+                                req.allow_tf && tf_bytes <= limit ? p.cost_tf : -1);
+  if (p.algorithm == Algorithm::kTf) {
+    p.workspace_bytes = tf_bytes;
     *plan = p;
-    return "";
+    return OkStatus();
   }
-  if (req.algorithm == Algorithm::kAuto && req.allow_tf &&
-      TfWorkspaceEstimate(g, threads, req.real_bytes) <= limit &&
-      p.cost_tf < p.cost_direct && (!found || p.cost_tf < best_cost)) {
-    p.algorithm = Algorithm::kTf;
-    p.workspace_bytes = TfWorkspaceEstimate(g, threads, req.real_bytes);
-    *plan = p;
-    return "";
-  }
-  if (req.algorithm == Algorithm::kFft && !found) {
-    return FftUnavailable(limit, min_bytes, pass);
-  }
-  if (use_fft) {
+  if (p.algorithm == Algorithm::kFft) {
     // Now spend the limit on parallelism: as many slots as useful, largest blocks that fit.
+    const FftConfig& best = fft.config;
     FftConfig c = best;
-    FftTiling t;
-    MakeFftTiling(g, pass, c.fft_h, c.fft_w, &t);
     for (int64_t slots = threads; slots >= 1; --slots) {
       FftConfig trial = best;
       trial.slots = slots;
       if (!FitBlocks(g, pass, limit, req.real_bytes, slots, &trial)) continue;
-      trial.slots = std::max<int64_t>(1, std::min(slots, ParallelItems(g, pass, trial, t)));
+      trial.slots = std::max<int64_t>(1, std::min(slots, ParallelItems(g, pass, trial)));
       c = trial;
       break;
     }
-    p.algorithm = Algorithm::kFft;
     p.fft = c;
-    p.tiling = t;
     p.workspace_bytes = FftWorkspaceBytes(g, pass, c, req.real_bytes);
-    double flops;
-    FftCost(g, pass, c, t, &flops);
-    p.flops = flops;
+    FftCost(g, pass, c, &p.flops);
   }
   *plan = p;
-  return "";
+  return OkStatus();
 }
 
 }  // namespace largeconv

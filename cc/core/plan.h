@@ -9,34 +9,9 @@
 
 #include "cc/core/fft.h"
 #include "cc/core/geometry.h"
+#include "cc/core/vocabulary.h"
 
 namespace largeconv {
-
-// kTf: TensorFlow's own tf.nn.conv2d kernels. Only the Python layer can run them, so only
-// a request with allow_tf (made there, for configurations TF's CPU kernels support) may be
-// planned onto them; the op itself never is.
-enum class Algorithm { kAuto, kDirect, kFft, kTf };
-
-// Inline, so the CUDA module, which links no planner of the CPU, has them too.
-inline std::string ParseAlgorithm(const std::string& s, Algorithm* out) {
-  if (s == "auto") { *out = Algorithm::kAuto; return ""; }
-  if (s == "direct") { *out = Algorithm::kDirect; return ""; }
-  if (s == "fft") { *out = Algorithm::kFft; return ""; }
-  if (s == "tf") { *out = Algorithm::kTf; return ""; }
-  return "algorithm must be 'auto', 'direct', 'fft' or 'tf', got '" + s + "'";
-}
-
-inline const char* AlgorithmName(Algorithm a) {
-  switch (a) {
-    case Algorithm::kAuto: return "auto";
-    case Algorithm::kDirect: return "direct";
-    case Algorithm::kFft: return "fft";
-    case Algorithm::kTf: return "tf";
-  }
-  return "?";
-}
-
-constexpr int64_t kDefaultWorkspaceLimit = int64_t{64} << 20;  // 64 MiB
 
 struct PlanRequest {
   Algorithm algorithm = Algorithm::kAuto;
@@ -50,7 +25,6 @@ struct PassPlan {
   ConvPass pass = ConvPass::kForward;
   Algorithm algorithm = Algorithm::kDirect;  // never kAuto once planned
   FftConfig fft;                             // meaningful when algorithm == kFft
-  FftTiling tiling{};
   int64_t workspace_bytes = 0;
   double flops = 0;        // estimated floating-point operations
   double cost_direct = 0;  // cost-model seconds (one thread) of each algorithm; <0: n/a
@@ -63,10 +37,9 @@ struct PassPlan {
 // per thread (oneDNN's gradient reductions). Used to keep kTf within the limit.
 int64_t TfWorkspaceEstimate(const ConvGeometry& g, int64_t threads, int real_bytes);
 
-// Returns "" and fills `plan`, or an error (e.g. the FFT was requested but even its
+// Returns OK and fills `plan`, or an error (e.g. the FFT was requested but even its
 // smallest configuration needs more than the limit: the message names the minimum).
-std::string PlanPass(const ConvGeometry& g, ConvPass pass, const PlanRequest& req,
-                     PassPlan* plan);
+Status PlanPass(const ConvGeometry& g, ConvPass pass, const PlanRequest& req, PassPlan* plan);
 
 }  // namespace largeconv
 

@@ -9,17 +9,14 @@
 namespace largeconv {
 namespace {
 
-inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-inline int64_t Extent(int64_t k, int64_t d) { return (k - 1) * d + 1; }
-
 // Whether one transform of size f computes the wanted outputs [0, dense) of the correlation
 // out[p] = sum_k src[p + off + k] kern[k] (k < ke, src non-zero only in [src_lo, src_hi))
 // exactly despite wrapping around. Non-zero outputs lie in [u0, u1); with the whole source
 // in the transform from src_lo on, output p lands at p - shift modulo f (shift = src_lo -
 // off), and no unwanted non-zero output lands on a wanted one when f >= u1 and
 // f >= dense - u0.
-bool WrapFits(int64_t f, int64_t ke, int64_t dense, int64_t off, int64_t src_lo,
-              int64_t src_hi, int64_t* shift) {
+bool WrapFits(int64_t f, int64_t ke, int64_t dense, int64_t off, int64_t src_lo, int64_t src_hi,
+              int64_t* shift) {
   const int64_t u0 = src_lo - off - ke + 1, u1 = src_hi - off;
   const int64_t lo = std::min<int64_t>(0, u0), hi = std::max<int64_t>(dense, u1);
   if (std::max({hi, dense - lo, src_hi - src_lo}) > f) return false;
@@ -45,8 +42,8 @@ bool TileDim(int64_t f, int64_t ke, int64_t dense, bool wrap, int64_t off, int64
 // Backprop-filter as a correlation of the input with out_backprop: lags k < ke are the
 // outputs, out_backprop (dense positions) the kernel. One wrap-around tile covers all of
 // out_backprop when WrapFits with those roles.
-void FilterWrapDim(int64_t f, int64_t ke, int64_t dense, int64_t pad, int64_t in,
-                   int64_t* tile, int64_t* tiles, int64_t* shift) {
+void FilterWrapDim(int64_t f, int64_t ke, int64_t dense, int64_t pad, int64_t in, int64_t* tile,
+                   int64_t* tiles, int64_t* shift) {
   if (*tiles > 1 && WrapFits(f, dense, ke, -pad, 0, in, shift)) {
     *tile = dense;
     *tiles = 1;
@@ -57,31 +54,30 @@ void FilterWrapDim(int64_t f, int64_t ke, int64_t dense, int64_t pad, int64_t in
 
 bool MakeFftTiling(const ConvGeometry& g, ConvPass pass, int64_t fft_h, int64_t fft_w,
                    FftTiling* t) {
-  const int64_t keh = Extent(g.filter_h, g.dilation_h), kew = Extent(g.filter_w, g.dilation_w);
+  const int64_t keh = DilatedExtent(g.filter_h, g.dilation_h),
+                kew = DilatedExtent(g.filter_w, g.dilation_w);
   const int64_t out_dense_h = g.out_h > 0 ? (g.out_h - 1) * g.stride_h + 1 : 0;
   const int64_t out_dense_w = g.out_w > 0 ? (g.out_w - 1) * g.stride_w + 1 : 0;
   if (pass == ConvPass::kBackpropInput) {
     t->dense_h = g.in_h;
     t->dense_w = g.in_w;
-    return TileDim(fft_h, keh, t->dense_h, true, g.pad_top - keh + 1, 0, out_dense_h,
-                   &t->tile_h, &t->tiles_h, &t->shift_h) &&
-           TileDim(fft_w, kew, t->dense_w, true, g.pad_left - kew + 1, 0, out_dense_w,
-                   &t->tile_w, &t->tiles_w, &t->shift_w);
+    return TileDim(fft_h, keh, t->dense_h, true, g.pad_top - keh + 1, 0, out_dense_h, &t->tile_h,
+                   &t->tiles_h, &t->shift_h) &&
+           TileDim(fft_w, kew, t->dense_w, true, g.pad_left - kew + 1, 0, out_dense_w, &t->tile_w,
+                   &t->tiles_w, &t->shift_w);
   }
   t->dense_h = out_dense_h;
   t->dense_w = out_dense_w;
   const bool forward = pass == ConvPass::kForward;
-  if (!TileDim(fft_h, keh, t->dense_h, forward, -g.pad_top, 0, g.in_h, &t->tile_h,
-               &t->tiles_h, &t->shift_h) ||
-      !TileDim(fft_w, kew, t->dense_w, forward, -g.pad_left, 0, g.in_w, &t->tile_w,
-               &t->tiles_w, &t->shift_w)) {
+  if (!TileDim(fft_h, keh, t->dense_h, forward, -g.pad_top, 0, g.in_h, &t->tile_h, &t->tiles_h,
+               &t->shift_h) ||
+      !TileDim(fft_w, kew, t->dense_w, forward, -g.pad_left, 0, g.in_w, &t->tile_w, &t->tiles_w,
+               &t->shift_w)) {
     return false;
   }
   if (!forward) {
-    FilterWrapDim(fft_h, keh, t->dense_h, g.pad_top, g.in_h, &t->tile_h, &t->tiles_h,
-                  &t->shift_h);
-    FilterWrapDim(fft_w, kew, t->dense_w, g.pad_left, g.in_w, &t->tile_w, &t->tiles_w,
-                  &t->shift_w);
+    FilterWrapDim(fft_h, keh, t->dense_h, g.pad_top, g.in_h, &t->tile_h, &t->tiles_h, &t->shift_h);
+    FilterWrapDim(fft_w, kew, t->dense_w, g.pad_left, g.in_w, &t->tile_w, &t->tiles_w, &t->shift_w);
   }
   return true;
 }
@@ -109,10 +105,11 @@ std::vector<int64_t> SmoothSizes(int64_t lo, int64_t hi) {
 
 bool FftSizeCandidates(const ConvGeometry& g, ConvPass pass, int64_t min_side,
                        std::vector<int64_t>* heights, std::vector<int64_t>* widths) {
-  const int64_t keh = Extent(g.filter_h, g.dilation_h), kew = Extent(g.filter_w, g.dilation_w);
+  const int64_t keh = DilatedExtent(g.filter_h, g.dilation_h),
+                kew = DilatedExtent(g.filter_w, g.dilation_w);
   FftTiling probe;
-  MakeFftTiling(g, pass, keh, kew, &probe);
-  if (probe.dense_h <= 0 || probe.dense_w <= 0 || keh > kMaxFftSide || kew > kMaxFftSide) {
+  if (!MakeFftTiling(g, pass, keh, kew, &probe) || probe.dense_h <= 0 || probe.dense_w <= 0 ||
+      keh > kMaxFftSide || kew > kMaxFftSide) {
     return false;
   }
   *heights = SmoothSizes(std::max(keh, min_side), std::min(kMaxFftSide, probe.dense_h + keh - 1));
@@ -120,11 +117,11 @@ bool FftSizeCandidates(const ConvGeometry& g, ConvPass pass, int64_t min_side,
   return true;
 }
 
-std::string FftUnavailable(int64_t limit, int64_t min_bytes, ConvPass pass) {
-  if (min_bytes < 0) return "algorithm='fft' is not available for this geometry";
-  return "workspace_limit " + std::to_string(limit) +
-         " bytes is too small for the FFT algorithm: it needs at least " +
-         std::to_string(min_bytes) + " bytes for this " + PassName(pass) + " pass";
+Status FftUnavailable(int64_t limit, int64_t min_bytes, ConvPass pass) {
+  if (min_bytes < 0) return InvalidArgument("algorithm='fft' is not available for this geometry");
+  return InvalidArgument("workspace_limit " + std::to_string(limit) +
+                         " bytes is too small for the FFT algorithm: it needs at least " +
+                         std::to_string(min_bytes) + " bytes for this " + PassName(pass) + " pass");
 }
 
 }  // namespace largeconv

@@ -8,25 +8,48 @@
 
 #include <array>
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "cc/core/cuda/fft_plan.h"
+#include "cc/core/dtypes.h"
 #include "cc/core/geometry.h"
 #include "cc/core/plan.h"
+#include "cc/core/status.h"
+#include "cc/core/vocabulary.h"
 
 namespace py = pybind11;
 
 namespace largeconv {
 
+// Raises the core's error as the matching Python exception (see cc/core/status.h).
+inline void ThrowIfError(const Status& s) {
+  PyObject* type = nullptr;
+  switch (s.kind()) {
+    case ErrorKind::kOk:
+      return;
+    case ErrorKind::kInvalidArgument:
+      throw py::value_error(s.message());
+    case ErrorKind::kUnimplemented:
+      type = PyExc_NotImplementedError;
+      break;
+    case ErrorKind::kResourceExhausted:
+      type = PyExc_MemoryError;
+      break;
+    case ErrorKind::kInternal:
+      throw std::runtime_error(s.message());
+  }
+  PyErr_SetString(type, s.message().c_str());
+  throw py::error_already_set();
+}
+
 inline ConvAttrs AttrsFrom(const std::vector<int64_t>& strides, const std::string& padding,
                            const std::vector<int64_t>& explicit_paddings,
-                           const std::string& data_format,
-                           const std::vector<int64_t>& dilations) {
+                           const std::string& data_format, const std::vector<int64_t>& dilations) {
   ConvAttrs a;
-  std::string err = ParsePadding(padding, &a.padding);
-  if (err.empty()) err = ParseDataFormat(data_format, &a.data_format);
-  if (!err.empty()) throw py::value_error(err);
+  ThrowIfError(ParsePadding(padding, &a.padding));
+  ThrowIfError(ParseDataFormat(data_format, &a.data_format));
   a.strides = strides;
   a.dilations = dilations;
   a.explicit_paddings = explicit_paddings;
@@ -41,9 +64,7 @@ inline std::array<int64_t, 4> Shape4(const std::vector<int64_t>& v, const char* 
 inline ConvGeometry Geometry(const std::vector<int64_t>& input_shape,
                              const std::vector<int64_t>& filter_shape, const ConvAttrs& a) {
   ConvGeometry g;
-  std::string err =
-      MakeGeometry(a, Shape4(input_shape, "input"), Shape4(filter_shape, "filter"), &g);
-  if (!err.empty()) throw py::value_error(err);
+  ThrowIfError(MakeGeometry(a, Shape4(input_shape, "input"), Shape4(filter_shape, "filter"), &g));
   return g;
 }
 
@@ -58,53 +79,78 @@ inline void CheckOutBackprop(const std::vector<int64_t>& shape, const ConvGeomet
   }
 }
 
-// Bytes of the real type a dtype computes in: 8 for float64, 4 for the others.
+// The supported dtypes' names (as numpy and TensorFlow spell them), from the one list in
+// dtypes.h: the modules export them as DTYPES, and Python reads them from there.
+inline std::vector<std::string> DtypeNames() {
+  std::vector<std::string> names;
+#define LARGECONV_NAME(C, NAME, TF_WORD) names.push_back(#NAME);
+  LARGECONV_FOR_EACH_DTYPE(LARGECONV_NAME)
+#undef LARGECONV_NAME
+  return names;
+}
+
+// The algorithms' names, from the vocabulary: the modules export them as ALGORITHMS.
+inline std::vector<std::string> AlgorithmNames() {
+  std::vector<std::string> names;
+  for (Algorithm a : kAlgorithms) names.push_back(AlgorithmName(a));
+  return names;
+}
+
+// Bytes of the real type a dtype computes in.
 inline int RealBytes(const std::string& dtype) {
-  if (dtype != "float16" && dtype != "bfloat16" && dtype != "float32" && dtype != "float64") {
-    throw py::value_error("dtype must be float16, bfloat16, float32 or float64, got '" +
-                          dtype + "'");
-  }
-  return dtype == "float64" ? 8 : 4;
+#define LARGECONV_COMPUTE_BYTES(C, NAME, TF_WORD) \
+  if (dtype == #NAME) return kComputeBytes<C>;
+  LARGECONV_FOR_EACH_DTYPE(LARGECONV_COMPUTE_BYTES)
+#undef LARGECONV_COMPUTE_BYTES
+  std::string names;
+  for (const std::string& n : DtypeNames()) names += (names.empty() ? "" : ", ") + n;
+  throw py::value_error("dtype must be one of " + names + ", got '" + dtype + "'");
 }
 
 inline Algorithm AlgorithmFrom(const std::string& algorithm) {
   Algorithm a = Algorithm::kAuto;
-  const std::string err = ParseAlgorithm(algorithm, &a);
-  if (!err.empty()) throw py::value_error(err);
+  ThrowIfError(ParseAlgorithm(algorithm, &a));
   return a;
 }
 
+// The fields of a plan dict that every planner fills (CPU PassPlan, GPU CudaPlan).
+template <class Plan>
+py::dict PlanDict(const Plan& p) {
+  py::dict d;
+  d["pass"] = PassName(p.pass);
+  d["algorithm"] = AlgorithmName(p.algorithm);
+  d["workspace_bytes"] = p.workspace_bytes;
+  d["cost_direct"] = p.cost_direct;
+  d["cost_fft"] = p.cost_fft;
+  if (p.algorithm == Algorithm::kFft) {
+    d["fft"] = py::make_tuple(p.fft.fft_h, p.fft.fft_w);
+    d["tile"] = py::make_tuple(p.fft.tiling.tile_h, p.fft.tiling.tile_w);
+    d["tiles"] = py::make_tuple(p.fft.tiling.tiles_h, p.fft.tiling.tiles_w);
+  }
+  return d;
+}
+
 // The GPU planner's choice for each pass as dicts. Planner{}(g, pass, algorithm, real_bytes,
-// limit, &plan) returns "" or an error: the device's planner (_cuda) or the host
+// limit, &plan) returns OK or an error: the device's planner (_cuda) or the host
 // emulation's (_core).
 template <class Planner>
 py::list CudaPlanList(const std::vector<int64_t>& input_shape,
-                      const std::vector<int64_t>& filter_shape,
-                      const std::vector<int64_t>& strides, const std::string& padding,
-                      const std::vector<int64_t>& explicit_paddings,
+                      const std::vector<int64_t>& filter_shape, const std::vector<int64_t>& strides,
+                      const std::string& padding, const std::vector<int64_t>& explicit_paddings,
                       const std::string& data_format, const std::vector<int64_t>& dilations,
                       const std::string& algorithm, int64_t workspace_limit,
                       const std::string& dtype) {
-  const ConvGeometry g = Geometry(
-      input_shape, filter_shape,
-      AttrsFrom(strides, padding, explicit_paddings, data_format, dilations));
+  const ConvGeometry g =
+      Geometry(input_shape, filter_shape,
+               AttrsFrom(strides, padding, explicit_paddings, data_format, dilations));
   const Algorithm a = AlgorithmFrom(algorithm);
   const int rb = RealBytes(dtype);
   py::list out;
-  for (ConvPass pass : {ConvPass::kForward, ConvPass::kBackpropInput, ConvPass::kBackpropFilter}) {
+  for (ConvPass pass : kPasses) {
     cuda::CudaPlan p;
-    const std::string err = Planner{}(g, pass, a, rb, workspace_limit, &p);
-    if (!err.empty()) throw py::value_error(err);
-    py::dict d;
-    d["pass"] = PassName(pass);
-    d["algorithm"] = AlgorithmName(p.algorithm);
-    d["workspace_bytes"] = p.workspace_bytes;
-    d["cost_direct"] = p.cost_direct;
-    d["cost_fft"] = p.cost_fft;
+    ThrowIfError(Planner{}(g, pass, a, rb, workspace_limit, &p));
+    py::dict d = PlanDict(p);
     if (p.algorithm == Algorithm::kFft) {
-      d["fft"] = py::make_tuple(p.fft.fft_h, p.fft.fft_w);
-      d["tile"] = py::make_tuple(p.fft.tiling.tile_h, p.fft.tiling.tile_w);
-      d["tiles"] = py::make_tuple(p.fft.tiling.tiles_h, p.fft.tiling.tiles_w);
       d["items"] = p.fft.items;
       d["chunk"] = p.fft.chunk;
       d["fft_work_bytes"] = p.fft_work_bytes;
@@ -114,16 +160,17 @@ py::list CudaPlanList(const std::vector<int64_t>& input_shape,
   return out;
 }
 
-#define LARGECONV_PLAN_PYARGS                                                             \
+#define LARGECONV_PLAN_PYARGS \
   py::arg("input_shape"), py::arg("filter_shape"), LARGECONV_ARGS, py::arg("dtype") = "float32"
 
 inline const std::vector<int64_t> kOnes{1, 1, 1, 1};
 inline const std::vector<int64_t> kNone{};
 
-#define LARGECONV_ARGS                                                                   \
-  py::arg("strides"), py::arg("padding"), py::arg("explicit_paddings") = kNone,         \
-      py::arg("data_format") = "NHWC", py::arg("dilations") = kOnes,                    \
-      py::arg("algorithm") = "auto", py::arg("workspace_limit") = int64_t{-1}
+#define LARGECONV_ARGS                                                       \
+  py::arg("strides"), py::arg("padding"),                                    \
+      py::arg("explicit_paddings") = kNone, py::arg("data_format") = "NHWC", \
+      py::arg("dilations") = kOnes, py::arg("algorithm") = "auto",           \
+      py::arg("workspace_limit") = int64_t{-1}
 
 }  // namespace largeconv
 

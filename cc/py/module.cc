@@ -37,7 +37,8 @@ ParallelFor ThreadFor(int n) {
 }
 
 int ThreadCount(int num_threads) {
-  const int n = num_threads > 0 ? num_threads : static_cast<int>(std::thread::hardware_concurrency());
+  const int n =
+      num_threads > 0 ? num_threads : static_cast<int>(std::thread::hardware_concurrency());
   return std::max(1, n);
 }
 
@@ -45,8 +46,7 @@ PlanRequest Request(const std::string& algorithm, int64_t workspace_limit, int t
                     int real_bytes, bool allow_tf = false) {
   PlanRequest r;
   r.allow_tf = allow_tf;
-  std::string err = ParseAlgorithm(algorithm, &r.algorithm);
-  if (!err.empty()) throw py::value_error(err);
+  ThrowIfError(ParseAlgorithm(algorithm, &r.algorithm));
   r.workspace_limit = workspace_limit;
   r.threads = threads;
   r.real_bytes = real_bytes;
@@ -55,8 +55,7 @@ PlanRequest Request(const std::string& algorithm, int64_t workspace_limit, int t
 
 PassPlan Plan(const ConvGeometry& g, ConvPass pass, const PlanRequest& r) {
   PassPlan p;
-  std::string err = PlanPass(g, pass, r, &p);
-  if (!err.empty()) throw py::value_error(err);
+  ThrowIfError(PlanPass(g, pass, r, &p));
   return p;
 }
 
@@ -73,40 +72,26 @@ std::unique_ptr<void, FreeDeleter> Workspace(const PassPlan& p) {
   return std::unique_ptr<void, FreeDeleter>(mem);
 }
 
-// algorithm="cuda_emulation" runs the CUDA direct tile kernels (cc/core/cuda/tiles.h) on
-// the host, phase by phase as a thread block would; "cuda_fft_emulation" the GPU's FFT path
-// (cc/core/cuda/fft_pipeline.h, DUCC standing in for cuFFT); "cuda_auto_emulation" whichever
-// the GPU planner picks. The tests' check of the device index arithmetic.
-bool CudaEmulation(const std::string& algorithm, Algorithm* a) {
-  if (algorithm == "cuda_emulation") {
-    *a = Algorithm::kDirect;
-  } else if (algorithm == "cuda_fft_emulation") {
-    *a = Algorithm::kFft;
-  } else if (algorithm == "cuda_auto_emulation") {
-    *a = Algorithm::kAuto;
-  } else {
-    return false;
-  }
-  return true;
-}
-
-// One pass on the host: planned and run as the op runs it, or emulated.
-template <typename T>
+// One pass on the host: planned and run as the op runs it, or (kEmulate, the functions of
+// the cuda_emulation submodule) planned as the GPU plans it and run by the CUDA kernels'
+// host emulation (cc/core/cuda/emulate.h): the tests' check of the device index arithmetic.
+template <typename T, bool kEmulate>
 void RunOnHost(const ConvGeometry& g, ConvPass pass, const T* a, int64_t a_size, const T* b,
                int64_t b_size, T* out, const std::string& algorithm, int64_t workspace_limit,
                int num_threads) {
-  Algorithm emulated;
-  if (CudaEmulation(algorithm, &emulated)) {
-    std::string err;
+  if constexpr (kEmulate) {
+    const Algorithm requested = AlgorithmFrom(algorithm);
+    Status status;
     {
       py::gil_scoped_release release;
-      err = cuda::EmulateCudaPass(g, pass, emulated, a, b, out, workspace_limit);
+      status = cuda::EmulateCudaPass(g, pass, requested, a, b, out, workspace_limit);
     }
-    if (!err.empty()) throw py::value_error(err);
+    ThrowIfError(status);
     return;
   }
   const int threads = ThreadCount(num_threads);
-  const PassPlan plan = Plan(g, pass, Request(algorithm, workspace_limit, threads, sizeof(T)));
+  const PassPlan plan =
+      Plan(g, pass, Request(algorithm, workspace_limit, threads, kComputeBytes<T>));
   auto ws = Workspace(plan);
   py::gil_scoped_release release;
   RunPass(g, plan, a, a_size, b, b_size, out, ws.get(), ThreadFor(threads));
@@ -121,100 +106,108 @@ std::vector<int64_t> ShapeOf(const Array<T>& a, const char* name) {
   return {a.shape(0), a.shape(1), a.shape(2), a.shape(3)};
 }
 
-template <typename T>
-Array<T> Forward(const Array<T>& x, const Array<T>& w, const std::vector<int64_t>& strides,
-                 const std::string& padding, const std::vector<int64_t>& explicit_paddings,
-                 const std::string& data_format, const std::vector<int64_t>& dilations,
-                 const std::string& algorithm, int64_t workspace_limit, int num_threads) {
-  const ConvAttrs a = AttrsFrom(strides, padding, explicit_paddings, data_format, dilations);
-  const ConvGeometry g = Geometry(ShapeOf(x, "input"), ShapeOf(w, "filter"), a);
-  Array<T> y(ToVec(g.output_shape()));
-  RunOnHost(g, ConvPass::kForward, x.data(), x.size(), w.data(), w.size(), y.mutable_data(),
-            algorithm, workspace_limit, num_threads);
-  return y;
+// The attribute parameters every kernel entry point takes, in LARGECONV_ARGS' order.
+#define LARGECONV_ARG_TYPES                                                                        \
+  const std::vector<int64_t>&strides, const std::string &padding,                                  \
+      const std::vector<int64_t>&explicit_paddings, const std::string &data_format,                \
+      const std::vector<int64_t>&dilations, const std::string &algorithm, int64_t workspace_limit, \
+      int num_threads
+#define LARGECONV_ARG_NAMES                                                                \
+  strides, padding, explicit_paddings, data_format, dilations, algorithm, workspace_limit, \
+      num_threads
+
+// One pass on host arrays: operands (a, b) in the pass's order (see RolesOf), the shape of
+// whichever tensor is given by its sizes instead (the backprop ops' input_shape /
+// filter_shape), the result allocated in the shape of the tensor the pass writes.
+template <typename T, bool kEmulate>
+Array<T> RunArrays(ConvPass pass, const Array<T>& a, const Array<T>& b,
+                   const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
+                   const std::string& padding, const std::vector<int64_t>& explicit_paddings,
+                   const std::string& data_format, const std::vector<int64_t>& dilations,
+                   const std::string& algorithm, int64_t workspace_limit, int num_threads) {
+  const PassRoles roles = RolesOf(pass);
+  const auto shape_of = [&](ConvTensor t) {
+    if (t == roles.a) return ShapeOf(a, t == ConvTensor::kInput ? "input" : "filter");
+    if (t == roles.b) return ShapeOf(b, t == ConvTensor::kFilter ? "filter" : "out_backprop");
+    return sizes;
+  };
+  const ConvAttrs attrs = AttrsFrom(strides, padding, explicit_paddings, data_format, dilations);
+  const ConvGeometry g =
+      Geometry(shape_of(ConvTensor::kInput), shape_of(ConvTensor::kFilter), attrs);
+  if (roles.b == ConvTensor::kOutput) CheckOutBackprop(shape_of(ConvTensor::kOutput), g);
+  Array<T> out(ToVec(g.shape(roles.out)));
+  RunOnHost<T, kEmulate>(g, pass, a.data(), a.size(), b.data(), b.size(), out.mutable_data(),
+                         algorithm, workspace_limit, num_threads);
+  return out;
 }
 
-template <typename T>
+template <typename T, bool kEmulate>
+Array<T> Forward(const Array<T>& x, const Array<T>& w, LARGECONV_ARG_TYPES) {
+  return RunArrays<T, kEmulate>(ConvPass::kForward, x, w, {}, LARGECONV_ARG_NAMES);
+}
+
+template <typename T, bool kEmulate>
 Array<T> BackpropInput(const std::vector<int64_t>& input_shape, const Array<T>& w,
-                       const Array<T>& dy, const std::vector<int64_t>& strides,
-                       const std::string& padding,
-                       const std::vector<int64_t>& explicit_paddings,
-                       const std::string& data_format, const std::vector<int64_t>& dilations,
-                       const std::string& algorithm, int64_t workspace_limit, int num_threads) {
-  const ConvAttrs a = AttrsFrom(strides, padding, explicit_paddings, data_format, dilations);
-  const ConvGeometry g = Geometry(input_shape, ShapeOf(w, "filter"), a);
-  CheckOutBackprop(ShapeOf(dy, "out_backprop"), g);
-  Array<T> dx(input_shape);
-  RunOnHost(g, ConvPass::kBackpropInput, w.data(), w.size(), dy.data(), dy.size(),
-            dx.mutable_data(), algorithm, workspace_limit, num_threads);
-  return dx;
+                       const Array<T>& dy, LARGECONV_ARG_TYPES) {
+  return RunArrays<T, kEmulate>(ConvPass::kBackpropInput, w, dy, input_shape, LARGECONV_ARG_NAMES);
 }
 
-template <typename T>
+template <typename T, bool kEmulate>
 Array<T> BackpropFilter(const Array<T>& x, const std::vector<int64_t>& filter_shape,
-                        const Array<T>& dy, const std::vector<int64_t>& strides,
-                        const std::string& padding,
-                        const std::vector<int64_t>& explicit_paddings,
-                        const std::string& data_format, const std::vector<int64_t>& dilations,
-                        const std::string& algorithm, int64_t workspace_limit,
-                        int num_threads) {
-  const ConvAttrs a = AttrsFrom(strides, padding, explicit_paddings, data_format, dilations);
-  const ConvGeometry g = Geometry(ShapeOf(x, "input"), filter_shape, a);
-  CheckOutBackprop(ShapeOf(dy, "out_backprop"), g);
-  Array<T> dw(filter_shape);
-  RunOnHost(g, ConvPass::kBackpropFilter, x.data(), x.size(), dy.data(), dy.size(),
-            dw.mutable_data(), algorithm, workspace_limit, num_threads);
-  return dw;
+                        const Array<T>& dy, LARGECONV_ARG_TYPES) {
+  return RunArrays<T, kEmulate>(ConvPass::kBackpropFilter, x, dy, filter_shape,
+                                LARGECONV_ARG_NAMES);
 }
 
 py::dict GeometryDict(const std::vector<int64_t>& input_shape,
-                      const std::vector<int64_t>& filter_shape,
-                      const std::vector<int64_t>& strides, const std::string& padding,
-                      const std::vector<int64_t>& explicit_paddings,
+                      const std::vector<int64_t>& filter_shape, const std::vector<int64_t>& strides,
+                      const std::string& padding, const std::vector<int64_t>& explicit_paddings,
                       const std::string& data_format, const std::vector<int64_t>& dilations) {
-  const ConvGeometry g = Geometry(
-      input_shape, filter_shape,
-      AttrsFrom(strides, padding, explicit_paddings, data_format, dilations));
+  const ConvGeometry g =
+      Geometry(input_shape, filter_shape,
+               AttrsFrom(strides, padding, explicit_paddings, data_format, dilations));
   py::dict d;
-  d["batch"] = g.batch; d["in_h"] = g.in_h; d["in_w"] = g.in_w; d["in_c"] = g.in_c;
-  d["filter_h"] = g.filter_h; d["filter_w"] = g.filter_w;
-  d["filter_in_c"] = g.filter_in_c; d["out_c"] = g.out_c; d["groups"] = g.groups;
-  d["stride_h"] = g.stride_h; d["stride_w"] = g.stride_w;
-  d["dilation_h"] = g.dilation_h; d["dilation_w"] = g.dilation_w;
-  d["pad_top"] = g.pad_top; d["pad_bottom"] = g.pad_bottom;
-  d["pad_left"] = g.pad_left; d["pad_right"] = g.pad_right;
-  d["out_h"] = g.out_h; d["out_w"] = g.out_w;
+  d["batch"] = g.batch;
+  d["in_h"] = g.in_h;
+  d["in_w"] = g.in_w;
+  d["in_c"] = g.in_c;
+  d["filter_h"] = g.filter_h;
+  d["filter_w"] = g.filter_w;
+  d["filter_in_c"] = g.filter_in_c;
+  d["out_c"] = g.out_c;
+  d["groups"] = g.groups;
+  d["stride_h"] = g.stride_h;
+  d["stride_w"] = g.stride_w;
+  d["dilation_h"] = g.dilation_h;
+  d["dilation_w"] = g.dilation_w;
+  d["pad_top"] = g.pad_top;
+  d["pad_bottom"] = g.pad_bottom;
+  d["pad_left"] = g.pad_left;
+  d["pad_right"] = g.pad_right;
+  d["out_h"] = g.out_h;
+  d["out_w"] = g.out_w;
   d["output_shape"] = py::tuple(py::cast(ToVec(g.output_shape())));
   d["macs"] = g.macs();
   return d;
 }
 
-py::list PlanList(const std::vector<int64_t>& input_shape,
-                  const std::vector<int64_t>& filter_shape, const std::vector<int64_t>& strides,
-                  const std::string& padding, const std::vector<int64_t>& explicit_paddings,
-                  const std::string& data_format, const std::vector<int64_t>& dilations,
-                  const std::string& algorithm, int64_t workspace_limit, int num_threads,
-                  int real_bytes, bool allow_tf) {
-  const ConvGeometry g = Geometry(
-      input_shape, filter_shape,
-      AttrsFrom(strides, padding, explicit_paddings, data_format, dilations));
+py::list PlanList(const std::vector<int64_t>& input_shape, const std::vector<int64_t>& filter_shape,
+                  const std::vector<int64_t>& strides, const std::string& padding,
+                  const std::vector<int64_t>& explicit_paddings, const std::string& data_format,
+                  const std::vector<int64_t>& dilations, const std::string& algorithm,
+                  int64_t workspace_limit, int num_threads, int real_bytes, bool allow_tf) {
+  const ConvGeometry g =
+      Geometry(input_shape, filter_shape,
+               AttrsFrom(strides, padding, explicit_paddings, data_format, dilations));
   const PlanRequest req =
       Request(algorithm, workspace_limit, ThreadCount(num_threads), real_bytes, allow_tf);
   py::list out;
-  for (ConvPass pass : {ConvPass::kForward, ConvPass::kBackpropInput, ConvPass::kBackpropFilter}) {
+  for (ConvPass pass : kPasses) {
     const PassPlan p = Plan(g, pass, req);
-    py::dict d;
-    d["pass"] = PassName(pass);
-    d["algorithm"] = AlgorithmName(p.algorithm);
-    d["workspace_bytes"] = p.workspace_bytes;
+    py::dict d = PlanDict(p);
     d["flops"] = p.flops;
-    d["cost_direct"] = p.cost_direct;
-    d["cost_fft"] = p.cost_fft;
     d["cost_tf"] = p.cost_tf;
     if (p.algorithm == Algorithm::kFft) {
-      d["fft"] = py::make_tuple(p.fft.fft_h, p.fft.fft_w);
-      d["tile"] = py::make_tuple(p.tiling.tile_h, p.tiling.tile_w);
-      d["tiles"] = py::make_tuple(p.tiling.tiles_h, p.tiling.tiles_w);
       d["in_block"] = p.fft.in_block;
       d["out_block"] = p.fft.out_block;
       d["group_block"] = p.fft.group_block;
@@ -228,20 +221,21 @@ py::list PlanList(const std::vector<int64_t>& input_shape,
 
 // The GPU planner as the host emulation runs it (no cuFFT work areas).
 struct HostCudaPlanner {
-  std::string operator()(const ConvGeometry& g, ConvPass pass, Algorithm a, int real_bytes,
-                         int64_t limit, cuda::CudaPlan* plan) const {
+  Status operator()(const ConvGeometry& g, ConvPass pass, Algorithm a, int real_bytes,
+                    int64_t limit, cuda::CudaPlan* plan) const {
     return cuda::PlanEmulatedPass(g, pass, a, real_bytes, limit, plan);
   }
 };
 
-template <typename T>
+template <typename T, bool kEmulate>
 void DefKernels(py::module_& m) {
-  m.def("conv2d", &Forward<T>, py::arg("input"), py::arg("filter"), LARGECONV_ARGS,
-        py::arg("num_threads") = 0, "Forward convolution (TF Conv2D semantics), planned as the op plans it.");
-  m.def("conv2d_backprop_input", &BackpropInput<T>, py::arg("input_shape"), py::arg("filter"),
-        py::arg("out_backprop"), LARGECONV_ARGS, py::arg("num_threads") = 0,
+  m.def("conv2d", &Forward<T, kEmulate>, py::arg("input"), py::arg("filter"), LARGECONV_ARGS,
+        py::arg("num_threads") = 0,
+        "Forward convolution (TF Conv2D semantics), planned as the op plans it.");
+  m.def("conv2d_backprop_input", &BackpropInput<T, kEmulate>, py::arg("input_shape"),
+        py::arg("filter"), py::arg("out_backprop"), LARGECONV_ARGS, py::arg("num_threads") = 0,
         "Gradient of conv2d with respect to its input.");
-  m.def("conv2d_backprop_filter", &BackpropFilter<T>, py::arg("input"),
+  m.def("conv2d_backprop_filter", &BackpropFilter<T, kEmulate>, py::arg("input"),
         py::arg("filter_shape"), py::arg("out_backprop"), LARGECONV_ARGS,
         py::arg("num_threads") = 0, "Gradient of conv2d with respect to its filter.");
 }
@@ -262,8 +256,17 @@ PYBIND11_MODULE(_core, m) {
   m.def("cuda_plan", &CudaPlanList<HostCudaPlanner>, LARGECONV_PLAN_PYARGS,
         "The GPU planner's choice for each pass (as the host emulation plans it).");
   m.attr("DEFAULT_WORKSPACE_LIMIT") = kDefaultWorkspaceLimit;
+  m.attr("DTYPES") = py::tuple(py::cast(DtypeNames()));
+  m.attr("ALGORITHMS") = py::tuple(py::cast(AlgorithmNames()));
   // float64 first: overload resolution tries in order, and forcecast would otherwise turn
   // double arrays into float32.
-  DefKernels<double>(m);
-  DefKernels<float>(m);
+  DefKernels<double, false>(m);
+  DefKernels<float, false>(m);
+  py::module_ emulation = m.def_submodule(
+      "cuda_emulation",
+      "The CUDA kernels run on the host (cc/core/cuda/emulate.h), planned as the GPU plans "
+      "them: the same functions as the module's, `algorithm` naming the GPU's ('auto', "
+      "'direct' or 'fft').");
+  DefKernels<double, true>(emulation);
+  DefKernels<float, true>(emulation);
 }

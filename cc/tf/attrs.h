@@ -1,5 +1,5 @@
 // Reads the Conv2D attribute set from an op's construction or shape-inference context
-// into the framework-free ConvAttrs, and converts core error strings into TF statuses.
+// into the framework-free ConvAttrs, and converts the core's errors into TF statuses.
 #ifndef TF_LARGECONV_TF_ATTRS_H_
 #define TF_LARGECONV_TF_ATTRS_H_
 
@@ -7,14 +7,27 @@
 #include <vector>
 
 #include "cc/core/geometry.h"
+#include "cc/core/status.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/platform/errors.h"
 
 namespace largeconv {
 
-inline absl::Status ToStatus(const std::string& err) {
-  if (err.empty()) return absl::OkStatus();
-  return tensorflow::errors::InvalidArgument(err);
+// The core's error kinds as TF's error classes (see cc/core/status.h).
+inline absl::Status ToStatus(const Status& s) {
+  switch (s.kind()) {
+    case ErrorKind::kOk:
+      return absl::OkStatus();
+    case ErrorKind::kInvalidArgument:
+      return tensorflow::errors::InvalidArgument(s.message());
+    case ErrorKind::kUnimplemented:
+      return tensorflow::errors::Unimplemented(s.message());
+    case ErrorKind::kResourceExhausted:
+      return tensorflow::errors::ResourceExhausted(s.message());
+    case ErrorKind::kInternal:
+      break;
+  }
+  return tensorflow::errors::Internal(s.message());
 }
 
 // Ctx is OpKernelConstruction or shape_inference::InferenceContext (both have GetAttr).

@@ -31,29 +31,31 @@ using tensorflow::OpKernelContext;
 using tensorflow::Tensor;
 using tensorflow::TensorShape;
 
-// Core storage type for each TF element type (same bits, no conversion).
-template <typename T>
-struct CoreType {
-  using type = T;
+// TensorFlow's element type for each core storage type (same bits, no conversion).
+template <typename C>
+struct TfType {
+  using type = C;
 };
 template <>
-struct CoreType<Eigen::half> {
-  using type = f16;
+struct TfType<f16> {
+  using type = Eigen::half;
 };
 template <>
-struct CoreType<Eigen::bfloat16> {
-  using type = bf16;
+struct TfType<bf16> {
+  using type = Eigen::bfloat16;
 };
+template <typename C>
+using TfT = typename TfType<C>::type;
 static_assert(sizeof(Eigen::half) == sizeof(f16), "half layout");
 static_assert(sizeof(Eigen::bfloat16) == sizeof(bf16), "bfloat16 layout");
 
-template <typename T>
-const typename CoreType<T>::type* CorePtr(const Tensor& t) {
-  return reinterpret_cast<const typename CoreType<T>::type*>(t.flat<T>().data());
+template <typename C>
+const C* CorePtr(const Tensor& t) {
+  return reinterpret_cast<const C*>(t.flat<TfT<C>>().data());
 }
-template <typename T>
-typename CoreType<T>::type* CorePtr(Tensor* t) {
-  return reinterpret_cast<typename CoreType<T>::type*>(t->flat<T>().data());
+template <typename C>
+C* CorePtr(Tensor* t) {
+  return reinterpret_cast<C*>(t->flat<TfT<C>>().data());
 }
 
 ParallelFor PoolFor(OpKernelContext* ctx) {
@@ -103,9 +105,9 @@ absl::Status CheckOutBackprop(const Tensor& dy, const ConvGeometry& g) {
   std::array<int64_t, 4> got;
   TF_RETURN_IF_ERROR(ShapeOf(dy, "out_backprop", &got));
   if (got != g.output_shape()) {
-    return tensorflow::errors::InvalidArgument(
-        "out_backprop has shape ", dy.shape().DebugString(),
-        " but the convolution produces ", ToShape(g.output_shape()).DebugString());
+    return tensorflow::errors::InvalidArgument("out_backprop has shape ", dy.shape().DebugString(),
+                                               " but the convolution produces ",
+                                               ToShape(g.output_shape()).DebugString());
   }
   return absl::OkStatus();
 }
@@ -128,11 +130,11 @@ class ConvOpBase : public OpKernel {
                                PassPlan* plan, Tensor* workspace) {
     PlanRequest req = request_;
     req.threads = ctx->device()->tensorflow_cpu_worker_threads()->num_threads;
-    req.real_bytes = sizeof(AccT<typename CoreType<T>::type>);
+    req.real_bytes = kComputeBytes<T>;
     // Plans depend only on the shapes here (attrs are fixed per kernel): cache them, so a
     // training loop plans each shape once.
-    const PlanKey key{g.batch, g.in_h, g.in_w, g.in_c, g.filter_h, g.filter_w,
-                      g.filter_in_c, g.out_c, req.threads};
+    const PlanKey key{g.batch,    g.in_h,        g.in_w,  g.in_c,     g.filter_h,
+                      g.filter_w, g.filter_in_c, g.out_c, req.threads};
     {
       tensorflow::mutex_lock lock(plan_mu_);
       auto it = plans_.find(key);
@@ -153,8 +155,8 @@ class ConvOpBase : public OpKernel {
   static absl::Status AllocateWorkspace(OpKernelContext* ctx, const PassPlan& plan,
                                         Tensor* workspace) {
     if (plan.workspace_bytes > 0) {
-      TF_RETURN_IF_ERROR(ctx->allocate_temp(tensorflow::DT_INT8,
-                                            TensorShape({plan.workspace_bytes}), workspace));
+      TF_RETURN_IF_ERROR(
+          ctx->allocate_temp(tensorflow::DT_INT8, TensorShape({plan.workspace_bytes}), workspace));
     }
     return absl::OkStatus();
   }
@@ -173,8 +175,7 @@ class ConvOpBase : public OpKernel {
     Tensor workspace;
     OP_REQUIRES_OK(ctx, PlanAndAllocate<T>(ctx, g, pass, &plan, &workspace));
     RunPass(g, plan, CorePtr<T>(a), a.NumElements(), CorePtr<T>(b), b.NumElements(),
-            CorePtr<T>(out), plan.workspace_bytes > 0 ? workspace.data() : nullptr,
-            PoolFor(ctx));
+            CorePtr<T>(out), plan.workspace_bytes > 0 ? workspace.data() : nullptr, PoolFor(ctx));
   }
 
 #ifdef LARGECONV_WITH_CUDA
@@ -183,25 +184,22 @@ class ConvOpBase : public OpKernel {
   template <typename T>
   void RunOnGpu(OpKernelContext* ctx, const ConvGeometry& g, ConvPass pass, const Tensor& a,
                 const Tensor& b, Tensor* out) {
-    using C = typename CoreType<T>::type;
     cuda::CudaPlan plan;  // PlanCudaPass caches plans per geometry and device
-    OP_REQUIRES_OK(ctx, ToStatus(cuda::PlanCudaPass(g, pass, request_.algorithm,
-                                                    sizeof(AccT<C>), request_.workspace_limit,
-                                                    &plan)));
+    OP_REQUIRES_OK(ctx, ToStatus(cuda::PlanCudaPass(g, pass, request_.algorithm, kComputeBytes<T>,
+                                                    request_.workspace_limit, &plan)));
     const int64_t bytes = plan.workspace_bytes;
     Tensor workspace;
     if (bytes > 0) {
-      OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_INT8, TensorShape({bytes}),
-                                             &workspace));
+      OP_REQUIRES_OK(ctx,
+                     ctx->allocate_temp(tensorflow::DT_INT8, TensorShape({bytes}), &workspace));
     }
     auto* stream = ctx->op_device_context() ? ctx->op_device_context()->stream() : nullptr;
     OP_REQUIRES(ctx, stream != nullptr,
                 tensorflow::errors::Internal("the GPU op has no stream to run on"));
     const auto handle = static_cast<cuda::Stream>(stream->platform_specific_handle().stream);
-    OP_REQUIRES_OK(ctx, ToStatus(cuda::RunCudaPass(g, plan, CorePtr<T>(a), CorePtr<T>(b),
-                                                   CorePtr<T>(out),
-                                                   bytes > 0 ? workspace.data() : nullptr,
-                                                   handle)));
+    OP_REQUIRES_OK(
+        ctx, ToStatus(cuda::RunCudaPass(g, plan, CorePtr<T>(a), CorePtr<T>(b), CorePtr<T>(out),
+                                        bytes > 0 ? workspace.data() : nullptr, handle)));
   }
 #endif
 
@@ -214,89 +212,55 @@ class ConvOpBase : public OpKernel {
   std::map<PlanKey, PassPlan> plans_ TF_GUARDED_BY(plan_mu_);
 };
 
-template <typename T, bool kGpu>
-class Conv2DOp : public ConvOpBase {
+// One kernel class for the three ops, driven by the pass's operand roles. Their inputs
+// line up: input 0 describes the convolution's input and input 1 its filter, each as the
+// tensor itself or, for the one the pass writes, as its sizes (input_sizes, filter_sizes);
+// the backprop ops take out_backprop as input 2.
+template <typename T, bool kGpu, ConvPass kPass>
+class ConvPassOp : public ConvOpBase {
  public:
   using ConvOpBase::ConvOpBase;
   void Compute(OpKernelContext* ctx) override {
-    const Tensor& input = ctx->input(0);
-    const Tensor& filter = ctx->input(1);
+    constexpr PassRoles kRoles = RolesOf(kPass);
     std::array<int64_t, 4> in_shape, f_shape;
-    OP_REQUIRES_OK(ctx, ShapeOf(input, "input", &in_shape));
-    OP_REQUIRES_OK(ctx, ShapeOf(filter, "filter", &f_shape));
+    OP_REQUIRES_OK(ctx, kRoles.out == ConvTensor::kInput
+                            ? SizesOf(ctx->input(0), "input_sizes", &in_shape)
+                            : ShapeOf(ctx->input(0), "input", &in_shape));
+    OP_REQUIRES_OK(ctx, kRoles.out == ConvTensor::kFilter
+                            ? SizesOf(ctx->input(1), "filter_sizes", &f_shape)
+                            : ShapeOf(ctx->input(1), "filter", &f_shape));
     ConvGeometry g;
     OP_REQUIRES_OK(ctx, ToStatus(MakeGeometry(attrs_, in_shape, f_shape, &g)));
-    Tensor* output = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, ToShape(g.output_shape()), &output));
-    Run<T, kGpu>(ctx, g, ConvPass::kForward, input, filter, output);
+    if (kPass != ConvPass::kForward) OP_REQUIRES_OK(ctx, CheckOutBackprop(ctx->input(2), g));
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, ToShape(g.shape(kRoles.out)), &out));
+    const auto operand = [ctx](ConvTensor t) -> const Tensor& {
+      return ctx->input(t == ConvTensor::kInput ? 0 : t == ConvTensor::kFilter ? 1 : 2);
+    };
+    Run<T, kGpu>(ctx, g, kPass, operand(kRoles.a), operand(kRoles.b), out);
   }
 };
 
-template <typename T, bool kGpu>
-class Conv2DBackpropInputOp : public ConvOpBase {
- public:
-  using ConvOpBase::ConvOpBase;
-  void Compute(OpKernelContext* ctx) override {
-    const Tensor& sizes = ctx->input(0);
-    const Tensor& filter = ctx->input(1);
-    const Tensor& dy = ctx->input(2);
-    std::array<int64_t, 4> in_shape, f_shape;
-    OP_REQUIRES_OK(ctx, SizesOf(sizes, "input_sizes", &in_shape));
-    OP_REQUIRES_OK(ctx, ShapeOf(filter, "filter", &f_shape));
-    ConvGeometry g;
-    OP_REQUIRES_OK(ctx, ToStatus(MakeGeometry(attrs_, in_shape, f_shape, &g)));
-    OP_REQUIRES_OK(ctx, CheckOutBackprop(dy, g));
-    Tensor* dx = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, ToShape(in_shape), &dx));
-    Run<T, kGpu>(ctx, g, ConvPass::kBackpropInput, filter, dy, dx);
-  }
-};
-
-template <typename T, bool kGpu>
-class Conv2DBackpropFilterOp : public ConvOpBase {
- public:
-  using ConvOpBase::ConvOpBase;
-  void Compute(OpKernelContext* ctx) override {
-    const Tensor& input = ctx->input(0);
-    const Tensor& sizes = ctx->input(1);
-    const Tensor& dy = ctx->input(2);
-    std::array<int64_t, 4> in_shape, f_shape;
-    OP_REQUIRES_OK(ctx, ShapeOf(input, "input", &in_shape));
-    OP_REQUIRES_OK(ctx, SizesOf(sizes, "filter_sizes", &f_shape));
-    ConvGeometry g;
-    OP_REQUIRES_OK(ctx, ToStatus(MakeGeometry(attrs_, in_shape, f_shape, &g)));
-    OP_REQUIRES_OK(ctx, CheckOutBackprop(dy, g));
-    Tensor* dw = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, ToShape(f_shape), &dw));
-    Run<T, kGpu>(ctx, g, ConvPass::kBackpropFilter, input, dy, dw);
-  }
-};
-
-#define LARGECONV_REGISTER(DEVICE, T, GPU)                                               \
-  REGISTER_KERNEL_BUILDER(                                                                \
-      Name("LargeConv>Conv2D").Device(DEVICE).TypeConstraint<T>("T"), Conv2DOp<T, GPU>);  \
-  REGISTER_KERNEL_BUILDER(Name("LargeConv>Conv2DBackpropInput")                          \
-                              .Device(DEVICE)                                             \
-                              .TypeConstraint<T>("T")                                     \
-                              .HostMemory("input_sizes"),                                 \
-                          Conv2DBackpropInputOp<T, GPU>);                                 \
-  REGISTER_KERNEL_BUILDER(Name("LargeConv>Conv2DBackpropFilter")                         \
-                              .Device(DEVICE)                                             \
-                              .TypeConstraint<T>("T")                                     \
-                              .HostMemory("filter_sizes"),                                \
-                          Conv2DBackpropFilterOp<T, GPU>);
-#define LARGECONV_REGISTER_CPU(T) LARGECONV_REGISTER(tensorflow::DEVICE_CPU, T, false)
-
-LARGECONV_REGISTER_CPU(float)
-LARGECONV_REGISTER_CPU(double)
-LARGECONV_REGISTER_CPU(Eigen::half)
-LARGECONV_REGISTER_CPU(Eigen::bfloat16)
+// Kernels are templated on the core storage type and registered for its TF type.
+#define LARGECONV_REGISTER(DEVICE, C, GPU)                                                     \
+  REGISTER_KERNEL_BUILDER(Name("LargeConv>Conv2D").Device(DEVICE).TypeConstraint<TfT<C>>("T"), \
+                          ConvPassOp<C, GPU, ConvPass::kForward>);                             \
+  REGISTER_KERNEL_BUILDER(Name("LargeConv>Conv2DBackpropInput")                                \
+                              .Device(DEVICE)                                                  \
+                              .TypeConstraint<TfT<C>>("T")                                     \
+                              .HostMemory("input_sizes"),                                      \
+                          ConvPassOp<C, GPU, ConvPass::kBackpropInput>);                       \
+  REGISTER_KERNEL_BUILDER(Name("LargeConv>Conv2DBackpropFilter")                               \
+                              .Device(DEVICE)                                                  \
+                              .TypeConstraint<TfT<C>>("T")                                     \
+                              .HostMemory("filter_sizes"),                                     \
+                          ConvPassOp<C, GPU, ConvPass::kBackpropFilter>);
+#define LARGECONV_REGISTER_CPU(C, NAME, TF_WORD) \
+  LARGECONV_REGISTER(tensorflow::DEVICE_CPU, C, false)
+LARGECONV_FOR_EACH_DTYPE(LARGECONV_REGISTER_CPU)
 #ifdef LARGECONV_WITH_CUDA
-#define LARGECONV_REGISTER_GPU(T) LARGECONV_REGISTER(tensorflow::DEVICE_GPU, T, true)
-LARGECONV_REGISTER_GPU(float)
-LARGECONV_REGISTER_GPU(double)
-LARGECONV_REGISTER_GPU(Eigen::half)
-LARGECONV_REGISTER_GPU(Eigen::bfloat16)
+#define LARGECONV_REGISTER_GPU(C, NAME, TF_WORD) LARGECONV_REGISTER(tensorflow::DEVICE_GPU, C, true)
+LARGECONV_FOR_EACH_DTYPE(LARGECONV_REGISTER_GPU)
 #undef LARGECONV_REGISTER_GPU
 #endif
 #undef LARGECONV_REGISTER_CPU

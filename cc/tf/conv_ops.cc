@@ -1,6 +1,10 @@
 // Op registrations for the LargeConv family: the attribute set of core Conv2D, and shape
 // functions that derive every static size from the core ConvGeometry.
+#include <string>
+
+#include "cc/core/dtypes.h"
 #include "cc/core/geometry.h"
+#include "cc/core/vocabulary.h"
 #include "cc/tf/attrs.h"
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
@@ -13,11 +17,10 @@ using tensorflow::shape_inference::DimensionHandle;
 using tensorflow::shape_inference::InferenceContext;
 using tensorflow::shape_inference::ShapeHandle;
 
-absl::Status RequireRank4(InferenceContext* c, ShapeHandle s, const char* name,
-                          ShapeHandle* out) {
+absl::Status RequireRank4(InferenceContext* c, ShapeHandle s, const char* name, ShapeHandle* out) {
   if (c->RankKnown(s) && c->Rank(s) != 4) {
-    return tensorflow::errors::InvalidArgument(
-        name, " must be a 4-D tensor, got shape ", c->DebugString(s));
+    return tensorflow::errors::InvalidArgument(name, " must be a 4-D tensor, got shape ",
+                                               c->DebugString(s));
   }
   return c->WithRank(s, 4, out);
 }
@@ -54,8 +57,8 @@ absl::Status ForwardShape(InferenceContext* c, ShapeHandle input, ShapeHandle fi
       before = a.explicit_paddings[2 * dims[k]];
       after = a.explicit_paddings[2 * dims[k] + 1];
     }
-    TF_RETURN_IF_ERROR(ToStatus(WindowOutputSize(in, f, strides[k], dil[k], a.padding,
-                                                 names[k], &before, &after, &size)));
+    TF_RETURN_IF_ERROR(ToStatus(
+        WindowOutputSize(in, f, strides[k], dil[k], a.padding, names[k], &before, &after, &size)));
     spatial[k] = c->MakeDim(size);
   }
   DimensionHandle batch = c->Dim(input, 0), depth = c->Dim(filter, 3);
@@ -79,9 +82,9 @@ absl::Status BackpropShapeFn(InferenceContext* c, int sizes_index, bool sizes_ar
   ShapeHandle sizes_vec, result;
   TF_RETURN_IF_ERROR(c->WithRank(c->input(sizes_index), 1, &sizes_vec));
   if (c->ValueKnown(c->Dim(sizes_vec, 0)) && c->Value(c->Dim(sizes_vec, 0)) != 4) {
-    return tensorflow::errors::InvalidArgument(
-        sizes_are_input ? "input_sizes" : "filter_sizes", " must have 4 elements, got ",
-        c->Value(c->Dim(sizes_vec, 0)));
+    return tensorflow::errors::InvalidArgument(sizes_are_input ? "input_sizes" : "filter_sizes",
+                                               " must have 4 elements, got ",
+                                               c->Value(c->Dim(sizes_vec, 0)));
   }
   TF_RETURN_IF_ERROR(c->MakeShapeFromShapeTensor(sizes_index, &result));
   TF_RETURN_IF_ERROR(c->WithRank(result, 4, &result));
@@ -102,24 +105,45 @@ absl::Status BackpropShapeFn(InferenceContext* c, int sizes_index, bool sizes_ar
 }
 
 }  // namespace
+
+// The element-type attribute, from the one dtype list.
+std::string DtypeAttr() {
+  std::string words;
+#define LARGECONV_TF_WORD(C, NAME, TF_WORD) \
+  words += (words.empty() ? "" : ", ") + std::string(#TF_WORD);
+  LARGECONV_FOR_EACH_DTYPE(LARGECONV_TF_WORD)
+#undef LARGECONV_TF_WORD
+  return "T: {" + words + "}";
+}
+
+// The algorithm attribute, from the vocabulary: every algorithm but TF's own kernels, which
+// only the Python layer can run.
+std::string AlgorithmAttr() {
+  std::string words;
+  for (Algorithm a : kAlgorithms) {
+    if (a == Algorithm::kTf) continue;
+    words += (words.empty() ? "'" : ", '") + std::string(AlgorithmName(a)) + "'";
+  }
+  return "algorithm: {" + words + "} = 'auto'";
+}
+
 }  // namespace largeconv
 
-#define LARGECONV_COMMON_ATTRS                                   \
-  Attr("T: {half, bfloat16, float, double}")                    \
-      .Attr("strides: list(int)")                                \
-      .Attr("padding: {'SAME', 'VALID', 'EXPLICIT'}")            \
-      .Attr("explicit_paddings: list(int) = []")                 \
-      .Attr("data_format: {'NHWC', 'NCHW'} = 'NHWC'")            \
-      .Attr("dilations: list(int) = [1, 1, 1, 1]")                \
-      .Attr("algorithm: {'auto', 'direct', 'fft'} = 'auto'")     \
+#define LARGECONV_COMMON_ATTRS                        \
+  Attr(largeconv::DtypeAttr())                        \
+      .Attr("strides: list(int)")                     \
+      .Attr("padding: {'SAME', 'VALID', 'EXPLICIT'}") \
+      .Attr("explicit_paddings: list(int) = []")      \
+      .Attr("data_format: {'NHWC', 'NCHW'} = 'NHWC'") \
+      .Attr("dilations: list(int) = [1, 1, 1, 1]")    \
+      .Attr(largeconv::AlgorithmAttr())               \
       .Attr("workspace_limit: int = -1")
 
 REGISTER_OP("LargeConv>Conv2D")
     .Input("input: T")
     .Input("filter: T")
     .Output("output: T")
-    .LARGECONV_COMMON_ATTRS
-    .SetShapeFn(largeconv::Conv2DShapeFn)
+    .LARGECONV_COMMON_ATTRS.SetShapeFn(largeconv::Conv2DShapeFn)
     .Doc(R"doc(
 2-D convolution with the semantics of Conv2D (grouped when the filter's in-depth divides
 the input depth), computed by memory-lean kernels suited to large filters.

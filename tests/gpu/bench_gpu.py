@@ -98,8 +98,9 @@ def _case(ext, name, repeats, algorithm):
   torch.cuda.reset_peak_memory_stats()
   theirs_t = _time(theirs, repeats)
   theirs_ws = torch.cuda.max_memory_allocated() - operands
-  return {"case": name, "algorithm": f"{algorithm}:{chosen}", "ours_ms": ours_t, "torch_ms": theirs_t, "ours_workspace": ours_ws,
-          "torch_extra": max(theirs_ws, 0), "max_rel_error": err}
+  return {"case": name, "algorithm": f"{algorithm}:{chosen}", "ours_ms": ours_t,
+          "torch_ms": theirs_t, "ours_workspace": ours_ws, "torch_extra": max(theirs_ws, 0),
+          "max_rel_error": err}
 
 
 def main(argv=None):
@@ -119,15 +120,15 @@ def main(argv=None):
   print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, "
         f"cuDNN {torch.backends.cudnn.version()}")
   print(f"cuFFT: {ext.cufft()}")
-  print(f"{'case':18s}{'algorithm':>12s}{'ours min/med ms':>18s}{'torch min/med ms':>19s}{'speedup':>9s}"
-        f"{'ours ws MiB':>13s}{'torch MiB':>11s}{'rel err':>10s}")
+  print(f"{'case':18s}{'algorithm':>12s}{'ours min/med ms':>18s}{'torch min/med ms':>19s}"
+        f"{'speedup':>9s}{'ours ws MiB':>13s}{'torch MiB':>11s}{'rel err':>10s}")
   results = []
   for name, algorithm in ((n, a) for n in args.cases for a in args.algorithms):
     r = _case(ext, name, args.repeats, algorithm)
     results.append(r)
     o, t = r["ours_ms"], r["torch_ms"]
-    print(f"{name:18s}{r['algorithm']:>12s}{o[0]:9.2f}/{o[1]:<8.2f}{t[0]:10.2f}/{t[1]:<8.2f}{t[0] / o[0]:8.2f}x"
-          f"{r['ours_workspace'] / MiB:13.1f}{r['torch_extra'] / MiB:11.1f}"
+    print(f"{name:18s}{r['algorithm']:>12s}{o[0]:9.2f}/{o[1]:<8.2f}{t[0]:10.2f}/{t[1]:<8.2f}"
+          f"{t[0] / o[0]:8.2f}x{r['ours_workspace'] / MiB:13.1f}{r['torch_extra'] / MiB:11.1f}"
           f"{r['max_rel_error']:10.1e}", flush=True)
     torch.cuda.empty_cache()
   if args.json:

@@ -7,9 +7,13 @@ import itertools
 
 import numpy as np
 import pytest
-
-from cases import CASES, attrs, to_format
-from reference import PASSES, Conv, assert_close, planned_fft
+from cases import CASES
+from cases import attrs
+from cases import to_format
+from reference import PASSES
+from reference import Conv
+from reference import assert_close
+from reference import planned_fft
 
 # Without torch every test here is skipped, each with its reason (conftest.py); the module
 # still imports, so the skips are counted and shown test by test.

@@ -2,7 +2,6 @@
 HWIO filters become OIHW, SAME/EXPLICIT padding (possibly asymmetric) is padded explicitly,
 NHWC is permuted, and the two gradients come from autograd."""
 
-import torch
 import torch.nn.functional as F
 
 

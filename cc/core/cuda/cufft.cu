@@ -1,8 +1,6 @@
 // cuFFT through dlopen: the few entry points the FFT path uses, declared here from cuFFT's
 // documented C API (cufftHandle and cufftResult are ints, the transform types are fixed
 // enumerators), and a per-device cache of plans.
-#include "cc/core/cuda/cufft.h"
-
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 
@@ -11,6 +9,9 @@
 #include <mutex>
 #include <tuple>
 #include <vector>
+
+#include "cc/core/cuda/cuda_status.h"
+#include "cc/core/cuda/cufft.h"
 
 namespace largeconv {
 namespace cuda {
@@ -24,8 +25,8 @@ constexpr int kR2C = 0x2a, kC2R = 0x2c, kD2Z = 0x6a, kZ2D = 0x6c;
 struct Api {
   Result (*create)(Handle*);
   Result (*set_auto_allocation)(Handle, int);
-  Result (*make_plan_many64)(Handle, int, long long*, long long*, long long, long long,
-                             long long*, long long, long long, int, long long, size_t*);
+  Result (*make_plan_many64)(Handle, int, long long*, long long*, long long, long long, long long*,
+                             long long, long long, int, long long, size_t*);
   Result (*set_work_area)(Handle, void*);
   Result (*set_stream)(Handle, cudaStream_t);
   Result (*exec_r2c)(Handle, float*, void*);
@@ -154,8 +155,13 @@ Cache& Plans() {
   return *cache;
 }
 
-std::string ResultMessage(const char* what, Result r) {
-  return std::string("cuFFT ") + what + " failed with cufftResult " + std::to_string(r);
+// cuFFT's failures: out of memory (CUFFT_ALLOC_FAILED) or anything else, internal.
+Status ResultStatus(const char* what, Result r, const std::string& detail = "") {
+  constexpr Result kAllocFailed = 2;
+  std::string message =
+      std::string("cuFFT ") + what + " failed with cufftResult " + std::to_string(r) + detail;
+  if (r == kAllocFailed) return ResourceExhausted(std::move(message));
+  return Internal(std::move(message));
 }
 
 // Destroys plans taken out of the cache, after their queued work. Called without the lock.
@@ -171,12 +177,11 @@ void Retire(const std::vector<Plan>& retired) {
 
 // Finds or creates the plan of s on the current device; a plan evicted to make room goes
 // to *retired. Caller holds the cache lock.
-std::string GetPlan(Cache& cache, const TransformShape& s, Plan** out,
-                    std::vector<Plan>* retired) {
+Status GetPlan(Cache& cache, const TransformShape& s, Plan** out, std::vector<Plan>* retired) {
   const Api& api = Lib().api;
   int device = 0;
   const cudaError_t e = cudaGetDevice(&device);
-  if (e != cudaSuccess) return std::string("no CUDA device: ") + cudaGetErrorString(e);
+  if (e != cudaSuccess) return CudaStatus("no CUDA device", e);
   const Key key{device, s.inverse, s.real_bytes, s.fft_h, s.fft_w, s.batch};
   auto it = cache.plans.find(key);
   if (it == cache.plans.end()) {
@@ -195,7 +200,7 @@ std::string GetPlan(Cache& cache, const TransformShape& s, Plan** out,
     }
     Plan p;
     Result r = api.create(&p.handle);
-    if (r != 0) return ResultMessage("plan creation", r);
+    if (r != 0) return ResultStatus("plan creation", r);
     long long n[2] = {s.fft_h, s.fft_w};
     long long padded[2] = {s.fft_h, 2 * (s.fft_w / 2 + 1)};
     long long bins[2] = {s.fft_h, s.fft_w / 2 + 1};
@@ -211,22 +216,23 @@ std::string GetPlan(Cache& cache, const TransformShape& s, Plan** out,
     }
     if (r != 0) {
       api.destroy(p.handle);
-      return ResultMessage("plan making", r) + " for a batch of " + std::to_string(s.batch) +
-             " transforms of " + std::to_string(s.fft_h) + "x" + std::to_string(s.fft_w);
+      return ResultStatus("plan making", r,
+                          " for a batch of " + std::to_string(s.batch) + " transforms of " +
+                              std::to_string(s.fft_h) + "x" + std::to_string(s.fft_w));
     }
     it = cache.plans.emplace(key, p).first;
   }
   it->second.last_use = ++cache.clock;
   *out = &it->second;
-  return "";
+  return OkStatus();
 }
 
 // Enqueues the transform on `stream` and records the plan's event after it.
-std::string Execute(const Api& api, Plan& plan, const TransformShape& s, void* data, void* work,
-                    cudaStream_t stream) {
+Status Execute(const Api& api, Plan& plan, const TransformShape& s, void* data, void* work,
+               cudaStream_t stream) {
   Result r = api.set_stream(plan.handle, stream);
   if (r == 0 && plan.work > 0) r = api.set_work_area(plan.handle, work);
-  if (r != 0) return ResultMessage("plan setup", r);
+  if (r != 0) return ResultStatus("plan setup", r);
   if (s.real_bytes == 8) {
     r = s.inverse ? api.exec_z2d(plan.handle, data, static_cast<double*>(data))
                   : api.exec_d2z(plan.handle, static_cast<double*>(data), data);
@@ -234,14 +240,15 @@ std::string Execute(const Api& api, Plan& plan, const TransformShape& s, void* d
     r = s.inverse ? api.exec_c2r(plan.handle, data, static_cast<float*>(data))
                   : api.exec_r2c(plan.handle, static_cast<float*>(data), data);
   }
-  if (r != 0) return ResultMessage("execution", r);
-  if (plan.done == nullptr &&
-      cudaEventCreateWithFlags(&plan.done, cudaEventDisableTiming) != cudaSuccess) {
-    plan.done = nullptr;
-    return "could not create a CUDA event for a cuFFT plan";
+  if (r != 0) return ResultStatus("execution", r);
+  if (plan.done == nullptr) {
+    const cudaError_t e = cudaEventCreateWithFlags(&plan.done, cudaEventDisableTiming);
+    if (e != cudaSuccess) {
+      plan.done = nullptr;
+      return CudaStatus("creating a CUDA event for a cuFFT plan", e);
+    }
   }
-  const cudaError_t e = cudaEventRecord(plan.done, stream);
-  return e == cudaSuccess ? "" : std::string("cudaEventRecord: ") + cudaGetErrorString(e);
+  return CudaStatus("cudaEventRecord", cudaEventRecord(plan.done, stream));
 }
 
 }  // namespace
@@ -250,9 +257,9 @@ std::string CufftStatus() { return Lib().error; }
 std::string CufftPath() { return Lib().path; }
 int CufftVersion() { return Lib().version; }
 
-int64_t CufftWorkBytes(const TransformShape& s, std::string* error) {
+int64_t CufftWorkBytes(const TransformShape& s, Status* error) {
   if (!Lib().error.empty()) {
-    *error = Lib().error;
+    *error = Unimplemented(Lib().error);
     return -1;
   }
   Cache& cache = Plans();
@@ -262,29 +269,29 @@ int64_t CufftWorkBytes(const TransformShape& s, std::string* error) {
     std::lock_guard<std::mutex> lock(cache.mu);
     Plan* plan = nullptr;
     *error = GetPlan(cache, s, &plan, &retired);
-    if (error->empty()) work = static_cast<int64_t>(plan->work);
+    if (error->ok()) work = static_cast<int64_t>(plan->work);
   }
   Retire(retired);
   return work;
 }
 
-std::string CufftExecute(const TransformShape& s, void* data, void* work, int64_t work_bytes,
-                         CUstream_st* stream) {
-  if (!Lib().error.empty()) return Lib().error;
+Status CufftExecute(const TransformShape& s, void* data, void* work, int64_t work_bytes,
+                    CUstream_st* stream) {
+  if (!Lib().error.empty()) return Unimplemented(Lib().error);
   const Api& api = Lib().api;
   Cache& cache = Plans();
   std::vector<Plan> retired;
-  std::string error;
+  Status error;
   {
     // Held until the transform is enqueued: the plan's stream and work area are its own.
     std::lock_guard<std::mutex> lock(cache.mu);
     Plan* plan = nullptr;
     error = GetPlan(cache, s, &plan, &retired);
-    if (error.empty() && static_cast<int64_t>(plan->work) > work_bytes) {
-      error = "cuFFT asks for a work area of " + std::to_string(plan->work) +
-              " bytes, more than the " + std::to_string(work_bytes) + " planned";
+    if (error.ok() && static_cast<int64_t>(plan->work) > work_bytes) {
+      error = Internal("cuFFT asks for a work area of " + std::to_string(plan->work) +
+                       " bytes, more than the " + std::to_string(work_bytes) + " planned");
     }
-    if (error.empty()) error = Execute(api, *plan, s, data, work, stream);
+    if (error.ok()) error = Execute(api, *plan, s, data, work, stream);
   }
   Retire(retired);
   return error;

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "cc/core/cuda/fft_plan.h"
+#include "cc/core/status.h"
 
 struct CUstream_st;
 
@@ -24,12 +25,12 @@ int CufftVersion();
 
 // Work-area bytes of a transform on the current device, creating and caching its plan; -1
 // with *error set if cuFFT cannot make it.
-int64_t CufftWorkBytes(const TransformShape& s, std::string* error);
+int64_t CufftWorkBytes(const TransformShape& s, Status* error);
 
 // Enqueues the in-place transform on `stream`, with `work` (work_bytes long, at least
-// CufftWorkBytes of it) as the work area. Returns "" or an error.
-std::string CufftExecute(const TransformShape& s, void* data, void* work, int64_t work_bytes,
-                         CUstream_st* stream);
+// CufftWorkBytes of it) as the work area.
+Status CufftExecute(const TransformShape& s, void* data, void* work, int64_t work_bytes,
+                    CUstream_st* stream);
 
 }  // namespace cuda
 }  // namespace largeconv

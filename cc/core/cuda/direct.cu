@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "cc/core/cuda/cuda_status.h"
 #include "cc/core/cuda/launch.h"
 #include "cc/core/cuda/tiles.h"
 
@@ -76,28 +77,21 @@ struct DeviceLauncher {
 }  // namespace
 
 template <typename T>
-std::string DirectPass(const ConvGeometry& g, ConvPass pass, const TileConfig& c,
-                       const T* a, const T* b, T* out, void* workspace, Stream stream,
-                       const int* gate) {
+Status DirectPass(const ConvGeometry& g, ConvPass pass, const TileConfig& c, const T* a, const T* b,
+                  T* out, void* workspace, Stream stream, const int* gate) {
   if (c.workspace_bytes > 0 && workspace == nullptr) {
-    return "the direct backprop-filter kernels need a workspace of " +
-           std::to_string(c.workspace_bytes) + " bytes";
+    return Internal("the direct backprop-filter kernels need a workspace of " +
+                    std::to_string(c.workspace_bytes) + " bytes");
   }
   DeviceLauncher run{stream, gate};
   DispatchTiles(g, pass, c, a, b, out, workspace, run);
-  if (run.error != cudaSuccess) {
-    return std::string("CUDA kernel launch failed: ") + cudaGetErrorString(run.error);
-  }
-  return "";
+  return CudaStatus("CUDA kernel launch failed", run.error);
 }
 
-#define LARGECONV_INSTANTIATE(T)                                                           \
-  template std::string DirectPass<T>(const ConvGeometry&, ConvPass, const TileConfig&,    \
-                                     const T*, const T*, T*, void*, Stream, const int*);
-LARGECONV_INSTANTIATE(float)
-LARGECONV_INSTANTIATE(double)
-LARGECONV_INSTANTIATE(f16)
-LARGECONV_INSTANTIATE(bf16)
+#define LARGECONV_INSTANTIATE(T, NAME, TF_WORD)                                             \
+  template Status DirectPass<T>(const ConvGeometry&, ConvPass, const TileConfig&, const T*, \
+                                const T*, T*, void*, Stream, const int*);
+LARGECONV_FOR_EACH_DTYPE(LARGECONV_INSTANTIATE)
 #undef LARGECONV_INSTANTIATE
 
 }  // namespace cuda

@@ -104,21 +104,20 @@ struct HostFftRunner {
 };
 
 // Plans a pass as the device does, with the emulation's transforms (no work area).
-inline std::string PlanEmulatedPass(const ConvGeometry& g, ConvPass pass, Algorithm algorithm,
-                                    int real_bytes, int64_t workspace_limit, CudaPlan* plan) {
-  const WorkBytesFn none = [](const TransformShape&, std::string*) -> int64_t { return 0; };
+inline Status PlanEmulatedPass(const ConvGeometry& g, ConvPass pass, Algorithm algorithm,
+                               int real_bytes, int64_t workspace_limit, CudaPlan* plan) {
+  const WorkBytesFn none = [](const TransformShape&, Status*) -> int64_t { return 0; };
   return PlanGpuPass(g, pass, algorithm, real_bytes, workspace_limit, &none, "", plan);
 }
 
 // Plans a pass as the device does and runs it through the emulated kernels: algorithm
-// kAuto, kDirect or kFft. Returns "" or the planner's error.
+// kAuto, kDirect or kFft. Returns OK or the planner's error.
 template <typename T>
-std::string EmulateCudaPass(const ConvGeometry& g, ConvPass pass, Algorithm algorithm,
-                            const T* a, const T* b, T* out, int64_t workspace_limit) {
+Status EmulateCudaPass(const ConvGeometry& g, ConvPass pass, Algorithm algorithm, const T* a,
+                       const T* b, T* out, int64_t workspace_limit) {
   CudaPlan plan;
-  const std::string error =
-      PlanEmulatedPass(g, pass, algorithm, sizeof(AccT<T>), workspace_limit, &plan);
-  if (!error.empty()) return error;
+  LC_RETURN_IF_ERROR(
+      PlanEmulatedPass(g, pass, algorithm, kComputeBytes<T>, workspace_limit, &plan));
   // All bits set: a NaN in float and in double, so a read of anything never written shows.
   std::vector<double> ws(static_cast<size_t>(plan.workspace_bytes + 7) / 8 + 1);
   std::memset(ws.data(), 0xff, ws.size() * sizeof(double));
@@ -130,7 +129,7 @@ std::string EmulateCudaPass(const ConvGeometry& g, ConvPass pass, Algorithm algo
     HostEmulator run;
     DispatchTiles(g, pass, plan.direct, a, b, out, workspace, run);
   }
-  return "";
+  return OkStatus();
 }
 
 }  // namespace cuda

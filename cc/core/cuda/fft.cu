@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 
+#include "cc/core/cuda/cuda_status.h"
 #include "cc/core/cuda/cufft.h"
 #include "cc/core/cuda/fft_pipeline.h"
 #include "cc/core/cuda/launch.h"
@@ -32,31 +33,30 @@ __global__ void __launch_bounds__(kThreads) ForEachKernel(I count, const F f) {
 struct DeviceRunner {
   cudaStream_t stream;
   int64_t work_bytes;  // cuFFT's work area as planned
-  std::string error;
+  Status error;
   bool transform_failed = false;
 
   template <class F>
   void ForEach(int64_t count, const F& f) {
-    if (!error.empty() || count <= 0) return;
+    if (!error.ok() || count <= 0) return;
     const int64_t blocks = std::min((count + kThreads - 1) / kThreads, kMaxBlocks);
     if (count < kNarrowCount) {
-      ForEachKernel<F, int32_t><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-          static_cast<int32_t>(count), f);
+      ForEachKernel<F, int32_t>
+          <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(static_cast<int32_t>(count), f);
     } else {
       ForEachKernel<F, int64_t><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(count, f);
     }
-    const cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) error = std::string("CUDA kernel launch failed: ") + cudaGetErrorString(e);
+    error = CudaStatus("CUDA kernel launch failed", cudaGetLastError());
   }
   void Transform(const TransformShape& s, void* data, void* work) {
-    if (!error.empty()) return;
+    if (!error.ok()) return;
     error = CufftExecute(s, data, work, work_bytes, stream);
-    transform_failed = !error.empty();
+    transform_failed = !error.ok();
   }
   template <typename T>
   void Direct(const ConvGeometry& g, ConvPass pass, const TileConfig& config, const T* a,
               const T* b, T* out, void* workspace, const int* gate) {
-    if (error.empty()) error = DirectPass(g, pass, config, a, b, out, workspace, stream, gate);
+    if (error.ok()) error = DirectPass(g, pass, config, a, b, out, workspace, stream, gate);
   }
 };
 
@@ -76,13 +76,13 @@ PlanCache& Plans() {
   return *cache;
 }
 
-std::string PlanUncached(const ConvGeometry& g, ConvPass pass, Algorithm algorithm,
-                         int real_bytes, int64_t workspace_limit, CudaPlan* plan) {
+Status PlanUncached(const ConvGeometry& g, ConvPass pass, Algorithm algorithm, int real_bytes,
+                    int64_t workspace_limit, CudaPlan* plan) {
   const std::string status = algorithm == Algorithm::kDirect ? "" : CufftStatus();
   if (algorithm == Algorithm::kDirect || !status.empty()) {
     return PlanGpuPass(g, pass, algorithm, real_bytes, workspace_limit, nullptr, status, plan);
   }
-  const WorkBytesFn work = [](const TransformShape& s, std::string* error) {
+  const WorkBytesFn work = [](const TransformShape& s, Status* error) {
     return CufftWorkBytes(s, error);
   };
   return PlanGpuPass(g, pass, algorithm, real_bytes, workspace_limit, &work, "", plan);
@@ -90,46 +90,65 @@ std::string PlanUncached(const ConvGeometry& g, ConvPass pass, Algorithm algorit
 
 }  // namespace
 
-std::string PlanCudaPass(const ConvGeometry& g, ConvPass pass, Algorithm algorithm,
-                         int real_bytes, int64_t workspace_limit, CudaPlan* plan) {
+Status PlanCudaPass(const ConvGeometry& g, ConvPass pass, Algorithm algorithm, int real_bytes,
+                    int64_t workspace_limit, CudaPlan* plan) {
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) {
     cudaGetLastError();  // no device: plan anyway (the direct kernels need none to plan)
     device = -1;
   }
-  const PlanKey key{g.batch, g.in_h, g.in_w, g.in_c, g.filter_h, g.filter_w, g.filter_in_c,
-                    g.out_c, g.groups, g.stride_h, g.stride_w, g.dilation_h, g.dilation_w,
-                    g.pad_top, g.pad_bottom, g.pad_left, g.pad_right, g.out_h, g.out_w,
-                    static_cast<int64_t>(g.data_format), static_cast<int64_t>(pass),
-                    static_cast<int64_t>(algorithm), real_bytes, workspace_limit, device};
+  const PlanKey key{g.batch,
+                    g.in_h,
+                    g.in_w,
+                    g.in_c,
+                    g.filter_h,
+                    g.filter_w,
+                    g.filter_in_c,
+                    g.out_c,
+                    g.groups,
+                    g.stride_h,
+                    g.stride_w,
+                    g.dilation_h,
+                    g.dilation_w,
+                    g.pad_top,
+                    g.pad_bottom,
+                    g.pad_left,
+                    g.pad_right,
+                    g.out_h,
+                    g.out_w,
+                    static_cast<int64_t>(g.data_format),
+                    static_cast<int64_t>(pass),
+                    static_cast<int64_t>(algorithm),
+                    real_bytes,
+                    workspace_limit,
+                    device};
   PlanCache& cache = Plans();
   {
     std::lock_guard<std::mutex> lock(cache.mu);
     auto it = cache.plans.find(key);
     if (it != cache.plans.end()) {
       *plan = it->second;
-      return "";
+      return OkStatus();
     }
   }
-  const std::string error = PlanUncached(g, pass, algorithm, real_bytes, workspace_limit, plan);
-  if (!error.empty()) return error;
+  LC_RETURN_IF_ERROR(PlanUncached(g, pass, algorithm, real_bytes, workspace_limit, plan));
   std::lock_guard<std::mutex> lock(cache.mu);
   if (cache.plans.size() >= kMaxCachedPlans) cache.plans.clear();
   cache.plans.emplace(key, *plan);
-  return "";
+  return OkStatus();
 }
 
 template <typename T>
-std::string RunCudaPass(const ConvGeometry& g, const CudaPlan& plan, const T* a, const T* b,
-                        T* out, void* workspace, Stream stream) {
+Status RunCudaPass(const ConvGeometry& g, const CudaPlan& plan, const T* a, const T* b, T* out,
+                   void* workspace, Stream stream) {
   if (plan.workspace_bytes > 0 && workspace == nullptr) {
-    return "the planned pass needs a workspace of " + std::to_string(plan.workspace_bytes) +
-           " bytes";
+    return Internal("the planned pass needs a workspace of " +
+                    std::to_string(plan.workspace_bytes) + " bytes");
   }
   if (plan.algorithm != Algorithm::kFft) {
     return DirectPass(g, plan.pass, plan.direct, a, b, out, workspace, stream);
   }
-  DeviceRunner run{stream, plan.fft_work_bytes, ""};
+  DeviceRunner run{stream, plan.fft_work_bytes};
   RunFftPass(g, plan, a, b, out, static_cast<char*>(workspace), run);
   if (run.transform_failed) {
     // cuFFT failed at run time (e.g. no memory to re-create an evicted plan): the direct
@@ -141,13 +160,10 @@ std::string RunCudaPass(const ConvGeometry& g, const CudaPlan& plan, const T* a,
   return run.error;
 }
 
-#define LARGECONV_INSTANTIATE(T)                                                           \
-  template std::string RunCudaPass<T>(const ConvGeometry&, const CudaPlan&, const T*,     \
-                                      const T*, T*, void*, Stream);
-LARGECONV_INSTANTIATE(float)
-LARGECONV_INSTANTIATE(double)
-LARGECONV_INSTANTIATE(f16)
-LARGECONV_INSTANTIATE(bf16)
+#define LARGECONV_INSTANTIATE(T, NAME, TF_WORD)                                                \
+  template Status RunCudaPass<T>(const ConvGeometry&, const CudaPlan&, const T*, const T*, T*, \
+                                 void*, Stream);
+LARGECONV_FOR_EACH_DTYPE(LARGECONV_INSTANTIATE)
 #undef LARGECONV_INSTANTIATE
 
 }  // namespace cuda

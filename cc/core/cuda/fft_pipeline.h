@@ -53,7 +53,7 @@ struct FftGeom {
   int64_t fh, fw, pitch, plane;  // pitch = 2 (fw / 2 + 1) reals; plane = fh * pitch
   int64_t bins;                  // fh * (fw / 2 + 1)
   FftTiling t;
-  int64_t per_image;             // tiles per image
+  int64_t per_image;  // tiles per image
   LC_HD int64_t Image(int64_t item) const { return item / per_image; }
   LC_HD int64_t TileRow(int64_t item) const { return item % per_image / t.tiles_w * t.tile_h; }
   LC_HD int64_t TileCol(int64_t item) const { return item % per_image % t.tiles_w * t.tile_w; }
@@ -63,7 +63,9 @@ struct SetFlag {
   int* flag;
   int value;
   template <typename I>
-  LC_HD void operator()(I) const { *flag = value; }
+  LC_HD void operator()(I) const {
+    *flag = value;
+  }
 };
 
 // Every writer stores the same value, so concurrent writes are benign.
@@ -81,7 +83,9 @@ template <typename T>
 struct Fill {
   T* p;
   template <typename I>
-  LC_HD void operator()(I i) const { p[i] = Store<T>(AccT<T>(0)); }
+  LC_HD void operator()(I i) const {
+    p[i] = Store<T>(AccT<T>(0));
+  }
 };
 
 // Filter spectra (group, source channel, destination channel) as real planes: the dilated
@@ -102,7 +106,8 @@ struct PlaceFilters {
     const I c = e % pitch, r = e / pitch % static_cast<I>(f.fh);
     const I per_group = static_cast<I>(scpg * dcpg), dcs = static_cast<I>(dcpg);
     const int64_t grp = s / per_group, sc = s / dcs % static_cast<I>(scpg), dc = s % dcs;
-    const int64_t keh = (g.filter_h - 1) * g.dil_h + 1, kew = (g.filter_w - 1) * g.dil_w + 1;
+    const int64_t keh = DilatedExtent(g.filter_h, g.dil_h),
+                  kew = DilatedExtent(g.filter_w, g.dil_w);
     const int64_t y = flip ? keh - 1 - r : r, x = flip ? kew - 1 - c : c;
     R v = R(0);
     if (c < f.fw && y >= 0 && x >= 0 && y % g.dil_h == 0 && x % g.dil_w == 0 &&
@@ -139,13 +144,13 @@ struct PackTiles {
     const int64_t ch = p % chs, item = item0 + p / chs;
     const int64_t p0h = f.TileRow(item), p0w = f.TileCol(item);
     R v = R(0);
-    const bool inside = !clip || (r < f.t.tile_h && p0h + r < dense_h && c < f.t.tile_w &&
-                                  p0w + c < dense_w);
+    const bool inside =
+        !clip || (r < f.t.tile_h && p0h + r < dense_h && c < f.t.tile_w && p0w + c < dense_w);
     const int64_t qh = p0h + org_h + r, qw = p0w + org_w + c;
     if (c < f.fw && inside && qh >= 0 && qw >= 0 && qh % stuff_h == 0 && qw % stuff_w == 0 &&
         qh / stuff_h < rows && qw / stuff_w < cols) {
-      v = static_cast<R>(Load(base[f.Image(item) * st.n + ch * st.c + (qh / stuff_h) * st.h +
-                                   (qw / stuff_w) * st.w]));
+      v = static_cast<R>(Load(
+          base[f.Image(item) * st.n + ch * st.c + (qh / stuff_h) * st.h + (qw / stuff_w) * st.w]));
     }
     dst[e] = v;
   }
@@ -165,7 +170,7 @@ struct MultiplyConj {
     const I nb = static_cast<I>(bins), nd = static_cast<I>(groups * dblocks), q = e / nb;
     const int64_t bin = e % nb, d = q % nd, item = q / nd;
     const int64_t grp = d / dblocks, dc0 = d % dblocks * kChannelBlock;
-    const int n = static_cast<int>(MinHD(kChannelBlock, dcpg - dc0));
+    const int n = static_cast<int>(MinOf(kChannelBlock, dcpg - dc0));
     const Cx<R>* xs = x + (item * groups * scpg + grp * scpg) * bins + bin;
     const Cx<R>* fs = filters + (grp * scpg * dcpg + dc0) * bins + bin;
     R re[kChannelBlock] = {}, im[kChannelBlock] = {};
@@ -223,7 +228,7 @@ struct AccumulateConj {
     const I nb = static_cast<I>(bins), s = e / nb, no = static_cast<I>(oblocks), so = s / no;
     const int64_t bin = e % nb, o0 = s % no * kChannelBlock, i = so % static_cast<I>(icpg);
     const int64_t grp = so / static_cast<I>(icpg);
-    const int n = static_cast<int>(MinHD(kChannelBlock, ocpg - o0));
+    const int n = static_cast<int>(MinOf(kChannelBlock, ocpg - o0));
     Cx<R>* out = acc + ((grp * icpg + i) * ocpg + o0) * bins + bin;
     R re[kChannelBlock] = {}, im[kChannelBlock] = {};
     for (int k = 0; k < n && !first; ++k) {
@@ -256,7 +261,8 @@ struct ReadFilter {
   template <typename I>
   LC_HD void operator()(I e) const {
     const int64_t co = e % g.cout, i = e / g.cout % g.cin_g;
-    const int64_t kw = e / (g.cout * g.cin_g) % g.filter_w, kh = e / (g.cout * g.cin_g * g.filter_w);
+    const int64_t kw = e / (g.cout * g.cin_g) % g.filter_w,
+                  kh = e / (g.cout * g.cin_g * g.filter_w);
     const int64_t s = ((co / g.cout_g) * g.cin_g + i) * g.cout_g + co % g.cout_g;
     out[e] = Store<T>(scale * real[s * f.plane + ModHD(kh * g.dil_h - f.t.shift_h, f.fh) * f.pitch +
                                    ModHD(kw * g.dil_w - f.t.shift_w, f.fw)]);
@@ -281,7 +287,7 @@ void RunFftPass(const ConvGeometry& geom, const CudaPlan& plan, const T* a, cons
   const GpuFftLayout l = MakeGpuFftLayout(geom, pass, c, rb);
   const FftTiling& t = c.tiling;
   const FftGeom f{c.fft_h, c.fft_w, 2 * (c.fft_w / 2 + 1), c.fft_h * 2 * (c.fft_w / 2 + 1),
-                  l.bins, t, t.tiles_h * t.tiles_w};
+                  l.bins,  t,       t.tiles_h * t.tiles_w};
   int* flag = reinterpret_cast<int*>(workspace);
   R* filters = reinterpret_cast<R*>(workspace + l.filters);
   R* src = reinterpret_cast<R*>(workspace + l.src);
@@ -292,13 +298,12 @@ void RunFftPass(const ConvGeometry& geom, const CudaPlan& plan, const T* a, cons
     if (batch > 0) run.Transform(TransformShape{inverse, rb, c.fft_h, c.fft_w, batch}, data, work);
   };
   const R scale = R(1) / static_cast<R>(c.fft_h * c.fft_w);
-  const int64_t keh = (g.filter_h - 1) * g.dil_h + 1, kew = (g.filter_w - 1) * g.dil_w + 1;
+  const int64_t keh = DilatedExtent(g.filter_h, g.dil_h), kew = DilatedExtent(g.filter_w, g.dil_w);
 
   run.ForEach(1, SetFlag{flag, 0});
-  const int64_t sizes[2] = {pass == ConvPass::kBackpropInput ? geom.filter_elements()
-                                                             : geom.input_elements(),
-                            pass == ConvPass::kForward ? geom.filter_elements()
-                                                       : geom.output_elements()};
+  const int64_t sizes[2] = {
+      pass == ConvPass::kBackpropInput ? geom.filter_elements() : geom.input_elements(),
+      pass == ConvPass::kForward ? geom.filter_elements() : geom.output_elements()};
   run.ForEach(sizes[0], FlagNonFinite<T>{a, flag});
   run.ForEach(sizes[1], FlagNonFinite<T>{b, flag});
 
@@ -307,17 +312,17 @@ void RunFftPass(const ConvGeometry& geom, const CudaPlan& plan, const T* a, cons
       run.ForEach(geom.filter_elements(), Fill<T>{out});
     } else {
       for (int64_t item0 = 0; item0 < c.items; item0 += c.chunk) {
-        const int64_t items = MinHD(c.chunk, c.items - item0);
+        const int64_t items = MinOf(c.chunk, c.items - item0);
         run.ForEach(items * g.cin_g * g.groups * f.plane,
                     PackTiles<T, R>{f, a, g.in, g.in_h, g.in_w, 1, 1, g.cin_g * g.groups,
-                                    t.shift_h - g.pad_top, t.shift_w - g.pad_left, false,
-                                    t.dense_h, t.dense_w, item0, src});
+                                    t.shift_h - g.pad_top, t.shift_w - g.pad_left, false, t.dense_h,
+                                    t.dense_w, item0, src});
         transform(false, items * l.src_channels, src);
         run.ForEach(items * g.cout * f.plane,
-                    PackTiles<T, R>{f, b, g.out, g.out_h, g.out_w, g.stride_h, g.stride_w,
-                                    g.cout, 0, 0, true, t.dense_h, t.dense_w, item0, dst});
+                    PackTiles<T, R>{f, b, g.out, g.out_h, g.out_w, g.stride_h, g.stride_w, g.cout,
+                                    0, 0, true, t.dense_h, t.dense_w, item0, dst});
         transform(false, items * l.dst_channels, dst);
-        const int64_t oblocks = CeilDivHD(g.cout_g, kChannelBlock);
+        const int64_t oblocks = CeilDiv(g.cout_g, kChannelBlock);
         run.ForEach(g.groups * g.cin_g * oblocks * l.bins,
                     AccumulateConj<R>{l.bins, g.groups, g.cin_g, g.cout_g, oblocks, items,
                                       item0 == 0, spectra(src), spectra(dst), spectra(filters)});
@@ -336,14 +341,14 @@ void RunFftPass(const ConvGeometry& geom, const CudaPlan& plan, const T* a, cons
     const int64_t off_h = bpi ? g.pad_top - keh + 1 : -g.pad_top;
     const int64_t off_w = bpi ? g.pad_left - kew + 1 : -g.pad_left;
     for (int64_t item0 = 0; item0 < c.items; item0 += c.chunk) {
-      const int64_t items = MinHD(c.chunk, c.items - item0);
+      const int64_t items = MinOf(c.chunk, c.items - item0);
       run.ForEach(items * l.src_channels * f.plane,
                   PackTiles<T, R>{f, source, ss, bpi ? g.out_h : g.in_h, bpi ? g.out_w : g.in_w,
                                   bpi ? g.stride_h : 1, bpi ? g.stride_w : 1, l.src_channels,
-                                  off_h + t.shift_h, off_w + t.shift_w, false, t.dense_h,
-                                  t.dense_w, item0, src});
+                                  off_h + t.shift_h, off_w + t.shift_w, false, t.dense_h, t.dense_w,
+                                  item0, src});
       transform(false, items * l.src_channels, src);
-      const int64_t dblocks = CeilDivHD(dcpg, kChannelBlock);
+      const int64_t dblocks = CeilDiv(dcpg, kChannelBlock);
       run.ForEach(items * g.groups * dblocks * l.bins,
                   MultiplyConj<R>{l.bins, g.groups, scpg, dcpg, dblocks, spectra(src),
                                   spectra(filters), spectra(dst)});

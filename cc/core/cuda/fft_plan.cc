@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "cc/core/plan_search.h"
+
 namespace largeconv {
 namespace cuda {
 namespace {
@@ -19,7 +21,7 @@ constexpr double kLaunchSec = 5e-6;
 // Memory passes of one batched 2-D transform: a read and a write per dimension.
 constexpr double kTransformPasses = 4;
 
-int64_t Align256(int64_t b) { return (b + 255) / 256 * 256; }
+int64_t Align256(int64_t b) { return AlignUp(b, 256); }
 
 struct Channels {
   int64_t filter_spectra, src, dst, src_per_group, dst_per_group;
@@ -107,11 +109,12 @@ std::vector<TransformShape> PassTransforms(const ConvGeometry& g, ConvPass pass,
   return out;
 }
 
-std::string PlanGpuPass(const ConvGeometry& g, ConvPass pass, Algorithm algorithm,
-                        int real_bytes, int64_t limit, const WorkBytesFn* work_bytes,
-                        const std::string& fft_unavailable, CudaPlan* plan) {
+Status PlanGpuPass(const ConvGeometry& g, ConvPass pass, Algorithm algorithm, int real_bytes,
+                   int64_t limit, const WorkBytesFn* work_bytes, const std::string& fft_unavailable,
+                   CudaPlan* plan) {
   if (algorithm == Algorithm::kTf) {
-    return "algorithm='tf' is not available on the GPU: use 'auto', 'direct' or 'fft'";
+    return InvalidArgument(
+        "algorithm='tf' is not available on the GPU: use 'auto', 'direct' or 'fft'");
   }
   if (limit < 0) limit = kDefaultWorkspaceLimit;
   CudaPlan p;
@@ -121,62 +124,52 @@ std::string PlanGpuPass(const ConvGeometry& g, ConvPass pass, Algorithm algorith
   p.workspace_bytes = p.direct.workspace_bytes;
   if (algorithm == Algorithm::kDirect) {
     *plan = p;
-    return "";
+    return OkStatus();
   }
   if (work_bytes == nullptr) {
-    if (algorithm == Algorithm::kFft) return "algorithm='fft' is not available: " + fft_unavailable;
+    if (algorithm == Algorithm::kFft) {
+      return Unimplemented("algorithm='fft' is not available: " + fft_unavailable);
+    }
     *plan = p;
-    return "";
+    return OkStatus();
   }
 
   // The cheapest transform size whose smallest round fits, with the largest round that
   // fits the limit (cuFFT's work area estimated).
-  bool found = false;
-  GpuFftConfig best;
-  double best_cost = 0;
-  int64_t min_bytes = -1;
-  std::vector<int64_t> hs, ws;
-  // Sides of at least 2: a side of 1 would ask cuFFT for a degenerate 2-D plan.
-  if (FftSizeCandidates(g, pass, 2, &hs, &ws)) {
-    for (int64_t fh : hs) {
-      for (int64_t fw : ws) {
-        GpuFftConfig c;
-        c.fft_h = fh;
-        c.fft_w = fw;
-        if (!MakeFftTiling(g, pass, fh, fw, &c.tiling)) continue;
-        c.items = g.batch * c.tiling.tiles_h * c.tiling.tiles_w;
-        c.chunk = 1;
-        const int64_t smallest = EstimatedBytes(g, pass, c, real_bytes);
-        if (min_bytes < 0 || smallest < min_bytes) min_bytes = smallest;
-        if (smallest > limit) continue;
-        int64_t lo = 1, hi = std::max<int64_t>(c.items, 1);
-        while (lo < hi) {
-          c.chunk = (lo + hi + 1) / 2;
-          if (EstimatedBytes(g, pass, c, real_bytes) <= limit) {
-            lo = c.chunk;
-          } else {
-            hi = c.chunk - 1;
-          }
-        }
-        c.chunk = lo;
-        const double cost = FftSeconds(g, pass, c, real_bytes);
-        if (!found || cost < best_cost) {
-          found = true;
-          best = c;
-          best_cost = cost;
-        }
+  const auto fit = [&](int64_t fh, int64_t fw, GpuFftConfig* c, int64_t* smallest) {
+    c->fft_h = fh;
+    c->fft_w = fw;
+    if (!MakeFftTiling(g, pass, fh, fw, &c->tiling)) return false;
+    c->items = g.batch * c->tiling.tiles_h * c->tiling.tiles_w;
+    c->chunk = 1;
+    *smallest = EstimatedBytes(g, pass, *c, real_bytes);
+    if (*smallest > limit) return false;
+    int64_t lo = 1, hi = std::max<int64_t>(c->items, 1);
+    while (lo < hi) {
+      c->chunk = (lo + hi + 1) / 2;
+      if (EstimatedBytes(g, pass, *c, real_bytes) <= limit) {
+        lo = c->chunk;
+      } else {
+        hi = c->chunk - 1;
       }
     }
-  }
+    c->chunk = lo;
+    return true;
+  };
+  const auto cost = [&](const GpuFftConfig& c) { return FftSeconds(g, pass, c, real_bytes); };
+  // Sides of at least 2: a side of 1 would ask cuFFT for a degenerate 2-D plan.
+  const FftSearch<GpuFftConfig> search = SearchFftSizes<GpuFftConfig>(g, pass, 2, fit, cost);
+  bool found = search.found;
+  GpuFftConfig best = search.config;
   // cuFFT's actual work area: halve the round until everything fits. Not asked (no plans
   // made) when the direct kernels win anyway.
-  if (found && algorithm == Algorithm::kAuto && best_cost >= p.cost_direct) {
-    p.cost_fft = best_cost;
+  if (found && ChooseAlgorithm(algorithm, p.cost_direct, search.cost, -1) == Algorithm::kDirect) {
+    p.cost_fft = search.cost;
     *plan = p;
-    return "";
+    return OkStatus();
   }
   int64_t work = 0;
-  std::string error;
+  Status error;
   while (found) {
     work = 0;
     for (const TransformShape& s : PassTransforms(g, pass, best, real_bytes)) {
@@ -191,17 +184,19 @@ std::string PlanGpuPass(const ConvGeometry& g, ConvPass pass, Algorithm algorith
     if (MakeGpuFftLayout(g, pass, best, real_bytes).fft_bytes + Align256(work) <= limit) break;
     if (best.chunk == 1) {
       found = false;
-      error = "cuFFT's work area does not fit the limit";
+      error = InvalidArgument("cuFFT's work area does not fit the limit");
       break;
     }
     best.chunk = (best.chunk + 1) / 2;
   }
   if (found) p.cost_fft = FftSeconds(g, pass, best, real_bytes);
   if (algorithm == Algorithm::kFft && !found) {
-    if (!error.empty()) return "algorithm='fft' is not available: " + error;
-    return FftUnavailable(limit, min_bytes, pass);
+    if (!error.ok()) {
+      return Status(error.kind(), "algorithm='fft' is not available: " + error.message());
+    }
+    return FftUnavailable(limit, search.min_bytes, pass);
   }
-  if (found && (algorithm == Algorithm::kFft || p.cost_fft < p.cost_direct)) {
+  if (found && ChooseAlgorithm(algorithm, p.cost_direct, p.cost_fft, -1) == Algorithm::kFft) {
     p.algorithm = Algorithm::kFft;
     p.fft = best;
     p.fft_work_bytes = Align256(work);
@@ -211,7 +206,7 @@ std::string PlanGpuPass(const ConvGeometry& g, ConvPass pass, Algorithm algorith
     p.workspace_bytes = std::max(fft, kFlagBytes + p.direct.workspace_bytes);
   }
   *plan = p;
-  return "";
+  return OkStatus();
 }
 
 }  // namespace cuda

@@ -12,7 +12,8 @@
 #include "cc/core/cuda/tiles.h"
 #include "cc/core/fft.h"
 #include "cc/core/geometry.h"
-#include "cc/core/plan.h"
+#include "cc/core/status.h"
+#include "cc/core/vocabulary.h"
 
 namespace largeconv {
 namespace cuda {
@@ -41,11 +42,11 @@ struct GpuFftConfig {
 // The direct fallback's own workspace reuses everything after the flag: it runs after the
 // FFT path is done with it, in stream order.
 struct GpuFftLayout {
-  int64_t bins = 0;           // complex bins per spectrum
+  int64_t bins = 0;            // complex bins per spectrum
   int64_t spectrum_reals = 0;  // = 2 * bins: a spectrum's (and a padded plane's) reals
   int64_t filter_spectra = 0, src_channels = 0, dst_channels = 0;
   int64_t filters = 0, src = 0, dst = 0;  // byte offsets
-  int64_t fft_bytes = 0;  // end of dst, where cuFFT's work area starts
+  int64_t fft_bytes = 0;                  // end of dst, where cuFFT's work area starts
 };
 constexpr int64_t kFlagBytes = 256;
 
@@ -67,13 +68,13 @@ std::vector<TransformShape> PassTransforms(const ConvGeometry& g, ConvPass pass,
 
 // A transform library's work-area bytes for a shape, or < 0 (with *error set) if it cannot
 // make that transform. The device asks cuFFT; the host emulation needs none.
-using WorkBytesFn = std::function<int64_t(const TransformShape&, std::string* error)>;
+using WorkBytesFn = std::function<int64_t(const TransformShape&, Status* error)>;
 
 struct CudaPlan {
   ConvPass pass = ConvPass::kForward;
   Algorithm algorithm = Algorithm::kDirect;  // kDirect or kFft
-  TileConfig direct;  // the direct kernels; with kFft, the exact redo for non-finite input
-  GpuFftConfig fft;   // with kFft
+  TileConfig direct;           // the direct kernels; with kFft, the exact redo for non-finite input
+  GpuFftConfig fft;            // with kFft
   int64_t fft_work_bytes = 0;  // cuFFT's work area (kFft)
   int64_t workspace_bytes = 0;
   double cost_direct = 0, cost_fft = -1;  // cost-model seconds; < 0: not available
@@ -81,11 +82,11 @@ struct CudaPlan {
 
 // Plans a pass. algorithm: kAuto, kDirect or kFft (kTf is refused). `work_bytes` is null
 // when no transform library is loaded (then only the direct kernels can run, and
-// `fft_unavailable` says why, for an explicit request of the FFT path). Returns "" or an
+// `fft_unavailable` says why, for an explicit request of the FFT path). Returns OK or an
 // error naming what does not fit.
-std::string PlanGpuPass(const ConvGeometry& g, ConvPass pass, Algorithm algorithm,
-                        int real_bytes, int64_t workspace_limit, const WorkBytesFn* work_bytes,
-                        const std::string& fft_unavailable, CudaPlan* plan);
+Status PlanGpuPass(const ConvGeometry& g, ConvPass pass, Algorithm algorithm, int real_bytes,
+                   int64_t workspace_limit, const WorkBytesFn* work_bytes,
+                   const std::string& fft_unavailable, CudaPlan* plan);
 
 }  // namespace cuda
 }  // namespace largeconv

@@ -1,6 +1,6 @@
 // Launch functions of the CUDA kernels: plain device pointers and a stream, no CUDA or
 // TensorFlow headers, so host-compiled adapters (the TF op, the pybind11 module) can call
-// them. Errors come back as a message ("" on success); nothing here aborts or synchronises.
+// them. Errors come back as a Status (cc/core/status.h); nothing here aborts or synchronises.
 #ifndef TF_LARGECONV_CORE_CUDA_LAUNCH_H_
 #define TF_LARGECONV_CORE_CUDA_LAUNCH_H_
 
@@ -9,9 +9,9 @@
 
 #include "cc/core/cuda/fft_plan.h"
 #include "cc/core/cuda/tiles.h"
-#include "cc/core/fft.h"
 #include "cc/core/geometry.h"
-#include "cc/core/plan.h"
+#include "cc/core/status.h"
+#include "cc/core/vocabulary.h"
 
 struct CUstream_st;
 
@@ -25,24 +25,23 @@ using Stream = CUstream_st*;  // cudaStream_t
 // Loads cuFFT on first use and asks it for its work areas (creating and caching plans);
 // without cuFFT only the direct kernels are planned, and an explicit kFft is refused.
 // real_bytes: 4 for float/half/bfloat16 (float arithmetic), 8 for double.
-std::string PlanCudaPass(const ConvGeometry& g, ConvPass pass, Algorithm algorithm,
-                         int real_bytes, int64_t workspace_limit, CudaPlan* plan);
+Status PlanCudaPass(const ConvGeometry& g, ConvPass pass, Algorithm algorithm, int real_bytes,
+                    int64_t workspace_limit, CudaPlan* plan);
 
 // Enqueues a planned pass on `stream`; `workspace` holds plan.workspace_bytes (may be null
 // when that is 0). Operands in RunPass's order: forward (input, filter) -> output;
 // backprop-input (filter, out_backprop) -> in_backprop; backprop-filter (input,
 // out_backprop) -> filter_backprop. T: float, double, f16, bf16 (cc/core/dtypes.h).
 template <typename T>
-std::string RunCudaPass(const ConvGeometry& g, const CudaPlan& plan, const T* a, const T* b,
-                        T* out, void* workspace, Stream stream);
+Status RunCudaPass(const ConvGeometry& g, const CudaPlan& plan, const T* a, const T* b, T* out,
+                   void* workspace, Stream stream);
 
 // The direct tile kernels alone, cut up as `config` says (MakeTileConfig), with its
 // workspace_bytes as `workspace`. With `gate` (a device int), the kernels do nothing
 // unless *gate != 0 when they run.
 template <typename T>
-std::string DirectPass(const ConvGeometry& g, ConvPass pass, const TileConfig& config,
-                       const T* a, const T* b, T* out, void* workspace, Stream stream,
-                       const int* gate = nullptr);
+Status DirectPass(const ConvGeometry& g, ConvPass pass, const TileConfig& config, const T* a,
+                  const T* b, T* out, void* workspace, Stream stream, const int* gate = nullptr);
 
 }  // namespace cuda
 }  // namespace largeconv

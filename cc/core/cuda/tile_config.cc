@@ -4,7 +4,7 @@
 #include <algorithm>
 
 #include "cc/core/cuda/tiles.h"
-#include "cc/core/plan.h"
+#include "cc/core/vocabulary.h"
 
 namespace largeconv {
 namespace cuda {
@@ -113,18 +113,18 @@ TileConfig MakeTileConfig(const ConvGeometry& geom, ConvPass pass, int acc_bytes
     const bool fwd = pass == ConvPass::kForward;
     const int64_t h = fwd ? g.out_h : g.in_h, w = fwd ? g.out_w : g.in_w;
     const int64_t cg = fwd ? g.cout_g : g.cin_g;
-    c.blocks = g.batch * g.groups * CeilDivHD(cg, c.channels) * CeilDivHD(h, c.tile_h) *
-               CeilDivHD(w, c.tile_w);
+    c.blocks =
+        g.batch * g.groups * CeilDiv(cg, c.channels) * CeilDiv(h, c.tile_h) * CeilDiv(w, c.tile_w);
     return c;
   }
   // Backprop-filter: slice the batch x output rows so there are enough blocks, each slice
   // writing a partial filter gradient, as far as the workspace limit allows.
-  const int64_t base = CeilDivHD(g.filter_h, c.tile_h) * CeilDivHD(g.filter_w, c.tile_w) *
-                       CeilDivHD(g.cout_g, c.channels) * g.groups * g.cin_g;
+  const int64_t base = CeilDiv(g.filter_h, c.tile_h) * CeilDiv(g.filter_w, c.tile_w) *
+                       CeilDiv(g.cout_g, c.channels) * g.groups * g.cin_g;
   const int64_t rows = g.batch * g.out_h;
   const int64_t partial_bytes = g.filter_h * g.filter_w * g.cin_g * g.cout * acc_bytes;
-  int64_t r = std::min(CeilDivHD(kTargetBlocks, std::max<int64_t>(base, 1)),
-                       std::max<int64_t>(rows, 1));
+  int64_t r =
+      std::min(CeilDiv(kTargetBlocks, std::max<int64_t>(base, 1)), std::max<int64_t>(rows, 1));
   if (r > 1 && partial_bytes > 0) r = std::min(r, workspace_limit / partial_bytes);
   c.reduce_chunks = std::max<int64_t>(r, 1);
   c.workspace_bytes = c.reduce_chunks > 1 ? c.reduce_chunks * partial_bytes : 0;

@@ -25,9 +25,9 @@
 #include <type_traits>
 
 #include "cc/core/dtypes.h"
-#include "cc/core/fft.h"
 #include "cc/core/geometry.h"
 #include "cc/core/hd.h"
+#include "cc/core/vocabulary.h"
 
 namespace largeconv {
 namespace cuda {
@@ -56,7 +56,7 @@ struct TileConfig {
   int64_t channels = 1;              // channels per thread: the kernels' template C
   int64_t reduce_chunks = 1;         // backprop-filter slices
   int64_t blocks = 0;
-  int64_t smem_elems = 0;            // accumulator elements of shared memory per block
+  int64_t smem_elems = 0;  // accumulator elements of shared memory per block
   int64_t workspace_bytes = 0;
   int64_t threads() const { return tile_h * tile_w; }
 };
@@ -66,13 +66,6 @@ TileGeom MakeTileGeom(const ConvGeometry& g);
 TileConfig MakeTileConfig(const ConvGeometry& g, ConvPass pass, int acc_bytes,
                           int64_t workspace_limit);
 
-LC_HD inline int64_t CeilDivHD(int64_t a, int64_t b) { return (a + b - 1) / b; }
-LC_HD inline int64_t FloorDivHD(int64_t a, int64_t b) {
-  const int64_t q = a / b;
-  return (q * b > a) ? q - 1 : q;
-}
-LC_HD inline int64_t MinHD(int64_t a, int64_t b) { return a < b ? a : b; }
-
 // Output positions x channel blocks of a group: the block order shared by forward and
 // backprop-input (spatial tiles fastest, so neighbouring blocks share filter chunks).
 struct SpatialBlock {
@@ -80,7 +73,7 @@ struct SpatialBlock {
 };
 LC_HD inline SpatialBlock DecodeSpatial(int64_t b, int64_t h, int64_t w, int64_t cblocks,
                                         int64_t groups, const TileConfig& c) {
-  const int64_t tiles_x = CeilDivHD(w, c.tile_w), tiles_y = CeilDivHD(h, c.tile_h);
+  const int64_t tiles_x = CeilDiv(w, c.tile_w), tiles_y = CeilDiv(h, c.tile_h);
   SpatialBlock k;
   k.x0 = (b % tiles_x) * c.tile_w;
   b /= tiles_x;
@@ -99,10 +92,10 @@ struct TapStep {
   int64_t ch, kh0, kw0;
 };
 LC_HD inline int64_t TapSteps(const TileGeom& g, const TileConfig& c, int64_t channels) {
-  return channels * CeilDivHD(g.filter_h, c.chunk_h) * CeilDivHD(g.filter_w, c.chunk_w);
+  return channels * CeilDiv(g.filter_h, c.chunk_h) * CeilDiv(g.filter_w, c.chunk_w);
 }
 LC_HD inline TapStep DecodeTapStep(const TileGeom& g, const TileConfig& c, int64_t s) {
-  const int64_t nw = CeilDivHD(g.filter_w, c.chunk_w), nh = CeilDivHD(g.filter_h, c.chunk_h);
+  const int64_t nw = CeilDiv(g.filter_w, c.chunk_w), nh = CeilDiv(g.filter_h, c.chunk_h);
   TapStep t;
   t.kw0 = (s % nw) * c.chunk_w;
   s /= nw;
@@ -115,8 +108,7 @@ LC_HD inline TapStep DecodeTapStep(const TileGeom& g, const TileConfig& c, int64
 // (element strides st.h, st.w) into dst; zero outside the plane.
 template <typename T, typename A>
 LC_HD inline void LoadPatch(const T* plane, int64_t y0, int64_t x0, int64_t h, int64_t w,
-                            const Strides4& st, const TileConfig& c, int tid, int threads,
-                            A* dst) {
+                            const Strides4& st, const TileConfig& c, int tid, int threads, A* dst) {
   for (int64_t e = tid; e < c.patch_h * c.patch_w; e += threads) {
     const int64_t y = y0 + e / c.patch_w, x = x0 + e % c.patch_w;
     const bool in = y >= 0 && y < h && x >= 0 && x < w;
@@ -135,9 +127,9 @@ LC_HD inline void LoadFilterChunk(const T* filter, const TileGeom& g, const Tile
   for (int64_t e = tid; e < c.chunk_h * c.chunk_w * C; e += threads) {
     const int64_t o = e % C, kw = t.kw0 + (e / C) % c.chunk_w, kh = t.kh0 + e / (C * c.chunk_w);
     const bool in = kh < g.filter_h && kw < g.filter_w && o < valid;
-    dst[e] = in ? static_cast<A>(Load(filter[(kh * g.filter_w + kw) * tap + base +
-                                             o * channel_stride]))
-                : A(0);
+    dst[e] =
+        in ? static_cast<A>(Load(filter[(kh * g.filter_w + kw) * tap + base + o * channel_stride]))
+           : A(0);
   }
 }
 
@@ -161,7 +153,7 @@ struct ForwardTiles {
   using Block = SpatialBlock;
 
   LC_HD static Block Decode(const Params& p, int64_t b) {
-    return DecodeSpatial(b, p.g.out_h, p.g.out_w, CeilDivHD(p.g.cout_g, C), p.g.groups, p.c);
+    return DecodeSpatial(b, p.g.out_h, p.g.out_w, CeilDiv(p.g.cout_g, C), p.g.groups, p.c);
   }
   LC_HD static int64_t Steps(const Params& p, const Block&) {
     return TapSteps(p.g, p.c, p.g.cin_g);
@@ -176,17 +168,17 @@ struct ForwardTiles {
               k.x0 * g.stride_w + t.kw0 * g.dil_w - g.pad_left, g.in_h, g.in_w, g.in, c, tid,
               threads, smem);
     const int64_t c0 = k.j * C;  // first out-channel of the block within its group
-    LoadFilterChunk<C>(p.filter, g, c, t, t.ch * g.cout + k.grp * g.cout_g + c0, 1,
-                       g.cout_g - c0, tid, threads, smem + c.patch_h * c.patch_w);
+    LoadFilterChunk<C>(p.filter, g, c, t, t.ch * g.cout + k.grp * g.cout_g + c0, 1, g.cout_g - c0,
+                       tid, threads, smem + c.patch_h * c.patch_w);
   }
-  LC_HD static void Accumulate(const Params& p, const Block&, int64_t s, int tid,
-                               const A* smem, A* acc) {
+  LC_HD static void Accumulate(const Params& p, const Block&, int64_t s, int tid, const A* smem,
+                               A* acc) {
     const TileGeom& g = p.g;
     const TileConfig& c = p.c;
     const TapStep t = DecodeTapStep(g, c, s);
     const int64_t kh0 = t.kh0, kw0 = t.kw0;
     const int64_t ty = tid / c.tile_w, tx = tid % c.tile_w;
-    const int64_t nh = MinHD(c.chunk_h, g.filter_h - kh0), nw = MinHD(c.chunk_w, g.filter_w - kw0);
+    const int64_t nh = MinOf(c.chunk_h, g.filter_h - kh0), nw = MinOf(c.chunk_w, g.filter_w - kw0);
     const A* filt = smem + c.patch_h * c.patch_w;
     for (int64_t i = 0; i < nh; ++i) {
       const A* row = smem + (ty * g.stride_h + i * g.dil_h) * c.patch_w + tx * g.stride_w;
@@ -202,9 +194,9 @@ struct ForwardTiles {
     const int64_t oy = k.y0 + tid / p.c.tile_w, ox = k.x0 + tid % p.c.tile_w;
     if (oy >= g.out_h || ox >= g.out_w) return;
     const int64_t c0 = k.j * C;
-    StoreChannels<C>(acc, g.cout_g - c0, g.out.c,
-                     p.output + k.n * g.out.n + oy * g.out.h + ox * g.out.w +
-                         (k.grp * g.cout_g + c0) * g.out.c);
+    StoreChannels<C>(
+        acc, g.cout_g - c0, g.out.c,
+        p.output + k.n * g.out.n + oy * g.out.h + ox * g.out.w + (k.grp * g.cout_g + c0) * g.out.c);
   }
 };
 
@@ -222,7 +214,7 @@ struct BackpropInputTiles {
   using Block = SpatialBlock;
 
   LC_HD static Block Decode(const Params& p, int64_t b) {
-    return DecodeSpatial(b, p.g.in_h, p.g.in_w, CeilDivHD(p.g.cin_g, C), p.g.groups, p.c);
+    return DecodeSpatial(b, p.g.in_h, p.g.in_w, CeilDiv(p.g.cin_g, C), p.g.groups, p.c);
   }
   LC_HD static int64_t Steps(const Params& p, const Block&) {
     return TapSteps(p.g, p.c, p.g.cout_g);
@@ -232,8 +224,8 @@ struct BackpropInputTiles {
   LC_HD static void PatchOrigin(const Params& p, const Block& k, const TapStep& t, int64_t* oy0,
                                 int64_t* ox0) {
     const TileGeom& g = p.g;
-    *oy0 = FloorDivHD(k.y0 + g.pad_top - (t.kh0 + p.c.chunk_h - 1) * g.dil_h, g.stride_h);
-    *ox0 = FloorDivHD(k.x0 + g.pad_left - (t.kw0 + p.c.chunk_w - 1) * g.dil_w, g.stride_w);
+    *oy0 = FloorDiv(k.y0 + g.pad_top - (t.kh0 + p.c.chunk_h - 1) * g.dil_h, g.stride_h);
+    *ox0 = FloorDiv(k.x0 + g.pad_left - (t.kw0 + p.c.chunk_w - 1) * g.dil_w, g.stride_w);
   }
   LC_HD static void LoadTile(const Params& p, const Block& k, int64_t s, int tid, int threads,
                              A* smem) {
@@ -248,8 +240,8 @@ struct BackpropInputTiles {
     LoadFilterChunk<C>(p.filter, g, c, t, c0 * g.cout + k.grp * g.cout_g + t.ch, g.cout,
                        g.cin_g - c0, tid, threads, smem + c.patch_h * c.patch_w);
   }
-  LC_HD static void Accumulate(const Params& p, const Block& k, int64_t s, int tid,
-                               const A* smem, A* acc) {
+  LC_HD static void Accumulate(const Params& p, const Block& k, int64_t s, int tid, const A* smem,
+                               A* acc) {
     const TileGeom& g = p.g;
     const TileConfig& c = p.c;
     const TapStep t = DecodeTapStep(g, c, s);
@@ -257,17 +249,17 @@ struct BackpropInputTiles {
     int64_t oy0, ox0;
     PatchOrigin(p, k, t, &oy0, &ox0);
     const int64_t iy = k.y0 + tid / c.tile_w, ix = k.x0 + tid % c.tile_w;
-    const int64_t nh = MinHD(c.chunk_h, g.filter_h - kh0), nw = MinHD(c.chunk_w, g.filter_w - kw0);
+    const int64_t nh = MinOf(c.chunk_h, g.filter_h - kh0), nw = MinOf(c.chunk_w, g.filter_w - kw0);
     const A* filt = smem + c.patch_h * c.patch_w;
     for (int64_t i = 0; i < nh; ++i) {
       const int64_t t = iy + g.pad_top - (kh0 + i) * g.dil_h;  // = oy * stride_h
-      const int64_t oy = FloorDivHD(t, g.stride_h);
+      const int64_t oy = FloorDiv(t, g.stride_h);
       if (oy * g.stride_h != t) continue;
       const A* row = smem + (oy - oy0) * c.patch_w;
       const A* f = filt + i * c.chunk_w * C;
       for (int64_t j = 0; j < nw; ++j) {
         const int64_t u = ix + g.pad_left - (kw0 + j) * g.dil_w;
-        const int64_t ox = FloorDivHD(u, g.stride_w);
+        const int64_t ox = FloorDiv(u, g.stride_w);
         if (ox * g.stride_w != u) continue;
         const A v = row[ox - ox0];
         for (int o = 0; o < C; ++o) acc[o] += v * f[j * C + o];
@@ -279,9 +271,9 @@ struct BackpropInputTiles {
     const int64_t iy = k.y0 + tid / p.c.tile_w, ix = k.x0 + tid % p.c.tile_w;
     if (iy >= g.in_h || ix >= g.in_w) return;
     const int64_t c0 = k.j * C;
-    StoreChannels<C>(acc, g.cin_g - c0, g.in.c,
-                     p.in_backprop + k.n * g.in.n + iy * g.in.h + ix * g.in.w +
-                         (k.grp * g.cin_g + c0) * g.in.c);
+    StoreChannels<C>(
+        acc, g.cin_g - c0, g.in.c,
+        p.in_backprop + k.n * g.in.n + iy * g.in.h + ix * g.in.w + (k.grp * g.cin_g + c0) * g.in.c);
   }
 };
 
@@ -304,9 +296,9 @@ struct BackpropFilterTiles {
   LC_HD static Block Decode(const Params& p, int64_t b) {
     const TileGeom& g = p.g;
     const TileConfig& c = p.c;
-    const int64_t tiles_x = CeilDivHD(g.filter_w, c.tile_w);
-    const int64_t tiles_y = CeilDivHD(g.filter_h, c.tile_h);
-    const int64_t cblocks = CeilDivHD(g.cout_g, C);
+    const int64_t tiles_x = CeilDiv(g.filter_w, c.tile_w);
+    const int64_t tiles_y = CeilDiv(g.filter_h, c.tile_h);
+    const int64_t cblocks = CeilDiv(g.cout_g, C);
     Block k;
     k.kw0 = (b % tiles_x) * c.tile_w;
     b /= tiles_x;
@@ -324,13 +316,13 @@ struct BackpropFilterTiles {
     return k;
   }
   LC_HD static int64_t Steps(const Params& p, const Block& k) {
-    return k.rows * CeilDivHD(p.g.out_w, p.c.chunk_w);
+    return k.rows * CeilDiv(p.g.out_w, p.c.chunk_w);
   }
   LC_HD static void LoadTile(const Params& p, const Block& k, int64_t s, int tid, int threads,
-                         A* smem) {
+                             A* smem) {
     const TileGeom& g = p.g;
     const TileConfig& c = p.c;
-    const int64_t nx = CeilDivHD(g.out_w, c.chunk_w);
+    const int64_t nx = CeilDiv(g.out_w, c.chunk_w);
     const int64_t row = k.row0 + s / nx, ox0 = (s % nx) * c.chunk_w;
     const int64_t n = row / g.out_h, oy = row % g.out_h;
     const T* x = p.input + n * g.in.n + (k.grp * g.cin_g + k.ci) * g.in.c;
@@ -347,8 +339,8 @@ struct BackpropFilterTiles {
     for (int64_t e = tid; e < c.chunk_w * C; e += threads) {
       const int64_t o = e % C, ox = ox0 + e / C, co = k.j * C + o;
       const bool in = ox < g.out_w && co < g.cout_g;
-      dy[e] = in ? static_cast<A>(Load(src[ox * g.out.w + (k.grp * g.cout_g + co) * g.out.c]))
-                 : A(0);
+      dy[e] =
+          in ? static_cast<A>(Load(src[ox * g.out.w + (k.grp * g.cout_g + co) * g.out.c])) : A(0);
     }
   }
   LC_HD static void Accumulate(const Params& p, const Block&, int64_t, int tid, const A* smem,

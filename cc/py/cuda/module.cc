@@ -7,31 +7,34 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <iterator>
 #include <string>
 #include <vector>
 
+#include "cc/core/cuda/cuda_status.h"
 #include "cc/core/cuda/cufft.h"
 #include "cc/core/cuda/launch.h"
 #include "cc/core/dtypes.h"
-#include "cc/core/fft.h"
 #include "cc/core/geometry.h"
 #include "cc/py/args.h"
 
 namespace largeconv {
 namespace {
 
-enum class DType { kFloat, kDouble, kHalf, kBFloat16 };
-
 struct DeviceArray {
   void* data = nullptr;
   std::vector<int64_t> shape;
-  DType dtype = DType::kFloat;
+  std::string dtype;  // a name of the dtype list (dtypes.h)
 };
 
-int64_t ElementBytes(DType t) {
-  return t == DType::kDouble ? 8 : (t == DType::kFloat ? 4 : 2);
+int64_t ElementBytes(const std::string& dtype) {
+#define LARGECONV_BYTES(C, NAME, TF_WORD) \
+  if (dtype == #NAME) return sizeof(C);
+  LARGECONV_FOR_EACH_DTYPE(LARGECONV_BYTES)
+#undef LARGECONV_BYTES
+  return 0;
 }
 
 // dtype_override: "" to take the array's own typestr, or "bfloat16" for 2-byte integer
@@ -53,18 +56,20 @@ DeviceArray FromInterface(const py::object& o, const char* name,
                             ": dtype='bfloat16' needs a 2-byte integer view, got typestr " +
                             typestr);
     }
-    a.dtype = DType::kBFloat16;
+    a.dtype = "bfloat16";
   } else if (!dtype_override.empty()) {
     throw py::value_error("dtype must be '' or 'bfloat16', got '" + dtype_override + "'");
   } else if (typestr == "<f4") {
-    a.dtype = DType::kFloat;
+    a.dtype = "float32";
   } else if (typestr == "<f8") {
-    a.dtype = DType::kDouble;
+    a.dtype = "float64";
   } else if (typestr == "<f2") {
-    a.dtype = DType::kHalf;
+    a.dtype = "float16";
   } else {
-    throw py::value_error(std::string(name) + " must be float16, bfloat16, float32 or float64, "
-                          "got typestr " + typestr);
+    throw py::value_error(std::string(name) +
+                          " must be float16, bfloat16, float32 or float64, "
+                          "got typestr " +
+                          typestr);
   }
   if (a.shape.size() != 4) throw py::value_error(std::string(name) + " must be 4-D");
   if (d.contains("strides") && !d["strides"].is_none()) {
@@ -81,18 +86,13 @@ DeviceArray FromInterface(const py::object& o, const char* name,
   return a;
 }
 
-void CheckCuda(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
-  }
-}
+void CheckCuda(cudaError_t e, const char* what) { ThrowIfError(cuda::CudaStatus(what, e)); }
 
 cuda::CudaPlan PlanOrThrow(const ConvGeometry& g, ConvPass pass, const std::string& algorithm,
                            int real_bytes, int64_t workspace_limit) {
   cuda::CudaPlan plan;
-  const std::string err =
-      cuda::PlanCudaPass(g, pass, AlgorithmFrom(algorithm), real_bytes, workspace_limit, &plan);
-  if (!err.empty()) throw py::value_error(err);
+  ThrowIfError(
+      cuda::PlanCudaPass(g, pass, AlgorithmFrom(algorithm), real_bytes, workspace_limit, &plan));
   return plan;
 }
 
@@ -131,27 +131,27 @@ void Launch(const ConvGeometry& g, ConvPass pass, const DeviceArray& a, const De
   const DeviceGuard device(a, b, out);
   const Algorithm requested = AlgorithmFrom(algorithm);
   cuda::CudaPlan plan;
-  std::string plan_error, run_error;
+  Status plan_status, run_status;
   void* ws = nullptr;
   cudaError_t alloc = cudaSuccess, release = cudaSuccess;
   {
     // Planning may create cuFFT plans; neither it nor the launch needs Python.
     py::gil_scoped_release nogil;
-    plan_error = cuda::PlanCudaPass(g, pass, requested, sizeof(AccT<T>), workspace_limit, &plan);
-    if (plan_error.empty() && plan.workspace_bytes > 0) {
+    plan_status = cuda::PlanCudaPass(g, pass, requested, kComputeBytes<T>, workspace_limit, &plan);
+    if (plan_status.ok() && plan.workspace_bytes > 0) {
       alloc = cudaMallocAsync(&ws, plan.workspace_bytes, stream);
     }
-    if (plan_error.empty() && alloc == cudaSuccess) {
-      run_error = cuda::RunCudaPass(g, plan, static_cast<const T*>(a.data),
-                                    static_cast<const T*>(b.data), static_cast<T*>(out.data),
-                                    ws, stream);
+    if (plan_status.ok() && alloc == cudaSuccess) {
+      run_status =
+          cuda::RunCudaPass(g, plan, static_cast<const T*>(a.data), static_cast<const T*>(b.data),
+                            static_cast<T*>(out.data), ws, stream);
       if (ws != nullptr) release = cudaFreeAsync(ws, stream);
     }
   }
-  if (!plan_error.empty()) throw py::value_error(plan_error);  // what was asked cannot be
+  ThrowIfError(plan_status);
   CheckCuda(alloc, "workspace allocation");
   CheckCuda(release, "workspace release");
-  if (!run_error.empty()) throw std::runtime_error(run_error);
+  ThrowIfError(run_status);
 }
 
 // Checks dtypes and the output's shape, then enqueues the pass.
@@ -166,53 +166,57 @@ void Run(const ConvGeometry& g, ConvPass pass, const DeviceArray& a, const Devic
                           "gives it");
   }
   const auto s = reinterpret_cast<cudaStream_t>(stream);
-  switch (a.dtype) {
-    case DType::kFloat: return Launch<float>(g, pass, a, b, out, algorithm, workspace_limit, s);
-    case DType::kDouble: return Launch<double>(g, pass, a, b, out, algorithm, workspace_limit, s);
-    case DType::kHalf: return Launch<f16>(g, pass, a, b, out, algorithm, workspace_limit, s);
-    case DType::kBFloat16: return Launch<bf16>(g, pass, a, b, out, algorithm, workspace_limit, s);
-  }
+#define LARGECONV_LAUNCH(C, NAME, TF_WORD) \
+  if (a.dtype == #NAME) return Launch<C>(g, pass, a, b, out, algorithm, workspace_limit, s);
+  LARGECONV_FOR_EACH_DTYPE(LARGECONV_LAUNCH)
+#undef LARGECONV_LAUNCH
 }
 
-#define LARGECONV_CUDA_ARGS                                                               \
-  const std::vector<int64_t>&strides, const std::string &padding,                       \
-      const std::vector<int64_t>&explicit_paddings, const std::string &data_format,     \
-      const std::vector<int64_t>&dilations, const std::string &algorithm,               \
-      int64_t workspace_limit, uintptr_t stream, const std::string &dtype
+#define LARGECONV_CUDA_ARGS                                                                        \
+  const std::vector<int64_t>&strides, const std::string &padding,                                  \
+      const std::vector<int64_t>&explicit_paddings, const std::string &data_format,                \
+      const std::vector<int64_t>&dilations, const std::string &algorithm, int64_t workspace_limit, \
+      uintptr_t stream, const std::string &dtype
+#define LARGECONV_CUDA_ARG_NAMES                                                                   \
+  strides, padding, explicit_paddings, data_format, dilations, algorithm, workspace_limit, stream, \
+      dtype
+
+// One pass on device arrays in the pass's order (RolesOf): operands a and b, result `out`,
+// whose own shape gives the shape of the tensor the pass writes; `names` name the three
+// arguments in errors.
+void RunArrays(ConvPass pass, const py::object& a, const py::object& b, const py::object& out,
+               const std::array<const char*, 3>& names, LARGECONV_CUDA_ARGS) {
+  const PassRoles roles = RolesOf(pass);
+  const DeviceArray arrays[3] = {FromInterface(a, names[0], dtype),
+                                 FromInterface(b, names[1], dtype),
+                                 FromInterface(out, names[2], dtype)};
+  const auto shape_of = [&](ConvTensor t) {
+    return arrays[t == roles.a ? 0 : t == roles.b ? 1 : 2].shape;
+  };
+  const ConvGeometry g =
+      Geometry(shape_of(ConvTensor::kInput), shape_of(ConvTensor::kFilter),
+               AttrsFrom(strides, padding, explicit_paddings, data_format, dilations));
+  if (roles.b == ConvTensor::kOutput) CheckOutBackprop(arrays[1].shape, g);
+  Run(g, pass, arrays[0], arrays[1], arrays[2], ToVec(g.shape(roles.out)), names[2], algorithm,
+      workspace_limit, stream);
+}
 
 void Forward(const py::object& input, const py::object& filter, const py::object& output,
              LARGECONV_CUDA_ARGS) {
-  const DeviceArray x = FromInterface(input, "input", dtype);
-  const DeviceArray w = FromInterface(filter, "filter", dtype);
-  const DeviceArray y = FromInterface(output, "output", dtype);
-  const ConvGeometry g = Geometry(
-      x.shape, w.shape, AttrsFrom(strides, padding, explicit_paddings, data_format, dilations));
-  Run(g, ConvPass::kForward, x, w, y, ToVec(g.output_shape()), "output", algorithm,
-      workspace_limit, stream);
+  RunArrays(ConvPass::kForward, input, filter, output, {"input", "filter", "output"},
+            LARGECONV_CUDA_ARG_NAMES);
 }
 
 void BackpropInput(const py::object& filter, const py::object& out_backprop,
                    const py::object& in_backprop, LARGECONV_CUDA_ARGS) {
-  const DeviceArray w = FromInterface(filter, "filter", dtype);
-  const DeviceArray dy = FromInterface(out_backprop, "out_backprop", dtype);
-  const DeviceArray dx = FromInterface(in_backprop, "in_backprop", dtype);
-  const ConvGeometry g = Geometry(
-      dx.shape, w.shape, AttrsFrom(strides, padding, explicit_paddings, data_format, dilations));
-  CheckOutBackprop(dy.shape, g);
-  Run(g, ConvPass::kBackpropInput, w, dy, dx, dx.shape, "in_backprop", algorithm,
-      workspace_limit, stream);
+  RunArrays(ConvPass::kBackpropInput, filter, out_backprop, in_backprop,
+            {"filter", "out_backprop", "in_backprop"}, LARGECONV_CUDA_ARG_NAMES);
 }
 
 void BackpropFilter(const py::object& input, const py::object& out_backprop,
                     const py::object& filter_backprop, LARGECONV_CUDA_ARGS) {
-  const DeviceArray x = FromInterface(input, "input", dtype);
-  const DeviceArray dy = FromInterface(out_backprop, "out_backprop", dtype);
-  const DeviceArray dw = FromInterface(filter_backprop, "filter_backprop", dtype);
-  const ConvGeometry g = Geometry(
-      x.shape, dw.shape, AttrsFrom(strides, padding, explicit_paddings, data_format, dilations));
-  CheckOutBackprop(dy.shape, g);
-  Run(g, ConvPass::kBackpropFilter, x, dy, dw, dw.shape, "filter_backprop", algorithm,
-      workspace_limit, stream);
+  RunArrays(ConvPass::kBackpropFilter, input, out_backprop, filter_backprop,
+            {"input", "out_backprop", "filter_backprop"}, LARGECONV_CUDA_ARG_NAMES);
 }
 
 ConvPass PassFrom(const std::string& pass) {
@@ -221,8 +225,8 @@ ConvPass PassFrom(const std::string& pass) {
   const ConvPass* p = std::find_if(std::begin(passes), std::end(passes),
                                    [&](ConvPass q) { return pass == PassName(q); });
   if (p == std::end(passes)) {
-    throw py::value_error("pass_ must be forward, backprop_input or backprop_filter, got '" +
-                          pass + "'");
+    throw py::value_error("pass_ must be forward, backprop_input or backprop_filter, got '" + pass +
+                          "'");
   }
   return *p;
 }
@@ -238,15 +242,15 @@ int64_t WorkspaceBytes(const std::string& pass, const std::vector<int64_t>& inpu
                        const std::string& dtype) {
   const ConvPass p = PassFrom(pass);
   const int rb = RealBytes(dtype);
-  const ConvGeometry g = Geometry(
-      input_shape, filter_shape,
-      AttrsFrom(strides, padding, explicit_paddings, data_format, dilations));
+  const ConvGeometry g =
+      Geometry(input_shape, filter_shape,
+               AttrsFrom(strides, padding, explicit_paddings, data_format, dilations));
   return PlanOrThrow(g, p, algorithm, rb, workspace_limit).workspace_bytes;
 }
 
 struct DevicePlanner {
-  std::string operator()(const ConvGeometry& g, ConvPass pass, Algorithm a, int real_bytes,
-                         int64_t limit, cuda::CudaPlan* plan) const {
+  Status operator()(const ConvGeometry& g, ConvPass pass, Algorithm a, int real_bytes,
+                    int64_t limit, cuda::CudaPlan* plan) const {
     return cuda::PlanCudaPass(g, pass, a, real_bytes, limit, plan);
   }
 };
@@ -271,11 +275,12 @@ int DeviceCount() {
 PYBIND11_MODULE(_cuda, m) {
   using namespace largeconv;
   m.doc() = "tf_largeconv CUDA kernels on device arrays (__cuda_array_interface__).";
-#define LARGECONV_CUDA_PYARGS                                                             \
-  py::arg("strides"), py::arg("padding"), py::arg("explicit_paddings") = kNone,         \
-      py::arg("data_format") = "NHWC", py::arg("dilations") = kOnes,                    \
-      py::arg("algorithm") = "auto", py::arg("workspace_limit") = int64_t{-1},          \
-      py::arg("stream") = uintptr_t{0}, py::arg("dtype") = ""
+#define LARGECONV_CUDA_PYARGS                                                     \
+  py::arg("strides"), py::arg("padding"),                                         \
+      py::arg("explicit_paddings") = kNone, py::arg("data_format") = "NHWC",      \
+      py::arg("dilations") = kOnes, py::arg("algorithm") = "auto",                \
+      py::arg("workspace_limit") = int64_t{-1}, py::arg("stream") = uintptr_t{0}, \
+      py::arg("dtype") = ""
   m.def("conv2d", &Forward, py::arg("input"), py::arg("filter"), py::arg("output"),
         LARGECONV_CUDA_PYARGS, "Forward convolution into `output`, enqueued on `stream`.");
   m.def("conv2d_backprop_input", &BackpropInput, py::arg("filter"), py::arg("out_backprop"),
@@ -295,4 +300,5 @@ PYBIND11_MODULE(_cuda, m) {
   m.def("cufft", &CufftInfo,
         "Whether cuFFT was found: {'status': '' or why not, 'path': ..., 'version': ...}.");
   m.def("device_count", &DeviceCount, "Number of CUDA devices visible (0 if none).");
+  m.attr("DTYPES") = py::tuple(py::cast(DtypeNames()));
 }
