@@ -2,6 +2,7 @@
 #   make demo   - set up .venv (tensorflow-cpu + deps), build, run the seed-case demo
 #   make test   - set up .venv, build, run the test suite
 #   make build  - build the op library and the pybind11 module in place (uses $(PY))
+#   make lint   - ruff over the Python, clang-format (check only) over cc/; `make format` fixes
 # Every TensorFlow compile/link flag comes from tf.sysconfig; nothing TF-specific is hand-written.
 
 VENV      ?= .venv
@@ -10,6 +11,8 @@ DEV_DEPS  ?= pybind11 numpy scipy pytest hypothesis setuptools wheel
 # tf_keras (Keras 2, for the tf_keras layer tests) without its dependency on the full
 # tensorflow package, which would be installed over tensorflow-cpu.
 NODEP_DEPS ?= "tf_keras==2.21.*"
+# Pinned so that every machine lints alike.
+LINT_DEPS ?= ruff==0.17.6 clang-format==23.1.5
 PY        ?= $(if $(wildcard $(VENV)/bin/python),$(VENV)/bin/python,python3)
 CXX       ?= g++
 JOBS      ?= 2
@@ -39,7 +42,7 @@ CUDA_CC   := cc/core/geometry.cc cc/core/tiling.cc cc/core/cuda/tile_config.cc c
              cc/py/cuda/module.cc
 CUDA_OBJS = $(patsubst cc/%.cu,$(BUILD)/cuda/%.o,$(CU_SRCS)) $(patsubst cc/%.cc,$(BUILD)/cuda/%.o,$(CUDA_CC))
 
-.PHONY: all build cuda gpu-check demo test bench fuzz venv clean
+.PHONY: all build cuda gpu-check demo test bench fuzz venv clean lint format
 all: build
 
 $(VENV)/.ready: Makefile
@@ -50,6 +53,23 @@ $(VENV)/.ready: Makefile
 	touch $@
 
 venv: $(VENV)/.ready
+
+# The lint tools only, so that `make lint` does not wait for TensorFlow to install.
+$(VENV)/.lint-tools:
+	test -x $(VENV)/bin/python || python3 -m venv $(VENV)
+	$(VENV)/bin/python -m pip install -q $(LINT_DEPS)
+	touch $@
+
+CC_FILES = $(wildcard cc/*/*.h cc/*/*.cc cc/*/*/*.h cc/*/*/*.cc cc/*/*/*.cu)
+PY_DIRS  = tf_largeconv tests examples tools
+
+lint: $(VENV)/.lint-tools
+	$(VENV)/bin/ruff check $(PY_DIRS)
+	$(VENV)/bin/clang-format --dry-run --Werror $(CC_FILES)
+
+format: $(VENV)/.lint-tools
+	$(VENV)/bin/ruff check --fix $(PY_DIRS)
+	$(VENV)/bin/clang-format -i $(CC_FILES)
 
 build: $(HEADERS) $(CORE_SRCS) $(TF_SRCS) $(PY_SRCS)
 	@mkdir -p $(BUILD)
