@@ -9,7 +9,6 @@ import argparse
 
 import keras
 import numpy as np
-import tensorflow as tf
 
 import tf_largeconv as lc
 from tf_largeconv import _measure
