@@ -251,109 +251,164 @@ struct Correlation {
     return {src + n * s.n + channel * s.c, s.h, s.w, g.in_h, g.in_w, 1, 1};
   }
 
-  void Run(void* workspace, const ParallelFor& pf) const {
-    const Layout l =
+  // What every phase of a run reads: the workspace, the transform and the offsets between
+  // dense positions of the source and the destination.
+  struct Frame {
+    Layout l;
+    Workspace<R> ws;
+    int64_t fh, fw, scpg, dcpg;
+    int64_t off_h, off_w;    // dense output p reads source dense position p + off + k
+    int64_t out_sh, out_sw;  // destination stride: dense positions kept (forward)
+    Strides4 ds;             // destination element strides
+    double fft_cost;
+    int64_t real_stride, spec_stride;  // between a slot's batched planes / spectra
+  };
+
+  // One block of work: gb groups from g0 (several only when whole groups fit a block), and
+  // destination channels [ob0, ob0 + ob) of each; vb groups share one batched transform.
+  struct Block {
+    int64_t g0, gb, ob0, ob, per_group, vb;
+  };
+
+  Frame MakeFrame(void* workspace) const {
+    Frame f;
+    f.l =
         MakeLayout(g, backprop_input ? ConvPass::kBackpropInput : ConvPass::kForward, c, sizeof(R));
-    const Workspace<R> ws{static_cast<char*>(workspace), l};
-    const int64_t fh = c.fft_h, fw = c.fft_w, scpg = src_cpg(), dcpg = dst_cpg();
-    const R scale = R(1) / static_cast<R>(fh * fw);
+    f.ws = Workspace<R>{static_cast<char*>(workspace), f.l};
+    f.fh = c.fft_h;
+    f.fw = c.fft_w;
+    f.scpg = src_cpg();
+    f.dcpg = dst_cpg();
     const int64_t keh = DilatedExtent(g.filter_h, g.dilation_h),
                   kew = DilatedExtent(g.filter_w, g.dilation_w);
-    // Source offset: dense output p reads source dense position p + off + k.
-    const int64_t off_h = backprop_input ? g.pad_top - keh + 1 : -g.pad_top;
-    const int64_t off_w = backprop_input ? g.pad_left - kew + 1 : -g.pad_left;
-    const int64_t out_sh = backprop_input ? 1 : g.stride_h,
-                  out_sw = backprop_input ? 1 : g.stride_w;
-    const Strides4 ds = backprop_input ? g.input_strides() : g.output_strides();
-    const double fft_cost = 5.0 * fh * fw * std::log2(static_cast<double>(fh * fw) + 2);
-    const int64_t per_image = t.tiles_h * t.tiles_w;
+    f.off_h = backprop_input ? g.pad_top - keh + 1 : -g.pad_top;
+    f.off_w = backprop_input ? g.pad_left - kew + 1 : -g.pad_left;
+    f.out_sh = backprop_input ? 1 : g.stride_h;
+    f.out_sw = backprop_input ? 1 : g.stride_w;
+    f.ds = backprop_input ? g.input_strides() : g.output_strides();
+    f.fft_cost = 5.0 * f.fh * f.fw * std::log2(static_cast<double>(f.fh * f.fw) + 2);
+    f.real_stride = f.l.plane_bytes / sizeof(R);
+    f.spec_stride = f.l.spectrum_bytes / sizeof(C);
+    return f;
+  }
 
+  void Run(void* workspace, const ParallelFor& pf) const {
+    const Frame f = MakeFrame(workspace);
+    const int64_t per_image = t.tiles_h * t.tiles_w;
     // Groups are taken group_block at a time (only with whole groups per block).
-    const int64_t gblock = c.out_block >= dcpg ? std::max<int64_t>(1, c.group_block) : 1;
+    const int64_t gblock = c.out_block >= f.dcpg ? std::max<int64_t>(1, c.group_block) : 1;
     for (int64_t g0 = 0; g0 < g.groups; g0 += gblock) {
       const int64_t gb = std::min(gblock, g.groups - g0);
-      for (int64_t ob0 = 0; ob0 < dcpg; ob0 += c.out_block) {
-        const int64_t ob = std::min(c.out_block, dcpg - ob0);
-        const int64_t per_group = scpg * ob;  // spectra of one group in this block
-        RunSlots(pf, c.slots, gb * per_group, fft_cost, [&](int64_t slot, int64_t idx) {
-          R* real = ws.real(slot);
-          const int64_t j = idx % per_group;
-          PlaceFilter(real, g0 + idx / per_group, j / ob, ob0 + j % ob);
-          R2C(real, ws.shared(idx), fh, fw, scale);
-        });
-        const double tile_cost = fft_cost * (scpg + ob) + 8.0 * l.bins * scpg * ob;
-        // An item is up to vb groups of one tile of one image.
-        const int64_t vb = std::max<int64_t>(1, std::min(c.vec_block, gb));
-        const int64_t group_runs = CeilDiv(gb, vb);
-        const int64_t per_run = g.batch * per_image;
-        const int64_t real_stride = l.plane_bytes / sizeof(R);
-        const int64_t spec_stride = l.spectrum_bytes / sizeof(C);
-        // Group runs vary fastest, so one image's tile is reused from cache by all of them.
-        RunSlots(
-            pf, c.slots, group_runs * per_run, tile_cost * vb, [&](int64_t slot, int64_t item) {
-              const int64_t gi0 = item % group_runs * vb;
-              const int64_t nb = std::min(vb, gb - gi0);
-              item /= group_runs;
-              const int64_t n = item / per_image;
-              const int64_t p0_h = (item % per_image) / t.tiles_w * t.tile_h;
-              const int64_t p0_w = (item % per_image) % t.tiles_w * t.tile_w;
-              // Slot spectra: [0, vb) source transforms, then vb per output channel k.
-              C* x = ws.spectrum(slot, 0);
-              auto acc = [&](int64_t k, int64_t j) { return ws.spectrum(slot, vb + k * vb + j); };
-              for (int64_t k = 0; k < ob; ++k) {
-                for (int64_t j = 0; j < nb; ++j) std::fill(acc(k, j), acc(k, j) + l.bins, C(0));
-              }
-              const int64_t src_plane_stride = scpg * SourceChannelStride();
-              for (int64_t sc = 0; sc < scpg; ++sc) {
-                LoadTiles(ws.real(slot), real_stride, nb, src_plane_stride, fh, fw,
-                          SourcePlane(n, (g0 + gi0) * scpg + sc), p0_h + off_h + t.shift_h,
-                          p0_w + off_w + t.shift_w, fh, fw);
-                R2CBatch(ws.real(slot), x, nb, real_stride, spec_stride, fh, fw);
-                for (int64_t j = 0; j < nb; ++j) {
-                  for (int64_t k = 0; k < ob; ++k) {
-                    MacConj(acc(k, j), x + j * spec_stride,
-                            ws.shared((gi0 + j) * per_group + sc * ob + k), l.bins);
-                  }
-                }
-              }
-              const int64_t rows = std::min(t.tile_h, t.dense_h - p0_h);
-              const int64_t cols = std::min(t.tile_w, t.dense_w - p0_w);
-              int64_t c0 = 0;
-              while (c0 < cols && (p0_w + c0) % out_sw != 0) ++c0;
-              const int64_t ow0 = (p0_w + c0) / out_sw;
-              const int64_t count = c0 < cols ? (cols - c0 + out_sw - 1) / out_sw : 0;
-              const int64_t dst_plane_stride = dcpg * ds.c;  // between consecutive groups
-              for (int64_t k = 0; k < ob; ++k) {
-                C2RBatch(acc(k, 0), ws.real(slot), nb, real_stride, spec_stride, fh, fw);
-                T* out = dst + n * ds.n + ((g0 + gi0) * dcpg + ob0 + k) * ds.c;
-                // Output (r, c) sits at transform position (r - shift_h, c - shift_w) modulo
-                // the transform size (the shift is 0 except for a wrap-around single tile).
-                const int64_t col0 = Mod(c0 - t.shift_w, fw);
-                const bool no_wrap = col0 + (count - 1) * out_sw < fw;
-                for (int64_t r = 0; r < rows; ++r) {
-                  const int64_t p = p0_h + r;
-                  if (p % out_sh != 0) continue;
-                  T* orow = out + (p / out_sh) * ds.h + ow0 * ds.w;
-                  const R* in = ws.real(slot) + Mod(r - t.shift_h, fh) * fw;
-                  if (no_wrap && nb == 1 && out_sw == 1 && ds.w == 1) {
-                    for (int64_t q = 0; q < count; ++q) orow[q] = Store<T>(in[col0 + q]);
-                  } else {
-                    // Plane by plane: reads run along each plane's row, and the output row
-                    // (all batched channels) stays in L1 across the planes.
-                    for (int64_t j = 0; j < nb; ++j) {
-                      T* o = orow + j * dst_plane_stride;
-                      const R* v = in + j * real_stride;
-                      int64_t col = col0;
-                      for (int64_t q = 0; q < count; ++q) {
-                        o[q * ds.w] = Store<T>(v[col]);
-                        col += out_sw;
-                        if (col >= fw) col -= fw;
-                      }
-                    }
-                  }
-                }
-              }
-            });
+      for (int64_t ob0 = 0; ob0 < f.dcpg; ob0 += c.out_block) {
+        const int64_t ob = std::min(c.out_block, f.dcpg - ob0);
+        const Block b{g0, gb,          ob0,
+                      ob, f.scpg * ob, std::max<int64_t>(1, std::min(c.vec_block, gb))};
+        TransformFilters(f, b, pf);
+        // An item is up to vb groups of one tile of one image. Group runs vary fastest, so
+        // one image's tile is reused from cache by all of them.
+        const int64_t group_runs = CeilDiv(gb, b.vb);
+        const double tile_cost = f.fft_cost * (f.scpg + ob) + 8.0 * f.l.bins * f.scpg * ob;
+        RunSlots(pf, c.slots, group_runs * g.batch * per_image, tile_cost * b.vb,
+                 [&](int64_t slot, int64_t item) {
+                   const int64_t gi0 = item % group_runs * b.vb;
+                   item /= group_runs;
+                   CorrelateTile(f, b, slot, gi0, item / per_image, item % per_image);
+                 });
+      }
+    }
+  }
+
+  // Phase 1: the block's filter spectra, shared by every slot.
+  void TransformFilters(const Frame& f, const Block& b, const ParallelFor& pf) const {
+    const R scale = R(1) / static_cast<R>(f.fh * f.fw);
+    RunSlots(pf, c.slots, b.gb * b.per_group, f.fft_cost, [&](int64_t slot, int64_t idx) {
+      R* real = f.ws.real(slot);
+      const int64_t j = idx % b.per_group;
+      PlaceFilter(real, b.g0 + idx / b.per_group, j / b.ob, b.ob0 + j % b.ob);
+      R2C(real, f.ws.shared(idx), f.fh, f.fw, scale);
+    });
+  }
+
+  // Phase 2, one item: groups [gi0, gi0 + vb) of the block, tile `tile` of image n.
+  void CorrelateTile(const Frame& f, const Block& b, int64_t slot, int64_t gi0, int64_t n,
+                     int64_t tile) const {
+    const int64_t nb = std::min(b.vb, b.gb - gi0);
+    const int64_t p0_h = tile / t.tiles_w * t.tile_h, p0_w = tile % t.tiles_w * t.tile_w;
+    AccumulateSources(f, b, slot, gi0, nb, n, p0_h, p0_w);
+    StoreTile(f, b, slot, gi0, nb, n, p0_h, p0_w);
+  }
+
+  // Slot spectra: [0, vb) source transforms, then vb per destination channel k.
+  C* Accumulator(const Frame& f, const Block& b, int64_t slot, int64_t k, int64_t j) const {
+    return f.ws.spectrum(slot, b.vb + k * b.vb + j);
+  }
+
+  // Transforms each source channel's tile and accumulates its products with the filter
+  // spectra into the destination channels' spectra.
+  void AccumulateSources(const Frame& f, const Block& b, int64_t slot, int64_t gi0, int64_t nb,
+                         int64_t n, int64_t p0_h, int64_t p0_w) const {
+    C* x = f.ws.spectrum(slot, 0);
+    for (int64_t k = 0; k < b.ob; ++k) {
+      for (int64_t j = 0; j < nb; ++j) {
+        C* acc = Accumulator(f, b, slot, k, j);
+        std::fill(acc, acc + f.l.bins, C(0));
+      }
+    }
+    const int64_t src_plane_stride = f.scpg * SourceChannelStride();
+    for (int64_t sc = 0; sc < f.scpg; ++sc) {
+      LoadTiles(f.ws.real(slot), f.real_stride, nb, src_plane_stride, f.fh, f.fw,
+                SourcePlane(n, (b.g0 + gi0) * f.scpg + sc), p0_h + f.off_h + t.shift_h,
+                p0_w + f.off_w + t.shift_w, f.fh, f.fw);
+      R2CBatch(f.ws.real(slot), x, nb, f.real_stride, f.spec_stride, f.fh, f.fw);
+      for (int64_t j = 0; j < nb; ++j) {
+        for (int64_t k = 0; k < b.ob; ++k) {
+          MacConj(Accumulator(f, b, slot, k, j), x + j * f.spec_stride,
+                  f.ws.shared((gi0 + j) * b.per_group + sc * b.ob + k), f.l.bins);
+        }
+      }
+    }
+  }
+
+  // Inverse-transforms each destination channel's spectra and stores the tile's wanted
+  // (strided) outputs.
+  void StoreTile(const Frame& f, const Block& b, int64_t slot, int64_t gi0, int64_t nb, int64_t n,
+                 int64_t p0_h, int64_t p0_w) const {
+    const int64_t rows = std::min(t.tile_h, t.dense_h - p0_h);
+    const int64_t cols = std::min(t.tile_w, t.dense_w - p0_w);
+    int64_t c0 = 0;
+    while (c0 < cols && (p0_w + c0) % f.out_sw != 0) ++c0;
+    const int64_t ow0 = (p0_w + c0) / f.out_sw;
+    const int64_t count = c0 < cols ? (cols - c0 + f.out_sw - 1) / f.out_sw : 0;
+    const int64_t dst_plane_stride = f.dcpg * f.ds.c;  // between consecutive groups
+    // Output (r, c) sits at transform position (r - shift_h, c - shift_w) modulo the
+    // transform size (the shift is 0 except for a wrap-around single tile).
+    const int64_t col0 = Mod(c0 - t.shift_w, f.fw);
+    const bool no_wrap = col0 + (count - 1) * f.out_sw < f.fw;
+    for (int64_t k = 0; k < b.ob; ++k) {
+      C2RBatch(Accumulator(f, b, slot, k, 0), f.ws.real(slot), nb, f.real_stride, f.spec_stride,
+               f.fh, f.fw);
+      T* out = dst + n * f.ds.n + ((b.g0 + gi0) * f.dcpg + b.ob0 + k) * f.ds.c;
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t p = p0_h + r;
+        if (p % f.out_sh != 0) continue;
+        T* orow = out + (p / f.out_sh) * f.ds.h + ow0 * f.ds.w;
+        const R* in = f.ws.real(slot) + Mod(r - t.shift_h, f.fh) * f.fw;
+        if (no_wrap && nb == 1 && f.out_sw == 1 && f.ds.w == 1) {
+          for (int64_t q = 0; q < count; ++q) orow[q] = Store<T>(in[col0 + q]);
+          continue;
+        }
+        // Plane by plane: reads run along each plane's row, and the output row (all
+        // batched channels) stays in L1 across the planes.
+        for (int64_t j = 0; j < nb; ++j) {
+          T* o = orow + j * dst_plane_stride;
+          const R* v = in + j * f.real_stride;
+          int64_t col = col0;
+          for (int64_t q = 0; q < count; ++q) {
+            o[q * f.ds.w] = Store<T>(v[col]);
+            col += f.out_sw;
+            if (col >= f.fw) col -= f.fw;
+          }
+        }
       }
     }
   }
@@ -405,6 +460,134 @@ void FftBackpropInput(const ConvGeometry& g, const FftConfig& c, const T* filter
   job.Run(workspace, pf);
 }
 
+// Backprop-filter: dw[k] = sum over images and tiles of x_pad[p + k] dy_z[p], accumulated
+// as spectra per (input, output) channel pair and read out once at the end. A unit of work
+// is in_block x out_block channel pairs of vb groups.
+template <typename T>
+struct FilterGradient {
+  using R = AccT<T>;
+  using C = std::complex<R>;
+  const ConvGeometry& g;
+  const FftConfig& c;
+  const T* input;
+  const T* out_backprop;
+  T* filter_backprop;
+  Layout l;
+  Workspace<R> ws;
+  int64_t icpg, ocpg, vb, real_stride, spec_stride;
+
+  // The pairs of one unit: groups [g0, g0 + nb), input channels [ib0, ib0 + ib) and output
+  // channels [ob0, ob0 + ob) of each.
+  struct Unit {
+    int64_t g0, nb, ib0, ib, ob0, ob;
+  };
+
+  void Run(const ParallelFor& pf) const {
+    const FftTiling& t = c.tiling;
+    const int64_t nib = CeilDiv(icpg, c.in_block), nob = CeilDiv(ocpg, c.out_block);
+    const double fft_cost =
+        5.0 * c.fft_h * c.fft_w * std::log2(static_cast<double>(c.fft_h * c.fft_w) + 2);
+    const double unit_cost =
+        g.batch * t.tiles_h * t.tiles_w *
+        (fft_cost * (c.in_block + c.out_block) + 8.0 * l.bins * c.in_block * c.out_block);
+    const int64_t runs = CeilDiv(g.groups, vb);
+    RunSlots(pf, c.slots, runs * nib * nob, unit_cost * vb, [&](int64_t slot, int64_t unit) {
+      Unit u;
+      u.g0 = unit / (nib * nob) * vb;
+      u.nb = std::min(vb, g.groups - u.g0);
+      u.ib0 = (unit / nob) % nib * c.in_block;
+      u.ob0 = unit % nob * c.out_block;
+      u.ib = std::min(c.in_block, icpg - u.ib0);
+      u.ob = std::min(c.out_block, ocpg - u.ob0);
+      for (int64_t i = 0; i < u.ib; ++i) {
+        for (int64_t k = 0; k < u.ob; ++k) {
+          for (int64_t j = 0; j < u.nb; ++j) {
+            std::fill(Accumulator(u, slot, i, k, j), Accumulator(u, slot, i, k, j) + l.bins, C(0));
+          }
+        }
+      }
+      for (int64_t n = 0; n < g.batch; ++n) {
+        for (int64_t tile = 0; tile < t.tiles_h * t.tiles_w; ++tile) {
+          AccumulateTile(u, slot, n, tile);
+        }
+      }
+      StoreFilter(u, slot);
+    });
+  }
+
+  // Slot spectra: accumulators (i, k, j), then out_backprop (k, j), then input (j).
+  C* Accumulator(const Unit& u, int64_t slot, int64_t i, int64_t k, int64_t j) const {
+    return ws.spectrum(slot, (i * u.ob + k) * vb + j);
+  }
+  C* GradientSpectra(int64_t slot) const {
+    return ws.spectrum(slot, c.in_block * c.out_block * vb);
+  }
+  C* InputSpectra(int64_t slot) const {
+    return ws.spectrum(slot, (c.in_block * c.out_block + c.out_block) * vb);
+  }
+
+  // Transforms the unit's out_backprop and input channels over one tile of image n and
+  // accumulates their products.
+  void AccumulateTile(const Unit& u, int64_t slot, int64_t n, int64_t tile) const {
+    const FftTiling& t = c.tiling;
+    const int64_t fh = c.fft_h, fw = c.fft_w;
+    const int64_t p0_h = tile / t.tiles_w * t.tile_h, p0_w = tile % t.tiles_w * t.tile_w;
+    const Strides4 xs = g.input_strides(), ys = g.output_strides();
+    C* dys = GradientSpectra(slot);
+    C* xsp = InputSpectra(slot);
+    for (int64_t k = 0; k < u.ob; ++k) {
+      const Plane<T> dy{out_backprop + n * ys.n + (u.g0 * ocpg + u.ob0 + k) * ys.c,
+                        ys.h,
+                        ys.w,
+                        g.out_h,
+                        g.out_w,
+                        g.stride_h,
+                        g.stride_w};
+      LoadTiles(ws.real(slot), real_stride, u.nb, ocpg * ys.c, fh, fw, dy, p0_h, p0_w,
+                std::min(t.tile_h, t.dense_h - p0_h), std::min(t.tile_w, t.dense_w - p0_w));
+      R2CBatch(ws.real(slot), dys + k * vb * spec_stride, u.nb, real_stride, spec_stride, fh, fw);
+    }
+    for (int64_t i = 0; i < u.ib; ++i) {
+      const Plane<T> x{
+          input + n * xs.n + (u.g0 * icpg + u.ib0 + i) * xs.c, xs.h, xs.w, g.in_h, g.in_w, 1, 1};
+      LoadTiles(ws.real(slot), real_stride, u.nb, icpg * xs.c, fh, fw, x,
+                p0_h - g.pad_top + t.shift_h, p0_w - g.pad_left + t.shift_w, fh, fw);
+      R2CBatch(ws.real(slot), xsp, u.nb, real_stride, spec_stride, fh, fw);
+      for (int64_t j = 0; j < u.nb; ++j) {
+        for (int64_t k = 0; k < u.ob; ++k) {
+          MacConj(Accumulator(u, slot, i, k, j), xsp + j * spec_stride,
+                  dys + (k * vb + j) * spec_stride, l.bins);
+        }
+      }
+    }
+  }
+
+  // Inverse-transforms the accumulated spectra and stores the filter taps.
+  void StoreFilter(const Unit& u, int64_t slot) const {
+    const FftTiling& t = c.tiling;
+    const int64_t fh = c.fft_h, fw = c.fft_w;
+    const R scale = R(1) / static_cast<R>(fh * fw);  // applied on the final read-out
+    for (int64_t i = 0; i < u.ib; ++i) {
+      for (int64_t k = 0; k < u.ob; ++k) {
+        C2RBatch(Accumulator(u, slot, i, k, 0), ws.real(slot), u.nb, real_stride, spec_stride, fh,
+                 fw);
+        for (int64_t j = 0; j < u.nb; ++j) {
+          const R* real = ws.real(slot, j);
+          const int64_t grp = u.g0 + j;
+          for (int64_t kh = 0; kh < g.filter_h; ++kh) {
+            const R* row = real + Mod(kh * g.dilation_h - t.shift_h, fh) * fw;
+            for (int64_t kw = 0; kw < g.filter_w; ++kw) {
+              filter_backprop[((kh * g.filter_w + kw) * icpg + u.ib0 + i) * g.out_c + grp * ocpg +
+                              u.ob0 + k] =
+                  Store<T>(scale * row[Mod(kw * g.dilation_w - t.shift_w, fw)]);
+            }
+          }
+        }
+      }
+    }
+  }
+};
+
 template <typename T>
 void FftBackpropFilter(const ConvGeometry& g, const FftConfig& c, const T* input,
                        const T* out_backprop, T* filter_backprop, void* workspace,
@@ -412,90 +595,25 @@ void FftBackpropFilter(const ConvGeometry& g, const FftConfig& c, const T* input
   using R = AccT<T>;
   using C = std::complex<R>;
   if (g.filter_elements() == 0) return;
-  const FftTiling& t = c.tiling;
   const Layout l = MakeLayout(g, ConvPass::kBackpropFilter, c, sizeof(R));
-  const Workspace<R> ws{static_cast<char*>(workspace), l};
-  const int64_t fh = c.fft_h, fw = c.fft_w;
   const int64_t icpg = g.in_c_per_group(), ocpg = g.out_c_per_group();
-  const int64_t nib = CeilDiv(icpg, c.in_block), nob = CeilDiv(ocpg, c.out_block);
-  const int64_t per_image = t.tiles_h * t.tiles_w;
-  const Strides4 xs = g.input_strides(), ys = g.output_strides();
-  const R scale = R(1) / static_cast<R>(fh * fw);  // applied on the final read-out
-  const double fft_cost = 5.0 * fh * fw * std::log2(static_cast<double>(fh * fw) + 2);
-  const double unit_cost =
-      g.batch * per_image *
-      (fft_cost * (c.in_block + c.out_block) + 8.0 * l.bins * c.in_block * c.out_block);
   // Whole groups per unit (depthwise and other many-group cases) are taken vec_block at a
   // time, transformed in batched calls and loaded channel-innermost.
   const bool whole = c.in_block >= icpg && c.out_block >= ocpg;
   const int64_t vb = whole ? std::max<int64_t>(1, std::min(c.vec_block, g.groups)) : 1;
-  const int64_t runs = CeilDiv(g.groups, vb);
-  const int64_t real_stride = l.plane_bytes / sizeof(R);
-  const int64_t spec_stride = l.spectrum_bytes / sizeof(C);
-  RunSlots(pf, c.slots, runs * nib * nob, unit_cost * vb, [&](int64_t slot, int64_t unit) {
-    const int64_t g0 = unit / (nib * nob) * vb;
-    const int64_t nb = std::min(vb, g.groups - g0);
-    const int64_t ib0 = (unit / nob) % nib * c.in_block, ob0 = unit % nob * c.out_block;
-    const int64_t ib = std::min(c.in_block, icpg - ib0), ob = std::min(c.out_block, ocpg - ob0);
-    // Slot spectra: accumulators (i, k, j), then out_backprop (k, j), then input (j).
-    auto acc = [&](int64_t i, int64_t k, int64_t j) {
-      return ws.spectrum(slot, (i * ob + k) * vb + j);
-    };
-    C* dys = ws.spectrum(slot, c.in_block * c.out_block * vb);
-    C* xsp = ws.spectrum(slot, (c.in_block * c.out_block + c.out_block) * vb);
-    for (int64_t i = 0; i < ib; ++i) {
-      for (int64_t k = 0; k < ob; ++k) {
-        for (int64_t j = 0; j < nb; ++j) std::fill(acc(i, k, j), acc(i, k, j) + l.bins, C(0));
-      }
-    }
-    for (int64_t n = 0; n < g.batch; ++n) {
-      for (int64_t tile = 0; tile < per_image; ++tile) {
-        const int64_t p0_h = tile / t.tiles_w * t.tile_h, p0_w = tile % t.tiles_w * t.tile_w;
-        for (int64_t k = 0; k < ob; ++k) {
-          const Plane<T> dy{out_backprop + n * ys.n + (g0 * ocpg + ob0 + k) * ys.c,
-                            ys.h,
-                            ys.w,
-                            g.out_h,
-                            g.out_w,
-                            g.stride_h,
-                            g.stride_w};
-          LoadTiles(ws.real(slot), real_stride, nb, ocpg * ys.c, fh, fw, dy, p0_h, p0_w,
-                    std::min(t.tile_h, t.dense_h - p0_h), std::min(t.tile_w, t.dense_w - p0_w));
-          R2CBatch(ws.real(slot), dys + k * vb * spec_stride, nb, real_stride, spec_stride, fh, fw);
-        }
-        for (int64_t i = 0; i < ib; ++i) {
-          const Plane<T> x{
-              input + n * xs.n + (g0 * icpg + ib0 + i) * xs.c, xs.h, xs.w, g.in_h, g.in_w, 1, 1};
-          LoadTiles(ws.real(slot), real_stride, nb, icpg * xs.c, fh, fw, x,
-                    p0_h - g.pad_top + t.shift_h, p0_w - g.pad_left + t.shift_w, fh, fw);
-          R2CBatch(ws.real(slot), xsp, nb, real_stride, spec_stride, fh, fw);
-          for (int64_t j = 0; j < nb; ++j) {
-            for (int64_t k = 0; k < ob; ++k) {
-              MacConj(acc(i, k, j), xsp + j * spec_stride, dys + (k * vb + j) * spec_stride,
-                      l.bins);
-            }
-          }
-        }
-      }
-    }
-    for (int64_t i = 0; i < ib; ++i) {
-      for (int64_t k = 0; k < ob; ++k) {
-        C2RBatch(acc(i, k, 0), ws.real(slot), nb, real_stride, spec_stride, fh, fw);
-        for (int64_t j = 0; j < nb; ++j) {
-          const R* real = ws.real(slot, j);
-          const int64_t grp = g0 + j;
-          for (int64_t kh = 0; kh < g.filter_h; ++kh) {
-            const R* row = real + Mod(kh * g.dilation_h - t.shift_h, fh) * fw;
-            for (int64_t kw = 0; kw < g.filter_w; ++kw) {
-              filter_backprop[((kh * g.filter_w + kw) * icpg + ib0 + i) * g.out_c + grp * ocpg +
-                              ob0 + k] =
-                  Store<T>(scale * row[Mod(kw * g.dilation_w - t.shift_w, fw)]);
-            }
-          }
-        }
-      }
-    }
-  });
+  const FilterGradient<T> job{g,
+                              c,
+                              input,
+                              out_backprop,
+                              filter_backprop,
+                              l,
+                              Workspace<R>{static_cast<char*>(workspace), l},
+                              icpg,
+                              ocpg,
+                              vb,
+                              static_cast<int64_t>(l.plane_bytes / sizeof(R)),
+                              static_cast<int64_t>(l.spectrum_bytes / sizeof(C))};
+  job.Run(pf);
 }
 
 template <typename T>

@@ -106,15 +106,15 @@ struct PlaceFilters {
     const I c = e % pitch, r = e / pitch % static_cast<I>(f.fh);
     const I per_group = static_cast<I>(scpg * dcpg), dcs = static_cast<I>(dcpg);
     const int64_t grp = s / per_group, sc = s / dcs % static_cast<I>(scpg), dc = s % dcs;
-    const int64_t keh = DilatedExtent(g.filter_h, g.dil_h),
-                  kew = DilatedExtent(g.filter_w, g.dil_w);
+    const int64_t keh = DilatedExtent(g.filter_h, g.dilation_h),
+                  kew = DilatedExtent(g.filter_w, g.dilation_w);
     const int64_t y = flip ? keh - 1 - r : r, x = flip ? kew - 1 - c : c;
     R v = R(0);
-    if (c < f.fw && y >= 0 && x >= 0 && y % g.dil_h == 0 && x % g.dil_w == 0 &&
-        y / g.dil_h < g.filter_h && x / g.dil_w < g.filter_w) {
+    if (c < f.fw && y >= 0 && x >= 0 && y % g.dilation_h == 0 && x % g.dilation_w == 0 &&
+        y / g.dilation_h < g.filter_h && x / g.dilation_w < g.filter_w) {
       const int64_t ci = flip ? dc : sc, co = grp * g.cout_g + (flip ? sc : dc);
-      const int64_t tap = (y / g.dil_h) * g.filter_w + x / g.dil_w;
-      v = scale * static_cast<R>(Load(filter[(tap * g.cin_g + ci) * g.cout + co]));
+      const int64_t tap = (y / g.dilation_h) * g.filter_w + x / g.dilation_w;
+      v = scale * static_cast<R>(Load(filter[(tap * g.cin_g + ci) * g.out_c + co]));
     }
     dst[e] = v;
   }
@@ -260,12 +260,13 @@ struct ReadFilter {
   T* out;
   template <typename I>
   LC_HD void operator()(I e) const {
-    const int64_t co = e % g.cout, i = e / g.cout % g.cin_g;
-    const int64_t kw = e / (g.cout * g.cin_g) % g.filter_w,
-                  kh = e / (g.cout * g.cin_g * g.filter_w);
+    const int64_t co = e % g.out_c, i = e / g.out_c % g.cin_g;
+    const int64_t kw = e / (g.out_c * g.cin_g) % g.filter_w,
+                  kh = e / (g.out_c * g.cin_g * g.filter_w);
     const int64_t s = ((co / g.cout_g) * g.cin_g + i) * g.cout_g + co % g.cout_g;
-    out[e] = Store<T>(scale * real[s * f.plane + ModHD(kh * g.dil_h - f.t.shift_h, f.fh) * f.pitch +
-                                   ModHD(kw * g.dil_w - f.t.shift_w, f.fw)]);
+    out[e] =
+        Store<T>(scale * real[s * f.plane + ModHD(kh * g.dilation_h - f.t.shift_h, f.fh) * f.pitch +
+                              ModHD(kw * g.dilation_w - f.t.shift_w, f.fw)]);
   }
 };
 
@@ -298,7 +299,8 @@ void RunFftPass(const ConvGeometry& geom, const CudaPlan& plan, const T* a, cons
     if (batch > 0) run.Transform(TransformShape{inverse, rb, c.fft_h, c.fft_w, batch}, data, work);
   };
   const R scale = R(1) / static_cast<R>(c.fft_h * c.fft_w);
-  const int64_t keh = DilatedExtent(g.filter_h, g.dil_h), kew = DilatedExtent(g.filter_w, g.dil_w);
+  const int64_t keh = DilatedExtent(g.filter_h, g.dilation_h),
+                kew = DilatedExtent(g.filter_w, g.dilation_w);
 
   run.ForEach(1, SetFlag{flag, 0});
   const int64_t sizes[2] = {
@@ -318,8 +320,8 @@ void RunFftPass(const ConvGeometry& geom, const CudaPlan& plan, const T* a, cons
                                     t.shift_h - g.pad_top, t.shift_w - g.pad_left, false, t.dense_h,
                                     t.dense_w, item0, src});
         transform(false, items * l.src_channels, src);
-        run.ForEach(items * g.cout * f.plane,
-                    PackTiles<T, R>{f, b, g.out, g.out_h, g.out_w, g.stride_h, g.stride_w, g.cout,
+        run.ForEach(items * g.out_c * f.plane,
+                    PackTiles<T, R>{f, b, g.out, g.out_h, g.out_w, g.stride_h, g.stride_w, g.out_c,
                                     0, 0, true, t.dense_h, t.dense_w, item0, dst});
         transform(false, items * l.dst_channels, dst);
         const int64_t oblocks = CeilDiv(g.cout_g, kChannelBlock);

@@ -31,18 +31,18 @@ int64_t ChannelsPerThread(int64_t per_group) {
 // Patch and shared-memory size of the current shape of `c`.
 void Measure(const TileGeom& g, ConvPass pass, TileConfig* c) {
   if (pass == ConvPass::kForward) {
-    c->patch_h = (c->tile_h - 1) * g.stride_h + (c->chunk_h - 1) * g.dil_h + 1;
-    c->patch_w = (c->tile_w - 1) * g.stride_w + (c->chunk_w - 1) * g.dil_w + 1;
+    c->patch_h = (c->tile_h - 1) * g.stride_h + (c->chunk_h - 1) * g.dilation_h + 1;
+    c->patch_w = (c->tile_w - 1) * g.stride_w + (c->chunk_w - 1) * g.dilation_w + 1;
     c->smem_elems = c->patch_h * c->patch_w + c->chunk_h * c->chunk_w * c->channels;
   } else if (pass == ConvPass::kBackpropInput) {
     // Output rows a block's input rows meet through chunk_h taps: at most
     // ceil(span / stride) + 1 for span = tile + dilated chunk - 2.
-    c->patch_h = (c->tile_h - 1 + (c->chunk_h - 1) * g.dil_h) / g.stride_h + 2;
-    c->patch_w = (c->tile_w - 1 + (c->chunk_w - 1) * g.dil_w) / g.stride_w + 2;
+    c->patch_h = (c->tile_h - 1 + (c->chunk_h - 1) * g.dilation_h) / g.stride_h + 2;
+    c->patch_w = (c->tile_w - 1 + (c->chunk_w - 1) * g.dilation_w) / g.stride_w + 2;
     c->smem_elems = c->patch_h * c->patch_w + c->chunk_h * c->chunk_w * c->channels;
   } else {
     c->patch_h = c->tile_h;
-    c->patch_w = (c->chunk_w - 1) * g.stride_w + (c->tile_w - 1) * g.dil_w + 1;
+    c->patch_w = (c->chunk_w - 1) * g.stride_w + (c->tile_w - 1) * g.dilation_w + 1;
     c->smem_elems = c->patch_h * c->patch_w + c->chunk_w * c->channels;
   }
 }
@@ -51,23 +51,9 @@ void Measure(const TileGeom& g, ConvPass pass, TileConfig* c) {
 
 TileGeom MakeTileGeom(const ConvGeometry& g) {
   TileGeom t;
-  t.batch = g.batch;
-  t.in_h = g.in_h;
-  t.in_w = g.in_w;
-  t.filter_h = g.filter_h;
-  t.filter_w = g.filter_w;
+  static_cast<ConvGeometry&>(t) = g;
   t.cin_g = g.in_c_per_group();
-  t.cout = g.out_c;
   t.cout_g = g.out_c_per_group();
-  t.groups = g.groups;
-  t.stride_h = g.stride_h;
-  t.stride_w = g.stride_w;
-  t.dil_h = g.dilation_h;
-  t.dil_w = g.dilation_w;
-  t.pad_top = g.pad_top;
-  t.pad_left = g.pad_left;
-  t.out_h = g.out_h;
-  t.out_w = g.out_w;
   t.in = g.input_strides();
   t.out = g.output_strides();
   return t;
@@ -122,7 +108,7 @@ TileConfig MakeTileConfig(const ConvGeometry& geom, ConvPass pass, int acc_bytes
   const int64_t base = CeilDiv(g.filter_h, c.tile_h) * CeilDiv(g.filter_w, c.tile_w) *
                        CeilDiv(g.cout_g, c.channels) * g.groups * g.cin_g;
   const int64_t rows = g.batch * g.out_h;
-  const int64_t partial_bytes = g.filter_h * g.filter_w * g.cin_g * g.cout * acc_bytes;
+  const int64_t partial_bytes = g.filter_h * g.filter_w * g.cin_g * g.out_c * acc_bytes;
   int64_t r =
       std::min(CeilDiv(kTargetBlocks, std::max<int64_t>(base, 1)), std::max<int64_t>(rows, 1));
   if (r > 1 && partial_bytes > 0) r = std::min(r, workspace_limit / partial_bytes);

@@ -38,11 +38,12 @@ constexpr int64_t kSmemBytes = 48 * 1024;
 // of backprop-filter.
 constexpr int64_t kTargetBlocks = 2048;
 
-// The geometry as the kernels read it: plain integers, element strides per layout.
-struct TileGeom {
-  int64_t batch, in_h, in_w, filter_h, filter_w, cin_g, cout, cout_g, groups;
-  int64_t stride_h, stride_w, dil_h, dil_w, pad_top, pad_left, out_h, out_w;
-  Strides4 in, out;  // of input / in_backprop and of output / out_backprop
+// The geometry as the kernels read it: the ConvGeometry itself (plain integers, copied to
+// the device as a kernel argument) plus what the kernels would otherwise recompute per
+// element: channels per group and element strides per layout. Made by MakeTileGeom only.
+struct TileGeom : ConvGeometry {
+  int64_t cin_g = 0, cout_g = 0;  // input / output channels per group
+  Strides4 in{}, out{};           // of input / in_backprop and of output / out_backprop
 };
 
 // How a pass is cut into blocks; chosen on the host by MakeTileConfig, from the geometry,
@@ -123,7 +124,7 @@ template <int C, typename T, typename A>
 LC_HD inline void LoadFilterChunk(const T* filter, const TileGeom& g, const TileConfig& c,
                                   const TapStep& t, int64_t base, int64_t channel_stride,
                                   int64_t valid, int tid, int threads, A* dst) {
-  const int64_t tap = g.cin_g * g.cout;  // elements between neighbouring taps (HWIO)
+  const int64_t tap = g.cin_g * g.out_c;  // elements between neighbouring taps (HWIO)
   for (int64_t e = tid; e < c.chunk_h * c.chunk_w * C; e += threads) {
     const int64_t o = e % C, kw = t.kw0 + (e / C) % c.chunk_w, kh = t.kh0 + e / (C * c.chunk_w);
     const bool in = kh < g.filter_h && kw < g.filter_w && o < valid;
@@ -164,11 +165,11 @@ struct ForwardTiles {
     const TileConfig& c = p.c;
     const TapStep t = DecodeTapStep(g, c, s);
     LoadPatch(p.input + k.n * g.in.n + (k.grp * g.cin_g + t.ch) * g.in.c,
-              k.y0 * g.stride_h + t.kh0 * g.dil_h - g.pad_top,
-              k.x0 * g.stride_w + t.kw0 * g.dil_w - g.pad_left, g.in_h, g.in_w, g.in, c, tid,
+              k.y0 * g.stride_h + t.kh0 * g.dilation_h - g.pad_top,
+              k.x0 * g.stride_w + t.kw0 * g.dilation_w - g.pad_left, g.in_h, g.in_w, g.in, c, tid,
               threads, smem);
     const int64_t c0 = k.j * C;  // first out-channel of the block within its group
-    LoadFilterChunk<C>(p.filter, g, c, t, t.ch * g.cout + k.grp * g.cout_g + c0, 1, g.cout_g - c0,
+    LoadFilterChunk<C>(p.filter, g, c, t, t.ch * g.out_c + k.grp * g.cout_g + c0, 1, g.cout_g - c0,
                        tid, threads, smem + c.patch_h * c.patch_w);
   }
   LC_HD static void Accumulate(const Params& p, const Block&, int64_t s, int tid, const A* smem,
@@ -181,10 +182,10 @@ struct ForwardTiles {
     const int64_t nh = MinOf(c.chunk_h, g.filter_h - kh0), nw = MinOf(c.chunk_w, g.filter_w - kw0);
     const A* filt = smem + c.patch_h * c.patch_w;
     for (int64_t i = 0; i < nh; ++i) {
-      const A* row = smem + (ty * g.stride_h + i * g.dil_h) * c.patch_w + tx * g.stride_w;
+      const A* row = smem + (ty * g.stride_h + i * g.dilation_h) * c.patch_w + tx * g.stride_w;
       const A* f = filt + i * c.chunk_w * C;
       for (int64_t j = 0; j < nw; ++j) {
-        const A v = row[j * g.dil_w];
+        const A v = row[j * g.dilation_w];
         for (int o = 0; o < C; ++o) acc[o] += v * f[j * C + o];
       }
     }
@@ -224,8 +225,8 @@ struct BackpropInputTiles {
   LC_HD static void PatchOrigin(const Params& p, const Block& k, const TapStep& t, int64_t* oy0,
                                 int64_t* ox0) {
     const TileGeom& g = p.g;
-    *oy0 = FloorDiv(k.y0 + g.pad_top - (t.kh0 + p.c.chunk_h - 1) * g.dil_h, g.stride_h);
-    *ox0 = FloorDiv(k.x0 + g.pad_left - (t.kw0 + p.c.chunk_w - 1) * g.dil_w, g.stride_w);
+    *oy0 = FloorDiv(k.y0 + g.pad_top - (t.kh0 + p.c.chunk_h - 1) * g.dilation_h, g.stride_h);
+    *ox0 = FloorDiv(k.x0 + g.pad_left - (t.kw0 + p.c.chunk_w - 1) * g.dilation_w, g.stride_w);
   }
   LC_HD static void LoadTile(const Params& p, const Block& k, int64_t s, int tid, int threads,
                              A* smem) {
@@ -237,7 +238,7 @@ struct BackpropInputTiles {
     LoadPatch(p.out_backprop + k.n * g.out.n + (k.grp * g.cout_g + t.ch) * g.out.c, oy0, ox0,
               g.out_h, g.out_w, g.out, c, tid, threads, smem);
     const int64_t c0 = k.j * C;  // first in-channel of the block within its group
-    LoadFilterChunk<C>(p.filter, g, c, t, c0 * g.cout + k.grp * g.cout_g + t.ch, g.cout,
+    LoadFilterChunk<C>(p.filter, g, c, t, c0 * g.out_c + k.grp * g.cout_g + t.ch, g.out_c,
                        g.cin_g - c0, tid, threads, smem + c.patch_h * c.patch_w);
   }
   LC_HD static void Accumulate(const Params& p, const Block& k, int64_t s, int tid, const A* smem,
@@ -252,13 +253,13 @@ struct BackpropInputTiles {
     const int64_t nh = MinOf(c.chunk_h, g.filter_h - kh0), nw = MinOf(c.chunk_w, g.filter_w - kw0);
     const A* filt = smem + c.patch_h * c.patch_w;
     for (int64_t i = 0; i < nh; ++i) {
-      const int64_t t = iy + g.pad_top - (kh0 + i) * g.dil_h;  // = oy * stride_h
+      const int64_t t = iy + g.pad_top - (kh0 + i) * g.dilation_h;  // = oy * stride_h
       const int64_t oy = FloorDiv(t, g.stride_h);
       if (oy * g.stride_h != t) continue;
       const A* row = smem + (oy - oy0) * c.patch_w;
       const A* f = filt + i * c.chunk_w * C;
       for (int64_t j = 0; j < nw; ++j) {
-        const int64_t u = ix + g.pad_left - (kw0 + j) * g.dil_w;
+        const int64_t u = ix + g.pad_left - (kw0 + j) * g.dilation_w;
         const int64_t ox = FloorDiv(u, g.stride_w);
         if (ox * g.stride_w != u) continue;
         const A v = row[ox - ox0];
@@ -326,11 +327,11 @@ struct BackpropFilterTiles {
     const int64_t row = k.row0 + s / nx, ox0 = (s % nx) * c.chunk_w;
     const int64_t n = row / g.out_h, oy = row % g.out_h;
     const T* x = p.input + n * g.in.n + (k.grp * g.cin_g + k.ci) * g.in.c;
-    const int64_t bx = ox0 * g.stride_w + k.kw0 * g.dil_w - g.pad_left;
+    const int64_t bx = ox0 * g.stride_w + k.kw0 * g.dilation_w - g.pad_left;
     const int64_t patch = c.patch_h * c.patch_w;
     for (int64_t e = tid; e < patch; e += threads) {
       const int64_t kh = k.kh0 + e / c.patch_w;
-      const int64_t iy = oy * g.stride_h + kh * g.dil_h - g.pad_top, ix = bx + e % c.patch_w;
+      const int64_t iy = oy * g.stride_h + kh * g.dilation_h - g.pad_top, ix = bx + e % c.patch_w;
       const bool in = kh < g.filter_h && iy >= 0 && iy < g.in_h && ix >= 0 && ix < g.in_w;
       smem[e] = in ? static_cast<A>(Load(x[iy * g.in.h + ix * g.in.w])) : A(0);
     }
@@ -348,7 +349,7 @@ struct BackpropFilterTiles {
     const TileGeom& g = p.g;
     const TileConfig& c = p.c;
     const int64_t ty = tid / c.tile_w, tx = tid % c.tile_w;
-    const A* row = smem + ty * c.patch_w + tx * g.dil_w;
+    const A* row = smem + ty * c.patch_w + tx * g.dilation_w;
     const A* dy = smem + c.patch_h * c.patch_w;
     for (int64_t j = 0; j < c.chunk_w; ++j) {
       const A v = row[j * g.stride_w];
@@ -359,7 +360,7 @@ struct BackpropFilterTiles {
     const TileGeom& g = p.g;
     const int64_t kh = k.kh0 + tid / p.c.tile_w, kw = k.kw0 + tid % p.c.tile_w;
     if (kh >= g.filter_h || kw >= g.filter_w) return;
-    const int64_t base = ((kh * g.filter_w + kw) * g.cin_g + k.ci) * g.cout + k.grp * g.cout_g;
+    const int64_t base = ((kh * g.filter_w + kw) * g.cin_g + k.ci) * g.out_c + k.grp * g.cout_g;
     for (int o = 0; o < C; ++o) {
       const int64_t co = k.j * C + o;
       if (co >= g.cout_g) continue;
@@ -371,7 +372,7 @@ struct BackpropFilterTiles {
     }
   }
   LC_HD static int64_t FilterElements(const TileGeom& g) {
-    return g.filter_h * g.filter_w * g.cin_g * g.cout;
+    return g.filter_h * g.filter_w * g.cin_g * g.out_c;
   }
   // The second kernel: element i of the filter gradient, the partials added in slice order.
   LC_HD static void Reduce(const Params& p, int64_t i) {
