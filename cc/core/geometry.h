@@ -78,6 +78,14 @@ struct ConvGeometry {
   }
   // Multiply-adds of one forward pass.
   double macs() const;
+  // Every field, for the plan caches: geometries with equal keys plan alike.
+  using Key = std::array<int64_t, 20>;
+  Key key() const {
+    return {batch,    in_h,        in_w,       in_c,    filter_h,
+            filter_w, filter_in_c, out_c,      groups,  stride_h,
+            stride_w, dilation_h,  dilation_w, pad_top, pad_bottom,
+            pad_left, pad_right,   out_h,      out_w,   static_cast<int64_t>(data_format)};
+  }
 };
 
 // Builds the geometry from validated-or-not attributes and the two shapes (input in

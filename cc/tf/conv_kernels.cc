@@ -5,6 +5,7 @@
 #include <array>
 #include <map>
 #include <string>
+#include <utility>
 
 #include "cc/core/conv.h"
 #include "cc/core/dtypes.h"
@@ -133,8 +134,7 @@ class ConvOpBase : public OpKernel {
     req.real_bytes = kComputeBytes<T>;
     // Plans depend only on the shapes here (attrs are fixed per kernel): cache them, so a
     // training loop plans each shape once.
-    const PlanKey key{g.batch,    g.in_h,        g.in_w,  g.in_c,     g.filter_h,
-                      g.filter_w, g.filter_in_c, g.out_c, req.threads};
+    const PlanKey key{g.key(), req.threads};
     {
       tensorflow::mutex_lock lock(plan_mu_);
       auto it = plans_.find(key);
@@ -203,7 +203,7 @@ class ConvOpBase : public OpKernel {
   }
 #endif
 
-  using PlanKey = std::array<int64_t, 9>;
+  using PlanKey = std::pair<ConvGeometry::Key, int64_t>;
   static constexpr size_t kMaxCachedPlans = 64;
 
   ConvAttrs attrs_;

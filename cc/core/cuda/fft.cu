@@ -7,6 +7,7 @@
 #include <array>
 #include <map>
 #include <mutex>
+#include <tuple>
 
 #include "cc/core/cuda/cuda_status.h"
 #include "cc/core/cuda/cufft.h"
@@ -63,7 +64,7 @@ struct DeviceRunner {
 // Plans by everything they depend on: the geometry, the request and the device. Planning
 // searches every transform size (milliseconds), and a training loop or a benchmark asks for
 // the same few geometries on every call.
-using PlanKey = std::array<int64_t, 25>;
+using PlanKey = std::tuple<ConvGeometry::Key, ConvPass, Algorithm, int, int64_t, int>;
 constexpr size_t kMaxCachedPlans = 256;
 
 struct PlanCache {
@@ -97,31 +98,7 @@ Status PlanCudaPass(const ConvGeometry& g, ConvPass pass, Algorithm algorithm, i
     cudaGetLastError();  // no device: plan anyway (the direct kernels need none to plan)
     device = -1;
   }
-  const PlanKey key{g.batch,
-                    g.in_h,
-                    g.in_w,
-                    g.in_c,
-                    g.filter_h,
-                    g.filter_w,
-                    g.filter_in_c,
-                    g.out_c,
-                    g.groups,
-                    g.stride_h,
-                    g.stride_w,
-                    g.dilation_h,
-                    g.dilation_w,
-                    g.pad_top,
-                    g.pad_bottom,
-                    g.pad_left,
-                    g.pad_right,
-                    g.out_h,
-                    g.out_w,
-                    static_cast<int64_t>(g.data_format),
-                    static_cast<int64_t>(pass),
-                    static_cast<int64_t>(algorithm),
-                    real_bytes,
-                    workspace_limit,
-                    device};
+  const PlanKey key{g.key(), pass, algorithm, real_bytes, workspace_limit, device};
   PlanCache& cache = Plans();
   {
     std::lock_guard<std::mutex> lock(cache.mu);
