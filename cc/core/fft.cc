@@ -32,22 +32,13 @@ struct Layout {
 Layout MakeLayout(const ConvGeometry& g, ConvPass pass, const FftConfig& c, int rb) {
   Layout l;
   l.bins = c.fft_h * (c.fft_w / 2 + 1);
-  switch (pass) {
-    case ConvPass::kForward:
-      l.shared_spectra = c.group_block * g.in_c_per_group() * c.out_block;
-      l.real_planes = c.vec_block;
-      l.slot_spectra = c.vec_block * (c.out_block + 1);
-      break;
-    case ConvPass::kBackpropInput:
-      l.shared_spectra = c.group_block * g.out_c_per_group() * c.out_block;
-      l.real_planes = c.vec_block;
-      l.slot_spectra = c.vec_block * (c.out_block + 1);
-      break;
-    case ConvPass::kBackpropFilter:
-      l.shared_spectra = 0;
-      l.real_planes = c.vec_block;
-      l.slot_spectra = c.vec_block * (c.in_block * c.out_block + c.out_block + 1);
-      break;
+  l.real_planes = c.vec_block;
+  if (pass == ConvPass::kBackpropFilter) {
+    l.shared_spectra = 0;
+    l.slot_spectra = c.vec_block * (c.in_block * c.out_block + c.out_block + 1);
+  } else {  // the block's filter spectra (source channels x out_block), shared by the slots
+    l.shared_spectra = c.group_block * g.channels(pass).src_per_group * c.out_block;
+    l.slot_spectra = c.vec_block * (c.out_block + 1);
   }
   l.spectrum_bytes = Align(l.bins * 2 * rb);
   l.plane_bytes = Align(c.fft_h * c.fft_w * rb);
@@ -214,8 +205,7 @@ struct Correlation {
   const T* filter;
   T* dst;
 
-  int64_t src_cpg() const { return backprop_input ? g.out_c_per_group() : g.in_c_per_group(); }
-  int64_t dst_cpg() const { return backprop_input ? g.in_c_per_group() : g.out_c_per_group(); }
+  ConvPass pass() const { return backprop_input ? ConvPass::kBackpropInput : ConvPass::kForward; }
 
   // Writes the dilated filter for (source channel sc, destination channel dc) into real,
   // flipped for backprop-input, where the roles of input and output channels swap.
@@ -272,13 +262,12 @@ struct Correlation {
 
   Frame MakeFrame(void* workspace) const {
     Frame f;
-    f.l =
-        MakeLayout(g, backprop_input ? ConvPass::kBackpropInput : ConvPass::kForward, c, sizeof(R));
+    f.l = MakeLayout(g, pass(), c, sizeof(R));
     f.ws = Workspace<R>{static_cast<char*>(workspace), f.l};
     f.fh = c.fft_h;
     f.fw = c.fft_w;
-    f.scpg = src_cpg();
-    f.dcpg = dst_cpg();
+    f.scpg = g.channels(pass()).src_per_group;
+    f.dcpg = g.channels(pass()).dst_per_group;
     const int64_t keh = DilatedExtent(g.filter_h, g.dilation_h),
                   kew = DilatedExtent(g.filter_w, g.dilation_w);
     f.off_h = backprop_input ? g.pad_top - keh + 1 : -g.pad_top;

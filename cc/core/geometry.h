@@ -50,6 +50,13 @@ struct Strides4 {
   int64_t n, h, w, c;
 };
 
+// The channels a pass correlates from (source) into (destination), in all and per group:
+// forward input -> output channels, backprop-input the reverse, backprop-filter input
+// channels against output channels.
+struct PassChannels {
+  int64_t src, dst, src_per_group, dst_per_group;
+};
+
 struct ConvGeometry {
   int64_t batch = 0, in_h = 0, in_w = 0, in_c = 0;
   int64_t filter_h = 0, filter_w = 0, filter_in_c = 0, out_c = 0;
@@ -78,6 +85,11 @@ struct ConvGeometry {
   }
   // Multiply-adds of one forward pass.
   double macs() const;
+  PassChannels channels(ConvPass pass) const {
+    const int64_t in_g = in_c_per_group(), out_g = out_c_per_group();
+    if (pass == ConvPass::kBackpropInput) return {out_c, in_c, out_g, in_g};
+    return {in_c, out_c, in_g, out_g};
+  }
   // Every field, for the plan caches: geometries with equal keys plan alike.
   using Key = std::array<int64_t, 20>;
   Key key() const {

@@ -30,10 +30,6 @@ double FftFlops(int64_t fh, int64_t fw) {
   return 2.5 * n * std::log2(std::max(n, 2.0)) + 30.0 * n;
 }
 
-int64_t DestChannels(const ConvGeometry& g, ConvPass pass) {
-  return pass == ConvPass::kBackpropInput ? g.in_c_per_group() : g.out_c_per_group();
-}
-
 // Items each parallel phase splits over (used to cap useful slots).
 int64_t ParallelItems(const ConvGeometry& g, ConvPass pass, const FftConfig& c) {
   const FftTiling& t = c.tiling;
@@ -106,7 +102,7 @@ bool FitBlocks(const ConvGeometry& g, ConvPass pass, int64_t limit, int real_byt
     }
     return true;
   }
-  const int64_t dest = std::max<int64_t>(1, DestChannels(g, pass));
+  const int64_t dest = std::max<int64_t>(1, g.channels(pass).dst_per_group);
   const auto fits = [&] { return FftWorkspaceBytes(g, pass, *c, real_bytes) <= limit; };
   c->group_block = 1;
   c->vec_block = 1;

@@ -23,21 +23,10 @@ constexpr double kTransformPasses = 4;
 
 int64_t Align256(int64_t b) { return AlignUp(b, 256); }
 
-struct Channels {
-  int64_t filter_spectra, src, dst, src_per_group, dst_per_group;
-};
-
-Channels PassChannels(const ConvGeometry& g, ConvPass pass) {
-  const int64_t icpg = g.in_c_per_group(), ocpg = g.out_c_per_group();
-  const int64_t spectra = g.groups * icpg * ocpg;
-  if (pass == ConvPass::kBackpropInput) return {spectra, g.out_c, g.in_c, ocpg, icpg};
-  return {spectra, g.in_c, g.out_c, icpg, ocpg};
-}
-
 // Cost-model seconds of the FFT path (transforms, element kernels, launches).
 double FftSeconds(const ConvGeometry& g, ConvPass pass, const GpuFftConfig& c, int rb) {
   const GpuFftLayout l = MakeGpuFftLayout(g, pass, c, rb);
-  const Channels ch = PassChannels(g, pass);
+  const PassChannels ch = g.channels(pass);
   const double plane = static_cast<double>(l.spectrum_reals) * rb;
   const double items = static_cast<double>(c.items);
   const double per_item = ch.src + ch.dst;
@@ -73,10 +62,10 @@ int64_t EstimatedBytes(const ConvGeometry& g, ConvPass pass, const GpuFftConfig&
 GpuFftLayout MakeGpuFftLayout(const ConvGeometry& g, ConvPass pass, const GpuFftConfig& c,
                               int real_bytes) {
   GpuFftLayout l;
-  const Channels ch = PassChannels(g, pass);
+  const PassChannels ch = g.channels(pass);
   l.bins = c.fft_h * (c.fft_w / 2 + 1);
   l.spectrum_reals = 2 * l.bins;
-  l.filter_spectra = ch.filter_spectra;
+  l.filter_spectra = g.groups * ch.src_per_group * ch.dst_per_group;
   l.src_channels = ch.src;
   l.dst_channels = ch.dst;
   const int64_t sb = l.spectrum_reals * real_bytes;
