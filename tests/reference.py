@@ -131,11 +131,12 @@ def tolerance(dtype_name, terms, magnitude):
           4.0 * np.sqrt(max(terms, 1)) * ACC_EPS[dtype_name]) * magnitude + 1e-300
 
 
-def assert_close(got, want, dtype_name, terms, magnitude, what="result"):
-  """Elementwise check of a directly summed result against the oracle."""
+def assert_close(got, want, dtype_name, terms, magnitude, what="result", extra=0.0):
+  """Elementwise check of a directly summed result against `want`, whose own elementwise
+  error bound is `extra` (0 for the oracle)."""
   got = np.asarray(got, np.float64)
   assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
-  tol = tolerance(dtype_name, terms, magnitude)
+  tol = tolerance(dtype_name, terms, magnitude) + extra
   err = np.abs(got - want)
   bad = err > tol
   assert not bad.any(), (
@@ -217,19 +218,18 @@ class PassCheck:
       what: names the check in the failure message.
       want, want_tolerance: compare with another implementation's result (e.g. TF's),
         whose own elementwise error bound is `want_tolerance`, instead of the oracle.
+
+    Returns:
+      For the FFT, the worst plane's error as a fraction of its bound; None otherwise.
     """
     what = what or self.pass_name
     got = np.asarray(got, np.float64)
     ref = self.want if want is None else np.asarray(want, np.float64)
     assert got.shape == ref.shape, f"{what}: shape {got.shape} != {ref.shape}"
     if fft_size is None:
-      tol = tolerance(dtype_name, self.terms, self.magnitude) + want_tolerance
-      err = np.abs(got - ref)
-      bad = err > tol
-      assert not bad.any(), (
-          f"{what} (direct): {bad.sum()} of {bad.size} elements off; worst error "
-          f"{err.max():.3e} vs tolerance {tol.flat[np.argmax(err)]:.3e}")
-      return
+      assert_close(got, ref, dtype_name, self.terms, self.magnitude, f"{what} (direct)",
+                   want_tolerance)
+      return None
     # Rounding on store (and the other side's own error) is elementwise: its 2-norm per
     # plane adds to the transform's.
     store = STORE_EPS[dtype_name] * np.abs(ref) + want_tolerance

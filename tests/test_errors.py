@@ -153,3 +153,20 @@ def test_stale_build_names_versions_and_rebuild_command(monkeypatch):
   with pytest.raises(ImportError, match=r"built against TensorFlow 1\.0\.0 but TensorFlow "
                      r"2\.\d+\.\d+ is installed.*make build"):
     _loader._check_build_version()  # pylint: disable=protected-access
+
+
+@pytest.mark.parametrize("kind,exception", [
+    ("invalid_argument", ValueError),
+    ("unimplemented", NotImplementedError),
+    ("resource_exhausted", MemoryError),
+    ("internal", RuntimeError),
+])
+def test_core_error_kinds_become_their_python_classes(kind, exception):
+  """The one mapping both pybind modules raise through (cc/py/args.h ThrowIfError): only an
+  invalid argument is a ValueError; a missing capability, memory and internal failures are
+  not, whatever their message."""
+  with pytest.raises(exception, match=f"^{kind} happened$") as info:
+    _loader.core()._raise_status(kind, f"{kind} happened")
+  assert info.type is exception  # not a subclass standing in for it
+  assert (info.type is ValueError) == (kind == "invalid_argument")
+  _loader.core()._raise_status("ok", "nothing")  # success raises nothing

@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "cc/core/conv.h"
@@ -219,6 +220,21 @@ py::list PlanList(const std::vector<int64_t>& input_shape, const std::vector<int
   return out;
 }
 
+// Raises the exception a core error of `kind` becomes: the tests' check of ThrowIfError,
+// whose internal and resource-exhausted paths no CPU-only call reaches.
+void RaiseStatus(const std::string& kind, const std::string& message) {
+  static const std::pair<const char*, ErrorKind> kKinds[] = {
+      {"ok", ErrorKind::kOk},
+      {"invalid_argument", ErrorKind::kInvalidArgument},
+      {"unimplemented", ErrorKind::kUnimplemented},
+      {"resource_exhausted", ErrorKind::kResourceExhausted},
+      {"internal", ErrorKind::kInternal}};
+  for (const auto& [name, k] : kKinds) {
+    if (kind == name) return ThrowIfError(Status(k, message));
+  }
+  throw py::value_error("kind must name an ErrorKind, got '" + kind + "'");
+}
+
 // The GPU planner as the host emulation runs it (no cuFFT work areas).
 struct HostCudaPlanner {
   Status operator()(const ConvGeometry& g, ConvPass pass, Algorithm a, int real_bytes,
@@ -255,6 +271,8 @@ PYBIND11_MODULE(_core, m) {
         "The planner's choice for each pass, as a list of dicts.");
   m.def("cuda_plan", &CudaPlanList<HostCudaPlanner>, LARGECONV_PLAN_PYARGS,
         "The GPU planner's choice for each pass (as the host emulation plans it).");
+  m.def("_raise_status", &RaiseStatus, py::arg("kind"), py::arg("message"),
+        "Test hook: raises what a core error of this kind becomes in Python.");
   m.attr("DEFAULT_WORKSPACE_LIMIT") = kDefaultWorkspaceLimit;
   m.attr("DTYPES") = py::tuple(py::cast(DtypeNames()));
   m.attr("ALGORITHMS") = py::tuple(py::cast(AlgorithmNames()));
