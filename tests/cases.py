@@ -1,7 +1,16 @@
 """Convolution configurations shared by the tests of the CUDA kernels (emulated on the host
 in test_cuda_emulation.py, on a device in gpu/): every tiling edge the kernels have."""
 
+import os
+
 import numpy as np
+
+
+def gpu_required():
+  """True where GPU tests must run (LARGECONV_REQUIRE_GPU=1, set by `make gpu-check`): a
+  skip for want of a GPU is then a failure."""
+  return os.environ.get("LARGECONV_REQUIRE_GPU", "") not in ("", "0")
+
 
 # (x NHWC, w HWIO, strides, padding, dilations)
 CASES = [

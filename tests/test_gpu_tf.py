@@ -2,11 +2,11 @@
 kernels (direct and FFT) and match the float64 oracle. Skipped, with the reason, where
 TensorFlow sees no GPU (the CPU wheel); LARGECONV_REQUIRE_GPU=1 makes that a failure."""
 
-import os
 
 import pytest
 import tensorflow as tf
 from cases import attrs
+from cases import gpu_required
 from reference import Conv
 from reference import planned_fft
 
@@ -20,7 +20,7 @@ def _gpu():
   if GPUS:
     return
   reason = "TensorFlow sees no GPU"
-  if os.environ.get("LARGECONV_REQUIRE_GPU", "") not in ("", "0"):
+  if gpu_required():
     pytest.fail(f"LARGECONV_REQUIRE_GPU is set but {reason}")
   pytest.skip(reason)
 

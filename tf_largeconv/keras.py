@@ -10,8 +10,8 @@ import keras
 import tensorflow as tf
 
 from tf_largeconv import _args
-from tf_largeconv import _core
 from tf_largeconv import _layer_settings
+from tf_largeconv import _loader
 from tf_largeconv import ops as _ops
 
 _PACKAGE = "tf_largeconv"
@@ -39,7 +39,7 @@ def conv_output_shape(input_shape, filter_shape, strides, padding, data_format,
       probe[i] = 1 if i in (0, c) else max(filter_shape[0], filter_shape[1]) * 64 + 1
   if shape[c] is None:
     probe[c] = filter_shape[2]
-  out = list(_core.geometry([int(v) for v in probe], [int(v) for v in filter_shape],
+  out = list(_loader.core().geometry([int(v) for v in probe], [int(v) for v in filter_shape],
                             attrs["strides"], attrs["padding"], attrs["explicit_paddings"],
                             attrs["data_format"], attrs["dilations"])["output_shape"])
   for i in (0, h, w):

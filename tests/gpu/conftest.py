@@ -9,6 +9,7 @@ import importlib.util
 import os
 
 import pytest
+from cases import gpu_required
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -34,11 +35,6 @@ def _skip_reason():
   if load_extension("_cuda") is None:
     return "tf_largeconv/_cuda is not built (run `make cuda` where nvcc is installed)"
   return None
-
-
-def gpu_required():
-  """True where GPU tests must run: a skip for want of a GPU is then a failure."""
-  return os.environ.get("LARGECONV_REQUIRE_GPU", "") not in ("", "0")
 
 
 def pytest_collection_modifyitems(config, items):
