@@ -94,8 +94,8 @@ def _assert_binds(plan, unconstrained):
 # Each case goes FFT at each of its limits, each of which binds; `None` (the 64 MiB default)
 # is the unconstrained reference, the largest workspace of each case.
 CASES = [
-    (((2, 100, 90, 3), (31, 31, 3, 4), 1, "SAME"), [MiB // 4, MiB // 2, MiB]),
-    (((1, 150, 140, 2), (41, 35, 2, 4), (2, 1), "VALID"), [MiB // 2, MiB]),
+    (((2, 100, 90, 3), (31, 31, 3, 4), 1, "SAME"), [MiB // 4, MiB // 2, 5 * MiB // 8]),
+    (((1, 150, 140, 2), (41, 35, 2, 4), (2, 1), "VALID"), [MiB // 2, 5 * MiB // 8]),
     (((1, 200, 210, 1), (61, 61, 1, 2), 1, "SAME"), [MiB // 2, MiB]),
 ]
 
@@ -212,6 +212,42 @@ def test_reference_choices_are_stable(x_shape, w_shape, padding, expected):
     assert p.forward.tiles == tiles
   if algorithm == "fft":
     assert p.forward.estimated_seconds["fft"] < p.forward.estimated_seconds["direct"]
+
+
+BUDGETS = [int(256 * 1024 * 2**(k / 2)) for k in range(21)]  # 256 KiB .. 256 MiB
+
+
+def _planned_seconds(pass_plan):
+  return pass_plan.estimated_seconds[pass_plan.algorithm]
+
+
+@pytest.mark.parametrize("case", [
+    ((4, 321, 481, 1), (135, 135, 1, 3), 1, "VALID"),  # the seed case
+    ((1, 128, 128, 16), (63, 63, 16, 16), 1, "SAME"),
+    ((4, 64, 64, 32), (31, 31, 8, 32), 1, "SAME"),  # grouped
+    ((8, 56, 56, 128), (31, 31, 1, 128), 1, "SAME"),  # depthwise, RepLKNet's layer
+    ((1, 150, 140, 2), (41, 35, 2, 4), (2, 1), "VALID"),
+    ((2, 90, 100, 3), (21, 21, 3, 5), 1, "SAME", "NHWC", 2),  # dilated
+    ((16, 64, 64, 32), (3, 3, 32, 64), 1, "SAME"),
+], ids=lambda case: "x".join(map(str, case[1])))
+def test_more_workspace_never_plans_slower(case):
+  """Over budgets from 256 KiB to 256 MiB, every pass's planned cost never increases with
+  the budget, under auto and under algorithm="fft" (from the first budget the FFT fits):
+  a larger limit only adds configurations to choose from."""
+  for algorithm in ("auto", "fft"):
+    previous = None
+    for limit in BUDGETS:
+      try:
+        p = lc.plan(*case, workspace_limit=limit, algorithm=algorithm)
+      except ValueError:  # algorithm="fft" below its minimum
+        assert algorithm == "fft" and previous is None, (limit, algorithm)
+        continue
+      seconds = [_planned_seconds(pp) for pp in p.passes]
+      if previous is not None:
+        for pp, now, before in zip(p.passes, seconds, previous):
+          assert now <= before, (algorithm, limit, pp, now, before)
+      previous = seconds
+    assert previous is not None
 
 
 def test_plan_prints_a_table():

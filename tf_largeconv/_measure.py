@@ -38,3 +38,16 @@ def measure(fn, repeats=3):
     fn()
     best = min(best, time.perf_counter() - t0)
   return best, extra
+
+
+def pyplot():
+  """matplotlib.pyplot on the file-only Agg backend, or None (with a note) when matplotlib
+  is not installed; the benchmarks then skip their plots."""
+  try:
+    import matplotlib  # pylint: disable=g-import-not-at-top
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    print("matplotlib not installed: no plot written")
+    return None
+  return plt

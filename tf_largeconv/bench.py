@@ -2,6 +2,7 @@
 passes), each case and implementation in a fresh process, same machine, same run.
 
   python -m tf_largeconv.bench [--cases NAME ...] [--quick] [--out DIR]
+  python -m tf_largeconv.bench --cases budget     # time against workspace_limit
 
 Prints a table of warm times (min over runs) and peak extra memory (process high-water
 mark above the inputs, /proc VmHWM), with ratios tf.nn.conv2d / tf_largeconv, and writes
@@ -14,6 +15,8 @@ import os
 import subprocess
 import sys
 import time
+
+from tf_largeconv import _measure
 
 MiB = 2**20
 
@@ -71,7 +74,6 @@ def _worker(case, impl, repeats):
   os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
   import numpy as np  # pylint: disable=g-import-not-at-top
 
-  from tf_largeconv import _measure  # pylint: disable=g-import-not-at-top
   x_shape, w_shape, strides, padding, mode = CASES[case][:5]
   depthwise = _kind(case) == "depthwise"
   rng = np.random.default_rng(0)
@@ -183,12 +185,8 @@ def _ratio(a, b, key):
 
 
 def _plot(results, path):
-  try:
-    import matplotlib  # pylint: disable=g-import-not-at-top
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  except ImportError:
-    print("matplotlib not installed: no plot written")
+  plt = _measure.pyplot()
+  if plt is None:
     return
   ks = [k for k in SWEEP if f"sweep_k{k}" in results]
   if not ks:
@@ -219,7 +217,7 @@ def _plot(results, path):
 
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--cases", nargs="*", help=f"subset of: {', '.join(CASES)}")
+  parser.add_argument("--cases", nargs="*", help=f"subset of: {', '.join(CASES)}, budget")
   parser.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK)}")
   parser.add_argument("--out", default="bench_results")
   parser.add_argument("--timeout", type=int, default=900, help="seconds per measurement")
@@ -232,6 +230,12 @@ def main(argv=None):
     return 0
 
   names = args.cases or (list(QUICK) if args.quick else list(CASES))
+  if "budget" in names:  # the budget sweep: its own table and plot
+    from tf_largeconv import bench_budget  # pylint: disable=g-import-not-at-top
+    bench_budget.main(args.out)
+    names = [n for n in names if n != "budget"]
+    if not names:
+      return 0
   unknown = [n for n in names if n not in CASES]
   if unknown:
     parser.error(f"unknown case(s) {unknown}; known: {list(CASES)}")

@@ -44,6 +44,8 @@ class PassPlan:
     self.group_block = d.get("group_block")
     self.vec_block = d.get("vec_block")
     self.slots = d.get("slots")
+    # What the FFT cost model counts: transforms, their points, spectral multiply-adds.
+    self.fft_work = d.get("fft_work")
     self.estimated_seconds = {"direct": d["cost_direct"],
                               "fft": d["cost_fft"] if d["cost_fft"] >= 0 else None,
                               "tf": d["cost_tf"] if d["cost_tf"] >= 0 else None}

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <vector>
 
 #include "cc/core/plan_search.h"
@@ -13,21 +14,33 @@
 namespace largeconv {
 namespace {
 
-// Sustained single-thread rates measured on the project's CPU machines (float32,
-// compiler-vectorised loops); used only to compare algorithms, never reported as timing.
-constexpr double kDirectFlopsPerSec = 5e9;
-constexpr double kFftFlopsPerSec = 3e9;
+// The cost model, fitted to single-thread warm times of the forward pass on the project's
+// CPU machines (float32, 2-core x86 without AVX-512) by `python tools/calibrate_cpu.py`,
+// which measures the configurations the planner makes over a grid of problems and limits
+// and prints these constants. Used only to compare configurations and algorithms, never
+// reported as timing.
+//
+// Direct kernels: the inner loop runs over a group's destination channels, so the rate
+// grows with them (4-10 GFLOP/s with 1-8 channels, 25 with 32, 32-38 with 64).
+constexpr double kDirectFlopsPerSec = 7e9;
+constexpr double kDirectChannelsAtBaseRate = 9;
+constexpr double kDirectMaxFlopsPerSec = 40e9;
+// FFT kernels: DUCC's 2-D transforms of tiles that fit in cache cost about the same per
+// point whatever the size and radix (the log2 term fits to zero), plus a fixed cost per
+// transform, plus the spectral products (complex multiply-adds).
+constexpr double kSecondsPerTransformPoint = 2.3e-9;
+constexpr double kSecondsPerTransform = 2.6e-6;
+constexpr double kSecondsPerComplexMac = 0.56e-9;
 // TensorFlow's oneDNN kernels reach ~150 GFLOP/s per core with many channels, far less with
 // few (measured ~40 GFLOP/s per core with 1 input and 3 output channels).
 constexpr double kTfFlopsPerSec = 150e9;
 
-double FftFlops(int64_t fh, int64_t fw) {
-  // A real 2-D transform costs about half a complex one, 2.5 N log2 N, plus the passes over
-  // memory around it (zeroing and loading the tile, DUCC's copies between axes, the
-  // store), measured at roughly 30 flop-equivalents per point on this project's machines.
-  // Without that term many small tiles look cheaper than one large one, and are not.
-  const double n = static_cast<double>(fh) * fw;
-  return 2.5 * n * std::log2(std::max(n, 2.0)) + 30.0 * n;
+double DirectSeconds(const ConvGeometry& g, ConvPass pass, double flops) {
+  const double lanes =
+      pass == ConvPass::kBackpropFilter ? g.out_c_per_group() : g.channels(pass).dst_per_group;
+  const double rate = std::min(
+      kDirectMaxFlopsPerSec, kDirectFlopsPerSec * std::max(1.0, lanes / kDirectChannelsAtBaseRate));
+  return flops / rate;
 }
 
 // Items each parallel phase splits over (used to cap useful slots).
@@ -40,13 +53,41 @@ int64_t ParallelItems(const ConvGeometry& g, ConvPass pass, const FftConfig& c) 
   return g.batch * t.tiles_h * t.tiles_w * std::max<int64_t>(1, c.group_block);
 }
 
-double FftCost(const ConvGeometry& g, ConvPass pass, const FftConfig& c, double* flops) {
+// The work of an FFT configuration as the cost model counts it.
+FftWork CountFftWork(const ConvGeometry& g, ConvPass pass, const FftConfig& c) {
   const FftTiling& t = c.tiling;
   const double bins = static_cast<double>(c.fft_h) * (c.fft_w / 2 + 1);
   const double tiles = static_cast<double>(g.batch) * t.tiles_h * t.tiles_w * g.groups;
-  const double macs = tiles * bins * g.in_c_per_group() * g.out_c_per_group();
-  *flops = FftTransformCount(g, pass, c) * FftFlops(c.fft_h, c.fft_w) + 8.0 * macs;
-  return *flops / kFftFlopsPerSec;
+  FftWork w;
+  w.transforms = FftTransformCount(g, pass, c);
+  w.transform_points = w.transforms * c.fft_h * c.fft_w;
+  w.complex_macs = tiles * bins * g.in_c_per_group() * g.out_c_per_group();
+  return w;
+}
+
+// Single-thread seconds of a configuration; *flops: its arithmetic (a real 2-D transform
+// of N points costs about 2.5 N log2 N flops, a complex multiply-add 8).
+double FftCost(const ConvGeometry& g, ConvPass pass, const FftConfig& c, double* flops) {
+  const FftWork w = CountFftWork(g, pass, c);
+  const double n = static_cast<double>(c.fft_h) * c.fft_w;
+  *flops = w.transform_points * 2.5 * std::log2(std::max(n, 2.0)) + 8.0 * w.complex_macs;
+  return kSecondsPerTransformPoint * w.transform_points + kSecondsPerTransform * w.transforms +
+         kSecondsPerComplexMac * w.complex_macs;
+}
+
+// The parallelism a transform size is chosen for (see PlanPass).
+constexpr int64_t kReferenceSlots = 4;
+
+// A configuration's cost on kReferenceSlots threads, in single-thread seconds: its slots
+// (at most kReferenceSlots) share its parallel items in contiguous runs, so the time is
+// that of the longest run; the other threads idle.
+double ReferenceCost(const ConvGeometry& g, ConvPass pass, const FftConfig& c) {
+  double flops;
+  const double seconds = FftCost(g, pass, c, &flops);
+  const int64_t items = std::max<int64_t>(1, ParallelItems(g, pass, c));
+  const int64_t runs = std::max<int64_t>(1, std::min(c.slots, kReferenceSlots));
+  const double longest_run = static_cast<double>(CeilDiv(items, runs)) / items;
+  return seconds * kReferenceSlots * longest_run;
 }
 
 // Largest v in [1, hi] for which fits() holds with *field = v, given that it holds for 1
@@ -67,40 +108,59 @@ int64_t LargestFitting(int64_t hi, int64_t* field, const Fits& fits) {
   return lo;
 }
 
-// Largest blocks (with `slots` slots) that fit the limit; false if none.
+// The filter pass's block configurations for `threads` units of work, largest first:
+// calls visit(config) for each until it returns true. Many groups keep the threads busy
+// with whole groups per unit, batched (vec_block halving); otherwise enough (input,
+// output) units to keep `threads` busy, output channels split first, then both halved in
+// turn down to single channels.
+template <typename Visit>
+void ForEachFilterBlocks(const ConvGeometry& g, int64_t threads, FftConfig c, const Visit& visit) {
+  const int64_t icpg = std::max<int64_t>(1, g.in_c_per_group());
+  const int64_t ocpg = std::max<int64_t>(1, g.out_c_per_group());
+  if (g.groups >= threads) {
+    c.in_block = icpg;
+    c.out_block = ocpg;
+    constexpr int64_t kVecBlock = 16;
+    for (c.vec_block =
+             std::max<int64_t>(1, std::min<int64_t>(kVecBlock, CeilDiv(g.groups, threads)));
+         c.vec_block >= 1; c.vec_block /= 2) {
+      if (visit(c)) return;
+    }
+  }
+  c.vec_block = 1;
+  const int64_t want = std::max<int64_t>(1, CeilDiv(threads, g.groups));
+  c.out_block = CeilDiv(ocpg, std::min(ocpg, want));
+  const int64_t co_units = CeilDiv(ocpg, c.out_block);
+  c.in_block = CeilDiv(icpg, std::min(icpg, std::max<int64_t>(1, want / co_units)));
+  while (!visit(c) && (c.in_block > 1 || c.out_block > 1)) {
+    if (c.in_block >= c.out_block) {
+      c.in_block = CeilDiv(c.in_block, 2);
+    } else {
+      c.out_block = CeilDiv(c.out_block, 2);
+    }
+  }
+}
+
+// Blocks for `threads` (filter pass) or `c->slots` slots that fit the limit; false if
+// none. Without `price`, the largest that fit; with it, for the filter pass, the cheapest
+// by price among all of the ladder's configurations that fit, so that a larger limit, which
+// only lets more of them fit, never makes the choice dearer.
 bool FitBlocks(const ConvGeometry& g, ConvPass pass, int64_t limit, int real_bytes, int64_t threads,
-               FftConfig* c) {
+               FftConfig* c, const std::function<double(const FftConfig&)>& price = nullptr) {
   if (pass == ConvPass::kBackpropFilter) {
-    const int64_t icpg = std::max<int64_t>(1, g.in_c_per_group());
-    const int64_t ocpg = std::max<int64_t>(1, g.out_c_per_group());
-    c->vec_block = 1;
-    // Many groups keep the threads busy with whole groups per unit, batched.
-    if (g.groups >= threads) {
-      c->in_block = icpg;
-      c->out_block = ocpg;
-      constexpr int64_t kVecBlock = 16;
-      c->vec_block = std::max<int64_t>(
-          1, std::min<int64_t>(kVecBlock, CeilDiv(g.groups, std::max<int64_t>(1, threads))));
-      while (c->vec_block > 1 && FftWorkspaceBytes(g, pass, *c, real_bytes) > limit) {
-        c->vec_block /= 2;
+    bool found = false;
+    double best = 0;
+    ForEachFilterBlocks(g, std::max<int64_t>(1, threads), *c, [&](const FftConfig& trial) {
+      if (FftWorkspaceBytes(g, pass, trial, real_bytes) > limit) return false;
+      const double cost = price ? price(trial) : 0;
+      if (!found || cost < best) {
+        found = true;
+        best = cost;
+        *c = trial;
       }
-      if (FftWorkspaceBytes(g, pass, *c, real_bytes) <= limit) return true;
-    }
-    // Otherwise enough (input, output) units to keep `threads` busy: split output channels
-    // first.
-    const int64_t want = std::max<int64_t>(1, CeilDiv(threads, g.groups));
-    c->out_block = CeilDiv(ocpg, std::min(ocpg, want));
-    const int64_t co_units = CeilDiv(ocpg, c->out_block);
-    c->in_block = CeilDiv(icpg, std::min(icpg, std::max<int64_t>(1, want / co_units)));
-    while (FftWorkspaceBytes(g, pass, *c, real_bytes) > limit) {
-      if (c->in_block == 1 && c->out_block == 1) return false;
-      if (c->in_block >= c->out_block) {
-        c->in_block = CeilDiv(c->in_block, 2);
-      } else {
-        c->out_block = CeilDiv(c->out_block, 2);
-      }
-    }
-    return true;
+      return !price;  // the largest that fits, or go on pricing
+    });
+    return found;
   }
   const int64_t dest = std::max<int64_t>(1, g.channels(pass).dst_per_group);
   const auto fits = [&] { return FftWorkspaceBytes(g, pass, *c, real_bytes) <= limit; };
@@ -132,16 +192,20 @@ Status PlanPass(const ConvGeometry& g, ConvPass pass, const PlanRequest& req, Pa
   PassPlan p;
   p.pass = pass;
   p.flops = 2.0 * g.macs();
-  p.cost_direct = p.flops / kDirectFlopsPerSec;
+  p.cost_direct = DirectSeconds(g, pass, p.flops);
   p.algorithm = Algorithm::kDirect;
 
-  // Best FFT configuration by cost. The transform size must not depend on the thread
-  // count (it changes the arithmetic), so it is chosen for a fixed nominal number of slots
-  // that leaves room to run in parallel, or for one slot if nothing fits that way.
-  constexpr int64_t kNominalSlots = 4;
+  // Best FFT configuration. The transform size must not depend on the thread count (it
+  // changes the arithmetic), so it is chosen for a fixed reference parallelism: every
+  // transform size is sized for 1, 2 and kReferenceSlots slots, and each candidate is
+  // priced as the time it takes on kReferenceSlots threads, expressed in single-thread
+  // seconds (cost x kReferenceSlots / slots it can keep busy). All candidates compete in one
+  // search, so a larger limit only adds candidates and makes none dearer (larger blocks do
+  // fewer transforms): the planned cost never increases with the limit.
   FftSearch<FftConfig> fft;
   if (req.algorithm != Algorithm::kDirect) {
-    for (int64_t nominal : {kNominalSlots, int64_t{1}}) {
+    for (int64_t nominal : {kReferenceSlots, kReferenceSlots / 2, int64_t{1}}) {
+      const auto cost = [&](const FftConfig& c) { return ReferenceCost(g, pass, c); };
       const auto fit = [&](int64_t fh, int64_t fw, FftConfig* c, int64_t* smallest) {
         c->fft_h = fh;
         c->fft_w = fw;
@@ -149,14 +213,11 @@ Status PlanPass(const ConvGeometry& g, ConvPass pass, const PlanRequest& req, Pa
         c->slots = 1;
         *smallest = FftWorkspaceBytes(g, pass, *c, req.real_bytes);
         c->slots = nominal;
-        return FitBlocks(g, pass, limit, req.real_bytes, 1, c);
+        return FitBlocks(g, pass, limit, req.real_bytes, nominal, c, cost);
       };
-      const auto cost = [&](const FftConfig& c) {
-        double flops;
-        return FftCost(g, pass, c, &flops);
-      };
-      fft = SearchFftSizes<FftConfig>(g, pass, 1, fit, cost);
-      if (fft.found) break;
+      const FftSearch<FftConfig> round = SearchFftSizes<FftConfig>(g, pass, 1, fit, cost);
+      // Every round reports the same smallest workspace (one slot, smallest blocks).
+      if (!fft.found || (round.found && round.cost < fft.cost)) fft = round;
     }
     fft.config.slots = 1;
   }
@@ -195,6 +256,7 @@ Status PlanPass(const ConvGeometry& g, ConvPass pass, const PlanRequest& req, Pa
     p.fft = c;
     p.workspace_bytes = FftWorkspaceBytes(g, pass, c, req.real_bytes);
     FftCost(g, pass, c, &p.flops);
+    p.fft_work = CountFftWork(g, pass, c);
   }
   *plan = p;
   return OkStatus();

@@ -21,6 +21,14 @@ struct PlanRequest {
   bool allow_tf = false;
 };
 
+// What the FFT cost model counts for a configuration (reported so that the calibration
+// measures exactly the quantities the model prices).
+struct FftWork {
+  double transforms = 0;        // 2-D transforms, forward and inverse
+  double transform_points = 0;  // their points, summed
+  double complex_macs = 0;      // spectral multiply-adds
+};
+
 struct PassPlan {
   ConvPass pass = ConvPass::kForward;
   Algorithm algorithm = Algorithm::kDirect;  // never kAuto once planned
@@ -30,6 +38,7 @@ struct PassPlan {
   double cost_direct = 0;  // cost-model seconds (one thread) of each algorithm; <0: n/a
   double cost_fft = -1;
   double cost_tf = -1;
+  FftWork fft_work;  // meaningful when algorithm == kFft
 };
 
 // Estimated temporary bytes of TensorFlow's own CPU kernels for this pass: a 16 MiB

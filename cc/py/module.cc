@@ -213,6 +213,9 @@ py::list PlanList(const std::vector<int64_t>& input_shape, const std::vector<int
       d["out_block"] = p.fft.out_block;
       d["group_block"] = p.fft.group_block;
       d["vec_block"] = p.fft.vec_block;
+      d["fft_work"] = py::dict(py::arg("transforms") = p.fft_work.transforms,
+                               py::arg("transform_points") = p.fft_work.transform_points,
+                               py::arg("complex_macs") = p.fft_work.complex_macs);
       d["slots"] = p.fft.slots;
     }
     out.append(d);

@@ -1,0 +1,141 @@
+"""Fits the CPU planner's cost model (cc/core/plan.cc) to measurements on this machine.
+
+  PYTHONPATH=. python tools/calibrate_cpu.py [--seconds S]
+
+One intra-op thread, float32, forward pass, warm times (min over repeats). Two fits:
+
+- FFT: every distinct configuration the planner makes for a grid of problems and workspace
+  limits (algorithm="fft") is timed, and the time is fitted, relative error weighted and
+  with non-negative coefficients, as
+      a * transform points + b * transforms + c * complex multiply-adds
+  using the counts the plan itself reports (`PassPlan.fft_work`), so the fit prices exactly
+  what the model counts. A fourth column, transform points x log2(points), tests whether
+  the transforms' butterfly work shows at these sizes.
+- Direct: GFLOP/s against the destination channels per group, the dimension the kernels'
+  inner loop runs over.
+
+Prints the fitted constants and each configuration's predicted/measured ratio. Copy the
+constants into plan.cc with the date and machine.
+"""
+
+import argparse
+import math
+import os
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+KiB = 2**10
+FFT_PROBLEMS = [  # (input NHWC, filter HWIO, padding)
+    ((4, 321, 481, 1), (135, 135, 1, 3), "VALID"),
+    ((1, 128, 128, 16), (63, 63, 16, 16), "SAME"),
+    ((8, 64, 64, 32), (21, 21, 32, 32), "SAME"),
+    ((2, 200, 200, 4), (41, 41, 4, 8), "SAME"),
+    ((1, 256, 256, 3), (31, 31, 3, 3), "SAME"),
+    ((8, 64, 64, 32), (15, 15, 32, 32), "SAME"),
+]
+LIMITS = [int(256 * KiB * 2**(k / 2)) for k in range(17)]  # 256 KiB .. 64 MiB
+DIRECT_CHANNELS = [(1, 1, 1), (1, 3, 1), (3, 3, 1), (1, 16, 1), (16, 1, 1), (4, 8, 1),
+                   (16, 16, 1), (32, 32, 1), (32, 32, 32), (32, 32, 4), (8, 64, 1)]
+
+
+def _min_time(fn, seconds):
+  fn()
+  best, spent = float("inf"), 0.0
+  while spent < seconds or best == float("inf"):
+    t0 = time.perf_counter()
+    fn()
+    dt = time.perf_counter() - t0
+    best, spent = min(best, dt), spent + dt
+  return best
+
+
+def _fft_call(lc, x, w, padding, limit):
+  return lambda: lc.conv2d(x, w, 1, padding, workspace_limit=limit, algorithm="fft").numpy()
+
+
+def fft_rows(seconds):
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  import tf_largeconv as lc  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(0)
+  rows = []
+  for x_shape, w_shape, padding in FFT_PROBLEMS:
+    x = tf.constant(rng.random(x_shape, dtype=np.float32))
+    w = tf.constant(rng.random(w_shape, dtype=np.float32))
+    seen = set()
+    for limit in LIMITS:
+      try:
+        p = lc.plan(x_shape, w_shape, 1, padding, workspace_limit=limit,
+                    algorithm="fft").forward
+      except ValueError:
+        continue
+      key = (p.fft_size, p.tiles, p.out_block, p.group_block)
+      if key in seen:
+        continue
+      seen.add(key)
+      t = _min_time(_fft_call(lc, x, w, padding, limit), seconds)
+      rows.append((x_shape, w_shape, p, t))
+      print(f"  {x_shape} * {w_shape} limit {limit // KiB} KiB: fft {p.fft_size} tiles "
+            f"{p.tiles} out_block {p.out_block}: {t * 1e3:.1f} ms", flush=True)
+  return rows
+
+
+def fit_fft(rows):
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from scipy.optimize import nnls  # pylint: disable=g-import-not-at-top
+  def features(p):
+    w = p.fft_work
+    n = p.fft_size[0] * p.fft_size[1]
+    return [w["transform_points"], w["transforms"], w["complex_macs"],
+            w["transform_points"] * math.log2(n)]
+  x = np.array([features(p) for _, _, p, _ in rows], float)
+  y = np.array([t for *_, t in rows])
+  coef, _ = nnls(x / y[:, None], np.ones_like(y))
+  ratio = x @ coef / y
+  print("\nFFT: seconds = a * points + b * transforms + c * complex MACs + d * points log2 N")
+  print(f"  a = {coef[0]:.3g} s/point, b = {coef[1]:.3g} s/transform, c = {coef[2]:.3g} "
+        f"s/MAC, d = {coef[3]:.3g}")
+  err = np.abs(ratio - 1)
+  print(f"  |predicted/measured - 1|: median {np.median(err):.3f}, 90th percentile "
+        f"{np.percentile(err, 90):.3f}, max {err.max():.3f} over {len(rows)} configurations")
+  for (x_shape, w_shape, p, t), r in zip(rows, ratio):
+    print(f"  {'x'.join(map(str, x_shape))} * {'x'.join(map(str, w_shape))} fft "
+          f"{p.fft_size} tiles {p.tiles} out_block {p.out_block}: {t * 1e3:.1f} ms, "
+          f"predicted/measured {r:.2f}")
+
+
+def direct_rates(seconds):
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  import tf_largeconv as lc  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(0)
+  print("\nDirect (forward, 64x96 image, SAME): GFLOP/s against output channels per group")
+  for ci, co, groups in DIRECT_CHANNELS:
+    for k in (9, 31):
+      x_shape, w_shape = (1, 64, 96, ci), (k, k, ci // groups, co)
+      x = tf.constant(rng.random(x_shape, dtype=np.float32))
+      w = tf.constant(rng.random(w_shape, dtype=np.float32))
+      t = _min_time(lambda x=x, w=w: lc.conv2d(x, w, 1, "SAME", algorithm="direct").numpy(),
+                    seconds)
+      flops = 2.0 * 64 * 96 * k * k * (ci // groups) * co
+      print(f"  in {ci} out {co} groups {groups} ({co // groups} per group) {k}x{k}: "
+            f"{flops / t / 1e9:.1f} GFLOP/s")
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--seconds", type=float, default=1.5,
+                      help="time spent repeating each measurement")
+  args = parser.parse_args()
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  tf.config.threading.set_intra_op_parallelism_threads(1)
+  print("FFT configurations (one thread):")
+  fit_fft(fft_rows(args.seconds))
+  direct_rates(args.seconds / 2)
+
+
+if __name__ == "__main__":
+  main()
