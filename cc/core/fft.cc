@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <complex>
 #include <functional>
+#include <utility>
 
 #include "cc/core/dtypes.h"
 #include "cc/core/ducc.h"
@@ -101,15 +102,29 @@ void R2CBatch(const R* real, std::complex<R>* spec, int64_t count, int64_t real_
   ducc0::r2c(in, out, {1, 2}, true, R(1), 1);
 }
 
-// Destroys `spec`.
+// Inverse transforms of `count` planes, pruned: only the `rows` output rows from `row0` on
+// (modulo fh; the caller reads no others) are computed. The height pass runs over every
+// frequency column, in place; the width pass (complex to real) only over the wanted rows,
+// which saves (fh - rows) / fh of it. Destroys `spec`.
 template <typename R>
 void C2RBatch(std::complex<R>* spec, R* real, int64_t count, int64_t real_stride,
-              int64_t spec_stride, int64_t fh, int64_t fw) {
-  ducc0::vfmav<std::complex<R>> in(spec, {size_t(count), size_t(fh), size_t(fw / 2 + 1)},
-                                   {ptrdiff_t(spec_stride), ptrdiff_t(fw / 2 + 1), 1});
-  ducc0::vfmav<R> out(real, {size_t(count), size_t(fh), size_t(fw)},
-                      {ptrdiff_t(real_stride), ptrdiff_t(fw), 1});
-  ducc0::c2r_mut(in, out, {1, 2}, false, R(1), 1);
+              int64_t spec_stride, int64_t fh, int64_t fw, int64_t row0, int64_t rows) {
+  const int64_t bins_w = fw / 2 + 1;
+  ducc0::vfmav<std::complex<R>> freq(spec, {size_t(count), size_t(fh), size_t(bins_w)},
+                                     {ptrdiff_t(spec_stride), ptrdiff_t(bins_w), 1});
+  ducc0::c2c(freq, freq, {1}, false, R(1), 1);
+  rows = std::min(rows, fh);
+  row0 = Mod(row0, fh);
+  // At most two runs of rows: [row0, fh) and the part that wraps round to 0.
+  for (const auto& [first, n] : {std::pair<int64_t, int64_t>{row0, std::min(rows, fh - row0)},
+                                 {0, rows - std::min(rows, fh - row0)}}) {
+    if (n <= 0) continue;
+    ducc0::cfmav<std::complex<R>> in(spec + first * bins_w, {size_t(count), size_t(n), size_t(bins_w)},
+                                     {ptrdiff_t(spec_stride), ptrdiff_t(bins_w), 1});
+    ducc0::vfmav<R> out(real + first * fw, {size_t(count), size_t(n), size_t(fw)},
+                        {ptrdiff_t(real_stride), ptrdiff_t(fw), 1});
+    ducc0::c2r(in, out, size_t(2), false, R(1), 1);
+  }
 }
 
 // acc += a * conj(b) over n complex bins, written on interleaved reals so it vectorises.
@@ -375,7 +390,7 @@ struct Correlation {
     const bool no_wrap = col0 + (count - 1) * f.out_sw < f.fw;
     for (int64_t k = 0; k < b.ob; ++k) {
       C2RBatch(Accumulator(f, b, slot, k, 0), f.ws.real(slot), nb, f.real_stride, f.spec_stride,
-               f.fh, f.fw);
+               f.fh, f.fw, -t.shift_h, rows);
       T* out = dst + n * f.ds.n + ((b.g0 + gi0) * f.dcpg + b.ob0 + k) * f.ds.c;
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t p = p0_h + r;
@@ -559,7 +574,7 @@ struct FilterGradient {
     for (int64_t i = 0; i < u.ib; ++i) {
       for (int64_t k = 0; k < u.ob; ++k) {
         C2RBatch(Accumulator(u, slot, i, k, 0), ws.real(slot), u.nb, real_stride, spec_stride, fh,
-                 fw);
+                 fw, -t.shift_h, DilatedExtent(g.filter_h, g.dilation_h));
         for (int64_t j = 0; j < u.nb; ++j) {
           const R* real = ws.real(slot, j);
           const int64_t grp = u.g0 + j;
