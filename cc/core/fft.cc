@@ -119,7 +119,8 @@ void C2RBatch(std::complex<R>* spec, R* real, int64_t count, int64_t real_stride
   for (const auto& [first, n] : {std::pair<int64_t, int64_t>{row0, std::min(rows, fh - row0)},
                                  {0, rows - std::min(rows, fh - row0)}}) {
     if (n <= 0) continue;
-    ducc0::cfmav<std::complex<R>> in(spec + first * bins_w, {size_t(count), size_t(n), size_t(bins_w)},
+    ducc0::cfmav<std::complex<R>> in(spec + first * bins_w,
+                                     {size_t(count), size_t(n), size_t(bins_w)},
                                      {ptrdiff_t(spec_stride), ptrdiff_t(bins_w), 1});
     ducc0::vfmav<R> out(real + first * fw, {size_t(count), size_t(n), size_t(fw)},
                         {ptrdiff_t(real_stride), ptrdiff_t(fw), 1});
