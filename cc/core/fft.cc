@@ -90,16 +90,38 @@ void R2C(const R* real, std::complex<R>* spec, int64_t fh, int64_t fw, R fct) {
   ducc0::r2c(in, out, {0, 1}, true, fct, 1);
 }
 
+// Rows [first, last) of a loaded tile hold data; the others are all zero.
+struct RowRange {
+  int64_t first = 0, last = 0;
+};
+
 // Batched versions over `count` planes laid out `real_stride` / `spec_stride` elements
 // apart: one DUCC call vectorises across the planes' lines.
+//
+// The forward transforms are pruned to the rows holding data: the width pass (real to
+// complex) runs only over `data` (the spectrum rows of all-zero rows are zero), then the
+// height pass over every frequency column, in place.
 template <typename R>
 void R2CBatch(const R* real, std::complex<R>* spec, int64_t count, int64_t real_stride,
-              int64_t spec_stride, int64_t fh, int64_t fw) {
-  ducc0::cfmav<R> in(real, {size_t(count), size_t(fh), size_t(fw)},
-                     {ptrdiff_t(real_stride), ptrdiff_t(fw), 1});
-  ducc0::vfmav<std::complex<R>> out(spec, {size_t(count), size_t(fh), size_t(fw / 2 + 1)},
-                                    {ptrdiff_t(spec_stride), ptrdiff_t(fw / 2 + 1), 1});
-  ducc0::r2c(in, out, {1, 2}, true, R(1), 1);
+              int64_t spec_stride, int64_t fh, int64_t fw, RowRange data) {
+  const int64_t bins_w = fw / 2 + 1;
+  const int64_t first = std::max<int64_t>(0, data.first), last = std::min(fh, data.last);
+  for (int64_t j = 0; j < count; ++j) {
+    std::complex<R>* plane = spec + j * spec_stride;
+    std::fill(plane, plane + std::max<int64_t>(first, 0) * bins_w, std::complex<R>(0));
+    std::fill(plane + std::max(first, last) * bins_w, plane + fh * bins_w, std::complex<R>(0));
+  }
+  if (last > first) {
+    ducc0::cfmav<R> in(real + first * fw, {size_t(count), size_t(last - first), size_t(fw)},
+                       {ptrdiff_t(real_stride), ptrdiff_t(fw), 1});
+    ducc0::vfmav<std::complex<R>> out(spec + first * bins_w,
+                                      {size_t(count), size_t(last - first), size_t(bins_w)},
+                                      {ptrdiff_t(spec_stride), ptrdiff_t(bins_w), 1});
+    ducc0::r2c(in, out, size_t(2), true, R(1), 1);
+  }
+  ducc0::vfmav<std::complex<R>> freq(spec, {size_t(count), size_t(fh), size_t(bins_w)},
+                                     {ptrdiff_t(spec_stride), ptrdiff_t(bins_w), 1});
+  ducc0::c2c(freq, freq, {1}, true, R(1), 1);
 }
 
 // Inverse transforms of `count` planes, pruned: only the `rows` output rows from `row0` on
@@ -155,9 +177,9 @@ struct Plane {
 // c < max_cols; zero elsewhere. With several planes the innermost loop runs across them, so
 // channel-interleaved (NHWC) data is read in runs rather than one element per cache line.
 template <typename T, typename R>
-void LoadTiles(R* real, int64_t real_stride, int64_t planes, int64_t plane_stride, int64_t fh,
-               int64_t fw, const Plane<T>& p, int64_t q0_h, int64_t q0_w, int64_t max_rows,
-               int64_t max_cols) {
+RowRange LoadTiles(R* real, int64_t real_stride, int64_t planes, int64_t plane_stride, int64_t fh,
+                   int64_t fw, const Plane<T>& p, int64_t q0_h, int64_t q0_w, int64_t max_rows,
+                   int64_t max_cols) {
   const int64_t rows = std::min(fh, max_rows), cols = std::min(fw, max_cols);
   int64_t c_first = std::max<int64_t>(0, -q0_w);
   while (c_first < cols && (q0_w + c_first) % p.stuff_w != 0) ++c_first;
@@ -185,9 +207,12 @@ void LoadTiles(R* real, int64_t real_stride, int64_t planes, int64_t plane_strid
       }
     }
   }
-  if (count == 0) return;
+  RowRange data;
+  if (count == 0) return data;
   for (int64_t r = 0; r < rows; ++r) {
     if (!row_has_data(r)) continue;
+    if (data.last == 0) data.first = r;
+    data.last = r + 1;
     const int64_t i = (q0_h + r) / p.stuff_h;
     const T* src = p.base + i * p.row_stride + j_first * p.col_stride;
     R* out = real + r * fw + c_first;
@@ -205,6 +230,7 @@ void LoadTiles(R* real, int64_t real_stride, int64_t planes, int64_t plane_strid
       }
     }
   }
+  return data;
 }
 
 // Forward and backprop-input share this engine: dst[p] = sum_k src[p + off + k] filt[k],
@@ -361,10 +387,11 @@ struct Correlation {
     }
     const int64_t src_plane_stride = f.scpg * SourceChannelStride();
     for (int64_t sc = 0; sc < f.scpg; ++sc) {
-      LoadTiles(f.ws.real(slot), f.real_stride, nb, src_plane_stride, f.fh, f.fw,
-                SourcePlane(n, (b.g0 + gi0) * f.scpg + sc), p0_h + f.off_h + t.shift_h,
-                p0_w + f.off_w + t.shift_w, f.fh, f.fw);
-      R2CBatch(f.ws.real(slot), x, nb, f.real_stride, f.spec_stride, f.fh, f.fw);
+      const RowRange data =
+          LoadTiles(f.ws.real(slot), f.real_stride, nb, src_plane_stride, f.fh, f.fw,
+                    SourcePlane(n, (b.g0 + gi0) * f.scpg + sc), p0_h + f.off_h + t.shift_h,
+                    p0_w + f.off_w + t.shift_w, f.fh, f.fw);
+      R2CBatch(f.ws.real(slot), x, nb, f.real_stride, f.spec_stride, f.fh, f.fw, data);
       for (int64_t j = 0; j < nb; ++j) {
         for (int64_t k = 0; k < b.ob; ++k) {
           MacConj(Accumulator(f, b, slot, k, j), x + j * f.spec_stride,
@@ -548,16 +575,19 @@ struct FilterGradient {
                         g.out_w,
                         g.stride_h,
                         g.stride_w};
-      LoadTiles(ws.real(slot), real_stride, u.nb, ocpg * ys.c, fh, fw, dy, p0_h, p0_w,
-                std::min(t.tile_h, t.dense_h - p0_h), std::min(t.tile_w, t.dense_w - p0_w));
-      R2CBatch(ws.real(slot), dys + k * vb * spec_stride, u.nb, real_stride, spec_stride, fh, fw);
+      const RowRange data =
+          LoadTiles(ws.real(slot), real_stride, u.nb, ocpg * ys.c, fh, fw, dy, p0_h, p0_w,
+                    std::min(t.tile_h, t.dense_h - p0_h), std::min(t.tile_w, t.dense_w - p0_w));
+      R2CBatch(ws.real(slot), dys + k * vb * spec_stride, u.nb, real_stride, spec_stride, fh, fw,
+               data);
     }
     for (int64_t i = 0; i < u.ib; ++i) {
       const Plane<T> x{
           input + n * xs.n + (u.g0 * icpg + u.ib0 + i) * xs.c, xs.h, xs.w, g.in_h, g.in_w, 1, 1};
-      LoadTiles(ws.real(slot), real_stride, u.nb, icpg * xs.c, fh, fw, x,
-                p0_h - g.pad_top + t.shift_h, p0_w - g.pad_left + t.shift_w, fh, fw);
-      R2CBatch(ws.real(slot), xsp, u.nb, real_stride, spec_stride, fh, fw);
+      const RowRange data =
+          LoadTiles(ws.real(slot), real_stride, u.nb, icpg * xs.c, fh, fw, x,
+                    p0_h - g.pad_top + t.shift_h, p0_w - g.pad_left + t.shift_w, fh, fw);
+      R2CBatch(ws.real(slot), xsp, u.nb, real_stride, spec_stride, fh, fw, data);
       for (int64_t j = 0; j < u.nb; ++j) {
         for (int64_t k = 0; k < u.ob; ++k) {
           MacConj(Accumulator(u, slot, i, k, j), xsp + j * spec_stride,
