@@ -46,6 +46,9 @@ class PassPlan:
     self.slots = d.get("slots")
     # What the FFT cost model counts: transforms, their points, spectral multiply-adds.
     self.fft_work = d.get("fft_work")
+    # The cost model's single-thread seconds of each algorithm (None: it cannot run here),
+    # the FFT's for its configuration spread over two reference threads: what the choice
+    # was made on.
     self.estimated_seconds = {"direct": d["cost_direct"],
                               "fft": d["cost_fft"] if d["cost_fft"] >= 0 else None,
                               "tf": d["cost_tf"] if d["cost_tf"] >= 0 else None}
@@ -77,7 +80,8 @@ class Plan:
     rows = [f"output {self.output_shape}, workspace limit {self.workspace_limit / 2**20:.1f} "
             f"MiB, {self.threads} thread(s)",
             f"{'pass':16s}{'algorithm':10s}{'fft size':>12s}{'tile':>12s}{'tiles':>9s}"
-            f"{'blocks':>9s}{'slots':>6s}{'workspace':>12s}{'GFLOP':>9s}"]
+            f"{'blocks':>9s}{'slots':>6s}{'workspace':>12s}{'GFLOP':>9s}"
+            f"  model ms (1 thread): direct / fft / tf"]
     for p in self.passes:
       fft = "x".join(map(str, p.fft_size)) if p.fft_size else "-"
       tile = "x".join(map(str, p.tile)) if p.tile else "-"
@@ -85,7 +89,10 @@ class Plan:
       blocks = f"{p.in_block}x{p.out_block}" if p.fft_size else "-"
       rows.append(f"{p.name:16s}{p.algorithm:10s}{fft:>12s}{tile:>12s}{tiles:>9s}"
                   f"{blocks:>9s}{str(p.slots or '-'):>6s}"
-                  f"{p.workspace_bytes / 2**20:>9.2f} MiB{p.flops / 1e9:>9.3f}")
+                  f"{p.workspace_bytes / 2**20:>9.2f} MiB{p.flops / 1e9:>9.3f}  "
+                  + " / ".join("-" if p.estimated_seconds[a] is None
+                               else f"{p.estimated_seconds[a] * 1e3:.4g}"
+                               for a in ("direct", "fft", "tf")))
     return "\n".join(rows)
 
   def __repr__(self):
