@@ -20,7 +20,6 @@ import collections
 
 import tensorflow as tf
 
-
 # A transform's fixed cost in points' worth (the planner's per-transform seconds over its
 # per-point seconds, cc/core/plan.cc).
 _POINTS_PER_TRANSFORM = 1100
