@@ -44,6 +44,7 @@ except ImportError as e:  # pragma: no cover (the extra is installed where tests
 from tf_largeconv import _args
 from tf_largeconv.dask import _graph
 from tf_largeconv.dask._graph import TaskMemory
+from tf_largeconv.dask._slides import open_slide
 
 
 def conv2d(input, filters, strides, padding, data_format="NHWC", dilations=None,  # pylint: disable=redefined-builtin
@@ -170,4 +171,4 @@ def task_memory(input, filters, strides, padding, data_format="NHWC", dilations=
 
 
 __all__ = ["conv2d", "depthwise_conv2d", "conv2d_backprop_filter", "task_memory",
-           "TaskMemory"]
+           "TaskMemory", "open_slide"]
