@@ -5,11 +5,13 @@ and a scheduler and worker started as processes), a slide on disk larger than th
 memory, the command line, and bad input. Skipped only where the `dask` extra is absent."""
 
 import json
+import os
 import time
 
 import numpy as np
 import pytest
 
+dask = pytest.importorskip("dask")
 da = pytest.importorskip("dask.array")
 distributed = pytest.importorskip("distributed")
 zarr = pytest.importorskip("zarr")
@@ -235,15 +237,15 @@ def test_output_chunks_follow_the_input_chunks_over_the_stride():
 def test_task_memory_formula():
   # An independent count of the largest task: 1 x 40 x 40 x 3 input in 16 x 16 chunks,
   # 7x5 filter dilated 2 (extent 13 x 9), stride 1, SAME: the largest output chunk is
-  # 16 x 16 x 4 and reads a (16 + 12) x (16 + 8) x 3 window; it overlaps 3 x 3 input chunks
-  # (two of them 8 rows or columns high: the image is 40 = 16 + 16 + 8).
+  # 16 x 16 x 4 and reads a (16 + 12) x (16 + 8) x 3 window. The interior one's window lies
+  # inside the image: its inputs are its own chunk and halo strips, as large as the window.
   x = da.zeros((1, 40, 40, 3), chunks=(1, 16, 16, 3), dtype=np.float32)
   m = ldask.task_memory(x, np.ones((7, 5, 3, 4), np.float32), 1, "SAME", dilations=2,
                         workspace_limit=3 << 20)
   assert m.window_bytes == 28 * 24 * 3 * 4
   assert m.output_bytes == 16 * 16 * 4 * 4
   assert m.workspace_bytes == 3 << 20
-  assert m.input_bytes == (16 + 16 + 8) * (16 + 16 + 8) * 3 * 4
+  assert m.input_bytes == m.window_bytes
   assert m.total == m.window_bytes + m.output_bytes + m.workspace_bytes
   default = ldask.task_memory(x, np.ones((7, 5, 3, 4), np.float32), 1, "SAME")
   assert default.workspace_bytes == 64 << 20
@@ -376,6 +378,79 @@ def test_scheduler_and_worker_processes(rng, tmp_path, scheduler_and_worker):
   want = lc.depthwise_conv2d(slide[None].astype(np.float32),
                              np.repeat(f[:, :, None, None], 3, axis=2), 1, "SAME").numpy()[0]
   np.testing.assert_allclose(out, want, rtol=0, atol=1e-5 * np.abs(want).max())
+
+
+# A slide of 151552 x 4096 float32 (2.31 GiB on disk) against a LocalCluster of 2 workers
+# with a memory_limit of 1.125 GiB each (2.25 GiB in all). TensorFlow and the op take about
+# 0.55 GiB of each worker, and the workers peak near 0.7 GiB: below the 0.79 GiB (70%) from
+# which distributed spills. Tall and narrow so that the test stays short.
+SLIDE_SHAPE, SLIDE_CHUNKS, WORKER_LIMIT = (148 * 1024, 4096), (1024, 4096), 9 * 2**27
+
+
+def _slide_chunk(block_info=None):
+  info = block_info[None]
+  return np.random.default_rng(info["chunk-location"]).random(info["chunk-shape"],
+                                                             dtype=np.float32)
+
+
+def _worker_report(dask_worker):
+  """What distributed itself records on a worker: its memory_limit, its peak process
+  memory (the system monitor's samples), how often it spilled to disk, its process id."""
+  return dict(limit=dask_worker.memory_manager.memory_limit,
+              peak=max(dask_worker.monitor.quantities["memory"]),
+              spilled=dask_worker.data.cumulative_metrics.get(("disk-write", "count"), 0),
+              pid=os.getpid())
+
+
+def test_slide_larger_than_cluster_memory(tmp_path):
+  rows, cols = SLIDE_SHAPE
+  slide_path, out_path = str(tmp_path / "slide.zarr"), str(tmp_path / "out.zarr")
+  grid = tuple((c,) * (n // c) for n, c in zip(SLIDE_SHAPE, SLIDE_CHUNKS))
+  source = da.map_blocks(_slide_chunk, chunks=grid, dtype=np.float32)
+  with dask.config.set(scheduler="threads", num_workers=2):
+    source.to_zarr(slide_path, compressors=None)
+  on_disk = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(slide_path)
+                for f in fs)
+  assert on_disk > 2 * WORKER_LIMIT
+  w = np.random.default_rng(1).standard_normal((15, 15, 1, 1)).astype(np.float32)
+  start = time.monotonic()
+  # distributed's default memory policy (spill from 70% of the limit, pause at 80%); the
+  # system monitor samples every 50 ms instead of 500 ms.
+  with dask.config.set({"distributed.admin.system-monitor.interval": "50ms"}), \
+      distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                               memory_limit=WORKER_LIMIT, host="127.0.0.1",
+                               dashboard_address=None) as cluster, \
+      distributed.Client(cluster, timeout=CLUSTER_TIMEOUT) as client:
+    before = client.run(_worker_report)
+    x = da.from_zarr(slide_path)[None, :, :, None]
+    y = ldask.conv2d(x, w, 2, "SAME", workspace_limit=16 << 20)
+    y[0, :, :, 0].to_zarr(out_path, compressors=None)
+    after = client.run(_worker_report)
+  elapsed = time.monotonic() - start
+  assert sorted(after) == sorted(before) and len(after) == 2
+  for address, r in after.items():
+    assert r["pid"] == before[address]["pid"], "a worker was restarted"
+    assert r["limit"] == WORKER_LIMIT
+    assert r["peak"] < r["limit"], (address, r)
+    assert r["spilled"] == 0, (address, r)
+  print(f"slide {on_disk / 2**30:.2f} GiB; {elapsed:.1f} s; worker peaks "
+        f"{[round(r['peak'] / 2**20) for r in after.values()]} MiB")
+  # The output, checked in three bands (the top edge with its padding, the middle across
+  # a chunk edge, the bottom edge) against tf.nn.conv2d on the zero-padded input rows.
+  out = zarr.open(out_path, mode="r")
+  ref = Conv((1, rows, cols, 1), w.shape, (2, 2), "SAME")
+  assert out.shape == (ref.oh, ref.ow)
+  source = zarr.open(slide_path, mode="r")
+  for r0, r1 in ((0, 300), (ref.oh // 2 - 150, ref.oh // 2 + 150), (ref.oh - 300, ref.oh)):
+    a, b = 2 * r0 - ref.pt, 2 * (r1 - 1) - ref.pt + 15
+    band = np.zeros((b - a, cols + ref.pl + ref.pr), np.float32)
+    band[max(-a, 0):min(b, rows) - a, ref.pl:ref.pl + cols] = source[max(a, 0):min(b, rows)]
+    want = tf.nn.conv2d(band[None, :, :, None], w, 2, "VALID").numpy()[0, :, :, 0]
+    magnitude = tf.nn.conv2d(np.abs(band)[None, :, :, None], np.abs(w), 2,
+                             "VALID").numpy()[0, :, :, 0]
+    got = out[r0:r1]
+    assert got.shape == want.shape
+    assert (np.abs(got - want) <= 1e-5 * magnitude).all(), (r0, r1)
 
 
 # --- command line ------------------------------------------------------------------------

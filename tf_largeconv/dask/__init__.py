@@ -74,9 +74,8 @@ def conv2d(input, filters, strides, padding, data_format="NHWC", dilations=None,
       task exists.
     TypeError: an unsupported dtype, or a filter tensor of another dtype.
   """
-  conv = _graph.Forward(input, filters, strides, padding, data_format, dilations, algorithm,
-                        workspace_limit)
-  return conv.array(name or "largeconv-conv2d")
+  return _graph.Forward(input, filters, strides, padding, data_format, dilations, algorithm,
+                        workspace_limit, name=name or "largeconv-conv2d").array()
 
 
 def depthwise_conv2d(input, filter, strides, padding, data_format=None, dilations=None,  # pylint: disable=redefined-builtin
@@ -111,9 +110,9 @@ def depthwise_conv2d(input, filter, strides, padding, data_format=None, dilation
     raise ValueError(f"filter in_channels (dimension 2) {f.shape[2]} must equal the input "
                      f"depth {depth}")
   grouped = f.reshape(f.shape[0], f.shape[1], 1, f.shape[2] * f.shape[3])
-  conv = _graph.Forward(input, grouped, strides, padding, data_format, dilations, algorithm,
-                        workspace_limit, filter_name="filter")
-  return conv.array(name or "largeconv-depthwise")
+  return _graph.Forward(input, grouped, strides, padding, data_format, dilations, algorithm,
+                        workspace_limit, name=name or "largeconv-depthwise",
+                        filter_name="filter").array()
 
 
 def conv2d_backprop_filter(input, filter_sizes, out_backprop, strides, padding,  # pylint: disable=redefined-builtin

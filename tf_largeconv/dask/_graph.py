@@ -40,8 +40,9 @@ class TaskMemory(collections.namedtuple(
       input chunk plus the halo (dilated filter extent - 1, split as the padding splits it).
     output_bytes: the task's output chunk.
     workspace_bytes: the op's temporary memory bound, `workspace_limit` (default 64 MiB).
-    input_bytes: the input chunks the window overlaps. The worker holds them as the task's
-      inputs (they are shared with the neighbouring tasks and freed once those are done).
+    input_bytes: the task's inputs: the input chunks inside its window and copies of the
+      halo strips it needs from the chunks around it (together, the part of the window
+      inside the image). The worker holds them while the task runs.
     total: window_bytes + output_bytes + workspace_bytes: what the task itself allocates
       (above TensorFlow's fixed per-process overhead).
   """
@@ -144,18 +145,28 @@ def _overlaps(edges, start, stop):
 
 class Blocks:
   """The tasks of one convolution over a dask input: per output block, its Window and the
-  keys of the input chunks it reads.
+  keys of the pieces it reads.
+
+  A piece is a whole input chunk where the window covers it, and otherwise a halo strip: a
+  copy of just the overlapped part, cut by its own small task (`strips`), which the
+  scheduler runs where the chunk is, so only the strip travels to the task that needs it
+  and that task holds no more than its window's worth of input.
 
   Args:
     x: the input dask array.
     windows: per axis, the [start, stop) of each output chunk's window along that axis.
+    name: the prefix of the strip tasks' keys.
   """
 
-  def __init__(self, x, windows):
+  def __init__(self, x, windows, name):
     self.x = x
     edges = [_edges(c) for c in x.chunks]
     per_axis = [[_overlaps(e, a, b) for a, b in wins] for e, wins in zip(edges, windows)]
-    self.blocks = []
+    itemsize = x.dtype.itemsize
+    self.blocks = []      # (block index, Window, piece keys)
+    self.input_bytes = []  # per block, the bytes of its pieces
+    self.strips = {}      # strip key: task
+    strip_keys = {}
     for idx in itertools.product(*(range(len(w)) for w in windows)):
       spans = [windows[axis][i] for axis, i in enumerate(idx)]
       shape = tuple(b - a for a, b in spans)
@@ -163,16 +174,26 @@ class Blocks:
       for (a, b), e in zip(spans, edges):
         lo, hi = min(max(-a, 0), b - a), min(max(e[-1] - a, 0), b - a)
         inner.append(slice(lo, max(lo, hi)))
-      keys, places = [], []
+      keys, places, nbytes = [], [], 0
       for parts in itertools.product(*(per_axis[axis][i] for axis, i in enumerate(idx))):
-        keys.append((x.name,) + tuple(p[0] for p in parts))
-        places.append((tuple(p[1] for p in parts), tuple(p[2] for p in parts)))
+        chunk = tuple(p[0] for p in parts)
+        src = tuple(p[1] for p in parts)
+        dst = tuple(p[2] for p in parts)
+        key = (x.name,) + chunk
+        if any(sl.stop - sl.start != x.chunks[axis][j]
+               for axis, (j, sl) in enumerate(zip(chunk, src))):
+          bounds = tuple((sl.start, sl.stop) for sl in src)
+          if (key, bounds) not in strip_keys:
+            strip = (f"{name}-halo", len(self.strips))
+            strip_keys[key, bounds] = strip
+            self.strips[strip] = (_tasks.take, key, src)
+          key = strip_keys[key, bounds]
+          src = (slice(None),) * len(src)
+        keys.append(key)
+        places.append((src, dst))
+        nbytes += math.prod(sl.stop - sl.start for sl in dst) * itemsize
       self.blocks.append((idx, _tasks.Window(shape, places, inner), keys))
-
-  def input_bytes(self, keys):
-    itemsize = self.x.dtype.itemsize
-    return sum(math.prod(self.x.chunks[axis][i] for axis, i in enumerate(k[1:])) * itemsize
-               for k in keys)
+      self.input_bytes.append(nbytes)
 
 
 def _check_windows(shapes, filter_shape, attrs, dtype):
@@ -198,7 +219,7 @@ class Forward:
   """A validated forward convolution over a dask input, and its graph."""
 
   def __init__(self, x, filters, strides, padding, data_format, dilations, algorithm,
-               workspace_limit, filter_name="filters"):
+               workspace_limit, name="largeconv-conv2d", filter_name="filters"):
     self.dtype = check_input(x)
     self.attrs = _args.conv_attrs(strides, padding, data_format, dilations, algorithm,
                                   workspace_limit)
@@ -223,7 +244,8 @@ class Forward:
       windows[axis] = _windows(out_chunks[axis], stride, pad_before, extent)
     self.x = x
     self.out_chunks = tuple(out_chunks)
-    self.blocks = Blocks(x, windows)
+    self.name = f"{name}-{tokenize(x, self.filters, sorted(self.attrs.items()))}"
+    self.blocks = Blocks(x, windows, self.name)
     _check_windows({(w.shape, self.out_shape(idx)) for idx, w, _ in self.blocks.blocks},
                    self.filters.shape, self.attrs, self.dtype)
 
@@ -234,19 +256,19 @@ class Forward:
     """The TaskMemory of the task with the largest window + output."""
     itemsize = self.dtype.itemsize
     best = None
-    for idx, window, keys in self.blocks.blocks:
+    for (idx, window, _), held in zip(self.blocks.blocks, self.blocks.input_bytes):
       m = TaskMemory(math.prod(window.shape) * itemsize,
                      math.prod(self.out_shape(idx)) * itemsize,
-                     workspace_bound(self.attrs), self.blocks.input_bytes(keys))
+                     workspace_bound(self.attrs), held)
       if best is None or (m.total, m.input_bytes) > (best.total, best.input_bytes):
         best = m
     return best
 
-  def array(self, name):
-    token = tokenize(self.x, self.filters, sorted(self.attrs.items()))
-    name = f"{name}-{token}"
+  def array(self):
+    name = self.name
     spec_key = f"{name}-spec"
-    layer = {spec_key: _tasks.ConvSpec(self.attrs, self.dtype, filters=self.filters)}
+    layer = dict(self.blocks.strips)
+    layer[spec_key] = _tasks.ConvSpec(self.attrs, self.dtype, filters=self.filters)
     for idx, window, keys in self.blocks.blocks:
       layer[(name,) + idx] = (_tasks.forward, spec_key, window, keys)
     graph = HighLevelGraph.from_collections(name, layer, dependencies=[self.x])
@@ -306,15 +328,16 @@ def backprop_filter(x, filter_sizes, out_backprop, strides, padding, data_format
     pad_before = geom["pad_top" if dim == "h" else "pad_left"]
     extent = _args.filter_extent(geom[f"filter_{dim}"], geom[f"dilation_{dim}"])
     windows[axis] = _windows(dy.chunks[axis], geom[f"stride_{dim}"], pad_before, extent)
-  blocks = Blocks(x, windows)
+  token = tokenize(x, dy, filter_sizes, sorted(attrs.items()))
+  name = f"{name}-{token}"
+  blocks = Blocks(x, windows, name)
   compute_dtype = np.dtype(np.float32) if dtype.itemsize < 4 else dtype
   _check_windows({(w.shape, tuple(dy.chunks[a][i] for a, i in enumerate(idx)))
                   for idx, w, _ in blocks.blocks}, filter_sizes, attrs, compute_dtype)
 
-  token = tokenize(x, dy, filter_sizes, sorted(attrs.items()))
-  name = f"{name}-{token}"
   spec_key = f"{name}-spec"
-  layer = {spec_key: _tasks.ConvSpec(attrs, compute_dtype, filter_sizes=filter_sizes)}
+  layer = dict(blocks.strips)
+  layer[spec_key] = _tasks.ConvSpec(attrs, compute_dtype, filter_sizes=filter_sizes)
   level = []
   for idx, window, keys in blocks.blocks:
     key = (f"{name}-part",) + idx

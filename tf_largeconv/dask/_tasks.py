@@ -151,6 +151,12 @@ class ConvSpec:
                 workspace_limit=None if a["workspace_limit"] < 0 else a["workspace_limit"])
 
 
+def take(chunk, index):
+  """A copy of part of an input chunk (a halo strip): only this travels to the task that
+  needs it, and it keeps no reference to the whole chunk."""
+  return np.array(chunk[index], order="C", copy=True)
+
+
 def forward(spec, window, chunks):
   """The output chunk whose input window `window` is, from the input chunks it overlaps."""
   setup_process()
