@@ -227,6 +227,10 @@ def test_output_chunks_follow_the_input_chunks_over_the_stride():
   assert y.chunks == ((1, 1), (10,) * 5, (10,) * 3, (4,))
   y = ldask.conv2d(x, np.ones((11, 11, 3, 4), np.float32), 1, "VALID")
   assert y.chunks == ((1, 1), (20, 20, 20, 20, 10), (30, 30, 20), (4,))
+  # edges not multiples of the stride: 0, 25, 50, 75, 100 over 2, rounded up
+  x25 = da.zeros((1, 100, 90, 3), chunks=(1, 25, 90, 3), dtype=np.float32)
+  y = ldask.conv2d(x25, np.ones((5, 5, 3, 4), np.float32), 2, "SAME")
+  assert y.chunks[1] == (13, 12, 13, 12)
   # rows beyond the input's last edge (explicit padding after) get chunks of the first's size
   y = ldask.conv2d(x, np.ones((3, 3, 3, 4), np.float32), 1, [[0, 0], [0, 45], [0, 0], [0, 0]])
   assert y.chunks[1] == (20,) * 7 + (3,)
