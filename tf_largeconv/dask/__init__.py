@@ -14,8 +14,8 @@ makes for the window's shape), and nothing ever holds the whole array.
 
 Chunking: the batch axis maps chunk for chunk; each spatial axis is cut at the input's chunk
 edges divided by the stride (rounded up), so an input chunked in multiples of the stride
-gives equal output chunks (what `to_zarr` needs; otherwise `rechunk` the result first); the
-output channels are one chunk. A chunked channel axis is gathered whole into each window (a
+gives equal output chunks (what zarr stores; otherwise `to_zarr` rechunks the result, with a
+warning); the output channels are one chunk. A chunked channel axis is gathered whole into each window (a
 convolution needs all input channels of a group). Any chunking works, chunks smaller than
 the halo included: a window then spans several chunks.
 
