@@ -14,10 +14,10 @@ makes for the window's shape), and nothing ever holds the whole array.
 
 Chunking: the batch axis maps chunk for chunk; each spatial axis is cut at the input's chunk
 edges divided by the stride (rounded up), so an input chunked in multiples of the stride
-gives equal output chunks (what zarr stores; otherwise `to_zarr` rechunks the result, with a
-warning); the output channels are one chunk. A chunked channel axis is gathered whole into each window (a
-convolution needs all input channels of a group). Any chunking works, chunks smaller than
-the halo included: a window then spans several chunks.
+gives equal output chunks (what zarr stores; otherwise `to_zarr` rechunks the result, with
+a warning); the output channels are one chunk. A chunked channel axis is gathered whole into
+each window (a convolution needs all input channels of a group). Any chunking works, chunks
+smaller than the halo included: a window then spans several chunks.
 
 Memory per task (bytes, for the largest task `task_memory` gives the numbers):
   window + output chunk + workspace_limit (default 64 MiB)
