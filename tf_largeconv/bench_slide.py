@@ -126,7 +126,7 @@ def _map_overlap_conv(block, weights):
 
 def _fmt_workers(r):
   peaks = [w["peak_bytes"] / GiB for w in r["workers"].values()]
-  spills = sum(w["spills"] for w in r["workers"].values())
+  spills = int(sum(w["spills"] for w in r["workers"].values()))
   restarts = sum(w["restarted"] for w in r["workers"].values()) + len(r["lost_workers"])
   return f"{' / '.join(f'{p:.2f}' for p in peaks)} GiB", spills, restarts
 
@@ -210,10 +210,10 @@ def run(args):
       results["dask_image"] = r
   results["in_memory_seconds_per_mpix"] = _in_memory(weights, args.in_memory_crop)
   results["in_memory_crop"] = args.in_memory_crop
-  _report(results)
   os.makedirs(args.out, exist_ok=True)
   with open(os.path.join(args.out, "bench_slide.json"), "w", encoding="ascii") as f:
     json.dump(results, f, indent=1)
+  _report(results)
   print(f"wrote {os.path.join(args.out, 'bench_slide.json')}")
   if not args.keep_slide:
     shutil.rmtree(slide_path)
