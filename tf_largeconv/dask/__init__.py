@@ -24,8 +24,14 @@ Memory per task (bytes, for the largest task `task_memory` gives the numbers):
   + TensorFlow's fixed per-process overhead (about 0.5 GiB once per worker, importing it),
 where window = batch chunk x ((out_rows - 1) * stride + extent) x (same for columns)
 x in_channels x itemsize, extent = (filter size - 1) * dilation + 1. The window goes to
-TensorFlow without a copy (DLPack). The worker also holds the task's inputs, the input chunks
-the window overlaps (shared with the neighbouring tasks, freed when they are done).
+TensorFlow without a copy (DLPack). The task's inputs are its own input chunk(s) and copies of
+the halo strips it needs from the chunks around it, cut where those chunks are, so only the
+strips travel between workers; together they are the part of the window inside the image.
+
+Across the cluster, an input chunk stays in memory until the tasks of its neighbours below
+have their strips, and dask runs the chunk grid row by row: expect about two rows of input
+chunks across the image in memory at once (2 x width x chunk rows x channels x itemsize in
+all, shared among the workers). A smaller chunk lowers both this and the per-task memory.
 
 Workers: each task first makes sure its process is set up (once per process): inside a
 dask.distributed worker with n threads, TensorFlow's intra-op pool is set to n threads and
