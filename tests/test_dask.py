@@ -6,6 +6,7 @@ memory, the command line, and bad input. Skipped only where the `dask` extra is 
 
 import json
 import os
+import pickle
 import time
 
 import numpy as np
@@ -546,6 +547,11 @@ def test_open_slide_zarr_tiff_and_memmap(rng, tmp_path):
     np.testing.assert_array_equal(got, want, err_msg=name)
   level1 = ldask.open_slide(str(tmp_path / "s.tif"), level=1)
   np.testing.assert_array_equal(level1.compute(), slide[::2, ::2])
+  # the files are opened where they are read: a graph for a cluster carries paths, not data
+  # (a numpy memmap in the graph would be pickled with all its 50 KB)
+  for name in ("s.npy", "s.tif"):
+    graph = dict(ldask.open_slide(str(tmp_path / name), chunk=20).__dask_graph__())
+    assert len(pickle.dumps(graph)) < slide.nbytes // 4, name
 
 
 # --- bad input ---------------------------------------------------------------------------

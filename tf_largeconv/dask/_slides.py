@@ -8,43 +8,64 @@ import numpy as np
 TIFF_SUFFIXES = (".tif", ".tiff", ".svs", ".ndpi", ".scn", ".btf", ".qptiff")
 
 
-class TiffLevel:
-  """One pyramid level of a TIFF file as a picklable, sliceable array.
+class FileArray:
+  """An array in a file as a picklable, sliceable array-like for `dask.array.from_array`.
 
-  tifffile's zarr store holds an open file (it does not pickle), so each process that
-  reads opens its own store on first use; dask.distributed workers can then read the file
-  from a shared disk.
+  Only the path and the array's shape and dtype are pickled: each process that reads opens
+  the file itself on first use, so a dask.distributed graph stays small (a numpy memmap
+  would be pickled with all its data, and tifffile's zarr store holds an open file that does
+  not pickle at all) and workers read the file from a shared disk.
   """
 
-  def __init__(self, path, level=0, series=0):
+  def __init__(self, path):
     self.path = os.path.abspath(path)
-    self.level = level
-    self.series = series
     self._array = None
     a = self._open()
-    self.shape, self.dtype, self.ndim = tuple(a.shape), np.dtype(a.dtype), a.ndim
+    self.shape, self.dtype, self.ndim = tuple(a.shape), np.dtype(a.dtype), len(a.shape)
+
+  def _load(self):
+    raise NotImplementedError
 
   def _open(self):
     if self._array is None:
-      import tifffile  # pylint: disable=g-import-not-at-top
-      import zarr  # pylint: disable=g-import-not-at-top
-      store = tifffile.imread(self.path, aszarr=True, series=self.series, level=self.level)
-      self._array = zarr.open(store, mode="r")
+      self._array = self._load()
     return self._array
 
   def __getitem__(self, key):
     return self._open()[key]
 
   def __getstate__(self):
-    return (self.path, self.level, self.series, self.shape, self.dtype, self.ndim)
+    return dict(self.__dict__, _array=None)
 
   def __setstate__(self, state):
-    self.path, self.level, self.series, self.shape, self.dtype, self.ndim = state
-    self._array = None
+    self.__dict__.update(state)
 
   def __dask_tokenize__(self):
     st = os.stat(self.path)
-    return ("TiffLevel", self.path, self.level, self.series, st.st_size, st.st_mtime_ns)
+    return (type(self).__name__, sorted(dict(self.__dict__, _array=None).items()),
+            st.st_size, st.st_mtime_ns)
+
+
+class NpyFile(FileArray):
+  """A numpy .npy file, read through a memory map."""
+
+  def _load(self):
+    return np.load(self.path, mmap_mode="r")
+
+
+class TiffLevel(FileArray):
+  """One pyramid level of a TIFF file, through tifffile's zarr store."""
+
+  def __init__(self, path, level=0, series=0):
+    self.level = level
+    self.series = series
+    super().__init__(path)
+
+  def _load(self):
+    import tifffile  # pylint: disable=g-import-not-at-top
+    import zarr  # pylint: disable=g-import-not-at-top
+    store = tifffile.imread(self.path, aszarr=True, series=self.series, level=self.level)
+    return zarr.open(store, mode="r")
 
 
 def _zarr_array(path):
@@ -68,7 +89,9 @@ def open_slide(path, chunk=2048, level=0, channels_first=False):
   Args:
     path: a TIFF file (.tif, .tiff, .svs, .ndpi, ...: pyramid `level`, 0 the full
       resolution), a zarr array (a directory; for a group, its array '0', as OME-Zarr
-      stores level 0), or a numpy .npy file (read through a memory map).
+      stores level 0), or a numpy .npy file (read through a memory map). TIFF and .npy
+      files are opened by each process that reads them (see `FileArray`), so the array
+      also works on a dask.distributed cluster whose workers see the same path.
     chunk: rows and columns per chunk.
     level: the TIFF pyramid level.
     channels_first: a 3-D slide is C x H x W (default: H x W x C).
@@ -84,7 +107,7 @@ def open_slide(path, chunk=2048, level=0, channels_first=False):
     raise FileNotFoundError(f"no such slide: {path}")
   lower = path.lower().rstrip("/")
   if lower.endswith(".npy"):
-    source = np.load(path, mmap_mode="r")
+    source = NpyFile(path)
   elif lower.endswith(TIFF_SUFFIXES):
     source = TiffLevel(path, level=level)
   elif os.path.isdir(path):
@@ -98,8 +121,6 @@ def open_slide(path, chunk=2048, level=0, channels_first=False):
   chunks = (chunk, chunk)
   if len(source.shape) == 3:
     chunks = (-1,) + chunks if channels_first else chunks + (-1,)
-  if isinstance(source, np.ndarray):
-    return da.from_array(source, chunks=chunks)
-  if isinstance(source, TiffLevel):
+  if isinstance(source, FileArray):
     return da.from_array(source, chunks=chunks, asarray=True)
   return da.from_zarr(source, chunks=chunks)
