@@ -4,13 +4,14 @@ mosaics), chunk by chunk, on any dask scheduler (dask.distributed included).
 Needs the optional extra: `pip install 'tf_largeconv[dask]'` (dask[array], distributed,
 zarr, tifffile). `import tf_largeconv` alone never imports dask.
 
-How it computes: one task per output chunk. A task receives the input chunks its window
-overlaps, copies exactly its window (the output chunk's receptive field: the input chunk plus
-the halo, which is the dilated filter extent - 1, split as the padding splits it) into one
-buffer, zero padded only where the window leaves the image, and runs `tf_largeconv.conv2d`
-on it with padding VALID. So every output element is computed exactly as the in-memory op
-computes it on the whole array (up to the op's own rounding, which depends on the plan it
-makes for the window's shape), and nothing ever holds the whole array.
+How it computes: one task per output chunk. A task receives the input chunks inside its
+window and copies of the strips it needs from the chunks around it, copies exactly its window
+(the output chunk's receptive field: the input chunk plus the halo, which is the dilated
+filter extent - 1, split as the padding splits it) into one buffer, zero padded only where
+the window leaves the image, and runs `tf_largeconv.conv2d` on it with padding VALID. So
+every output element is computed exactly as the in-memory op computes it on the whole array
+(up to the op's own rounding, which depends on the plan it makes for the window's shape),
+and nothing ever holds the whole array.
 
 Chunking: the batch axis maps chunk for chunk; each spatial axis is cut at the input's chunk
 edges divided by the stride (rounded up), so an input chunked in multiples of the stride
