@@ -7,6 +7,7 @@ memory, the command line, and bad input. Skipped only where the `dask` extra is 
 import json
 import os
 import pickle
+import subprocess
 import time
 
 import numpy as np
@@ -328,7 +329,7 @@ def test_local_cluster_two_worker_processes(rng):
 @pytest.fixture
 def scheduler_and_worker(tmp_path):
   """A `dask scheduler` and a `dask worker` (2 threads, 1 GiB) as processes on 127.0.0.1;
-  yields the scheduler's address; both are killed at the end."""
+  yields the scheduler's address; both are stopped at the end (killed after 20 s)."""
   scheduler_file = tmp_path / "scheduler.json"
   env = subproc.child_env()
   procs = []
@@ -349,9 +350,13 @@ def scheduler_and_worker(tmp_path):
         f"--memory-limit 1GiB --host 127.0.0.1 --no-dashboard", env=env, cwd=tmp_path))
     yield address
   finally:
-    for p in procs:
-      p.kill()
-      p.communicate()
+    for p in reversed(procs):  # the worker first; SIGTERM lets its nanny stop its process
+      p.terminate()
+      try:
+        p.communicate(timeout=20)
+      except subprocess.TimeoutExpired:
+        p.kill()
+        p.communicate()
 
 
 def _small_tiff(path, rng, shape=(130, 150, 3)):
