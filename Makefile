@@ -8,6 +8,8 @@
 VENV      ?= .venv
 TF_PIN    ?= tensorflow-cpu==2.21.0
 DEV_DEPS  ?= pybind11 numpy scipy pytest hypothesis setuptools wheel
+# The `dask` extra (tf_largeconv.dask and its tests), at the versions checked together here.
+DASK_DEPS ?= "dask[array]==2026.8.0" distributed==2026.8.0 zarr==3.1.6 tifffile==2026.3.3
 # tf_keras (Keras 2, for the tf_keras layer tests) without its dependency on the full
 # tensorflow package, which would be installed over tensorflow-cpu.
 NODEP_DEPS ?= "tf_keras==2.21.*"
@@ -48,7 +50,7 @@ all: build
 $(VENV)/.ready: Makefile
 	python3 -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --upgrade pip
-	$(VENV)/bin/python -m pip install "$(TF_PIN)" $(DEV_DEPS)
+	$(VENV)/bin/python -m pip install "$(TF_PIN)" $(DEV_DEPS) $(DASK_DEPS)
 	$(VENV)/bin/python -m pip install --no-deps $(NODEP_DEPS)
 	touch $@
 
@@ -149,7 +151,7 @@ fuzz: $(VENV)/.ready
 
 bench: $(VENV)/.ready
 	$(MAKE) --no-print-directory build PY=$(VENV)/bin/python
-	$(VENV)/bin/python -m pip install -q matplotlib
+	$(VENV)/bin/python -m pip install -q matplotlib dask-image==2026.5.0
 	$(VENV)/bin/python -m $(PKG).bench
 
 # On a machine with a GPU, torch and pytest (no TensorFlow needed): build the CUDA module,

@@ -28,6 +28,8 @@ def test_pip_install_no_build_isolation(tmp_path):
   path, value = out.stdout.split()
   assert path.startswith(str(target)), out.stdout
   assert float(value) == 9.0
+  # the `dask` extra's subpackage and command line ship too
+  assert (target / "tf_largeconv" / "dask" / "__main__.py").is_file()
 
 
 def test_demo_runs(tmp_path):

@@ -66,6 +66,11 @@ def normalize_window(value, name, data_format):
   return [1] + values + [1]
 
 
+def filter_extent(size, dilation):
+  """The input rows (or columns) one output reads: the dilated filter's extent."""
+  return (size - 1) * dilation + 1
+
+
 def normalize_padding(padding):
   """Returns (padding string, explicit_paddings) as the op takes them.
 

@@ -216,6 +216,10 @@ def _plot(results, path):
 
 
 def main(argv=None):
+  argv = sys.argv[1:] if argv is None else list(argv)
+  if argv[:2] == ["--cases", "slide"]:  # tf_largeconv.dask on a slide: its own options
+    from tf_largeconv import bench_slide  # pylint: disable=g-import-not-at-top
+    return bench_slide.main(argv[2:])
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--cases", nargs="*", help=f"subset of: {', '.join(CASES)}, budget")
   parser.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK)}")

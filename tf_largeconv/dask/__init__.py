@@ -1,0 +1,180 @@
+"""tf_largeconv.dask: convolutions of dask arrays larger than memory (whole-slide images,
+mosaics), chunk by chunk, on any dask scheduler (dask.distributed included).
+
+Needs the optional extra: `pip install 'tf_largeconv[dask]'` (dask[array], distributed,
+zarr, tifffile). `import tf_largeconv` alone never imports dask.
+
+How it computes: one task per output chunk. A task receives the input chunks inside its
+window and copies of the strips it needs from the chunks around it, copies exactly its window
+(the output chunk's receptive field: the input chunk plus the halo, which is the dilated
+filter extent - 1, split as the padding splits it) into one buffer, zero padded only where
+the window leaves the image, and runs `tf_largeconv.conv2d` on it with padding VALID. So
+every output element is computed exactly as the in-memory op computes it on the whole array
+(up to the op's own rounding, which depends on the plan it makes for the window's shape),
+and nothing ever holds the whole array.
+
+Chunking: the batch axis maps chunk for chunk; each spatial axis is cut at the input's chunk
+edges divided by the stride (rounded up), so an input chunked in multiples of the stride
+gives equal output chunks (what zarr stores; otherwise `to_zarr` rechunks the result, with
+a warning); the output channels are one chunk. A chunked channel axis is gathered whole into
+each window (a convolution needs all input channels of a group). Any chunking works, chunks
+smaller than the halo included: a window then spans several chunks.
+
+Memory per task (bytes, for the largest task `task_memory` gives the numbers):
+  window + output chunk + workspace_limit (default 64 MiB)
+  + TensorFlow's fixed per-process overhead (about 0.5 GiB once per worker, importing it),
+where window = batch chunk x ((out_rows - 1) * stride + extent) x (same for columns)
+x in_channels x itemsize, extent = (filter size - 1) * dilation + 1. The window goes to
+TensorFlow without a copy (DLPack). The task's inputs are its own input chunk(s) and copies of
+the halo strips it needs from the chunks around it, cut where those chunks are, so only the
+strips travel between workers; together they are the part of the window inside the image.
+
+Across the cluster, an input chunk stays in memory until the tasks of its neighbours below
+have their strips, and dask runs the chunk grid row by row: expect about two rows of input
+chunks across the image in memory at once (2 x width x chunk rows x channels x itemsize in
+all, shared among the workers). A smaller chunk lowers both this and the per-task memory.
+
+Workers: each task first makes sure its process is set up (once per process): inside a
+dask.distributed worker with n threads, TensorFlow's intra-op pool is set to n threads and
+its inter-op pool to 1 before TensorFlow runs its first op there, so the worker's concurrent
+tasks share n threads and never oversubscribe the cores. tf_largeconv is imported once per
+worker process, when the first task's function is loaded.
+"""
+
+try:
+  import dask.array  # noqa: F401
+except ImportError as e:  # pragma: no cover (the extra is installed where tests run)
+  raise ImportError(
+      "tf_largeconv.dask needs the optional dependencies: pip install 'tf_largeconv[dask]' "
+      "(dask[array], distributed, zarr, tifffile)") from e
+
+from tf_largeconv import _args
+from tf_largeconv.dask import _graph
+from tf_largeconv.dask._graph import TaskMemory
+from tf_largeconv.dask._slides import open_slide
+
+
+def conv2d(input, filters, strides, padding, data_format="NHWC", dilations=None,  # pylint: disable=redefined-builtin
+           name=None, algorithm="auto", workspace_limit=None):
+  """A 2-D convolution of a dask array: `tf_largeconv.conv2d`, chunk by chunk, lazily.
+
+  Args:
+    input: 4-D dask array in data_format order, float16, bfloat16, float32 or float64,
+      any chunking.
+    filters: numpy array, tensor or array-like, [height, width, in_channels / groups,
+      out_channels]; cast to input's dtype (a tensor must have it already).
+    strides, padding, data_format, dilations, algorithm, workspace_limit: as for
+      `tf_largeconv.conv2d` (every padding, stride, dilation and layout; grouped when the
+      filter's in-depth divides the input depth). `workspace_limit` bounds each task's
+      temporary memory.
+    name: prefix of the dask keys; default 'largeconv-conv2d'.
+
+  Returns:
+    A lazy dask array of input's dtype, shaped as `tf_largeconv.conv2d`'s result, whose
+    `compute()` equals it. Chunks: see the module docstring.
+
+  Raises:
+    ValueError: input is not a 4-D dask array with known chunks; filters is not 4-D, its
+      in-depth does not divide the input depth, or it is larger than the padded input;
+      malformed strides, padding, dilations, data_format, algorithm or workspace_limit; a
+      workspace_limit the FFT cannot meet with algorithm='fft'. All raised here, before any
+      task exists.
+    TypeError: an unsupported dtype, or a filter tensor of another dtype.
+  """
+  return _graph.Forward(input, filters, strides, padding, data_format, dilations, algorithm,
+                        workspace_limit, name=name or "largeconv-conv2d").array()
+
+
+def depthwise_conv2d(input, filter, strides, padding, data_format=None, dilations=None,  # pylint: disable=redefined-builtin
+                     name=None, algorithm="auto", workspace_limit=None):
+  """A depthwise 2-D convolution of a dask array: `tf_largeconv.depthwise_conv2d`, chunk by
+  chunk, lazily (the grouped convolution with one group per input channel).
+
+  Args:
+    input: 4-D dask array in data_format order (see `conv2d`).
+    filter: [height, width, in_channels, channel_multiplier]; output channel
+      c * channel_multiplier + m comes from filter[:, :, c, m].
+    strides, padding, data_format, dilations, algorithm, workspace_limit: as for
+      `tf_largeconv.depthwise_conv2d`.
+    name: prefix of the dask keys; default 'largeconv-depthwise'.
+
+  Returns:
+    A lazy dask array with in_channels * channel_multiplier output channels.
+
+  Raises:
+    ValueError: as for `conv2d`, and a filter that is not 4-D or whose in_channels differs
+      from the input depth.
+    TypeError: as for `conv2d`.
+  """
+  data_format = _args.normalize_data_format(data_format)
+  dtype = _graph.check_input(input)
+  f = _graph.as_filter_array(filter, dtype, "filter")
+  if f.ndim != 4:
+    raise ValueError("filter must be 4-D [height, width, in_channels, channel_multiplier], "
+                     f"got shape {f.shape}")
+  depth = input.shape[3 if data_format == "NHWC" else 1]
+  if f.shape[2] != depth:
+    raise ValueError(f"filter in_channels (dimension 2) {f.shape[2]} must equal the input "
+                     f"depth {depth}")
+  grouped = f.reshape(f.shape[0], f.shape[1], 1, f.shape[2] * f.shape[3])
+  return _graph.Forward(input, grouped, strides, padding, data_format, dilations, algorithm,
+                        workspace_limit, name=name or "largeconv-depthwise",
+                        filter_name="filter").array()
+
+
+def conv2d_backprop_filter(input, filter_sizes, out_backprop, strides, padding,  # pylint: disable=redefined-builtin
+                           data_format="NHWC", dilations=None, name=None, algorithm="auto",
+                           workspace_limit=None):
+  """The gradient of `conv2d` with respect to its filter, over dask arrays: what fitting a
+  large filter to a slide needs.
+
+  One task per out_backprop chunk computes that chunk's share with
+  `tf_largeconv.conv2d_backprop_filter` on its input window (padding VALID); the shares are
+  summed in float64 by a tree reduction (8 per node), rounded once to input's dtype.
+  Half-precision operands are computed in float32, as the in-memory op accumulates them.
+  Memory per task: window + out_backprop chunk (copied if not aligned) + filter +
+  workspace_limit. Computed on the current dask scheduler (a dask.distributed Client if one
+  is active).
+
+  Args:
+    input: 4-D dask array, the convolution's input (any chunking).
+    filter_sizes: 4 ints, the filter's shape [height, width, in_channels / groups,
+      out_channels].
+    out_backprop: the gradient of the convolution's output: a dask array (any chunking; its
+      chunks are the tasks) or an array-like (chunked as `conv2d`'s result would be).
+    strides, padding, data_format, dilations, algorithm, workspace_limit: as for `conv2d`.
+    name: prefix of the dask keys; default 'largeconv-backprop-filter'.
+
+  Returns:
+    The filter gradient, a numpy array of input's dtype shaped `filter_sizes`, equal to
+    `tf_largeconv.conv2d_backprop_filter` on the whole arrays.
+
+  Raises:
+    ValueError: as for `conv2d`; malformed filter_sizes; out_backprop not shaped as the
+      convolution's output.
+    TypeError: an unsupported dtype.
+  """
+  grad = _graph.backprop_filter(input, filter_sizes, out_backprop, strides, padding,
+                                data_format, dilations, algorithm, workspace_limit,
+                                name or "largeconv-backprop-filter")
+  return grad.compute()
+
+
+def task_memory(input, filters, strides, padding, data_format="NHWC", dilations=None,  # pylint: disable=redefined-builtin
+                algorithm="auto", workspace_limit=None):
+  """The memory of the largest task `conv2d` would run, for sizing chunks and workers.
+
+  Args:
+    input, filters, strides, padding, data_format, dilations, algorithm, workspace_limit:
+      as for `conv2d` (nothing is computed).
+
+  Returns:
+    A `TaskMemory`: window_bytes, output_bytes, workspace_bytes, input_bytes, and total
+    (= window + output + workspace, what the task allocates).
+  """
+  return _graph.Forward(input, filters, strides, padding, data_format, dilations, algorithm,
+                        workspace_limit).task_memory()
+
+
+__all__ = ["conv2d", "depthwise_conv2d", "conv2d_backprop_filter", "task_memory",
+           "TaskMemory", "open_slide"]

@@ -1,0 +1,193 @@
+"""What runs inside a dask task: one process-wide TensorFlow set-up, the assembly of a task's
+input window from the input chunks it overlaps, and the in-memory op on that window."""
+
+import threading
+import warnings
+
+import numpy as np
+import tensorflow as tf
+
+import tf_largeconv
+
+# Windows and gradients go to TensorFlow through DLPack, without a copy, for these dtypes
+# (numpy has no bfloat16, so a bfloat16 array is copied by tf.convert_to_tensor).
+_DLPACK_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+# TensorFlow's tensors are 64-byte aligned (Eigen's widest vectors); windows are too.
+_ALIGN = 64
+
+_setup_lock = threading.Lock()
+_setup_done = False
+
+
+def _worker_threads():
+  """The dask.distributed worker's thread count, or None outside a distributed worker."""
+  try:
+    from distributed import get_worker  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    return None
+  try:
+    return get_worker().state.nthreads
+  except ValueError:  # not running inside a distributed worker
+    return None
+
+
+def setup_process():
+  """Sets TensorFlow's thread pools to the worker's thread count, once per process.
+
+  Runs at the start of every task and does its work in the first: inside a dask.distributed
+  worker with n threads, TensorFlow's intra-op pool gets n threads (the n concurrent tasks
+  share it, so the worker never runs more than n compute threads) and its inter-op pool 1
+  (eager ops run on the calling task's thread). This must happen before TensorFlow runs
+  its first op in the process; if something else ran one already, the pools stay as they
+  are and a warning says so. Outside a distributed worker (dask's threaded scheduler, all
+  tasks in one process) TensorFlow keeps its defaults: one pool of all cores, shared.
+  """
+  global _setup_done
+  if _setup_done:
+    return
+  with _setup_lock:
+    if _setup_done:
+      return
+    threads = _worker_threads()
+    if threads:
+      try:
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(1)
+      except RuntimeError:
+        if tf.config.threading.get_intra_op_parallelism_threads() != threads:
+          warnings.warn(
+              f"tf_largeconv.dask: TensorFlow was initialised in this worker before the "
+              f"first convolution task, so its intra-op pool was not set to the worker's "
+              f"{threads} thread(s); tasks may oversubscribe the cores", RuntimeWarning,
+              stacklevel=2)
+    _setup_done = True
+
+
+def aligned_empty(shape, dtype):
+  """An uninitialised C-contiguous array whose data starts on a 64-byte boundary."""
+  dtype = np.dtype(dtype)
+  nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+  raw = np.empty(nbytes + _ALIGN, np.uint8)
+  start = (-raw.ctypes.data) % _ALIGN
+  return raw[start:start + nbytes].view(dtype).reshape(shape)
+
+
+def as_tensor(a):
+  """`a` as a tensor, sharing its memory where it can (aligned, contiguous, writeable)."""
+  if (a.dtype in _DLPACK_DTYPES and a.size and a.flags.c_contiguous and a.flags.writeable
+      and a.ctypes.data % _ALIGN == 0):
+    return tf.experimental.dlpack.from_dlpack(a.__dlpack__())
+  return tf.convert_to_tensor(a)
+
+
+class Window:
+  """One task's input window: where each overlapped input chunk goes in it, and which part
+  of it lies inside the image (the rest is the zero padding).
+
+  Attributes:
+    shape: the window's shape, in the input's axis order.
+    places: per overlapped input chunk, in the order the task receives them, (slices into
+      the chunk, slices into the window).
+    inner: per axis, the slice of the window inside the image.
+  """
+
+  __slots__ = ("shape", "places", "inner")
+
+  def __init__(self, shape, places, inner):
+    self.shape = tuple(shape)
+    self.places = tuple(places)
+    self.inner = tuple(inner)
+
+  def __getstate__(self):
+    return (self.shape, self.places, self.inner)
+
+  def __setstate__(self, state):
+    self.shape, self.places, self.inner = state
+
+  def assemble(self, chunks, dtype):
+    """The window as one aligned array of `dtype`: the chunks' parts copied in, zeros only
+    where the window leaves the image."""
+    window = aligned_empty(self.shape, dtype)
+    for axis, inside in enumerate(self.inner):
+      before = [slice(None)] * len(self.shape)
+      before[axis] = slice(0, inside.start)
+      window[tuple(before)] = 0
+      before[axis] = slice(inside.stop, None)
+      window[tuple(before)] = 0
+    for chunk, (src, dst) in zip(chunks, self.places):
+      window[dst] = chunk[src]
+    return window
+
+
+class ConvSpec:
+  """A convolution's filter (or, for the filter gradient, the filter's shape), dtypes and
+  op attributes: stored once in the graph and shared by its tasks. The filter's tensor is
+  made once per process (it is not pickled)."""
+
+  def __init__(self, attrs, dtype, filters=None, filter_sizes=None):
+    self.attrs = attrs
+    self.dtype = np.dtype(dtype)
+    self.filters = filters
+    self.filter_sizes = filter_sizes
+    self._tensor = None
+
+  def __getstate__(self):
+    return (self.attrs, self.dtype, self.filters, self.filter_sizes)
+
+  def __setstate__(self, state):
+    self.attrs, self.dtype, self.filters, self.filter_sizes = state
+    self._tensor = None
+
+  def filter_tensor(self):
+    if self._tensor is None:
+      self._tensor = tf.convert_to_tensor(self.filters)
+    return self._tensor
+
+  def conv_kwargs(self):
+    """The in-memory op's arguments for a window: the same attributes, padding VALID."""
+    a = self.attrs
+    return dict(strides=a["strides"], padding="VALID", data_format=a["data_format"],
+                dilations=a["dilations"], algorithm=a["algorithm"],
+                workspace_limit=None if a["workspace_limit"] < 0 else a["workspace_limit"])
+
+
+def take(chunk, index):
+  """A copy of part of an input chunk (a halo strip): only this travels to the task that
+  needs it, and it keeps no reference to the whole chunk."""
+  return np.array(chunk[index], order="C", copy=True)
+
+
+def forward(spec, window, chunks):
+  """The output chunk whose input window `window` is, from the input chunks it overlaps."""
+  setup_process()
+  x = as_tensor(window.assemble(chunks, spec.dtype))
+  return tf_largeconv.conv2d(x, spec.filter_tensor(), **spec.conv_kwargs()).numpy()
+
+
+def backprop_filter(spec, window, chunks, out_backprop):
+  """The filter gradient's share from one out_backprop chunk and its input window, in
+  float64. `spec.dtype` is the dtype the op computes in: float32 for half-precision
+  operands, which the in-memory op also accumulates in float32."""
+  setup_process()
+  x = as_tensor(window.assemble(chunks, spec.dtype))
+  dy = out_backprop
+  if not (dy.dtype == spec.dtype and dy.flags.c_contiguous and dy.flags.writeable
+          and dy.ctypes.data % _ALIGN == 0):
+    dy = aligned_empty(out_backprop.shape, spec.dtype)
+    dy[...] = out_backprop
+  dw = tf_largeconv.conv2d_backprop_filter(x, spec.filter_sizes, as_tensor(dy),
+                                           **spec.conv_kwargs())
+  return dw.numpy().astype(np.float64)
+
+
+def add(parts):
+  """The sum of partial filter gradients: one node of the tree reduction."""
+  total = np.array(parts[0], np.float64)
+  for p in parts[1:]:
+    total += p
+  return total
+
+
+def cast(total, dtype):
+  """The reduced filter gradient in the input's dtype (rounded once)."""
+  return total.astype(dtype)
