@@ -258,7 +258,7 @@ class _Affine:
   bias_from: str = None   # the layer that added the bias, for messages
   spill_from: str = None  # the last layer that spread the formula beyond the tensor's edge
   stride_from: str = None
-  mask: np.ndarray = None  # (counting only) True where the formula differs from the tensor
+  err: object = None      # (counting) the formula minus the tensor, on the probe input
 
   @property
   def channels(self):
@@ -280,17 +280,18 @@ class _Affine:
     return (f"its input is not zero beyond its border (it comes from {self.spill_from}), "
             "while the padding is")
 
-  def reach(self, in_size, pads):
-    """(counting) Where the padded tensor's formula is not zero: rows x columns of the
-    padded tensor whose formula reads some input pixel, or everywhere with a bias."""
-    h = np.arange(-pads[0], self.size[0] + pads[1])
-    w = np.arange(-pads[2], self.size[1] + pads[3])
+  def formula(self, probe, pads):
+    """(counting) The formula on the probe input over the tensor padded by pads."""
     kh, kw = self.kernel.shape[:2]
-    rows = (h - self.offset[0] + kh - 1 >= 0) & (h - self.offset[0] <= in_size[0] - 1)
-    cols = (w - self.offset[1] + kw - 1 >= 0) & (w - self.offset[1] <= in_size[1] - 1)
-    if self.bias is not None:
-      return np.ones((h.size, w.size), bool)
-    return rows[:, None] & cols[None, :]
+    lo = (-pads[0] - self.offset[0], -pads[2] - self.offset[1])
+    hi = (self.size[0] + pads[1] + kh - 2 - self.offset[0],
+          self.size[1] + pads[3] + kw - 2 - self.offset[1])
+    h, w = probe.shape[1:3]
+    m = max(0, -lo[0], -lo[1], hi[0] - h + 1, hi[1] - w + 1)
+    x = tf.pad(probe, [[0, 0], [m, m], [m, m], [0, 0]])
+    x = x[:, lo[0] + m: hi[0] + m + 1, lo[1] + m: hi[1] + m + 1]
+    f = _ops.conv2d(x, self.kernel, 1, "VALID")
+    return f if self.bias is None else f + self.bias
 
 
 def _identity(channels, size, dtype):
@@ -317,13 +318,17 @@ _NONLINEAR = {"ReLU", "LeakyReLU", "PReLU", "ELU", "Softmax", "ThresholdedReLU",
               "MaxPooling2D", "MaxPool2D", "GlobalMaxPooling2D", "Maximum", "Minimum",
               "Dropout", "SpatialDropout2D", "GaussianNoise", "GaussianDropout",
               "AlphaDropout", "LayerNormalization", "GroupNormalization",
-              "UnitNormalization", "Dense", "EinsumDense", "Reshape", "Flatten", "Permute",
-              "AveragePooling2D", "AvgPool2D", "GlobalAveragePooling2D", "UpSampling2D",
-              "Conv2DTranspose", "Conv1D", "Conv3D", "Lambda"}
+              "UnitNormalization"}
 _NOT_LINEAR_WHY = {"Dropout": "random in training", "SpatialDropout2D": "random in training",
                    "GaussianNoise": "random in training",
                    "GaussianDropout": "random in training",
                    "AlphaDropout": "random in training"}
+# Linear, but not folded; some subclass a supported layer in tf_keras (Conv2DTranspose is
+# a Conv2D there), so they are named before the class hierarchy is searched.
+_UNSUPPORTED = {"Conv2DTranspose", "Conv1D", "Conv3D", "Conv1DTranspose", "Conv3DTranspose",
+                "DepthwiseConv1D", "SeparableConv1D", "Dense", "EinsumDense", "Reshape",
+                "Flatten", "Permute", "AveragePooling2D", "AvgPool2D",
+                "GlobalAveragePooling2D", "UpSampling2D", "Lambda"}
 # tf_keras records `a - b`, `2 * a` etc. as TFOpLambda layers named by their symbol.
 _TF_OP_SYMBOLS = {"math.add": "Add", "__operators__.add": "Add", "math.subtract": "Subtract",
                   "math.multiply": "Multiply", "math.negative": "Negative",
@@ -339,7 +344,7 @@ def _kind(layer):
       hasattr(layer, "layers") and getattr(layer, "outputs", None):
     return "Model"
   for cls in type(layer).__mro__:
-    if cls.__name__ in _NONLINEAR:
+    if cls.__name__ in _NONLINEAR or cls.__name__ in _UNSUPPORTED:
       return None
     if hasattr(_Composer, "_" + cls.__name__):
       return cls.__name__
@@ -366,7 +371,7 @@ def _not_linear(layer):
   act = _activation(layer)
   if act is not None and _kind(layer) is not None:
     return ValueError(f"{_describe(layer)} has activation '{act}': not linear")
-  if name in _NONLINEAR or name == "Multiply":
+  if name in _NONLINEAR:
     why = _NOT_LINEAR_WHY.get(name, "")
     return ValueError(f"{_describe(layer)} is not linear" + (f" ({why})" if why else ""))
   if name == "TFOpLambda":
@@ -406,7 +411,9 @@ class _Composer:
   """Walks a graph from its input's affine description to its output's.
 
   read(variable) -> tensor gives a layer weight in the composing dtype; with `count`, the
-  border masks are propagated (exact=False reports); `final_activation_ok` lets the last
+  difference between the formula and the block on a probe input is propagated (it is a
+  linear function of the differences padding brings in, so `exact=False` reports count
+  exactly the pixels that differ); `final_activation_ok` lets the last
   node carry a non-linear activation (reparameterize moves it to the Large layer).
   """
 
@@ -450,13 +457,13 @@ class _Composer:
       raise ValueError(f"{_describe(layer)} has data_format='{fmt}': fold supports "
                        "channels_last only")
 
-  def _padded_mask(self, t, pads):
-    mask = t.reach(self.in_size, pads)
-    inner = np.zeros_like(mask)
-    inner[pads[0]: pads[0] + t.size[0], pads[2]: pads[2] + t.size[1]] = True
-    mask &= ~inner
-    mask[pads[0]: pads[0] + t.size[0], pads[2]: pads[2] + t.size[1]] = t.mask
-    return mask
+  def _padded_err(self, t, pads):
+    """(counting) The error of t zero-padded by pads: t's inside, the formula outside."""
+    if not any(pads):
+      return t.err
+    paddings = [[0, 0], [pads[0], pads[1]], [pads[2], pads[3]], [0, 0]]
+    outside = tf.pad(tf.zeros_like(t.err[:1, :, :, :1]), paddings, constant_values=1.0)
+    return tf.pad(t.err, paddings) + outside * t.formula(self.probe, pads)
 
   def _border(self, t, pads, desc, how):
     """Checks that padding t by pads is exact; else raises, or (exact=False) notes it."""
@@ -487,14 +494,9 @@ class _Composer:
     if t.stride != (1, 1) and (kh > 1 or kw > 1 or any(pads)):
       self._no_stride_before(t, desc, f"a {kh}x{kw} kernel")
     self._border(t, pads, desc, f"padding='{padding.lower()}'")
-    mask = None
+    err = None
     if self.count:
-      padded = self._padded_mask(t, pads)
-      mask = np.zeros(size, bool)
-      for u in range(kh):
-        for v in range(kw):
-          mask |= padded[u: u + (size[0] - 1) * strides[0] + 1: strides[0],
-                         v: v + (size[1] - 1) * strides[1] + 1: strides[1]]
+      err = _ops.conv2d(self._padded_err(t, pads), w, list(strides), "VALID")
     kernel, g = _compose_kernels(t.kernel, t.groups, w, groups)
     out_bias = None if t.bias is None else _bias_through(t.bias, w, groups)
     if bias is not None:
@@ -506,7 +508,7 @@ class _Composer:
                    bias_from=t.bias_from or (desc if bias is not None else None),
                    spill_from=desc if (kh > 1 or kw > 1) else t.spill_from,
                    stride_from=desc if tuple(strides) != (1, 1) else t.stride_from,
-                   mask=mask)
+                   err=err)
 
   def _scaled(self, layer, t, scale=None, shift=None):
     """t * scale + shift, per channel (scale and shift: tensors, or None)."""
@@ -516,7 +518,8 @@ class _Composer:
       bias = None if bias is None else bias * scale
     if shift is not None:
       bias = shift if bias is None else bias + shift
-    return dataclasses.replace(t, kernel=kernel, bias=bias,
+    err = t.err if t.err is None or scale is None else t.err * scale
+    return dataclasses.replace(t, kernel=kernel, bias=bias, err=err,
                                bias_from=t.bias_from or (_describe(layer) if shift is not None
                                                          else None))
 
@@ -542,8 +545,7 @@ class _Composer:
                    bias_from=bias_from or (desc if constant is not None else None),
                    spill_from=next((t.spill_from for t in states if t.spill_from), None),
                    stride_from=first.stride_from,
-                   mask=(np.logical_or.reduce([t.mask for t in states])
-                         if self.count else None))
+                   err=(tf.add_n([c * t.err for c, t in terms]) if self.count else None))
 
   @staticmethod
   def _aligned(states):
@@ -686,8 +688,7 @@ class _Composer:
                    bias_from=next((t.bias_from for t in operands if t.bias_from), None),
                    spill_from=next((t.spill_from for t in operands if t.spill_from), None),
                    stride_from=first.stride_from,
-                   mask=(np.logical_or.reduce([t.mask for t in operands])
-                         if self.count else None))
+                   err=tf.concat([t.err for t in operands], -1) if self.count else None)
 
   def _ZeroPadding2D(self, layer, operands):  # noqa: N802
     self._check_channels_last(layer)
@@ -701,7 +702,7 @@ class _Composer:
     return dataclasses.replace(
         t, offset=(t.offset[0] + pt, t.offset[1] + pl),
         size=(t.size[0] + pt + pb, t.size[1] + pl + pr),
-        mask=self._padded_mask(t, pads) if self.count else None)
+        err=self._padded_err(t, pads) if self.count else None)
 
   def _Cropping2D(self, layer, operands):  # noqa: N802
     self._check_channels_last(layer)
@@ -713,7 +714,7 @@ class _Composer:
     return dataclasses.replace(
         t, offset=(t.offset[0] - ct, t.offset[1] - cl), size=size,
         spill_from=_describe(layer) if any((ct, cb, cl, cr)) else t.spill_from,
-        mask=t.mask[ct: ct + size[0], cl: cl + size[1]] if self.count else None)
+        err=t.err[:, ct: ct + size[0], cl: cl + size[1]] if self.count else None)
 
   def _Model(self, layer, operands):  # noqa: N802
     graph = _Graph(layer)
@@ -774,14 +775,20 @@ def _compose(block, read, dtype, exact, count=False, final_activation_ok=False):
                        final_activation_ok)
   state = _identity(block.channels, block.size, dtype)
   if count:
-    state.mask = np.zeros(block.size, bool)
+    probe = np.random.default_rng(0).standard_normal((1,) + block.size + (block.channels,))
+    composer.probe = tf.constant(probe, tf.float64)
+    state.err = tf.zeros_like(composer.probe)
   return composer.run(block, state), composer
 
 
 def _report(state, composer, block):
   if not composer.count:
     return None
-  return FoldReport(differing_pixels=int(state.mask.sum()), total_pixels=int(state.mask.size),
+  # A pixel differs where the error is beyond float64 rounding (cancellations, e.g. a - a,
+  # leave only rounding).
+  err = np.abs(state.err.numpy()[0]).max(axis=-1)
+  differs = err > 1e-9 * max(1.0, float(err.max()))
+  return FoldReport(differing_pixels=int(differs.sum()), total_pixels=int(differs.size),
                     input_size=block.size, reasons=tuple(composer.reasons))
 
 
@@ -798,7 +805,10 @@ def _keras_extension(state, block, mode):
                             state.stride[a], block.size[a])
     found = None
     for kf in range(kh, kh + 2 * abs(oh) + 2 * s + kh + 2):
-      pads, o = _geometry((size, size), (kf, kf), (s, s), mode)
+      try:
+        pads, o = _geometry((size, size), (kf, kf), (s, s), mode)
+      except ValueError:  # a 'valid' kernel larger than the input
+        break
       top = pads[0] - oh
       if o[0] == out and 0 <= top <= kf - kh:
         found = (top, kf - kh - top)
@@ -884,16 +894,17 @@ def fold(model, flavour, exact=True, input_size=None, dtype=None, algorithm="aut
 _CONV_KINDS = ("Conv2D", "DepthwiseConv2D", "SeparableConv2D", "Model")
 
 
-def _regions(graph):
-  """The maximal linear regions: (nodes in order, entry tensor id, output tensor id).
+def _regions(graph, covered):
+  """Candidate linear regions, latest first: (nodes in order, entry id, output id).
 
-  A region is the backward cone of a tensor through linear layers, reaching exactly one
-  tensor produced otherwise (its entry); nothing outside it may use its inner tensors. Its
-  last layer may carry an activation (kept on the folded layer).
+  A region is the backward cone of a tensor through linear layers not yet `covered`
+  (folded), reaching exactly one tensor produced otherwise (its entry); nothing outside it
+  may use its inner tensors. Its last layer may carry an activation (kept on the folded
+  layer).
   """
   def linear(node, last=False):
-    return (len(node.outputs) == 1 and _kind(node.layer) is not None and
-            (last or _activation(node.layer) is None))
+    return (id(node) not in covered and len(node.outputs) == 1 and
+            _kind(node.layer) is not None and (last or _activation(node.layer) is None))
 
   model_outputs = set(graph.outputs)
   for node in reversed(graph.nodes):
@@ -917,6 +928,35 @@ def _regions(graph):
            node.outputs[0])
 
 
+def _fold_regions(graph, flavour, algorithm, workspace_limit):
+  """{output id: (Large layer, entry id)} and the ids of the nodes they replace.
+
+  Tensors are visited latest first, so a region is as large as can fold exactly; where a
+  cone does not fold (say, a 'same' convolution after another), the cones inside it are
+  tried, and passes repeat with the folded regions as boundaries until none is left.
+  """
+  folded, covered = {}, set()
+  progress = True
+  while progress:
+    progress = False
+    for nodes, entry, output in list(_regions(graph, covered)):
+      if any(id(n) in covered for n in nodes):
+        continue
+      block = _block_of(graph, entry, output, nodes=nodes)
+      last = graph.producer[output].layer
+      try:
+        state, composer = _compose(block, _read64, tf.float64, exact=True,
+                                   final_activation_ok=True)
+        layer = _large_layer(state, composer, block, flavour, last.get_config().get("dtype"),
+                             algorithm, workspace_limit, name=f"{last.name}_folded")
+      except ValueError:
+        continue
+      covered.update(id(n) for n in nodes)
+      folded[output] = (layer, entry)
+      progress = True
+  return folded, covered
+
+
 def _clone(layer):
   if not hasattr(layer, "get_weights"):  # a stateless Keras 3 operation (e.g. `a - b`)
     return layer
@@ -926,21 +966,7 @@ def _clone(layer):
 def reparameterize(model, flavour, algorithm="auto", workspace_limit=None):
   """See `tf_largeconv.keras.reparameterize`."""
   graph = _Graph(model)
-  folded, covered = {}, set()
-  for nodes, entry, output in _regions(graph):
-    if any(id(n) in covered for n in nodes):
-      continue
-    block = _block_of(graph, entry, output, nodes=nodes)
-    try:
-      state, composer = _compose(block, _read64, tf.float64, exact=True,
-                                 final_activation_ok=True)
-      layer = _large_layer(state, composer, block, flavour, None, algorithm,
-                           workspace_limit, name=f"{graph.producer[output].layer.name}_folded")
-    except ValueError:
-      continue  # not one exact convolution: its inner regions are tried in turn
-    covered.update(id(n) for n in nodes)
-    folded[output] = (layer, entry)
-
+  folded, covered = _fold_regions(graph, flavour, algorithm, workspace_limit)
   tensors = {}
   inputs = []
   for i in graph.inputs:
