@@ -20,6 +20,7 @@ and Large layer classes; everything else here reads the layers through attribute
 Kerases share (`_keras_history`, `_inbound_nodes`, `get_config`).
 """
 
+import copy
 import dataclasses
 import math
 import warnings
@@ -736,6 +737,7 @@ class _Block:
   channels: int
   size: tuple       # (H, W): the real input size when known, else the stand-in
   known: bool
+  name: str = "block"
 
 
 def _block_of(graph, entry, output, input_size=None, nodes=None):
@@ -750,7 +752,8 @@ def _block_of(graph, entry, output, input_size=None, nodes=None):
   known = all(s is not None for s in size)
   size = tuple(int(s) if s is not None else _STAND_IN for s in size)
   return _Block(nodes=graph.nodes if nodes is None else nodes, inputs=[entry],
-                outputs=[output], channels=int(shape[3]), size=size, known=known)
+                outputs=[output], channels=int(shape[3]), size=size, known=known,
+                name=graph.name)
 
 
 def _model_block(model, input_size=None):
@@ -830,8 +833,9 @@ def _keras_geometry(state, block):
   where = (f"is {rows:+d} rows and {cols:+d} columns the size of its input, reading from "
            f"offset {tuple(-o for o in state.offset)}" if state.stride == (1, 1)
            else f"has size {state.size} with stride {state.stride}")
-  raise ValueError(f"the block's output {where}: no convolution with padding 'same' or "
-                   "'valid' computes it (FoldedBlock, which pads explicitly, can)")
+  raise ValueError(f"the output of block '{block.name}' {where}: no convolution with "
+                   "padding 'same' or 'valid' computes it (FoldedBlock, which pads "
+                   "explicitly, can)")
 
 
 def _explicit_geometry(state, block):
@@ -1055,5 +1059,6 @@ class FoldedBlockBase:
   @classmethod
   def from_config(cls, config):
     config = dict(config)
-    config["block"] = cls._deserialize_block(config["block"])
+    # Keras's deserialisation empties the dictionaries it reads: leave the caller's intact.
+    config["block"] = cls._deserialize_block(copy.deepcopy(config["block"]))
     return cls(**config)
