@@ -157,6 +157,75 @@ def test_composed_kernels_equal_the_dense_composition(rng, ga, gb, ka, kb):
   assert_close(_dense(got.numpy(), g), want, EXACT)
 
 
+def _one(*layers, shape=(9, 10, 4), branches=None):
+  """A float64 block: the layers in a chain, then (optionally) branches(x, y) -> output."""
+  x = keras.Input(shape, dtype=F64)
+  y = x
+  for layer in layers:
+    y = layer(y)
+  return keras.Model(x, branches(x, y) if branches else y)
+
+
+def _conv(*args, **kwargs):
+  return L.Conv2D(*args, dtype=F64, **kwargs)
+
+
+def _dw(*args, **kwargs):
+  return L.DepthwiseConv2D(*args, dtype=F64, **kwargs)
+
+
+# Every supported layer and setting once, biases on: (id, block builder, folded type).
+SETTINGS_TABLE = [
+    ("even kernel same", lambda: _one(_conv(3, (2, 4), padding="same")), LargeConv2D),
+    ("dilated same", lambda: _one(_conv(3, 3, padding="same", dilation_rate=2)), LargeConv2D),
+    ("dilated valid", lambda: _one(_conv(2, (3, 2), dilation_rate=(2, 1))), LargeConv2D),
+    ("grouped", lambda: _one(_conv(6, 3, groups=2)), LargeConv2D),
+    ("strided same", lambda: _one(_conv(3, 3, strides=2, padding="same")), LargeConv2D),
+    ("strided valid then 1x1", lambda: _one(_conv(3, 4, strides=(2, 3), use_bias=False),
+                                            _conv(2, 1, strides=2)), LargeConv2D),
+    ("depthwise multiplier", lambda: _one(_dw(4, padding="same", depth_multiplier=2)),
+     LargeDepthwiseConv2D),
+    ("depthwise dilated", lambda: _one(_dw(3, padding="same", dilation_rate=2)),
+     LargeDepthwiseConv2D),
+    ("separable", lambda: _one(L.SeparableConv2D(3, 3, padding="same", dtype=F64)),
+     LargeConv2D),
+    ("groups 2 then 3 (valid)", lambda: _one(_conv(6, 3, groups=2), _conv(6, 2, groups=3)),
+     LargeConv2D),
+    ("depthwise plus grouped", lambda: _one(branches=lambda x, y: L.Add(dtype=F64)(
+        [_dw(3, padding="same", use_bias=False)(x),
+         _conv(4, 3, padding="same", groups=2)(x)])), LargeConv2D),
+    ("concat of biased branches", lambda: _one(branches=lambda x, y: L.Concatenate(
+        dtype=F64)([_conv(2, 1)(x), L.BatchNormalization(dtype=F64)(x),
+                    _dw(3, padding="same")(x), _conv(4, 1, groups=2)(x)])), LargeConv2D),
+    ("padding then valid", lambda: _one(L.ZeroPadding2D(((1, 1), (2, 0)), dtype=F64),
+                                        _conv(3, 3, use_bias=False)), LargeConv2D),
+    ("crop then valid", lambda: _one(L.Cropping2D(((1, 0), (0, 1)), dtype=F64),
+                                     _conv(3, 2)), LargeConv2D),
+    ("rescaling then 1x1", lambda: _one(L.Rescaling(0.5, 0.25, dtype=F64), _conv(3, 1)),
+     LargeConv2D),
+    ("bn, 1x1, bn, minus x", lambda: _one(
+        L.BatchNormalization(dtype=F64), _conv(4, 1), L.BatchNormalization(dtype=F64),
+        branches=lambda x, y: L.Subtract(dtype=F64)([y, x])), LargeConv2D),
+    ("operators", lambda: _one(branches=lambda x, y: 2.0 * x - (-x) / 4.0),
+     LargeDepthwiseConv2D),
+    ("nested model", lambda: _one(branches=lambda x, y: _one(
+        _conv(4, 3, padding="same", use_bias=False), L.BatchNormalization(dtype=F64))(x)),
+     LargeConv2D),
+]
+
+
+@pytest.mark.parametrize("build,kind", [c[1:] for c in SETTINGS_TABLE],
+                         ids=[c[0] for c in SETTINGS_TABLE])
+def test_each_layer_and_setting_folds_exactly(rng, build, kind):
+  block = randomize(build(), rng)
+  x = rng.standard_normal((2, 9, 10, 4))
+  want = block(x).numpy()
+  folded = fold(block, dtype=F64)
+  assert type(folded) is kind
+  assert_close(folded(x), want, EXACT)
+  assert_close(FoldedBlock(block, dtype=F64)(x), want, EXACT)
+
+
 # ---------------------------------------------------------------------------------------
 # Random linear blocks
 # ---------------------------------------------------------------------------------------
