@@ -1035,9 +1035,18 @@ class FoldedBlockBase:
     spec, pads, ext, strides = self._fold_spec
     state, _ = _compose(spec, lambda v: v, inputs.dtype, exact=False)
     kernel = _pad_kernel(state.kernel, *ext)
-    y = _ops.conv2d(inputs, kernel, list(strides), [[0, 0], list(pads[0]), list(pads[1]),
-                                                    [0, 0]],
-                    algorithm=self.algorithm, workspace_limit=self.workspace_limit)
+    padding = [[0, 0], list(pads[0]), list(pads[1]), [0, 0]]
+    if self.algorithm == "auto":
+      # The op's own planner (direct or FFT), whose workspace stays within the limit.
+      # conv2d's "auto" may hand the passes to TensorFlow's kernel, whose gradients take
+      # temporaries growing with the image (170 MiB beyond the plan's estimate for the
+      # founding block at K=7): not what a layer for lean training should do by default.
+      attrs = _args.conv_attrs(list(strides), padding, "NHWC", None, "auto",
+                               self.workspace_limit)
+      y = _loader.ops().large_conv_conv2d(inputs, kernel, **attrs)
+    else:
+      y = _ops.conv2d(inputs, kernel, list(strides), padding, algorithm=self.algorithm,
+                      workspace_limit=self.workspace_limit)
     return y if state.bias is None else y + state.bias
 
   def compute_output_shape(self, input_shape):

@@ -57,13 +57,14 @@ def pyplot():
   return plt
 
 
-def run_child(args, timeout):
-  """Runs `python <args>` in a fresh process whose last stdout line is JSON.
+def run_child(args, timeout, **env_vars):
+  """Runs `python <args>` in a fresh process whose last stdout line is JSON, with the
+  extra environment variables given.
 
   Returns:
     The parsed JSON, or {"error": why} for a timeout or a failure (the last stderr line).
   """
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", OPENBLAS_NUM_THREADS="1")
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", OPENBLAS_NUM_THREADS="1", **env_vars)
   try:
     out = subprocess.run([sys.executable] + list(args), capture_output=True, text=True,
                          timeout=timeout, env=env, check=True)

@@ -7,9 +7,11 @@ Training step (forward, loss, gradients for every weight, one SGD update, throug
 `train_on_batch`): the Keras block as the user wrote it against `FoldedBlock(block)`, and
 the same block with its KxK layers on tf_largeconv (`convert`) for reference. Inference:
 the Keras block against `fold(block)`. Each measurement runs in a fresh process: time =
-min over warm runs (a step slower than SLOW_S seconds is timed once, in its first run),
-memory = process high-water mark (VmHWM) growth over the first run. Writes
-DIR/bench_fold.json.
+min over warm runs (a step slower than SLOW_S seconds is timed once, in its first run);
+RSS = process high-water mark (VmHWM) growth over the first run, one-time costs (tracing,
+optimizer state) included; tensors = TensorFlow's allocator peak over a warm training step
+(a process with TF_CPU_ALLOCATOR_USE_BFC=true, where TF counts it): the memory a GPU would
+need. Writes DIR/bench_fold.json.
 """
 
 import json
@@ -40,8 +42,9 @@ def founding_block(k, channels=CHANNELS, size=SIZE):
   return keras.Model(x, layers.Concatenate()([d, low]))
 
 
-def _worker(k, impl, mode):
-  """Runs in a fresh process: builds the model, measures one implementation."""
+def _worker(k, impl, mode, tensors=False):
+  """Runs in a fresh process: builds the model, measures one implementation (with
+  `tensors`, only the allocator peak of a warm run)."""
   import keras  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
@@ -67,6 +70,11 @@ def _worker(k, impl, mode):
     xt = tf.constant(x)
     def run():
       model(xt).numpy()
+  if tensors:
+    run()
+    tf.config.experimental.reset_memory_stats("CPU:0")
+    run()
+    return {"tensor_bytes": tf.config.experimental.get_memory_info("CPU:0")["peak"]}
   base = _measure.reset_peak_rss()
   start = time.perf_counter()
   run()
@@ -83,17 +91,22 @@ def _worker(k, impl, mode):
 
 
 def _run_one(k, impl, mode, timeout):
-  return _measure.run_child(["-m", "tf_largeconv.bench_fold", str(k), impl, mode], timeout)
+  args = ["-m", "tf_largeconv.bench_fold", str(k), impl, mode]
+  result = _measure.run_child(args, timeout)
+  if mode == "train" and "error" not in result:
+    tensors = _measure.run_child(args + ["tensors"], timeout, TF_CPU_ALLOCATOR_USE_BFC="true")
+    result["tensor_bytes"] = tensors.get("tensor_bytes")
+  return result
 
 
 def _cell(r, key, scale, unit):
-  if r is None or "error" in r:
+  if r is None or "error" in r or r.get(key) is None:
     return "n/a"
   return f"{r[key] / scale:.1f}{unit}"
 
 
 def _ratio(a, b, key):
-  if not a or not b or "error" in a or "error" in b or not b[key]:
+  if not a or not b or "error" in a or "error" in b or not a.get(key) or not b.get(key):
     return "-"
   return f"{a[key] / b[key]:.1f}x"
 
@@ -108,14 +121,16 @@ def main(out_dir, timeout=1800):
                           r["FoldedBlock/train"])
     print(f"\nfounding block K={k}, {BATCH}x{SIZE}x{SIZE}x{CHANNELS} -> {2 * CHANNELS} "
           "channels, float32")
-    print(f"{'training step':24s}{'time':>12s}{'peak MiB':>10s}")
+    print(f"{'training step':24s}{'time':>12s}{'RSS MiB':>10s}{'tensors MiB':>13s}")
     for name, row in (("Keras block", block), ("block on Large layers", large),
                       ("FoldedBlock", ours)):
       print(f"{name:24s}{_cell(row, 'seconds', 1e-3, ' ms'):>12s}"
-            f"{_cell(row, 'extra_bytes', MiB, ''):>10s}")
+            f"{_cell(row, 'extra_bytes', MiB, ''):>10s}"
+            f"{_cell(row, 'tensor_bytes', MiB, ''):>13s}")
     for name, row in (("Keras block", block), ("block on Large layers", large)):
-      print(f"FoldedBlock vs {name}: {_ratio(row, ours, 'seconds')} the speed, "
-            f"{_ratio(row, ours, 'extra_bytes')} less peak memory")
+      print(f"FoldedBlock vs {name}: {_ratio(row, ours, 'seconds')} faster, "
+            f"{_ratio(row, ours, 'extra_bytes')} less RSS, "
+            f"{_ratio(row, ours, 'tensor_bytes')} less tensor memory")
     infer, folded = r["keras block/infer"], r["fold(block)/infer"]
     print(f"inference: Keras block {_cell(infer, 'seconds', 1e-3, ' ms')}, fold(block) "
           f"{_cell(folded, 'seconds', 1e-3, ' ms')} ({_ratio(infer, folded, 'seconds')})")
@@ -130,4 +145,5 @@ def main(out_dir, timeout=1800):
 
 
 if __name__ == "__main__":
-  print(json.dumps(_worker(int(sys.argv[1]), sys.argv[2], sys.argv[3])))
+  print(json.dumps(_worker(int(sys.argv[1]), sys.argv[2], sys.argv[3],
+                           tensors=sys.argv[4:] == ["tensors"])))

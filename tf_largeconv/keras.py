@@ -253,7 +253,12 @@ class FoldedBlock(_fold.FoldedBlockBase, keras.layers.Layer):
   Args:
     block: the Keras model.
     exact, input_size: as for `fold` (with exact=False, `fold_report` says what differs).
-    algorithm, workspace_limit: for the convolution (see `tf_largeconv.conv2d`).
+    algorithm: 'auto' (default) lets the op's planner choose direct or FFT for each pass,
+      so every pass's temporary memory stays within `workspace_limit` (unlike
+      `tf_largeconv.conv2d`'s 'auto', it never hands the passes to TensorFlow's kernel,
+      whose gradients' temporaries grow with the image); 'direct', 'fft' and 'tf' are
+      passed to `tf_largeconv.conv2d`.
+    workspace_limit: bytes of temporary memory per pass; None means 64 MiB.
     **kwargs: those of `keras.layers.Layer` (name, dtype, ...).
   """
 
