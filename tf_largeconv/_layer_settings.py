@@ -4,7 +4,10 @@ Imports no Keras: `keras.py` (Keras 3) and `tf_keras.py` (Keras 2) both mix this
 their layers, and neither may depend on the other's Keras.
 """
 
+import tensorflow as tf
+
 from tf_largeconv import _args
+from tf_largeconv import ops as _ops
 
 
 def op_data_format(keras_format):
@@ -33,3 +36,14 @@ class LargeConvSettings:
     config = super().get_config()
     config.update(algorithm=self.algorithm, workspace_limit=self.workspace_limit)
     return config
+
+  def _depthwise_call(self, inputs, kernel):
+    """The depthwise layers' call (Keras 3 and tf_keras name the kernel differently)."""
+    outputs = _ops.depthwise_conv2d(inputs, kernel, list(self.strides), self.padding.upper(),
+                                    **self._op_kwargs())
+    if self.use_bias:
+      shape = ((1, 1, 1, -1) if self.data_format == "channels_last" else (1, -1, 1, 1))
+      outputs = outputs + tf.reshape(tf.cast(self.bias, outputs.dtype), shape)
+    if self.activation is not None:
+      return self.activation(outputs)
+    return outputs

@@ -1,5 +1,9 @@
-"""Timing and peak-memory helpers shared by the demo and the benchmark (Linux /proc)."""
+"""Timing and peak-memory helpers shared by the demo and the benchmarks (Linux /proc)."""
 
+import json
+import os
+import subprocess
+import sys
 import time
 
 
@@ -51,3 +55,21 @@ def pyplot():
     print("matplotlib not installed: no plot written")
     return None
   return plt
+
+
+def run_child(args, timeout, **env_vars):
+  """Runs `python <args>` in a fresh process whose last stdout line is JSON, with the
+  extra environment variables given.
+
+  Returns:
+    The parsed JSON, or {"error": why} for a timeout or a failure (the last stderr line).
+  """
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", OPENBLAS_NUM_THREADS="1", **env_vars)
+  try:
+    out = subprocess.run([sys.executable] + list(args), capture_output=True, text=True,
+                         timeout=timeout, env=env, check=True)
+  except subprocess.TimeoutExpired:
+    return {"error": f"timed out after {timeout} s"}
+  except subprocess.CalledProcessError as e:
+    return {"error": e.stderr.strip().splitlines()[-1] if e.stderr.strip() else "failed"}
+  return json.loads(out.stdout.strip().splitlines()[-1])

@@ -3,6 +3,7 @@ passes), each case and implementation in a fresh process, same machine, same run
 
   python -m tf_largeconv.bench [--cases NAME ...] [--quick] [--out DIR]
   python -m tf_largeconv.bench --cases budget     # time against workspace_limit
+  python -m tf_largeconv.bench --cases fold       # a folded linear block (bench_fold.py)
 
 Prints a table of warm times (min over runs) and peak extra memory (process high-water
 mark above the inputs, /proc VmHWM), with ratios tf.nn.conv2d / tf_largeconv, and writes
@@ -10,9 +11,9 @@ DIR/bench.json and DIR/bench.png (time and memory against filter size).
 """
 
 import argparse
+import importlib
 import json
 import os
-import subprocess
 import sys
 import time
 
@@ -153,16 +154,8 @@ def _fft_floor(case):
 
 def _run_one(case, impl, timeout):
   repeats = CASES[case][5] if impl == "tf.nn.conv2d" else (1 if _kind(case) == "gigapixel" else 5)
-  cmd = [sys.executable, "-m", "tf_largeconv.bench", "--worker", case, impl, str(repeats)]
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", OPENBLAS_NUM_THREADS="1")
-  try:
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env,
-                         check=True)
-  except subprocess.TimeoutExpired:
-    return {"error": f"timed out after {timeout} s"}
-  except subprocess.CalledProcessError as e:
-    return {"error": e.stderr.strip().splitlines()[-1] if e.stderr.strip() else "failed"}
-  return json.loads(out.stdout.strip().splitlines()[-1])
+  return _measure.run_child(["-m", "tf_largeconv.bench", "--worker", case, impl,
+                             str(repeats)], timeout)
 
 
 def _fmt_time(r):
@@ -221,7 +214,8 @@ def main(argv=None):
     from tf_largeconv import bench_slide  # pylint: disable=g-import-not-at-top
     return bench_slide.main(argv[2:])
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--cases", nargs="*", help=f"subset of: {', '.join(CASES)}, budget")
+  parser.add_argument("--cases", nargs="*",
+                      help=f"subset of: {', '.join(CASES)}, budget, fold")
   parser.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK)}")
   parser.add_argument("--out", default="bench_results")
   parser.add_argument("--timeout", type=int, default=900, help="seconds per measurement")
@@ -234,12 +228,12 @@ def main(argv=None):
     return 0
 
   names = args.cases or (list(QUICK) if args.quick else list(CASES))
-  if "budget" in names:  # the budget sweep: its own table and plot
-    from tf_largeconv import bench_budget  # pylint: disable=g-import-not-at-top
-    bench_budget.main(args.out)
-    names = [n for n in names if n != "budget"]
-    if not names:
-      return 0
+  for sweep in ("budget", "fold"):  # case sets with their own tables (bench_budget.py, ...)
+    if sweep in names:
+      importlib.import_module(f"tf_largeconv.bench_{sweep}").main(args.out)
+      names = [n for n in names if n != sweep]
+      if not names:
+        return 0
   unknown = [n for n in names if n not in CASES]
   if unknown:
     parser.error(f"unknown case(s) {unknown}; known: {list(CASES)}")

@@ -7,9 +7,9 @@ models using them load (.keras or SavedModel) after `import tf_largeconv`.
 """
 
 import keras
-import tensorflow as tf
 
 from tf_largeconv import _args
+from tf_largeconv import _fold
 from tf_largeconv import _layer_settings
 from tf_largeconv import _loader
 from tf_largeconv import ops as _ops
@@ -129,14 +129,7 @@ class LargeDepthwiseConv2D(_LargeConvSettings, keras.layers.DepthwiseConv2D):
     self.supports_jit = False
 
   def call(self, inputs):
-    outputs = _ops.depthwise_conv2d(inputs, self.kernel, list(self.strides),
-                                    self.padding.upper(), **self._op_kwargs())
-    if self.use_bias:
-      shape = ((1, 1, 1, -1) if self.data_format == "channels_last" else (1, -1, 1, 1))
-      outputs = outputs + tf.reshape(tf.cast(self.bias, outputs.dtype), shape)
-    if self.activation is not None:
-      return self.activation(outputs)
-    return outputs
+    return self._depthwise_call(inputs, self.kernel)
 
   def compute_output_shape(self, input_shape):
     c = -1 if self.data_format == "channels_last" else 1
@@ -175,3 +168,109 @@ def convert(model, min_kernel_size=15, algorithm="auto", workspace_limit=None):
   converted = keras.models.clone_model(model, clone_function=clone)
   converted.set_weights(model.get_weights())
   return converted
+
+
+# Folding linear blocks (the algebra is in _fold.py, shared with tf_keras)
+
+def fold(block, exact=True, input_size=None, dtype=None, algorithm="auto",
+         workspace_limit=None, name=None):
+  """Folds a block of linear layers into one `LargeConv2D` or `LargeDepthwiseConv2D`.
+
+  The block is a built Keras model (functional, or Sequential with an Input) with one
+  input and one output, made of: Conv2D (any kernel, dilation, groups, bias),
+  DepthwiseConv2D, SeparableConv2D, the Large* layers, BatchNormalization (its moving
+  statistics), Add, Subtract, Average, Concatenate on channels, ZeroPadding2D, Cropping2D,
+  Identity, linear Activation, Rescaling, `a + b`, `a - b`, `-a`, `c * a`, `a / c` with
+  constants c, and nested such models. A stride is allowed where no spatial layer follows.
+
+  The returned layer's output equals the block's everywhere, borders included (within the
+  op's float tolerance). It is depthwise when the fold is channel-diagonal
+  (depth_multiplier = output / input channels), grouped when block-diagonal; the kernel
+  carries zero rows or columns where that makes the padding 'same' or 'valid'.
+
+  Args:
+    block: the Keras model to fold (left unchanged).
+    exact: with False, fold even where the block is not one convolution at the border,
+      warn (`FoldWarning`) with the number of output pixels that differ, and set
+      `layer.fold_report` (a `FoldReport`).
+    input_size: (height, width) for a block whose input size is unknown: needed for
+      strides and for exact=False.
+    dtype: the new layer's dtype (policy); None for Keras's default.
+    algorithm, workspace_limit: for the new layer (see `tf_largeconv.conv2d`).
+    name: the new layer's name.
+
+  Returns:
+    A built `LargeConv2D` or `LargeDepthwiseConv2D` with the folded weights.
+
+  Raises:
+    ValueError: naming the layer and the reason, for a layer that is not linear or not
+      supported; a padding (SAME, ZeroPadding2D) reading beyond the border of a tensor
+      that is not zero there (after a bias, a spatial kernel or a crop) unless
+      exact=False; a stride before a spatial kernel; a block that no 'same' or 'valid'
+      convolution computes (e.g. one whose output is larger than its input).
+  """
+  return _fold.fold(block, _FLAVOUR, exact=exact, input_size=input_size, dtype=dtype,
+                    algorithm=algorithm, workspace_limit=workspace_limit, name=name)
+
+
+def reparameterize(model, algorithm="auto", workspace_limit=None):
+  """A copy of `model` with every maximal foldable linear sub-graph as one Large layer.
+
+  A sub-graph is foldable when it is the cone of linear layers (see `fold`) behind one
+  tensor, reaching back to one input tensor, with none of its inner tensors used outside
+  it, at least one convolution among at least two layers, and `fold` finds it exact: e.g.
+  parallel branches of convolution + BatchNormalization summed (RepLKNet, RepVGG), or a
+  residual `x + BN(conv(x))`. The layer ending it may carry an activation, which the
+  Large layer keeps. Depthwise folds stay depthwise. Other layers are copied with their
+  weights; outputs are equal (BatchNormalization folds with its moving statistics, as in
+  inference). Nested models are copied as they are, or folded whole when linear.
+
+  Args:
+    model: a built Keras model (left unchanged).
+    algorithm, workspace_limit: for the new Large layers.
+
+  Returns:
+    A functional `keras.Model`.
+  """
+  return _fold.reparameterize(model, _FLAVOUR, algorithm=algorithm,
+                              workspace_limit=workspace_limit)
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class FoldedBlock(_fold.FoldedBlockBase, keras.layers.Layer):
+  """A trainable layer computing a linear block as one folded convolution.
+
+  It owns the block (a model `fold` accepts) and its weights: training updates the
+  block's own variables exactly as training the block would (gradients with respect to
+  every weight equal the block's). Each call folds the kernel from the current weights
+  with differentiable TensorFlow ops and runs one `tf_largeconv.conv2d` with explicit
+  padding, so only the block input and kernel-sized tensors are kept for the backward
+  pass, not the block's intermediate activations. BatchNormalization layers act with their
+  moving statistics (as frozen BN, or the block called with training=False) and are not
+  updated. Unlike `fold`, any output size is fine (the padding is explicit). Serialises
+  (.keras, SavedModel) like the other layers; load after `import tf_largeconv`.
+
+  Args:
+    block: the Keras model.
+    exact, input_size: as for `fold` (with exact=False, `fold_report` says what differs).
+    algorithm: 'auto' (default) lets the op's planner choose direct or FFT for each pass,
+      so every pass's temporary memory stays within `workspace_limit` (unlike
+      `tf_largeconv.conv2d`'s 'auto', it never hands the passes to TensorFlow's kernel,
+      whose gradients' temporaries grow with the image); 'direct', 'fft' and 'tf' are
+      passed to `tf_largeconv.conv2d`.
+    workspace_limit: bytes of temporary memory per pass; None means 64 MiB.
+    **kwargs: those of `keras.layers.Layer` (name, dtype, ...).
+  """
+
+  _serialize_block = staticmethod(keras.saving.serialize_keras_object)
+  _deserialize_block = staticmethod(keras.saving.deserialize_keras_object)
+
+  def __init__(self, block, **kwargs):
+    _check_backend()
+    super().__init__(block, **kwargs)
+
+
+_FLAVOUR = _fold.Flavour(input=keras.Input, model=keras.Model, conv=LargeConv2D,
+                         depthwise=LargeDepthwiseConv2D)
+FoldReport = _fold.FoldReport
+FoldWarning = _fold.FoldWarning

@@ -6,11 +6,14 @@ layers built on tf_keras itself. Importing this module requires the tf_keras pac
 
 import tf_keras
 
+from tf_largeconv import _fold
 from tf_largeconv import _layer_settings
 from tf_largeconv import ops as _ops
 
+_register = tf_keras.utils.register_keras_serializable(package="tf_largeconv")
 
-@tf_keras.utils.register_keras_serializable(package="tf_largeconv")
+
+@_register
 class LargeConv2D(_layer_settings.LargeConvSettings, tf_keras.layers.Conv2D):
   """`tf_keras.layers.Conv2D` computed by `tf_largeconv.conv2d`.
 
@@ -25,3 +28,47 @@ class LargeConv2D(_layer_settings.LargeConvSettings, tf_keras.layers.Conv2D):
   def convolution_op(self, inputs, kernel):
     return _ops.conv2d(inputs, kernel, list(self.strides), self.padding.upper(),
                        **self._op_kwargs())
+
+
+@_register
+class LargeDepthwiseConv2D(_layer_settings.LargeConvSettings,
+                           tf_keras.layers.DepthwiseConv2D):
+  """`tf_keras.layers.DepthwiseConv2D` computed by `tf_largeconv.depthwise_conv2d`.
+
+  Args: those of `tf_keras.layers.DepthwiseConv2D`, plus `algorithm` and
+  `workspace_limit` (see `tf_largeconv.conv2d`).
+  """
+
+  def __init__(self, kernel_size, algorithm="auto", workspace_limit=None, **kwargs):
+    self._init_settings(algorithm, workspace_limit)
+    super().__init__(kernel_size, **kwargs)
+
+  def call(self, inputs):
+    return self._depthwise_call(inputs, self.depthwise_kernel)
+
+
+_FLAVOUR = _fold.Flavour(input=tf_keras.Input, model=tf_keras.Model, conv=LargeConv2D,
+                         depthwise=LargeDepthwiseConv2D)
+FoldReport = _fold.FoldReport
+FoldWarning = _fold.FoldWarning
+
+
+def fold(block, exact=True, input_size=None, dtype=None, algorithm="auto",
+         workspace_limit=None, name=None):
+  """`tf_largeconv.keras.fold` for a tf_keras block; returns tf_keras Large layers."""
+  return _fold.fold(block, _FLAVOUR, exact=exact, input_size=input_size, dtype=dtype,
+                    algorithm=algorithm, workspace_limit=workspace_limit, name=name)
+
+
+def reparameterize(model, algorithm="auto", workspace_limit=None):
+  """`tf_largeconv.keras.reparameterize` for a tf_keras model."""
+  return _fold.reparameterize(model, _FLAVOUR, algorithm=algorithm,
+                              workspace_limit=workspace_limit)
+
+
+@_register
+class FoldedBlock(_fold.FoldedBlockBase, tf_keras.layers.Layer):
+  """`tf_largeconv.keras.FoldedBlock` for a tf_keras block (see there)."""
+
+  _serialize_block = staticmethod(tf_keras.layers.serialize)
+  _deserialize_block = staticmethod(tf_keras.layers.deserialize)
