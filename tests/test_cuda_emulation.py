@@ -44,7 +44,9 @@ def test_emulated_kernels_match_oracle(rng, case, fmt, dtype, emu):
                           algorithm="fft" if emu == FFT else "direct",
                           dtype=np.dtype(dtype).name)
   fft = planned_fft(plans)
-  assert all((f is not None) == (emu == FFT) for f in fft.values()), plans
+  # A problem without products (an empty operand) has nothing to transform: direct.
+  empty = 0 in x_shape + w_shape + ref.output_shape()
+  assert all((f is not None) == (emu == FFT and not empty) for f in fft.values()), plans
   y = EMULATION.conv2d(xf, wf, s, pad, **kwargs)
   dx = EMULATION.conv2d_backprop_input(list(xf.shape), wf, dy, s, pad, **kwargs)
   dw = EMULATION.conv2d_backprop_filter(xf, list(w_shape), dy, s, pad, **kwargs)

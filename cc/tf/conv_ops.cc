@@ -1,5 +1,6 @@
 // Op registrations for the LargeConv family: the attribute set of core Conv2D, and shape
 // functions that derive every static size from the core ConvGeometry.
+#include <array>
 #include <string>
 
 #include "cc/core/dtypes.h"
@@ -20,15 +21,27 @@ using tensorflow::shape_inference::ShapeHandle;
 absl::Status RequireRank4(InferenceContext* c, ShapeHandle s, const char* name, ShapeHandle* out) {
   if (c->RankKnown(s) && c->Rank(s) != 4) {
     return tensorflow::errors::InvalidArgument(name, " must be a 4-D tensor, got shape ",
-                                               c->DebugString(s));
+                                               c->DebugString(s),
+                                               ". Shape must be rank 4 but is rank ", c->Rank(s));
   }
   return c->WithRank(s, 4, out);
 }
 
-// Output shape of the forward convolution from (possibly partially known) input and filter
-// shapes. Known spatial sizes go through the same WindowOutputSize the kernels use.
+// The sizes of a fully known 4-D shape (false when any is unknown).
+bool KnownShape(InferenceContext* c, ShapeHandle s, std::array<int64_t, 4>* out) {
+  if (!c->RankKnown(s) || c->Rank(s) != 4) return false;
+  for (int i = 0; i < 4; ++i) {
+    if (!c->ValueKnown(c->Dim(s, i))) return false;
+    (*out)[i] = c->Value(c->Dim(s, i));
+  }
+  return true;
+}
+
+// Output shape of the convolution from (possibly partially known) input and filter shapes.
+// Known spatial sizes go through the same WindowOutputSize the kernels use, under the
+// op's rule (geometry.h).
 absl::Status ForwardShape(InferenceContext* c, ShapeHandle input, ShapeHandle filter,
-                          ShapeHandle* out) {
+                          WindowRule rule, ShapeHandle* out) {
   ConvAttrs a;
   TF_RETURN_IF_ERROR(ReadConvAttrs(c, &a));
   const bool nhwc = a.data_format == DataFormat::kNHWC;
@@ -57,8 +70,8 @@ absl::Status ForwardShape(InferenceContext* c, ShapeHandle input, ShapeHandle fi
       before = a.explicit_paddings[2 * dims[k]];
       after = a.explicit_paddings[2 * dims[k] + 1];
     }
-    TF_RETURN_IF_ERROR(ToStatus(
-        WindowOutputSize(in, f, strides[k], dil[k], a.padding, names[k], &before, &after, &size)));
+    TF_RETURN_IF_ERROR(ToStatus(WindowOutputSize(in, f, strides[k], dil[k], a.padding, names[k],
+                                                 &before, &after, &size, rule)));
     spatial[k] = c->MakeDim(size);
   }
   DimensionHandle batch = c->Dim(input, 0), depth = c->Dim(filter, 3);
@@ -71,31 +84,79 @@ absl::Status Conv2DShapeFn(InferenceContext* c) {
   ShapeHandle input, filter, out;
   TF_RETURN_IF_ERROR(RequireRank4(c, c->input(0), "input", &input));
   TF_RETURN_IF_ERROR(RequireRank4(c, c->input(1), "filter", &filter));
-  TF_RETURN_IF_ERROR(ForwardShape(c, input, filter, &out));
+  TF_RETURN_IF_ERROR(ForwardShape(c, input, filter, WindowRule::kMustFit, &out));
   c->set_output(0, out);
   return absl::OkStatus();
 }
 
-// Backprop ops: the result's shape is the sizes tensor; out_backprop must match the shape
-// the forward pass would produce.
-absl::Status BackpropShapeFn(InferenceContext* c, int sizes_index, bool sizes_are_input) {
-  ShapeHandle sizes_vec, result;
-  TF_RETURN_IF_ERROR(c->WithRank(c->input(sizes_index), 1, &sizes_vec));
-  if (c->ValueKnown(c->Dim(sizes_vec, 0)) && c->Value(c->Dim(sizes_vec, 0)) != 4) {
-    return tensorflow::errors::InvalidArgument(sizes_are_input ? "input_sizes" : "filter_sizes",
-                                               " must have 4 elements, got ",
-                                               c->Value(c->Dim(sizes_vec, 0)));
+// The shape Conv2DBackpropInput's input_sizes describe: itself when it has 4 sizes, and
+// when it has 2 (height and width), the batch of out_backprop and the depth of the filter's
+// dimension 2 around them, as the kernel takes them.
+absl::Status InputSizesShape(InferenceContext* c, ShapeHandle dy, ShapeHandle* out) {
+  ShapeHandle sizes_vec;
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 1, &sizes_vec));
+  const DimensionHandle count = c->Dim(sizes_vec, 0);
+  if (c->ValueKnown(count) && c->Value(count) != 4 && c->Value(count) != 2) {
+    return tensorflow::errors::InvalidArgument(
+        "input_sizes must be a vector of 4 sizes (or 2: height and width), got ", c->Value(count),
+        ". Conv2DBackpropInput requires input_sizes to contain 4 values or 2 values, but got: ",
+        c->Value(count));
   }
-  TF_RETURN_IF_ERROR(c->MakeShapeFromShapeTensor(sizes_index, &result));
-  TF_RETURN_IF_ERROR(c->WithRank(result, 4, &result));
-  ShapeHandle input = sizes_are_input ? result : c->input(0);
-  ShapeHandle filter = sizes_are_input ? c->input(1) : result;
+  if (!c->ValueKnown(count) || c->Value(count) == 4) {
+    TF_RETURN_IF_ERROR(c->MakeShapeFromShapeTensor(0, out));
+    return c->WithRank(*out, 4, out);
+  }
+  ShapeHandle spatial, filter;
+  TF_RETURN_IF_ERROR(c->MakeShapeFromShapeTensor(0, &spatial));
+  TF_RETURN_IF_ERROR(c->WithRank(spatial, 2, &spatial));
+  TF_RETURN_IF_ERROR(RequireRank4(c, c->input(1), "filter", &filter));
+  ConvAttrs a;
+  TF_RETURN_IF_ERROR(ReadConvAttrs(c, &a));
+  const DimensionHandle n = c->Dim(dy, 0), h = c->Dim(spatial, 0), w = c->Dim(spatial, 1),
+                        depth = c->Dim(filter, 2);
+  *out = a.data_format == DataFormat::kNHWC ? c->MakeShape({n, h, w, depth})
+                                            : c->MakeShape({n, depth, h, w});
+  return absl::OkStatus();
+}
+
+// Backprop ops: the result's shape is the sizes tensor's; out_backprop must match the
+// shape the forward pass would produce (under the backprop ops' window rule).
+absl::Status BackpropShapeFn(InferenceContext* c, ConvTensor result_of) {
+  const bool input_sizes = result_of == ConvTensor::kInput;
+  ShapeHandle dy, result;
+  TF_RETURN_IF_ERROR(RequireRank4(c, c->input(2), "out_backprop", &dy));
+  if (input_sizes) {
+    TF_RETURN_IF_ERROR(InputSizesShape(c, dy, &result));
+  } else {
+    ShapeHandle sizes_vec;
+    TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, &sizes_vec));
+    if (c->ValueKnown(c->Dim(sizes_vec, 0)) && c->Value(c->Dim(sizes_vec, 0)) != 4) {
+      return tensorflow::errors::InvalidArgument("filter_sizes must be a vector of 4 sizes, got ",
+                                                 c->Value(c->Dim(sizes_vec, 0)),
+                                                 ". filter must be 4-dimensional");
+    }
+    TF_RETURN_IF_ERROR(c->MakeShapeFromShapeTensor(1, &result));
+    TF_RETURN_IF_ERROR(c->WithRank(result, 4, &result));
+  }
+  ShapeHandle input = input_sizes ? result : c->input(0);
+  ShapeHandle filter = input_sizes ? c->input(1) : result;
   TF_RETURN_IF_ERROR(RequireRank4(c, input, "input", &input));
   TF_RETURN_IF_ERROR(RequireRank4(c, filter, "filter", &filter));
-  ShapeHandle dy, expected, merged;
-  TF_RETURN_IF_ERROR(RequireRank4(c, c->input(2), "out_backprop", &dy));
-  TF_RETURN_IF_ERROR(ForwardShape(c, input, filter, &expected));
+  ShapeHandle expected, merged;
+  TF_RETURN_IF_ERROR(ForwardShape(c, input, filter, WindowRule::kTruncated, &expected));
   if (!c->Merge(dy, expected, &merged).ok()) {
+    // With both shapes known, the kernels' own message (TensorFlow's words included).
+    std::array<int64_t, 4> in_shape, f_shape, dy_shape;
+    ConvAttrs a;
+    ConvGeometry g;
+    if (KnownShape(c, input, &in_shape) && KnownShape(c, filter, &f_shape) &&
+        ReadConvAttrs(c, &a).ok() &&
+        MakeGeometry(a, in_shape, f_shape, &g, WindowRule::kTruncated).ok()) {
+      for (int i = 0; i < 4; ++i) {
+        dy_shape[i] = c->ValueKnown(c->Dim(dy, i)) ? c->Value(c->Dim(dy, i)) : int64_t{-1};
+      }
+      return ToStatus(CheckOutBackprop(g, dy_shape));
+    }
     return tensorflow::errors::InvalidArgument("out_backprop has shape ", c->DebugString(dy),
                                                " but the convolution produces ",
                                                c->DebugString(expected));
@@ -156,7 +217,7 @@ REGISTER_OP("LargeConv>Conv2DBackpropInput")
     .Output("output: T")
     .LARGECONV_COMMON_ATTRS
     .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
-      return largeconv::BackpropShapeFn(c, 0, true);
+      return largeconv::BackpropShapeFn(c, largeconv::ConvTensor::kInput);
     })
     .Doc("Gradient of LargeConv>Conv2D with respect to its input.");
 
@@ -167,6 +228,6 @@ REGISTER_OP("LargeConv>Conv2DBackpropFilter")
     .Output("output: T")
     .LARGECONV_COMMON_ATTRS
     .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
-      return largeconv::BackpropShapeFn(c, 1, false);
+      return largeconv::BackpropShapeFn(c, largeconv::ConvTensor::kFilter);
     })
     .Doc("Gradient of LargeConv>Conv2D with respect to its filter.");
