@@ -313,7 +313,9 @@ Status CheckOutBackprop(const ConvGeometry& g, const std::array<int64_t, 4>& out
   const std::array<int64_t, 4> want = g.output_shape();
   int h, w, c;
   SpatialIndices(g.data_format, &h, &w, &c);
-  const auto differs = [&](int i) { return out_backprop[i] >= 0 && out_backprop[i] != want[i]; };
+  const auto differs = [&](int i) {
+    return out_backprop[i] >= 0 && want[i] >= 0 && out_backprop[i] != want[i];
+  };
   std::string tf;
   if (differs(0)) {
     tf = "input and out_backprop must have the same batch size. Input batch: " +

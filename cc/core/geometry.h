@@ -99,11 +99,11 @@ struct ConvGeometry {
   }
   // Multiply-adds of one forward pass.
   double macs() const;
-  // No products at all (an operand or the result has no elements): every pass's result is
-  // zeros (or empty), and there is nothing to transform.
+  // No products but with padding at most (an operand or the result has no elements): every
+  // pass's result is zeros (or empty), and there is nothing to transform.
   bool no_products() const {
-    return batch == 0 || out_h == 0 || out_w == 0 || out_c == 0 || filter_h == 0 || filter_w == 0 ||
-           filter_in_c == 0;
+    return batch == 0 || in_h == 0 || in_w == 0 || out_h == 0 || out_w == 0 || out_c == 0 ||
+           filter_h == 0 || filter_w == 0 || filter_in_c == 0;
   }
   PassChannels channels(ConvPass pass) const {
     const int64_t in_g = in_c_per_group(), out_g = out_c_per_group();
@@ -134,7 +134,8 @@ inline WindowRule WindowRuleOf(ConvPass pass) {
 
 // The backprop ops' check that out_backprop has the shape the convolution produces. The
 // error gives both shapes and then, in TensorFlow's words, the first dimension that
-// differs (batch, depth, then height and width). Sizes < 0 are unknown and match.
+// differs (batch, depth, then height and width). Sizes < 0 are unknown and match: those of
+// out_backprop, and those of a geometry the shape functions fill from partly known shapes.
 Status CheckOutBackprop(const ConvGeometry& g, const std::array<int64_t, 4>& out_backprop);
 
 }  // namespace largeconv

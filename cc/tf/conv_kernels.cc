@@ -75,15 +75,8 @@ ParallelFor PoolFor(OpKernelContext* ctx) {
   };
 }
 
-// Our message naming the tensor, then TensorFlow's kernels' own words for a convolution
-// operand of the wrong rank.
 absl::Status ShapeOf(const Tensor& t, const char* name, std::array<int64_t, 4>* out) {
-  if (t.dims() != 4) {
-    const std::string shape = t.shape().DebugString();
-    return tensorflow::errors::InvalidArgument(name, " must be a 4-D tensor, got shape ", shape,
-                                               ". convolution ", name,
-                                               " must be 4-dimensional: ", shape);
-  }
+  if (t.dims() != 4) return NotRank4(name, t.shape().DebugString(), t.dims());
   for (int i = 0; i < 4; ++i) (*out)[i] = t.dim_size(i);
   return absl::OkStatus();
 }
@@ -93,29 +86,14 @@ absl::Status ShapeOf(const Tensor& t, const char* name, std::array<int64_t, 4>* 
 // the height and width alone, as TensorFlow's Conv2DBackpropInput accepts).
 absl::Status SizesOf(const Tensor& t, const char* name, const char* op, bool spatial_ok,
                      std::vector<int64_t>* out) {
-  const std::string shape = t.shape().DebugString();
-  if (t.dims() != 1) {
-    return tensorflow::errors::InvalidArgument(name, " must be a vector, got shape ", shape, ". ",
-                                               op, ": ", name, " input must be 1-dim, not ",
-                                               t.dims());
-  }
+  if (t.dims() != 1) return SizesNotVector(name, op, t.shape().DebugString(), t.dims());
   if (t.NumElements() != 4 && !(spatial_ok && t.NumElements() == 2)) {
-    if (!spatial_ok) {
-      return tensorflow::errors::InvalidArgument(name, " must be a vector of 4 sizes, got shape ",
-                                                 shape, ". filter must be 4-dimensional");
-    }
-    return tensorflow::errors::InvalidArgument(
-        name, " must be a vector of 4 sizes (or 2: height and width), got shape ", shape, ". ", op,
-        " requires ", name, " to contain 4 values or 2 values, but got: ", t.NumElements());
+    return WrongSizesCount(name, op, spatial_ok, t.NumElements());
   }
   auto v = t.vec<int32_t>();
   out->clear();
   for (int i = 0; i < t.NumElements(); ++i) {
-    if (v(i) < 0) {
-      return tensorflow::errors::InvalidArgument(name, " must be non-negative, got ",
-                                                 t.DebugString(), ". Dimension ", v(i),
-                                                 " must be >= 0");
-    }
+    if (v(i) < 0) return NegativeSize(name, v(i));
     out->push_back(v(i));
   }
   return absl::OkStatus();

@@ -19,22 +19,31 @@ using tensorflow::shape_inference::InferenceContext;
 using tensorflow::shape_inference::ShapeHandle;
 
 absl::Status RequireRank4(InferenceContext* c, ShapeHandle s, const char* name, ShapeHandle* out) {
-  if (c->RankKnown(s) && c->Rank(s) != 4) {
-    return tensorflow::errors::InvalidArgument(name, " must be a 4-D tensor, got shape ",
-                                               c->DebugString(s),
-                                               ". Shape must be rank 4 but is rank ", c->Rank(s));
-  }
+  if (c->RankKnown(s) && c->Rank(s) != 4) return NotRank4(name, c->DebugString(s), c->Rank(s));
   return c->WithRank(s, 4, out);
 }
 
-// The sizes of a fully known 4-D shape (false when any is unknown).
-bool KnownShape(InferenceContext* c, ShapeHandle s, std::array<int64_t, 4>* out) {
-  if (!c->RankKnown(s) || c->Rank(s) != 4) return false;
-  for (int i = 0; i < 4; ++i) {
-    if (!c->ValueKnown(c->Dim(s, i))) return false;
-    (*out)[i] = c->Value(c->Dim(s, i));
+// input_sizes or filter_sizes (input `index` of the backprop op `op`): a vector of 4 sizes
+// (or 2, `spatial_ok`) as far as known while tracing, in the kernels' words. A negative size
+// is shape inference's to report (MakeShapeFromShapeTensor), in its own words, as in TF.
+absl::Status SizesVector(InferenceContext* c, int index, const char* name, const char* op,
+                         bool spatial_ok, int64_t* count) {
+  const ShapeHandle s = c->input(index);
+  if (c->RankKnown(s) && c->Rank(s) != 1) {
+    return SizesNotVector(name, op, c->DebugString(s), c->Rank(s));
   }
-  return true;
+  ShapeHandle vec;
+  TF_RETURN_IF_ERROR(c->WithRank(s, 1, &vec));
+  *count = c->ValueKnown(c->Dim(vec, 0)) ? c->Value(c->Dim(vec, 0)) : int64_t{-1};
+  if (*count >= 0 && *count != 4 && !(spatial_ok && *count == 2)) {
+    return WrongSizesCount(name, op, spatial_ok, *count);
+  }
+  return absl::OkStatus();
+}
+
+// Size `i` of a shape, -1 where unknown.
+int64_t SizeOr(InferenceContext* c, ShapeHandle s, int i) {
+  return c->ValueKnown(c->Dim(s, i)) ? c->Value(c->Dim(s, i)) : int64_t{-1};
 }
 
 // Output shape of the convolution from (possibly partially known) input and filter shapes.
@@ -46,9 +55,7 @@ absl::Status ForwardShape(InferenceContext* c, ShapeHandle input, ShapeHandle fi
   TF_RETURN_IF_ERROR(ReadConvAttrs(c, &a));
   const bool nhwc = a.data_format == DataFormat::kNHWC;
   const int hi = nhwc ? 1 : 2, wi = nhwc ? 2 : 3, ci = nhwc ? 3 : 1;
-  auto value = [&](ShapeHandle s, int i) {
-    return c->ValueKnown(c->Dim(s, i)) ? c->Value(c->Dim(s, i)) : int64_t{-1};
-  };
+  auto value = [&](ShapeHandle s, int i) { return SizeOr(c, s, i); };
   const int64_t in_c = value(input, ci), f_in = value(filter, 2), f_out = value(filter, 3);
   if (in_c >= 0 && f_in >= 0) {
     int64_t groups;
@@ -93,16 +100,10 @@ absl::Status Conv2DShapeFn(InferenceContext* c) {
 // when it has 2 (height and width), the batch of out_backprop and the depth of the filter's
 // dimension 2 around them, as the kernel takes them.
 absl::Status InputSizesShape(InferenceContext* c, ShapeHandle dy, ShapeHandle* out) {
-  ShapeHandle sizes_vec;
-  TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 1, &sizes_vec));
-  const DimensionHandle count = c->Dim(sizes_vec, 0);
-  if (c->ValueKnown(count) && c->Value(count) != 4 && c->Value(count) != 2) {
-    return tensorflow::errors::InvalidArgument(
-        "input_sizes must be a vector of 4 sizes (or 2: height and width), got ", c->Value(count),
-        ". Conv2DBackpropInput requires input_sizes to contain 4 values or 2 values, but got: ",
-        c->Value(count));
-  }
-  if (!c->ValueKnown(count) || c->Value(count) == 4) {
+  int64_t count;
+  TF_RETURN_IF_ERROR(
+      SizesVector(c, 0, "input_sizes", "Conv2DBackpropInput", /*spatial_ok=*/true, &count));
+  if (count != 2) {
     TF_RETURN_IF_ERROR(c->MakeShapeFromShapeTensor(0, out));
     return c->WithRank(*out, 4, out);
   }
@@ -128,13 +129,9 @@ absl::Status BackpropShapeFn(InferenceContext* c, ConvTensor result_of) {
   if (input_sizes) {
     TF_RETURN_IF_ERROR(InputSizesShape(c, dy, &result));
   } else {
-    ShapeHandle sizes_vec;
-    TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, &sizes_vec));
-    if (c->ValueKnown(c->Dim(sizes_vec, 0)) && c->Value(c->Dim(sizes_vec, 0)) != 4) {
-      return tensorflow::errors::InvalidArgument("filter_sizes must be a vector of 4 sizes, got ",
-                                                 c->Value(c->Dim(sizes_vec, 0)),
-                                                 ". filter must be 4-dimensional");
-    }
+    int64_t count;
+    TF_RETURN_IF_ERROR(
+        SizesVector(c, 1, "filter_sizes", "Conv2DBackpropFilter", /*spatial_ok=*/false, &count));
     TF_RETURN_IF_ERROR(c->MakeShapeFromShapeTensor(1, &result));
     TF_RETURN_IF_ERROR(c->WithRank(result, 4, &result));
   }
@@ -145,18 +142,28 @@ absl::Status BackpropShapeFn(InferenceContext* c, ConvTensor result_of) {
   ShapeHandle expected, merged;
   TF_RETURN_IF_ERROR(ForwardShape(c, input, filter, WindowRule::kTruncated, &expected));
   if (!c->Merge(dy, expected, &merged).ok()) {
-    // With both shapes known, the kernels' own message (TensorFlow's words included).
-    std::array<int64_t, 4> in_shape, f_shape, dy_shape;
+    // The kernels' message, from what is known (unknown sizes are -1 and match anything).
     ConvAttrs a;
+    TF_RETURN_IF_ERROR(ReadConvAttrs(c, &a));
+    const bool nhwc = a.data_format == DataFormat::kNHWC;
+    const int hi = nhwc ? 1 : 2, wi = nhwc ? 2 : 3;
     ConvGeometry g;
-    if (KnownShape(c, input, &in_shape) && KnownShape(c, filter, &f_shape) &&
-        ReadConvAttrs(c, &a).ok() &&
-        MakeGeometry(a, in_shape, f_shape, &g, WindowRule::kTruncated).ok()) {
-      for (int i = 0; i < 4; ++i) {
-        dy_shape[i] = c->ValueKnown(c->Dim(dy, i)) ? c->Value(c->Dim(dy, i)) : int64_t{-1};
-      }
-      return ToStatus(CheckOutBackprop(g, dy_shape));
-    }
+    g.data_format = a.data_format;
+    g.batch = SizeOr(c, input, 0);
+    g.in_h = SizeOr(c, input, hi);
+    g.in_w = SizeOr(c, input, wi);
+    g.filter_h = SizeOr(c, filter, 0);
+    g.filter_w = SizeOr(c, filter, 1);
+    g.out_c = SizeOr(c, filter, 3);
+    g.stride_h = a.strides[hi];
+    g.stride_w = a.strides[wi];
+    g.dilation_h = a.dilations[hi];
+    g.dilation_w = a.dilations[wi];
+    g.out_h = SizeOr(c, expected, hi);
+    g.out_w = SizeOr(c, expected, wi);
+    std::array<int64_t, 4> dy_shape;
+    for (int i = 0; i < 4; ++i) dy_shape[i] = SizeOr(c, dy, i);
+    TF_RETURN_IF_ERROR(ToStatus(CheckOutBackprop(g, dy_shape)));
     return tensorflow::errors::InvalidArgument("out_backprop has shape ", c->DebugString(dy),
                                                " but the convolution produces ",
                                                c->DebugString(expected));
