@@ -1,6 +1,9 @@
 """Independent float64 numpy oracle for Conv2D and its gradients (grouped, strided,
 dilated, any padding, NHWC/NCHW). Written from the definition, sharing no code with the
-package, so it can check the package's geometry as well as its arithmetic."""
+package, so it can check the package's geometry as well as its arithmetic. With
+dtype=np.int64 it is the exact oracle of int32 convolutions: int64 arithmetic wraps modulo
+2^64, so the result cast to int32 is the exact sum modulo 2^32, as TensorFlow's int32
+kernel gives it."""
 
 import numpy as np
 
@@ -33,8 +36,9 @@ class Conv:
   """One convolution problem: x/w/dy in float64, spatial strides/dilations as pairs."""
 
   def __init__(self, x_shape, w_shape, strides=(1, 1), padding="VALID", dilations=(1, 1),
-               data_format="NHWC"):
+               data_format="NHWC", dtype=np.float64):
     self.fmt = data_format
+    self.dtype = dtype
     xs = x_shape if data_format == "NHWC" else (x_shape[0], x_shape[2], x_shape[3], x_shape[1])
     self.n, self.h, self.w, self.c = xs
     self.kh, self.kw, self.ci, self.co = w_shape
@@ -74,10 +78,10 @@ class Conv:
     return s if self.fmt == "NHWC" else (s[0], s[3], s[1], s[2])
 
   def forward(self, x, w):
-    x = _nhwc(np.asarray(x, np.float64), self.fmt)
-    w = np.asarray(w, np.float64)
+    x = _nhwc(np.asarray(x, self.dtype), self.fmt)
+    w = np.asarray(w, self.dtype)
     xp = np.pad(x, ((0, 0), (self.pt, self.pb), (self.pl, self.pr), (0, 0)))
-    y = np.zeros((self.n, self.oh, self.ow, self.co))
+    y = np.zeros((self.n, self.oh, self.ow, self.co), self.dtype)
     for kh in range(self.kh):
       for kw in range(self.kw):
         hs, ws = self._window(kh, kw)
@@ -87,9 +91,10 @@ class Conv:
     return _back(y, self.fmt)
 
   def backprop_input(self, w, dy):
-    w = np.asarray(w, np.float64)
-    dy = _nhwc(np.asarray(dy, np.float64), self.fmt)
-    dxp = np.zeros((self.n, self.h + self.pt + self.pb, self.w + self.pl + self.pr, self.c))
+    w = np.asarray(w, self.dtype)
+    dy = _nhwc(np.asarray(dy, self.dtype), self.fmt)
+    dxp = np.zeros((self.n, self.h + self.pt + self.pb, self.w + self.pl + self.pr, self.c),
+                   self.dtype)
     for kh in range(self.kh):
       for kw in range(self.kw):
         hs, ws = self._window(kh, kw)
@@ -99,10 +104,10 @@ class Conv:
     return _back(dx, self.fmt)
 
   def backprop_filter(self, x, dy):
-    x = _nhwc(np.asarray(x, np.float64), self.fmt)
-    dy = _nhwc(np.asarray(dy, np.float64), self.fmt)
+    x = _nhwc(np.asarray(x, self.dtype), self.fmt)
+    dy = _nhwc(np.asarray(dy, self.dtype), self.fmt)
     xp = np.pad(x, ((0, 0), (self.pt, self.pb), (self.pl, self.pr), (0, 0)))
-    dw = np.zeros((self.kh, self.kw, self.ci, self.co))
+    dw = np.zeros((self.kh, self.kw, self.ci, self.co), self.dtype)
     for kh in range(self.kh):
       for kw in range(self.kw):
         hs, ws = self._window(kh, kw)

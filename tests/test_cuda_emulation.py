@@ -44,7 +44,9 @@ def test_emulated_kernels_match_oracle(rng, case, fmt, dtype, emu):
                           algorithm="fft" if emu == FFT else "direct",
                           dtype=np.dtype(dtype).name)
   fft = planned_fft(plans)
-  assert all((f is not None) == (emu == FFT) for f in fft.values()), plans
+  # A problem without products (an empty operand) has nothing to transform: direct.
+  empty = 0 in x_shape + w_shape + ref.output_shape()
+  assert all((f is not None) == (emu == FFT and not empty) for f in fft.values()), plans
   y = EMULATION.conv2d(xf, wf, s, pad, **kwargs)
   dx = EMULATION.conv2d_backprop_input(list(xf.shape), wf, dy, s, pad, **kwargs)
   dw = EMULATION.conv2d_backprop_filter(xf, list(w_shape), dy, s, pad, **kwargs)
@@ -62,6 +64,31 @@ def test_backprop_filter_slicing_is_exact_under_any_limit(rng, limit):
   dw = EMULATION.conv2d_backprop_filter(x, list(w_shape), dy, [1, 1, 1, 1], "SAME", algorithm=EMU,
                                     workspace_limit=limit)
   ref.check("backprop_filter", dw, x, dy, "float64")
+
+
+# (input, filter, out_backprop, strides) of VALID convolutions whose gradients TF's backprop
+# kernels give as zeros: an out_backprop emptied by a filter larger than the input, a
+# filter without taps, an empty batch.
+DEGENERATE = [
+    ((1, 4, 4, 2), (5, 1, 2, 3), (1, 0, 4, 3), [1, 1, 1, 1]),
+    ((1, 2, 4, 2), (5, 1, 2, 3), (1, 0, 4, 3), [1, 2, 1, 1]),
+    ((1, 2, 3, 1), (0, 2, 1, 2), (1, 3, 2, 2), [1, 1, 1, 1]),
+    ((0, 5, 5, 2), (3, 3, 2, 2), (0, 3, 3, 2), [1, 1, 1, 1]),
+]
+
+
+@pytest.mark.parametrize("emu", [EMU, FFT, AUTO])
+@pytest.mark.parametrize("x_shape,w_shape,dy_shape,strides", DEGENERATE)
+def test_degenerate_gradients_are_zeros(x_shape, w_shape, dy_shape, strides, emu):
+  """The GPU path (emulated) and the CPU's give these gradients as zeros, whatever the
+  algorithm asked: a pass without products clears its result (RunCudaPass, RunPass)
+  instead of running kernels that assume taps."""
+  x, w, dy = (np.ones(s, np.float32) for s in (x_shape, w_shape, dy_shape))
+  for module in (EMULATION, _core):
+    dx = module.conv2d_backprop_input(list(x_shape), w, dy, strides, "VALID", algorithm=emu)
+    dw = module.conv2d_backprop_filter(x, list(w_shape), dy, strides, "VALID", algorithm=emu)
+    np.testing.assert_array_equal(dx, np.zeros(x_shape, np.float32))
+    np.testing.assert_array_equal(dw, np.zeros(w_shape, np.float32))
 
 
 def _seed_operands(rng):
@@ -192,6 +219,10 @@ def test_cuda_module_loads_and_plans_without_a_device():
     assert "LARGECONV_CUFFT" in info["status"] and info["version"] == 0
   else:  # a cuFFT was found: all its entry points bound, and it reports its version
     assert info["version"] > 0 and "libcufft" in info["path"]
+  # The CUDA kernels take the floating half of the dtype list only; int32 is the CPU's.
+  assert "int32" in _core.DTYPES and set(_cuda.DTYPES) == set(_core.DTYPES) - {"int32"}
+  with pytest.raises(ValueError, match="dtype must be one of float16, .*float64, got 'int32'"):
+    _core.cuda_plan([1, 9, 9, 1], [3, 3, 1, 1], [1, 1, 1, 1], "SAME", dtype="int32")
   if _cuda.device_count() > 0:
     pytest.skip("a device is present: tests/gpu covers it")
   plans = _cuda.plan([200, 321, 481, 1], [135, 135, 1, 3], [1, 1, 1, 1], "VALID")

@@ -102,6 +102,26 @@ def test_core_forward_equals_tf_op(rng):
     assert ours64.dtype == np.float64
 
 
+def test_core_int32_equals_tf_op(rng):
+  """_core's int32 kernels (exact) are the op's; its planner gives int32 no FFT."""
+  x = rng.integers(-2**31, 2**31, (2, 9, 8, 3)).astype(np.int32)
+  w = rng.integers(-2**31, 2**31, (4, 3, 3, 5)).astype(np.int32)
+  dy = rng.integers(-2**31, 2**31, (2, 9, 8, 5)).astype(np.int32)
+  args = ([1, 1, 1, 1], "SAME")
+  for ours, theirs in (
+      (_core.conv2d(x, w, *args), lc.conv2d(x, w, 1, "SAME")),
+      (_core.conv2d_backprop_input([2, 9, 8, 3], w, dy, *args),
+       lc.conv2d_backprop_input([2, 9, 8, 3], w, dy, 1, "SAME")),
+      (_core.conv2d_backprop_filter(x, [4, 3, 3, 5], dy, *args),
+       lc.conv2d_backprop_filter(x, [4, 3, 3, 5], dy, 1, "SAME"))):
+    assert ours.dtype == np.int32
+    np.testing.assert_array_equal(ours, theirs.numpy())
+  assert all(p["algorithm"] == "direct" for p in _core.plan([2, 64, 64, 3], [31, 31, 3, 5],
+                                                              *args, dtype="int32"))
+  with pytest.raises(ValueError, match="algorithm='fft' cannot compute integer dtypes"):
+    _core.conv2d(x, w, *args, algorithm="fft")
+
+
 def test_core_backprops_equal_tf_ops(rng):
   x = rng.standard_normal((2, 11, 10, 4))
   w = rng.standard_normal((3, 3, 2, 6))

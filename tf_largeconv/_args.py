@@ -13,8 +13,14 @@ from tf_largeconv import _loader
 
 # The dtypes the LargeConv ops are registered for, in the order error messages list them:
 # the C++ list (cc/core/dtypes.h) that every kernel and registration is expanded from.
+# Its integer types are summed exactly, by the direct kernels only.
 DTYPES = tuple(tf.as_dtype(name) for name in _loader.core().DTYPES)
-_DTYPE_NAMES = ", ".join(d.name for d in DTYPES[:-1]) + " or " + DTYPES[-1].name
+# The floating ones: what tf.nn.depthwise_conv2d takes, and what the FFT computes.
+FLOAT_DTYPES = tuple(d for d in DTYPES if d.is_floating)
+
+
+def _names(dtypes):
+  return ", ".join(d.name for d in dtypes[:-1]) + " or " + dtypes[-1].name
 
 # 'auto', 'direct', 'fft', 'tf': the C++ vocabulary's list (cc/core/vocabulary.h).
 ALGORITHMS = tuple(_loader.core().ALGORITHMS)
@@ -23,6 +29,12 @@ ALGORITHMS = tuple(_loader.core().ALGORITHMS)
 def channel_index(data_format):
   """The position of the depth dimension in a 4-D tensor of this (normalised) layout."""
   return 1 if data_format == "NCHW" else 3
+
+
+def channel_axis_from_end(data_format):
+  """The depth dimension's position counted from the end (negative), which holds for
+  inputs with extra leading batch dimensions too (batch_shape + [H, W, C] or + [C, H, W])."""
+  return channel_index(data_format) - 4
 
 
 def normalize_data_format(data_format):
@@ -59,8 +71,10 @@ def normalize_window(value, name, data_format):
   if len(values) == 1:
     values = values * 2
   elif len(values) != 2:
+    # tf.nn.conv2d's own words.
     raise ValueError(
-        f"{name} must have length 1, 2 or 4, got {name}={value!r} of length {len(values)}")
+        f"{name} should be of length 1, 2 or 4. Received: {name}={values} of length "
+        f"{len(values)}")
   if channel_index(data_format) == 1:
     return [1, 1] + values
   return [1] + values + [1]
@@ -77,30 +91,33 @@ def normalize_padding(padding):
   `padding` is 'SAME' or 'VALID' (any case), or a list of four [before, after] pairs in
   data_format order (explicit padding), as in tf.nn.conv2d.
   """
+  # The messages of malformed padding are tf.nn.conv2d's own.
   if isinstance(padding, str):
     upper = padding.upper()
     if upper in ("SAME", "VALID"):
       return upper, []
     if upper == "EXPLICIT":
-      raise ValueError("padding='EXPLICIT' is not accepted directly: pass padding as a list "
-                       "of four [before, after] pairs instead")
+      raise ValueError("'EXPLICIT' is not a valid value for `padding`. To use explicit "
+                       "padding, `padding` must be a list.")
     raise ValueError(
         f"padding must be 'SAME', 'VALID' or a list of four [before, after] pairs, "
         f"got padding={padding!r}")
   if isinstance(padding, (list, tuple)):
-    if len(padding) != 4:
-      raise ValueError(
-          f"padding as a list must have 4 [before, after] pairs (one per dimension), got "
-          f"padding={padding!r} of length {len(padding)}")
     flat = []
-    for pair in padding:
+    for i, pair in enumerate(padding):
       if not isinstance(pair, (list, tuple)) or len(pair) != 2:
-        raise ValueError(
-            f"each entry of padding must be a [before, after] pair, got padding={padding!r}")
+        what = (f"of size {len(pair)}" if isinstance(pair, (list, tuple))
+                else f"of type {type(pair)}")
+        raise ValueError("When `padding` is a list, each element of `padding` must be a "
+                         f"list/tuple of size 2. Received: padding={padding} with element at "
+                         f"index {i} {what}")
       for p in pair:
         if not isinstance(p, numbers.Integral) or isinstance(p, bool):
           raise ValueError(f"padding must contain only ints, got padding={padding!r}")
         flat.append(int(p))
+    if len(padding) != 4:
+      raise ValueError(f"When padding is a list, it must be of size 4. Received: "
+                       f"padding={padding} of size {len(padding)}")
     return "EXPLICIT", flat
   raise ValueError(
       f"padding must be 'SAME', 'VALID' or a list of four [before, after] pairs, got "
@@ -151,8 +168,26 @@ def normalize_dtype(dtype):
   """
   dtype = tf.as_dtype(dtype)
   if dtype not in DTYPES:
-    raise ValueError(f"dtype must be {_DTYPE_NAMES}, got {dtype.name}")
+    raise ValueError(f"dtype must be {_names(DTYPES)}, got {dtype.name}")
   return dtype
+
+
+def check_dtype(name, dtype, allowed=DTYPES):
+  """Raises TypeError naming `name` unless `dtype` is in `allowed`, followed by TensorFlow's
+  own message for an op input of a dtype outside its list."""
+  if dtype not in allowed:
+    raise TypeError(
+        f"{name} must have dtype {_names(allowed)}, got {dtype.name}. Value passed to "
+        f"parameter '{name}' has DataType {dtype.name} not in list of allowed values: "
+        f"{', '.join(d.name for d in allowed)}")
+
+
+def check_algorithm(algorithm, dtype):
+  """Raises ValueError where `algorithm` cannot compute `dtype`: integers are summed
+  exactly, which only the direct kernels do."""
+  if algorithm == "fft" and dtype.is_integer:
+    raise ValueError(f"algorithm='fft' cannot compute {dtype.name} exactly: integer "
+                     "convolutions run the direct kernels; use algorithm='direct' or 'auto'")
 
 
 def as_tensors(input, filters):  # pylint: disable=redefined-builtin
@@ -170,8 +205,7 @@ def as_tensors(input, filters):  # pylint: disable=redefined-builtin
     filters = tf.convert_to_tensor(filters, name="filters")
   else:
     filters = tf.convert_to_tensor(filters, dtype=dtype, name="filters")
-  if dtype not in DTYPES:
-    raise TypeError(f"input must have dtype {_DTYPE_NAMES}, got {dtype.name}")
+  check_dtype("input", dtype)
   if filters.dtype != dtype:
     raise TypeError(f"filters must have the same dtype as input ({dtype.name}), got "
                     f"{filters.dtype.name}")

@@ -11,6 +11,41 @@ from tf_largeconv import _loader
 from tf_largeconv import planning
 
 
+def _known(static, dynamic):
+  """The sizes of `static` (a TensorShape) as a list where all are known, else `dynamic`."""
+  return static.as_list() if static.is_fully_defined() else dynamic
+
+
+def _joined(*parts):
+  """Shape parts (lists or int32 tensors) as one list, or one tensor if any is a tensor."""
+  if all(isinstance(p, list) for p in parts):
+    return sum(parts, [])
+  return tf.concat(parts, 0)
+
+
+def _merge_batch_dims(input, op):  # pylint: disable=redefined-builtin
+  """Runs `op` on `input` with its batch dimensions merged into one.
+
+  tf.nn.conv2d takes inputs of rank >= 4: batch_shape + 3 inner dimensions ([H, W, C] in
+  NHWC, [C, H, W] in NCHW). The batch dimensions are merged by a reshape (no copy, and its
+  gradient is a reshape too), and split again in `op`'s result. Inputs of rank 4 or of
+  unknown rank go to `op` as they are.
+  """
+  rank = input.shape.rank
+  if rank is None or rank <= 4:
+    return op(input)
+  batch_shape = input.shape[:-3]
+  batch = _known(batch_shape, tf.shape(input)[:-3])
+  # The merged size is given, never -1, which a reshape cannot infer for empty inputs.
+  merged = [batch_shape.num_elements()] if isinstance(batch, list) else [tf.reduce_prod(batch)]
+  inner = _known(input.shape[-3:], tf.shape(input)[-3:])
+  output = op(tf.reshape(input, _joined(merged, inner)))
+  out_inner = _known(output.shape[1:], tf.shape(output)[1:])
+  result = tf.reshape(output, _joined(batch, out_inner))
+  result.set_shape(batch_shape.concatenate(output.shape[1:]))
+  return result
+
+
 def conv2d(input, filters, strides, padding, data_format="NHWC", dilations=None,  # pylint: disable=redefined-builtin
            name=None, algorithm="auto", workspace_limit=None):
   """Computes a 2-D convolution with tf.nn.conv2d's semantics, lean for large filters.
@@ -20,7 +55,11 @@ def conv2d(input, filters, strides, padding, data_format="NHWC", dilations=None,
   in-depth divides the input depth.
 
   Args:
-    input: 4-D tensor of dtype float16, bfloat16, float32 or float64, in data_format order.
+    input: tensor of dtype float16, bfloat16, float32, float64 or int32 and rank >= 4:
+      batch_shape + [height, width, channels] (NHWC) or batch_shape + [channels, height,
+      width] (NCHW); extra leading batch dimensions are merged by a reshape, as
+      tf.nn.conv2d does. int32 is summed exactly, wrapping modulo 2^32 as TensorFlow's
+      kernel does, by the direct kernels.
     filters: tensor of the same dtype, shape [height, width, in_channels / groups,
       out_channels].
     strides: int or list of 1, 2 or 4 ints: the window stride (4 ints in data_format order,
@@ -30,41 +69,49 @@ def conv2d(input, filters, strides, padding, data_format="NHWC", dilations=None,
     data_format: 'NHWC' (default) or 'NCHW'.
     dilations: int or list of 1, 2 or 4 ints: the filter dilation; default 1.
     name: optional name for the operation.
-    algorithm: 'auto' (the planner's choice per pass), 'direct' or 'fft'. Gradients use
-      the same setting.
+    algorithm: 'auto' (the planner's choice per pass), 'direct' or 'fft' (floating dtypes
+      only). Gradients use the same setting.
     workspace_limit: hard bound in bytes on the temporary memory of each pass (forward and
       both gradients); None means 64 MiB. See `tf_largeconv.plan`.
 
   Returns:
-    A tensor of input's dtype, [batch, out_height, out_width, out_channels] for NHWC.
+    A tensor of input's dtype: batch_shape + [out_height, out_width, out_channels] for NHWC.
 
   Raises:
     ValueError: malformed strides, dilations, padding, data_format, algorithm or
-      workspace_limit, or (while tracing a graph) shapes that do not fit together.
+      workspace_limit, algorithm='fft' with int32, or (while tracing a graph) shapes that
+      do not fit together.
     TypeError: unsupported or mismatched dtypes.
     tf.errors.InvalidArgumentError: shapes that do not fit together (eager execution).
   """
   attrs = _args.conv_attrs(strides, padding, data_format, dilations, algorithm, workspace_limit)
   with tf.name_scope(name or "LargeConv2D"):
     input, filters = _args.as_tensors(input, filters)
-    if attrs["algorithm"] in ("auto", "tf") and planning.use_tf_kernel(input, filters, attrs):
-      def tf_kernel():
-        return tf.nn.conv2d(input, filters, strides, padding,
-                            data_format=attrs["data_format"], dilations=dilations)
+    _args.check_algorithm(attrs["algorithm"], input.dtype)
+    return _merge_batch_dims(
+        input, lambda x: _conv2d(x, filters, strides, padding, dilations, attrs))
 
-      def ours():
-        return _loader.ops().large_conv_conv2d(input, filters,
-                                               **dict(attrs, algorithm="auto"))
 
-      # TF's oneDNN kernel returns a wrongly shaped tensor for an empty batch.
-      batch = input.shape[0]
-      if batch is None:
-        return tf.cond(tf.shape(input)[0] > 0, tf_kernel, ours)
-      return tf_kernel() if batch > 0 else ours()
-    if attrs["algorithm"] == "tf":
-      raise ValueError("algorithm='tf' needs what TensorFlow's CPU kernels support: NHWC, "
-                       "dilations 1, no groups, float32/float64 and static image shapes")
-    return _loader.ops().large_conv_conv2d(input, filters, **attrs)
+def _conv2d(input, filters, strides, padding, dilations, attrs):  # pylint: disable=redefined-builtin
+  """conv2d of a 4-D (or unknown-rank) input: TensorFlow's kernel where the planner
+  prefers it, the op otherwise."""
+  if attrs["algorithm"] in ("auto", "tf") and planning.use_tf_kernel(input, filters, attrs):
+    def tf_kernel():
+      return tf.nn.conv2d(input, filters, strides, padding,
+                          data_format=attrs["data_format"], dilations=dilations)
+
+    def ours():
+      return _loader.ops().large_conv_conv2d(input, filters, **dict(attrs, algorithm="auto"))
+
+    # TF's oneDNN kernel returns a wrongly shaped tensor for an empty batch.
+    batch = input.shape[0]
+    if batch is None:
+      return tf.cond(tf.shape(input)[0] > 0, tf_kernel, ours)
+    return tf_kernel() if batch > 0 else ours()
+  if attrs["algorithm"] == "tf":
+    raise ValueError("algorithm='tf' needs what TensorFlow's CPU kernels support: NHWC, "
+                     "dilations 1, no groups, float32/float64 and static image shapes")
+  return _loader.ops().large_conv_conv2d(input, filters, **attrs)
 
 
 def depthwise_conv2d(input, filter, strides, padding, data_format=None, dilations=None,  # pylint: disable=redefined-builtin
@@ -73,12 +120,14 @@ def depthwise_conv2d(input, filter, strides, padding, data_format=None, dilation
 
   Each input channel c is convolved with its own `channel_multiplier` filters; output
   channel c * channel_multiplier + m comes from filter[:, :, c, m]. Unlike
-  tf.nn.depthwise_conv2d this also supports unequal strides, and strides together with
-  dilations (which TF computes wrongly, with a warning), on the CPU in NHWC and NCHW.
-  It is the grouped convolution with one group per input channel.
+  tf.nn.depthwise_conv2d this also supports unequal strides, strides together with
+  dilations (which TF computes wrongly, with a warning) and extra leading batch dimensions
+  (as tf.nn.conv2d does), on the CPU in NHWC and NCHW. It is the grouped convolution with
+  one group per input channel.
 
   Args:
-    input: 4-D tensor in data_format order, float16/bfloat16/float32/float64.
+    input: tensor of rank >= 4 in data_format order (batch_shape + 3 dimensions),
+      float16/bfloat16/float32/float64 (as tf.nn.depthwise_conv2d, no int32).
     filter: tensor of the same dtype, [height, width, in_channels, channel_multiplier].
     strides: int or list of 1, 2 or 4 ints (4 in data_format order).
     padding: 'SAME', 'VALID', or four [before, after] pairs in data_format order.
@@ -91,19 +140,23 @@ def depthwise_conv2d(input, filter, strides, padding, data_format=None, dilation
     A tensor with in_channels * channel_multiplier output channels.
 
   Raises:
-    ValueError: malformed arguments, or a filter whose in_channels differs from the input's
-      depth (or whose rank is not 4).
+    ValueError: malformed arguments, an input of rank < 4, or a filter whose in_channels
+      differs from the input's depth (or whose rank is not 4).
+    TypeError: a dtype tf.nn.depthwise_conv2d does not take, or mismatched dtypes.
     tf.errors.InvalidArgumentError: the same mismatch found only at run time.
   """
   data_format = _args.normalize_data_format(data_format)
   with tf.name_scope(name or "LargeDepthwiseConv2D"):
     input, filter = _args.as_tensors(input, filter)
+    _args.check_dtype("input", input.dtype, _args.FLOAT_DTYPES)
     if filter.shape.rank is not None and filter.shape.rank != 4:
       raise ValueError("filter must be 4-D [height, width, in_channels, channel_multiplier], "
                        f"got shape {filter.shape}")
-    if input.shape.rank is not None and input.shape.rank != 4:
-      raise ValueError(f"input must be a 4-D tensor, got shape {input.shape}")
-    depth = input.shape[_args.channel_index(data_format)]
+    if input.shape.rank is not None and input.shape.rank < 4:
+      raise ValueError("input must be 4-dimensional (or have more leading batch dimensions), "
+                       f"got shape {input.shape}")
+    axis = _args.channel_axis_from_end(data_format)
+    depth = input.shape[axis] if input.shape.rank is not None else None
     if depth is not None and filter.shape[2] is not None and depth != filter.shape[2]:
       raise ValueError(f"filter in_channels (dimension 2) {filter.shape[2]} must equal the "
                        f"input depth {depth}")
@@ -111,7 +164,7 @@ def depthwise_conv2d(input, filter, strides, padding, data_format=None, dilation
     checks = []
     if depth is None or filter.shape[2] is None:
       checks.append(tf.debugging.assert_equal(
-          tf.shape(input)[_args.channel_index(data_format)], shape[2],
+          tf.shape(input)[axis], shape[2],
           message="filter in_channels (dimension 2) must equal the input depth"))
     with tf.control_dependencies(checks):
       static = filter.shape.as_list()
@@ -129,8 +182,10 @@ def conv2d_backprop_input(input_sizes, filters, out_backprop, strides, padding,
   """Gradient of `conv2d` with respect to its input (cf. tf.nn.conv2d_backprop_input).
 
   Args:
-    input_sizes: int32 vector of 4: the shape of the convolution's input.
-    filters: the convolution's filter.
+    input_sizes: int32 vector of 4: the shape of the convolution's input; or of 2, its
+      height and width (batch from out_backprop, depth from the filter's dimension 2), as
+      tf.nn.conv2d_backprop_input accepts.
+    filters: the convolution's filter (float16, bfloat16, float32, float64 or int32).
     out_backprop: gradient with respect to the convolution's output.
     strides, padding, data_format, dilations, algorithm, workspace_limit: as for `conv2d`.
     name: optional name for the operation.
@@ -141,6 +196,7 @@ def conv2d_backprop_input(input_sizes, filters, out_backprop, strides, padding,
   attrs = _args.conv_attrs(strides, padding, data_format, dilations, algorithm, workspace_limit)
   with tf.name_scope(name or "LargeConv2DBackpropInput"):
     out_backprop, filters = _args.as_tensors(out_backprop, filters)
+    _args.check_algorithm(attrs["algorithm"], out_backprop.dtype)
     input_sizes = tf.convert_to_tensor(input_sizes, dtype=tf.int32, name="input_sizes")
     return _loader.ops().large_conv_conv2d_backprop_input(input_sizes, filters, out_backprop,
                                                           **attrs)
@@ -152,7 +208,7 @@ def conv2d_backprop_filter(input, filter_sizes, out_backprop, strides, padding, 
   """Gradient of `conv2d` with respect to its filter (cf. tf.nn.conv2d_backprop_filter).
 
   Args:
-    input: the convolution's input.
+    input: the convolution's input (float16, bfloat16, float32, float64 or int32).
     filter_sizes: int32 vector of 4: the filter's shape.
     out_backprop: gradient with respect to the convolution's output.
     strides, padding, data_format, dilations, algorithm, workspace_limit: as for `conv2d`.
@@ -164,6 +220,7 @@ def conv2d_backprop_filter(input, filter_sizes, out_backprop, strides, padding, 
   attrs = _args.conv_attrs(strides, padding, data_format, dilations, algorithm, workspace_limit)
   with tf.name_scope(name or "LargeConv2DBackpropFilter"):
     input, out_backprop = _args.as_tensors(input, out_backprop)
+    _args.check_algorithm(attrs["algorithm"], input.dtype)
     filter_sizes = tf.convert_to_tensor(filter_sizes, dtype=tf.int32, name="filter_sizes")
     return _loader.ops().large_conv_conv2d_backprop_filter(input, filter_sizes, out_backprop,
                                                            **attrs)

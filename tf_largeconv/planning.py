@@ -7,6 +7,7 @@ planner decides where `conv2d` runs TensorFlow's own kernel instead of the op
 """
 
 import functools
+import math
 import os
 
 import tensorflow as tf
@@ -104,21 +105,24 @@ def plan(input_shape, filter_shape, strides, padding, data_format="NHWC", dilati
   """Plans a convolution without running it.
 
   Args:
-    input_shape: the input's shape (4 ints, in data_format order).
+    input_shape: the input's shape in data_format order: 4 ints, or more where the input
+      has extra leading batch dimensions (planned as one batch of their product).
     filter_shape: the filter's shape [height, width, in_channels / groups, out_channels].
     strides, padding, data_format, dilations, algorithm, workspace_limit: as for
       `tf_largeconv.conv2d`. A pass planned as 'tf' runs TensorFlow's own kernel (chosen
       for small filters where it is faster; its temporary memory is TensorFlow's, shown as
       an estimate that must fit the limit).
-    dtype: the tensors' dtype (float16/bfloat16/float32 compute in float32).
+    dtype: the tensors' dtype (float16/bfloat16/float32 compute in float32; int32 is summed
+      exactly, by the direct kernels only).
     num_threads: threads to plan for; default: TensorFlow's intra-op thread count.
 
   Returns:
-    A `Plan`.
+    A `Plan`; its output_shape keeps the input's batch dimensions.
 
   Raises:
-    ValueError: malformed arguments, shapes that do not fit, or a workspace_limit that even
-      the smallest FFT plan exceeds when algorithm='fft' (the message gives the minimum).
+    ValueError: malformed arguments, shapes that do not fit, algorithm='fft' with int32, or
+      a workspace_limit that even the smallest FFT plan exceeds when algorithm='fft' (the
+      message gives the minimum).
   """
   attrs = _args.conv_attrs(strides, padding, data_format, dilations, algorithm,
                            workspace_limit)
@@ -131,11 +135,14 @@ def plan_from_attrs(input_shape, filter_shape, attrs, dtype=tf.float32, num_thre
   threads = int(num_threads) if num_threads else intra_op_threads()
   input_shape = [int(v) for v in input_shape]
   filter_shape = [int(v) for v in filter_shape]
+  batch_shape = input_shape[:-3] if len(input_shape) > 4 else input_shape[:1]
+  if len(input_shape) > 4:  # extra batch dimensions, merged as conv2d merges them
+    input_shape = [math.prod(batch_shape)] + input_shape[-3:]
   args = (input_shape, filter_shape, attrs["strides"], attrs["padding"],
           attrs["explicit_paddings"], attrs["data_format"], attrs["dilations"])
   geometry = _CORE.geometry(*args)
   kwargs = dict(workspace_limit=attrs["workspace_limit"], num_threads=threads,
-                real_bytes=8 if dtype == tf.float64 else 4)
+                dtype=dtype.name)
   # TensorFlow's kernel runs the whole convolution (its own gradients follow) or none of
   # it. The choice is made per image, so a graph traced with an unknown batch size and an
   # eager call with a known one run the same kernel and give identical results.
@@ -150,12 +157,14 @@ def plan_from_attrs(input_shape, filter_shape, attrs, dtype=tf.float32, num_thre
   limit = attrs["workspace_limit"]
   if limit < 0:
     limit = _CORE.DEFAULT_WORKSPACE_LIMIT
-  return Plan([PassPlan(d) for d in passes], geometry["output_shape"], limit, threads)
+  output_shape = batch_shape + list(geometry["output_shape"][1:])
+  return Plan([PassPlan(d) for d in passes], output_shape, limit, threads)
 
 
-# TensorFlow's own kernel is weighed for the full-width dtypes only, so float16 and
-# bfloat16 results always come from the op, which computes them in float32.
-TF_KERNEL_DTYPES = tuple(d for d in _args.DTYPES if d.size >= 4)
+# TensorFlow's own kernel is weighed for the full-width floating dtypes only, so float16
+# and bfloat16 results always come from the op, which computes them in float32, and int32
+# ones too (TF has no int32 filter gradient).
+TF_KERNEL_DTYPES = tuple(d for d in _args.FLOAT_DTYPES if d.size >= 4)
 
 
 def tf_kernel_eligible(input_shape, filter_shape, attrs, dtype):
@@ -185,6 +194,6 @@ def _plans_tf_kernel(x_shape, f_shape, attrs_key, dtype_name):
   attrs = {k: list(v) if isinstance(v, tuple) else v for k, v in attrs_key}
   try:
     p = plan_from_attrs(list(x_shape), list(f_shape), attrs, dtype_name)
-  except ValueError:
-    return False  # bad shapes: our op raises the error, the same in every mode
+  except (ValueError, NotImplementedError):
+    return False  # bad arguments: our op raises the error, the same in every mode
   return p.forward.algorithm == "tf"

@@ -1,6 +1,7 @@
-// 16-bit float storage types and the load/store rules of the kernels: every type is
-// accumulated in float (double for double) and rounded once when a result is stored.
-// f16/bf16 are layout-compatible with Eigen::half / Eigen::bfloat16 (one uint16_t).
+// The element types the kernels support and their load/store rules: floating types are
+// accumulated in float (double for double) and rounded once when a result is stored; int32
+// is summed exactly, modulo 2^32. f16/bf16 are layout-compatible with Eigen::half /
+// Eigen::bfloat16 (one uint16_t).
 #ifndef TF_LARGECONV_CORE_DTYPES_H_
 #define TF_LARGECONV_CORE_DTYPES_H_
 
@@ -76,16 +77,38 @@ LC_HD inline uint16_t FloatToBf16(float f) {
   return static_cast<uint16_t>((u + 0x7fffu + odd) >> 16);
 }
 
-// The one list of element types the kernels support, one line each:
+// The one list of element types, one line each:
 //   X(core storage type, name as TensorFlow's dtypes and numpy spell it, TF's attr word)
-// Every instantiation and registration site (CPU and CUDA kernels, TF kernels and op attrs,
-// the Python modules' dtype list) expands it, so a new type is added here and nowhere else
-// but its Load/Store rules below.
-#define LARGECONV_FOR_EACH_DTYPE(X) \
-  X(f16, float16, half)             \
-  X(bf16, bfloat16, bfloat16)       \
-  X(float, float32, float)          \
+// in two parts by what can compute them:
+//   LARGECONV_FOR_EACH_FLOAT_DTYPE  every algorithm on every device (CPU and CUDA, direct
+//                                   and FFT);
+//   LARGECONV_FOR_EACH_INT_DTYPE    summed exactly (wrapping as TensorFlow's int32 kernel
+//                                   does), so by the CPU's direct kernels only: a transform
+//                                   cannot be exact, and TensorFlow keeps int32 tensors of
+//                                   GPU kernels in host memory.
+// LARGECONV_FOR_EACH_DTYPE, their union, is what the ops and modules offer: the CPU direct
+// kernels, TF's CPU registrations, the op's T attribute and the modules' DTYPES expand it;
+// the FFT kernels, the CUDA kernels and TF's GPU registrations expand the floating part. A
+// new type is added to one of the two and nowhere else but its Load/Store rules below.
+#define LARGECONV_FOR_EACH_FLOAT_DTYPE(X) \
+  X(f16, float16, half)                   \
+  X(bf16, bfloat16, bfloat16)             \
+  X(float, float32, float)                \
   X(double, float64, double)
+#define LARGECONV_FOR_EACH_INT_DTYPE(X) X(int32_t, int32, int32)
+#define LARGECONV_FOR_EACH_DTYPE(X) \
+  LARGECONV_FOR_EACH_FLOAT_DTYPE(X) \
+  LARGECONV_FOR_EACH_INT_DTYPE(X)
+
+// True for the types of LARGECONV_FOR_EACH_INT_DTYPE: the planners never give them the FFT
+// and the dispatch never instantiates it for them.
+template <typename T>
+inline constexpr bool kIsInt = false;
+#define LARGECONV_IS_INT(T, NAME, TF_WORD) \
+  template <>                              \
+  inline constexpr bool kIsInt<T> = true;
+LARGECONV_FOR_EACH_INT_DTYPE(LARGECONV_IS_INT)
+#undef LARGECONV_IS_INT
 
 template <typename T>
 struct Acc {
@@ -94,6 +117,14 @@ struct Acc {
 template <>
 struct Acc<double> {
   using type = double;
+};
+// int32 products and sums wrap modulo 2^32 in TensorFlow's kernel (Eigen's int32
+// contraction), so its result is the exact sum reduced modulo 2^32 whatever the order.
+// Unsigned arithmetic is that reduction, with defined overflow: the stored int32 equals
+// TensorFlow's bit for bit. A wider accumulator would store the same bits, more slowly.
+template <>
+struct Acc<int32_t> {
+  using type = uint32_t;
 };
 
 template <typename T>
@@ -107,6 +138,7 @@ LC_HD inline float Load(float v) { return v; }
 LC_HD inline double Load(double v) { return v; }
 LC_HD inline float Load(f16 v) { return HalfToFloat(v.bits); }
 LC_HD inline float Load(bf16 v) { return Bf16ToFloat(v.bits); }
+LC_HD inline uint32_t Load(int32_t v) { return static_cast<uint32_t>(v); }
 
 template <typename T>
 LC_HD inline T Store(AccT<T> v);
@@ -125,6 +157,12 @@ LC_HD inline f16 Store<f16>(float v) {
 template <>
 LC_HD inline bf16 Store<bf16>(float v) {
   return bf16{FloatToBf16(v)};
+}
+// Two's complement: the low 32 bits as int32 (defined since C++20, and what GCC, Clang and
+// nvcc do in C++17).
+template <>
+LC_HD inline int32_t Store<int32_t>(uint32_t v) {
+  return static_cast<int32_t>(v);
 }
 
 LC_HD inline bool IsFinite(float v) { return (FloatToBits(v) & 0x7f800000u) != 0x7f800000u; }

@@ -664,7 +664,7 @@ bool AllFinite(const T* p, int64_t n, const ParallelFor& pf) {
                                     void*, const ParallelFor&);                                    \
   template void FftBackpropFilter<T>(const ConvGeometry&, const FftConfig&, const T*, const T*,    \
                                      T*, void*, const ParallelFor&);
-LARGECONV_FOR_EACH_DTYPE(LARGECONV_INSTANTIATE_FFT)
+LARGECONV_FOR_EACH_FLOAT_DTYPE(LARGECONV_INSTANTIATE_FFT)
 #undef LARGECONV_INSTANTIATE_FFT
 
 }  // namespace largeconv

@@ -15,6 +15,21 @@ std::string ListToString(const std::vector<int64_t>& v) {
   return os.str();
 }
 
+// A shape as TensorFlow prints it, "?" for an unknown (negative) size.
+std::string ShapeToString(const std::array<int64_t, 4>& v) {
+  std::string s = "[";
+  for (int i = 0; i < 4; ++i) {
+    s += (i ? "," : "") + (v[i] < 0 ? std::string("?") : std::to_string(v[i]));
+  }
+  return s + "]";
+}
+
+// An invalid argument in our words (naming the argument), followed by TensorFlow's own
+// message for the same error, so that code matching on either finds it.
+Status Invalid(const std::string& ours, const std::string& tf) {
+  return InvalidArgument(ours + ". " + tf);
+}
+
 // Indices of the H, W and C dimensions within a 4-D shape/attr in data_format order.
 void SpatialIndices(DataFormat f, int* h, int* w, int* c) {
   if (f == DataFormat::kNHWC) {
@@ -28,21 +43,25 @@ void SpatialIndices(DataFormat f, int* h, int* w, int* c) {
   }
 }
 
-Status CheckWindowAttr(const std::vector<int64_t>& v, const char* name, DataFormat f) {
+// `positive`: TensorFlow's message for a spatial entry below 1.
+Status CheckWindowAttr(const std::vector<int64_t>& v, const std::string& name, DataFormat f,
+                       const char* positive) {
   if (v.size() != 4) {
-    return InvalidArgument(std::string(name) +
-                           " must have 4 entries (one per dimension of input), got " +
-                           ListToString(v));
+    return Invalid(
+        name + " must have 4 entries (one per dimension of input), got " + ListToString(v),
+        "Sliding window " + name + " field must specify 4 dimensions");
   }
   int h, w, c;
   SpatialIndices(f, &h, &w, &c);
   if (v[0] != 1 || v[c] != 1) {
-    return InvalidArgument(std::string(name) +
-                           " must be 1 in the batch and depth dimensions, got " + ListToString(v));
+    // Unimplemented, as TensorFlow's kernels classify it (and its own tests expect).
+    return Unimplemented(name + " must be 1 in the batch and depth dimensions, got " +
+                         ListToString(v) + ". Current implementation does not yet support " + name +
+                         " in the batch and depth dimensions.");
   }
   if (v[h] < 1 || v[w] < 1) {
-    return InvalidArgument(std::string(name) + " must be positive in the spatial dimensions, got " +
-                           ListToString(v));
+    return Invalid(name + " must be positive in the spatial dimensions, got " + ListToString(v),
+                   positive);
   }
   return OkStatus();
 }
@@ -78,47 +97,56 @@ Status ParseDataFormat(const std::string& s, DataFormat* out) {
 }
 
 Status ValidateAttrs(const ConvAttrs& a) {
-  LC_RETURN_IF_ERROR(CheckWindowAttr(a.strides, "strides", a.data_format));
-  LC_RETURN_IF_ERROR(CheckWindowAttr(a.dilations, "dilations", a.data_format));
+  LC_RETURN_IF_ERROR(CheckWindowAttr(a.strides, "strides", a.data_format,
+                                     "Row and column strides should be larger than 0."));
+  LC_RETURN_IF_ERROR(CheckWindowAttr(a.dilations, "dilations", a.data_format,
+                                     "Dilated rates should be larger than 0."));
+  const std::string paddings = ListToString(a.explicit_paddings);
   if (a.padding == Padding::kExplicit) {
     if (a.explicit_paddings.size() != 8) {
-      return InvalidArgument(
+      return Invalid(
           "explicit_paddings must have 8 entries (a before/after pair per dimension) when "
           "padding is EXPLICIT, got " +
-          ListToString(a.explicit_paddings));
+              paddings,
+          "explicit_paddings attribute must contain 8 values, but got: " +
+              std::to_string(a.explicit_paddings.size()));
     }
     int h, w, c;
     SpatialIndices(a.data_format, &h, &w, &c);
     for (int64_t p : a.explicit_paddings) {
       if (p < 0) {
-        return InvalidArgument("explicit_paddings must be non-negative, got " +
-                               ListToString(a.explicit_paddings));
+        return Invalid("explicit_paddings must be non-negative, got " + paddings,
+                       "All elements of explicit_paddings must be nonnegative");
       }
     }
     if (a.explicit_paddings[0] || a.explicit_paddings[1] || a.explicit_paddings[2 * c] ||
         a.explicit_paddings[2 * c + 1]) {
-      return InvalidArgument("explicit_paddings must be 0 in the batch and depth dimensions, got " +
-                             ListToString(a.explicit_paddings));
+      return Invalid(
+          "explicit_paddings must be 0 in the batch and depth dimensions, got " + paddings,
+          "Nonzero explicit padding in the batch or depth dimensions is not supported");
     }
   } else if (!a.explicit_paddings.empty()) {
-    return InvalidArgument("explicit_paddings must be empty unless padding is EXPLICIT, got " +
-                           ListToString(a.explicit_paddings));
+    return Invalid(
+        "explicit_paddings must be empty unless padding is EXPLICIT, got " + paddings,
+        "explicit_paddings attribute must be empty if the padding attribute is not EXPLICIT");
   }
   return OkStatus();
 }
 
 Status WindowOutputSize(int64_t in, int64_t filter, int64_t stride, int64_t dilation,
                         Padding padding, const char* dim, int64_t* pad_before, int64_t* pad_after,
-                        int64_t* out) {
+                        int64_t* out, WindowRule rule) {
   const std::string d(dim);
   if (in < 0)
     return InvalidArgument("input " + d + " must be non-negative, got " + std::to_string(in));
-  if (filter < 1) {
-    return InvalidArgument("filters " + d + " must be positive, got " + std::to_string(filter));
+  if (filter < 0 || (filter == 0 && rule == WindowRule::kMustFit)) {
+    return Invalid("filters " + d + " must be positive, got " + std::to_string(filter),
+                   "filter must not have zero elements (i.e. all dimensions must be non-zero)");
   }
   if (stride < 1 || dilation < 1) {
     return InvalidArgument("strides and dilations along " + d + " must be positive");
   }
+  // The dilated extent; 1 - dilation (<= 0) for a filter without taps (kTruncated only).
   int64_t span, eff;
   if (__builtin_mul_overflow(filter - 1, dilation, &span) ||
       __builtin_add_overflow(span, int64_t{1}, &eff)) {
@@ -150,36 +178,60 @@ Status WindowOutputSize(int64_t in, int64_t filter, int64_t stride, int64_t dila
       __builtin_add_overflow(padded, *pad_after, &padded)) {
     return InvalidArgument("padded input " + d + " overflows int64");
   }
-  if (padded < eff) {
-    return InvalidArgument(
-        "filters " + d + " " + std::to_string(filter) +
-        (dilation > 1 ? " (dilated to " + std::to_string(eff) + ")" : std::string()) +
-        " is larger than the padded input " + d + " " + std::to_string(padded) +
-        "; use padding='SAME' or a smaller filter");
+  const std::string filter_desc =
+      "filters " + d + " " + std::to_string(filter) +
+      (dilation > 1 ? " (dilated to " + std::to_string(eff) + ")" : std::string());
+  if (rule == WindowRule::kMustFit) {
+    if (padded < eff) {
+      return Invalid(filter_desc + " is larger than the padded input " + d + " " +
+                         std::to_string(padded) + "; use padding='SAME' or a smaller filter",
+                     "Negative dimension size caused by subtracting " + std::to_string(eff) +
+                         " from " + std::to_string(padded));
+    }
+    *out = (padded - eff) / stride + 1;
+    return OkStatus();
   }
-  *out = (padded - eff) / stride + 1;
+  // TensorFlow's backprop kernels: (padded - eff + stride) / stride, rounded towards zero.
+  int64_t num;
+  if (__builtin_sub_overflow(padded, eff, &num) || __builtin_add_overflow(num, stride, &num)) {
+    return InvalidArgument("padded input " + d + " minus filters " + d + " overflows int64");
+  }
+  *out = num / stride;
+  if (*out < 0) {
+    return Invalid(filter_desc + " is too large for the padded input " + d + " " +
+                       std::to_string(padded) + ": the output " + d + " would be " +
+                       std::to_string(*out),
+                   "Computed output size would be negative: " + std::to_string(*out) +
+                       " [input_size: " + std::to_string(in) + ", effective_filter_size: " +
+                       std::to_string(eff) + ", stride: " + std::to_string(stride) + "]");
+  }
   return OkStatus();
 }
 
 Status ChannelGroups(int64_t in_c, int64_t filter_in_c, int64_t out_c, int64_t* groups) {
   if (filter_in_c == 0) {
     if (in_c != 0) {
-      return InvalidArgument("filters in-depth (dimension 2) is 0 but input depth is " +
-                             std::to_string(in_c));
+      return Invalid(
+          "filters in-depth (dimension 2) is 0 but input depth is " + std::to_string(in_c),
+          "filter depth must be stricly positive, got 0");
     }
     *groups = 1;
     return OkStatus();
   }
   if (in_c == 0 || in_c % filter_in_c != 0) {
-    return InvalidArgument("input depth " + std::to_string(in_c) +
-                           " must be a positive multiple of filters in-depth (dimension 2) " +
-                           std::to_string(filter_in_c));
+    return Invalid("input depth " + std::to_string(in_c) +
+                       " must be a positive multiple of filters in-depth (dimension 2) " +
+                       std::to_string(filter_in_c),
+                   "input depth must be evenly divisible by filter depth: " + std::to_string(in_c) +
+                       " vs " + std::to_string(filter_in_c));
   }
   *groups = in_c / filter_in_c;
   if (out_c >= 0 && out_c % *groups != 0) {
-    return InvalidArgument("filters out-depth (dimension 3) " + std::to_string(out_c) +
-                           " must be divisible by the number of groups " + std::to_string(*groups) +
-                           " (input depth / filters in-depth)");
+    return Invalid("filters out-depth (dimension 3) " + std::to_string(out_c) +
+                       " must be divisible by the number of groups " + std::to_string(*groups) +
+                       " (input depth / filters in-depth)",
+                   "output depth must be evenly divisible by number of groups: " +
+                       std::to_string(out_c) + " vs " + std::to_string(*groups));
   }
   return OkStatus();
 }
@@ -213,7 +265,7 @@ double ConvGeometry::macs() const {
 }
 
 Status MakeGeometry(const ConvAttrs& a, const std::array<int64_t, 4>& input_shape,
-                    const std::array<int64_t, 4>& filter_shape, ConvGeometry* g) {
+                    const std::array<int64_t, 4>& filter_shape, ConvGeometry* g, WindowRule rule) {
   LC_RETURN_IF_ERROR(ValidateAttrs(a));
   for (int i = 0; i < 4; ++i) {
     if (input_shape[i] < 0) return InvalidArgument("input shape must be non-negative");
@@ -244,9 +296,9 @@ Status MakeGeometry(const ConvAttrs& a, const std::array<int64_t, 4>& input_shap
     r.pad_right = a.explicit_paddings[2 * w + 1];
   }
   LC_RETURN_IF_ERROR(WindowOutputSize(r.in_h, r.filter_h, r.stride_h, r.dilation_h, a.padding,
-                                      "height", &r.pad_top, &r.pad_bottom, &r.out_h));
+                                      "height", &r.pad_top, &r.pad_bottom, &r.out_h, rule));
   LC_RETURN_IF_ERROR(WindowOutputSize(r.in_w, r.filter_w, r.stride_w, r.dilation_w, a.padding,
-                                      "width", &r.pad_left, &r.pad_right, &r.out_w));
+                                      "width", &r.pad_left, &r.pad_right, &r.out_w, rule));
   int64_t total;
   if (__builtin_mul_overflow(r.batch, r.out_h, &total) ||
       __builtin_mul_overflow(total, r.out_w, &total) ||
@@ -255,6 +307,43 @@ Status MakeGeometry(const ConvAttrs& a, const std::array<int64_t, 4>& input_shap
   }
   *g = r;
   return OkStatus();
+}
+
+Status CheckOutBackprop(const ConvGeometry& g, const std::array<int64_t, 4>& out_backprop) {
+  const std::array<int64_t, 4> want = g.output_shape();
+  int h, w, c;
+  SpatialIndices(g.data_format, &h, &w, &c);
+  const auto differs = [&](int i) {
+    return out_backprop[i] >= 0 && want[i] >= 0 && out_backprop[i] != want[i];
+  };
+  std::string tf;
+  if (differs(0)) {
+    tf = "input and out_backprop must have the same batch size. Input batch: " +
+         std::to_string(g.batch) + ", outbackprop batch: " + std::to_string(out_backprop[0]) +
+         ", batch_dim: 0";
+  } else if (differs(c)) {
+    tf = "filter and out_backprop must have the same out_depth";
+  } else {
+    const struct {
+      int index;
+      int64_t in, filter, stride, dilation;
+    } spatial[2] = {{h, g.in_h, g.filter_h, g.stride_h, g.dilation_h},
+                    {w, g.in_w, g.filter_w, g.stride_w, g.dilation_w}};
+    for (const auto& s : spatial) {
+      if (!differs(s.index)) continue;
+      const std::string actual = std::to_string(out_backprop[s.index]);
+      tf = "Size of out_backprop doesn't match computed: actual = " + actual +
+           ", computed = " + std::to_string(want[s.index]) +
+           " spatial_dim: " + std::to_string(s.index) + " input: " + std::to_string(s.in) +
+           " filter: " + std::to_string(s.filter) + " output: " + actual +
+           " stride: " + std::to_string(s.stride) + " dilation: " + std::to_string(s.dilation);
+      break;
+    }
+  }
+  if (tf.empty()) return OkStatus();
+  return Invalid("out_backprop has shape " + ShapeToString(out_backprop) +
+                     " but the convolution produces " + ShapeToString(want),
+                 tf);
 }
 
 }  // namespace largeconv

@@ -35,11 +35,20 @@ struct ConvAttrs {
 // otherwise a message naming the offending argument.
 Status ValidateAttrs(const ConvAttrs& attrs);
 
+// What a (dilated) filter larger than its padded input means, in TensorFlow's two rules:
+//   kMustFit    the forward op, as TF's shape inference: an error. The filter must have
+//               at least one tap in each dimension.
+//   kTruncated  the backprop ops, as TF's backprop kernels: the output size is
+//               (padded - dilated filter + stride) / stride rounded towards zero, so it
+//               can be 0 (the gradients are then zeros or empty), and a filter may have
+//               no taps; only a negative output size is an error.
+enum class WindowRule { kMustFit, kTruncated };
+
 // Output size along one spatial dimension. `pad_before`/`pad_after` are inputs for
 // EXPLICIT padding and outputs for SAME/VALID. Returns OK or an error that names `dim`.
 Status WindowOutputSize(int64_t in, int64_t filter, int64_t stride, int64_t dilation,
                         Padding padding, const char* dim, int64_t* pad_before, int64_t* pad_after,
-                        int64_t* out);
+                        int64_t* out, WindowRule rule = WindowRule::kMustFit);
 
 // Number of groups implied by the channel counts (input depth / filters in-depth), with the
 // checks TF's Conv2D makes. out_c < 0 means "not known yet" and skips its check.
@@ -73,6 +82,11 @@ struct ConvGeometry {
   int64_t input_elements() const { return batch * in_h * in_w * in_c; }
   int64_t output_elements() const { return batch * out_h * out_w * out_c; }
   int64_t filter_elements() const { return filter_h * filter_w * filter_in_c * out_c; }
+  int64_t elements(ConvTensor t) const {
+    return t == ConvTensor::kInput    ? input_elements()
+           : t == ConvTensor::kFilter ? filter_elements()
+                                      : output_elements();
+  }
   // Input / output shapes in data_format order, the filter's [KH, KW, C_in / groups, C_out].
   std::array<int64_t, 4> input_shape() const;
   std::array<int64_t, 4> output_shape() const;
@@ -85,6 +99,12 @@ struct ConvGeometry {
   }
   // Multiply-adds of one forward pass.
   double macs() const;
+  // No products but with padding at most (an operand or the result has no elements): every
+  // pass's result is zeros (or empty), and there is nothing to transform.
+  bool no_products() const {
+    return batch == 0 || in_h == 0 || in_w == 0 || out_h == 0 || out_w == 0 || out_c == 0 ||
+           filter_h == 0 || filter_w == 0 || filter_in_c == 0;
+  }
   PassChannels channels(ConvPass pass) const {
     const int64_t in_g = in_c_per_group(), out_g = out_c_per_group();
     if (pass == ConvPass::kBackpropInput) return {out_c, in_c, out_g, in_g};
@@ -102,8 +122,21 @@ struct ConvGeometry {
 
 // Builds the geometry from validated-or-not attributes and the two shapes (input in
 // data_format order, filter as [KH, KW, C_in / groups, C_out]). Returns OK or an error.
+// The forward op builds it with kMustFit, the backprop ops with kTruncated.
 Status MakeGeometry(const ConvAttrs& attrs, const std::array<int64_t, 4>& input_shape,
-                    const std::array<int64_t, 4>& filter_shape, ConvGeometry* g);
+                    const std::array<int64_t, 4>& filter_shape, ConvGeometry* g,
+                    WindowRule rule = WindowRule::kMustFit);
+
+// The rule a pass's geometry is built with: the backprop passes are the backprop ops'.
+inline WindowRule WindowRuleOf(ConvPass pass) {
+  return pass == ConvPass::kForward ? WindowRule::kMustFit : WindowRule::kTruncated;
+}
+
+// The backprop ops' check that out_backprop has the shape the convolution produces. The
+// error gives both shapes and then, in TensorFlow's words, the first dimension that
+// differs (batch, depth, then height and width). Sizes < 0 are unknown and match: those of
+// out_backprop, and those of a geometry the shape functions fill from partly known shapes.
+Status CheckOutBackprop(const ConvGeometry& g, const std::array<int64_t, 4>& out_backprop);
 
 }  // namespace largeconv
 

@@ -197,6 +197,15 @@ Status PlanPass(const ConvGeometry& g, ConvPass pass, const PlanRequest& req, Pa
   p.flops = 2.0 * g.macs();
   p.cost_direct = DirectSeconds(g, pass, p.flops);
   p.algorithm = Algorithm::kDirect;
+  if (req.direct_only && req.algorithm == Algorithm::kFft) {
+    return InvalidArgument(
+        "algorithm='fft' cannot compute integer dtypes exactly: use 'direct' or 'auto'");
+  }
+  // Integer types are summed by the direct kernels alone; a pass with no products (an empty
+  // operand or result) has nothing to transform, whatever was asked.
+  const bool fft_possible = !req.direct_only && !g.no_products();
+  const Algorithm requested =
+      fft_possible || req.algorithm != Algorithm::kFft ? req.algorithm : Algorithm::kDirect;
 
   // Best FFT configuration. The transform size must not depend on the thread count (it
   // changes the arithmetic), so it is chosen for a fixed reference parallelism: every
@@ -206,7 +215,7 @@ Status PlanPass(const ConvGeometry& g, ConvPass pass, const PlanRequest& req, Pa
   // search, so a larger limit only adds candidates and makes none dearer (larger blocks do
   // fewer transforms): the planned cost never increases with the limit.
   FftSearch<FftConfig> fft;
-  if (req.algorithm != Algorithm::kDirect) {
+  if (requested != Algorithm::kDirect && fft_possible) {
     for (int64_t nominal : {kReferenceSlots, int64_t{1}}) {
       const auto cost = [&](const FftConfig& c) { return ReferenceCost(g, pass, c); };
       const auto fit = [&](int64_t fh, int64_t fw, FftConfig* c, int64_t* smallest) {
@@ -233,11 +242,11 @@ Status PlanPass(const ConvGeometry& g, ConvPass pass, const PlanRequest& req, Pa
   if (req.algorithm == Algorithm::kTf && !req.allow_tf) {
     return InvalidArgument("algorithm='tf' is not available for this configuration");
   }
-  if (req.algorithm == Algorithm::kFft && !fft.found) {
+  if (requested == Algorithm::kFft && !fft.found) {
     return FftUnavailable(limit, fft.min_bytes, pass);
   }
   const int64_t tf_bytes = TfWorkspaceEstimate(g, threads, req.real_bytes);
-  p.algorithm = ChooseAlgorithm(req.algorithm, p.cost_direct, p.cost_fft,
+  p.algorithm = ChooseAlgorithm(requested, p.cost_direct, p.cost_fft,
                                 req.allow_tf && tf_bytes <= limit ? p.cost_tf : -1);
   if (p.algorithm == Algorithm::kTf) {
     p.workspace_bytes = tf_bytes;

@@ -19,6 +19,7 @@ struct PlanRequest {
   int64_t threads = 1;                               // workers the caller's pool has
   int real_bytes = 4;                                // 4: float/half/bfloat16, 8: double
   bool allow_tf = false;
+  bool direct_only = false;  // an integer type (kIsInt): summed exactly, never by the FFT
 };
 
 // What the FFT cost model counts for a configuration (reported so that the calibration

@@ -61,10 +61,13 @@ inline std::array<int64_t, 4> Shape4(const std::vector<int64_t>& v, const char* 
   return {v[0], v[1], v[2], v[3]};
 }
 
+// `rule`: kTruncated for the backprop passes, as the TF ops build theirs (geometry.h).
 inline ConvGeometry Geometry(const std::vector<int64_t>& input_shape,
-                             const std::vector<int64_t>& filter_shape, const ConvAttrs& a) {
+                             const std::vector<int64_t>& filter_shape, const ConvAttrs& a,
+                             WindowRule rule = WindowRule::kMustFit) {
   ConvGeometry g;
-  ThrowIfError(MakeGeometry(a, Shape4(input_shape, "input"), Shape4(filter_shape, "filter"), &g));
+  ThrowIfError(
+      MakeGeometry(a, Shape4(input_shape, "input"), Shape4(filter_shape, "filter"), &g, rule));
   return g;
 }
 
@@ -74,17 +77,17 @@ inline std::vector<int64_t> ToVec(const std::array<int64_t, 4>& s) {
 
 // The gradient ops' check that out_backprop has the convolution's output shape.
 inline void CheckOutBackprop(const std::vector<int64_t>& shape, const ConvGeometry& g) {
-  if (shape != ToVec(g.output_shape())) {
-    throw py::value_error("out_backprop does not have the convolution's output shape");
-  }
+  ThrowIfError(largeconv::CheckOutBackprop(g, Shape4(shape, "out_backprop")));
 }
 
 // The supported dtypes' names (as numpy and TensorFlow spell them), from the one list in
-// dtypes.h: the modules export them as DTYPES, and Python reads them from there.
-inline std::vector<std::string> DtypeNames() {
+// dtypes.h: every type for the host, the floating ones (`gpu`) for the CUDA kernels. The
+// modules export them as DTYPES, and Python reads them from there.
+inline std::vector<std::string> DtypeNames(bool gpu = false) {
   std::vector<std::string> names;
 #define LARGECONV_NAME(C, NAME, TF_WORD) names.push_back(#NAME);
-  LARGECONV_FOR_EACH_DTYPE(LARGECONV_NAME)
+  LARGECONV_FOR_EACH_FLOAT_DTYPE(LARGECONV_NAME)
+  if (!gpu) LARGECONV_FOR_EACH_INT_DTYPE(LARGECONV_NAME)
 #undef LARGECONV_NAME
   return names;
 }
@@ -96,16 +99,26 @@ inline std::vector<std::string> AlgorithmNames() {
   return names;
 }
 
-// Bytes of the real type a dtype computes in.
-inline int RealBytes(const std::string& dtype) {
-#define LARGECONV_COMPUTE_BYTES(C, NAME, TF_WORD) \
-  if (dtype == #NAME) return kComputeBytes<C>;
-  LARGECONV_FOR_EACH_DTYPE(LARGECONV_COMPUTE_BYTES)
-#undef LARGECONV_COMPUTE_BYTES
+// What a planner needs of a dtype named as numpy spells it: the bytes of the type it
+// computes in, and whether it is an integer type (direct kernels only). `gpu`: only the
+// types the CUDA kernels take are valid.
+struct DtypeInfo {
+  int real_bytes;
+  bool is_int;
+};
+inline DtypeInfo InfoOf(const std::string& dtype, bool gpu = false) {
+#define LARGECONV_INFO(C, NAME, TF_WORD) \
+  if (dtype == #NAME) return {kComputeBytes<C>, kIsInt<C>};
+  LARGECONV_FOR_EACH_FLOAT_DTYPE(LARGECONV_INFO)
+  if (!gpu) LARGECONV_FOR_EACH_INT_DTYPE(LARGECONV_INFO)
+#undef LARGECONV_INFO
   std::string names;
-  for (const std::string& n : DtypeNames()) names += (names.empty() ? "" : ", ") + n;
+  for (const std::string& n : DtypeNames(gpu)) names += (names.empty() ? "" : ", ") + n;
   throw py::value_error("dtype must be one of " + names + ", got '" + dtype + "'");
 }
+
+// Bytes of the real type a dtype of the CUDA kernels computes in.
+inline int RealBytes(const std::string& dtype) { return InfoOf(dtype, true).real_bytes; }
 
 inline Algorithm AlgorithmFrom(const std::string& algorithm) {
   Algorithm a = Algorithm::kAuto;

@@ -44,13 +44,14 @@ int ThreadCount(int num_threads) {
 }
 
 PlanRequest Request(const std::string& algorithm, int64_t workspace_limit, int threads,
-                    int real_bytes, bool allow_tf = false) {
+                    DtypeInfo dtype, bool allow_tf = false) {
   PlanRequest r;
   r.allow_tf = allow_tf;
   ThrowIfError(ParseAlgorithm(algorithm, &r.algorithm));
   r.workspace_limit = workspace_limit;
   r.threads = threads;
-  r.real_bytes = real_bytes;
+  r.real_bytes = dtype.real_bytes;
+  r.direct_only = dtype.is_int;
   return r;
 }
 
@@ -92,7 +93,7 @@ void RunOnHost(const ConvGeometry& g, ConvPass pass, const T* a, int64_t a_size,
   }
   const int threads = ThreadCount(num_threads);
   const PassPlan plan =
-      Plan(g, pass, Request(algorithm, workspace_limit, threads, kComputeBytes<T>));
+      Plan(g, pass, Request(algorithm, workspace_limit, threads, {kComputeBytes<T>, kIsInt<T>}));
   auto ws = Workspace(plan);
   py::gil_scoped_release release;
   RunPass(g, plan, a, a_size, b, b_size, out, ws.get(), ThreadFor(threads));
@@ -133,8 +134,8 @@ Array<T> RunArrays(ConvPass pass, const Array<T>& a, const Array<T>& b,
     return sizes;
   };
   const ConvAttrs attrs = AttrsFrom(strides, padding, explicit_paddings, data_format, dilations);
-  const ConvGeometry g =
-      Geometry(shape_of(ConvTensor::kInput), shape_of(ConvTensor::kFilter), attrs);
+  const ConvGeometry g = Geometry(shape_of(ConvTensor::kInput), shape_of(ConvTensor::kFilter),
+                                  attrs, WindowRuleOf(pass));
   if (roles.b == ConvTensor::kOutput) CheckOutBackprop(shape_of(ConvTensor::kOutput), g);
   Array<T> out(ToVec(g.shape(roles.out)));
   RunOnHost<T, kEmulate>(g, pass, a.data(), a.size(), b.data(), b.size(), out.mutable_data(),
@@ -196,12 +197,13 @@ py::list PlanList(const std::vector<int64_t>& input_shape, const std::vector<int
                   const std::vector<int64_t>& strides, const std::string& padding,
                   const std::vector<int64_t>& explicit_paddings, const std::string& data_format,
                   const std::vector<int64_t>& dilations, const std::string& algorithm,
-                  int64_t workspace_limit, int num_threads, int real_bytes, bool allow_tf) {
+                  int64_t workspace_limit, int num_threads, const std::string& dtype,
+                  bool allow_tf) {
   const ConvGeometry g =
       Geometry(input_shape, filter_shape,
                AttrsFrom(strides, padding, explicit_paddings, data_format, dilations));
   const PlanRequest req =
-      Request(algorithm, workspace_limit, ThreadCount(num_threads), real_bytes, allow_tf);
+      Request(algorithm, workspace_limit, ThreadCount(num_threads), InfoOf(dtype), allow_tf);
   py::list out;
   for (ConvPass pass : kPasses) {
     const PassPlan p = Plan(g, pass, req);
@@ -270,7 +272,7 @@ PYBIND11_MODULE(_core, m) {
         py::arg("data_format") = "NHWC", py::arg("dilations") = kOnes,
         "The ConvGeometry for these shapes and attributes, as a dict.");
   m.def("plan", &PlanList, py::arg("input_shape"), py::arg("filter_shape"), LARGECONV_ARGS,
-        py::arg("num_threads") = 0, py::arg("real_bytes") = 4, py::arg("allow_tf") = false,
+        py::arg("num_threads") = 0, py::arg("dtype") = "float32", py::arg("allow_tf") = false,
         "The planner's choice for each pass, as a list of dicts.");
   m.def("cuda_plan", &CudaPlanList<HostCudaPlanner>, LARGECONV_PLAN_PYARGS,
         "The GPU planner's choice for each pass (as the host emulation plans it).");
@@ -283,6 +285,7 @@ PYBIND11_MODULE(_core, m) {
   // double arrays into float32.
   DefKernels<double, false>(m);
   DefKernels<float, false>(m);
+  DefKernels<int32_t, false>(m);  // exact: int32 arrays (no forcecast reaches it first)
   py::module_ emulation = m.def_submodule(
       "cuda_emulation",
       "The CUDA kernels run on the host (cc/core/cuda/emulate.h), planned as the GPU plans "

@@ -1,8 +1,10 @@
 // Reads the Conv2D attribute set from an op's construction or shape-inference context
-// into the framework-free ConvAttrs, and converts the core's errors into TF statuses.
+// into the framework-free ConvAttrs, converts the core's errors into TF statuses, and
+// words the operand errors the kernels and the shape functions share.
 #ifndef TF_LARGECONV_TF_ATTRS_H_
 #define TF_LARGECONV_TF_ATTRS_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -28,6 +30,40 @@ inline absl::Status ToStatus(const Status& s) {
       break;
   }
   return tensorflow::errors::Internal(s.message());
+}
+
+// The operand errors of the kernels and the shape functions alike: our words naming the
+// tensor, then TensorFlow's for the same mistake (its kernels' and its shape inference's),
+// so that code matching either finds them.
+inline absl::Status NotRank4(const char* name, const std::string& shape, int64_t rank) {
+  return tensorflow::errors::InvalidArgument(
+      name, " must be a 4-D tensor, got shape ", shape, ". convolution ", name,
+      " must be 4-dimensional: ", shape, ". Shape must be rank 4 but is rank ", rank);
+}
+
+// `name` (input_sizes or filter_sizes) of the backprop op `op` is not a vector.
+inline absl::Status SizesNotVector(const char* name, const char* op, const std::string& shape,
+                                   int64_t rank) {
+  return tensorflow::errors::InvalidArgument(name, " must be a vector, got shape ", shape, ". ", op,
+                                             ": ", name, " input must be 1-dim, not ", rank);
+}
+
+// ... holds `count` sizes where 4 (or 2, `spatial_ok`: input_sizes) are needed.
+inline absl::Status WrongSizesCount(const char* name, const char* op, bool spatial_ok,
+                                    int64_t count) {
+  if (!spatial_ok) {
+    return tensorflow::errors::InvalidArgument(name, " must be a vector of 4 sizes, got ", count,
+                                               ". filter must be 4-dimensional");
+  }
+  return tensorflow::errors::InvalidArgument(
+      name, " must be a vector of 4 sizes (or 2: height and width), got ", count, ". ", op,
+      " requires ", name, " to contain 4 values or 2 values, but got: ", count);
+}
+
+// ... holds the negative size `value`.
+inline absl::Status NegativeSize(const char* name, int64_t value) {
+  return tensorflow::errors::InvalidArgument(name, " must be non-negative, got ", value,
+                                             ". Dimension ", value, " must be >= 0");
 }
 
 // Ctx is OpKernelConstruction or shape_inference::InferenceContext (both have GetAttr).

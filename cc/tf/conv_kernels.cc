@@ -2,10 +2,12 @@
 // checked at the top of Compute. On the CPU the framework-free core does the arithmetic on
 // TF's intra-op thread pool; on a GPU (built with LARGECONV_WITH_CUDA, when nvcc is found)
 // the CUDA kernels run on the op's stream, their workspace taken through allocate_temp.
+#include <algorithm>
 #include <array>
 #include <map>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "cc/core/conv.h"
 #include "cc/core/dtypes.h"
@@ -74,43 +76,58 @@ ParallelFor PoolFor(OpKernelContext* ctx) {
 }
 
 absl::Status ShapeOf(const Tensor& t, const char* name, std::array<int64_t, 4>* out) {
-  if (t.dims() != 4) {
-    return tensorflow::errors::InvalidArgument(name, " must be a 4-D tensor, got shape ",
-                                               t.shape().DebugString());
-  }
+  if (t.dims() != 4) return NotRank4(name, t.shape().DebugString(), t.dims());
   for (int i = 0; i < 4; ++i) (*out)[i] = t.dim_size(i);
   return absl::OkStatus();
 }
 
-absl::Status SizesOf(const Tensor& t, const char* name, std::array<int64_t, 4>* out) {
-  if (t.dims() != 1 || t.NumElements() != 4) {
-    return tensorflow::errors::InvalidArgument(name, " must be a vector of 4 sizes, got shape ",
-                                               t.shape().DebugString());
+// The int32 vector `name` (input_sizes or filter_sizes) of the backprop op `op`, checked
+// to be a vector of 4 non-negative sizes, or of 2 where `spatial_ok` (input_sizes may give
+// the height and width alone, as TensorFlow's Conv2DBackpropInput accepts).
+absl::Status SizesOf(const Tensor& t, const char* name, const char* op, bool spatial_ok,
+                     std::vector<int64_t>* out) {
+  if (t.dims() != 1) return SizesNotVector(name, op, t.shape().DebugString(), t.dims());
+  if (t.NumElements() != 4 && !(spatial_ok && t.NumElements() == 2)) {
+    return WrongSizesCount(name, op, spatial_ok, t.NumElements());
   }
   auto v = t.vec<int32_t>();
-  for (int i = 0; i < 4; ++i) {
-    if (v(i) < 0) {
-      return tensorflow::errors::InvalidArgument(name, " must be non-negative, got ",
-                                                 t.DebugString());
-    }
-    (*out)[i] = v(i);
+  out->clear();
+  for (int i = 0; i < t.NumElements(); ++i) {
+    if (v(i) < 0) return NegativeSize(name, v(i));
+    out->push_back(v(i));
   }
+  return absl::OkStatus();
+}
+
+// The input's shape for Conv2DBackpropInput: input_sizes itself, or, from its two spatial
+// sizes, with the batch of out_backprop and the depth of the filter's dimension 2 (as
+// TensorFlow takes them, so a grouped filter gives one group).
+absl::Status InputShapeOf(OpKernelContext* ctx, DataFormat format, std::array<int64_t, 4>* out) {
+  std::vector<int64_t> sizes;
+  TF_RETURN_IF_ERROR(
+      SizesOf(ctx->input(0), "input_sizes", "Conv2DBackpropInput", /*spatial_ok=*/true, &sizes));
+  if (sizes.size() == 4) {
+    std::copy(sizes.begin(), sizes.end(), out->begin());
+    return absl::OkStatus();
+  }
+  std::array<int64_t, 4> filter, dy;
+  TF_RETURN_IF_ERROR(ShapeOf(ctx->input(1), "filter", &filter));
+  TF_RETURN_IF_ERROR(ShapeOf(ctx->input(2), "out_backprop", &dy));
+  *out = format == DataFormat::kNHWC ? std::array<int64_t, 4>{dy[0], sizes[0], sizes[1], filter[2]}
+                                     : std::array<int64_t, 4>{dy[0], filter[2], sizes[0], sizes[1]};
+  return absl::OkStatus();
+}
+
+absl::Status FilterShapeOf(OpKernelContext* ctx, std::array<int64_t, 4>* out) {
+  std::vector<int64_t> sizes;
+  TF_RETURN_IF_ERROR(SizesOf(ctx->input(1), "filter_sizes", "Conv2DBackpropFilter",
+                             /*spatial_ok=*/false, &sizes));
+  std::copy(sizes.begin(), sizes.end(), out->begin());
   return absl::OkStatus();
 }
 
 TensorShape ToShape(const std::array<int64_t, 4>& s) {
   return TensorShape({s[0], s[1], s[2], s[3]});
-}
-
-absl::Status CheckOutBackprop(const Tensor& dy, const ConvGeometry& g) {
-  std::array<int64_t, 4> got;
-  TF_RETURN_IF_ERROR(ShapeOf(dy, "out_backprop", &got));
-  if (got != g.output_shape()) {
-    return tensorflow::errors::InvalidArgument("out_backprop has shape ", dy.shape().DebugString(),
-                                               " but the convolution produces ",
-                                               ToShape(g.output_shape()).DebugString());
-  }
-  return absl::OkStatus();
 }
 
 class ConvOpBase : public OpKernel {
@@ -132,6 +149,7 @@ class ConvOpBase : public OpKernel {
     PlanRequest req = request_;
     req.threads = ctx->device()->tensorflow_cpu_worker_threads()->num_threads;
     req.real_bytes = kComputeBytes<T>;
+    req.direct_only = kIsInt<T>;
     // Plans depend only on the shapes here (attrs are fixed per kernel): cache them, so a
     // training loop plans each shape once.
     const PlanKey key{g.key(), req.threads};
@@ -224,14 +242,18 @@ class ConvPassOp : public ConvOpBase {
     constexpr PassRoles kRoles = RolesOf(kPass);
     std::array<int64_t, 4> in_shape, f_shape;
     OP_REQUIRES_OK(ctx, kRoles.out == ConvTensor::kInput
-                            ? SizesOf(ctx->input(0), "input_sizes", &in_shape)
+                            ? InputShapeOf(ctx, attrs_.data_format, &in_shape)
                             : ShapeOf(ctx->input(0), "input", &in_shape));
     OP_REQUIRES_OK(ctx, kRoles.out == ConvTensor::kFilter
-                            ? SizesOf(ctx->input(1), "filter_sizes", &f_shape)
+                            ? FilterShapeOf(ctx, &f_shape)
                             : ShapeOf(ctx->input(1), "filter", &f_shape));
     ConvGeometry g;
-    OP_REQUIRES_OK(ctx, ToStatus(MakeGeometry(attrs_, in_shape, f_shape, &g)));
-    if (kPass != ConvPass::kForward) OP_REQUIRES_OK(ctx, CheckOutBackprop(ctx->input(2), g));
+    OP_REQUIRES_OK(ctx, ToStatus(MakeGeometry(attrs_, in_shape, f_shape, &g, WindowRuleOf(kPass))));
+    if (kPass != ConvPass::kForward) {
+      std::array<int64_t, 4> dy;
+      OP_REQUIRES_OK(ctx, ShapeOf(ctx->input(2), "out_backprop", &dy));
+      OP_REQUIRES_OK(ctx, ToStatus(CheckOutBackprop(g, dy)));
+    }
     Tensor* out = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, ToShape(g.shape(kRoles.out)), &out));
     const auto operand = [ctx](ConvTensor t) -> const Tensor& {
@@ -259,8 +281,10 @@ class ConvPassOp : public ConvOpBase {
   LARGECONV_REGISTER(tensorflow::DEVICE_CPU, C, false)
 LARGECONV_FOR_EACH_DTYPE(LARGECONV_REGISTER_CPU)
 #ifdef LARGECONV_WITH_CUDA
+// The floating types only: the CUDA kernels take no integer type (TensorFlow keeps int32
+// tensors of GPU kernels in host memory), so an int32 call is placed on the CPU.
 #define LARGECONV_REGISTER_GPU(C, NAME, TF_WORD) LARGECONV_REGISTER(tensorflow::DEVICE_GPU, C, true)
-LARGECONV_FOR_EACH_DTYPE(LARGECONV_REGISTER_GPU)
+LARGECONV_FOR_EACH_FLOAT_DTYPE(LARGECONV_REGISTER_GPU)
 #undef LARGECONV_REGISTER_GPU
 #endif
 #undef LARGECONV_REGISTER_CPU

@@ -1,5 +1,6 @@
 // Op registrations for the LargeConv family: the attribute set of core Conv2D, and shape
 // functions that derive every static size from the core ConvGeometry.
+#include <array>
 #include <string>
 
 #include "cc/core/dtypes.h"
@@ -18,24 +19,43 @@ using tensorflow::shape_inference::InferenceContext;
 using tensorflow::shape_inference::ShapeHandle;
 
 absl::Status RequireRank4(InferenceContext* c, ShapeHandle s, const char* name, ShapeHandle* out) {
-  if (c->RankKnown(s) && c->Rank(s) != 4) {
-    return tensorflow::errors::InvalidArgument(name, " must be a 4-D tensor, got shape ",
-                                               c->DebugString(s));
-  }
+  if (c->RankKnown(s) && c->Rank(s) != 4) return NotRank4(name, c->DebugString(s), c->Rank(s));
   return c->WithRank(s, 4, out);
 }
 
-// Output shape of the forward convolution from (possibly partially known) input and filter
-// shapes. Known spatial sizes go through the same WindowOutputSize the kernels use.
+// input_sizes or filter_sizes (input `index` of the backprop op `op`): a vector of 4 sizes
+// (or 2, `spatial_ok`) as far as known while tracing, in the kernels' words. A negative size
+// is shape inference's to report (MakeShapeFromShapeTensor), in its own words, as in TF.
+absl::Status SizesVector(InferenceContext* c, int index, const char* name, const char* op,
+                         bool spatial_ok, int64_t* count) {
+  const ShapeHandle s = c->input(index);
+  if (c->RankKnown(s) && c->Rank(s) != 1) {
+    return SizesNotVector(name, op, c->DebugString(s), c->Rank(s));
+  }
+  ShapeHandle vec;
+  TF_RETURN_IF_ERROR(c->WithRank(s, 1, &vec));
+  *count = c->ValueKnown(c->Dim(vec, 0)) ? c->Value(c->Dim(vec, 0)) : int64_t{-1};
+  if (*count >= 0 && *count != 4 && !(spatial_ok && *count == 2)) {
+    return WrongSizesCount(name, op, spatial_ok, *count);
+  }
+  return absl::OkStatus();
+}
+
+// Size `i` of a shape, -1 where unknown.
+int64_t SizeOr(InferenceContext* c, ShapeHandle s, int i) {
+  return c->ValueKnown(c->Dim(s, i)) ? c->Value(c->Dim(s, i)) : int64_t{-1};
+}
+
+// Output shape of the convolution from (possibly partially known) input and filter shapes.
+// Known spatial sizes go through the same WindowOutputSize the kernels use, under the
+// op's rule (geometry.h).
 absl::Status ForwardShape(InferenceContext* c, ShapeHandle input, ShapeHandle filter,
-                          ShapeHandle* out) {
+                          WindowRule rule, ShapeHandle* out) {
   ConvAttrs a;
   TF_RETURN_IF_ERROR(ReadConvAttrs(c, &a));
   const bool nhwc = a.data_format == DataFormat::kNHWC;
   const int hi = nhwc ? 1 : 2, wi = nhwc ? 2 : 3, ci = nhwc ? 3 : 1;
-  auto value = [&](ShapeHandle s, int i) {
-    return c->ValueKnown(c->Dim(s, i)) ? c->Value(c->Dim(s, i)) : int64_t{-1};
-  };
+  auto value = [&](ShapeHandle s, int i) { return SizeOr(c, s, i); };
   const int64_t in_c = value(input, ci), f_in = value(filter, 2), f_out = value(filter, 3);
   if (in_c >= 0 && f_in >= 0) {
     int64_t groups;
@@ -57,8 +77,8 @@ absl::Status ForwardShape(InferenceContext* c, ShapeHandle input, ShapeHandle fi
       before = a.explicit_paddings[2 * dims[k]];
       after = a.explicit_paddings[2 * dims[k] + 1];
     }
-    TF_RETURN_IF_ERROR(ToStatus(
-        WindowOutputSize(in, f, strides[k], dil[k], a.padding, names[k], &before, &after, &size)));
+    TF_RETURN_IF_ERROR(ToStatus(WindowOutputSize(in, f, strides[k], dil[k], a.padding, names[k],
+                                                 &before, &after, &size, rule)));
     spatial[k] = c->MakeDim(size);
   }
   DimensionHandle batch = c->Dim(input, 0), depth = c->Dim(filter, 3);
@@ -71,31 +91,79 @@ absl::Status Conv2DShapeFn(InferenceContext* c) {
   ShapeHandle input, filter, out;
   TF_RETURN_IF_ERROR(RequireRank4(c, c->input(0), "input", &input));
   TF_RETURN_IF_ERROR(RequireRank4(c, c->input(1), "filter", &filter));
-  TF_RETURN_IF_ERROR(ForwardShape(c, input, filter, &out));
+  TF_RETURN_IF_ERROR(ForwardShape(c, input, filter, WindowRule::kMustFit, &out));
   c->set_output(0, out);
   return absl::OkStatus();
 }
 
-// Backprop ops: the result's shape is the sizes tensor; out_backprop must match the shape
-// the forward pass would produce.
-absl::Status BackpropShapeFn(InferenceContext* c, int sizes_index, bool sizes_are_input) {
-  ShapeHandle sizes_vec, result;
-  TF_RETURN_IF_ERROR(c->WithRank(c->input(sizes_index), 1, &sizes_vec));
-  if (c->ValueKnown(c->Dim(sizes_vec, 0)) && c->Value(c->Dim(sizes_vec, 0)) != 4) {
-    return tensorflow::errors::InvalidArgument(sizes_are_input ? "input_sizes" : "filter_sizes",
-                                               " must have 4 elements, got ",
-                                               c->Value(c->Dim(sizes_vec, 0)));
+// The shape Conv2DBackpropInput's input_sizes describe: itself when it has 4 sizes, and
+// when it has 2 (height and width), the batch of out_backprop and the depth of the filter's
+// dimension 2 around them, as the kernel takes them.
+absl::Status InputSizesShape(InferenceContext* c, ShapeHandle dy, ShapeHandle* out) {
+  int64_t count;
+  TF_RETURN_IF_ERROR(
+      SizesVector(c, 0, "input_sizes", "Conv2DBackpropInput", /*spatial_ok=*/true, &count));
+  if (count != 2) {
+    TF_RETURN_IF_ERROR(c->MakeShapeFromShapeTensor(0, out));
+    return c->WithRank(*out, 4, out);
   }
-  TF_RETURN_IF_ERROR(c->MakeShapeFromShapeTensor(sizes_index, &result));
-  TF_RETURN_IF_ERROR(c->WithRank(result, 4, &result));
-  ShapeHandle input = sizes_are_input ? result : c->input(0);
-  ShapeHandle filter = sizes_are_input ? c->input(1) : result;
+  ShapeHandle spatial, filter;
+  TF_RETURN_IF_ERROR(c->MakeShapeFromShapeTensor(0, &spatial));
+  TF_RETURN_IF_ERROR(c->WithRank(spatial, 2, &spatial));
+  TF_RETURN_IF_ERROR(RequireRank4(c, c->input(1), "filter", &filter));
+  ConvAttrs a;
+  TF_RETURN_IF_ERROR(ReadConvAttrs(c, &a));
+  const DimensionHandle n = c->Dim(dy, 0), h = c->Dim(spatial, 0), w = c->Dim(spatial, 1),
+                        depth = c->Dim(filter, 2);
+  *out = a.data_format == DataFormat::kNHWC ? c->MakeShape({n, h, w, depth})
+                                            : c->MakeShape({n, depth, h, w});
+  return absl::OkStatus();
+}
+
+// Backprop ops: the result's shape is the sizes tensor's; out_backprop must match the
+// shape the forward pass would produce (under the backprop ops' window rule).
+absl::Status BackpropShapeFn(InferenceContext* c, ConvTensor result_of) {
+  const bool input_sizes = result_of == ConvTensor::kInput;
+  ShapeHandle dy, result;
+  TF_RETURN_IF_ERROR(RequireRank4(c, c->input(2), "out_backprop", &dy));
+  if (input_sizes) {
+    TF_RETURN_IF_ERROR(InputSizesShape(c, dy, &result));
+  } else {
+    int64_t count;
+    TF_RETURN_IF_ERROR(
+        SizesVector(c, 1, "filter_sizes", "Conv2DBackpropFilter", /*spatial_ok=*/false, &count));
+    TF_RETURN_IF_ERROR(c->MakeShapeFromShapeTensor(1, &result));
+    TF_RETURN_IF_ERROR(c->WithRank(result, 4, &result));
+  }
+  ShapeHandle input = input_sizes ? result : c->input(0);
+  ShapeHandle filter = input_sizes ? c->input(1) : result;
   TF_RETURN_IF_ERROR(RequireRank4(c, input, "input", &input));
   TF_RETURN_IF_ERROR(RequireRank4(c, filter, "filter", &filter));
-  ShapeHandle dy, expected, merged;
-  TF_RETURN_IF_ERROR(RequireRank4(c, c->input(2), "out_backprop", &dy));
-  TF_RETURN_IF_ERROR(ForwardShape(c, input, filter, &expected));
+  ShapeHandle expected, merged;
+  TF_RETURN_IF_ERROR(ForwardShape(c, input, filter, WindowRule::kTruncated, &expected));
   if (!c->Merge(dy, expected, &merged).ok()) {
+    // The kernels' message, from what is known (unknown sizes are -1 and match anything).
+    ConvAttrs a;
+    TF_RETURN_IF_ERROR(ReadConvAttrs(c, &a));
+    const bool nhwc = a.data_format == DataFormat::kNHWC;
+    const int hi = nhwc ? 1 : 2, wi = nhwc ? 2 : 3;
+    ConvGeometry g;
+    g.data_format = a.data_format;
+    g.batch = SizeOr(c, input, 0);
+    g.in_h = SizeOr(c, input, hi);
+    g.in_w = SizeOr(c, input, wi);
+    g.filter_h = SizeOr(c, filter, 0);
+    g.filter_w = SizeOr(c, filter, 1);
+    g.out_c = SizeOr(c, filter, 3);
+    g.stride_h = a.strides[hi];
+    g.stride_w = a.strides[wi];
+    g.dilation_h = a.dilations[hi];
+    g.dilation_w = a.dilations[wi];
+    g.out_h = SizeOr(c, expected, hi);
+    g.out_w = SizeOr(c, expected, wi);
+    std::array<int64_t, 4> dy_shape;
+    for (int i = 0; i < 4; ++i) dy_shape[i] = SizeOr(c, dy, i);
+    TF_RETURN_IF_ERROR(ToStatus(CheckOutBackprop(g, dy_shape)));
     return tensorflow::errors::InvalidArgument("out_backprop has shape ", c->DebugString(dy),
                                                " but the convolution produces ",
                                                c->DebugString(expected));
@@ -156,7 +224,7 @@ REGISTER_OP("LargeConv>Conv2DBackpropInput")
     .Output("output: T")
     .LARGECONV_COMMON_ATTRS
     .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
-      return largeconv::BackpropShapeFn(c, 0, true);
+      return largeconv::BackpropShapeFn(c, largeconv::ConvTensor::kInput);
     })
     .Doc("Gradient of LargeConv>Conv2D with respect to its input.");
 
@@ -167,6 +235,6 @@ REGISTER_OP("LargeConv>Conv2DBackpropFilter")
     .Output("output: T")
     .LARGECONV_COMMON_ATTRS
     .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
-      return largeconv::BackpropShapeFn(c, 1, false);
+      return largeconv::BackpropShapeFn(c, largeconv::ConvTensor::kFilter);
     })
     .Doc("Gradient of LargeConv>Conv2D with respect to its filter.");

@@ -91,7 +91,7 @@ Status DirectPass(const ConvGeometry& g, ConvPass pass, const TileConfig& c, con
 #define LARGECONV_INSTANTIATE(T, NAME, TF_WORD)                                             \
   template Status DirectPass<T>(const ConvGeometry&, ConvPass, const TileConfig&, const T*, \
                                 const T*, T*, void*, Stream, const int*);
-LARGECONV_FOR_EACH_DTYPE(LARGECONV_INSTANTIATE)
+LARGECONV_FOR_EACH_FLOAT_DTYPE(LARGECONV_INSTANTIATE)
 #undef LARGECONV_INSTANTIATE
 
 }  // namespace cuda

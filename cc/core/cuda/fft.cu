@@ -118,6 +118,10 @@ Status PlanCudaPass(const ConvGeometry& g, ConvPass pass, Algorithm algorithm, i
 template <typename T>
 Status RunCudaPass(const ConvGeometry& g, const CudaPlan& plan, const T* a, const T* b, T* out,
                    void* workspace, Stream stream) {
+  if (g.no_products()) {  // zeros, or nothing at all; the tile kernels assume taps
+    const size_t bytes = static_cast<size_t>(g.elements(RolesOf(plan.pass).out)) * sizeof(T);
+    return CudaStatus("clearing the result", cudaMemsetAsync(out, 0, bytes, stream));
+  }
   if (plan.workspace_bytes > 0 && workspace == nullptr) {
     return Internal("the planned pass needs a workspace of " +
                     std::to_string(plan.workspace_bytes) + " bytes");
@@ -140,7 +144,7 @@ Status RunCudaPass(const ConvGeometry& g, const CudaPlan& plan, const T* a, cons
 #define LARGECONV_INSTANTIATE(T, NAME, TF_WORD)                                                \
   template Status RunCudaPass<T>(const ConvGeometry&, const CudaPlan&, const T*, const T*, T*, \
                                  void*, Stream);
-LARGECONV_FOR_EACH_DTYPE(LARGECONV_INSTANTIATE)
+LARGECONV_FOR_EACH_FLOAT_DTYPE(LARGECONV_INSTANTIATE)
 #undef LARGECONV_INSTANTIATE
 
 }  // namespace cuda

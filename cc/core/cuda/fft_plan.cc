@@ -106,6 +106,7 @@ Status PlanGpuPass(const ConvGeometry& g, ConvPass pass, Algorithm algorithm, in
         "algorithm='tf' is not available on the GPU: use 'auto', 'direct' or 'fft'");
   }
   if (limit < 0) limit = kDefaultWorkspaceLimit;
+  if (g.no_products()) algorithm = Algorithm::kDirect;  // nothing to transform
   CudaPlan p;
   p.pass = pass;
   p.cost_direct = DirectSeconds(g, real_bytes);

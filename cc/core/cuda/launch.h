@@ -31,7 +31,7 @@ Status PlanCudaPass(const ConvGeometry& g, ConvPass pass, Algorithm algorithm, i
 // Enqueues a planned pass on `stream`; `workspace` holds plan.workspace_bytes (may be null
 // when that is 0). Operands in RunPass's order: forward (input, filter) -> output;
 // backprop-input (filter, out_backprop) -> in_backprop; backprop-filter (input,
-// out_backprop) -> filter_backprop. T: float, double, f16, bf16 (cc/core/dtypes.h).
+// out_backprop) -> filter_backprop. T: LARGECONV_FOR_EACH_FLOAT_DTYPE (cc/core/dtypes.h).
 template <typename T>
 Status RunCudaPass(const ConvGeometry& g, const CudaPlan& plan, const T* a, const T* b, T* out,
                    void* workspace, Stream stream);

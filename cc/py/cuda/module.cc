@@ -32,7 +32,7 @@ struct DeviceArray {
 int64_t ElementBytes(const std::string& dtype) {
 #define LARGECONV_BYTES(C, NAME, TF_WORD) \
   if (dtype == #NAME) return sizeof(C);
-  LARGECONV_FOR_EACH_DTYPE(LARGECONV_BYTES)
+  LARGECONV_FOR_EACH_FLOAT_DTYPE(LARGECONV_BYTES)
 #undef LARGECONV_BYTES
   return 0;
 }
@@ -168,7 +168,7 @@ void Run(const ConvGeometry& g, ConvPass pass, const DeviceArray& a, const Devic
   const auto s = reinterpret_cast<cudaStream_t>(stream);
 #define LARGECONV_LAUNCH(C, NAME, TF_WORD) \
   if (a.dtype == #NAME) return Launch<C>(g, pass, a, b, out, algorithm, workspace_limit, s);
-  LARGECONV_FOR_EACH_DTYPE(LARGECONV_LAUNCH)
+  LARGECONV_FOR_EACH_FLOAT_DTYPE(LARGECONV_LAUNCH)
 #undef LARGECONV_LAUNCH
 }
 
@@ -193,9 +193,9 @@ void RunArrays(ConvPass pass, const py::object& a, const py::object& b, const py
   const auto shape_of = [&](ConvTensor t) {
     return arrays[t == roles.a ? 0 : t == roles.b ? 1 : 2].shape;
   };
-  const ConvGeometry g =
-      Geometry(shape_of(ConvTensor::kInput), shape_of(ConvTensor::kFilter),
-               AttrsFrom(strides, padding, explicit_paddings, data_format, dilations));
+  const ConvGeometry g = Geometry(
+      shape_of(ConvTensor::kInput), shape_of(ConvTensor::kFilter),
+      AttrsFrom(strides, padding, explicit_paddings, data_format, dilations), WindowRuleOf(pass));
   if (roles.b == ConvTensor::kOutput) CheckOutBackprop(arrays[1].shape, g);
   Run(g, pass, arrays[0], arrays[1], arrays[2], ToVec(g.shape(roles.out)), names[2], algorithm,
       workspace_limit, stream);
@@ -300,5 +300,5 @@ PYBIND11_MODULE(_cuda, m) {
   m.def("cufft", &CufftInfo,
         "Whether cuFFT was found: {'status': '' or why not, 'path': ..., 'version': ...}.");
   m.def("device_count", &DeviceCount, "Number of CUDA devices visible (0 if none).");
-  m.attr("DTYPES") = py::tuple(py::cast(DtypeNames()));
+  m.attr("DTYPES") = py::tuple(py::cast(DtypeNames(/*gpu=*/true)));
 }
