@@ -54,8 +54,10 @@ class TaskMemory(collections.namedtuple(
     return self.window_bytes + self.output_bytes + self.workspace_bytes
 
 
+# The floating dtypes only: the filter gradient sums its per-chunk shares in float64, which
+# would not reproduce int32's wrap-around.
 def _dtype_names():
-  names = [d.name for d in _args.DTYPES]
+  names = [d.name for d in _args.FLOAT_DTYPES]
   return ", ".join(names[:-1]) + " or " + names[-1]
 
 
@@ -77,7 +79,7 @@ def check_input(x, name="input"):
     raise ValueError(f"{name} has unknown chunk sizes; call {name}.compute_chunk_sizes() "
                      f"first")
   try:
-    supported = tf.as_dtype(x.dtype) in _args.DTYPES
+    supported = tf.as_dtype(x.dtype) in _args.FLOAT_DTYPES
   except TypeError:
     supported = False
   if not supported:
