@@ -512,6 +512,17 @@ def test_reparameterize_folds_chains_piecewise_and_keeps_activations(rng):
   assert_close(rep(xs), model(xs), EXACT)
 
 
+def test_reparameterize_deploys_a_model_trained_with_folded_blocks(rng):
+  x = keras.Input((16, 16, 3), dtype=F64)
+  h = FoldedBlock(randomize(founding_block(7, size=16, dtype=F64), rng), dtype=F64)(x)
+  model = keras.Model(x, L.GlobalAveragePooling2D(dtype=F64)(L.ReLU(dtype=F64)(h)))
+  rep = reparameterize(model)
+  assert [type(layer).__name__ for layer in rep.layers[1:]] == [
+      "LargeConv2D", "ReLU", "GlobalAveragePooling2D"]
+  xs = rng.standard_normal((2, 16, 16, 3))
+  assert_close(rep(xs), model(xs), EXACT)
+
+
 # ---------------------------------------------------------------------------------------
 # Serialisation, tf_keras
 # ---------------------------------------------------------------------------------------

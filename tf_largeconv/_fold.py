@@ -138,10 +138,10 @@ class _Graph:
                                   tf.nest.map_structure(ref, kwargs),
                                   [id(t) for t in arg_tensors], [id(t) for t in outs]))
         continue
-      if not arg_tensors and id(tensor) not in self.inputs:
+      if not arg_tensors:
         raise ValueError(f"{_describe(layer)} has no input from the model's inputs")
       stack.append((tensor, True))
-      stack.extend((t, False) for t in reversed(arg_tensors) if id(t) not in seen)
+      stack.extend((t, False) for t in reversed(arg_tensors))
     self.producer = {o: n for n in self.nodes for o in n.outputs}
     self.consumers = {}
     for n in self.nodes:
@@ -426,8 +426,8 @@ class _Composer:
     self.reasons = []
     self.activation = None
 
-  def run(self, graph, state, output=None, final=True):
-    output = graph.outputs[0] if output is None else output
+  def run(self, graph, state, final=True):
+    output = graph.outputs[0]
     states = {graph.inputs[0]: state}
     for node in graph.nodes:
       layer = node.layer
@@ -724,6 +724,11 @@ class _Composer:
                        f"{len(graph.outputs)} outputs: fold needs one of each")
     return self.run(graph, operands[0], final=False)
 
+  def _FoldedBlock(self, layer, operands):  # noqa: N802
+    if not layer.exact:
+      raise ValueError(f"{_describe(layer)} was made with exact=False")
+    return self._Model(layer.block, operands)
+
 
 # ---------------------------------------------------------------------------------------
 # Blocks: a graph (or a region of one) from one input tensor to one output tensor
@@ -895,7 +900,9 @@ def fold(model, flavour, exact=True, input_size=None, dtype=None, algorithm="aut
   return layer
 
 
-_CONV_KINDS = ("Conv2D", "DepthwiseConv2D", "SeparableConv2D", "Model")
+_CONV_KINDS = ("Conv2D", "DepthwiseConv2D", "SeparableConv2D", "Model", "FoldedBlock")
+# A region of one of these alone is still worth replacing (a whole block in one layer).
+_BLOCK_KINDS = ("Model", "FoldedBlock")
 
 
 def _regions(graph, covered):
@@ -903,7 +910,8 @@ def _regions(graph, covered):
 
   A region is the backward cone of a tensor through linear layers not yet `covered`
   (folded), reaching exactly one tensor produced otherwise (its entry); nothing outside it
-  may use its inner tensors. Its last layer may carry an activation (kept on the folded
+  may use its inner tensors. It holds a convolution and at least two layers, or is one
+  nested model or FoldedBlock. Its last layer may carry an activation (kept on the folded
   layer).
   """
   def linear(node, last=False):
@@ -924,7 +932,8 @@ def _regions(graph, covered):
         members[id(producer)] = producer
         stack.extend(producer.inputs)
     inner = {o for n in members.values() for o in n.outputs} - {node.outputs[0]}
-    if (len(entries) != 1 or len(members) < 2 or inner & model_outputs or
+    alone = len(members) == 1 and _kind(node.layer) in _BLOCK_KINDS
+    if (len(entries) != 1 or (len(members) < 2 and not alone) or inner & model_outputs or
         not any(_kind(n.layer) in _CONV_KINDS for n in members.values()) or
         any(id(c) not in members for t in inner for c in graph.consumers.get(t, []))):
       continue
