@@ -504,10 +504,12 @@ def test_reparameterize_folds_chains_piecewise_and_keeps_activations(rng):
   h = L.BatchNormalization(dtype=F64)(L.Conv2D(4, 3, padding="same", dtype=F64)(x))
   h = L.BatchNormalization(dtype=F64)(L.Conv2D(4, 3, padding="same", dtype=F64)(h))
   y = L.Conv2D(2, 1, activation="relu", dtype=F64)(h)  # 'same' after 'same': two folds
+  y = y * y - 2.0 * y  # not linear: the cone behind the last conv + BN is cut after it
+  y = L.BatchNormalization(dtype=F64)(L.Conv2D(2, 3, dtype=F64)(y))
   model = randomize(keras.Model(x, y), rng)
   rep = reparameterize(model)
-  assert [type(layer).__name__ for layer in rep.layers[1:]] == ["LargeConv2D"] * 2
-  assert rep.layers[-1].get_config()["activation"] == "relu"
+  assert [type(layer).__name__ for layer in rep.layers[1:]] == ["LargeConv2D"] * 3
+  assert rep.layers[2].get_config()["activation"] == "relu"
   xs = rng.standard_normal((2, 10, 10, 3))
   assert_close(rep(xs), model(xs), EXACT)
 
