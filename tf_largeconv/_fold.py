@@ -37,6 +37,12 @@ from tf_largeconv import ops as _ops
 _STAND_IN = 4096
 
 
+class _Unfoldable(ValueError):
+  """A layer no fold can contain, whatever surrounds it (non-linear, or a setting fold does
+  not handle); `node` is the graph node, so reparameterize can fold around it."""
+  node = None
+
+
 class FoldWarning(UserWarning):
   """Issued by fold(..., exact=False) when the fold differs from the block at the border."""
 
@@ -138,10 +144,10 @@ class _Graph:
                                   tf.nest.map_structure(ref, kwargs),
                                   [id(t) for t in arg_tensors], [id(t) for t in outs]))
         continue
-      if not arg_tensors and id(tensor) not in self.inputs:
+      if not arg_tensors:
         raise ValueError(f"{_describe(layer)} has no input from the model's inputs")
       stack.append((tensor, True))
-      stack.extend((t, False) for t in reversed(arg_tensors) if id(t) not in seen)
+      stack.extend((t, False) for t in reversed(arg_tensors))
     self.producer = {o: n for n in self.nodes for o in n.outputs}
     self.consumers = {}
     for n in self.nodes:
@@ -368,17 +374,17 @@ def _not_linear(layer):
   """The ValueError for a layer that cannot be folded."""
   name = type(layer).__name__
   if name == "Activation":
-    return ValueError(f"{_describe(layer)} ({_activation(layer)}) is not linear")
+    return _Unfoldable(f"{_describe(layer)} ({_activation(layer)}) is not linear")
   act = _activation(layer)
   if act is not None and _kind(layer) is not None:
-    return ValueError(f"{_describe(layer)} has activation '{act}': not linear")
+    return _Unfoldable(f"{_describe(layer)} has activation '{act}': not linear")
   if name in _NONLINEAR:
     why = _NOT_LINEAR_WHY.get(name, "")
-    return ValueError(f"{_describe(layer)} is not linear" + (f" ({why})" if why else ""))
+    return _Unfoldable(f"{_describe(layer)} is not linear" + (f" ({why})" if why else ""))
   if name == "TFOpLambda":
-    return ValueError(f"{_describe(layer)} ({getattr(layer, 'symbol', '?')}) is not a "
+    return _Unfoldable(f"{_describe(layer)} ({getattr(layer, 'symbol', '?')}) is not a "
                       "linear operation fold supports")
-  return ValueError(f"{_describe(layer)} is not a linear layer fold supports (supported: "
+  return _Unfoldable(f"{_describe(layer)} is not a linear layer fold supports (supported: "
                     "Conv2D, DepthwiseConv2D, SeparableConv2D, the Large* layers, "
                     "BatchNormalization, Add, Subtract, Average, Concatenate, ZeroPadding2D, "
                     "Cropping2D, Identity, linear Activation, Rescaling, nested models)")
@@ -401,7 +407,7 @@ def _channel_constant(value, channels, desc):
     return np.full(channels, float(v.reshape(-1)[0]))
   if v.size == channels and all(n == 1 for n in v.shape[:-1]):
     return v.reshape(-1)
-  raise ValueError(f"{desc} uses a constant of shape {v.shape}: only scalars and "
+  raise _Unfoldable(f"{desc} uses a constant of shape {v.shape}: only scalars and "
                    f"per-channel vectors ({channels}) fold")
 
 
@@ -426,36 +432,43 @@ class _Composer:
     self.reasons = []
     self.activation = None
 
-  def run(self, graph, state, output=None, final=True):
-    output = graph.outputs[0] if output is None else output
+  def run(self, graph, state, final=True):
+    output = graph.outputs[0]
     states = {graph.inputs[0]: state}
     for node in graph.nodes:
-      layer = node.layer
-      kind = _kind(layer)
-      if kind is None:
-        raise _not_linear(layer)
-      act = _activation(layer)
-      if act is not None:
-        if not (final and self.final_activation_ok and output in node.outputs):
-          raise _not_linear(layer)
-        self.activation = act
-      if len(node.outputs) != 1:
-        raise ValueError(f"{_describe(layer)} has {len(node.outputs)} outputs: fold needs "
-                         "one tensor per layer")
-      resolve = lambda v: states[v.id] if isinstance(v, _Ref) else v  # noqa: E731
-      operands = ([resolve(v) for v in tf.nest.flatten(node.args)] +
-                  [resolve(v) for v in tf.nest.flatten(node.kwargs) if isinstance(v, _Ref)])
-      if kind not in _TAKES_CONSTANTS and not isinstance(operands[0], _Affine):
-        raise ValueError(f"{_describe(layer)}: its first argument is not a graph tensor")
-      states[node.outputs[0]] = getattr(self, "_" + kind)(layer, operands)
+      try:
+        states[node.outputs[0]] = self._node(node, states, final and output in node.outputs)
+      except _Unfoldable as e:
+        e.node = node  # set last by the outermost graph: a nested model's node, for its layers
+        raise
     return states[output]
+
+  def _node(self, node, states, last):
+    layer = node.layer
+    kind = _kind(layer)
+    if kind is None:
+      raise _not_linear(layer)
+    act = _activation(layer)
+    if act is not None:
+      if not (last and self.final_activation_ok):
+        raise _not_linear(layer)
+      self.activation = act
+    if len(node.outputs) != 1:
+      raise _Unfoldable(f"{_describe(layer)} has {len(node.outputs)} outputs: fold needs "
+                        "one tensor per layer")
+    resolve = lambda v: states[v.id] if isinstance(v, _Ref) else v  # noqa: E731
+    operands = ([resolve(v) for v in tf.nest.flatten(node.args)] +
+                [resolve(v) for v in tf.nest.flatten(node.kwargs) if isinstance(v, _Ref)])
+    if kind not in _TAKES_CONSTANTS and not isinstance(operands[0], _Affine):
+      raise _Unfoldable(f"{_describe(layer)}: its first argument is not a graph tensor")
+    return getattr(self, "_" + kind)(layer, operands)
 
   # -- helpers ---------------------------------------------------------------------------
 
   def _check_channels_last(self, layer):
     fmt = layer.get_config().get("data_format", "channels_last")
     if fmt not in (None, "channels_last"):
-      raise ValueError(f"{_describe(layer)} has data_format='{fmt}': fold supports "
+      raise _Unfoldable(f"{_describe(layer)} has data_format='{fmt}': fold supports "
                        "channels_last only")
 
   def _padded_err(self, t, pads):
@@ -600,7 +613,7 @@ class _Composer:
     axis = layer.axis
     axis = axis[0] if isinstance(axis, (list, tuple)) and len(axis) == 1 else axis
     if axis not in (-1, 3):
-      raise ValueError(f"{_describe(layer)} normalises axis {layer.axis}: fold needs the "
+      raise _Unfoldable(f"{_describe(layer)} normalises axis {layer.axis}: fold needs the "
                        "channel axis (-1)")
     inv = tf.math.rsqrt(self._var(layer.moving_variance) +
                         tf.constant(layer.epsilon, self.dtype))
@@ -621,7 +634,7 @@ class _Composer:
 
   def _Subtract(self, layer, operands):  # noqa: N802
     if len(operands) != 2:
-      raise ValueError(f"{_describe(layer)} needs exactly two inputs")
+      raise _Unfoldable(f"{_describe(layer)} needs exactly two inputs")
     a, b = operands
     if not isinstance(a, _Affine):
       return self._combine(layer, [(-1.0, b)], _channel_constant(a, b.channels,
@@ -640,7 +653,7 @@ class _Composer:
   def _Multiply(self, layer, operands):  # noqa: N802
     tensors = [t for t in operands if isinstance(t, _Affine)]
     if len(tensors) != 1:
-      raise ValueError(f"{_describe(layer)} multiplies {len(tensors)} tensors: not linear")
+      raise _Unfoldable(f"{_describe(layer)} multiplies {len(tensors)} tensors: not linear")
     scale = np.ones(tensors[0].channels)
     for v in operands:
       if not isinstance(v, _Affine):
@@ -649,7 +662,7 @@ class _Composer:
 
   def _TrueDivide(self, layer, operands):  # noqa: N802
     if not isinstance(operands[0], _Affine) or isinstance(operands[1], _Affine):
-      raise ValueError(f"{_describe(layer)} divides by a tensor: not linear")
+      raise _Unfoldable(f"{_describe(layer)} divides by a tensor: not linear")
     t = operands[0]
     scale = 1.0 / _channel_constant(operands[1], t.channels, _describe(layer))
     return self._scaled(layer, t, tf.constant(scale, self.dtype))
@@ -671,7 +684,7 @@ class _Composer:
   def _Concatenate(self, layer, operands):  # noqa: N802
     axis = layer.axis
     if axis not in (-1, 3):
-      raise ValueError(f"{_describe(layer)} concatenates along axis {axis}: fold needs "
+      raise _Unfoldable(f"{_describe(layer)} concatenates along axis {axis}: fold needs "
                        "the channel axis (-1)")
     first = operands[0]
     for t in operands[1:]:
@@ -720,9 +733,14 @@ class _Composer:
   def _Model(self, layer, operands):  # noqa: N802
     graph = _Graph(layer)
     if len(graph.inputs) != 1 or len(graph.outputs) != 1:
-      raise ValueError(f"nested {_describe(layer)} has {len(graph.inputs)} inputs and "
+      raise _Unfoldable(f"nested {_describe(layer)} has {len(graph.inputs)} inputs and "
                        f"{len(graph.outputs)} outputs: fold needs one of each")
     return self.run(graph, operands[0], final=False)
+
+  def _FoldedBlock(self, layer, operands):  # noqa: N802
+    if not layer.exact:
+      raise _Unfoldable(f"{_describe(layer)} was made with exact=False")
+    return self._Model(layer.block, operands)
 
 
 # ---------------------------------------------------------------------------------------
@@ -895,41 +913,58 @@ def fold(model, flavour, exact=True, input_size=None, dtype=None, algorithm="aut
   return layer
 
 
-_CONV_KINDS = ("Conv2D", "DepthwiseConv2D", "SeparableConv2D", "Model")
+_CONV_KINDS = ("Conv2D", "DepthwiseConv2D", "SeparableConv2D", "Model", "FoldedBlock")
+# A region of one of these alone is still worth replacing (a whole block in one layer).
+_BLOCK_KINDS = ("Model", "FoldedBlock")
 
 
-def _regions(graph, covered):
-  """Candidate linear regions, latest first: (nodes in order, entry id, output id).
+def _cone(graph, node, linear, cut=None):
+  """The nodes behind `node` through linear ones (stopping at the tensor `cut`), and the
+  tensors where it stops."""
+  members, entries, stack = {id(node): node}, set(), list(node.inputs)
+  while stack:
+    t = stack.pop()
+    producer = graph.producer.get(t)
+    if t == cut or producer is None or not linear(producer):
+      entries.add(t)
+    elif id(producer) not in members:
+      members[id(producer)] = producer
+      stack.extend(producer.inputs)
+  return members, entries
 
-  A region is the backward cone of a tensor through linear layers not yet `covered`
-  (folded), reaching exactly one tensor produced otherwise (its entry); nothing outside it
-  may use its inner tensors. Its last layer may carry an activation (kept on the folded
-  layer).
+
+def _regions(graph, excluded):
+  """Candidate linear regions, latest output first and largest first for each output:
+  (nodes in order, entry id, output id).
+
+  A region is the cone of linear layers (not `excluded`: folded already, or unfoldable)
+  behind a tensor, whole or cut at one inner tensor, that reaches back to exactly one
+  tensor (its entry); nothing outside it may use its inner tensors. It holds a convolution
+  and at least two layers, or is one nested model or FoldedBlock. Its last layer may carry
+  an activation (kept on the folded layer).
   """
   def linear(node, last=False):
-    return (id(node) not in covered and len(node.outputs) == 1 and
+    return (id(node) not in excluded and len(node.outputs) == 1 and
             _kind(node.layer) is not None and (last or _activation(node.layer) is None))
 
   model_outputs = set(graph.outputs)
   for node in reversed(graph.nodes):
     if not linear(node, last=True):
       continue
-    members, entries, stack = {id(node): node}, set(), list(node.inputs)
-    while stack:
-      t = stack.pop()
-      producer = graph.producer.get(t)
-      if producer is None or not linear(producer):
-        entries.add(t)
-      elif id(producer) not in members:
-        members[id(producer)] = producer
-        stack.extend(producer.inputs)
-    inner = {o for n in members.values() for o in n.outputs} - {node.outputs[0]}
-    if (len(entries) != 1 or len(members) < 2 or inner & model_outputs or
-        not any(_kind(n.layer) in _CONV_KINDS for n in members.values()) or
-        any(id(c) not in members for t in inner for c in graph.consumers.get(t, []))):
-      continue
-    yield ([n for n in graph.nodes if id(n) in members], next(iter(entries)),
-           node.outputs[0])
+    whole, _ = _cone(graph, node, linear)
+    cuts = [None] + [o for n in whole.values() if n is not node for o in n.outputs]
+    found = {}
+    for cut in cuts:
+      members, entries = _cone(graph, node, linear, cut)
+      inner = {o for n in members.values() for o in n.outputs} - {node.outputs[0]}
+      alone = len(members) == 1 and _kind(node.layer) in _BLOCK_KINDS
+      if (len(entries) != 1 or (len(members) < 2 and not alone) or inner & model_outputs or
+          not any(_kind(n.layer) in _CONV_KINDS for n in members.values()) or
+          any(id(c) not in members for t in inner for c in graph.consumers.get(t, []))):
+        continue
+      found.setdefault(frozenset(members), (members, next(iter(entries))))
+    for members, entry in sorted(found.values(), key=lambda f: -len(f[0])):
+      yield [n for n in graph.nodes if id(n) in members], entry, node.outputs[0]
 
 
 def _fold_regions(graph, flavour, algorithm, workspace_limit):
@@ -939,11 +974,11 @@ def _fold_regions(graph, flavour, algorithm, workspace_limit):
   cone does not fold (say, a 'same' convolution after another), the cones inside it are
   tried, and passes repeat with the folded regions as boundaries until none is left.
   """
-  folded, covered = {}, set()
+  folded, covered, blocked = {}, set(), set()
   progress = True
   while progress:
     progress = False
-    for nodes, entry, output in list(_regions(graph, covered)):
+    for nodes, entry, output in list(_regions(graph, covered | blocked)):
       if any(id(n) in covered for n in nodes):
         continue
       block = _block_of(graph, entry, output, nodes=nodes)
@@ -953,8 +988,15 @@ def _fold_regions(graph, flavour, algorithm, workspace_limit):
                                    final_activation_ok=True)
         layer = _large_layer(state, composer, block, flavour, last.get_config().get("dtype"),
                              algorithm, workspace_limit, name=f"{last.name}_folded")
+      except _Unfoldable as e:
+        # A layer no region can hold (say `a * a`): a boundary from now on, so that later
+        # candidates stop at it instead of composing up to it again (the cuts would find
+        # the same regions, at the cost of a failed composition each).
+        blocked.add(id(e.node))
+        progress = True
+        break
       except ValueError:
-        continue
+        continue  # not one exact convolution here: the cones inside it are tried next
       covered.update(id(n) for n in nodes)
       folded[output] = (layer, entry)
       progress = True

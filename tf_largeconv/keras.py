@@ -181,7 +181,8 @@ def fold(block, exact=True, input_size=None, dtype=None, algorithm="auto",
   DepthwiseConv2D, SeparableConv2D, the Large* layers, BatchNormalization (its moving
   statistics), Add, Subtract, Average, Concatenate on channels, ZeroPadding2D, Cropping2D,
   Identity, linear Activation, Rescaling, `a + b`, `a - b`, `-a`, `c * a`, `a / c` with
-  constants c, and nested such models. A stride is allowed where no spatial layer follows.
+  constants c, nested such models and (exact) FoldedBlock layers. A stride is allowed
+  where no spatial layer follows.
 
   The returned layer's output equals the block's everywhere, borders included (within the
   op's float tolerance). It is depthwise when the fold is channel-diagonal
@@ -223,7 +224,9 @@ def reparameterize(model, algorithm="auto", workspace_limit=None):
   residual `x + BN(conv(x))`. The layer ending it may carry an activation, which the
   Large layer keeps. Depthwise folds stay depthwise. Other layers are copied with their
   weights; outputs are equal (BatchNormalization folds with its moving statistics, as in
-  inference). Nested models are copied as they are, or folded whole when linear.
+  inference). Nested models are copied as they are, or folded whole when linear; so is
+  a FoldedBlock, which makes `reparameterize` the deployment step of a model trained with
+  FoldedBlock layers.
 
   Args:
     model: a built Keras model (left unchanged).
