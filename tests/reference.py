@@ -120,6 +120,10 @@ class Conv:
 # Unit roundoff of each dtype's storage, and of the accumulator the kernels use.
 STORE_EPS = {"float16": 2.0**-11, "bfloat16": 2.0**-8, "float32": 2.0**-24,
              "float64": 2.0**-53}
+# Half the spacing of the subnormals: the absolute rounding error of a store below the
+# normal range, where STORE_EPS * |value| no longer bounds it.
+STORE_TINY = {"float16": 2.0**-25, "bfloat16": 2.0**-134, "float32": 2.0**-150,
+              "float64": 0.0}
 ACC_EPS = {"float16": 2.0**-24, "bfloat16": 2.0**-24, "float32": 2.0**-24,
            "float64": 2.0**-53}
 
@@ -132,8 +136,8 @@ def tolerance(dtype_name, terms, magnitude):
   A sum of `terms` products whose absolute values sum to `magnitude` errs by at most one
   rounding on store plus a sqrt(n)-growth accumulation term.
   """
-  return (STORE_EPS[dtype_name] +
-          4.0 * np.sqrt(max(terms, 1)) * ACC_EPS[dtype_name]) * magnitude + 1e-300
+  return ((STORE_EPS[dtype_name] + 4.0 * np.sqrt(max(terms, 1)) * ACC_EPS[dtype_name]) *
+          magnitude + STORE_TINY[dtype_name] + 1e-300)
 
 
 def assert_close(got, want, dtype_name, terms, magnitude, what="result", extra=0.0):
@@ -144,9 +148,12 @@ def assert_close(got, want, dtype_name, terms, magnitude, what="result", extra=0
   tol = tolerance(dtype_name, terms, magnitude) + extra
   err = np.abs(got - want)
   bad = err > tol
-  assert not bad.any(), (
-      f"{what}: {bad.sum()} of {bad.size} elements off; worst error "
-      f"{err.max():.3e} vs tolerance {tol.flat[np.argmax(err)]:.3e}")
+  if bad.any():
+    i = tuple(int(j) for j in np.unravel_index(np.argmax(np.where(bad, err / tol, 0)), err.shape))
+    raise AssertionError(
+        f"{what}: {bad.sum()} of {bad.size} elements off; worst at {i}: got {got[i]:.9g}, "
+        f"want {want[i]:.9g}, error {err[i]:.3e} vs tolerance {tol[i]:.3e} (magnitude "
+        f"{np.broadcast_to(magnitude, err.shape)[i]:.3e})")
 
 
 def _norms(a, axes):
@@ -237,7 +244,7 @@ class PassCheck:
       return None
     # Rounding on store (and the other side's own error) is elementwise: its 2-norm per
     # plane adds to the transform's.
-    store = STORE_EPS[dtype_name] * np.abs(ref) + want_tolerance
+    store = STORE_EPS[dtype_name] * np.abs(ref) + STORE_TINY[dtype_name] + want_tolerance
     limit = self.plane_norms(store) + self.fft_bound(fft_size, dtype_name) + 1e-300
     ratio = self.plane_norms(got - ref) / limit
     assert (ratio <= 1).all(), (

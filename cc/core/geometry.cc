@@ -2,17 +2,18 @@
 #include "cc/core/geometry.h"
 
 #include <limits>
-#include <sstream>
 
 namespace largeconv {
 namespace {
 
+// Formats with std::to_string, not iostreams: inside a torch process on the GPU machines,
+// inserting an integer into a std::ostringstream from the _cuda module crashed (SIGSEGV in
+// the stream's locale facets), the first thing any explicit padding or bad-attribute message
+// ran into.
 std::string ListToString(const std::vector<int64_t>& v) {
-  std::ostringstream os;
-  os << "[";
-  for (size_t i = 0; i < v.size(); ++i) os << (i ? ", " : "") << v[i];
-  os << "]";
-  return os.str();
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
 }
 
 // A shape as TensorFlow prints it, "?" for an unknown (negative) size.

@@ -1,15 +1,19 @@
 """GPU benchmark: tf_largeconv's CUDA kernels against torch.nn.functional.conv2d (cuDNN with
-benchmark mode on, so it picks its fastest algorithm; TF32 off), same device, same run.
+benchmark mode on, so it picks its fastest algorithm), same device, same run.
 
   python tests/gpu/bench_gpu.py [--cases NAME ...] [--algorithms auto direct fft]
                                 [--repeats N] [--json PATH]
 
 Needs a CUDA device, torch and tf_largeconv/_cuda (`make cuda`); no TensorFlow. Times are
-CUDA-event milliseconds (min and median over the repeats, after a warm-up). Memory is the
-temporary memory a method takes beyond its operands: for torch, its allocator's peak minus
-the operands; for ours, the workspace the kernels allocate (their only temporary, cuFFT's
-work area included). With --algorithms, ours runs once per algorithm; "auto" is what the
-planner picks (shown per pass: d = direct, f = FFT).
+CUDA-event milliseconds (min and median over the repeats, after a warm-up). torch runs twice
+for float32 cases: TF32 off (exact float32, as ours) and TF32 on (its fastest). Memory:
+  ws   the temporary memory a method takes beyond its operands: for torch, its allocator's
+       peak minus the operands; for ours, the workspace the kernels allocate (their only
+       temporary, cuFFT's work area included), the largest of the passes run;
+  peak the operands (inputs, outputs and gradients of the step) plus ws.
+With --algorithms, ours runs once per algorithm; "auto" is what the planner picks (shown per
+pass: d = direct, f = FFT). The error column is ours against torch with TF32 off, the largest
+over the step's results, relative to each result's largest magnitude.
 """
 
 import argparse
@@ -20,87 +24,146 @@ import sys
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.dirname(HERE)]
 from conftest import load_extension  # noqa: E402  pylint: disable=g-import-not-at-top
 
 MiB = 2**20
 
-# name: (input NCHW, filter HWIO, padding, mode). Depthwise = filter in-depth 1.
+# name: (input NCHW, filter HWIO, padding, mode, dtype). Depthwise: filter in-depth 1 with
+# as many output channels as input channels.
 CASES = {
-    "seed_forward": ((200, 1, 321, 481), (135, 135, 1, 3), "VALID", "forward"),
-    "seed_train": ((200, 1, 321, 481), (135, 135, 1, 3), "VALID", "train"),
-    "replk31_forward": ((8, 128, 56, 56), (31, 31, 1, 128), "SAME", "forward"),
-    "replk31_train": ((8, 128, 56, 56), (31, 31, 1, 128), "SAME", "train"),
+    "seed_forward": ((200, 1, 321, 481), (135, 135, 1, 3), "VALID", "forward", "float32"),
+    "seed_train": ((16, 1, 321, 481), (135, 135, 1, 3), "VALID", "train", "float32"),
+    "k63_train": ((8, 16, 128, 128), (63, 63, 16, 16), "SAME", "train", "float32"),
+    "replk31_train_f32": ((64, 128, 56, 56), (31, 31, 1, 128), "SAME", "train", "float32"),
+    "replk31_train_f16": ((64, 128, 56, 56), (31, 31, 1, 128), "SAME", "train", "float16"),
+    "slak51_train_f32": ((64, 256, 32, 32), (51, 51, 1, 256), "SAME", "train", "float32"),
+    "slak51_train_f16": ((64, 256, 32, 32), (51, 51, 1, 256), "SAME", "train", "float16"),
+    "k3_train": ((64, 64, 56, 56), (3, 3, 64, 64), "SAME", "train", "float32"),
 }
 
 
-def _time(fn, repeats):
+def _time(fn, repeats, budget_ms=3000.0):
+  """(min, median) CUDA-event ms of fn after one warm-up call; fewer repeats for slow fns."""
   fn()
   torch.cuda.synchronize()
   times = []
-  for _ in range(repeats):
+  while len(times) < repeats:
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     fn()
     end.record()
     torch.cuda.synchronize()
     times.append(start.elapsed_time(end))
+    if sum(times) > budget_ms and len(times) >= 2:
+      break
   times.sort()
   return times[0], times[len(times) // 2]
 
 
-def _case(ext, name, repeats, algorithm):
-  x_shape, w_shape, padding, mode = CASES[name]
-  gen = torch.Generator(device="cuda").manual_seed(0)
-  x = torch.rand(x_shape, device="cuda", generator=gen)
-  w = torch.randn(w_shape, device="cuda", generator=gen) / (w_shape[0] * w_shape[1])
-  groups = x_shape[1] // w_shape[2]
-  kh, kw = w_shape[:2]
-  pt, pl = ((kh - 1) // 2, (kw - 1) // 2) if padding == "SAME" else (0, 0)
-  pb, pr = ((kh - 1) - pt, (kw - 1) - pl) if padding == "SAME" else (0, 0)
-  w_oihw = w.permute(3, 2, 0, 1).contiguous()
-  with torch.no_grad():
-    y_ref = F.conv2d(F.pad(x, (pl, pr, pt, pb)), w_oihw, groups=groups)
-  dy = torch.randn(y_ref.shape, device="cuda", generator=gen)
-  stream = torch.cuda.current_stream().cuda_stream
-  attrs = ([1, 1, 1, 1], padding)
-  kwargs = dict(data_format="NCHW", stream=stream, algorithm=algorithm)
-  y, dx, dw = torch.empty_like(y_ref), torch.empty_like(x), torch.empty_like(w)
+def _rel(a, b):
+  a, b = a.double(), b.double()
+  return (a - b).abs().max().item() / max(b.abs().max().item(), 1e-30)
 
-  def ours():
-    ext.conv2d(x, w, y, *attrs, **kwargs)
-    if mode == "train":
-      ext.conv2d_backprop_input(w, dy, dx, *attrs, **kwargs)
-      ext.conv2d_backprop_filter(x, dy, dw, *attrs, **kwargs)
 
-  xg = x.clone().requires_grad_(mode == "train")
-  wg = w_oihw.clone().requires_grad_(mode == "train")
+class Case:
+  """Operands of one case on the device and both methods' step functions."""
 
-  def theirs():
-    if mode == "train":
-      out = F.conv2d(F.pad(xg, (pl, pr, pt, pb)), wg, groups=groups)
-      out.backward(dy)
-    else:
+  def __init__(self, ext, name):
+    x_shape, w_shape, padding, self.mode, dtype = CASES[name]
+    self.ext, self.name, self.dtype = ext, name, getattr(torch, dtype)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    dt = self.dtype
+    self.x = torch.rand(x_shape, device="cuda", generator=gen).to(dt)
+    self.w = (torch.randn(w_shape, device="cuda", generator=gen) /
+              (w_shape[0] * w_shape[1])).to(dt)
+    self.groups = x_shape[1] // w_shape[2]
+    kh, kw = w_shape[:2]
+    pt, pl = ((kh - 1) // 2, (kw - 1) // 2) if padding == "SAME" else (0, 0)
+    pb, pr = ((kh - 1) - pt, (kw - 1) - pl) if padding == "SAME" else (0, 0)
+    self.pads = (pl, pr, pt, pb)
+    self.padding = padding
+    self.w_oihw = self.w.permute(3, 2, 0, 1).contiguous()
+    self.train = self.mode == "train"
+    self.xg = self.x.clone().requires_grad_(self.train)
+    self.wg = self.w_oihw.clone().requires_grad_(self.train)
+    with torch.no_grad():
+      y = self._torch_forward(self.x, self.w_oihw)
+    self.dy = torch.randn(y.shape, device="cuda", generator=gen).to(dt)
+    self.y, self.dx, self.dw = torch.empty_like(y), torch.empty_like(self.x), torch.empty_like(
+        self.w)
+
+  def _torch_forward(self, x, w):
+    return F.conv2d(F.pad(x, self.pads), w, groups=self.groups)
+
+  def torch_step(self):
+    if self.train:
+      self.xg.grad = self.wg.grad = None
+      self._torch_forward(self.xg, self.wg).backward(self.dy)
+      return
+    with torch.no_grad():
+      self._torch_forward(self.x, self.w_oihw)
+
+  def torch_results(self):
+    """(y,) or, for a training step, (y, dx, dw) in our layouts from torch with the current
+    TF32 setting."""
+    if not self.train:
       with torch.no_grad():
-        F.conv2d(F.pad(xg, (pl, pr, pt, pb)), wg, groups=groups)
+        return (self._torch_forward(self.x, self.w_oihw),)
+    xg = self.x.clone().requires_grad_(True)
+    wg = self.w_oihw.clone().requires_grad_(True)
+    y = self._torch_forward(xg, wg)
+    y.backward(self.dy)
+    return y.detach(), xg.grad, wg.grad.permute(2, 3, 1, 0).contiguous()
 
-  plans = ext.plan(list(x_shape), list(w_shape), *attrs, data_format="NCHW",
-                   algorithm=algorithm)[:3 if mode == "train" else 1]
-  ours_ws = max(p["workspace_bytes"] for p in plans)
+  def kwargs(self, algorithm, limit=-1):
+    return dict(data_format="NCHW", stream=torch.cuda.current_stream().cuda_stream,
+                algorithm=algorithm, workspace_limit=limit)
+
+  def ours_step(self, algorithm, limit=-1):
+    kw, attrs = self.kwargs(algorithm, limit), ([1, 1, 1, 1], self.padding)
+    self.ext.conv2d(self.x, self.w, self.y, *attrs, **kw)
+    if self.train:
+      self.ext.conv2d_backprop_input(self.w, self.dy, self.dx, *attrs, **kw)
+      self.ext.conv2d_backprop_filter(self.x, self.dy, self.dw, *attrs, **kw)
+
+  def plans(self, algorithm, limit=-1):
+    ps = self.ext.plan(list(self.x.shape), list(self.w.shape), [1, 1, 1, 1], self.padding,
+                       data_format="NCHW", algorithm=algorithm, workspace_limit=limit,
+                       dtype=str(self.dtype).replace("torch.", ""))
+    return ps[:3 if self.train else 1]
+
+  def operand_bytes(self):
+    tensors = [self.x, self.w, self.y] + ([self.dy, self.dx, self.dw] if self.train else [])
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def _ours(case, algorithm, repeats, limit=-1):
+  plans = case.plans(algorithm, limit)
+  ws = max(p["workspace_bytes"] for p in plans)
   chosen = "".join(p["algorithm"][0] for p in plans)
-  ours_t = _time(ours, repeats)
-  ours(); torch.cuda.synchronize()  # noqa: E702
-  err = (y - y_ref).abs().max().item() / max(y_ref.abs().max().item(), 1e-30)
-
-  theirs()
+  t = _time(lambda: case.ours_step(algorithm, limit), repeats)
+  case.ours_step(algorithm, limit)
   torch.cuda.synchronize()
-  operands = torch.cuda.memory_allocated()
+  label = f"ours {algorithm}" + ("" if limit < 0 else "@ws/10")
+  return {"method": f"{label}:{chosen}", "ms": t, "ws": ws, "limit": limit,
+          "peak": case.operand_bytes() + ws,
+          "cost_model_ms": [1e3 * (p["cost_fft"] if p["algorithm"] == "fft" else p["cost_direct"])
+                            for p in plans]}
+
+
+def _torch(case, tf32, repeats):
+  torch.backends.cuda.matmul.allow_tf32 = tf32
+  torch.backends.cudnn.allow_tf32 = tf32
+  case.torch_step()
+  torch.cuda.synchronize()
+  base = torch.cuda.memory_allocated()
   torch.cuda.reset_peak_memory_stats()
-  theirs_t = _time(theirs, repeats)
-  theirs_ws = torch.cuda.max_memory_allocated() - operands
-  return {"case": name, "algorithm": f"{algorithm}:{chosen}", "ours_ms": ours_t,
-          "torch_ms": theirs_t, "ours_workspace": ours_ws, "torch_extra": max(theirs_ws, 0),
-          "max_rel_error": err}
+  t = _time(case.torch_step, repeats)
+  extra = max(torch.cuda.max_memory_allocated() - base, 0)
+  return {"method": "cudnn tf32" if tf32 else "cudnn", "ms": t, "ws": extra,
+          "peak": case.operand_bytes() + extra}
 
 
 def main(argv=None):
@@ -114,26 +177,47 @@ def main(argv=None):
   ext = load_extension("_cuda")
   if ext is None or not torch.cuda.is_available():
     sys.exit("needs a CUDA device and tf_largeconv/_cuda (run `make cuda`)")
-  torch.backends.cuda.matmul.allow_tf32 = False
-  torch.backends.cudnn.allow_tf32 = False
   torch.backends.cudnn.benchmark = True
   print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, "
         f"cuDNN {torch.backends.cudnn.version()}")
   print(f"cuFFT: {ext.cufft()}")
-  print(f"{'case':18s}{'algorithm':>12s}{'ours min/med ms':>18s}{'torch min/med ms':>19s}"
-        f"{'speedup':>9s}{'ours ws MiB':>13s}{'torch MiB':>11s}{'rel err':>10s}")
+  print(f"{'case':20s}{'method':>16s}{'min/med ms':>20s}{'cudnn/this':>11s}{'ws MiB':>10s}"
+        f"{'peak MiB':>10s}{'rel err':>10s}  model ms", flush=True)
   results = []
-  for name, algorithm in ((n, a) for n in args.cases for a in args.algorithms):
-    r = _case(ext, name, args.repeats, algorithm)
+
+  def show(r):
+    err = f"{r['rel_err']:10.1e}" if "rel_err" in r else " " * 10
+    model = " ".join(f"{m:.2f}" for m in r.get("cost_model_ms", []))
+    print(f"{r['case']:20s}{r['method']:>16s}{r['ms'][0]:10.2f}/{r['ms'][1]:<9.2f}"
+          f"{r['cudnn_ms'] / r['ms'][1]:10.2f}x{r['ws'] / MiB:10.1f}{r['peak'] / MiB:10.1f}"
+          f"{err}  {model}", flush=True)
     results.append(r)
-    o, t = r["ours_ms"], r["torch_ms"]
-    print(f"{name:18s}{r['algorithm']:>12s}{o[0]:9.2f}/{o[1]:<8.2f}{t[0]:10.2f}/{t[1]:<8.2f}"
-          f"{t[0] / o[0]:8.2f}x{r['ours_workspace'] / MiB:13.1f}{r['torch_extra'] / MiB:11.1f}"
-          f"{r['max_rel_error']:10.1e}", flush=True)
+    if args.json:  # rewritten after every row, so a run cut short keeps what it measured
+      with open(args.json, "w") as f:
+        json.dump(results, f, indent=1)
+
+  for name in args.cases:
+    case = Case(ext, name)
+    base = _torch(case, False, args.repeats)
+    base.update(case=name, cudnn_ms=base["ms"][1])
+    show(base)
+    ref = case.torch_results()
+    if case.dtype == torch.float32:
+      show(dict(_torch(case, True, args.repeats), case=name, cudnn_ms=base["ms"][1]))
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    # Ours again with a tenth of cuDNN's temporary memory as the workspace limit.
+    for algorithm, limit in [(a, -1) for a in args.algorithms] + [("auto", base["ws"] // 10)]:
+      try:
+        row = _ours(case, algorithm, args.repeats, limit)
+      except (ValueError, RuntimeError) as e:
+        print(f"{name:20s}{'ours ' + algorithm:>16s}  failed: {e}", flush=True)
+        continue
+      got = (case.y, case.dx, case.dw) if case.train else (case.y,)
+      row.update(case=name, cudnn_ms=base["ms"][1],
+                 rel_err=max(_rel(a, b) for a, b in zip(got, ref)))
+      show(row)
+    del case, ref
     torch.cuda.empty_cache()
-  if args.json:
-    with open(args.json, "w") as f:
-      json.dump(results, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,40 @@
+#!/bin/bash
+# One call on a GPU machine (no TensorFlow needed): build _cuda, then the stages named as
+# arguments, each bounded in time, logs under $OUT (default ./gpu_out):
+#   test       the GPU tests (tests/gpu), in parallel
+#   sanitize   compute-sanitizer memcheck, racecheck and synccheck over a reduced GPU test run
+#   bench      tests/gpu/bench_gpu.py, every algorithm, JSON in $OUT/bench_gpu.json
+# e.g.  OUT=/tmp/gpu bash tests/gpu/device_run.sh test sanitize bench
+OUT=${OUT:-gpu_out}
+PY=${PY:-python3}
+mkdir -p "$OUT"
+stage() { echo "=== $1 ($(date +%T))"; }
+stage env
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+nvcc --version | tail -1
+$PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'cudnn', torch.backends.cudnn.version())"
+stage build
+if ! make cuda PY="$PY" JOBS=16 >"$OUT/build.log" 2>&1; then tail -60 "$OUT/build.log"; exit 1; fi
+for s in "$@"; do
+  case $s in
+  test)
+    stage test
+    LARGECONV_REQUIRE_GPU=1 timeout "${TEST_S:-240}" $PY -m pytest -q -rs -p no:cacheprovider \
+      -n 8 --timeout 200 tests/gpu >"$OUT/test.log" 2>&1
+    echo "rc=$?"; grep -E "passed|failed|error" "$OUT/test.log" | tail -3
+    grep -E "^(FAILED|ERROR)" "$OUT/test.log" | head -40 ;;
+  sanitize)
+    for tool in ${TOOLS:-memcheck racecheck synccheck}; do
+      stage "$tool"
+      timeout "${SAN_S:-150}" compute-sanitizer --tool $tool --kernel-name kns=largeconv \
+        --error-exitcode 9 --print-limit 20 $PY tests/gpu/sanitize_run.py ${SAN_CASES:+--cases $SAN_CASES} \
+        >"$OUT/$tool.log" 2>&1
+      echo "rc=$?"; tail -4 "$OUT/$tool.log"; grep -E "Invalid|Hazard|Barrier|Error" "$OUT/$tool.log" | head -6
+    done ;;
+  bench)
+    stage bench
+    timeout "${BENCH_S:-240}" $PY tests/gpu/bench_gpu.py --algorithms auto direct fft \
+      --json "$OUT/bench_gpu.json" ${BENCH_CASES:+--cases $BENCH_CASES} 2>&1 | tee "$OUT/bench.log" ;;
+  esac
+done
+stage done
