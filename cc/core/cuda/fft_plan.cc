@@ -11,13 +11,23 @@ namespace largeconv {
 namespace cuda {
 namespace {
 
-// Cost-model rates of an H200, from its data sheet and discounted for what kernels like
-// these sustain (FP32 CUDA cores, no tensor cores): 33.5e12 FP32 FMA/s peak, 4.8e12 B/s
-// of HBM3e. Only used to compare the two algorithms, never reported as a timing.
-constexpr double kDirectMacsPerSec = 10e12;  // float and 16-bit types (float accumulation)
-constexpr double kDirectMacsPerSecF64 = 5e12;
-constexpr double kBytesPerSec = 3e12;
-constexpr double kLaunchSec = 5e-6;
+// Cost-model rates fitted to step times measured on an H100 (80 GB HBM3; bench_gpu.py, see
+// docs/gpu/ and the README's GPU section): seed forward, 63x63x16x16, RepLKNet 31x31 and
+// SLaK 51x51 depthwise and 3x3x64x64 training steps, each through both algorithms, and two
+// rounds-bound FFT runs under a tenth of cuDNN's workspace. Least squares on relative error:
+// the FFT model lands within 11% of every measured FFT step, the direct model within a
+// factor of 2 of every direct step (it cannot tell the three passes apart in step totals).
+// Only used to compare the two algorithms, never reported as a timing.
+// FFT path: bytes moved by the transforms (cuFFT's passes and the plane loads), bytes moved
+// by the spectrum products, and a cost per launch.
+constexpr double kTransformBytesPerSec = 0.92e12;
+constexpr double kProductBytesPerSec = 3.8e12;
+constexpr double kLaunchSec = 2.9e-6;
+// Direct tile kernels: elements loaded into shared memory (patch and filter chunk per step)
+// and lane-taps (a thread's tap over its C channels, C = TileConfig::channels), in float;
+// double arithmetic runs at half the lane-tap rate.
+constexpr double kDirectLoadsPerSec = 5.8e10;
+constexpr double kDirectLaneTapsPerSec = 2.8e12;
 // Memory passes of one batched 2-D transform: a read and a write per dimension.
 constexpr double kTransformPasses = 4;
 
@@ -32,20 +42,42 @@ double FftSeconds(const ConvGeometry& g, ConvPass pass, const GpuFftConfig& c, i
   const double per_item = ch.src + ch.dst;
   const double transforms = l.filter_spectra + items * per_item;
   const double pairs = static_cast<double>(g.groups) * ch.src_per_group * ch.dst_per_group;
-  double bytes = kTransformPasses * transforms * plane;  // cuFFT
-  bytes += transforms * plane;                           // placing / loading the planes
-  bytes += items * per_item * plane;                     // product written, results read
-  // The products' operands: each thread reads a source value once for up to
-  // kChannelBlock destination channels, and their filter (or gradient) values.
+  // cuFFT's passes, plus placing / loading the planes.
+  const double transform_bytes = (kTransformPasses + 1) * transforms * plane;
+  // The products: written and read back per item, plus their operands: each thread reads a
+  // source value once for up to kChannelBlock destination channels, and their filter (or
+  // gradient) values.
   const double block = std::min<double>(kChannelBlock, std::max<int64_t>(ch.dst_per_group, 1));
-  bytes += (1.0 + 1.0 / block) * items * pairs * plane;
+  const double product_bytes =
+      items * per_item * plane + (1.0 + 1.0 / block) * items * pairs * plane;
   const double rounds = std::ceil(items / std::max<int64_t>(c.chunk, 1));
   const double launches = 4 + 7 * rounds;
-  return bytes / kBytesPerSec + launches * kLaunchSec;
+  return transform_bytes / kTransformBytesPerSec + product_bytes / kProductBytesPerSec +
+         launches * kLaunchSec;
 }
 
-double DirectSeconds(const ConvGeometry& g, int rb) {
-  return g.macs() / (rb == 8 ? kDirectMacsPerSecF64 : kDirectMacsPerSec) + 2 * kLaunchSec;
+// Cost-model seconds of the direct tile kernels as `c` cuts the pass: every block step
+// loads c.smem_elems elements and runs c.threads() lanes over the step's taps.
+double DirectSeconds(const ConvGeometry& g, ConvPass pass, const TileConfig& c, int rb) {
+  if (g.no_products() || c.blocks == 0) return kLaunchSec;  // a clear at most
+  const TileGeom t = MakeTileGeom(g);
+  double block_steps, taps;
+  if (pass == ConvPass::kBackpropFilter) {
+    // Each slice of the batch x output rows steps over its rows; all slices together cover
+    // every row once per (tap tile, channel block, group, in-channel).
+    const double base = static_cast<double>(c.blocks) / std::max<int64_t>(c.reduce_chunks, 1);
+    block_steps = base * g.batch * g.out_h * CeilDiv(g.out_w, c.chunk_w);
+    taps = static_cast<double>(c.chunk_w);
+  } else {
+    const int64_t reduced = pass == ConvPass::kForward ? t.cin_g : t.cout_g;
+    block_steps = static_cast<double>(c.blocks) * TapSteps(t, c, reduced);
+    taps = static_cast<double>(c.chunk_h * c.chunk_w);
+  }
+  const double loads = block_steps * c.smem_elems;
+  const double lane_taps = block_steps * c.threads() * taps;
+  const double tap_rate = rb == 8 ? kDirectLaneTapsPerSec / 2 : kDirectLaneTapsPerSec;
+  const double launches = c.reduce_chunks > 1 ? 2 : 1;
+  return loads / kDirectLoadsPerSec + lane_taps / tap_rate + launches * kLaunchSec;
 }
 
 // Workspace of the FFT path with cuFFT's work area estimated as the data of its largest
@@ -109,8 +141,8 @@ Status PlanGpuPass(const ConvGeometry& g, ConvPass pass, Algorithm algorithm, in
   if (g.no_products()) algorithm = Algorithm::kDirect;  // nothing to transform
   CudaPlan p;
   p.pass = pass;
-  p.cost_direct = DirectSeconds(g, real_bytes);
   p.direct = MakeTileConfig(g, pass, real_bytes, limit);
+  p.cost_direct = DirectSeconds(g, pass, p.direct, real_bytes);
   p.workspace_bytes = p.direct.workspace_bytes;
   if (algorithm == Algorithm::kDirect) {
     *plan = p;
