@@ -41,6 +41,9 @@ CASES = {
     "slak51_train_f32": ((64, 256, 32, 32), (51, 51, 1, 256), "SAME", "train", "float32"),
     "slak51_train_f16": ((64, 256, 32, 32), (51, 51, 1, 256), "SAME", "train", "float16"),
     "k3_train": ((64, 64, 56, 56), (3, 3, 64, 64), "SAME", "train", "float32"),
+    # Medium filters in float16, where a tensor-core implicit GEMM would compete.
+    "k7_train_f16": ((32, 64, 56, 56), (7, 7, 64, 64), "SAME", "train", "float16"),
+    "k15_train_f16": ((32, 64, 56, 56), (15, 15, 64, 64), "SAME", "train", "float16"),
 }
 
 
