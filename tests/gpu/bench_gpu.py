@@ -176,13 +176,17 @@ def main(argv=None):
                       choices=["auto", "direct", "fft"])
   parser.add_argument("--repeats", type=int, default=5)
   parser.add_argument("--json", help="also write the results here")
+  parser.add_argument("--cudnn-heuristics", action="store_true",
+                      help="cuDNN's heuristic choice instead of benchmark mode (its exhaustive "
+                      "search over the seed case's 135x135 gradients ran past 200 s on an H100)")
   args = parser.parse_args(argv)
   ext = load_extension("_cuda")
   if ext is None or not torch.cuda.is_available():
     sys.exit("needs a CUDA device and tf_largeconv/_cuda (run `make cuda`)")
-  torch.backends.cudnn.benchmark = True
+  torch.backends.cudnn.benchmark = not args.cudnn_heuristics
   print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, "
-        f"cuDNN {torch.backends.cudnn.version()}")
+        f"cuDNN {torch.backends.cudnn.version()}"
+        f" ({'heuristics' if args.cudnn_heuristics else 'benchmark mode'})")
   print(f"cuFFT: {ext.cufft()}")
   print(f"{'case':20s}{'method':>16s}{'min/med ms':>20s}{'cudnn/this':>11s}{'ws MiB':>10s}"
         f"{'peak MiB':>10s}{'rel err':>10s}  model ms", flush=True)

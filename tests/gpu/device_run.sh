@@ -2,8 +2,10 @@
 # One call on a GPU machine (no TensorFlow needed): build _cuda, then the stages named as
 # arguments, each bounded in time, logs under $OUT (default ./gpu_out):
 #   test       the GPU tests (tests/gpu), in parallel
-#   sanitize   compute-sanitizer memcheck, racecheck and synccheck over a reduced GPU test run
+#   sanitize   compute-sanitizer memcheck, racecheck and synccheck over tests/gpu/sanitize_run.py
+#              (SAN_CASES: its --cases; TOOLS: which of the three; SAN_S: seconds each)
 #   bench      tests/gpu/bench_gpu.py, every algorithm, JSON in $OUT/bench_gpu.json
+#              (BENCH_CASES, BENCH_ARGS: its --cases and further options)
 # e.g.  OUT=/tmp/gpu bash tests/gpu/device_run.sh test sanitize bench
 OUT=${OUT:-gpu_out}
 PY=${PY:-python3}
@@ -34,7 +36,7 @@ for s in "$@"; do
   bench)
     stage bench
     timeout "${BENCH_S:-240}" $PY tests/gpu/bench_gpu.py --algorithms auto direct fft \
-      --json "$OUT/bench_gpu.json" ${BENCH_CASES:+--cases $BENCH_CASES} 2>&1 | tee "$OUT/bench.log" ;;
+      --json "$OUT/bench_gpu.json" ${BENCH_CASES:+--cases $BENCH_CASES} $BENCH_ARGS 2>&1 | tee "$OUT/bench.log" ;;
   esac
 done
 stage done
