@@ -261,3 +261,66 @@ def test_public_portable_refusals():
     f.get_concrete_function()
   with pytest.raises(ValueError, match="algorithm must be one of"):
     lc.conv2d(x, w, 1, "SAME", algorithm="portabel")
+
+
+# Under XLA compilation (jit_compile=True) 'auto' takes the portable path.
+
+
+def _xla_operands(rng):
+  x = tf.constant(rng.standard_normal((2, 40, 44, 2)), tf.float32)
+  w = tf.constant(rng.standard_normal((21, 17, 2, 3)), tf.float32)
+  return x, w
+
+
+def _close32(got, want):
+  got, want = np.asarray(got), np.asarray(want)
+  assert got.shape == want.shape
+  np.testing.assert_allclose(got, want, rtol=0, atol=2e-5 * np.abs(want).max())
+
+
+def test_xla_auto_runs_portable(rng):
+  """conv2d, depthwise_conv2d, their gradients and the backprop functions with the
+  default algorithm compile under jit_compile=True and equal TensorFlow's."""
+  x, w = _xla_operands(rng)
+  wd = tf.constant(rng.standard_normal((15, 13, 2, 2)), tf.float32)
+  dy = tf.constant(rng.standard_normal((2, 20, 22, 3)), tf.float32)
+
+  def run(conv, depthwise, x, w, wd, dy):
+    with tf.GradientTape() as tape:
+      tape.watch([x, w])
+      y = conv(x, w, 2, "SAME")
+    dx, dw = tape.gradient(y, [x, w], output_gradients=dy)
+    return y, depthwise(x, wd, [1, 1, 1, 1], "VALID"), dx, dw
+
+  def ours(x, w, wd, dy):
+    return run(lc.conv2d, lc.depthwise_conv2d, x, w, wd, dy) + (
+        lc.conv2d_backprop_input(tf.shape(x), w, dy, 2, "SAME"),
+        lc.conv2d_backprop_filter(x, tf.shape(w), dy, 2, "SAME"))
+
+  got = tf.function(ours, jit_compile=True)(x, w, wd, dy)
+  want = run(tf.nn.conv2d, tf.nn.depthwise_conv2d, x, w, wd, dy)
+  want = want + want[2:]
+  for g, v in zip(got, want):
+    _close32(g, v)
+
+
+def test_plain_function_still_runs_the_op(rng):
+  """Outside XLA (a plain tf.function) 'auto' keeps the LargeConv op."""
+  x, w = _xla_operands(rng)
+  types = _op_types(tf.function(lambda x, w: lc.conv2d(x, w, 1, "SAME")), x, w)
+  assert "LargeConv>Conv2D" in types
+  assert "RFFT2D" not in types
+  xla_types = _op_types(tf.function(lambda x, w: lc.conv2d(x, w, 1, "SAME"),
+                                    jit_compile=True), x, w)
+  assert not any(t.startswith("LargeConv") for t in xla_types)
+
+
+@pytest.mark.parametrize("algorithm", ["direct", "fft"])
+def test_xla_refuses_op_algorithms(rng, algorithm):
+  x, w = _xla_operands(rng)
+  for fn in (lambda x, w: lc.conv2d(x, w, 1, "SAME", algorithm=algorithm),
+             lambda x, w: lc.conv2d_backprop_filter(x, tf.shape(w), x[..., :1], 1, "SAME",
+                                                    algorithm=algorithm)):
+    with pytest.raises(ValueError, match=f"algorithm='{algorithm}' needs the LargeConv op "
+                                         r"library.*use algorithm='auto' or 'portable'"):
+      tf.function(fn, jit_compile=True)(x, w)
