@@ -3,6 +3,8 @@ training equal, config and .keras / SavedModel round trips in fresh processes (t
 model computes, trains and differentiates as the original does), the converter, the
 tf_keras twin (trained like tf_keras.layers.Conv2D), and Keras-like argument errors."""
 
+import warnings
+
 import keras
 import numpy as np
 import pytest
@@ -293,6 +295,42 @@ def test_bad_arguments_raise_keras_like_errors(kwargs, message):
     LargeConv2D(**kwargs)
 
 
-def test_layers_are_not_jit_compiled():
-  assert LargeConv2D(2, 3).supports_jit is False
-  assert LargeDepthwiseConv2D(3).supports_jit is False
+def test_layers_report_supports_jit():
+  """'auto' (the portable path under XLA), 'portable' and 'tf' compile; the op's own
+  algorithms do not."""
+  for algorithm, jit in (("auto", True), ("portable", True), ("tf", True), ("direct", False),
+                         ("fft", False)):
+    assert LargeConv2D(2, 3, algorithm=algorithm).supports_jit is jit
+    assert LargeDepthwiseConv2D(3, algorithm=algorithm).supports_jit is jit
+
+
+def _jit_model(jit_compile):
+  keras.utils.set_random_seed(5)
+  inputs = keras.Input((24, 20, 2))
+  h = LargeConv2D(3, 11, padding="same")(inputs)
+  h = LargeDepthwiseConv2D(9, padding="valid")(h)
+  outputs = keras.layers.Dense(1)(keras.layers.GlobalAveragePooling2D()(h))
+  model = keras.Model(inputs, outputs)
+  model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse", jit_compile=jit_compile)
+  return model
+
+
+def test_jit_compiled_model_trains_like_the_plain_one(rng):
+  """A model of Large layers keeps jit_compile=True (no fallback warning), trains a step
+  under XLA (the portable path) and gives the plain model's losses and weights."""
+  x = rng.standard_normal((8, 24, 20, 2)).astype(np.float32)
+  y = rng.standard_normal((8, 1)).astype(np.float32)
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    jit = _jit_model(True)
+  assert not [w for w in caught if "jit_compile" in str(w.message)]
+  assert jit.jit_compile is True
+  plain = _jit_model(False)
+  plain.set_weights(jit.get_weights())
+  runs = []
+  for model in (jit, plain):
+    history = model.fit(x, y, batch_size=4, epochs=2, shuffle=False, verbose=0)
+    runs.append((history.history["loss"], model.get_weights()))
+  np.testing.assert_allclose(runs[0][0], runs[1][0], rtol=1e-4)
+  for a, b in zip(runs[0][1], runs[1][1]):
+    np.testing.assert_allclose(a, b, rtol=0, atol=1e-4 * max(1.0, np.abs(b).max()))
