@@ -334,3 +334,39 @@ def test_jit_compiled_model_trains_like_the_plain_one(rng):
   np.testing.assert_allclose(runs[0][0], runs[1][0], rtol=1e-4)
   for a, b in zip(runs[0][1], runs[1][1]):
     np.testing.assert_allclose(a, b, rtol=0, atol=1e-4 * max(1.0, np.abs(b).max()))
+
+
+def test_tf_keras_layer_trains_under_jit_compile():
+  # tf_keras compiles the train step with jit_compile=True and never asks the layers; the
+  # shared 'auto' routing takes the portable path there. Oracle: tf_keras.layers.Conv2D
+  # from the same weights, compiled the same way.
+  subproc.run("""
+      import numpy as np, tensorflow as tf
+      import tf_largeconv
+      from tf_largeconv.tf_keras import LargeConv2D
+      import tf_keras
+      tf_keras.utils.set_random_seed(0)
+      rng = np.random.default_rng(1)
+      x = rng.random((8, 20, 22, 2)).astype("float32")
+      y = 3.0 * x.mean(axis=(1, 2, 3))[:, None] + 1.0
+
+      def model(conv):
+        return tf.keras.Sequential([tf.keras.Input((20, 22, 2)), conv,
+                                    tf.keras.layers.GlobalAveragePooling2D(),
+                                    tf.keras.layers.Dense(1)])
+
+      m = model(LargeConv2D(3, 15, padding="same"))
+      ref = model(tf_keras.layers.Conv2D(3, 15, padding="same"))
+      ref.set_weights(m.get_weights())
+      before = m.get_weights()
+      losses = []
+      for net in (m, ref):
+        net.compile(tf.keras.optimizers.SGD(1e-2), "mse", jit_compile=True)
+        losses.append(net.fit(x, y, batch_size=4, epochs=2, shuffle=False,
+                              verbose=0).history["loss"])
+      np.testing.assert_allclose(losses[0], losses[1], rtol=1e-4)
+      for a, b in zip(m.get_weights(), ref.get_weights()):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+      moved = np.abs(m.layers[0].get_weights()[0] - before[0]).max()
+      assert moved > 1e-3, moved
+      """, timeout=300, env=subproc.child_env(TF_USE_LEGACY_KERAS=1))
