@@ -246,6 +246,10 @@ def test_public_portable_unknown_batch(rng):
   want = tf.nn.conv2d(x, w, 1, "VALID").numpy()
   np.testing.assert_allclose(got, want, rtol=0, atol=2e-5 * np.abs(want).max())
   assert f(x[:0]).shape == (0, 12, 18, 3)
+  # Extra leading batch dimensions are merged as for the op.
+  got5 = lc.conv2d(x.reshape(3, 1, 20, 24, 2), w, 1, "VALID", algorithm="portable").numpy()
+  np.testing.assert_allclose(got5.reshape(want.shape), want, rtol=0,
+                             atol=2e-5 * np.abs(want).max())
 
 
 def test_public_portable_refusals():
@@ -297,10 +301,23 @@ def test_xla_auto_runs_portable(rng):
         lc.conv2d_backprop_input(tf.shape(x), w, dy, 2, "SAME"),
         lc.conv2d_backprop_filter(x, tf.shape(w), dy, 2, "SAME"))
 
+  def tf_algorithm(x, w):
+    with tf.GradientTape() as tape:
+      tape.watch([x, w])
+      y = lc.conv2d(x, w, 2, "SAME", algorithm="tf")
+    return (y,) + tuple(tape.gradient(y, [x, w], output_gradients=dy))
+
   got = tf.function(ours, jit_compile=True)(x, w, wd, dy)
   want = run(tf.nn.conv2d, tf.nn.depthwise_conv2d, x, w, wd, dy)
   want = want + want[2:]
   for g, v in zip(got, want):
+    _close32(g, v)
+  # algorithm='tf' compiles too (TensorFlow's own convolution and its gradients), also
+  # with an unknown batch, where outside XLA an empty batch falls back to the op.
+  got = tf.function(tf_algorithm, jit_compile=True,
+                    input_signature=[tf.TensorSpec([None, *x.shape[1:]], x.dtype),
+                                     tf.TensorSpec(w.shape, w.dtype)])(x, w)
+  for g, v in zip(got, (want[0],) + want[2:4]):
     _close32(g, v)
 
 
