@@ -171,3 +171,35 @@ def test_core_error_kinds_become_their_python_classes(kind, exception):
   assert info.type is exception  # not a subclass standing in for it
   assert (info.type is ValueError) == (kind == "invalid_argument")
   _loader.core()._raise_status("ok", "nothing")  # success raises nothing
+
+
+@pytest.mark.parametrize("overrides,eager_exc,traced_exc,msg", [b[1:] for b in BAD],
+                         ids=[b[0] for b in BAD])
+def test_portable_errors_are_the_ops(overrides, eager_exc, traced_exc, msg):
+  """algorithm='portable' (stock TF ops, routed in Python) raises what the op raises,
+  eager and traced."""
+  kw = dict(_call(overrides), algorithm="portable")
+  with pytest.raises(eager_exc, match=msg):
+    lc.conv2d(**kw)
+  x, w = kw.pop("input"), kw.pop("filters")
+  fn = tf.function(lambda a, b: lc.conv2d(a, b, **kw))
+  with pytest.raises(traced_exc, match=msg):
+    fn(tf.constant(x), tf.constant(w))
+
+
+def test_portable_backprop_errors_are_the_ops():
+  dy = np.zeros((1, 6, 6, 4), np.float32)
+  kw = dict(algorithm="portable")
+  with pytest.raises(OpError, match="input_sizes must be a vector of 4"):
+    lc.conv2d_backprop_input([8, 8, 3], W, dy, 1, "VALID", **kw)
+  with pytest.raises(OpError, match="input_sizes must be non-negative"):
+    lc.conv2d_backprop_input([1, -8, 8, 3], W, dy, 1, "VALID", **kw)
+  with pytest.raises(OpError, match=r"out_backprop has shape \[1, 5, 6, 4\] but the "
+                                    r"convolution produces \[1, 6, 6, 4\]"):
+    lc.conv2d_backprop_input([1, 8, 8, 3], W, np.zeros((1, 5, 6, 4), np.float32), 1, "VALID",
+                             **kw)
+  with pytest.raises(OpError, match="filter_sizes must be a vector of 4"):
+    lc.conv2d_backprop_filter(X, [3, 3, 3], dy, 1, "VALID", **kw)
+  with pytest.raises(OpError, match="out_backprop has shape"):
+    lc.conv2d_backprop_filter(X, [3, 3, 3, 4], np.zeros((1, 6, 6, 5), np.float32), 1,
+                              "VALID", **kw)

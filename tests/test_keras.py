@@ -3,6 +3,8 @@ training equal, config and .keras / SavedModel round trips in fresh processes (t
 model computes, trains and differentiates as the original does), the converter, the
 tf_keras twin (trained like tf_keras.layers.Conv2D), and Keras-like argument errors."""
 
+import warnings
+
 import keras
 import numpy as np
 import pytest
@@ -293,6 +295,78 @@ def test_bad_arguments_raise_keras_like_errors(kwargs, message):
     LargeConv2D(**kwargs)
 
 
-def test_layers_are_not_jit_compiled():
-  assert LargeConv2D(2, 3).supports_jit is False
-  assert LargeDepthwiseConv2D(3).supports_jit is False
+def test_layers_report_supports_jit():
+  """'auto' (the portable path under XLA), 'portable' and 'tf' compile; the op's own
+  algorithms do not."""
+  for algorithm, jit in (("auto", True), ("portable", True), ("tf", True), ("direct", False),
+                         ("fft", False)):
+    assert LargeConv2D(2, 3, algorithm=algorithm).supports_jit is jit
+    assert LargeDepthwiseConv2D(3, algorithm=algorithm).supports_jit is jit
+
+
+def _jit_model(jit_compile):
+  keras.utils.set_random_seed(5)
+  inputs = keras.Input((24, 20, 2))
+  h = LargeConv2D(3, 11, padding="same")(inputs)
+  h = LargeDepthwiseConv2D(9, padding="valid")(h)
+  outputs = keras.layers.Dense(1)(keras.layers.GlobalAveragePooling2D()(h))
+  model = keras.Model(inputs, outputs)
+  model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse", jit_compile=jit_compile)
+  return model
+
+
+def test_jit_compiled_model_trains_like_the_plain_one(rng):
+  """A model of Large layers keeps jit_compile=True (no fallback warning), trains a step
+  under XLA (the portable path) and gives the plain model's losses and weights."""
+  x = rng.standard_normal((8, 24, 20, 2)).astype(np.float32)
+  y = rng.standard_normal((8, 1)).astype(np.float32)
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    jit = _jit_model(True)
+  assert not [w for w in caught if "jit_compile" in str(w.message)]
+  assert jit.jit_compile is True
+  plain = _jit_model(False)
+  plain.set_weights(jit.get_weights())
+  runs = []
+  for model in (jit, plain):
+    history = model.fit(x, y, batch_size=4, epochs=2, shuffle=False, verbose=0)
+    runs.append((history.history["loss"], model.get_weights()))
+  np.testing.assert_allclose(runs[0][0], runs[1][0], rtol=1e-4)
+  for a, b in zip(runs[0][1], runs[1][1]):
+    np.testing.assert_allclose(a, b, rtol=0, atol=1e-4 * max(1.0, np.abs(b).max()))
+
+
+def test_tf_keras_layer_trains_under_jit_compile():
+  # tf_keras compiles the train step with jit_compile=True and never asks the layers; the
+  # shared 'auto' routing takes the portable path there. Oracle: tf_keras.layers.Conv2D
+  # from the same weights, compiled the same way.
+  subproc.run("""
+      import numpy as np, tensorflow as tf
+      import tf_largeconv
+      from tf_largeconv.tf_keras import LargeConv2D
+      import tf_keras
+      tf_keras.utils.set_random_seed(0)
+      rng = np.random.default_rng(1)
+      x = rng.random((8, 20, 22, 2)).astype("float32")
+      y = 3.0 * x.mean(axis=(1, 2, 3))[:, None] + 1.0
+
+      def model(conv):
+        return tf.keras.Sequential([tf.keras.Input((20, 22, 2)), conv,
+                                    tf.keras.layers.GlobalAveragePooling2D(),
+                                    tf.keras.layers.Dense(1)])
+
+      m = model(LargeConv2D(3, 15, padding="same"))
+      ref = model(tf_keras.layers.Conv2D(3, 15, padding="same"))
+      ref.set_weights(m.get_weights())
+      before = m.get_weights()
+      losses = []
+      for net in (m, ref):
+        net.compile(tf.keras.optimizers.SGD(1e-2), "mse", jit_compile=True)
+        losses.append(net.fit(x, y, batch_size=4, epochs=2, shuffle=False,
+                              verbose=0).history["loss"])
+      np.testing.assert_allclose(losses[0], losses[1], rtol=1e-4)
+      for a, b in zip(m.get_weights(), ref.get_weights()):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+      moved = np.abs(m.layers[0].get_weights()[0] - before[0]).max()
+      assert moved > 1e-3, moved
+      """, timeout=300, env=subproc.child_env(TF_USE_LEGACY_KERAS=1))

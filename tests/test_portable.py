@@ -118,3 +118,226 @@ def test_one_step_fits_the_limit():
   assert _portable.plan_tiles(*args, minimum).fft_h == 135
   with pytest.raises(ValueError, match=f"needs at least {minimum} bytes"):
     _portable.plan_tiles(*args, minimum - 1)
+
+
+# The public ops with algorithm='portable': stock TF ops only, the ops' results and errors.
+
+import reference  # noqa: E402
+
+import tf_largeconv as lc  # noqa: E402
+
+
+def _nchw_padding(padding):
+  return padding if isinstance(padding, str) else [padding[0], padding[3], padding[1],
+                                                   padding[2]]
+
+
+def _op_types(fn, *args):
+  return {op.type for op in fn.get_concrete_function(*args).graph.get_operations()}
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "x".join(map(str, c[1])))
+@pytest.mark.parametrize("data_format", ["NHWC", "NCHW"])
+def test_public_conv2d_portable_matches_tf(rng, case, data_format):
+  x_shape, w_shape, strides, padding, dilations = case
+  x = rng.standard_normal(x_shape)
+  w = rng.standard_normal(w_shape)
+  want = tf.nn.conv2d(x, w, strides, padding, dilations=dilations).numpy()
+  if data_format == "NCHW":
+    x, padding = np.transpose(x, (0, 3, 1, 2)), _nchw_padding(padding)
+  got = lc.conv2d(x, w, strides, padding, data_format=data_format, dilations=dilations,
+                  algorithm="portable").numpy()
+  if data_format == "NCHW":
+    got = np.transpose(got, (0, 2, 3, 1))
+  assert got.shape == want.shape
+  np.testing.assert_allclose(got, want, rtol=0, atol=1e-12 * np.abs(want).max())
+
+
+def test_public_portable_runs_no_largeconv_op(rng):
+  """'portable' is routed in Python: the traced graph holds no LargeConv op (forward,
+  gradients and backprop functions), while 'direct' does use the op."""
+  x = tf.constant(rng.standard_normal((2, 20, 22, 3)), tf.float32)
+  w = tf.constant(rng.standard_normal((9, 9, 3, 4)), tf.float32)
+
+  def make(algorithm):
+    @tf.function
+    def f(x, w):
+      with tf.GradientTape() as tape:
+        tape.watch([x, w])
+        y = lc.conv2d(x, w, 1, "SAME", algorithm=algorithm)
+      dy = tf.ones_like(y)
+      return (y, tape.gradient(y, [x, w], output_gradients=dy),
+              lc.conv2d_backprop_input(tf.shape(x), w, dy, 1, "SAME", algorithm=algorithm),
+              lc.conv2d_backprop_filter(x, tf.shape(w), dy, 1, "SAME", algorithm=algorithm))
+    return f
+
+  assert not any(t.startswith("LargeConv") for t in _op_types(make("portable"), x, w))
+  assert "LargeConv>Conv2D" in _op_types(make("direct"), x, w)
+
+
+def test_public_depthwise_portable_matches_tf(rng):
+  x = rng.standard_normal((2, 30, 34, 3))
+  w = rng.standard_normal((11, 9, 3, 2))
+  want = tf.nn.depthwise_conv2d(x, w, [1, 2, 2, 1], "SAME").numpy()
+  got = lc.depthwise_conv2d(x, w, 2, "SAME", algorithm="portable").numpy()
+  np.testing.assert_allclose(got, want, rtol=0, atol=1e-12 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("data_format", ["NHWC", "NCHW"])
+@pytest.mark.parametrize("spatial_sizes", [False, True])
+def test_public_backprops_portable_match_tf(rng, data_format, spatial_sizes):
+  """Against the float64 numpy oracle (tests/reference.py), with strides, dilations and
+  explicit padding together."""
+  x = rng.standard_normal((2, 25, 27, 3))
+  w = rng.standard_normal((7, 9, 3, 4))
+  strides, dilations, pads = (2, 3), (1, 2), ((2, 1), (0, 3))
+  ref = reference.Conv(x.shape, w.shape, strides, pads, dilations)
+  dy = rng.standard_normal((2, ref.oh, ref.ow, 4))
+  want_dx, want_dw = ref.backprop_input(w, dy), ref.backprop_filter(x, dy)
+  padding = [[0, 0], list(pads[0]), list(pads[1]), [0, 0]]
+  sizes = list(x.shape)
+  if data_format == "NCHW":
+    x, dy = np.transpose(x, (0, 3, 1, 2)), np.transpose(dy, (0, 3, 1, 2))
+    padding, sizes = _nchw_padding(padding), [sizes[0], sizes[3], sizes[1], sizes[2]]
+  if spatial_sizes:
+    sizes = sizes[2:] if data_format == "NCHW" else sizes[1:3]
+  kw = dict(data_format=data_format, dilations=dilations, algorithm="portable")
+  dx = lc.conv2d_backprop_input(sizes, w, dy, strides, padding, **kw).numpy()
+  dw = lc.conv2d_backprop_filter(x, w.shape, dy, strides, padding, **kw).numpy()
+  if data_format == "NCHW":
+    dx = np.transpose(dx, (0, 2, 3, 1))
+  assert dx.shape == want_dx.shape and dw.shape == want_dw.shape
+  np.testing.assert_allclose(dx, want_dx, rtol=0, atol=1e-12 * np.abs(want_dx).max())
+  np.testing.assert_allclose(dw, want_dw, rtol=0, atol=1e-12 * np.abs(want_dw).max())
+
+
+def test_public_portable_gradients_match_tf(rng):
+  """First and second order: conv2d's gradients, and the gradient of backprop_input with
+  respect to its filter, equal tf.nn.conv2d's."""
+  x = tf.constant(rng.standard_normal((2, 21, 19, 2)))
+  w = tf.constant(rng.standard_normal((8, 5, 2, 3)))
+  dy = tf.constant(rng.standard_normal((2, 11, 10, 3)))
+  results = []
+  for conv, backprop in (
+      (lambda x, w: lc.conv2d(x, w, 2, "SAME", algorithm="portable"),
+       lambda w, dy: lc.conv2d_backprop_input(x.shape, w, dy, 2, "SAME",
+                                              algorithm="portable")),
+      (lambda x, w: tf.nn.conv2d(x, w, 2, "SAME"),
+       lambda w, dy: tf.nn.conv2d_transpose(dy, w, x.shape, 2, "SAME"))):
+    with tf.GradientTape(persistent=True) as tape:
+      tape.watch([x, w, dy])
+      y = conv(x, w)
+      dx = backprop(w, dy)
+      loss = tf.reduce_sum(dx * dx)
+    results.append(tape.gradient(y, [x, w], output_gradients=dy) +
+                   tape.gradient(loss, [w, dy]))
+  for got, want in zip(*results):
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=0,
+                               atol=1e-11 * np.abs(want.numpy()).max())
+
+
+def test_public_portable_unknown_batch(rng):
+  """An unknown batch size (Keras' traces) runs image by image and gives the same result."""
+  x = rng.standard_normal((3, 20, 24, 2)).astype(np.float32)
+  w = rng.standard_normal((9, 7, 2, 3)).astype(np.float32)
+  f = tf.function(lambda x: lc.conv2d(x, w, 1, "VALID", algorithm="portable"),
+                  input_signature=[tf.TensorSpec([None, 20, 24, 2], tf.float32)])
+  got = f(x).numpy()
+  want = tf.nn.conv2d(x, w, 1, "VALID").numpy()
+  np.testing.assert_allclose(got, want, rtol=0, atol=2e-5 * np.abs(want).max())
+  assert f(x[:0]).shape == (0, 12, 18, 3)
+  # Extra leading batch dimensions are merged as for the op.
+  got5 = lc.conv2d(x.reshape(3, 1, 20, 24, 2), w, 1, "VALID", algorithm="portable").numpy()
+  np.testing.assert_allclose(got5.reshape(want.shape), want, rtol=0,
+                             atol=2e-5 * np.abs(want).max())
+
+
+def test_public_portable_refusals():
+  x, w = np.zeros((1, 8, 8, 2), np.int32), np.zeros((3, 3, 2, 1), np.int32)
+  with pytest.raises(ValueError, match="algorithm='portable' cannot compute int32 exactly"):
+    lc.conv2d(x, w, 1, "SAME", algorithm="portable")
+  with pytest.raises(ValueError, match="algorithm='portable' runs stock TensorFlow ops"):
+    lc.plan((1, 8, 8, 2), (3, 3, 2, 1), 1, "SAME", algorithm="portable")
+  f = tf.function(lambda x: lc.conv2d(x, w.astype(np.float32), 1, "SAME",
+                                      algorithm="portable"),
+                  input_signature=[tf.TensorSpec([1, None, 8, 2], tf.float32)])
+  with pytest.raises(ValueError, match="needs static image and filter shapes"):
+    f.get_concrete_function()
+  with pytest.raises(ValueError, match="algorithm must be one of"):
+    lc.conv2d(x, w, 1, "SAME", algorithm="portabel")
+
+
+# Under XLA compilation (jit_compile=True) 'auto' takes the portable path.
+
+
+def _xla_operands(rng):
+  x = tf.constant(rng.standard_normal((2, 40, 44, 2)), tf.float32)
+  w = tf.constant(rng.standard_normal((21, 17, 2, 3)), tf.float32)
+  return x, w
+
+
+def _close32(got, want):
+  got, want = np.asarray(got), np.asarray(want)
+  assert got.shape == want.shape
+  np.testing.assert_allclose(got, want, rtol=0, atol=2e-5 * np.abs(want).max())
+
+
+def test_xla_auto_runs_portable(rng):
+  """conv2d, depthwise_conv2d, their gradients and the backprop functions with the
+  default algorithm compile under jit_compile=True and equal TensorFlow's."""
+  x, w = _xla_operands(rng)
+  wd = tf.constant(rng.standard_normal((15, 13, 2, 2)), tf.float32)
+  dy = tf.constant(rng.standard_normal((2, 20, 22, 3)), tf.float32)
+
+  def run(conv, depthwise, x, w, wd, dy):
+    with tf.GradientTape() as tape:
+      tape.watch([x, w])
+      y = conv(x, w, 2, "SAME")
+    dx, dw = tape.gradient(y, [x, w], output_gradients=dy)
+    return y, depthwise(x, wd, [1, 1, 1, 1], "VALID"), dx, dw
+
+  def ours(x, w, wd, dy):
+    return run(lc.conv2d, lc.depthwise_conv2d, x, w, wd, dy) + (
+        lc.conv2d_backprop_input(tf.shape(x), w, dy, 2, "SAME"),
+        lc.conv2d_backprop_filter(x, tf.shape(w), dy, 2, "SAME"))
+
+  def tf_algorithm(x, w):
+    with tf.GradientTape() as tape:
+      tape.watch([x, w])
+      y = lc.conv2d(x, w, 2, "SAME", algorithm="tf")
+    return (y,) + tuple(tape.gradient(y, [x, w], output_gradients=dy))
+
+  got = tf.function(ours, jit_compile=True)(x, w, wd, dy)
+  want = run(tf.nn.conv2d, tf.nn.depthwise_conv2d, x, w, wd, dy)
+  want = want + want[2:]
+  for g, v in zip(got, want):
+    _close32(g, v)
+  # algorithm='tf' compiles too (TensorFlow's own convolution and its gradients), also
+  # with an unknown batch, where outside XLA an empty batch falls back to the op.
+  got = tf.function(tf_algorithm, jit_compile=True,
+                    input_signature=[tf.TensorSpec([None, *x.shape[1:]], x.dtype),
+                                     tf.TensorSpec(w.shape, w.dtype)])(x, w)
+  for g, v in zip(got, (want[0],) + want[2:4]):
+    _close32(g, v)
+
+
+def test_plain_function_still_runs_the_op(rng):
+  """Outside XLA (a plain tf.function) 'auto' keeps the LargeConv op."""
+  x, w = _xla_operands(rng)
+  types = _op_types(tf.function(lambda x, w: lc.conv2d(x, w, 1, "SAME")), x, w)
+  assert "LargeConv>Conv2D" in types
+  assert "RFFT2D" not in types
+  xla_types = _op_types(tf.function(lambda x, w: lc.conv2d(x, w, 1, "SAME"),
+                                    jit_compile=True), x, w)
+  assert not any(t.startswith("LargeConv") for t in xla_types)
+
+
+@pytest.mark.parametrize("algorithm", ["direct", "fft"])
+def test_xla_refuses_op_algorithms(rng, algorithm):
+  x, w = _xla_operands(rng)
+  for fn in (lambda x, w: lc.conv2d(x, w, 1, "SAME", algorithm=algorithm),
+             lambda x, w: lc.conv2d_backprop_filter(x, tf.shape(w), x[..., :1], 1, "SAME",
+                                                    algorithm=algorithm)):
+    with pytest.raises(ValueError, match=f"algorithm='{algorithm}' needs the LargeConv op "
+                                         r"library.*use algorithm='auto' or 'portable'"):
+      tf.function(fn, jit_compile=True)(x, w)

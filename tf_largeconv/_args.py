@@ -22,8 +22,32 @@ FLOAT_DTYPES = tuple(d for d in DTYPES if d.is_floating)
 def _names(dtypes):
   return ", ".join(d.name for d in dtypes[:-1]) + " or " + dtypes[-1].name
 
-# 'auto', 'direct', 'fft', 'tf': the C++ vocabulary's list (cc/core/vocabulary.h).
-ALGORITHMS = tuple(_loader.core().ALGORITHMS)
+# 'auto', 'direct', 'fft', 'tf': the C++ vocabulary's list (cc/core/vocabulary.h), what the
+# ops take as their `algorithm` attribute.
+OP_ALGORITHMS = tuple(_loader.core().ALGORITHMS)
+# 'portable' is routed in Python (stock TF ops, `_portable`) and never reaches the ops.
+PORTABLE = "portable"
+ALGORITHMS = OP_ALGORITHMS + (PORTABLE,)
+
+
+def in_xla_context():
+  """True while tracing inside XLA compilation (tf.function(jit_compile=True), Keras with
+  jit_compile=True), where the LargeConv ops cannot run: XLA compiles no custom ops."""
+  return tf.__internal__.get_enclosing_xla_context() is not None
+
+
+def resolve_algorithm(algorithm):
+  """The algorithm a call runs under the current context: under XLA compilation 'auto'
+  becomes 'portable'; 'direct' and 'fft' there raise ValueError."""
+  if not in_xla_context():
+    return algorithm
+  if algorithm in ("auto", PORTABLE):
+    return PORTABLE
+  if algorithm in ("direct", "fft"):
+    raise ValueError(
+        f"algorithm={algorithm!r} needs the LargeConv op library, and XLA (jit_compile=True) "
+        "cannot compile custom ops; use algorithm='auto' or 'portable' under XLA")
+  return algorithm
 
 
 def channel_index(data_format):
@@ -125,7 +149,7 @@ def normalize_padding(padding):
 
 
 def normalize_algorithm(algorithm):
-  """Returns 'auto', 'direct', 'fft' or 'tf'; None means 'auto'."""
+  """Returns 'auto', 'direct', 'fft', 'tf' or 'portable'; None means 'auto'."""
   if algorithm is None:
     return "auto"
   if not isinstance(algorithm, str) or algorithm.lower() not in ALGORITHMS:
@@ -185,8 +209,8 @@ def check_dtype(name, dtype, allowed=DTYPES):
 def check_algorithm(algorithm, dtype):
   """Raises ValueError where `algorithm` cannot compute `dtype`: integers are summed
   exactly, which only the direct kernels do."""
-  if algorithm == "fft" and dtype.is_integer:
-    raise ValueError(f"algorithm='fft' cannot compute {dtype.name} exactly: integer "
+  if algorithm in ("fft", PORTABLE) and dtype.is_integer:
+    raise ValueError(f"algorithm={algorithm!r} cannot compute {dtype.name} exactly: integer "
                      "convolutions run the direct kernels; use algorithm='direct' or 'auto'")
 
 

@@ -48,6 +48,13 @@ def conv_output_shape(input_shape, filter_shape, strides, padding, data_format,
   return tuple(out)
 
 
+def _supports_jit(algorithm):
+  """Whether a layer of this algorithm compiles under XLA: 'auto' (and 'portable') run the
+  portable path there and 'tf' TensorFlow's convolution; 'direct' and 'fft' need the op,
+  which XLA cannot compile."""
+  return algorithm not in ("direct", "fft")
+
+
 class _LargeConvSettings(_layer_settings.LargeConvSettings):
   """The shared settings, on the TensorFlow backend only, and the layers' output shape."""
 
@@ -67,7 +74,9 @@ class LargeConv2D(_LargeConvSettings, keras.layers.Conv2D):
   """`keras.layers.Conv2D` computed by `tf_largeconv.conv2d`.
 
   Args: those of `keras.layers.Conv2D`, plus
-    algorithm: 'auto', 'direct', 'fft' or 'tf' (see `tf_largeconv.conv2d`).
+    algorithm: 'auto', 'direct', 'fft', 'tf' or 'portable' (see `tf_largeconv.conv2d`).
+      `supports_jit` is True except for 'direct' and 'fft': under XLA (jit_compile=True)
+      'auto' runs the portable path.
     workspace_limit: bytes of temporary memory per pass; None means 64 MiB.
   Like `keras.layers.Conv2D` it rejects strides > 1 together with dilation_rate > 1 (the op
   itself supports that combination; `tf_largeconv.conv2d` offers it).
@@ -88,7 +97,7 @@ class LargeConv2D(_LargeConvSettings, keras.layers.Conv2D):
                      activity_regularizer=activity_regularizer,
                      kernel_constraint=kernel_constraint, bias_constraint=bias_constraint,
                      **kwargs)
-    self.supports_jit = False  # XLA cannot compile custom ops
+    self.supports_jit = _supports_jit(self.algorithm)
 
   def convolution_op(self, inputs, kernel):
     return _ops.conv2d(inputs, kernel, list(self.strides), self.padding.upper(),
@@ -126,7 +135,7 @@ class LargeDepthwiseConv2D(_LargeConvSettings, keras.layers.DepthwiseConv2D):
                      activity_regularizer=activity_regularizer,
                      depthwise_constraint=depthwise_constraint,
                      bias_constraint=bias_constraint, **kwargs)
-    self.supports_jit = False
+    self.supports_jit = _supports_jit(self.algorithm)
 
   def call(self, inputs):
     return self._depthwise_call(inputs, self.kernel)

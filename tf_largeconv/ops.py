@@ -8,7 +8,10 @@ import tensorflow as tf
 
 from tf_largeconv import _args
 from tf_largeconv import _loader
+from tf_largeconv import _portable
 from tf_largeconv import planning
+
+_CORE = _loader.core()
 
 
 def _known(static, dynamic):
@@ -69,8 +72,11 @@ def conv2d(input, filters, strides, padding, data_format="NHWC", dilations=None,
     data_format: 'NHWC' (default) or 'NCHW'.
     dilations: int or list of 1, 2 or 4 ints: the filter dilation; default 1.
     name: optional name for the operation.
-    algorithm: 'auto' (the planner's choice per pass), 'direct' or 'fft' (floating dtypes
-      only). Gradients use the same setting.
+    algorithm: 'auto' (the planner's choice per pass), 'direct', 'fft' (floating dtypes
+      only), 'tf' or 'portable' (stock TF ops only: FFT overlap-save in `tf.signal`,
+      floating dtypes, static image and filter shapes). Under XLA compilation
+      (jit_compile=True) 'auto' runs 'portable' and 'direct'/'fft' raise ValueError.
+      Gradients use the same setting.
     workspace_limit: hard bound in bytes on the temporary memory of each pass (forward and
       both gradients); None means 64 MiB. See `tf_largeconv.plan`.
 
@@ -85,9 +91,12 @@ def conv2d(input, filters, strides, padding, data_format="NHWC", dilations=None,
     tf.errors.InvalidArgumentError: shapes that do not fit together (eager execution).
   """
   attrs = _args.conv_attrs(strides, padding, data_format, dilations, algorithm, workspace_limit)
+  attrs["algorithm"] = _args.resolve_algorithm(attrs["algorithm"])
   with tf.name_scope(name or "LargeConv2D"):
     input, filters = _args.as_tensors(input, filters)
     _args.check_algorithm(attrs["algorithm"], input.dtype)
+    if attrs["algorithm"] == _args.PORTABLE:
+      return _merge_batch_dims(input, lambda x: _portable_conv2d(x, filters, attrs))
     return _merge_batch_dims(
         input, lambda x: _conv2d(x, filters, strides, padding, dilations, attrs))
 
@@ -95,6 +104,10 @@ def conv2d(input, filters, strides, padding, data_format="NHWC", dilations=None,
 def _conv2d(input, filters, strides, padding, dilations, attrs):  # pylint: disable=redefined-builtin
   """conv2d of a 4-D (or unknown-rank) input: TensorFlow's kernel where the planner
   prefers it, the op otherwise."""
+  if attrs["algorithm"] == "tf" and _args.in_xla_context():
+    # XLA compiles TensorFlow's own convolution, in every layout and grouping.
+    return tf.nn.conv2d(input, filters, strides, padding, data_format=attrs["data_format"],
+                        dilations=dilations)
   if attrs["algorithm"] in ("auto", "tf") and planning.use_tf_kernel(input, filters, attrs):
     def tf_kernel():
       return tf.nn.conv2d(input, filters, strides, padding,
@@ -194,10 +207,13 @@ def conv2d_backprop_input(input_sizes, filters, out_backprop, strides, padding,
     Gradient with respect to the input, shaped `input_sizes`.
   """
   attrs = _args.conv_attrs(strides, padding, data_format, dilations, algorithm, workspace_limit)
+  attrs["algorithm"] = _args.resolve_algorithm(attrs["algorithm"])
   with tf.name_scope(name or "LargeConv2DBackpropInput"):
     out_backprop, filters = _args.as_tensors(out_backprop, filters)
     _args.check_algorithm(attrs["algorithm"], out_backprop.dtype)
     input_sizes = tf.convert_to_tensor(input_sizes, dtype=tf.int32, name="input_sizes")
+    if attrs["algorithm"] == _args.PORTABLE:
+      return _portable_backprop_input(input_sizes, filters, out_backprop, attrs)
     return _loader.ops().large_conv_conv2d_backprop_input(input_sizes, filters, out_backprop,
                                                           **attrs)
 
@@ -218,9 +234,144 @@ def conv2d_backprop_filter(input, filter_sizes, out_backprop, strides, padding, 
     Gradient with respect to the filter, shaped `filter_sizes`.
   """
   attrs = _args.conv_attrs(strides, padding, data_format, dilations, algorithm, workspace_limit)
+  attrs["algorithm"] = _args.resolve_algorithm(attrs["algorithm"])
   with tf.name_scope(name or "LargeConv2DBackpropFilter"):
     input, out_backprop = _args.as_tensors(input, out_backprop)
     _args.check_algorithm(attrs["algorithm"], input.dtype)
     filter_sizes = tf.convert_to_tensor(filter_sizes, dtype=tf.int32, name="filter_sizes")
+    if attrs["algorithm"] == _args.PORTABLE:
+      return _portable_backprop_filter(input, filter_sizes, out_backprop, attrs)
     return _loader.ops().large_conv_conv2d_backprop_filter(input, filter_sizes, out_backprop,
                                                            **attrs)
+
+
+# The portable path (algorithm='portable', and 'auto' under XLA): `_portable`'s stock TF
+# ops, after the same checks the ops make, with the ops' messages. Eager calls raise
+# InvalidArgumentError as the ops' kernels do; traced ones ValueError, as their shape
+# functions do.
+
+
+def _op_error(error):
+  """`error` (a ValueError or NotImplementedError of the geometry) as the op raises it."""
+  if isinstance(error, NotImplementedError):
+    return tf.errors.UnimplementedError(None, None, str(error))
+  if tf.executing_eagerly():
+    return tf.errors.InvalidArgumentError(None, None, str(error))
+  return error
+
+
+def _check_rank4(name, shape):
+  if shape.rank is not None and shape.rank != 4:
+    raise _op_error(ValueError(
+        f"{name} must be a 4-D tensor, got shape {shape}. convolution {name} must be "
+        f"4-dimensional: {shape}. Shape must be rank 4 but is rank {shape.rank}"))
+
+
+def _portable_geometry(input_shape, filter_shape, attrs):
+  """The package's geometry of static shapes (an unknown batch planned as 1); raises the
+  op's errors for shapes that do not fit together."""
+  input_shape = [1 if v is None else v for v in input_shape]
+  try:
+    return _CORE.geometry(input_shape, list(filter_shape), attrs["strides"],
+                          attrs["padding"], attrs["explicit_paddings"],
+                          attrs["data_format"], attrs["dilations"])
+  except (ValueError, NotImplementedError) as e:
+    raise _op_error(e) from None
+
+
+def _portable_conv2d(input, filters, attrs):  # pylint: disable=redefined-builtin
+  """conv2d of a 4-D input by `_portable`. An unknown batch size goes image by image
+  (tf.map_fn), so one loop step stays within workspace_limit whatever the batch."""
+  _check_rank4("input", input.shape)
+  _check_rank4("filter", filters.shape)
+  if (input.shape.rank is None or None in input.shape.as_list()[1:]
+      or not filters.shape.is_fully_defined()):
+    raise ValueError("algorithm='portable' needs static image and filter shapes (only the "
+                     f"batch size may be unknown), got input shape {input.shape} and filter "
+                     f"shape {filters.shape}")
+  geometry = _portable_geometry(input.shape.as_list(), filters.shape.as_list(), attrs)
+
+  def run(x):
+    return _portable.conv2d(x, filters, attrs["strides"], attrs["padding"],
+                            attrs["explicit_paddings"], attrs["data_format"],
+                            attrs["dilations"], workspace_limit=attrs["workspace_limit"])
+
+  if input.shape[0] is not None:
+    return run(input)
+  return tf.map_fn(lambda image: run(image[None])[0], input,
+                   fn_output_signature=tf.TensorSpec(geometry["output_shape"][1:],
+                                                     input.dtype))
+
+
+def _static_sizes(name, sizes, spatial_ok, op):
+  """`sizes` (input_sizes or filter_sizes) as a list of ints, checked as the op does."""
+  value = tf.get_static_value(sizes)
+  if value is None:
+    raise ValueError(f"algorithm='portable' needs {name} known when the graph is traced")
+  value = [int(v) for v in value.reshape(-1)] if value.ndim else None
+  if value is None:
+    raise _op_error(ValueError(f"{name} must be a vector, got shape []. {op}: {name} input "
+                               "must be 1-dim, not 0"))
+  if len(value) != 4 and not (spatial_ok and len(value) == 2):
+    if spatial_ok:
+      msg = (f"{name} must be a vector of 4 sizes (or 2: height and width), got "
+             f"{len(value)}. {op} requires {name} to contain 4 values or 2 values, but got: "
+             f"{len(value)}")
+    else:
+      msg = f"{name} must be a vector of 4 sizes, got {len(value)}. filter must be 4-dimensional"
+    raise _op_error(ValueError(msg))
+  for v in value:
+    if v < 0:
+      raise _op_error(ValueError(f"{name} must be non-negative, got {v}. Dimension {v} must "
+                                 "be >= 0"))
+  return value
+
+
+def _check_out_backprop(out_backprop, input_shape, filter_shape, attrs):
+  _check_rank4("out_backprop", out_backprop.shape)
+  if None in input_shape[1:]:
+    return  # _portable_conv2d names the unknown sizes
+  want = _portable_geometry(input_shape, filter_shape, attrs)["output_shape"]
+  got = out_backprop.shape.as_list() if out_backprop.shape.rank is not None else None
+  if got is not None and any(g is not None and w != g and not (i == 0 and input_shape[0] is None)
+                             for i, (g, w) in enumerate(zip(got, want))):
+    shown = [w if w is not None else "?" for w in want]
+    raise _op_error(ValueError(f"out_backprop has shape {got} but the convolution produces "
+                               f"{shown}"))
+
+
+def _portable_backprop_input(input_sizes, filters, out_backprop, attrs):
+  """TensorFlow's gradient of the portable conv2d with respect to its input (exact: the
+  convolution is linear in it)."""
+  sizes = _static_sizes("input_sizes", input_sizes, True, "Conv2DBackpropInput")
+  _check_rank4("filter", filters.shape)
+  if len(sizes) == 2:
+    batch = out_backprop.shape[0] if out_backprop.shape.rank is not None else None
+    depth = filters.shape[2]
+    sizes = ([batch, depth] + sizes if attrs["data_format"] == "NCHW"
+             else [batch] + sizes + [depth])
+  _check_out_backprop(out_backprop, sizes, filters.shape.as_list(), attrs)
+  if sizes[0] is None:
+    shape = tf.concat([tf.shape(out_backprop)[:1], sizes[1:]], 0)
+  else:
+    shape = sizes
+  x = tf.zeros(shape, out_backprop.dtype)
+  x.set_shape(sizes)
+  with tf.GradientTape() as tape:
+    tape.watch(x)
+    y = _portable_conv2d(x, filters, attrs)
+  return tape.gradient(y, x, output_gradients=out_backprop)
+
+
+def _portable_backprop_filter(input, filter_sizes, out_backprop, attrs):  # pylint: disable=redefined-builtin
+  """TensorFlow's gradient of the portable conv2d with respect to its filter (exact: the
+  convolution is linear in it)."""
+  sizes = _static_sizes("filter_sizes", filter_sizes, False, "Conv2DBackpropFilter")
+  _check_rank4("input", input.shape)
+  if input.shape.rank is not None:
+    _check_out_backprop(out_backprop, input.shape.as_list(), sizes, attrs)
+  w = tf.zeros(sizes, out_backprop.dtype)
+  with tf.GradientTape() as tape:
+    tape.watch(w)
+    y = _portable_conv2d(input, w, attrs)
+  return tape.gradient(y, w, output_gradients=out_backprop)

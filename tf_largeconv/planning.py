@@ -120,7 +120,8 @@ def plan(input_shape, filter_shape, strides, padding, data_format="NHWC", dilati
     A `Plan`; its output_shape keeps the input's batch dimensions.
 
   Raises:
-    ValueError: malformed arguments, shapes that do not fit, algorithm='fft' with int32, or
+    ValueError: malformed arguments, shapes that do not fit, algorithm='fft' with int32,
+      algorithm='portable' (which runs stock TF ops, not the planned ops), or
       a workspace_limit that even the smallest FFT plan exceeds when algorithm='fft' (the
       message gives the minimum).
   """
@@ -131,6 +132,10 @@ def plan(input_shape, filter_shape, strides, padding, data_format="NHWC", dilati
 
 def plan_from_attrs(input_shape, filter_shape, attrs, dtype=tf.float32, num_threads=None):
   """`plan` for already-normalised op attributes (see `_args.conv_attrs`)."""
+  if attrs["algorithm"] == _args.PORTABLE:
+    raise ValueError("algorithm='portable' runs stock TensorFlow ops, not the LargeConv ops "
+                     "that plan() describes; plan with algorithm='auto', 'direct', 'fft' or "
+                     "'tf'")
   dtype = _args.normalize_dtype(dtype)
   threads = int(num_threads) if num_threads else intra_op_threads()
   input_shape = [int(v) for v in input_shape]
