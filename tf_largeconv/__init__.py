@@ -15,9 +15,10 @@ from tf_largeconv.planning import plan
 
 __version__ = "0.1.0"
 
-# Load at import: it registers the op kernels (needed before deserialising graphs) and
-# reports a missing or stale build straight away.
-_loader.ops()
+# Load at import: it registers the op kernels (needed before deserialising graphs). A
+# library that cannot be loaded is reported once, with the reason, and the ops then run the
+# portable path (stock TensorFlow ops) instead of failing.
+_loader.load_or_fall_back()
 
 # Registers the Keras layers as serializable, so saved models load after this import.
 try:

@@ -37,8 +37,15 @@ def in_xla_context():
 
 
 def resolve_algorithm(algorithm):
-  """The algorithm a call runs under the current context: under XLA compilation 'auto'
-  becomes 'portable'; 'direct' and 'fft' there raise ValueError."""
+  """The algorithm a call runs under the current context: under XLA compilation, or when
+  the op library could not be loaded, 'auto' becomes 'portable' and 'direct' and 'fft'
+  raise ValueError."""
+  if _loader.failure() is not None:
+    if algorithm in ("direct", "fft"):
+      raise ValueError(
+          f"algorithm={algorithm!r} needs the LargeConv op library, which could not be "
+          f"loaded ({_loader.failure()}); use algorithm='auto' or 'portable'")
+    return PORTABLE if algorithm == "auto" else algorithm
   if not in_xla_context():
     return algorithm
   if algorithm in ("auto", PORTABLE):

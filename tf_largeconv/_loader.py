@@ -2,6 +2,7 @@
 
 import glob
 import os
+import warnings
 
 import tensorflow as tf
 
@@ -11,6 +12,9 @@ REBUILD_HINT = (
     "or 'pip install --no-build-isolation --force-reinstall .'"
 )
 _ops = None
+# Why the op library could not be loaded at import (None: it loaded). Then every op runs
+# the portable path (stock TensorFlow ops, `_portable`).
+_failure = None
 
 
 def _library_path(stem):
@@ -55,3 +59,25 @@ def ops():
       raise ImportError(
           f"tf_largeconv: could not load {path}: {e.message}. " + REBUILD_HINT) from e
   return _ops
+
+
+def load_or_fall_back():
+  """Loads the op library at import. If it cannot be loaded (a TensorFlow upgrade, an ABI
+  mismatch, a missing build), warns once with the reason and the rebuild command and
+  records it: from then on every op runs the portable path. `_core`, which needs no
+  TensorFlow, must still be there (its import errors name the rebuild command)."""
+  global _failure
+  core()
+  try:
+    ops()
+  except ImportError as e:
+    _failure = str(e)
+    warnings.warn(
+        "tf_largeconv: the LargeConv op library could not be loaded, so every op runs the "
+        "portable path (stock TensorFlow ops: the same results, more time and memory). "
+        f"Reason: {_failure}", RuntimeWarning, stacklevel=3)
+
+
+def failure():
+  """Why the op library could not be loaded at import, or None if it was loaded."""
+  return _failure

@@ -104,8 +104,9 @@ def conv2d(input, filters, strides, padding, data_format="NHWC", dilations=None,
 def _conv2d(input, filters, strides, padding, dilations, attrs):  # pylint: disable=redefined-builtin
   """conv2d of a 4-D (or unknown-rank) input: TensorFlow's kernel where the planner
   prefers it, the op otherwise."""
-  if attrs["algorithm"] == "tf" and _args.in_xla_context():
-    # XLA compiles TensorFlow's own convolution, in every layout and grouping.
+  if attrs["algorithm"] == "tf" and (_args.in_xla_context() or _loader.failure() is not None):
+    # XLA compiles TensorFlow's own convolution, in every layout and grouping; without the
+    # op library it is the only kernel 'tf' can name.
     return tf.nn.conv2d(input, filters, strides, padding, data_format=attrs["data_format"],
                         dilations=dilations)
   if attrs["algorithm"] in ("auto", "tf") and planning.use_tf_kernel(input, filters, attrs):

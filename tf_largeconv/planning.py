@@ -67,15 +67,18 @@ class Plan:
     output_shape: the convolution's output shape.
     workspace_bytes: the largest temporary memory any one pass takes.
     workspace_limit: the limit the plan was made under, in bytes.
+    unavailable: None, or why the op library could not be loaded: then the passes show
+      what the ops would do, and every call runs the portable path (stock TF ops) instead.
   """
 
-  def __init__(self, passes, output_shape, workspace_limit, threads):
+  def __init__(self, passes, output_shape, workspace_limit, threads, unavailable=None):
     self.forward, self.backprop_input, self.backprop_filter = passes
     self.passes = tuple(passes)
     self.output_shape = tuple(output_shape)
     self.workspace_limit = workspace_limit
     self.threads = threads
     self.workspace_bytes = max(p.workspace_bytes for p in passes)
+    self.unavailable = unavailable
 
   def __str__(self):
     rows = [f"output {self.output_shape}, workspace limit {self.workspace_limit / 2**20:.1f} "
@@ -94,6 +97,9 @@ class Plan:
                   + " / ".join("-" if p.estimated_seconds[a] is None
                                else f"{p.estimated_seconds[a] * 1e3:.4g}"
                                for a in ("direct", "fft", "tf")))
+    if self.unavailable is not None:
+      rows.append("the op library could not be loaded, so every pass runs the portable path "
+                  f"(stock TensorFlow ops) instead of the above: {self.unavailable}")
     return "\n".join(rows)
 
   def __repr__(self):
@@ -163,7 +169,7 @@ def plan_from_attrs(input_shape, filter_shape, attrs, dtype=tf.float32, num_thre
   if limit < 0:
     limit = _CORE.DEFAULT_WORKSPACE_LIMIT
   output_shape = batch_shape + list(geometry["output_shape"][1:])
-  return Plan([PassPlan(d) for d in passes], output_shape, limit, threads)
+  return Plan([PassPlan(d) for d in passes], output_shape, limit, threads, _loader.failure())
 
 
 # TensorFlow's own kernel is weighed for the full-width floating dtypes only, so float16
