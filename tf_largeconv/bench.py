@@ -4,6 +4,7 @@ passes), each case and implementation in a fresh process, same machine, same run
   python -m tf_largeconv.bench [--cases NAME ...] [--quick] [--out DIR]
   python -m tf_largeconv.bench --cases budget     # time against workspace_limit
   python -m tf_largeconv.bench --cases fold       # a folded linear block (bench_fold.py)
+  python -m tf_largeconv.bench --cases portable   # the portable path and XLA (bench_portable.py)
 
 Prints a table of warm times (min over runs) and peak extra memory (process high-water
 mark above the inputs, /proc VmHWM), with ratios tf.nn.conv2d / tf_largeconv, and writes
@@ -215,7 +216,7 @@ def main(argv=None):
     return bench_slide.main(argv[2:])
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--cases", nargs="*",
-                      help=f"subset of: {', '.join(CASES)}, budget, fold")
+                      help=f"subset of: {', '.join(CASES)}, budget, fold, portable")
   parser.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK)}")
   parser.add_argument("--out", default="bench_results")
   parser.add_argument("--timeout", type=int, default=900, help="seconds per measurement")
@@ -228,7 +229,7 @@ def main(argv=None):
     return 0
 
   names = args.cases or (list(QUICK) if args.quick else list(CASES))
-  for sweep in ("budget", "fold"):  # case sets with their own tables (bench_budget.py, ...)
+  for sweep in ("budget", "fold", "portable"):  # case sets with their own tables (bench_*.py)
     if sweep in names:
       importlib.import_module(f"tf_largeconv.bench_{sweep}").main(args.out)
       names = [n for n in names if n != sweep]
