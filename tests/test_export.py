@@ -1,0 +1,176 @@
+"""export_portable: a SavedModel with no LargeConv op that loads and computes in a process
+that never imports tf_largeconv, equal to a stock-Keras twin of the model (Keras 3 and
+tf_keras), its argument errors, and what TFLite makes of it."""
+
+import os
+
+import keras
+import numpy as np
+import pytest
+import subproc
+import tensorflow as tf
+
+from tf_largeconv import _export
+from tf_largeconv import ops as lc_ops
+from tf_largeconv.keras import LargeConv2D
+from tf_largeconv.keras import LargeDepthwiseConv2D
+from tf_largeconv.keras import export_portable
+
+H, W, C = 40, 36, 3
+
+# Loads the SavedModel at argv[1] with tf_largeconv made unimportable, runs `serve` and the
+# serving signature on the inputs in argv[2] (two batch sizes) and saves the outputs.
+CHILD = """
+import sys
+sys.modules["tf_largeconv"] = None  # any import of the package raises ImportError
+import numpy as np
+import tensorflow as tf
+path, xs, out = sys.argv[1:]
+x = np.load(xs)
+loaded = tf.saved_model.load(path)
+full = loaded.serve(x).numpy()
+one = loaded.serve(x[:1]).numpy()
+sig = loaded.signatures["serving_default"](input_0=tf.constant(x))["output_0"].numpy()
+assert not any(m == "tf_largeconv" or m.startswith("tf_largeconv.") for m in sys.modules
+               if sys.modules[m] is not None)
+np.savez(out, full=full, one=one, sig=sig)
+print("ok")
+"""
+
+
+def _mixed_model(large):
+  """LargeConv2D (SAME), LargeDepthwiseConv2D (VALID, multiplier 2), stock Conv2D and
+  Dense; with large=False the same model of stock Keras layers (the oracle)."""
+  conv = LargeConv2D if large else keras.layers.Conv2D
+  depthwise = LargeDepthwiseConv2D if large else keras.layers.DepthwiseConv2D
+  inp = keras.Input((H, W, C))
+  x = conv(4, 17, padding="same", bias_initializer="random_normal")(inp)
+  x = depthwise(15, depth_multiplier=2, activation="relu",
+                bias_initializer="random_normal")(x)
+  x = keras.layers.Conv2D(3, 3)(x)
+  return keras.Model(inp, keras.layers.Dense(2)(x))
+
+
+def _large_op_types(path):
+  """The LargeConv op types in the exported graph (functions included), loaded here where
+  the op library is registered."""
+  graph = tf.saved_model.load(path).signatures["serving_default"].graph
+  return sorted(t for t in _export.op_types(graph.as_graph_def())
+                if t.startswith("LargeConv"))
+
+
+def _check_child(path, x, want, tmp_path):
+  np.save(tmp_path / "x.npy", x)
+  subproc.run(CHILD, path, tmp_path / "x.npy", tmp_path / "out.npz", timeout=240)
+  got = np.load(tmp_path / "out.npz")
+  atol = 1e-5 * np.abs(want).max()
+  np.testing.assert_allclose(got["full"], want, rtol=0, atol=atol)
+  np.testing.assert_allclose(got["sig"], want, rtol=0, atol=atol)
+  np.testing.assert_allclose(got["one"], want[:1], rtol=0, atol=atol)
+
+
+def test_export_loads_without_package_and_matches(rng, tmp_path):
+  model = _mixed_model(large=True)
+  twin = _mixed_model(large=False)
+  model.set_weights([rng.standard_normal(w.shape).astype(np.float32)
+                     for w in model.get_weights()])
+  twin.set_weights(model.get_weights())
+  x = rng.standard_normal((3, H, W, C)).astype(np.float32)
+  want = twin(x).numpy()  # stock tf.nn convolutions
+  path = str(tmp_path / "sm")
+  assert export_portable(model, path) == path
+  assert _large_op_types(path) == []
+  spec = tf.saved_model.load(path).signatures["serving_default"].structured_input_signature
+  assert spec[1]["input_0"].shape.as_list() == [None, H, W, C]
+  # The model itself is unchanged: its layers keep 'auto', and the forcing is off.
+  assert [l.algorithm for l in model.layers if hasattr(l, "algorithm")] == ["auto", "auto"]
+  assert not lc_ops.forced_portable()
+  np.testing.assert_allclose(model(x).numpy(), want, rtol=0, atol=1e-5 * np.abs(want).max())
+  _check_child(path, x, want, tmp_path)
+
+
+def test_export_of_op_only_algorithms_holds_no_op(rng, tmp_path):
+  # 'direct' layers need the op everywhere else; the export still has none.
+  model = keras.Sequential([keras.Input((H, W, C)),
+                            LargeConv2D(2, 21, padding="same", algorithm="direct"),
+                            LargeDepthwiseConv2D(9, algorithm="fft")])
+  path = str(tmp_path / "sm")
+  export_portable(model, path)
+  assert _large_op_types(path) == []
+  x = rng.standard_normal((2, H, W, C)).astype(np.float32)
+  k1, b1, k2, b2 = model.get_weights()
+  y = tf.nn.conv2d(x, k1, 1, "SAME") + b1
+  want = (tf.nn.depthwise_conv2d(y, k2, [1, 1, 1, 1], "VALID") + b2).numpy()
+  loaded = tf.saved_model.load(path)  # held: a dropped object deletes its variables
+  got = loaded.serve(x).numpy()
+  np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * np.abs(want).max())
+  assert model.layers[0].algorithm == "direct"
+
+
+def test_export_needs_defined_inputs(tmp_path):
+  model = keras.Sequential([LargeConv2D(2, 15, padding="same")])
+  with pytest.raises(ValueError, match=r"no defined inputs.*keras\.Input.*input_signature"):
+    export_portable(model, str(tmp_path / "sm"))
+  assert not os.path.exists(tmp_path / "sm")
+
+
+def test_export_with_input_signature(rng, tmp_path):
+  # A subclassed model has no inputs; input_signature names them.
+  class Net(keras.Model):
+    def __init__(self):
+      super().__init__()
+      self.conv = LargeConv2D(2, 15, padding="same")
+
+    def call(self, x):
+      return self.conv(x)
+
+  model = Net()
+  x = rng.standard_normal((2, 20, 20, 1)).astype(np.float32)
+  model(x)
+  path = str(tmp_path / "sm")
+  export_portable(model, path, input_signature=[tf.TensorSpec([None, 20, 20, 1])])
+  kernel, bias = model.conv.get_weights()
+  want = (tf.nn.conv2d(x, kernel, 1, "SAME") + bias).numpy()
+  loaded = tf.saved_model.load(path)  # held: a dropped object deletes its variables
+  got = loaded.serve(x).numpy()
+  np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * np.abs(want).max())
+
+
+def test_export_argument_errors(tmp_path):
+  model = keras.Sequential([keras.Input((H, W, C)), LargeConv2D(2, 15)])
+  with pytest.raises(ValueError, match="path"):
+    export_portable(model, None)
+  with pytest.raises(ValueError, match="input_signature"):
+    export_portable(model, str(tmp_path / "a"), input_signature=[(None, H, W, C)])
+  with pytest.raises(ValueError, match="model"):
+    export_portable("not a model", str(tmp_path / "b"))
+  free = keras.Sequential([keras.Input((None, None, C)), LargeConv2D(2, 15)])
+  with pytest.raises(ValueError, match="static"):
+    export_portable(free, str(tmp_path / "c"))
+  assert not lc_ops.forced_portable()
+
+
+def test_tf_keras_export_loads_without_package(tmp_path):
+  # The same export for a tf_keras model; oracle: tf_keras.layers.Conv2D with its weights.
+  subproc.run("""
+      import sys
+      import numpy as np
+      import tensorflow as tf
+      import tf_keras
+      from tf_largeconv.tf_keras import LargeConv2D, LargeDepthwiseConv2D, export_portable
+      inp = tf_keras.Input((40, 36, 3))
+      y = LargeDepthwiseConv2D(15, padding="same", bias_initializer="random_normal")(inp)
+      model = tf_keras.Model(inp, LargeConv2D(2, 17, bias_initializer="random_normal")(y))
+      ref_in = tf_keras.Input((40, 36, 3))
+      ref_y = tf_keras.layers.DepthwiseConv2D(15, padding="same")(ref_in)
+      ref = tf_keras.Model(ref_in, tf_keras.layers.Conv2D(2, 17)(ref_y))
+      ref.set_weights(model.get_weights())
+      x = np.random.default_rng(5).standard_normal((2, 40, 36, 3)).astype(np.float32)
+      np.save(sys.argv[2], ref(x).numpy())
+      np.save(sys.argv[3], x)
+      export_portable(model, sys.argv[1])
+      """, tmp_path / "sm", tmp_path / "want.npy", tmp_path / "x.npy", timeout=240,
+              env=subproc.child_env(TF_USE_LEGACY_KERAS=1))
+  want = np.load(tmp_path / "want.npy")
+  assert _large_op_types(str(tmp_path / "sm")) == []
+  _check_child(str(tmp_path / "sm"), np.load(tmp_path / "x.npy"), want, tmp_path)
