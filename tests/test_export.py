@@ -174,3 +174,52 @@ def test_tf_keras_export_loads_without_package(tmp_path):
   want = np.load(tmp_path / "want.npy")
   assert _large_op_types(str(tmp_path / "sm")) == []
   _check_child(str(tmp_path / "sm"), np.load(tmp_path / "x.npy"), want, tmp_path)
+
+
+def _tflite_converter(path, select):
+  converter = tf.lite.TFLiteConverter.from_saved_model(path)
+  if select:
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS,
+                                           tf.lite.OpsSet.SELECT_TF_OPS]
+  return converter
+
+
+@pytest.mark.filterwarnings("ignore:.*tf.lite.Interpreter is deprecated")
+def test_tflite_status(rng, tmp_path):
+  # What TFLite makes of the export today (README, "Exporting for serving"). If this
+  # starts failing because TFLite learnt more, update the README and this test.
+  model = _mixed_model(large=True)
+  path = export_portable(model, str(tmp_path / "sm"))
+  # Builtins only: TFLite has RFFT2D but not IRFFT2D, and no complex Conj, BatchMatMulV2
+  # (the spectra's channel contraction) or Transpose.
+  with pytest.raises(Exception, match=r"TF Select ops: .*IRFFT2D") as error:
+    _tflite_converter(path, select=False).convert()
+  select_ops = str(error.value).split("TF Select ops: ")[1].splitlines()[0]
+  assert sorted(select_ops.split(", ")) == ["BatchMatMulV2", "Conj", "IRFFT2D", "Transpose"]
+  # With Select TF ops it converts ...
+  flat = _tflite_converter(path, select=True).convert()
+  assert len(flat) > 0
+  interpreter = tf.lite.Interpreter(model_content=flat)
+  interpreter.allocate_tensors()
+  x = rng.standard_normal((1, H, W, C)).astype(np.float32)
+  interpreter.set_tensor(interpreter.get_input_details()[0]["index"], x)
+  # ... but does not run here: TFLite's RFFT2D kernel takes power-of-two lengths only (the
+  # portable path picks 2-3-5-7-smooth ones), and this TensorFlow's tf.lite.Interpreter has
+  # no Flex delegate for the Select ops.
+  with pytest.raises(RuntimeError, match=r"IsPowerOfTwo|not supported by this interpreter"):
+    interpreter.invoke()
+
+
+@pytest.mark.filterwarnings("ignore:.*tf.lite.Interpreter is deprecated")
+def test_tflite_interpreter_has_no_flex_delegate(tmp_path):
+  # The reason the Select-ops conversion cannot run here, shown on one stock TF op
+  # (tf.math.conj of a complex tensor is a Select op).
+  module = tf.Module()
+  module.f = tf.function(lambda x: tf.math.real(tf.math.conj(tf.complex(x, x))),
+                         input_signature=[tf.TensorSpec([4], tf.float32)])
+  tf.saved_model.save(module, str(tmp_path / "conj"),
+                      signatures={"serving_default": module.f.get_concrete_function()})
+  flat = _tflite_converter(str(tmp_path / "conj"), select=True).convert()
+  interpreter = tf.lite.Interpreter(model_content=flat)
+  with pytest.raises(RuntimeError, match="not supported by this interpreter.*FlexComplex"):
+    interpreter.allocate_tensors()  # the Flex node fails to prepare
