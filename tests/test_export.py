@@ -12,6 +12,7 @@ import tensorflow as tf
 
 from tf_largeconv import _export
 from tf_largeconv import ops as lc_ops
+from tf_largeconv.keras import FoldedBlock
 from tf_largeconv.keras import LargeConv2D
 from tf_largeconv.keras import LargeDepthwiseConv2D
 from tf_largeconv.keras import export_portable
@@ -223,3 +224,21 @@ def test_tflite_interpreter_has_no_flex_delegate(tmp_path):
   interpreter = tf.lite.Interpreter(model_content=flat)
   with pytest.raises(RuntimeError, match="not supported by this interpreter.*FlexComplex"):
     interpreter.allocate_tensors()  # the Flex node fails to prepare
+
+
+def test_export_of_folded_block(rng, tmp_path):
+  # FoldedBlock's 'auto' calls the op library itself; under the export it goes portable.
+  # Oracle: the block (stock Keras layers) it folds.
+  block = keras.Sequential([keras.Input((20, 20, 2)),
+                            keras.layers.Conv2D(3, 7),
+                            keras.layers.Conv2D(3, 9)])
+  block.set_weights([rng.standard_normal(w.shape).astype(np.float32)
+                     for w in block.get_weights()])
+  model = keras.Sequential([keras.Input((20, 20, 2)), FoldedBlock(block)])
+  path = export_portable(model, str(tmp_path / "sm"))
+  assert _large_op_types(path) == []
+  x = rng.standard_normal((2, 20, 20, 2)).astype(np.float32)
+  want = block(x).numpy()
+  loaded = tf.saved_model.load(path)
+  got = loaded.serve(x).numpy()
+  np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * np.abs(want).max())
