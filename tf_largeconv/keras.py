@@ -193,9 +193,9 @@ def export_portable(model, path, input_signature=None):
   FoldedBlock, your own).
 
   Load it with `loaded = tf.saved_model.load(path)` (keep `loaded` referenced while calling
-  it: TensorFlow deletes the variables of a dropped object); then `loaded.serve(x)` (one input;
-  `loaded.serve(x1, x2, ...)` for several, in the model's input order) returns what the
-  model returns, and `loaded.signatures["serving_default"](input_0=x)` returns a dict
+  it: TensorFlow deletes the variables of a dropped object); then `loaded.serve(x)` (one
+  input; `loaded.serve(x1, x2, ...)` for several, in the model's input order) returns what
+  the model returns, and `loaded.signatures["serving_default"](input_0=x)` returns a dict
   (`{"output_0": ...}`), the entry point TensorFlow Serving uses. The batch dimension is
   free (None); the other dimensions and the dtypes are the model's inputs'. The portable
   path needs static image sizes, so every input's height and width must be known. TFLite
