@@ -242,3 +242,23 @@ def test_export_of_folded_block(rng, tmp_path):
   loaded = tf.saved_model.load(path)
   got = loaded.serve(x).numpy()
   np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * np.abs(want).max())
+
+
+def test_export_of_two_input_model(rng, tmp_path):
+  # serve(a, b) in the model's input order; oracle: tf.nn.conv2d with the layers' weights.
+  a_in, b_in = keras.Input((20, 20, 1)), keras.Input((20, 20, 2))
+  a = LargeConv2D(2, 15, padding="same", use_bias=False)(a_in)
+  b = LargeDepthwiseConv2D(13, padding="same", use_bias=False)(b_in)
+  model = keras.Model([a_in, b_in], keras.layers.Concatenate()([a, b]))
+  path = export_portable(model, str(tmp_path / "sm"))
+  assert _large_op_types(path) == []
+  xa = rng.standard_normal((2, 20, 20, 1)).astype(np.float32)
+  xb = rng.standard_normal((2, 20, 20, 2)).astype(np.float32)
+  (ka,), (kb,) = model.layers[2].get_weights(), model.layers[3].get_weights()
+  want = np.concatenate([tf.nn.conv2d(xa, ka, 1, "SAME").numpy(),
+                         tf.nn.depthwise_conv2d(xb, kb, [1, 1, 1, 1], "SAME").numpy()], -1)
+  loaded = tf.saved_model.load(path)
+  got = loaded.serve(xa, xb).numpy()
+  np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * np.abs(want).max())
+  sig = loaded.signatures["serving_default"](input_0=xa, input_1=xb)["output_0"].numpy()
+  np.testing.assert_allclose(sig, want, rtol=0, atol=1e-5 * np.abs(want).max())
