@@ -1078,12 +1078,12 @@ class FoldedBlockBase:
     state, _ = _compose(spec, lambda v: v, inputs.dtype, exact=False)
     kernel = _pad_kernel(state.kernel, *ext)
     padding = [[0, 0], list(pads[0]), list(pads[1]), [0, 0]]
-    if _args.resolve_algorithm(self.algorithm) == "auto":
+    if _args.resolve_algorithm(self.algorithm) == "auto" and not _ops.forced_portable():
       # The op's own planner (direct or FFT), whose workspace stays within the limit.
       # conv2d's "auto" may hand the passes to TensorFlow's kernel, whose gradients take
       # temporaries growing with the image (170 MiB beyond the plan's estimate for the
       # founding block at K=7): not what a layer for lean training should do by default.
-      # Under XLA, or without the op library, conv2d's portable path runs instead.
+      # Under XLA, without the op library, or while exporting, conv2d's portable path runs.
       attrs = _args.conv_attrs(list(strides), padding, "NHWC", None, "auto",
                                self.workspace_limit)
       y = _loader.ops().large_conv_conv2d(inputs, kernel, **attrs)

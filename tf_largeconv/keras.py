@@ -9,6 +9,7 @@ models using them load (.keras or SavedModel) after `import tf_largeconv`.
 import keras
 
 from tf_largeconv import _args
+from tf_largeconv import _export
 from tf_largeconv import _fold
 from tf_largeconv import _layer_settings
 from tf_largeconv import _loader
@@ -177,6 +178,45 @@ def convert(model, min_kernel_size=15, algorithm="auto", workspace_limit=None):
   converted = keras.models.clone_model(model, clone_function=clone)
   converted.set_weights(model.get_weights())
   return converted
+
+
+def export_portable(model, path, input_signature=None):
+  """Saves `model` for inference as a SavedModel that needs no tf_largeconv to load.
+
+  The model's forward pass (`training=False`) is traced with every tf_largeconv op on
+  `algorithm="portable"`: stock TensorFlow ops only, so the SavedModel holds no LargeConv
+  op and loads in any TensorFlow (TensorFlow Serving, a process that never imports
+  tf_largeconv). The model is not changed: the switch is a context
+  (`tf_largeconv.ops.portable_only`, thread-local) around the trace and the save, restored
+  on exit, so the Large layers keep their own `algorithm` for everything else. Any layer
+  that calls tf_largeconv's public ops is covered (LargeConv2D, LargeDepthwiseConv2D,
+  FoldedBlock, your own).
+
+  Load it with `loaded = tf.saved_model.load(path)` (keep `loaded` referenced while calling
+  it: TensorFlow deletes the variables of a dropped object); then `loaded.serve(x)` (one
+  input; `loaded.serve(x1, x2, ...)` for several, in the model's input order) returns what
+  the model returns, and `loaded.signatures["serving_default"](input_0=x)` returns a dict
+  (`{"output_0": ...}`), the entry point TensorFlow Serving uses. The batch dimension is
+  free (None); the other dimensions and the dtypes are the model's inputs'. The portable
+  path needs static image sizes, so every input's height and width must be known. TFLite
+  cannot run the export today (see the README, "Exporting for serving without the package").
+
+  Args:
+    model: a built Keras model with defined inputs (functional, or Sequential starting
+      with `keras.Input`).
+    path: the SavedModel directory to write (str or os.PathLike).
+    input_signature: for a model without defined inputs (subclassed), a list of
+      `tf.TensorSpec`, one per input; the batch dimension may be None.
+
+  Returns:
+    `path` as a str.
+
+  Raises:
+    ValueError: a model without defined inputs and no input_signature (naming what to
+      do), a malformed `path` or `input_signature`, inputs of unknown height or width, or a
+      layer that calls the op library directly so that a LargeConv op would be saved.
+  """
+  return _export.export(model, path, input_signature=input_signature)
 
 
 # Folding linear blocks (the algebra is in _fold.py, shared with tf_keras)

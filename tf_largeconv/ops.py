@@ -4,6 +4,9 @@ The gradients themselves are registered by `tf_largeconv._gradients`, imported w
 package.
 """
 
+import contextlib
+import threading
+
 import tensorflow as tf
 
 from tf_largeconv import _args
@@ -12,6 +15,38 @@ from tf_largeconv import _portable
 from tf_largeconv import planning
 
 _CORE = _loader.core()
+
+# Set by `portable_only()`: this thread's calls take the portable path whatever algorithm
+# they name.
+_FORCED = threading.local()
+
+
+@contextlib.contextmanager
+def portable_only():
+  """Within this context every public op called from this thread runs algorithm='portable'.
+
+  For tracing a graph that must hold no LargeConv op (`tf_largeconv.keras.export_portable`)
+  without changing the layers or functions that name another algorithm. Ops traced or run
+  before or after the context are unaffected; the previous state is restored on exit.
+  """
+  before = getattr(_FORCED, "on", False)
+  _FORCED.on = True
+  try:
+    yield
+  finally:
+    _FORCED.on = before
+
+
+def forced_portable():
+  """True inside `portable_only()` on this thread."""
+  return getattr(_FORCED, "on", False)
+
+
+def _resolve(algorithm):
+  """The algorithm a call runs: 'portable' inside `portable_only()`, else the XLA rule."""
+  if forced_portable():
+    return _args.PORTABLE
+  return _args.resolve_algorithm(algorithm)
 
 
 def _known(static, dynamic):
@@ -91,7 +126,7 @@ def conv2d(input, filters, strides, padding, data_format="NHWC", dilations=None,
     tf.errors.InvalidArgumentError: shapes that do not fit together (eager execution).
   """
   attrs = _args.conv_attrs(strides, padding, data_format, dilations, algorithm, workspace_limit)
-  attrs["algorithm"] = _args.resolve_algorithm(attrs["algorithm"])
+  attrs["algorithm"] = _resolve(attrs["algorithm"])
   with tf.name_scope(name or "LargeConv2D"):
     input, filters = _args.as_tensors(input, filters)
     _args.check_algorithm(attrs["algorithm"], input.dtype)
@@ -208,7 +243,7 @@ def conv2d_backprop_input(input_sizes, filters, out_backprop, strides, padding,
     Gradient with respect to the input, shaped `input_sizes`.
   """
   attrs = _args.conv_attrs(strides, padding, data_format, dilations, algorithm, workspace_limit)
-  attrs["algorithm"] = _args.resolve_algorithm(attrs["algorithm"])
+  attrs["algorithm"] = _resolve(attrs["algorithm"])
   with tf.name_scope(name or "LargeConv2DBackpropInput"):
     out_backprop, filters = _args.as_tensors(out_backprop, filters)
     _args.check_algorithm(attrs["algorithm"], out_backprop.dtype)
@@ -235,7 +270,7 @@ def conv2d_backprop_filter(input, filter_sizes, out_backprop, strides, padding, 
     Gradient with respect to the filter, shaped `filter_sizes`.
   """
   attrs = _args.conv_attrs(strides, padding, data_format, dilations, algorithm, workspace_limit)
-  attrs["algorithm"] = _args.resolve_algorithm(attrs["algorithm"])
+  attrs["algorithm"] = _resolve(attrs["algorithm"])
   with tf.name_scope(name or "LargeConv2DBackpropFilter"):
     input, out_backprop = _args.as_tensors(input, out_backprop)
     _args.check_algorithm(attrs["algorithm"], input.dtype)

@@ -6,6 +6,7 @@ layers built on tf_keras itself. Importing this module requires the tf_keras pac
 
 import tf_keras
 
+from tf_largeconv import _export
 from tf_largeconv import _fold
 from tf_largeconv import _layer_settings
 from tf_largeconv import ops as _ops
@@ -64,6 +65,12 @@ def reparameterize(model, algorithm="auto", workspace_limit=None):
   """`tf_largeconv.keras.reparameterize` for a tf_keras model."""
   return _fold.reparameterize(model, _FLAVOUR, algorithm=algorithm,
                               workspace_limit=workspace_limit)
+
+
+def export_portable(model, path, input_signature=None):
+  """`tf_largeconv.keras.export_portable` for a tf_keras model (see there): a SavedModel
+  with no LargeConv op; `tf.saved_model.load(path).serve(x)` runs it."""
+  return _export.export(model, path, input_signature=input_signature)
 
 
 @_register
