@@ -120,6 +120,47 @@ def test_one_step_fits_the_limit():
     _portable.plan_tiles(*args, minimum - 1)
 
 
+# Runs a portable forward pass of a 1000x1000 image and a 101x101x1x2 filter under the limit
+# argv[1] and prints TensorFlow's allocator peak over it (BFC, so TF counts every buffer),
+# then the bytes of one loop step and the padded input and dense output sizes.
+_PEAK_CHILD = """
+    import sys
+    import tensorflow as tf, tf_largeconv as lc
+    from tf_largeconv import _portable
+    limit = int(sys.argv[1])
+    x = tf.random.uniform((1, 1000, 1000, 1)); w = tf.random.uniform((101, 101, 1, 2))
+    lc.conv2d(tf.ones((1, 8, 8, 1)), tf.ones((3, 3, 1, 1)), 1, "SAME", algorithm="portable")
+    base = tf.config.experimental.get_memory_info("CPU:0")["current"]
+    tf.config.experimental.reset_memory_stats("CPU:0")
+    y = lc.conv2d(x, w, 1, "SAME", algorithm="portable", workspace_limit=limit)
+    peak = tf.config.experimental.get_memory_info("CPU:0")["peak"] - base
+    p = _portable.plan_tiles(1, 1, 2, 101, 101, 1000, 1000, limit, 4)
+    step = _portable.step_bytes(1, 1, 2, p.fft_h, p.fft_w, p.per_step)
+    padded = (p.tiles_h * p.tile_h + 100) * (p.tiles_w * p.tile_w + 100) * 4
+    dense = p.tiles_h * p.tile_h * p.tiles_w * p.tile_w * 2 * 4
+    print(peak, step, padded, dense)
+    """
+
+
+def test_measured_peak_stays_within_the_stated_bound():
+  """What one portable call holds at its peak, as TensorFlow's allocator counts it: the
+  padded input twice (padded, transposed), the dense output three times (the loop's
+  tile array, its stack, the re-tiled result) and at most three steps' worth of loop
+  buffers; a limit that is not honoured breaks the bound."""
+  import subproc  # pylint: disable=g-import-not-at-top
+  env = subproc.child_env(TF_CPU_ALLOCATOR_USE_BFC="true")
+  rows = {}
+  for limit in (1_000_000, 4_000_000, 64_000_000):
+    out = subproc.run(_PEAK_CHILD, limit, timeout=300, env=env)
+    rows[limit] = [int(v) for v in out.stdout.split()[-4:]]
+  bound = {limit: 2 * padded + 3 * dense + 3 * step + (1 << 20)
+           for limit, (_, step, padded, dense) in rows.items()}
+  for limit in (1_000_000, 4_000_000):
+    assert rows[limit][0] <= bound[limit], (limit, rows[limit], bound[limit])
+  # The bound binds: with room for the whole image in one step the peak is far above it.
+  assert rows[64_000_000][0] > bound[1_000_000], (rows, bound)
+
+
 # The public ops with algorithm='portable': stock TF ops only, the ops' results and errors.
 
 import reference  # noqa: E402
