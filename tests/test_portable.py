@@ -18,6 +18,8 @@ CASES = [
     ((2, 40, 50, 3), (7, 9, 3, 4), 1, [[0, 0], [3, 1], [0, 5], [0, 0]], None),
     ((1, 23, 31, 2), (31, 5, 2, 2), (3, 1), "SAME", None),  # filter taller than the image
     ((1, 60, 70, 1), (41, 41, 1, 3), 1, "VALID", None),
+    # More input channels per group than _portable sums one by one: the einsum contraction.
+    ((1, 30, 34, 24), (9, 7, 12, 6), 1, "SAME", None),
 ]
 
 

@@ -20,6 +20,10 @@ import collections
 
 import tensorflow as tf
 
+# Input channels per group up to which the spectral products are summed channel by channel
+# (memory: one product the size of the output spectra) rather than by einsum.
+_SUMMED_CHANNELS = 8
+
 # A transform's fixed cost in points' worth (the planner's per-transform seconds over its
 # per-point seconds, cc/core/plan.cc).
 _POINTS_PER_TRANSFORM = 1100
@@ -191,7 +195,15 @@ def conv2d(x, w, strides, padding, explicit_paddings, data_format, dilations, gr
     i, j = index // tiles_w, index % tiles_w
     window = tf.slice(xt, tf.stack([0, 0, i * tile_h, j * tile_w]), [batch, in_c, fh, fw])
     spec = tf.signal.rfft2d(tf.reshape(window, [batch, groups, in_per_group, fh, fw]))
-    prod = tf.einsum("bgiuv,giouv->bgouv", spec, w_spec)
+    if in_per_group <= _SUMMED_CHANNELS:
+      # A few input channels: broadcast products summed one channel at a time. einsum
+      # would run a batched matmul of tiny [b x i] @ [i x o] blocks over every bin, 5x
+      # slower for the seed case's single channel.
+      prod = spec[:, :, 0, None] * w_spec[None, :, 0]
+      for i in range(1, in_per_group):
+        prod += spec[:, :, i, None] * w_spec[None, :, i]
+    else:
+      prod = tf.einsum("bgiuv,giouv->bgouv", spec, w_spec)
     out = tf.signal.irfft2d(prod, fft_length=[fh, fw])[..., :tile_h, :tile_w]
     return tf.reshape(out, [batch, out_c, tile_h, tile_w])
 
