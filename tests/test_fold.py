@@ -123,6 +123,27 @@ def test_folded_block_trains_like_the_block(rng):
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
 
+def test_folded_block_trains_under_jit_compile_like_the_block(rng):
+  """Under XLA the block's 'auto' takes conv2d's portable path, so a model holding it keeps
+  jit_compile and trains as the unfolded block does."""
+  x = rng.standard_normal((4, 16, 16, 3)).astype(np.float32)
+  t = rng.standard_normal((4, 16, 16, 6)).astype(np.float32)
+  ours, theirs = founding_block(7, size=16), founding_block(7, size=16)
+  randomize(ours, rng)
+  theirs.set_weights(ours.get_weights())
+  folded = FoldedBlock(ours)
+  assert folded.supports_jit
+  assert not FoldedBlock(founding_block(7, size=16), algorithm="fft").supports_jit
+  models = (keras.Sequential([keras.Input((16, 16, 3)), folded]),
+            keras.Sequential([keras.Input((16, 16, 3)), theirs]))
+  for m in models:
+    m.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse", jit_compile=True)
+    m.fit(x, t, batch_size=2, epochs=2, shuffle=False, verbose=0)
+  assert models[0].jit_compile  # not turned off for the whole model
+  for a, b in zip(ours.get_weights(), theirs.get_weights()):
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
 # ---------------------------------------------------------------------------------------
 # The kernel algebra
 # ---------------------------------------------------------------------------------------

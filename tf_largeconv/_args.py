@@ -36,6 +36,13 @@ def in_xla_context():
   return tf.__internal__.get_enclosing_xla_context() is not None
 
 
+def compiles_under_xla(algorithm):
+  """Whether a call with this algorithm compiles under XLA (a Keras layer's supports_jit):
+  'auto' and 'portable' run the portable path there and 'tf' TensorFlow's convolution;
+  'direct' and 'fft' need the op, which XLA cannot compile."""
+  return algorithm not in ("direct", "fft")
+
+
 def resolve_algorithm(algorithm):
   """The algorithm a call runs under the current context: under XLA compilation, or when
   the op library could not be loaded, 'auto' becomes 'portable' and 'direct' and 'fft'

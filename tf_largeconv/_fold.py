@@ -1070,7 +1070,8 @@ class FoldedBlockBase:
     self.fold_report = _report(state, composer, spec)
     self._out_channels = state.channels
     self._out_size = state.size
-    self.supports_jit = False  # XLA cannot compile custom ops
+    # Under XLA, 'auto' runs conv2d's portable path (see call).
+    self.supports_jit = _args.compiles_under_xla(self.algorithm)
     self.built = True
 
   def call(self, inputs):

@@ -49,13 +49,6 @@ def conv_output_shape(input_shape, filter_shape, strides, padding, data_format,
   return tuple(out)
 
 
-def _supports_jit(algorithm):
-  """Whether a layer of this algorithm compiles under XLA: 'auto' (and 'portable') run the
-  portable path there and 'tf' TensorFlow's convolution; 'direct' and 'fft' need the op,
-  which XLA cannot compile."""
-  return algorithm not in ("direct", "fft")
-
-
 class _LargeConvSettings(_layer_settings.LargeConvSettings):
   """The shared settings, on the TensorFlow backend only, and the layers' output shape."""
 
@@ -98,7 +91,7 @@ class LargeConv2D(_LargeConvSettings, keras.layers.Conv2D):
                      activity_regularizer=activity_regularizer,
                      kernel_constraint=kernel_constraint, bias_constraint=bias_constraint,
                      **kwargs)
-    self.supports_jit = _supports_jit(self.algorithm)
+    self.supports_jit = _args.compiles_under_xla(self.algorithm)
 
   def convolution_op(self, inputs, kernel):
     return _ops.conv2d(inputs, kernel, list(self.strides), self.padding.upper(),
@@ -136,7 +129,7 @@ class LargeDepthwiseConv2D(_LargeConvSettings, keras.layers.DepthwiseConv2D):
                      activity_regularizer=activity_regularizer,
                      depthwise_constraint=depthwise_constraint,
                      bias_constraint=bias_constraint, **kwargs)
-    self.supports_jit = _supports_jit(self.algorithm)
+    self.supports_jit = _args.compiles_under_xla(self.algorithm)
 
   def call(self, inputs):
     return self._depthwise_call(inputs, self.kernel)
