@@ -7,7 +7,12 @@ workspace, so these tests check the exact index arithmetic the device runs: tili
 bounds, strides, dilations, paddings, groups, layouts, the backprop-filter slicing, the FFT
 rounds and the GPU planner. The same kernels on a real GPU are tested in tests/gpu/."""
 
+import glob
 import itertools
+import os
+import re
+import shutil
+import subprocess
 
 import numpy as np
 import pytest
@@ -239,11 +244,6 @@ def _launch_calls(library):
   """{function: what it calls} over the machine code of `library`, by disassembly: the
   dtype words of its RunCudaPass<T> calls, "plan" for PlanCudaPass, "direct" for
   DirectPass<T>."""
-  import glob  # pylint: disable=g-import-not-at-top
-  import os  # pylint: disable=g-import-not-at-top
-  import re  # pylint: disable=g-import-not-at-top
-  import shutil  # pylint: disable=g-import-not-at-top
-  import subprocess  # pylint: disable=g-import-not-at-top
   if shutil.which("objdump") is None:
     pytest.skip("objdump is not installed")
   pkg = os.path.dirname(_core.__file__)

@@ -27,6 +27,11 @@ def _to_nchw(shape):
   return (shape[0], shape[3], shape[1], shape[2])
 
 
+def _nchw_padding(padding):
+  return padding if isinstance(padding, str) else [padding[0], padding[3], padding[1],
+                                                   padding[2]]
+
+
 def _run(x, w, strides, padding, data_format, dilations, limit=None):
   a = _args.conv_attrs(strides, padding, data_format, dilations)
   return _portable.conv2d(x, w, a["strides"], a["padding"], a["explicit_paddings"],
@@ -41,10 +46,13 @@ def test_matches_tf_conv2d_float64(rng, case, data_format):
   w = rng.standard_normal(w_shape)
   want = tf.nn.conv2d(x, w, strides, padding, dilations=dilations).numpy()
   if data_format == "NCHW":
-    x = np.transpose(x, (0, 3, 1, 2))
-    if not isinstance(padding, str):
-      padding = [padding[0], padding[3], padding[1], padding[2]]
+    x, padding = np.transpose(x, (0, 3, 1, 2)), _nchw_padding(padding)
   got = _run(tf.constant(x), tf.constant(w), strides, padding, data_format, dilations).numpy()
+  _assert_nhwc_close(got, want, data_format)
+
+
+def _assert_nhwc_close(got, want, data_format):
+  """`got` (in data_format) equals the NHWC float64 `want` to float64 FFT rounding."""
   if data_format == "NCHW":
     got = np.transpose(got, (0, 2, 3, 1))
   assert got.shape == want.shape
@@ -170,11 +178,6 @@ import reference  # noqa: E402
 import tf_largeconv as lc  # noqa: E402
 
 
-def _nchw_padding(padding):
-  return padding if isinstance(padding, str) else [padding[0], padding[3], padding[1],
-                                                   padding[2]]
-
-
 def _op_types(fn, *args):
   return {op.type for op in fn.get_concrete_function(*args).graph.get_operations()}
 
@@ -190,10 +193,7 @@ def test_public_conv2d_portable_matches_tf(rng, case, data_format):
     x, padding = np.transpose(x, (0, 3, 1, 2)), _nchw_padding(padding)
   got = lc.conv2d(x, w, strides, padding, data_format=data_format, dilations=dilations,
                   algorithm="portable").numpy()
-  if data_format == "NCHW":
-    got = np.transpose(got, (0, 2, 3, 1))
-  assert got.shape == want.shape
-  np.testing.assert_allclose(got, want, rtol=0, atol=1e-12 * np.abs(want).max())
+  _assert_nhwc_close(got, want, data_format)
 
 
 def test_public_portable_runs_no_largeconv_op(rng):

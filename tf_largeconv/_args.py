@@ -5,7 +5,9 @@ tensors' dtypes, raising the same errors whichever entry point was called.
 """
 
 import collections.abc
+import contextlib
 import numbers
+import threading
 
 import tensorflow as tf
 
@@ -36,6 +38,42 @@ def in_xla_context():
   return tf.__internal__.get_enclosing_xla_context() is not None
 
 
+# Set by `portable_only()`: this thread's calls take the portable path whatever algorithm
+# they name.
+_FORCED = threading.local()
+
+
+@contextlib.contextmanager
+def portable_only():
+  """Within this context every public op called from this thread runs algorithm='portable'.
+
+  For tracing a graph that must hold no LargeConv op (`tf_largeconv.keras.export_portable`)
+  without changing the layers or functions that name another algorithm. Ops traced or run
+  before or after the context are unaffected; the previous state is restored on exit.
+  """
+  before = getattr(_FORCED, "on", False)
+  _FORCED.on = True
+  try:
+    yield
+  finally:
+    _FORCED.on = before
+
+
+def forced_portable():
+  """True inside `portable_only()` on this thread."""
+  return getattr(_FORCED, "on", False)
+
+
+def attrs_key(attrs):
+  """Normalised op attributes as a hashable key (for caches); `attrs_from_key` undoes it."""
+  return tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in sorted(attrs.items()))
+
+
+def attrs_from_key(key):
+  """The attributes of a key made by `attrs_key`."""
+  return {k: list(v) if isinstance(v, tuple) else v for k, v in key}
+
+
 def compiles_under_xla(algorithm):
   """Whether a call with this algorithm compiles under XLA (a Keras layer's supports_jit):
   'auto' and 'portable' run the portable path there and 'tf' TensorFlow's convolution;
@@ -44,9 +82,11 @@ def compiles_under_xla(algorithm):
 
 
 def resolve_algorithm(algorithm):
-  """The algorithm a call runs under the current context: under XLA compilation, or when
-  the op library could not be loaded, 'auto' becomes 'portable' and 'direct' and 'fft'
-  raise ValueError."""
+  """The algorithm a call runs under the current context: 'portable' inside
+  `portable_only()`, whatever was asked; under XLA compilation, or when the op library
+  could not be loaded, 'auto' becomes 'portable' and 'direct' and 'fft' raise ValueError."""
+  if forced_portable():
+    return PORTABLE
   if _loader.failure() is not None:
     if algorithm in ("direct", "fft"):
       raise ValueError(

@@ -1079,7 +1079,7 @@ class FoldedBlockBase:
     state, _ = _compose(spec, lambda v: v, inputs.dtype, exact=False)
     kernel = _pad_kernel(state.kernel, *ext)
     padding = [[0, 0], list(pads[0]), list(pads[1]), [0, 0]]
-    if _args.resolve_algorithm(self.algorithm) == "auto" and not _ops.forced_portable():
+    if _args.resolve_algorithm(self.algorithm) == "auto":
       # The op's own planner (direct or FFT), whose workspace stays within the limit.
       # conv2d's "auto" may hand the passes to TensorFlow's kernel, whose gradients take
       # temporaries growing with the image (170 MiB beyond the plan's estimate for the

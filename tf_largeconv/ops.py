@@ -4,9 +4,7 @@ The gradients themselves are registered by `tf_largeconv._gradients`, imported w
 package.
 """
 
-import contextlib
 import functools
-import threading
 
 import tensorflow as tf
 
@@ -17,37 +15,9 @@ from tf_largeconv import planning
 
 _CORE = _loader.core()
 
-# Set by `portable_only()`: this thread's calls take the portable path whatever algorithm
-# they name.
-_FORCED = threading.local()
-
-
-@contextlib.contextmanager
-def portable_only():
-  """Within this context every public op called from this thread runs algorithm='portable'.
-
-  For tracing a graph that must hold no LargeConv op (`tf_largeconv.keras.export_portable`)
-  without changing the layers or functions that name another algorithm. Ops traced or run
-  before or after the context are unaffected; the previous state is restored on exit.
-  """
-  before = getattr(_FORCED, "on", False)
-  _FORCED.on = True
-  try:
-    yield
-  finally:
-    _FORCED.on = before
-
-
-def forced_portable():
-  """True inside `portable_only()` on this thread."""
-  return getattr(_FORCED, "on", False)
-
-
-def _resolve(algorithm):
-  """The algorithm a call runs: 'portable' inside `portable_only()`, else the XLA rule."""
-  if forced_portable():
-    return _args.PORTABLE
-  return _args.resolve_algorithm(algorithm)
+# The context that sends every public op on this thread to the portable path (see _args).
+portable_only = _args.portable_only
+forced_portable = _args.forced_portable
 
 
 def _known(static, dynamic):
@@ -127,7 +97,7 @@ def conv2d(input, filters, strides, padding, data_format="NHWC", dilations=None,
     tf.errors.InvalidArgumentError: shapes that do not fit together (eager execution).
   """
   attrs = _args.conv_attrs(strides, padding, data_format, dilations, algorithm, workspace_limit)
-  attrs["algorithm"] = _resolve(attrs["algorithm"])
+  attrs["algorithm"] = _args.resolve_algorithm(attrs["algorithm"])
   with tf.name_scope(name or "LargeConv2D"):
     input, filters = _args.as_tensors(input, filters)
     _args.check_algorithm(attrs["algorithm"], input.dtype)
@@ -244,7 +214,7 @@ def conv2d_backprop_input(input_sizes, filters, out_backprop, strides, padding,
     Gradient with respect to the input, shaped `input_sizes`.
   """
   attrs = _args.conv_attrs(strides, padding, data_format, dilations, algorithm, workspace_limit)
-  attrs["algorithm"] = _resolve(attrs["algorithm"])
+  attrs["algorithm"] = _args.resolve_algorithm(attrs["algorithm"])
   with tf.name_scope(name or "LargeConv2DBackpropInput"):
     out_backprop, filters = _args.as_tensors(out_backprop, filters)
     _args.check_algorithm(attrs["algorithm"], out_backprop.dtype)
@@ -271,7 +241,7 @@ def conv2d_backprop_filter(input, filter_sizes, out_backprop, strides, padding, 
     Gradient with respect to the filter, shaped `filter_sizes`.
   """
   attrs = _args.conv_attrs(strides, padding, data_format, dilations, algorithm, workspace_limit)
-  attrs["algorithm"] = _resolve(attrs["algorithm"])
+  attrs["algorithm"] = _args.resolve_algorithm(attrs["algorithm"])
   with tf.name_scope(name or "LargeConv2DBackpropFilter"):
     input, out_backprop = _args.as_tensors(input, out_backprop)
     _args.check_algorithm(attrs["algorithm"], input.dtype)
@@ -316,18 +286,19 @@ def _portable_geometry(input_shape, filter_shape, attrs):
     raise _op_error(e) from None
 
 
+def _portable_call(x, filters, attrs):
+  """`_portable.conv2d` of a 4-D x with the op attributes `attrs`."""
+  return _portable.conv2d(x, filters, attrs["strides"], attrs["padding"],
+                          attrs["explicit_paddings"], attrs["data_format"], attrs["dilations"],
+                          workspace_limit=attrs["workspace_limit"])
+
+
 @functools.lru_cache(maxsize=256)
 def _traced_portable(attrs_key):
-  """`_portable.conv2d` for these (hashable) attributes as a tf.function; it retraces per
+  """`_portable_call` for these (hashable) attributes as a tf.function; it retraces per
   input and filter shape and dtype."""
-  attrs = {k: list(v) if isinstance(v, tuple) else v for k, v in attrs_key}
-
-  @tf.function(autograph=False)
-  def run(x, filters):
-    return _portable.conv2d(x, filters, attrs["strides"], attrs["padding"],
-                            attrs["explicit_paddings"], attrs["data_format"],
-                            attrs["dilations"], workspace_limit=attrs["workspace_limit"])
-  return run
+  attrs = _args.attrs_from_key(attrs_key)
+  return tf.function(lambda x, filters: _portable_call(x, filters, attrs), autograph=False)
 
 
 def _portable_conv2d(input, filters, attrs):  # pylint: disable=redefined-builtin
@@ -342,19 +313,13 @@ def _portable_conv2d(input, filters, attrs):  # pylint: disable=redefined-builti
                      f"shape {filters.shape}")
   geometry = _portable_geometry(input.shape.as_list(), filters.shape.as_list(), attrs)
 
-  def run(x):
-    return _portable.conv2d(x, filters, attrs["strides"], attrs["padding"],
-                            attrs["explicit_paddings"], attrs["data_format"],
-                            attrs["dilations"], workspace_limit=attrs["workspace_limit"])
-
   if input.shape[0] is not None:
     if tf.executing_eagerly():
       # One traced function per argument set: eager dispatch of the path's ~40 ops cost as
       # much as its transforms (the seed case: 53 ms eagerly, 31 ms traced).
-      key = tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in sorted(attrs.items()))
-      return _traced_portable(key)(input, filters)
-    return run(input)
-  return tf.map_fn(lambda image: run(image[None])[0], input,
+      return _traced_portable(_args.attrs_key(attrs))(input, filters)
+    return _portable_call(input, filters, attrs)
+  return tf.map_fn(lambda image: _portable_call(image[None], filters, attrs)[0], input,
                    fn_output_signature=tf.TensorSpec(geometry["output_shape"][1:],
                                                      input.dtype))
 

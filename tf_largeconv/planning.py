@@ -194,7 +194,7 @@ def use_tf_kernel(input, filters, attrs):  # pylint: disable=redefined-builtin
   x_shape, f_shape = [1] + input.shape.as_list()[1:], filters.shape.as_list()
   if None in x_shape or not tf_kernel_eligible(x_shape, f_shape, attrs, input.dtype):
     return False
-  key = tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in sorted(attrs.items()))
+  key = _args.attrs_key(attrs)
   return _plans_tf_kernel(tuple(x_shape), tuple(f_shape), key, input.dtype.name)
 
 
@@ -202,7 +202,7 @@ def use_tf_kernel(input, filters, attrs):  # pylint: disable=redefined-builtin
 def _plans_tf_kernel(x_shape, f_shape, attrs_key, dtype_name):
   # Cached: eager code calls conv2d with the same shapes over and over, and the decision
   # depends only on these arguments (and the thread count, fixed once TF is initialised).
-  attrs = {k: list(v) if isinstance(v, tuple) else v for k, v in attrs_key}
+  attrs = _args.attrs_from_key(attrs_key)
   try:
     p = plan_from_attrs(list(x_shape), list(f_shape), attrs, dtype_name)
   except (ValueError, NotImplementedError):
