@@ -203,6 +203,38 @@ def test_gpu_planner_stays_within_the_limit(limit):
       assert p["workspace_bytes"] <= limit, p
 
 
+@pytest.fixture
+def cufft_work_area():
+  """Sets a stand-in for cuFFT's work area in the emulated GPU planner; cleared after."""
+  yield _core._emulate_cufft_work_area  # pylint: disable=protected-access
+  _core._emulate_cufft_work_area(None)  # pylint: disable=protected-access
+
+
+def test_gpu_planner_skips_a_size_whose_cufft_work_area_does_not_fit(cufft_work_area):
+  # cuFFT can ask for far more than the planner's estimate (on an H100, for the size first
+  # chosen here): the planner must take the next size, not give the FFT path up.
+  args = ([8, 64, 64, 32], [21, 21, 32, 32], [1, 1, 1, 1], "SAME")
+  first = _core.cuda_plan(*args)[0]
+  assert first["algorithm"] == "fft"
+  refused = tuple(first["fft"])
+  asked = []
+
+  def work(fft_h, fft_w, batch, inverse, real_bytes):
+    asked.append((fft_h, fft_w, batch, inverse, real_bytes))
+    return 1 << 40 if (fft_h, fft_w) == refused else 0
+
+  cufft_work_area(work)
+  again = _core.cuda_plan(*args)[0]
+  assert again["algorithm"] == "fft" and tuple(again["fft"]) != refused, again
+  assert again["cost_fft"] > first["cost_fft"]
+  assert (refused[0], refused[1], 32 * 32, False, 4) in asked  # the filter spectra
+  # Every size refused: 'auto' runs the direct kernels, 'fft' says why it cannot.
+  cufft_work_area(lambda *shape: 1 << 40)
+  assert _core.cuda_plan(*args)[0]["algorithm"] == "direct"
+  with pytest.raises(ValueError, match="cuFFT's work area does not fit the limit"):
+    _core.cuda_plan(*args, algorithm="fft")
+
+
 def test_gpu_planner_errors_name_the_problem():
   with pytest.raises(ValueError, match=r"workspace_limit 1000 bytes is too small for the FFT "
                                        r"algorithm: it needs at least \d+ bytes"):

@@ -62,3 +62,20 @@ def test_ops_on_the_gpu_match_the_oracle(rng, case, data_format, dtype_name, alg
   as64 = lambda t: tf.cast(t, tf.float64).numpy()  # noqa: E731
   ref.check_passes(dtype_name, fft, as64(x), as64(w), as64(dy), as64(y), as64(dx), as64(dw),
                    what=f"GPU ({algorithm}) ")
+
+
+@pytest.mark.parametrize("w_shape,kernel", [((3, 3, 16, 16), "Conv2D"),
+                                            ((41, 41, 2, 2), "LargeConv>Conv2D")])
+def test_auto_on_the_gpu_routes_by_the_cuda_planner(rng, w_shape, kernel):
+  # cuDNN for a small filter with channels, ours for a large one; both match TF's own conv.
+  x_shape = (2, 64, 64, w_shape[2])
+  with tf.device("/GPU:0"):
+    x = tf.constant(rng.standard_normal(x_shape), tf.float32)
+    w = tf.constant(rng.standard_normal(w_shape) / (w_shape[0] * w_shape[1]), tf.float32)
+    f = tf.function(lambda a, b: lc.conv2d(a, b, 1, "SAME"))
+    graph = f.get_concrete_function(x, w).graph
+    kernels = {op.type for op in graph.get_operations() if "Conv2D" in op.type}
+    assert kernels == {kernel}, kernels
+    got = f(x, w)
+    want = tf.nn.conv2d(x, w, 1, "SAME")
+  assert float(tf.reduce_max(tf.abs(got - want))) <= 1e-3 * float(tf.reduce_max(tf.abs(want)))

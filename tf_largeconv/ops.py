@@ -129,8 +129,9 @@ def _conv2d(input, filters, strides, padding, dilations, attrs):  # pylint: disa
       return tf.cond(tf.shape(input)[0] > 0, tf_kernel, ours)
     return tf_kernel() if batch > 0 else ours()
   if attrs["algorithm"] == "tf":
-    raise ValueError("algorithm='tf' needs what TensorFlow's CPU kernels support: NHWC, "
-                     "dilations 1, no groups, float32/float64 and static image shapes")
+    raise ValueError("algorithm='tf' needs what TensorFlow's kernels support: no groups and "
+                     "static image shapes, and on the CPU NHWC, dilations 1 and "
+                     "float32/float64 (on a GPU float16/bfloat16/float32)")
   return _loader.ops().large_conv_conv2d(input, filters, **attrs)
 
 

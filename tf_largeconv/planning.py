@@ -174,37 +174,76 @@ def plan_from_attrs(input_shape, filter_shape, attrs, dtype=tf.float32, num_thre
 
 # TensorFlow's own kernel is weighed for the full-width floating dtypes only, so float16
 # and bfloat16 results always come from the op, which computes them in float32, and int32
-# ones too (TF has no int32 filter gradient).
+# ones too (TF has no int32 filter gradient). On a GPU, TF's kernel is cuDNN, which takes
+# the half types too (accumulating in float32); float64 there is cuDNN's slow path.
 TF_KERNEL_DTYPES = tuple(d for d in _args.FLOAT_DTYPES if d.size >= 4)
+TF_GPU_KERNEL_DTYPES = tuple(d for d in _args.FLOAT_DTYPES if d.size <= 4)
 
 
-def tf_kernel_eligible(input_shape, filter_shape, attrs, dtype):
-  """Whether TensorFlow's own CPU kernels can run this convolution, gradients included."""
-  return (len(input_shape) == 4 and len(filter_shape) == 4 and
-          attrs["data_format"] == "NHWC" and all(d == 1 for d in attrs["dilations"]) and
+def tf_kernel_eligible(input_shape, filter_shape, attrs, dtype, device="CPU"):
+  """Whether TensorFlow's own kernels on `device` ('CPU' or 'GPU') can run this
+  convolution, gradients included: on the CPU NHWC, dilations 1 and float32/float64; on a
+  GPU every layout and dilation and float16/bfloat16/float32. No groups on either."""
+  if len(input_shape) != 4 or len(filter_shape) != 4:
+    return False
+  if device == "GPU":
+    channels = input_shape[1 if attrs["data_format"] == "NCHW" else 3]
+    return dtype in TF_GPU_KERNEL_DTYPES and channels == filter_shape[2]
+  return (attrs["data_format"] == "NHWC" and all(d == 1 for d in attrs["dilations"]) and
           dtype in TF_KERNEL_DTYPES and input_shape[3] == filter_shape[2])
+
+
+def runs_on_gpu(tensor):
+  """Whether an op taking `tensor` runs on a GPU, as TensorFlow places it: where the tensor
+  names a device (eager tensors always do; graph tensors under a tf.device scope), that
+  device's type; otherwise a GPU if one is visible, as TF prefers it."""
+  device = (getattr(tensor, "device", None) or "").upper()
+  if "GPU" in device:
+    return True
+  if "CPU" in device:
+    return False
+  return bool(tf.config.list_logical_devices("GPU"))
 
 
 def use_tf_kernel(input, filters, attrs):  # pylint: disable=redefined-builtin
   """True where the planner, asked with static image and filter shapes, prefers
-  TensorFlow's own kernel (small filters with many channels, where oneDNN's tuned code
-  wins). The batch size may be unknown: the choice is made per image."""
+  TensorFlow's own kernel on the device the op runs on: on the CPU small filters with many
+  channels, where oneDNN's tuned code wins; on a GPU, small and medium filters with many
+  channels, where cuDNN does. The batch size may be unknown: the choice is made per image."""
   if input.shape.rank != 4 or not filters.shape.is_fully_defined():
     return False
+  device = "GPU" if runs_on_gpu(input) else "CPU"
   x_shape, f_shape = [1] + input.shape.as_list()[1:], filters.shape.as_list()
-  if None in x_shape or not tf_kernel_eligible(x_shape, f_shape, attrs, input.dtype):
+  if None in x_shape or not tf_kernel_eligible(x_shape, f_shape, attrs, input.dtype, device):
     return False
   key = _args.attrs_key(attrs)
-  return _plans_tf_kernel(tuple(x_shape), tuple(f_shape), key, input.dtype.name)
+  return prefers_tf_kernel(tuple(x_shape), tuple(f_shape), key, input.dtype.name, device)
 
 
 @functools.lru_cache(maxsize=1024)
-def _plans_tf_kernel(x_shape, f_shape, attrs_key, dtype_name):
+def prefers_tf_kernel(x_shape, f_shape, attrs_key, dtype_name, device="CPU"):
+  """Whether the planner routes this eligible convolution to TensorFlow's kernel on
+  `device`, whatever its batch size (x_shape's is ignored). On the CPU the planner weighs
+  TF's kernel for one image; on a GPU the CUDA planner weighs cuDNN's modelled time against
+  its own choice for the forward pass of a batch of GPU_ROUTE_BATCH images (the model is
+  fitted on an H100: see the README's GPU section)."""
   # Cached: eager code calls conv2d with the same shapes over and over, and the decision
   # depends only on these arguments (and the thread count, fixed once TF is initialised).
   attrs = _args.attrs_from_key(attrs_key)
+  if device == "GPU":
+    if attrs["algorithm"] == "tf":
+      return True
+    try:
+      shape = [_CORE.GPU_ROUTE_BATCH] + list(x_shape[1:])
+      forward = _CORE.cuda_plan(shape, list(f_shape), attrs["strides"],
+                                attrs["padding"], attrs["explicit_paddings"],
+                                attrs["data_format"], attrs["dilations"], "auto",
+                                attrs["workspace_limit"], dtype_name)[0]
+    except (ValueError, NotImplementedError):
+      return False  # bad arguments: our op raises the error, the same in every mode
+    return forward["tf_faster"]
   try:
-    p = plan_from_attrs(list(x_shape), list(f_shape), attrs, dtype_name)
+    p = plan_from_attrs([1] + list(x_shape[1:]), list(f_shape), attrs, dtype_name)
   except (ValueError, NotImplementedError):
     return False  # bad arguments: our op raises the error, the same in every mode
   return p.forward.algorithm == "tf"

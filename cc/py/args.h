@@ -163,6 +163,8 @@ py::list CudaPlanList(const std::vector<int64_t>& input_shape,
     cuda::CudaPlan p;
     ThrowIfError(Planner{}(g, pass, a, rb, workspace_limit, &p));
     py::dict d = PlanDict(p);
+    d["cost_tf"] = p.cost_tf;
+    d["tf_faster"] = cuda::TfFaster(p);
     if (p.algorithm == Algorithm::kFft) {
       d["items"] = p.fft.items;
       d["chunk"] = p.fft.chunk;

@@ -240,11 +240,24 @@ void RaiseStatus(const std::string& kind, const std::string& message) {
   throw py::value_error("kind must name an ErrorKind, got '" + kind + "'");
 }
 
-// The GPU planner as the host emulation runs it (no cuFFT work areas).
+// Test hook: a Python function (fft_h, fft_w, batch, inverse, real_bytes) -> bytes that
+// stands for cuFFT's work area in the emulated GPU planner; None: no work area.
+py::object& EmulatedWorkArea() {
+  static py::object* fn = new py::object(py::none());
+  return *fn;
+}
+
+// The GPU planner as the host emulation runs it (no cuFFT work areas, unless a test set
+// one).
 struct HostCudaPlanner {
   Status operator()(const ConvGeometry& g, ConvPass pass, Algorithm a, int real_bytes,
                     int64_t limit, cuda::CudaPlan* plan) const {
-    return cuda::PlanEmulatedPass(g, pass, a, real_bytes, limit, plan);
+    const py::object& fn = EmulatedWorkArea();
+    if (fn.is_none()) return cuda::PlanEmulatedPass(g, pass, a, real_bytes, limit, plan);
+    const cuda::WorkBytesFn work = [&fn](const cuda::TransformShape& s, Status*) {
+      return fn(s.fft_h, s.fft_w, s.batch, s.inverse, s.real_bytes).cast<int64_t>();
+    };
+    return cuda::PlanEmulatedPass(g, pass, a, real_bytes, limit, plan, &work);
   }
 };
 
@@ -276,11 +289,17 @@ PYBIND11_MODULE(_core, m) {
         "The planner's choice for each pass, as a list of dicts.");
   m.def("cuda_plan", &CudaPlanList<HostCudaPlanner>, LARGECONV_PLAN_PYARGS,
         "The GPU planner's choice for each pass (as the host emulation plans it).");
+  m.def(
+      "_emulate_cufft_work_area", [](py::object fn) { EmulatedWorkArea() = std::move(fn); },
+      py::arg("fn"),
+      "Test hook: fn(fft_h, fft_w, batch, inverse, real_bytes) -> bytes stands for cuFFT's "
+      "work area in cuda_plan; None: none.");
   m.def("_raise_status", &RaiseStatus, py::arg("kind"), py::arg("message"),
         "Test hook: raises what a core error of this kind becomes in Python.");
   m.attr("DEFAULT_WORKSPACE_LIMIT") = kDefaultWorkspaceLimit;
   m.attr("DTYPES") = py::tuple(py::cast(DtypeNames()));
   m.attr("ALGORITHMS") = py::tuple(py::cast(AlgorithmNames()));
+  m.attr("GPU_ROUTE_BATCH") = cuda::kRouteBatch;
   // float64 first: overload resolution tries in order, and forcecast would otherwise turn
   // double arrays into float32.
   DefKernels<double, false>(m);

@@ -13,7 +13,10 @@ for float32 cases: TF32 off (exact float32, as ours) and TF32 on (its fastest). 
   peak the operands (inputs, outputs and gradients of the step) plus ws.
 With --algorithms, ours runs once per algorithm; "auto" is what the planner picks (shown per
 pass: d = direct, f = FFT). The error column is ours against torch with TF32 off, the largest
-over the step's results, relative to each result's largest magnitude.
+over the step's results, relative to each result's largest magnitude. "model ms" is the CUDA
+planner's cost model per pass (for cuDNN rows, its cuDNN model). Each case ends with the
+route tf_largeconv's 'auto' takes under TensorFlow on this GPU (cuDNN, as TF runs it with
+TF32 on, or ours) and whether the measured times agree.
 """
 
 import argparse
@@ -26,25 +29,11 @@ import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.dirname(HERE)]
+from bench_cases import CASES  # noqa: E402  pylint: disable=g-import-not-at-top
 from conftest import load_extension  # noqa: E402  pylint: disable=g-import-not-at-top
 
 MiB = 2**20
 
-# name: (input NCHW, filter HWIO, padding, mode, dtype). Depthwise: filter in-depth 1 with
-# as many output channels as input channels.
-CASES = {
-    "seed_forward": ((200, 1, 321, 481), (135, 135, 1, 3), "VALID", "forward", "float32"),
-    "seed_train": ((16, 1, 321, 481), (135, 135, 1, 3), "VALID", "train", "float32"),
-    "k63_train": ((8, 16, 128, 128), (63, 63, 16, 16), "SAME", "train", "float32"),
-    "replk31_train_f32": ((64, 128, 56, 56), (31, 31, 1, 128), "SAME", "train", "float32"),
-    "replk31_train_f16": ((64, 128, 56, 56), (31, 31, 1, 128), "SAME", "train", "float16"),
-    "slak51_train_f32": ((64, 256, 32, 32), (51, 51, 1, 256), "SAME", "train", "float32"),
-    "slak51_train_f16": ((64, 256, 32, 32), (51, 51, 1, 256), "SAME", "train", "float16"),
-    "k3_train": ((64, 64, 56, 56), (3, 3, 64, 64), "SAME", "train", "float32"),
-    # Medium filters in float16, where a tensor-core implicit GEMM would compete.
-    "k7_train_f16": ((32, 64, 56, 56), (7, 7, 64, 64), "SAME", "train", "float16"),
-    "k15_train_f16": ((32, 64, 56, 56), (15, 15, 64, 64), "SAME", "train", "float16"),
-}
 
 
 def _time(fn, repeats, budget_ms=3000.0):
@@ -137,6 +126,17 @@ class Case:
                        dtype=str(self.dtype).replace("torch.", ""))
     return ps[:3 if self.train else 1]
 
+  def routes_to_cudnn(self):
+    """Whether tf_largeconv's 'auto' under TensorFlow on this GPU would hand the case to
+    TF's own kernel (cuDNN): the CUDA planner's forward plan as
+    tf_largeconv.planning.prefers_tf_kernel asks it (grouped cases stay ours)."""
+    if self.groups != 1:
+      return False
+    shape = [self.ext.GPU_ROUTE_BATCH] + list(self.x.shape[1:])
+    forward = self.ext.plan(shape, list(self.w.shape), [1, 1, 1, 1], self.padding,
+                            data_format="NCHW", dtype=str(self.dtype).replace("torch.", ""))[0]
+    return forward["tf_faster"]
+
   def operand_bytes(self):
     tensors = [self.x, self.w, self.y] + ([self.dy, self.dx, self.dw] if self.train else [])
     return sum(t.numel() * t.element_size() for t in tensors)
@@ -166,7 +166,8 @@ def _torch(case, tf32, repeats):
   t = _time(case.torch_step, repeats)
   extra = max(torch.cuda.max_memory_allocated() - base, 0)
   return {"method": "cudnn tf32" if tf32 else "cudnn", "ms": t, "ws": extra,
-          "peak": case.operand_bytes() + extra}
+          "peak": case.operand_bytes() + extra,
+          "cost_model_ms": [1e3 * p["cost_tf"] for p in case.plans("auto")]}
 
 
 def main(argv=None):
@@ -198,6 +199,9 @@ def main(argv=None):
     print(f"{r['case']:20s}{r['method']:>16s}{r['ms'][0]:10.2f}/{r['ms'][1]:<9.2f}"
           f"{r['cudnn_ms'] / r['ms'][1]:10.2f}x{r['ws'] / MiB:10.1f}{r['peak'] / MiB:10.1f}"
           f"{err}  {model}", flush=True)
+    record(r)
+
+  def record(r):
     results.append(r)
     if args.json:  # rewritten after every row, so a run cut short keeps what it measured
       with open(args.json, "w") as f:
@@ -209,10 +213,14 @@ def main(argv=None):
     base.update(case=name, cudnn_ms=base["ms"][1])
     show(base)
     ref = case.torch_results()
+    # TensorFlow runs cuDNN with TF32 on for float32.
+    tf_cudnn = base
     if case.dtype == torch.float32:
-      show(dict(_torch(case, True, args.repeats), case=name, cudnn_ms=base["ms"][1]))
+      tf_cudnn = dict(_torch(case, True, args.repeats), case=name, cudnn_ms=base["ms"][1])
+      show(tf_cudnn)
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    # Ours again with a tenth of cuDNN's temporary memory as the workspace limit.
+    auto_ms = None
+    # Ours per algorithm, then again with a tenth of cuDNN's temporary memory as the limit.
     for algorithm, limit in [(a, -1) for a in args.algorithms] + [("auto", base["ws"] // 10)]:
       try:
         row = _ours(case, algorithm, args.repeats, limit)
@@ -223,6 +231,16 @@ def main(argv=None):
       row.update(case=name, cudnn_ms=base["ms"][1],
                  rel_err=max(_rel(a, b) for a, b in zip(got, ref)))
       show(row)
+      if algorithm == "auto" and limit < 0:
+        auto_ms = row["ms"][1]
+    if auto_ms is not None:
+      cudnn_faster = tf_cudnn["ms"][1] < auto_ms
+      route = case.routes_to_cudnn()
+      verdict = "right" if route == cudnn_faster else "WRONG"
+      print(f"{name:20s} route under TF: {'cuDNN' if route else 'ours'}; measured faster: "
+            f"{'cuDNN' if cudnn_faster else 'ours'} ({verdict})", flush=True)
+      record({"case": name, "route": "cudnn" if route else "ours",
+              "faster": "cudnn" if cudnn_faster else "ours"})
     del case, ref
     torch.cuda.empty_cache()
 

@@ -3,7 +3,8 @@
 # arguments, each bounded in time, logs under $OUT (default ./gpu_out):
 #   test       the GPU tests (tests/gpu), in parallel
 #   sanitize   compute-sanitizer memcheck, racecheck and synccheck over tests/gpu/sanitize_run.py
-#              (SAN_CASES: its --cases; TOOLS: which of the three; SAN_S: seconds each)
+#              (SAN_CASES: its --cases; SAN_ARGS: further options; TOOLS: which of the three;
+#              SAN_S: seconds each)
 #   bench      tests/gpu/bench_gpu.py, every algorithm, JSON in $OUT/bench_gpu.json
 #              (BENCH_CASES, BENCH_ARGS: its --cases and further options)
 # e.g.  OUT=/tmp/gpu bash tests/gpu/device_run.sh test sanitize bench
@@ -29,7 +30,7 @@ for s in "$@"; do
     for tool in ${TOOLS:-memcheck racecheck synccheck}; do
       stage "$tool"
       timeout "${SAN_S:-150}" compute-sanitizer --tool $tool --kernel-name kns=largeconv \
-        --error-exitcode 9 --print-limit 20 $PY tests/gpu/sanitize_run.py ${SAN_CASES:+--cases $SAN_CASES} \
+        --error-exitcode 9 --print-limit 20 $PY tests/gpu/sanitize_run.py ${SAN_CASES:+--cases $SAN_CASES} $SAN_ARGS \
         >"$OUT/$tool.log" 2>&1
       echo "rc=$?"; tail -4 "$OUT/$tool.log"; grep -E "Invalid|Hazard|Barrier|Error" "$OUT/$tool.log" | head -6
     done ;;

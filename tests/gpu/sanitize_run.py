@@ -27,6 +27,9 @@ from reference import Conv  # noqa: E402  pylint: disable=g-import-not-at-top
 
 EXTRA = {
     "seed": ((1, 150, 170, 1), (135, 135, 1, 3), (1, 1), "VALID", (1, 1)),
+    # The seed filter over a 2x6 output: the same filter rounds through shared memory with
+    # little else, so racecheck (which slows every shared-memory access) finishes.
+    "seed_small": ((1, 136, 140, 1), (135, 135, 1, 3), (1, 1), "VALID", (1, 1)),
     "nonfinite": ((2, 40, 40, 1), (9, 9, 1, 2), (1, 1), "VALID", (1, 1)),
 }
 
@@ -50,13 +53,14 @@ def main(argv=None):
   parser.add_argument("--cases", nargs="*", default=["2", "3", "5", "6", "seed", "nonfinite"])
   parser.add_argument("--dtypes", nargs="*", default=["float32", "bfloat16"])
   parser.add_argument("--algorithms", nargs="*", default=["direct", "fft"])
+  parser.add_argument("--formats", nargs="*", default=["NHWC", "NCHW"])
   args = parser.parse_args(argv)
   ext = load_extension("_cuda")
   rng = np.random.default_rng(0)
   stream = torch.cuda.current_stream().cuda_stream
   for name in args.cases:
     case = EXTRA[name] if name in EXTRA else CASES[int(name)]
-    for fmt in ("NHWC", "NCHW"):
+    for fmt in args.formats:
       for dtype in args.dtypes:
         x, w, dy = _tensors(case, fmt, dtype, rng)
         s, pad, ex, d = attrs(case[2], case[3], case[4], fmt)

@@ -103,11 +103,14 @@ struct HostFftRunner {
   }
 };
 
-// Plans a pass as the device does, with the emulation's transforms (no work area).
+// Plans a pass as the device does, with the emulation's transforms (no work area), or
+// with `work_area` standing for cuFFT's where given.
 inline Status PlanEmulatedPass(const ConvGeometry& g, ConvPass pass, Algorithm algorithm,
-                               int real_bytes, int64_t workspace_limit, CudaPlan* plan) {
+                               int real_bytes, int64_t workspace_limit, CudaPlan* plan,
+                               const WorkBytesFn* work_area = nullptr) {
   const WorkBytesFn none = [](const TransformShape&, Status*) -> int64_t { return 0; };
-  return PlanGpuPass(g, pass, algorithm, real_bytes, workspace_limit, &none, "", plan);
+  return PlanGpuPass(g, pass, algorithm, real_bytes, workspace_limit,
+                     work_area != nullptr ? work_area : &none, "", plan);
 }
 
 // Plans a pass as the device does and runs it through the emulated kernels: algorithm

@@ -78,7 +78,22 @@ struct CudaPlan {
   int64_t fft_work_bytes = 0;  // cuFFT's work area (kFft)
   int64_t workspace_bytes = 0;
   double cost_direct = 0, cost_fft = -1;  // cost-model seconds; < 0: not available
+  // Cost-model seconds of cuDNN (TensorFlow's GPU kernel) on the same pass: never run by
+  // these kernels, weighed by the caller that can route the whole convolution there.
+  double cost_tf = -1;
 };
+
+// Whether cuDNN's modelled time beats the algorithm this plan chose.
+//
+// A caller routing a whole convolution by this (tf_largeconv's 'auto' under TensorFlow on
+// a GPU) asks it for a batch of kRouteBatch images, whatever the actual batch: the choice
+// must not depend on a batch size a graph may not know, and at one image the kernels'
+// launch costs, not their work, would decide it.
+constexpr int64_t kRouteBatch = 8;
+inline bool TfFaster(const CudaPlan& p) {
+  const double ours = p.algorithm == Algorithm::kFft ? p.cost_fft : p.cost_direct;
+  return p.cost_tf >= 0 && p.cost_tf < ours;
+}
 
 // Plans a pass. algorithm: kAuto, kDirect or kFft (kTf is refused). `work_bytes` is null
 // when no transform library is loaded (then only the direct kernels can run, and

@@ -299,6 +299,20 @@ PYBIND11_MODULE(_cuda, m) {
         "The GPU planner's choice for each pass on the current device, as a list of dicts.");
   m.def("cufft", &CufftInfo,
         "Whether cuFFT was found: {'status': '' or why not, 'path': ..., 'version': ...}.");
+  m.def(
+      "cufft_work_bytes",
+      [](int64_t fft_h, int64_t fft_w, int64_t batch, bool inverse, const std::string& dtype) {
+        Status error;
+        const int64_t bytes =
+            cuda::CufftWorkBytes({inverse, RealBytes(dtype), fft_h, fft_w, batch}, &error);
+        ThrowIfError(error);
+        return bytes;
+      },
+      py::arg("fft_h"), py::arg("fft_w"), py::arg("batch"), py::arg("inverse") = false,
+      py::arg("dtype") = "float32",
+      "cuFFT's work area in bytes for a batched fft_h x fft_w real transform, as the "
+      "planner asks it.");
   m.def("device_count", &DeviceCount, "Number of CUDA devices visible (0 if none).");
   m.attr("DTYPES") = py::tuple(py::cast(DtypeNames(/*gpu=*/true)));
+  m.attr("GPU_ROUTE_BATCH") = cuda::kRouteBatch;
 }
