@@ -6,6 +6,8 @@ LargeConv ops, so import it before loading a SavedModel or .keras file that uses
 
 from tf_largeconv import _gradients  # noqa: F401  (registers the ops' gradients)
 from tf_largeconv import _loader
+from tf_largeconv._transpose import conv2d_transpose
+from tf_largeconv._transpose import plan_transpose
 from tf_largeconv.ops import conv2d
 from tf_largeconv.ops import conv2d_backprop_filter
 from tf_largeconv.ops import conv2d_backprop_input
@@ -28,4 +30,5 @@ except ImportError:  # Keras 3 not installed: the ops still work
 
 __all__ = ["conv2d", "conv2d_backprop_input", "conv2d_backprop_filter", "depthwise_conv2d",
            "plan", "Plan",
+           "conv2d_transpose", "plan_transpose",
            "__version__"]

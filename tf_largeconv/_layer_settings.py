@@ -7,6 +7,7 @@ their layers, and neither may depend on the other's Keras.
 import tensorflow as tf
 
 from tf_largeconv import _args
+from tf_largeconv import _transpose
 from tf_largeconv import ops as _ops
 
 
@@ -41,9 +42,52 @@ class LargeConvSettings:
     """The depthwise layers' call (Keras 3 and tf_keras name the kernel differently)."""
     outputs = _ops.depthwise_conv2d(inputs, kernel, list(self.strides), self.padding.upper(),
                                     **self._op_kwargs())
+    return self._bias_and_activation(outputs)
+
+  def _bias_and_activation(self, outputs):
+    """Adds the layer's bias (if any) and applies its activation (if any)."""
     if self.use_bias:
       shape = ((1, 1, 1, -1) if self.data_format == "channels_last" else (1, -1, 1, 1))
       outputs = outputs + tf.reshape(tf.cast(self.bias, outputs.dtype), shape)
     if self.activation is not None:
       return self.activation(outputs)
     return outputs
+
+
+# Transposed convolutions (Conv2DTranspose)
+
+
+def transpose_output_size(size, kernel, stride, padding, output_padding, dilation):
+  """The output height (or width) of a Keras Conv2DTranspose: Keras 3 and tf_keras agree.
+  `size` may be an int or a scalar tensor; padding is 'same' or 'valid'."""
+  extent = _args.filter_extent(kernel, dilation)
+  if output_padding is None:
+    if padding == "same":
+      return size * stride
+    return size * stride + max(extent - stride, 0)
+  pad = extent // 2 if padding == "same" else 0
+  return (size - 1) * stride + extent - 2 * pad + output_padding
+
+
+class LargeConvTransposeSettings(LargeConvSettings):
+  """The settings, and the call of the Conv2DTranspose layers (Keras 3 and tf_keras), which
+  name their kernel alike."""
+
+  def call(self, inputs):
+    inputs = tf.convert_to_tensor(inputs)
+    channels_last = self.data_format == "channels_last"
+    axes = (1, 2) if channels_last else (2, 3)
+    static = inputs.shape.as_list() if inputs.shape.rank is not None else [None] * 4
+    dynamic = tf.shape(inputs)
+    size = [dynamic[i] if static[i] is None else static[i] for i in range(4)]
+    output_padding = self.output_padding or (None, None)
+    spatial = [transpose_output_size(size[a], k, s, self.padding, p, d)
+               for a, k, s, p, d in zip(axes, self.kernel_size, self.strides, output_padding,
+                                        self.dilation_rate)]
+    shape = ([size[0]] + spatial + [self.filters] if channels_last
+             else [size[0], self.filters] + spatial)
+    if any(isinstance(v, tf.Tensor) for v in shape):
+      shape = tf.stack(shape)
+    outputs = _transpose.conv2d_transpose(inputs, self.kernel, shape, list(self.strides),
+                                          self.padding.upper(), **self._op_kwargs())
+    return self._bias_and_activation(outputs)

@@ -146,9 +146,9 @@ class LargeDepthwiseConv2D(_LargeConvSettings, keras.layers.DepthwiseConv2D):
 def convert(model, min_kernel_size=15, algorithm="auto", workspace_limit=None):
   """Clones a Keras model with its large-kernel convolutions on tf_largeconv.
 
-  Every `keras.layers.Conv2D` / `DepthwiseConv2D` whose kernel has a side of at least
-  `min_kernel_size` becomes a `LargeConv2D` / `LargeDepthwiseConv2D` with the same
-  configuration; all weights are copied.
+  Every `keras.layers.Conv2D` / `DepthwiseConv2D` / `Conv2DTranspose` whose kernel has a
+  side of at least `min_kernel_size` becomes a `LargeConv2D` / `LargeDepthwiseConv2D` /
+  `LargeConv2DTranspose` with the same configuration; all weights are copied.
 
   Args:
     model: a Sequential or functional Keras model.
@@ -165,6 +165,9 @@ def convert(model, min_kernel_size=15, algorithm="auto", workspace_limit=None):
       return LargeConv2D(**config, algorithm=algorithm, workspace_limit=workspace_limit)
     if type(layer) is keras.layers.DepthwiseConv2D and large:  # pylint: disable=unidiomatic-typecheck
       return LargeDepthwiseConv2D(**config, algorithm=algorithm,
+                                  workspace_limit=workspace_limit)
+    if type(layer) is keras.layers.Conv2DTranspose and large:  # pylint: disable=unidiomatic-typecheck
+      return LargeConv2DTranspose(**config, algorithm=algorithm,
                                   workspace_limit=workspace_limit)
     return layer.__class__.from_config(config)
 
@@ -319,3 +322,23 @@ _FLAVOUR = _fold.Flavour(input=keras.Input, model=keras.Model, conv=LargeConv2D,
                          depthwise=LargeDepthwiseConv2D)
 FoldReport = _fold.FoldReport
 FoldWarning = _fold.FoldWarning
+
+
+# Transposed convolution
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class LargeConv2DTranspose(_LargeConvSettings, _layer_settings.LargeConvTransposeSettings,
+                           keras.layers.Conv2DTranspose):
+  """`keras.layers.Conv2DTranspose` computed by `tf_largeconv.conv2d_transpose`.
+
+  Args: those of `keras.layers.Conv2DTranspose` (output_padding included), plus
+  `algorithm` and `workspace_limit` as for `LargeConv2D` (keyword arguments after
+  `filters` and `kernel_size` go to `keras.layers.Conv2DTranspose`, with its defaults).
+  Weights, output shape and checks are Keras's own.
+  """
+
+  def __init__(self, filters, kernel_size, algorithm="auto", workspace_limit=None, **kwargs):
+    self._init_settings(algorithm, workspace_limit)
+    super().__init__(filters, kernel_size, **kwargs)
+    self.supports_jit = _args.compiles_under_xla(self.algorithm)

@@ -79,3 +79,17 @@ class FoldedBlock(_fold.FoldedBlockBase, tf_keras.layers.Layer):
 
   _serialize_block = staticmethod(tf_keras.layers.serialize)
   _deserialize_block = staticmethod(tf_keras.layers.deserialize)
+
+
+@_register
+class LargeConv2DTranspose(_layer_settings.LargeConvTransposeSettings,
+                           tf_keras.layers.Conv2DTranspose):
+  """`tf_keras.layers.Conv2DTranspose` computed by `tf_largeconv.conv2d_transpose`.
+
+  Args: those of `tf_keras.layers.Conv2DTranspose` (output_padding included), plus
+  `algorithm` and `workspace_limit` (see `tf_largeconv.conv2d`).
+  """
+
+  def __init__(self, filters, kernel_size, algorithm="auto", workspace_limit=None, **kwargs):
+    self._init_settings(algorithm, workspace_limit)
+    super().__init__(filters, kernel_size, **kwargs)
