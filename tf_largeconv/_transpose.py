@@ -44,9 +44,11 @@ def conv2d_transpose(input, filters, output_shape, strides, padding="SAME",  # p
     data_format: 'NHWC' (default) or 'NCHW'.
     dilations: int or list of 1, 2 or 4 ints; default 1.
     name: optional name for the operation.
-    algorithm: as for `conv2d`: 'auto', 'direct', 'fft', 'portable' (stock TF ops; static
-      shapes) or 'tf' (tf.nn.conv2d_transpose itself, where TensorFlow's kernels support
-      the configuration). Gradients use the same setting.
+    algorithm: as for `conv2d`: 'auto' (the planner's choice per pass; where it prefers
+      TensorFlow's kernel for the conv2d this transposes, as conv2d's 'auto' does, the
+      whole transpose runs tf.nn.conv2d_transpose), 'direct', 'fft', 'portable' (stock TF
+      ops; static shapes) or 'tf' (tf.nn.conv2d_transpose itself, where TensorFlow's
+      kernels support the configuration). Gradients use the same setting.
     workspace_limit: bytes of temporary memory per pass; None means 64 MiB.
 
   Returns:
@@ -68,15 +70,44 @@ def conv2d_transpose(input, filters, output_shape, strides, padding="SAME",  # p
     _args.check_algorithm(attrs["algorithm"], input.dtype)
     output_shape = _output_shape_tensor(output_shape)
     static = _check_shapes(input, filters, output_shape, attrs)
-    if _args.resolve_algorithm(attrs["algorithm"]) == "tf":
-      result = _tf_kernel(input, filters, output_shape, static, attrs)
-    else:
-      result = _ops.conv2d_backprop_input(
+    resolved = _args.resolve_algorithm(attrs["algorithm"])
+
+    def ours():
+      return _ops.conv2d_backprop_input(
           output_shape, filters, input, attrs["strides"], padding,
           data_format=attrs["data_format"], dilations=attrs["dilations"],
           algorithm=attrs["algorithm"], workspace_limit=workspace_limit)
+
+    if resolved == "tf":
+      result = _tf_kernel(input, filters, output_shape, static, attrs)
+    elif resolved == "auto" and _prefers_tf_kernel(input, filters, static, attrs):
+      # As conv2d: where the planner prefers TensorFlow's kernel for the conv2d this
+      # transposes (small filters, many channels), it runs the whole transpose, gradients
+      # included. The choice is made per image; an empty batch stays with the op.
+      def tf_kernel():
+        return _tf_kernel(input, filters, output_shape, static, attrs)
+
+      if static[0] is None:
+        result = tf.cond(tf.shape(input)[0] > 0, tf_kernel, ours)
+      else:
+        result = tf_kernel() if static[0] > 0 else ours()
+    else:
+      result = ours()
     result.set_shape(static)
     return result
+
+
+def _prefers_tf_kernel(input, filters, static, attrs):  # pylint: disable=redefined-builtin
+  """Whether 'auto' runs TensorFlow's kernel: as `planning.use_tf_kernel` decides for the
+  conv2d that this transposes (its input shaped output_shape), per image."""
+  if None in static[1:] or not filters.shape.is_fully_defined():
+    return False
+  device = "GPU" if planning.runs_on_gpu(input) else "CPU"
+  per_image, f_shape = [1] + static[1:], filters.shape.as_list()
+  if not planning.tf_kernel_eligible(per_image, f_shape, attrs, input.dtype, device):
+    return False
+  return planning.prefers_tf_kernel(tuple(per_image), tuple(f_shape), _args.attrs_key(attrs),
+                                    input.dtype.name, device)
 
 
 def _tf_kernel(input, filters, output_shape, static, attrs):  # pylint: disable=redefined-builtin
@@ -181,9 +212,9 @@ def _check_shapes(input, filters, output_shape, attrs):  # pylint: disable=redef
   return out
 
 
-def _check_spatial(x, f, out, attrs):
+def _check_spatial(x, f, out, attrs, raised=_ops._op_error):  # pylint: disable=protected-access
   """Where they are all known, checks that the conv2d of an output_shape tensor gives
-  input's height and width."""
+  input's height and width; `raised` turns the ValueError into the error raised."""
   fmt = attrs["data_format"]
   c_axis = _args.channel_index(fmt)
   hw = (2, 3) if fmt == "NCHW" else (1, 2)
@@ -197,14 +228,13 @@ def _check_spatial(x, f, out, attrs):
     want = _CORE.geometry(conv_input, f, attrs["strides"], attrs["padding"],
                           attrs["explicit_paddings"], fmt, attrs["dilations"])["output_shape"]
   except (ValueError, NotImplementedError) as e:
-    error = type(e)(f"for output_shape {out} and filters {f}: {e}")
-    raise _ops._op_error(error) from None  # pylint: disable=protected-access
+    raise raised(type(e)(f"for output_shape {out} and filters {f}: {e}")) from None
   if any(want[i] != x[i] for i in hw):
-    raise _shape_error(
+    raise raised(ValueError(
         f"output_shape {out} does not fit the input's shape {x}: the conv2d that this "
         f"transposes maps a tensor of output_shape to height {want[hw[0]]} and width "
         f"{want[hw[1]]}, so input must have them. Size of out_backprop doesn't match "
-        "computed")
+        "computed"))
 
 
 def plan_transpose(input_shape, filter_shape, output_shape, strides, padding="SAME",
@@ -246,5 +276,5 @@ def plan_transpose(input_shape, filter_shape, output_shape, strides, padding="SA
     raise ValueError(f"input_shape {x} does not fit filter_shape {f} and output_shape "
                      f"{sizes}: the input depth must equal the filters' dimension 3 and the "
                      "batches must be equal")
-  _check_spatial(x, f, sizes, attrs)
+  _check_spatial(x, f, sizes, attrs, raised=lambda e: e)
   return planning.plan_from_attrs(sizes, f, attrs, dtype, num_threads)
