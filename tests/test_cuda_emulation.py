@@ -16,6 +16,7 @@ import subprocess
 
 import numpy as np
 import pytest
+import reference_transpose
 from cases import CASES
 from cases import attrs
 from cases import to_format
@@ -322,3 +323,19 @@ def test_tf_gpu_kernels_and_the_cuda_module_reach_the_same_launch():
     launch = ("cuda::RunCudaPass<", "cuda::RunFftPass<")
     direct = {f for f, c in calls.items() if "direct" in c and not any(n in f for n in launch)}
     assert not direct, direct
+
+
+@pytest.mark.parametrize("emu", [EMU, FFT])
+@pytest.mark.parametrize("fmt", ["NHWC", "NCHW"])
+def test_emulated_kernels_compute_the_transpose(rng, fmt, emu):
+  """tf_largeconv.conv2d_transpose runs the backprop_input pass: the emulated kernels give
+  the transpose's own oracle (tests/reference_transpose.py), stride 2 SAME to an odd
+  output size."""
+  x = to_format(fmt, rng.standard_normal((2, 6, 4, 3)))
+  w = rng.standard_normal((5, 3, 2, 3))
+  out = (2, 11, 7, 2) if fmt == "NHWC" else (2, 2, 11, 7)
+  want = reference_transpose.conv2d_transpose(x, w, out, (2, 2), "SAME", data_format=fmt)
+  s, pad, ex, d = attrs((2, 2), "SAME", (1, 1), fmt)
+  got = EMULATION.conv2d_backprop_input(list(out), w, x, s, pad, explicit_paddings=ex,
+                                        data_format=fmt, dilations=d, algorithm=emu)
+  np.testing.assert_allclose(got, want, rtol=0, atol=1e-12 * np.abs(want).max())

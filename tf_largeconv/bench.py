@@ -25,7 +25,9 @@ MiB = 2**20
 # name: (input NHWC, filter, strides, padding, mode, TF runs[, kind]). mode "forward" times
 # the forward pass; "train" a forward pass plus the gradients for input and filter. kind
 # "depthwise" takes a [h, w, channels, multiplier] filter through depthwise_conv2d (TF:
-# tf.nn.depthwise_conv2d); otherwise the filter is HWIO, grouped when its in-depth divides
+# tf.nn.depthwise_conv2d); kind "transpose" an [h, w, out, in] filter through
+# conv2d_transpose (TF: tf.nn.conv2d_transpose), the output sized as SAME makes it (each
+# side times the stride); otherwise the filter is HWIO, grouped when its in-depth divides
 # the input depth.
 CASES = {
     "seed_forward": ((10, 321, 481, 1), (135, 135, 1, 3), 1, "VALID", "forward", 2),
@@ -44,6 +46,10 @@ CASES = {
     # own kernel is not run: ~44 TFLOP of direct convolution would take hours here.
     "gigapixel": ((1, 46500, 46500, 1), (101, 101, 1, 1), 1, "SAME", "forward", 0,
                   "gigapixel"),
+    # conv2d_transpose (TF: tf.nn.conv2d_transpose), filter [h, w, out, in]: 4x128x128x32 ->
+    # 4x256x256x16 (SAME, stride 2: each side doubles).
+    "transpose31_train": ((4, 128, 128, 32), (31, 31, 16, 32), 2, "SAME", "train", 1,
+                          "transpose"),
 }
 SWEEP = (3, 7, 15, 31, 63, 99, 135)
 for _k in SWEEP:
@@ -96,11 +102,18 @@ def _worker(case, impl, repeats):
     if depthwise:
       fn = lc.depthwise_conv2d if impl == "tf_largeconv" else tf.nn.depthwise_conv2d
       conv = lambda a, b, s, p: fn(a, b, [1, s, s, 1], p)  # noqa: E731
+    elif _kind(case) == "transpose":
+      fn = lc.conv2d_transpose if impl == "tf_largeconv" else tf.nn.conv2d_transpose
+      out = [x_shape[0], x_shape[1] * strides, x_shape[2] * strides, w_shape[2]]
+      conv = lambda a, b, s, p: fn(a, b, out, s, p)  # noqa: E731
     else:
       conv = lc.conv2d if impl == "tf_largeconv" else tf.nn.conv2d
     xt, wt = tf.convert_to_tensor(x), tf.convert_to_tensor(w)
     # Warm the library on a tiny problem so one-time set-up is not counted as the case's.
-    conv(tf.ones((1, 8, 8, 1)), tf.ones((3, 3, 1, 1)), 1, "SAME").numpy()
+    if _kind(case) == "transpose":
+      fn(tf.ones((1, 8, 8, 1)), tf.ones((3, 3, 1, 1)), [1, 8, 8, 1], 1, "SAME").numpy()
+    else:
+      conv(tf.ones((1, 8, 8, 1)), tf.ones((3, 3, 1, 1)), 1, "SAME").numpy()
     if mode == "forward" and _kind(case) == "gigapixel":
       def run():  # eager ops run synchronously; .numpy() would copy 4.3 GB of bfloat16
         conv(xt, wt, strides, padding)[0, 0, 0, 0].numpy()
