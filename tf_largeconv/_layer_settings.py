@@ -84,10 +84,13 @@ class LargeConvTransposeSettings(LargeConvSettings):
     spatial = [transpose_output_size(size[a], k, s, self.padding, p, d)
                for a, k, s, p, d in zip(axes, self.kernel_size, self.strides, output_padding,
                                         self.dilation_rate)]
-    shape = ([size[0]] + spatial + [self.filters] if channels_last
-             else [size[0], self.filters] + spatial)
-    if any(isinstance(v, tf.Tensor) for v in shape):
-      shape = tf.stack(shape)
+    if all(isinstance(v, int) for v in spatial):
+      # Height and width only (the batch from inputs, the depth from the kernel): constant
+      # whatever the batch, as the portable path (XLA, export_portable) needs.
+      shape = spatial
+    else:
+      shape = tf.stack([size[0]] + spatial + [self.filters] if channels_last
+                       else [size[0], self.filters] + spatial)
     outputs = _transpose.conv2d_transpose(inputs, self.kernel, shape, list(self.strides),
                                           self.padding.upper(), **self._op_kwargs())
     return self._bias_and_activation(outputs)

@@ -80,6 +80,8 @@ def conv2d_transpose(input, filters, output_shape, strides, padding="SAME",  # p
 
     if resolved == "tf":
       result = _tf_kernel(input, filters, output_shape, static, attrs)
+    elif resolved == _args.PORTABLE:
+      result = _portable(input, filters, output_shape, padding, attrs, workspace_limit)
     elif resolved == "auto" and _prefers_tf_kernel(input, filters, static, attrs):
       # As conv2d: where the planner prefers TensorFlow's kernel for the conv2d this
       # transposes (small filters, many channels), it runs the whole transpose, gradients
@@ -134,6 +136,37 @@ def _tf_kernel(input, filters, output_shape, static, attrs):  # pylint: disable=
   return tf.nn.conv2d_transpose(input, filters, output_shape, attrs["strides"], padding,
                                 data_format=attrs["data_format"],
                                 dilations=attrs["dilations"])
+
+
+def _portable(input, filters, output_shape, padding, attrs, workspace_limit):  # pylint: disable=redefined-builtin
+  """The portable path (stock TF ops), with the transpose's two gradients as portable
+  passes of their own. The forward pass is a tf.GradientTape gradient of the portable
+  conv2d (a loop over the images where the batch is unknown); differentiating it would take
+  a gradient of that loop's gradient, which XLA cannot (Keras fit under jit_compile)."""
+  kwargs = dict(strides=attrs["strides"], padding=padding, data_format=attrs["data_format"],
+                dilations=attrs["dilations"], algorithm=_args.PORTABLE,
+                workspace_limit=workspace_limit)
+
+  value = tf.get_static_value(output_shape)
+  sizes = output_shape if value is None else [int(v) for v in value]
+
+  def forward(x, w):
+    return _ops.conv2d_backprop_input(sizes, w, x, **kwargs)
+
+  if not tf.executing_eagerly():
+    # Traced as a function of its own: an enclosing tape then records one call, not the
+    # inner tape's gradient of that loop (which XLA cannot build for a watched loop).
+    forward = tf.function(forward, autograph=False)
+
+  @tf.custom_gradient
+  def run(x, w):
+    def grad(dy):
+      return (_ops.conv2d(dy, w, **kwargs),
+              _ops.conv2d_backprop_filter(dy, w.shape.as_list(), x, **kwargs))
+
+    return forward(x, w), grad
+
+  return run(input, filters)
 
 
 def _output_shape_tensor(output_shape):
