@@ -122,6 +122,10 @@ def plan(input_shape, filter_shape, strides, padding, data_format="NHWC", dilati
       exactly, by the direct kernels only).
     num_threads: threads to plan for; default: TensorFlow's intra-op thread count.
 
+  A transposed convolution (`tf_largeconv.conv2d_transpose`) is planned by
+  `tf_largeconv.plan_transpose`: the plan of the conv2d it transposes, whose
+  backprop_input pass is the transpose's forward pass.
+
   Returns:
     A `Plan`; its output_shape keeps the input's batch dimensions.
 
