@@ -7,6 +7,7 @@ their layers, and neither may depend on the other's Keras.
 import tensorflow as tf
 
 from tf_largeconv import _args
+from tf_largeconv import _conv1d
 from tf_largeconv import _transpose
 from tf_largeconv import ops as _ops
 
@@ -52,6 +53,23 @@ class LargeConvSettings:
     if self.activation is not None:
       return self.activation(outputs)
     return outputs
+
+
+# LargeConv1D (Keras 3 and tf_keras)
+
+
+class LargeConv1DSettings(LargeConvSettings):
+  """The LargeConv1D layers' convolution: `tf_largeconv.conv1d` with the layer's settings,
+  Keras's causal padding as explicit padding (no padded copy of the input)."""
+
+  def _conv1d_call(self, inputs, kernel, causal_done=False):
+    """conv1d of `inputs`; `causal_done`: the caller has already padded them causally
+    (tf_keras's call does), so 'causal' runs VALID."""
+    padding = self.padding.upper()
+    if padding == "CAUSAL":
+      left = self.dilation_rate[0] * (self.kernel_size[0] - 1)
+      padding = "VALID" if causal_done else [[left, 0]]
+    return _conv1d.conv1d(inputs, kernel, list(self.strides), padding, **self._op_kwargs())
 
 
 # Transposed convolutions (Conv2DTranspose)

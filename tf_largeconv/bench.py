@@ -1,5 +1,5 @@
-"""Benchmark: tf_largeconv against tf.nn.conv2d (and scipy's overlap-add FFT for forward
-passes), each case and implementation in a fresh process, same machine, same run.
+"""Benchmark: tf_largeconv against tf.nn.conv2d / tf.nn.conv1d (and scipy's overlap-add FFT
+for forward passes), each case and implementation in a fresh process, same machine, same run.
 
   python -m tf_largeconv.bench [--cases NAME ...] [--quick] [--out DIR]
   python -m tf_largeconv.bench --cases budget     # time against workspace_limit
@@ -51,6 +51,11 @@ CASES = {
     "transpose31_train": ((4, 128, 128, 32), (31, 31, 16, 32), 2, "SAME", "train", 1,
                           "transpose"),
 }
+# kind "conv1d": an NWC input and a [width, in, out] filter through conv1d (TF: tf.nn.conv1d).
+CASES.update({
+    "conv1d_forward": ((8, 65536, 16), (4095, 16, 16), 1, "SAME", "forward", 1, "conv1d"),
+    "conv1d_train": ((8, 65536, 16), (4095, 16, 16), 1, "SAME", "train", 1, "conv1d"),
+})
 SWEEP = (3, 7, 15, 31, 63, 99, 135)
 for _k in SWEEP:
   CASES[f"sweep_k{_k}"] = ((2, 321, 481, 1), (_k, _k, 1, 3), 1, "VALID", "forward", 3)
@@ -99,21 +104,26 @@ def _worker(case, impl, repeats):
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
     import tf_largeconv as lc  # pylint: disable=g-import-not-at-top
+    warm = (tf.ones((1, 8, 8, 1)), tf.ones((3, 3, 1, 1)))
     if depthwise:
       fn = lc.depthwise_conv2d if impl == "tf_largeconv" else tf.nn.depthwise_conv2d
       conv = lambda a, b, s, p: fn(a, b, [1, s, s, 1], p)  # noqa: E731
+    elif _kind(case) == "conv1d":
+      conv = lc.conv1d if impl == "tf_largeconv" else tf.nn.conv1d
+      warm = (tf.ones((1, 8, 1)), tf.ones((3, 1, 1)))
     elif _kind(case) == "transpose":
       fn = lc.conv2d_transpose if impl == "tf_largeconv" else tf.nn.conv2d_transpose
       out = [x_shape[0], x_shape[1] * strides, x_shape[2] * strides, w_shape[2]]
       conv = lambda a, b, s, p: fn(a, b, out, s, p)  # noqa: E731
+      warm_out = [1, 8, 8, 1]  # the warm-up's output shape
     else:
       conv = lc.conv2d if impl == "tf_largeconv" else tf.nn.conv2d
     xt, wt = tf.convert_to_tensor(x), tf.convert_to_tensor(w)
     # Warm the library on a tiny problem so one-time set-up is not counted as the case's.
     if _kind(case) == "transpose":
-      fn(tf.ones((1, 8, 8, 1)), tf.ones((3, 3, 1, 1)), [1, 8, 8, 1], 1, "SAME").numpy()
+      fn(*warm, warm_out, 1, "SAME").numpy()
     else:
-      conv(tf.ones((1, 8, 8, 1)), tf.ones((3, 3, 1, 1)), 1, "SAME").numpy()
+      conv(*warm, 1, "SAME").numpy()
     if mode == "forward" and _kind(case) == "gigapixel":
       def run():  # eager ops run synchronously; .numpy() would copy 4.3 GB of bfloat16
         conv(xt, wt, strides, padding)[0, 0, 0, 0].numpy()
@@ -149,6 +159,8 @@ def _fft_floor(case):
     return None
   if _kind(case) == "depthwise":  # the same convolution as a grouped one, one group a channel
     w_shape = (w_shape[0], w_shape[1], 1, w_shape[2] * w_shape[3])
+  if _kind(case) == "conv1d":  # the height-1 conv2d it runs as
+    x_shape, w_shape = (x_shape[0], 1) + tuple(x_shape[1:]), (1,) + tuple(w_shape)
   p = lc.plan(x_shape, w_shape, strides, padding).forward
   if p.fft_size is None:
     return None

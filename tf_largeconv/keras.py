@@ -146,9 +146,10 @@ class LargeDepthwiseConv2D(_LargeConvSettings, keras.layers.DepthwiseConv2D):
 def convert(model, min_kernel_size=15, algorithm="auto", workspace_limit=None):
   """Clones a Keras model with its large-kernel convolutions on tf_largeconv.
 
-  Every `keras.layers.Conv2D` / `DepthwiseConv2D` / `Conv2DTranspose` whose kernel has a
-  side of at least `min_kernel_size` becomes a `LargeConv2D` / `LargeDepthwiseConv2D` /
-  `LargeConv2DTranspose` with the same configuration; all weights are copied.
+  Every `keras.layers.Conv2D` / `DepthwiseConv2D` / `Conv1D` / `Conv2DTranspose` whose
+  kernel has a side of at least `min_kernel_size` becomes a `LargeConv2D` /
+  `LargeDepthwiseConv2D` / `LargeConv1D` / `LargeConv2DTranspose` with the same
+  configuration; all weights are copied.
 
   Args:
     model: a Sequential or functional Keras model.
@@ -166,6 +167,8 @@ def convert(model, min_kernel_size=15, algorithm="auto", workspace_limit=None):
     if type(layer) is keras.layers.DepthwiseConv2D and large:  # pylint: disable=unidiomatic-typecheck
       return LargeDepthwiseConv2D(**config, algorithm=algorithm,
                                   workspace_limit=workspace_limit)
+    if type(layer) is keras.layers.Conv1D and large:  # pylint: disable=unidiomatic-typecheck
+      return LargeConv1D(**config, algorithm=algorithm, workspace_limit=workspace_limit)
     if type(layer) is keras.layers.Conv2DTranspose and large:  # pylint: disable=unidiomatic-typecheck
       return LargeConv2DTranspose(**config, algorithm=algorithm,
                                   workspace_limit=workspace_limit)
@@ -322,6 +325,32 @@ _FLAVOUR = _fold.Flavour(input=keras.Input, model=keras.Model, conv=LargeConv2D,
                          depthwise=LargeDepthwiseConv2D)
 FoldReport = _fold.FoldReport
 FoldWarning = _fold.FoldWarning
+
+
+# LargeConv1D
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class LargeConv1D(_LargeConvSettings, _layer_settings.LargeConv1DSettings, keras.layers.Conv1D):
+  """`keras.layers.Conv1D` computed by `tf_largeconv.conv1d`.
+
+  Args: those of `keras.layers.Conv1D` (causal padding and groups included, same defaults
+  and weights), plus `algorithm` and `workspace_limit` as for `LargeConv2D`. Causal padding
+  is passed to the op as explicit padding rather than copied into a padded input.
+  """
+
+  def __init__(self, filters, kernel_size, algorithm="auto", workspace_limit=None, **kwargs):
+    self._init_settings(algorithm, workspace_limit)
+    super().__init__(filters, kernel_size, **kwargs)
+    self.supports_jit = _args.compiles_under_xla(self.algorithm)
+
+  def convolution_op(self, inputs, kernel):
+    return self._conv1d_call(inputs, kernel)
+
+  def call(self, inputs):
+    # keras.layers.Conv1D.call pads causal inputs itself and calls keras.ops.conv; the
+    # base convolution's call (next in the MRO) runs convolution_op, bias and activation.
+    return super(keras.layers.Conv1D, self).call(inputs)
 
 
 # Transposed convolution

@@ -81,6 +81,29 @@ class FoldedBlock(_fold.FoldedBlockBase, tf_keras.layers.Layer):
   _deserialize_block = staticmethod(tf_keras.layers.deserialize)
 
 
+# LargeConv1D
+
+
+@_register
+class LargeConv1D(_layer_settings.LargeConv1DSettings, tf_keras.layers.Conv1D):
+  """`tf_keras.layers.Conv1D` computed by `tf_largeconv.conv1d`.
+
+  Args: those of `tf_keras.layers.Conv1D` (causal padding and groups included), plus
+  `algorithm` and `workspace_limit` (see `tf_largeconv.conv2d`).
+  """
+
+  def __init__(self, filters, kernel_size, algorithm="auto", workspace_limit=None, **kwargs):
+    self._init_settings(algorithm, workspace_limit)
+    super().__init__(filters, kernel_size, **kwargs)
+
+  def convolution_op(self, inputs, kernel):
+    # tf_keras's call has already padded causal inputs.
+    return self._conv1d_call(inputs, kernel, causal_done=True)
+
+
+# LargeConv2DTranspose
+
+
 @_register
 class LargeConv2DTranspose(_layer_settings.LargeConvTransposeSettings,
                            tf_keras.layers.Conv2DTranspose):

@@ -103,17 +103,29 @@ std::vector<int64_t> SmoothSizes(int64_t lo, int64_t hi) {
   return out;
 }
 
+// The longest transform a 1-D geometry (what conv1d makes: one filter row, one dense row)
+// may use, when the transforms may have height 1 (min_side 1, the CPU planner). Its
+// transforms are then single rows of height exactly 1, so a side of 4096 would leave a
+// 4095-tap filter 2 outputs per transform; a row of up to 2^20 points (4 MiB in float) has
+// the area of a 1024 x 1024 tile and lets filters of 65,536 taps and more run with large
+// tiles. The workspace limit still bounds every configuration (the planners' fit). The GPU
+// planner's transforms have sides >= 2 (cuFFT plans no degenerate 2-D transform), so it
+// keeps kMaxFftSide for these geometries too.
+constexpr int64_t kMaxFftWidth1d = int64_t{1} << 20;
+
 bool FftSizeCandidates(const ConvGeometry& g, ConvPass pass, int64_t min_side,
                        std::vector<int64_t>* heights, std::vector<int64_t>* widths) {
   const int64_t keh = DilatedExtent(g.filter_h, g.dilation_h),
                 kew = DilatedExtent(g.filter_w, g.dilation_w);
   FftTiling probe;
-  if (!MakeFftTiling(g, pass, keh, kew, &probe) || probe.dense_h <= 0 || probe.dense_w <= 0 ||
-      keh > kMaxFftSide || kew > kMaxFftSide) {
+  if (!MakeFftTiling(g, pass, keh, kew, &probe) || probe.dense_h <= 0 || probe.dense_w <= 0) {
     return false;
   }
+  const bool one_d = keh == 1 && probe.dense_h == 1 && min_side <= 1;
+  const int64_t max_w = one_d ? kMaxFftWidth1d : kMaxFftSide;
+  if (keh > kMaxFftSide || kew > max_w) return false;
   *heights = SmoothSizes(std::max(keh, min_side), std::min(kMaxFftSide, probe.dense_h + keh - 1));
-  *widths = SmoothSizes(std::max(kew, min_side), std::min(kMaxFftSide, probe.dense_w + kew - 1));
+  *widths = SmoothSizes(std::max(kew, min_side), std::min(max_w, probe.dense_w + kew - 1));
   return true;
 }
 

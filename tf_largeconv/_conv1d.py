@@ -1,0 +1,176 @@
+"""`tf_largeconv.conv1d`: tf.nn.conv1d's semantics on the LargeConv ops.
+
+As in TensorFlow, a 1-D convolution is a 2-D one of height 1: the input gets a height-1
+axis (batch_shape + [1, width, channels] in NWC, batch_shape + [channels, 1, width] in NCW),
+the filter a leading height-1 axis, `tf_largeconv.conv2d` runs with the stride and dilation
+on the width axis, and the height axis is squeezed away again. Gradients (first and second
+order) are conv2d's. The planner recognises such height-1 geometries and gives their FFT
+passes single-row transforms (height exactly 1) long enough for filters of tens of
+thousands of taps; `plan_conv1d` shows the plan.
+"""
+
+import collections.abc
+import numbers
+
+import tensorflow as tf
+
+from tf_largeconv import _args
+from tf_largeconv import ops
+from tf_largeconv import planning
+
+# The 1-D layouts and the 2-D layouts they run as (TF's conv1d also takes the 2-D names).
+_FORMATS = {"NWC": "NHWC", "NCW": "NCHW", "NHWC": "NHWC", "NCHW": "NCHW"}
+
+
+def _format_2d(data_format):
+  """The conv2d data_format ('NHWC' or 'NCHW') of a conv1d one; None means NWC."""
+  if data_format is None:
+    return "NHWC"
+  if not isinstance(data_format, str) or data_format.upper() not in _FORMATS:
+    raise ValueError("data_format must be 'NWC' or 'NCW' (or TensorFlow's aliases 'NHWC' / "
+                     f"'NCHW'), got data_format={data_format!r}")
+  return _FORMATS[data_format.upper()]
+
+
+def _insert_height(values, format_2d, height_value):
+  """A list of 3 per-dimension entries in the 1-D layout's order (N, W, C or N, C, W) as
+  the 4 entries of the 2-D layout, with `height_value` for the height axis."""
+  if format_2d == "NHWC":  # [N, W, C] -> [N, H, W, C]
+    return [values[0], height_value, values[1], values[2]]
+  return [values[0], values[1], height_value, values[2]]  # [N, C, W] -> [N, C, H, W]
+
+
+def _window(value, name, format_2d):
+  """`stride` or `dilations` (an int, or a list of 1 or 3 ints as tf.nn.conv1d takes) as
+  the 4 ints of conv2d, 1 on the height axis."""
+  if value is None:
+    value = 1
+  if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+    values = [value]
+  elif isinstance(value, collections.abc.Sized) and not isinstance(value, (str, bytes)):
+    values = list(value)
+  else:
+    raise ValueError(f"{name} must be an int or a list of 1 or 3 ints, got {name}={value!r}")
+  for v in values:
+    if not isinstance(v, numbers.Integral) or isinstance(v, bool):
+      raise ValueError(f"{name} must contain only ints, got {name}={value!r}")
+  values = [int(v) for v in values]
+  if len(values) == 1:
+    values = [1, values[0], 1] if format_2d == "NHWC" else [1, 1, values[0]]
+  elif len(values) != 3:
+    raise ValueError(f"{name} should be of length 1 or 3. Received: {name}={values} of "
+                     f"length {len(values)}")
+  return _insert_height(values, format_2d, 1)
+
+
+def _padding(padding, format_2d):
+  """'SAME' / 'VALID' as they are; explicit padding (one [before, after] pair for the
+  width, or three pairs in data_format order) as conv2d's four pairs."""
+  if isinstance(padding, (list, tuple)):
+    pairs = list(padding)
+    if len(pairs) == 1:
+      pairs = [[0, 0], pairs[0], [0, 0]] if format_2d == "NHWC" else [[0, 0], [0, 0], pairs[0]]
+    elif len(pairs) != 3:
+      raise ValueError("padding must be 'SAME', 'VALID', one [before, after] pair for the "
+                       "width or three pairs in data_format order, got "
+                       f"padding={padding!r}")
+    return _insert_height(pairs, format_2d, [0, 0])
+  return padding  # strings (and malformed values) are conv2d's to check
+
+
+def conv1d_attrs(stride, padding, data_format, dilations):
+  """(strides, padding, data_format, dilations) of the height-1 conv2d a conv1d runs."""
+  format_2d = _format_2d(data_format)
+  return (_window(stride, "stride", format_2d), _padding(padding, format_2d), format_2d,
+          _window(dilations, "dilations", format_2d))
+
+
+def conv1d(input, filters, stride, padding, data_format="NWC", dilations=None, name=None,  # pylint: disable=redefined-builtin
+           algorithm="auto", workspace_limit=None):
+  """Computes a 1-D convolution with tf.nn.conv1d's semantics, lean for long filters.
+
+  Same arguments and result as `tf.nn.conv1d`. The filter's in_channels may divide the
+  input's channels (a grouped convolution, as tf.nn.conv1d allows through conv2d). Runs
+  as `tf_largeconv.conv2d` of height 1; its FFT passes use single-row transforms, which
+  makes filters of thousands to tens of thousands of taps cheap.
+
+  Args:
+    input: tensor of dtype float16, bfloat16, float32, float64 or int32 and rank >= 3:
+      batch_shape + [width, channels] (NWC) or batch_shape + [channels, width] (NCW).
+    filters: tensor of the same dtype, [width, in_channels / groups, out_channels].
+    stride: int or list of 1 or 3 ints (3 in data_format order, batch and channel entries
+      1).
+    padding: 'SAME' or 'VALID'; or (beyond tf.nn.conv1d) explicit padding: one
+      [before, after] pair for the width, or three pairs in data_format order (batch and
+      channel pairs [0, 0]). Keras's causal padding is [[dilation * (width - 1), 0]].
+    data_format: 'NWC' (default) or 'NCW' ('NHWC' / 'NCHW' are accepted as aliases, as in
+      TensorFlow).
+    dilations: int or list of 1 or 3 ints; default 1.
+    name: optional name for the operation.
+    algorithm, workspace_limit: as for `tf_largeconv.conv2d`.
+
+  Returns:
+    A tensor of input's dtype: batch_shape + [out_width, out_channels] for NWC.
+
+  Raises:
+    ValueError: malformed stride, dilations, padding, data_format, algorithm or
+      workspace_limit; an input of rank < 3 or a filter whose rank is not 3; (while
+      tracing) shapes that do not fit together.
+    TypeError: unsupported or mismatched dtypes.
+    tf.errors.InvalidArgumentError: shapes that do not fit together (eager execution).
+  """
+  strides, padding, format_2d, dilations = conv1d_attrs(stride, padding, data_format,
+                                                        dilations)
+  with tf.name_scope(name or "LargeConv1D"):
+    input, filters = _args.as_tensors(input, filters)
+    if input.shape.rank is not None and input.shape.rank < 3:
+      raise ValueError("input must have rank >= 3: batch_shape + [width, channels] (NWC) or "
+                       f"batch_shape + [channels, width] (NCW), got shape {input.shape}")
+    if filters.shape.rank is not None and filters.shape.rank != 3:
+      raise ValueError("filters must be 3-D [width, in_channels / groups, out_channels], got "
+                       f"shape {filters.shape}")
+    # The height axis sits just before the width: -3 from the end in NWC, -2 in NCW.
+    height_axis = -3 if format_2d == "NHWC" else -2
+    result = ops.conv2d(tf.expand_dims(input, height_axis), tf.expand_dims(filters, 0),
+                        strides, padding, data_format=format_2d, dilations=dilations,
+                        algorithm=algorithm, workspace_limit=workspace_limit)
+    return tf.squeeze(result, [height_axis])
+
+
+def plan_conv1d(input_shape, filter_shape, stride, padding, data_format="NWC", dilations=None,
+                dtype=tf.float32, algorithm="auto", workspace_limit=None, num_threads=None):
+  """Plans `conv1d` without running it: `tf_largeconv.plan` of its height-1 conv2d.
+
+  The FFT passes of a 1-D convolution plan single-row transforms: `fft_size` is
+  (1, width) and `tile` (1, outputs per transform), never a 2-D transform of height > 1.
+
+  Args:
+    input_shape: batch_shape + [width, channels] (NWC) or batch_shape + [channels, width].
+    filter_shape: [width, in_channels / groups, out_channels].
+    stride, padding, data_format, dilations, algorithm, workspace_limit: as for `conv1d`.
+    dtype, num_threads: as for `tf_largeconv.plan`.
+
+  Returns:
+    A `tf_largeconv.Plan` whose output_shape is the 1-D output's shape; its passes' sizes
+    (fft_size, tile, tiles) are those of the height-1 conv2d: (1, width).
+
+  Raises:
+    ValueError: as `conv1d` and `tf_largeconv.plan`.
+  """
+  strides, padding, format_2d, dilations = conv1d_attrs(stride, padding, data_format,
+                                                        dilations)
+  input_shape, filter_shape = list(input_shape), list(filter_shape)
+  if len(input_shape) < 3:
+    raise ValueError("input_shape must have rank >= 3: batch_shape + [width, channels] (NWC) "
+                     f"or batch_shape + [channels, width] (NCW), got {input_shape}")
+  if len(filter_shape) != 3:
+    raise ValueError("filter_shape must be [width, in_channels / groups, out_channels], got "
+                     f"{filter_shape}")
+  height_axis = len(input_shape) - (2 if format_2d == "NHWC" else 1)
+  shape_2d = input_shape[:height_axis] + [1] + input_shape[height_axis:]
+  p = planning.plan(shape_2d, [1] + filter_shape, strides, padding, data_format=format_2d,
+                    dilations=dilations, dtype=dtype, algorithm=algorithm,
+                    workspace_limit=workspace_limit, num_threads=num_threads)
+  out = list(p.output_shape)
+  p.output_shape = tuple(out[:height_axis] + out[height_axis + 1:])
+  return p
