@@ -197,6 +197,21 @@ def test_static_shape_inference():
       tf.TensorSpec([None, 1, 10, 5])).output_shapes.as_list() == [None, 5, 20, 10]
 
 
+def test_empty_tensors_and_unknown_rank():
+  f = tf.ones((3, 3, 2, 3))
+  empty = lc.conv2d_transpose(tf.ones((0, 6, 4, 3)), f, [0, 12, 8, 2], 2)
+  assert empty.shape == tf.nn.conv2d_transpose(tf.ones((0, 6, 4, 3)), f, [0, 12, 8, 2],
+                                               2).shape
+  assert lc.conv2d_transpose(tf.ones((2, 6, 4, 3)), tf.ones((3, 3, 0, 3)), [2, 12, 8, 0],
+                             2).shape == (2, 12, 8, 0)
+  run = tf.function(lambda x: lc.conv2d_transpose(x, f, [2, 12, 8, 2], 2),
+                    input_signature=[tf.TensorSpec(None)])
+  assert run.get_concrete_function().output_shapes.as_list() == [2, 12, 8, 2]
+  np.testing.assert_array_equal(run(tf.ones((2, 6, 4, 3))).numpy(),
+                                lc.conv2d_transpose(tf.ones((2, 6, 4, 3)), f,
+                                                    [2, 12, 8, 2], 2).numpy())
+
+
 X, F = np.ones((2, 6, 4, 3), np.float32), np.ones((3, 3, 2, 3), np.float32)
 # (input, filters, output_shape, other arguments, error types, words the message contains)
 SHAPE_ERRORS = [
