@@ -223,3 +223,30 @@ def test_the_oracle_matches_tf_in_float64(rng, case):
     check = PassCheck(ref, name, a.numpy(), b.numpy())
     check.check(got.numpy(), "float64", None, f"oracle vs TF {name}",
                 want_tolerance=tolerance("float64", check.terms, check.magnitude))
+
+
+def test_backprops_with_algorithm_tf_run_tensorflows_kernels(rng):
+  x = tf.constant(rng.standard_normal((2, 17, 19, 3)))
+  w = tf.constant(rng.standard_normal((5, 4, 3, 4)))
+  pad = [[0, 0], [2, 1], [1, 3], [0, 0]]
+  dy = tf.constant(rng.standard_normal(lc.conv2d(x, w, 2, pad).shape))
+
+  def run(algorithm):
+    dx = lc.conv2d_backprop_input([17, 19], w, dy, 2, pad, algorithm=algorithm)
+    dw = lc.conv2d_backprop_filter(x, w.shape, dy, 2, pad, algorithm=algorithm)
+    return dx, dw
+
+  for got, want in zip(run("tf"), run("direct")):
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-10, atol=1e-10)
+  fn = tf.function(lambda a, b, c: (
+      lc.conv2d_backprop_input(tf.shape(a), b, c, 2, pad, algorithm="tf"),
+      lc.conv2d_backprop_filter(a, tf.shape(b), c, 2, pad, algorithm="tf")))
+  ops = fn.get_concrete_function(x, w, dy).graph.get_operations()
+  assert sorted(op.type for op in ops if "Conv2D" in op.type) == [
+      "Conv2DBackpropFilter", "Conv2DBackpropInput"]
+  with pytest.raises(ValueError, match="algorithm='tf' needs"):  # grouped: not TF's
+    lc.conv2d_backprop_input([2, 17, 19, 6], w, dy, 2, pad, algorithm="tf")
+  with pytest.raises(ValueError, match="algorithm='tf' needs"):  # NCHW on the CPU
+    lc.conv2d_backprop_filter(tf.transpose(x, [0, 3, 1, 2]), w.shape,
+                              tf.transpose(dy, [0, 3, 1, 2]), 2, "SAME",
+                              data_format="NCHW", algorithm="tf")

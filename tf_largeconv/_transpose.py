@@ -129,10 +129,7 @@ def _tf_kernel(input, filters, output_shape, static, attrs):  # pylint: disable=
           f"float16/bfloat16/float32); got output_shape {static}, filters shape "
           f"{filters.shape}, data_format={attrs['data_format']!r}, "
           f"dilations={attrs['dilations']}, dtype {input.dtype.name}")
-  padding = attrs["padding"]
-  if padding == "EXPLICIT":
-    pads = attrs["explicit_paddings"]
-    padding = [pads[i:i + 2] for i in range(0, 8, 2)]
+  padding = _ops.tf_padding(attrs)
   return tf.nn.conv2d_transpose(input, filters, output_shape, attrs["strides"], padding,
                                 data_format=attrs["data_format"],
                                 dilations=attrs["dilations"])

@@ -129,10 +129,35 @@ def _conv2d(input, filters, strides, padding, dilations, attrs):  # pylint: disa
       return tf.cond(tf.shape(input)[0] > 0, tf_kernel, ours)
     return tf_kernel() if batch > 0 else ours()
   if attrs["algorithm"] == "tf":
-    raise ValueError("algorithm='tf' needs what TensorFlow's kernels support: no groups and "
-                     "static image shapes, and on the CPU NHWC, dilations 1 and "
-                     "float32/float64 (on a GPU float16/bfloat16/float32)")
+    raise ValueError(_TF_KERNEL_NEEDS)
   return _loader.ops().large_conv_conv2d(input, filters, **attrs)
+
+
+_TF_KERNEL_NEEDS = ("algorithm='tf' needs what TensorFlow's kernels support: no groups and "
+                    "static image shapes, and on the CPU NHWC, dilations 1 and "
+                    "float32/float64 (on a GPU float16/bfloat16/float32)")
+
+
+def tf_padding(attrs):
+  """The padding argument of TF's own backprop functions for normalised attributes."""
+  if attrs["padding"] != "EXPLICIT":
+    return attrs["padding"]
+  ex = attrs["explicit_paddings"]
+  return [ex[i:i + 2] for i in range(0, 8, 2)]
+
+
+def _check_tf_kernel(x_shape, f_shape, dtype, placed, attrs):
+  """Raises ValueError unless TensorFlow's own kernels take this convolution (shapes in
+  data_format order, None where not known statically), as conv2d's 'tf' requires."""
+  device = "GPU" if planning.runs_on_gpu(placed) else "CPU"
+  if (x_shape is None or f_shape is None or None in x_shape or None in f_shape or
+      not planning.tf_kernel_eligible(list(x_shape), list(f_shape), attrs, dtype, device)):
+    raise ValueError(_TF_KERNEL_NEEDS)
+
+
+def _static_list(t):
+  value = tf.get_static_value(t)
+  return None if value is None else [int(v) for v in value]
 
 
 def depthwise_conv2d(input, filter, strides, padding, data_format=None, dilations=None,  # pylint: disable=redefined-builtin
@@ -222,6 +247,15 @@ def conv2d_backprop_input(input_sizes, filters, out_backprop, strides, padding,
     input_sizes = tf.convert_to_tensor(input_sizes, dtype=tf.int32, name="input_sizes")
     if attrs["algorithm"] == _args.PORTABLE:
       return _portable_backprop_input(input_sizes, filters, out_backprop, attrs)
+    if attrs["algorithm"] == "tf":
+      sizes, f_shape = _static_list(input_sizes), filters.shape.as_list()
+      if sizes is not None and len(sizes) == 2 and f_shape:  # batch and depth implied
+        nchw = attrs["data_format"] == "NCHW"
+        sizes = ([0, f_shape[2]] + sizes) if nchw else ([0] + sizes + [f_shape[2]])
+      _check_tf_kernel(sizes, f_shape, out_backprop.dtype, out_backprop, attrs)
+      return tf.compat.v1.nn.conv2d_backprop_input(
+          input_sizes, filters, out_backprop, attrs["strides"], tf_padding(attrs),
+          data_format=attrs["data_format"], dilations=attrs["dilations"])
     return _loader.ops().large_conv_conv2d_backprop_input(input_sizes, filters, out_backprop,
                                                           **attrs)
 
@@ -249,6 +283,12 @@ def conv2d_backprop_filter(input, filter_sizes, out_backprop, strides, padding, 
     filter_sizes = tf.convert_to_tensor(filter_sizes, dtype=tf.int32, name="filter_sizes")
     if attrs["algorithm"] == _args.PORTABLE:
       return _portable_backprop_filter(input, filter_sizes, out_backprop, attrs)
+    if attrs["algorithm"] == "tf":
+      x_shape = input.shape.as_list() if input.shape.rank == 4 else None
+      _check_tf_kernel(x_shape, _static_list(filter_sizes), input.dtype, input, attrs)
+      return tf.compat.v1.nn.conv2d_backprop_filter(
+          input, filter_sizes, out_backprop, attrs["strides"], tf_padding(attrs),
+          data_format=attrs["data_format"], dilations=attrs["dilations"])
     return _loader.ops().large_conv_conv2d_backprop_filter(input, filter_sizes, out_backprop,
                                                            **attrs)
 
