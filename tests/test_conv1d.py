@@ -205,13 +205,15 @@ def test_1d_fft_refuses_a_limit_below_its_smallest_plan():
     lc.plan_conv1d(*BENCH, algorithm="fft", workspace_limit=100_000)
 
 
-def test_gpu_planner_keeps_its_2d_transforms_for_1d():
-  """The GPU planner's sides stay >= 2 and <= 4096 (cuFFT plans no degenerate 2-D
-  transform; long single rows are the CPU's)."""
-  plans = _core.cuda_plan([8, 1, 65536, 16], [1, 4095, 16, 16], [1, 1, 1, 1], "SAME",
-                          algorithm="fft")
+def test_gpu_planner_plans_single_rows_for_1d():
+  """The GPU planner gives 1-D geometries long single rows too (rank-1 cuFFT plans), and
+  keeps sides >= 2 where the geometry is 2-D, even with a filter of height 1."""
+  plans = _core.cuda_plan([8, 1, 65536, 16], [1, 4095, 16, 16], [1, 1, 1, 1], "SAME")
   for p in plans:
-    assert 2 <= p["fft"][0] and max(p["fft"]) <= 4096, p
+    assert p["algorithm"] == "fft" and p["fft"][0] == 1 and p["fft"][1] > 8192, p
+  for p in _core.cuda_plan([2, 40, 300, 2], [1, 101, 2, 2], [1, 1, 1, 1], "SAME",
+                           algorithm="fft"):
+    assert min(p["fft"]) >= 2, p
 
 
 def _spot_dots(xp, w, positions, stride=1):

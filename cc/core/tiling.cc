@@ -104,13 +104,12 @@ std::vector<int64_t> SmoothSizes(int64_t lo, int64_t hi) {
 }
 
 // The longest transform a 1-D geometry (what conv1d makes: one filter row, one dense row)
-// may use, when the transforms may have height 1 (min_side 1, the CPU planner). Its
+// may use, when the transforms may have height 1 (min_side 1: the CPU planner, and the GPU
+// planner for 1-D geometries, whose height-1 transforms are rank-1 cuFFT plans). Its
 // transforms are then single rows of height exactly 1, so a side of 4096 would leave a
 // 4095-tap filter 2 outputs per transform; a row of up to 2^20 points (4 MiB in float) has
 // the area of a 1024 x 1024 tile and lets filters of 65,536 taps and more run with large
-// tiles. The workspace limit still bounds every configuration (the planners' fit). The GPU
-// planner's transforms have sides >= 2 (cuFFT plans no degenerate 2-D transform), so it
-// keeps kMaxFftSide for these geometries too.
+// tiles. The workspace limit still bounds every configuration (the planners' fit).
 constexpr int64_t kMaxFftWidth1d = int64_t{1} << 20;
 
 bool FftSizeCandidates(const ConvGeometry& g, ConvPass pass, int64_t min_side,

@@ -20,4 +20,6 @@ CASES = {
     "k21_c32_train": ((8, 32, 64, 64), (21, 21, 32, 32), "SAME", "train", "float32"),
     "k31_c64_train": ((8, 64, 64, 64), (31, 31, 64, 64), "SAME", "train", "float32"),
     "k31_c64_train_f16": ((8, 64, 64, 64), (31, 31, 64, 64), "SAME", "train", "float16"),
+    # conv1d's geometry (height 1): the long-filter case, 4095 taps, 16 -> 16.
+    "conv1d_4095_train": ((8, 16, 1, 65536), (1, 4095, 16, 16), "SAME", "train", "float32"),
 }

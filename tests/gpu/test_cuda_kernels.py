@@ -107,6 +107,28 @@ def test_seed_sized_filter_matches_torch(cuda_ext, rng, algorithm):
     assert (a - b).abs().max().item() <= 1e-4 * scale
 
 
+@pytest.mark.parametrize("fmt,dtype", [("NHWC", "float32"), ("NCHW", "float64"),
+                                       ("NHWC", "bfloat16")])
+def test_1d_geometry_runs_single_row_transforms(cuda_ext, rng, fmt, dtype):
+  """conv1d's geometry (every height 1): a 1023-tap filter over rows of 6000, planned as
+  rank-1 transforms of height 1, against the oracle and torch."""
+  case = ((3, 1, 6000, 2), (1, 1023, 2, 3), (1, 2), "SAME", (1, 1))
+  x = to_format(fmt, rng.standard_normal(case[0]))
+  w = rng.standard_normal(case[1]) / 32
+  ref = Conv(x.shape, case[1], case[2], case[3], case[4], fmt)
+  dy = rng.standard_normal(ref.output_shape())
+  xt, wt, dyt = _dev(x, dtype), _dev(w, dtype), _dev(dy, dtype)
+  xr, wr, dyr = (t.double().cpu().numpy() for t in (xt, wt, dyt))
+  fft = _planned_fft(cuda_ext, x, case[1], case, fmt, dtype, "auto")
+  assert all(f is not None and f[0] == 1 and f[1] > 2048 for f in fft.values()), fft
+  ours = _run(cuda_ext, xt, wt, dyt, case, fmt, "auto")
+  _check_all(ours, ref, xr, wr, dyr, dtype, "ours (1-D)", fft)
+  if dtype != "bfloat16":
+    theirs = torch_conv.conv2d_and_grads(xt, wt, dyt, case[2], case[3], case[4], fmt)
+    for a, b in zip(ours, theirs):
+      assert (a - b).abs().max().item() <= 1e-4 * b.abs().max().item()
+
+
 def test_cufft_is_found_and_planned_for_the_seed_case(cuda_ext):
   info = cuda_ext.cufft()
   assert info["status"] == "", info

@@ -207,12 +207,16 @@ Status GetPlan(Cache& cache, const TransformShape& s, Plan** out, std::vector<Pl
     const long long padded_dist = padded[0] * padded[1], bins_dist = bins[0] * bins[1];
     const bool dbl = s.real_bytes == 8;
     const int type = s.inverse ? (dbl ? kZ2D : kC2R) : (dbl ? kD2Z : kR2C);
+    // A height of 1 (1-D geometries: conv1d) is a batch of single rows: a rank-1 plan over
+    // the same layout, as cuFFT makes no 2-D plan with a side of 1.
+    const int rank = s.fft_h == 1 ? 1 : 2;
+    long long *nn = n + 2 - rank, *pp = padded + 2 - rank, *bb = bins + 2 - rank;
     r = api.set_auto_allocation(p.handle, 0);
     if (r == 0) {
-      r = s.inverse ? api.make_plan_many64(p.handle, 2, n, bins, 1, bins_dist, padded, 1,
-                                           padded_dist, type, s.batch, &p.work)
-                    : api.make_plan_many64(p.handle, 2, n, padded, 1, padded_dist, bins, 1,
-                                           bins_dist, type, s.batch, &p.work);
+      r = s.inverse ? api.make_plan_many64(p.handle, rank, nn, bb, 1, bins_dist, pp, 1, padded_dist,
+                                           type, s.batch, &p.work)
+                    : api.make_plan_many64(p.handle, rank, nn, pp, 1, padded_dist, bb, 1, bins_dist,
+                                           type, s.batch, &p.work);
     }
     if (r != 0) {
       api.destroy(p.handle);

@@ -239,8 +239,10 @@ Status PlanGpuPass(const ConvGeometry& g, ConvPass pass, Algorithm algorithm, in
     return !skip && FitRounds(g, pass, real_bytes, limit, fh, fw, c, smallest);
   };
   const auto cost = [&](const GpuFftConfig& c) { return FftSeconds(g, pass, c, real_bytes); };
-  // Sides of at least 2: a side of 1 would ask cuFFT for a degenerate 2-D plan.
-  FftSearch<GpuFftConfig> search = SearchFftSizes<GpuFftConfig>(g, pass, 2, fit, cost);
+  // Sides of at least 2, as cuFFT makes no 2-D plan with a side of 1; but a 1-D geometry
+  // (conv1d: every height 1) takes single rows, height 1, as rank-1 plans (cufft.cu).
+  const int64_t min_side = g.filter_h == 1 && g.in_h == 1 && g.out_h == 1 ? 1 : 2;
+  FftSearch<GpuFftConfig> search = SearchFftSizes<GpuFftConfig>(g, pass, min_side, fit, cost);
   const int64_t min_bytes = search.min_bytes;
   bool found = search.found;
   GpuFftConfig best = search.config;
@@ -262,7 +264,7 @@ Status PlanGpuPass(const ConvGeometry& g, ConvPass pass, Algorithm algorithm, in
     found = fitted == CufftFit::kFits;
     if (fitted != CufftFit::kTooLarge || attempt + 1 == kMaxRefusedSizes) break;
     refused.emplace_back(best.fft_h, best.fft_w);
-    search = SearchFftSizes<GpuFftConfig>(g, pass, 2, fit, cost);
+    search = SearchFftSizes<GpuFftConfig>(g, pass, min_side, fit, cost);
     found = search.found;
     best = search.config;
   }
