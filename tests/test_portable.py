@@ -38,16 +38,23 @@ def _run(x, w, strides, padding, data_format, dilations, limit=None):
                           a["data_format"], a["dilations"], workspace_limit=limit)
 
 
+def _public_portable(x, w, strides, padding, data_format, dilations):
+  return lc.conv2d(x, w, strides, padding, data_format=data_format, dilations=dilations,
+                   algorithm="portable")
+
+
+# The portable module itself, and the public conv2d with algorithm='portable'.
+@pytest.mark.parametrize("entry", [_run, _public_portable], ids=["module", "public"])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "x".join(map(str, c[1])))
 @pytest.mark.parametrize("data_format", ["NHWC", "NCHW"])
-def test_matches_tf_conv2d_float64(rng, case, data_format):
+def test_matches_tf_conv2d_float64(rng, case, data_format, entry):
   x_shape, w_shape, strides, padding, dilations = case
   x = rng.standard_normal(x_shape)
   w = rng.standard_normal(w_shape)
   want = tf.nn.conv2d(x, w, strides, padding, dilations=dilations).numpy()
   if data_format == "NCHW":
     x, padding = np.transpose(x, (0, 3, 1, 2)), _nchw_padding(padding)
-  got = _run(tf.constant(x), tf.constant(w), strides, padding, data_format, dilations).numpy()
+  got = entry(tf.constant(x), tf.constant(w), strides, padding, data_format, dilations).numpy()
   _assert_nhwc_close(got, want, data_format)
 
 
@@ -180,20 +187,6 @@ import tf_largeconv as lc  # noqa: E402
 
 def _op_types(fn, *args):
   return {op.type for op in fn.get_concrete_function(*args).graph.get_operations()}
-
-
-@pytest.mark.parametrize("case", CASES, ids=lambda c: "x".join(map(str, c[1])))
-@pytest.mark.parametrize("data_format", ["NHWC", "NCHW"])
-def test_public_conv2d_portable_matches_tf(rng, case, data_format):
-  x_shape, w_shape, strides, padding, dilations = case
-  x = rng.standard_normal(x_shape)
-  w = rng.standard_normal(w_shape)
-  want = tf.nn.conv2d(x, w, strides, padding, dilations=dilations).numpy()
-  if data_format == "NCHW":
-    x, padding = np.transpose(x, (0, 3, 1, 2)), _nchw_padding(padding)
-  got = lc.conv2d(x, w, strides, padding, data_format=data_format, dilations=dilations,
-                  algorithm="portable").numpy()
-  _assert_nhwc_close(got, want, data_format)
 
 
 def test_public_portable_runs_no_largeconv_op(rng):

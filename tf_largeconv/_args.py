@@ -125,6 +125,22 @@ def normalize_data_format(data_format):
   return data_format.upper()
 
 
+def window_values(value, name, lengths):
+  """strides/dilations given as an int or a list of ints, as a list of ints (`lengths`
+  names the list lengths the caller takes, for the message)."""
+  if isinstance(value, numbers.Integral):
+    values = [value]
+  elif isinstance(value, collections.abc.Sized) and not isinstance(value, (str, bytes)):
+    values = list(value)
+  else:
+    raise ValueError(
+        f"{name} must be an int or a list of {lengths} ints, got {name}={value!r}")
+  for v in values:
+    if not isinstance(v, numbers.Integral) or isinstance(v, bool):
+      raise ValueError(f"{name} must contain only ints, got {name}={value!r}")
+  return [int(v) for v in values]
+
+
 def normalize_window(value, name, data_format):
   """Expands strides/dilations given as an int or a list of 1, 2 or 4 ints to 4 ints.
 
@@ -133,17 +149,7 @@ def normalize_window(value, name, data_format):
   """
   if value is None:
     return [1, 1, 1, 1]
-  if isinstance(value, numbers.Integral):
-    values = [value]
-  elif isinstance(value, collections.abc.Sized) and not isinstance(value, (str, bytes)):
-    values = list(value)
-  else:
-    raise ValueError(
-        f"{name} must be an int or a list of 1, 2 or 4 ints, got {name}={value!r}")
-  for v in values:
-    if not isinstance(v, numbers.Integral) or isinstance(v, bool):
-      raise ValueError(f"{name} must contain only ints, got {name}={value!r}")
-  values = [int(v) for v in values]
+  values = window_values(value, name, "1, 2 or 4")
   if len(values) == 4:
     return values
   if len(values) == 1:

@@ -9,9 +9,6 @@ passes single-row transforms (height exactly 1) long enough for filters of tens 
 thousands of taps; `plan_conv1d` shows the plan.
 """
 
-import collections.abc
-import numbers
-
 import tensorflow as tf
 
 from tf_largeconv import _args
@@ -43,18 +40,7 @@ def _insert_height(values, format_2d, height_value):
 def _window(value, name, format_2d):
   """`stride` or `dilations` (an int, or a list of 1 or 3 ints as tf.nn.conv1d takes) as
   the 4 ints of conv2d, 1 on the height axis."""
-  if value is None:
-    value = 1
-  if isinstance(value, numbers.Integral) and not isinstance(value, bool):
-    values = [value]
-  elif isinstance(value, collections.abc.Sized) and not isinstance(value, (str, bytes)):
-    values = list(value)
-  else:
-    raise ValueError(f"{name} must be an int or a list of 1 or 3 ints, got {name}={value!r}")
-  for v in values:
-    if not isinstance(v, numbers.Integral) or isinstance(v, bool):
-      raise ValueError(f"{name} must contain only ints, got {name}={value!r}")
-  values = [int(v) for v in values]
+  values = _args.window_values(1 if value is None else value, name, "1 or 3")
   if len(values) == 1:
     values = [1, values[0], 1] if format_2d == "NHWC" else [1, 1, values[0]]
   elif len(values) != 3:

@@ -82,7 +82,8 @@ def conv2d_transpose(input, filters, output_shape, strides, padding="SAME",  # p
       result = _tf_kernel(input, filters, output_shape, static, attrs)
     elif resolved == _args.PORTABLE:
       result = _portable(input, filters, output_shape, padding, attrs, workspace_limit)
-    elif resolved == "auto" and _prefers_tf_kernel(input, filters, static, attrs):
+    elif resolved == "auto" and planning.tf_kernel_preferred(
+        static, _known_shape(filters), input.dtype, input, attrs):
       # As conv2d: where the planner prefers TensorFlow's kernel for the conv2d this
       # transposes (small filters, many channels), it runs the whole transpose, gradients
       # included. The choice is made per image; an empty batch stays with the op.
@@ -99,17 +100,8 @@ def conv2d_transpose(input, filters, output_shape, strides, padding="SAME",  # p
     return result
 
 
-def _prefers_tf_kernel(input, filters, static, attrs):  # pylint: disable=redefined-builtin
-  """Whether 'auto' runs TensorFlow's kernel: as `planning.use_tf_kernel` decides for the
-  conv2d that this transposes (its input shaped output_shape), per image."""
-  if None in static[1:] or not filters.shape.is_fully_defined():
-    return False
-  device = "GPU" if planning.runs_on_gpu(input) else "CPU"
-  per_image, f_shape = [1] + static[1:], filters.shape.as_list()
-  if not planning.tf_kernel_eligible(per_image, f_shape, attrs, input.dtype, device):
-    return False
-  return planning.prefers_tf_kernel(tuple(per_image), tuple(f_shape), _args.attrs_key(attrs),
-                                    input.dtype.name, device)
+def _known_shape(t):
+  return t.shape.as_list() if t.shape.rank is not None else None
 
 
 def _tf_kernel(input, filters, output_shape, static, attrs):  # pylint: disable=redefined-builtin
@@ -117,11 +109,7 @@ def _tf_kernel(input, filters, output_shape, static, attrs):  # pylint: disable=
   always (XLA compiles it in every layout), otherwise where TensorFlow's kernels on the
   device support the configuration."""
   if not (_args.in_xla_context() or _loader.failure() is not None):
-    device = "GPU" if planning.runs_on_gpu(input) else "CPU"
-    known = [1 if v is None else v for v in static]
-    if (None in static[1:] or not filters.shape.is_fully_defined() or
-        not planning.tf_kernel_eligible(known, filters.shape.as_list(), attrs, input.dtype,
-                                        device)):
+    if not planning.tf_kernel_runs(static, _known_shape(filters), input.dtype, input, attrs):
       raise ValueError(
           "algorithm='tf' runs tf.nn.conv2d_transpose, which needs what TensorFlow's "
           "kernels support: a static output_shape (the batch may be unknown), no groups, "

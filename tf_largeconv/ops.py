@@ -149,9 +149,7 @@ def tf_padding(attrs):
 def _check_tf_kernel(x_shape, f_shape, dtype, placed, attrs):
   """Raises ValueError unless TensorFlow's own kernels take this convolution (shapes in
   data_format order, None where not known statically), as conv2d's 'tf' requires."""
-  device = "GPU" if planning.runs_on_gpu(placed) else "CPU"
-  if (x_shape is None or f_shape is None or None in x_shape or None in f_shape or
-      not planning.tf_kernel_eligible(list(x_shape), list(f_shape), attrs, dtype, device)):
+  if not planning.tf_kernel_runs(x_shape, f_shape, dtype, placed, attrs):
     raise ValueError(_TF_KERNEL_NEEDS)
 
 
@@ -248,7 +246,8 @@ def conv2d_backprop_input(input_sizes, filters, out_backprop, strides, padding,
     if attrs["algorithm"] == _args.PORTABLE:
       return _portable_backprop_input(input_sizes, filters, out_backprop, attrs)
     if attrs["algorithm"] == "tf":
-      sizes, f_shape = _static_list(input_sizes), filters.shape.as_list()
+      sizes = _static_list(input_sizes)
+      f_shape = filters.shape.as_list() if filters.shape.rank is not None else None
       if sizes is not None and len(sizes) == 2 and f_shape:  # batch and depth implied
         nchw = attrs["data_format"] == "NCHW"
         sizes = ([0, f_shape[2]] + sizes) if nchw else ([0] + sizes + [f_shape[2]])

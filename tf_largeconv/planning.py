@@ -206,22 +206,43 @@ def runs_on_gpu(tensor):
     return True
   if "CPU" in device:
     return False
+  return _gpu_visible()
+
+
+@functools.cache
+def _gpu_visible():
+  # Logical devices are fixed once TensorFlow's runtime is up; asked once, not per trace.
   return bool(tf.config.list_logical_devices("GPU"))
 
 
+def tf_kernel_runs(x_shape, f_shape, dtype, placed, attrs):
+  """Whether TensorFlow's own kernels, on the device an op taking `placed` runs on, can run
+  this convolution: shapes in data_format order (None, or None entries, where not known
+  statically; the batch may be unknown)."""
+  if x_shape is None or f_shape is None or None in x_shape[1:] or None in f_shape:
+    return False
+  device = "GPU" if runs_on_gpu(placed) else "CPU"
+  return tf_kernel_eligible([1] + list(x_shape[1:]), list(f_shape), attrs, dtype, device)
+
+
+def tf_kernel_preferred(x_shape, f_shape, dtype, placed, attrs):
+  """True where TensorFlow's kernels can run the convolution (`tf_kernel_runs`) and the
+  planner prefers them on that device: on the CPU small filters with many channels, where
+  oneDNN's tuned code wins; on a GPU, small and medium filters with many channels, where
+  cuDNN does. The batch size may be unknown: the choice does not depend on it."""
+  if not tf_kernel_runs(x_shape, f_shape, dtype, placed, attrs):
+    return False
+  device = "GPU" if runs_on_gpu(placed) else "CPU"
+  return prefers_tf_kernel((1,) + tuple(x_shape[1:]), tuple(f_shape), _args.attrs_key(attrs),
+                           dtype.name, device)
+
+
 def use_tf_kernel(input, filters, attrs):  # pylint: disable=redefined-builtin
-  """True where the planner, asked with static image and filter shapes, prefers
-  TensorFlow's own kernel on the device the op runs on: on the CPU small filters with many
-  channels, where oneDNN's tuned code wins; on a GPU, small and medium filters with many
-  channels, where cuDNN does. The batch size may be unknown: the choice is made per image."""
-  if input.shape.rank != 4 or not filters.shape.is_fully_defined():
+  """`tf_kernel_preferred` for conv2d's operands."""
+  if input.shape.rank != 4 or filters.shape.rank is None:
     return False
-  device = "GPU" if runs_on_gpu(input) else "CPU"
-  x_shape, f_shape = [1] + input.shape.as_list()[1:], filters.shape.as_list()
-  if None in x_shape or not tf_kernel_eligible(x_shape, f_shape, attrs, input.dtype, device):
-    return False
-  key = _args.attrs_key(attrs)
-  return prefers_tf_kernel(tuple(x_shape), tuple(f_shape), key, input.dtype.name, device)
+  return tf_kernel_preferred(input.shape.as_list(), filters.shape.as_list(), input.dtype,
+                             input, attrs)
 
 
 @functools.lru_cache(maxsize=1024)
