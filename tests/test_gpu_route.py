@@ -17,6 +17,7 @@ from tf_largeconv import planning
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "gpu"))
 from bench_cases import CASES  # noqa: E402  pylint: disable=g-import-not-at-top
+from bench_cases import STRIDES  # noqa: E402  pylint: disable=g-import-not-at-top
 
 
 def _measured():
@@ -37,7 +38,8 @@ MEASURED = _measured()
 
 def _route(name, algorithm="auto"):
   x_shape, w_shape, padding, _, dtype = CASES[name]
-  attrs = _args.conv_attrs([1, 1, 1, 1], padding, "NCHW", None, algorithm)
+  s = STRIDES.get(name, 1)
+  attrs = _args.conv_attrs([1, 1, s, s], padding, "NCHW", None, algorithm)
   image = (1,) + tuple(x_shape[1:])
   if not planning.tf_kernel_eligible(image, w_shape, attrs, tf.as_dtype(dtype), "GPU"):
     return None
@@ -62,7 +64,8 @@ def test_gpu_route_takes_the_faster_of_cudnn_and_ours_as_measured(name):
 def test_the_measurements_cover_both_routes():
   routes = {name: _route(name) for name in CASES}
   assert {n for n, r in routes.items() if r} == {"k3_train", "k7_train_f16", "k15_train_f16",
-                                                 "k31_c64_train", "k31_c64_train_f16"}
+                                                 "k31_c64_train", "k31_c64_train_f16",
+                                                 "transpose31_train"}
   assert routes["seed_forward"] is False and routes["k63_train"] is False
 
 

@@ -2,7 +2,9 @@
 them next to the measurements in docs/gpu/."""
 
 # name: (input NCHW, filter HWIO, padding, mode, dtype). Depthwise: filter in-depth 1 with
-# as many output channels as input channels.
+# as many output channels as input channels. Mode "transpose_train" is conv2d_transpose's
+# training step: the shapes are those of the conv2d it transposes (the input is the
+# transpose's output), at the stride STRIDES gives.
 CASES = {
     "seed_forward": ((200, 1, 321, 481), (135, 135, 1, 3), "VALID", "forward", "float32"),
     "seed_train": ((16, 1, 321, 481), (135, 135, 1, 3), "VALID", "train", "float32"),
@@ -22,4 +24,10 @@ CASES = {
     "k31_c64_train_f16": ((8, 64, 64, 64), (31, 31, 64, 64), "SAME", "train", "float16"),
     # conv1d's geometry (height 1): the issue's long-filter case, 4095 taps, 16 -> 16.
     "conv1d_4095_train": ((8, 16, 1, 65536), (1, 4095, 16, 16), "SAME", "train", "float32"),
+    # conv2d_transpose's bench case: (4, 128, 128, 32) -> (4, 256, 256, 16), 31x31, stride 2.
+    "transpose31_train": ((4, 16, 256, 256), (31, 31, 16, 32), "SAME", "transpose_train",
+                          "float32"),
 }
+
+# The stride of a case (both spatial axes); 1 where not listed.
+STRIDES = {"transpose31_train": 2}

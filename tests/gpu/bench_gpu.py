@@ -29,7 +29,9 @@ import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.dirname(HERE)]
+import torch_conv  # noqa: E402  pylint: disable=g-import-not-at-top
 from bench_cases import CASES  # noqa: E402  pylint: disable=g-import-not-at-top
+from bench_cases import STRIDES  # noqa: E402  pylint: disable=g-import-not-at-top
 from conftest import load_extension  # noqa: E402  pylint: disable=g-import-not-at-top
 
 MiB = 2**20
@@ -57,6 +59,11 @@ def _time(fn, repeats, budget_ms=3000.0):
 def _rel(a, b):
   a, b = a.double(), b.double()
   return (a - b).abs().max().item() / max(b.abs().max().item(), 1e-30)
+
+
+def _kwargs(algorithm, limit=-1):
+  return dict(data_format="NCHW", stream=torch.cuda.current_stream().cuda_stream,
+              algorithm=algorithm, workspace_limit=limit)
 
 
 class Case:
@@ -109,12 +116,8 @@ class Case:
     y.backward(self.dy)
     return y.detach(), xg.grad, wg.grad.permute(2, 3, 1, 0).contiguous()
 
-  def kwargs(self, algorithm, limit=-1):
-    return dict(data_format="NCHW", stream=torch.cuda.current_stream().cuda_stream,
-                algorithm=algorithm, workspace_limit=limit)
-
   def ours_step(self, algorithm, limit=-1):
-    kw, attrs = self.kwargs(algorithm, limit), ([1, 1, 1, 1], self.padding)
+    kw, attrs = _kwargs(algorithm, limit), ([1, 1, 1, 1], self.padding)
     self.ext.conv2d(self.x, self.w, self.y, *attrs, **kw)
     if self.train:
       self.ext.conv2d_backprop_input(self.w, self.dy, self.dx, *attrs, **kw)
@@ -137,8 +140,82 @@ class Case:
                             data_format="NCHW", dtype=str(self.dtype).replace("torch.", ""))[0]
     return forward["tf_faster"]
 
+  def results(self):
+    return (self.y, self.dx, self.dw) if self.train else (self.y,)
+
   def operand_bytes(self):
     tensors = [self.x, self.w, self.y] + ([self.dy, self.dx, self.dw] if self.train else [])
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+class TransposeCase:
+  """conv2d_transpose's training step, yt = conv2d_transpose(xt, w) at stride s: ours runs
+  the conv2d's input-gradient pass for yt, its forward pass over dyt for d xt and its
+  filter-gradient pass (dyt as the conv2d's input, xt as its output gradient) for d w;
+  torch runs conv_transpose2d (torch_conv.conv2d_transpose) with autograd."""
+
+  train = True
+
+  def __init__(self, ext, name):
+    y_shape, w_shape, self.padding, _, dtype = CASES[name]
+    self.ext, self.name, self.dtype = ext, name, getattr(torch, dtype)
+    self.stride = s = STRIDES.get(name, 1)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    dt = self.dtype
+    n, _, h, wd = y_shape
+    kh, kw, _, cout = w_shape
+    if self.padding == "SAME":
+      oh, ow = -(-h // s), -(-wd // s)
+    else:
+      oh, ow = (h - kh) // s + 1, (wd - kw) // s + 1
+    self.y_shape, self.out_hw = list(y_shape), (h, wd)
+    self.xt = torch.rand((n, cout, oh, ow), device="cuda", generator=gen).to(dt)
+    self.w = (torch.randn(w_shape, device="cuda", generator=gen) / (kh * kw)).to(dt)
+    self.dyt = torch.randn(y_shape, device="cuda", generator=gen).to(dt)
+    self.yt, self.dxt, self.dw = (torch.empty_like(self.dyt), torch.empty_like(self.xt),
+                                  torch.empty_like(self.w))
+    self.xg = self.xt.clone().requires_grad_(True)
+    self.wg = self.w.clone().requires_grad_(True)
+
+  def _torch_forward(self, xt, w):
+    return torch_conv.conv2d_transpose(xt, w, self.out_hw, self.stride, self.padding)
+
+  def torch_step(self):
+    self.xg.grad = self.wg.grad = None
+    self._torch_forward(self.xg, self.wg).backward(self.dyt)
+
+  def torch_results(self):
+    xg, wg = self.xt.clone().requires_grad_(True), self.w.clone().requires_grad_(True)
+    yt = self._torch_forward(xg, wg)
+    yt.backward(self.dyt)
+    return yt.detach(), xg.grad, wg.grad
+
+  def results(self):
+    return self.yt, self.dxt, self.dw
+
+  def _attrs(self):
+    return [1, 1, self.stride, self.stride], self.padding
+
+  def ours_step(self, algorithm, limit=-1):
+    kw, attrs = _kwargs(algorithm, limit), self._attrs()
+    self.ext.conv2d_backprop_input(self.w, self.xt, self.yt, *attrs, **kw)
+    self.ext.conv2d(self.dyt, self.w, self.dxt, *attrs, **kw)
+    self.ext.conv2d_backprop_filter(self.dyt, self.xt, self.dw, *attrs, **kw)
+
+  def _plans(self, shape, algorithm="auto", limit=-1):
+    return self.ext.plan(shape, list(self.w.shape), *self._attrs(), data_format="NCHW",
+                         algorithm=algorithm, workspace_limit=limit,
+                         dtype=str(self.dtype).replace("torch.", ""))
+
+  def plans(self, algorithm, limit=-1):
+    return self._plans(self.y_shape, algorithm, limit)
+
+  def routes_to_cudnn(self):
+    """As Case's: conv2d_transpose asks the route of the conv2d it transposes."""
+    return self._plans([self.ext.GPU_ROUTE_BATCH] + self.y_shape[1:])[0]["tf_faster"]
+
+  def operand_bytes(self):
+    tensors = [self.xt, self.w, self.yt, self.dyt, self.dxt, self.dw]
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
@@ -208,7 +285,7 @@ def main(argv=None):
         json.dump(results, f, indent=1)
 
   for name in args.cases:
-    case = Case(ext, name)
+    case = (TransposeCase if CASES[name][3] == "transpose_train" else Case)(ext, name)
     base = _torch(case, False, args.repeats)
     base.update(case=name, cudnn_ms=base["ms"][1])
     show(base)
@@ -227,7 +304,7 @@ def main(argv=None):
       except (ValueError, RuntimeError) as e:
         print(f"{name:20s}{'ours ' + algorithm:>16s}  failed: {e}", flush=True)
         continue
-      got = (case.y, case.dx, case.dw) if case.train else (case.y,)
+      got = case.results()
       row.update(case=name, cudnn_ms=base["ms"][1],
                  rel_err=max(_rel(a, b) for a, b in zip(got, ref)))
       show(row)

@@ -129,6 +129,40 @@ def test_1d_geometry_runs_single_row_transforms(cuda_ext, rng, fmt, dtype):
       assert (a - b).abs().max().item() <= 1e-4 * b.abs().max().item()
 
 
+@pytest.mark.parametrize("algorithm", ["direct", "fft"])
+@pytest.mark.parametrize("out_hw,padding", [((17, 20), "SAME"), ((16, 16), "SAME"),
+                                            ((18, 19), "VALID")])
+def test_transpose_step_matches_torch_conv_transpose2d(cuda_ext, algorithm, out_hw, padding):
+  """conv2d_transpose's training step as the op runs it on a GPU (the input-gradient pass
+  for the output, the forward pass and the filter-gradient pass for its gradients), stride
+  2, against torch's conv_transpose2d and autograd in float64: an oracle that shares no
+  code with the conv2d passes. Uneven SAME pads and a VALID remainder (TF's output_shape
+  freedom) included."""
+  gen = torch.Generator(device="cuda").manual_seed(1)
+  (h, wd), s, (kh, kw, cin, cout) = out_hw, 2, (9, 7, 3, 5)
+  oh, ow = ((-(-h // s), -(-wd // s)) if padding == "SAME" else
+            ((h - kh) // s + 1, (wd - kw) // s + 1))
+  f64 = dict(device="cuda", generator=gen, dtype=torch.float64)
+  xt, w = torch.randn((2, cout, oh, ow), **f64), torch.randn((kh, kw, cin, cout), **f64)
+  dyt = torch.randn((2, cin, h, wd), **f64)
+  xg, wg = xt.clone().requires_grad_(True), w.clone().requires_grad_(True)
+  yt = torch_conv.conv2d_transpose(xg, wg, out_hw, s, padding)
+  yt.backward(dyt)
+  refs = (yt.detach(), xg.grad, wg.grad)
+  x32, w32, dy32 = (t.float().contiguous() for t in (xt, w, dyt))
+  got = (torch.empty_like(dy32), torch.empty_like(x32), torch.empty_like(w32))
+  st, kwargs = [1, 1, s, s], dict(data_format="NCHW", algorithm=algorithm,
+                                  stream=torch.cuda.current_stream().cuda_stream)
+  cuda_ext.conv2d_backprop_input(w32, x32, got[0], st, padding, **kwargs)
+  cuda_ext.conv2d(dy32, w32, got[1], st, padding, **kwargs)
+  cuda_ext.conv2d_backprop_filter(dy32, x32, got[2], st, padding, **kwargs)
+  torch.cuda.synchronize()
+  for name, a, b in zip(("output", "d input", "d filter"), got, refs):
+    assert a.shape == b.shape, (name, a.shape, b.shape)
+    err = (a.double() - b).abs().max().item() / b.abs().max().item()
+    assert err <= 2e-5, (name, algorithm, err)
+
+
 def test_cufft_is_found_and_planned_for_the_seed_case(cuda_ext):
   info = cuda_ext.cufft()
   assert info["status"] == "", info

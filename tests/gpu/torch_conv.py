@@ -36,3 +36,19 @@ def conv2d_and_grads(x, w, dy, strides, padding, dilations, data_format):
   back = (lambda a: a) if data_format == "NCHW" else (lambda a: a.permute(0, 2, 3, 1))
   return (back(y.detach()).contiguous(), back(xn.grad).contiguous(),
           wo.grad.permute(2, 3, 1, 0).contiguous())
+
+
+def conv2d_transpose(x, w, out_hw, stride, padding):
+  """tf.nn.conv2d_transpose through torch's conv_transpose2d, for x NCHW and w HWIO of the
+  conv2d it transposes (w's out channels are x's): torch's output, cropped symmetrically
+  by the smaller of TF's two pads per axis, is cropped the rest of the way (TF's padding
+  may be uneven) and zero-extended where the conv2d's windows never reached (VALID with a
+  remainder), to the output size out_hw."""
+  h, wd = out_hw
+  kh, kw = w.shape[:2]
+  t, b, l, r = tf_pads(h, wd, kh, kw, (stride, stride), (1, 1), padding)
+  pt, pl = min(t, b), min(l, r)
+  y = F.conv_transpose2d(x, w.permute(3, 2, 0, 1), stride=stride, padding=(pt, pl))
+  t, l = t - pt, l - pl
+  y = F.pad(y, (0, max(l + wd - y.shape[3], 0), 0, max(t + h - y.shape[2], 0)))
+  return y[:, :, t:t + h, l:l + wd]

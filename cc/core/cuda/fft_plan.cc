@@ -35,13 +35,16 @@ constexpr double kDirectLaneTapsPerSec = 3.0e12;
 // Memory passes of one batched 2-D transform: a read and a write per dimension.
 constexpr double kTransformPasses = 4;
 // cuDNN as TensorFlow runs it (TF32 on for float32), fitted to the same H100 runs' cuDNN
-// steps: 150 TFLOP/s with 64x64 channel pairs per group, falling as sqrt(pairs) below
-// that (depthwise 31x31 and 51x51: 1.2-2.1 TFLOP/s measured, 2.3 modelled; seed forward
-// 4.1 measured and modelled; 63x63x16x16 TF32 36.7 measured, 37.5 modelled). Within 2x of
-// every measured cuDNN step except the two 3x3/7x7 ones it overrates (up to 3x); those
-// are where cuDNN wins by 5x anyway.
+// steps: 150 TFLOP/s once the wider of a group's channel counts (in or out) reaches 64,
+// falling in proportion below that. Measured and modelled TFLOP/s: 63x63x16x16 36.4 and
+// 37.5; 21x21x32x32 67 and 75; conv2d_transpose's 31x31 16->32 at stride 2 75 and 75 (the
+// one case that tells the wider count from the geometric mean of the two, which modelled
+// it at 53 and routed it wrongly); depthwise 31x31 and 51x51 1.2-2.1 and 2.3; seed forward
+// (1->3) 4.2 and 7.0. It overrates the 3x3/7x7 steps (up to 3x), where cuDNN wins by 5x
+// anyway, and the seed training step's 135x135 filter gradient (10x), where ours wins by
+// 200x.
 constexpr double kCudnnFlopsPerSec = 1.5e14;
-constexpr double kCudnnFullPairs = 64.0 * 64.0;
+constexpr double kCudnnFullChannels = 64.0;
 
 int64_t Align256(int64_t b) { return AlignUp(b, 256); }
 
@@ -94,8 +97,8 @@ double DirectSeconds(const ConvGeometry& g, ConvPass pass, const TileConfig& c, 
 
 // Cost-model seconds of cuDNN on a pass (all three passes do the same multiply-adds).
 double CudnnSeconds(const ConvGeometry& g) {
-  const double pairs = static_cast<double>(g.in_c_per_group()) * g.out_c_per_group();
-  const double efficiency = std::min(1.0, std::sqrt(pairs / kCudnnFullPairs));
+  const double wider = static_cast<double>(std::max(g.in_c_per_group(), g.out_c_per_group()));
+  const double efficiency = std::min(1.0, wider / kCudnnFullChannels);
   return 2.0 * g.macs() / (kCudnnFlopsPerSec * std::max(efficiency, 1e-3)) + kLaunchSec;
 }
 
