@@ -5,6 +5,7 @@ for forward passes), each case and implementation in a fresh process, same machi
   python -m tf_largeconv.bench --cases budget     # time against workspace_limit
   python -m tf_largeconv.bench --cases fold       # a folded linear block (bench_fold.py)
   python -m tf_largeconv.bench --cases portable   # the portable path and XLA (bench_portable.py)
+  python -m tf_largeconv.bench --cases sweep      # does "auto" pick the fastest? (bench_sweep.py)
 
 Prints a table of warm times (min over runs) and peak extra memory (process high-water
 mark above the inputs, /proc VmHWM), with ratios tf.nn.conv2d / tf_largeconv, and writes
@@ -254,7 +255,8 @@ def main(argv=None):
     return 0
 
   names = args.cases or (list(QUICK) if args.quick else list(CASES))
-  for sweep in ("budget", "fold", "portable"):  # case sets with their own tables (bench_*.py)
+  # Case sets with their own tables (bench_*.py).
+  for sweep in ("budget", "fold", "portable", "sweep"):
     if sweep in names:
       importlib.import_module(f"tf_largeconv.bench_{sweep}").main(args.out)
       names = [n for n in names if n != sweep]

@@ -1,0 +1,250 @@
+"""Planner sweep: does algorithm="auto" pick the fastest path across the space?
+
+  python -m tf_largeconv.bench --cases sweep [--out DIR]     # the default cells
+  python -m tf_largeconv.bench_sweep --full [--out DIR]      # every point of the grid
+
+Over filter sizes, input and output channels, batch and image sizes, forward passes and
+training steps (forward + both gradients), with one and with every intra-op thread, it
+times "auto" against each algorithm it chooses between ("direct", "fft", and TensorFlow's
+own kernel, tf.nn.conv2d, which is also the baseline), float32, SAME, stride 1, warm times
+interleaved (min over rounds). Each thread setting runs in a fresh process (TensorFlow
+fixes its pools at start).
+
+An algorithm whose modelled time (`plan()`'s estimated_seconds, summed over the passes a
+step runs) is over SKIP_FACTOR times the fastest modelled one is not timed (a direct sum
+of a 63x63 filter over 128 channels would take hours): the table marks it "-", and the
+verdicts count only what ran. Points whose fastest modelled step is over MAX_MODEL_S are
+left out of the grid.
+
+Prints one row per point (times, auto's choice per pass, auto / fastest, auto / TF) and a
+summary; writes DIR/sweep.json and DIR/sweep.png (heat maps of the worst auto / fastest and
+auto / TF per filter size and channel pair, forward and training step).
+"""
+
+import argparse
+import itertools
+import json
+import os
+import sys
+import time
+
+from tf_largeconv import _args
+from tf_largeconv import _measure
+from tf_largeconv import planning
+
+KS = (3, 7, 15, 31, 63)
+CHANNELS = ((1, 1), (1, 8), (8, 8), (8, 32), (32, 32), (32, 128), (128, 32), (128, 128))
+FULL_KS = (3, 5, 7, 9, 11, 15, 21, 31, 45, 63)
+FULL_CHANNELS = tuple(itertools.product((1, 8, 32, 128), repeat=2))
+SIZES = tuple(itertools.product((1, 8), (64, 128, 256, 512)))  # (batch, image side)
+MODES = ("forward", "train")
+ALGORITHMS = ("direct", "fft", "tf")
+SKIP_FACTOR = 6.0
+MAX_MODEL_S = 2.0
+MAX_INPUT_BYTES = 64 * 2**20
+SLOW_S = 0.5  # a call slower than this is timed once after its warm-up
+
+
+def grid(full=False):
+  """The sweep's points: (k, in channels, out channels, batch, side, mode). The default
+  takes one (batch, side) per (k, channels) cell, cycling through SIZES so that every size
+  appears; --full takes every combination. Inputs over MAX_INPUT_BYTES are left out."""
+  ks, channels = (FULL_KS, FULL_CHANNELS) if full else (KS, CHANNELS)
+  points = []
+  for mode in MODES:
+    for i, (k, (ci, co)) in enumerate(itertools.product(ks, channels)):
+      sizes = SIZES if full else [SIZES[(i + MODES.index(mode)) % len(SIZES)]]
+      for n, side in sizes:
+        if n * side * side * max(ci, co) * 4 <= MAX_INPUT_BYTES:
+          points.append((k, ci, co, n, side, mode))
+  return points
+
+
+def _modelled(lc, point):
+  """{algorithm: modelled seconds of the step, or None where it cannot run}."""
+  k, ci, co, n, side, mode = point
+  passes = lc.plan((n, side, side, ci), (k, k, ci, co), 1, "SAME").passes
+  passes = passes if mode == "train" else passes[:1]
+  out = {}
+  for a in ALGORITHMS:
+    times = [p.estimated_seconds[a] for p in passes]
+    out[a] = None if any(t is None for t in times) else sum(times)
+  return out
+
+
+def _step(lc, tf, x, w, mode, algorithm):
+  """One call of the step: tf.nn.conv2d for "tf", the op with `algorithm` otherwise."""
+  if algorithm == "tf":
+    conv = lambda a, b: tf.nn.conv2d(a, b, 1, "SAME")  # noqa: E731
+  else:
+    conv = lambda a, b: lc.conv2d(a, b, 1, "SAME", algorithm=algorithm)  # noqa: E731
+  if mode == "forward":
+    return lambda: conv(x, w).numpy()
+  dy = tf.ones(x.shape[:3] + w.shape[3:])  # SAME, stride 1: the output's shape
+
+  def train():
+    with tf.GradientTape() as tape:
+      tape.watch([x, w])
+      y = conv(x, w)
+    return [g.numpy() for g in tape.gradient(y, [x, w], output_gradients=dy)]
+
+  return train
+
+
+def _time_point(lc, tf, np, point, rounds=3):
+  """Times "auto" and every algorithm within SKIP_FACTOR of the fastest modelled one."""
+  k, ci, co, n, side, mode = point
+  rng = np.random.default_rng(0)
+  x = tf.constant(rng.random((n, side, side, ci), dtype=np.float32))
+  w = tf.constant((rng.standard_normal((k, k, ci, co)) / k).astype(np.float32))
+  model = _modelled(lc, point)
+  best_model = min(t for t in model.values() if t is not None)
+  run = ["auto"] + [a for a in ALGORITHMS
+                    if model[a] is not None and model[a] <= SKIP_FACTOR * best_model]
+  if "tf" not in run and model["tf"] is None:
+    run.append("tf")  # the baseline, always timed where the model has no figure for it
+  calls = {a: _step(lc, tf, x, w, mode, a) for a in run}
+  times = {}
+  for a, fn in calls.items():  # warm-up: plans, kernels, allocations
+    t0 = time.perf_counter()
+    fn()
+    times[a] = time.perf_counter() - t0
+  fast = [a for a in run if times[a] < SLOW_S]
+  times.update({a: _once(calls[a]) for a in run if a not in fast})
+  # Interleaved rounds (a slow spell of the machine hits every algorithm alike): at least
+  # `rounds`, more while they take under a second, at most 20.
+  start = time.perf_counter()
+  for i in range(20):
+    if i >= rounds and time.perf_counter() - start > 1.0:
+      break
+    for a in fast:
+      times[a] = min(times[a], _once(calls[a]))
+  plan = lc.plan((n, side, side, ci), (k, k, ci, co), 1, "SAME")
+  picks = [p.algorithm for p in plan.passes][:3 if mode == "train" else 1]
+  attrs = _args.conv_attrs(1, "SAME", "NHWC", None, "auto")
+  if planning.tf_kernel_preferred([n, side, side, ci], [k, k, ci, co], tf.float32, x, attrs):
+    picks = ["tf"] * len(picks)  # routed to TensorFlow's kernel, gradients included
+  return {"point": list(point), "seconds": times, "model": model, "picks": picks}
+
+
+def _once(fn):
+  t0 = time.perf_counter()
+  fn()
+  return time.perf_counter() - t0
+
+
+def _child(full, threads):
+  """Runs in a fresh process with `threads` intra-op threads: every point of the grid."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  tf.config.threading.set_intra_op_parallelism_threads(threads)
+  tf.config.threading.set_inter_op_parallelism_threads(1)
+
+  import tf_largeconv as lc  # pylint: disable=g-import-not-at-top
+  rows = []
+  for point in grid(full):
+    model = _modelled(lc, point)
+    if min(t for t in model.values() if t is not None) > MAX_MODEL_S:
+      continue
+    row = _time_point(lc, tf, np, point)
+    row["threads"] = threads
+    rows.append(row)
+    print(_format(row), file=sys.stderr, flush=True)
+  return rows
+
+
+def _verdict(row):
+  """(auto / fastest timed, auto / tf.nn.conv2d)."""
+  s = row["seconds"]
+  fastest = min(t for a, t in s.items() if a != "auto")
+  return s["auto"] / fastest, s["auto"] / s["tf"]
+
+
+def _format(row):
+  k, ci, co, n, side, mode = row["point"]
+  s = row["seconds"]
+  cells = "".join(f"{s[a] * 1e3:>10.1f}" if a in s else f"{'-':>10s}"
+                  for a in ("auto",) + ALGORITHMS)
+  best, vs_tf = _verdict(row)
+  return (f"{k:>4d}{ci:>5d}{co:>5d}{n:>4d}{side:>5d}{mode:>8s}{row['threads']:>3d}{cells}"
+          f"{'/'.join(p[0] for p in row['picks']):>7s}{best:>9.2f}{vs_tf:>8.2f}")
+
+
+HEADER = (f"{'k':>4s}{'in':>5s}{'out':>5s}{'n':>4s}{'side':>5s}{'mode':>8s}{'th':>3s}"
+          f"{'auto ms':>10s}{'direct':>10s}{'fft':>10s}{'tf':>10s}{'picks':>7s}"
+          f"{'a/best':>9s}{'a/tf':>8s}")
+
+
+def _plot(rows, path):
+  plt = _measure.pyplot()
+  if plt is None:
+    return
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  ks = sorted({r["point"][0] for r in rows})
+  chans = sorted({(r["point"][1], r["point"][2]) for r in rows})
+  fig, axes = plt.subplots(2, 2, figsize=(11, 8))
+  for col, mode in enumerate(MODES):
+    for row_i, (title, which) in enumerate((("auto / fastest", 0), ("auto / tf.nn.conv2d", 1))):
+      grid_ = np.full((len(chans), len(ks)), np.nan)
+      for r in rows:
+        k, ci, co, _, _, m = r["point"]
+        if m != mode:
+          continue
+        i, j = chans.index((ci, co)), ks.index(k)
+        v = _verdict(r)[which]
+        grid_[i, j] = v if np.isnan(grid_[i, j]) else max(grid_[i, j], v)
+      ax = axes[row_i][col]
+      im = ax.imshow(np.log2(grid_), cmap="RdYlGn_r", vmin=-2, vmax=2, aspect="auto")
+      for i, j in itertools.product(range(len(chans)), range(len(ks))):
+        if not np.isnan(grid_[i, j]):
+          ax.text(j, i, f"{grid_[i, j]:.2f}", ha="center", va="center", fontsize=7)
+      ax.set_xticks(range(len(ks)), [str(k) for k in ks])
+      ax.set_yticks(range(len(chans)), [f"{a}->{b}" for a, b in chans])
+      ax.set_xlabel("filter size")
+      ax.set_ylabel("channels")
+      ax.set_title(f"{mode}: {title} (worst over sizes, threads)", fontsize=9)
+      fig.colorbar(im, ax=ax, label="log2 ratio")
+  fig.tight_layout()
+  fig.savefig(path, dpi=100)
+  print(f"wrote {path}")
+
+
+def main(out_dir, full=False):
+  threads_all = len(os.sched_getaffinity(0))
+  rows = []
+  print(HEADER)
+  for threads in sorted({1, threads_all}):
+    got = _measure.run_child(["-m", "tf_largeconv.bench_sweep", "--child", str(threads)] +
+                             (["--full"] if full else []), timeout=6 * 3600)
+    if "error" in got:
+      print(f"{threads} thread(s): {got['error']}")
+      continue
+    for row in got["rows"]:
+      print(_format(row))
+    rows += got["rows"]
+  if not rows:
+    return 1
+  verdicts = [_verdict(r) for r in rows]
+  within = sum(b <= 1.1 for b, _ in verdicts)
+  no_slower = sum(t <= 1.1 for _, t in verdicts)
+  print(f"\n{len(rows)} points: auto within 10% of the fastest at {within}, no more than 10% "
+        f"slower than tf.nn.conv2d at {no_slower}; worst auto / fastest "
+        f"{max(b for b, _ in verdicts):.2f}, worst auto / tf {max(t for _, t in verdicts):.2f}")
+  os.makedirs(out_dir, exist_ok=True)
+  with open(os.path.join(out_dir, "sweep.json"), "w", encoding="ascii") as f:
+    json.dump(rows, f, indent=1)
+  print(f"wrote {os.path.join(out_dir, 'sweep.json')}")
+  _plot(rows, os.path.join(out_dir, "sweep.png"))
+  return 0
+
+
+if __name__ == "__main__":
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--full", action="store_true", help="every point of the grid")
+  parser.add_argument("--out", default="bench_out")
+  parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
+  args = parser.parse_args()
+  if args.child:
+    print(json.dumps({"rows": _child(args.full, args.child)}))
+  else:
+    sys.exit(main(args.out, args.full))
