@@ -11,14 +11,17 @@ interleaved (min over rounds). Each thread setting runs in a fresh process (Tens
 fixes its pools at start).
 
 An algorithm whose modelled time (`plan()`'s estimated_seconds, summed over the passes a
-step runs) is over SKIP_FACTOR times the fastest modelled one is not timed (a direct sum
-of a 63x63 filter over 128 channels would take hours): the table marks it "-", and the
-verdicts count only what ran. Points whose fastest modelled step is over MAX_MODEL_S are
-left out of the grid.
+step runs; for TF's kernel where the planner does not weigh it, its FLOPs at
+TF_FLOPS_PER_S) is over SKIP_FACTOR times the fastest modelled one is not timed (a direct
+sum of a 63x63 filter over 128 channels would take hours): the table marks it "-", and
+the verdicts count only what ran. Steps modelled under ALWAYS_TIMED_S always run. Points
+whose fastest modelled step is over MAX_MODEL_S are left out of the grid.
 
-Prints one row per point (times, auto's choice per pass, auto / fastest, auto / TF) and a
-summary; writes DIR/sweep.json and DIR/sweep.png (heat maps of the worst auto / fastest and
-auto / TF per filter size and channel pair, forward and training step).
+A step that runs out of memory (TF's kernel, on large filters) is marked "oom" and counts
+as slower than auto. Prints one row per point (times, auto's choice per pass, auto /
+fastest, auto / TF) and a summary; writes DIR/sweep.json and DIR/sweep.png (heat maps of
+the worst auto / fastest and auto / TF per filter size and channel pair, forward and
+training step).
 """
 
 import argparse
@@ -40,8 +43,12 @@ SIZES = tuple(itertools.product((1, 8), (64, 128, 256, 512)))  # (batch, image s
 MODES = ("forward", "train")
 ALGORITHMS = ("direct", "fft", "tf")
 SKIP_FACTOR = 6.0
+ALWAYS_TIMED_S = 0.01  # modelled steps this short are timed whatever the others' models
 MAX_MODEL_S = 2.0
 MAX_INPUT_BYTES = 64 * 2**20
+# tf.nn.conv2d's rate on this machine's class of CPU, roughly, for the skip rule where the
+# planner does not weigh TF's kernel (large filters, groups).
+TF_FLOPS_PER_S = 5e10
 SLOW_S = 0.5  # a call slower than this is timed once after its warm-up
 
 
@@ -68,7 +75,9 @@ def _modelled(lc, point):
   out = {}
   for a in ALGORITHMS:
     times = [p.estimated_seconds[a] for p in passes]
-    out[a] = None if any(t is None for t in times) else sum(times)
+    if a == "tf" and None in times:  # the planner does not weigh TF's kernel here
+      times = [p.flops / TF_FLOPS_PER_S for p in passes]
+    out[a] = None if None in times else sum(times)
   return out
 
 
@@ -99,16 +108,17 @@ def _time_point(lc, tf, np, point, rounds=3):
   w = tf.constant((rng.standard_normal((k, k, ci, co)) / k).astype(np.float32))
   model = _modelled(lc, point)
   best_model = min(t for t in model.values() if t is not None)
-  run = ["auto"] + [a for a in ALGORITHMS
-                    if model[a] is not None and model[a] <= SKIP_FACTOR * best_model]
-  if "tf" not in run and model["tf"] is None:
-    run.append("tf")  # the baseline, always timed where the model has no figure for it
+  run = ["auto"] + [a for a in ALGORITHMS if model[a] is not None and
+                    model[a] <= max(SKIP_FACTOR * best_model, ALWAYS_TIMED_S)]
   calls = {a: _step(lc, tf, x, w, mode, a) for a in run}
-  times = {}
-  for a, fn in calls.items():  # warm-up: plans, kernels, allocations
-    t0 = time.perf_counter()
-    fn()
-    times[a] = time.perf_counter() - t0
+  times, failed = {}, {}
+  for a, fn in list(calls.items()):  # warm-up: plans, kernels, allocations
+    try:
+      times[a] = _once(fn)
+    except tf.errors.ResourceExhaustedError:  # TF's im2col buffers, mostly
+      failed[a] = "out of memory"
+      del calls[a]
+  run = list(calls)
   fast = [a for a in run if times[a] < SLOW_S]
   times.update({a: _once(calls[a]) for a in run if a not in fast})
   # Interleaved rounds (a slow spell of the machine hits every algorithm alike): at least
@@ -124,7 +134,8 @@ def _time_point(lc, tf, np, point, rounds=3):
   attrs = _args.conv_attrs(1, "SAME", "NHWC", None, "auto")
   if planning.tf_kernel_preferred([n, side, side, ci], [k, k, ci, co], tf.float32, x, attrs):
     picks = ["tf"] * len(picks)  # routed to TensorFlow's kernel, gradients included
-  return {"point": list(point), "seconds": times, "model": model, "picks": picks}
+  return {"point": list(point), "seconds": times, "failed": failed, "model": model,
+          "picks": picks}
 
 
 def _once(fn):
@@ -154,20 +165,24 @@ def _child(full, threads):
 
 
 def _verdict(row):
-  """(auto / fastest timed, auto / tf.nn.conv2d)."""
+  """(auto / fastest timed, auto / tf.nn.conv2d: 0 where TF ran out of memory, None where
+  it was not timed)."""
   s = row["seconds"]
   fastest = min(t for a, t in s.items() if a != "auto")
-  return s["auto"] / fastest, s["auto"] / s["tf"]
+  if "tf" in row["failed"]:
+    return s["auto"] / fastest, 0.0
+  return s["auto"] / fastest, s["auto"] / s["tf"] if "tf" in s else None
 
 
 def _format(row):
   k, ci, co, n, side, mode = row["point"]
   s = row["seconds"]
-  cells = "".join(f"{s[a] * 1e3:>10.1f}" if a in s else f"{'-':>10s}"
-                  for a in ("auto",) + ALGORITHMS)
+  cells = "".join(f"{s[a] * 1e3:>10.1f}" if a in s else
+                  f"{'oom' if a in row['failed'] else '-':>10s}" for a in ("auto",) + ALGORITHMS)
   best, vs_tf = _verdict(row)
+  vs_tf = f"{vs_tf:>8.2f}" if vs_tf is not None else f"{'-':>8s}"
   return (f"{k:>4d}{ci:>5d}{co:>5d}{n:>4d}{side:>5d}{mode:>8s}{row['threads']:>3d}{cells}"
-          f"{'/'.join(p[0] for p in row['picks']):>7s}{best:>9.2f}{vs_tf:>8.2f}")
+          f"{'/'.join(p[0] for p in row['picks']):>7s}{best:>9.2f}{vs_tf}")
 
 
 HEADER = (f"{'k':>4s}{'in':>5s}{'out':>5s}{'n':>4s}{'side':>5s}{'mode':>8s}{'th':>3s}"
@@ -192,6 +207,8 @@ def _plot(rows, path):
           continue
         i, j = chans.index((ci, co)), ks.index(k)
         v = _verdict(r)[which]
+        if v is None:
+          continue
         grid_[i, j] = v if np.isnan(grid_[i, j]) else max(grid_[i, j], v)
       ax = axes[row_i][col]
       im = ax.imshow(np.log2(grid_), cmap="RdYlGn_r", vmin=-2, vmax=2, aspect="auto")
@@ -225,11 +242,11 @@ def main(out_dir, full=False):
   if not rows:
     return 1
   verdicts = [_verdict(r) for r in rows]
-  within = sum(b <= 1.1 for b, _ in verdicts)
-  no_slower = sum(t <= 1.1 for _, t in verdicts)
-  print(f"\n{len(rows)} points: auto within 10% of the fastest at {within}, no more than 10% "
-        f"slower than tf.nn.conv2d at {no_slower}; worst auto / fastest "
-        f"{max(b for b, _ in verdicts):.2f}, worst auto / tf {max(t for _, t in verdicts):.2f}")
+  vs_tf = [t for _, t in verdicts if t is not None]
+  print(f"\n{len(rows)} points: auto within 10% of the fastest timed at "
+        f"{sum(b <= 1.1 for b, _ in verdicts)} (worst {max(b for b, _ in verdicts):.2f}); "
+        f"TF timed at {len(vs_tf)}, auto no more than 10% slower than it at "
+        f"{sum(t <= 1.1 for t in vs_tf)} (worst {max(vs_tf, default=0):.2f})")
   os.makedirs(out_dir, exist_ok=True)
   with open(os.path.join(out_dir, "sweep.json"), "w", encoding="ascii") as f:
     json.dump(rows, f, indent=1)
