@@ -226,15 +226,15 @@ def _plot(rows, path):
   print(f"wrote {path}")
 
 
-def main(out_dir, full=False):
-  threads_all = len(os.sched_getaffinity(0))
+def main(out_dir, full=False, threads=None):
+  """Runs the sweep with each thread setting (default: one thread and every core)."""
   rows = []
   print(HEADER)
-  for threads in sorted({1, threads_all}):
-    got = _measure.run_child(["-m", "tf_largeconv.bench_sweep", "--child", str(threads)] +
+  for n in threads or sorted({1, len(os.sched_getaffinity(0))}):
+    got = _measure.run_child(["-m", "tf_largeconv.bench_sweep", "--child", str(n)] +
                              (["--full"] if full else []), timeout=6 * 3600)
     if "error" in got:
-      print(f"{threads} thread(s): {got['error']}")
+      print(f"{n} thread(s): {got['error']}")
       continue
     for row in got["rows"]:
       print(_format(row))
@@ -259,9 +259,11 @@ if __name__ == "__main__":
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--full", action="store_true", help="every point of the grid")
   parser.add_argument("--out", default="bench_out")
+  parser.add_argument("--threads", type=int, nargs="*",
+                      help="intra-op thread settings (default: 1 and every core)")
   parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
   args = parser.parse_args()
   if args.child:
     print(json.dumps({"rows": _child(args.full, args.child)}))
   else:
-    sys.exit(main(args.out, args.full))
+    sys.exit(main(args.out, args.full, args.threads))
