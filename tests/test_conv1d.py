@@ -200,6 +200,28 @@ def test_1d_plans_single_row_transforms_with_large_tiles(limit):
   assert [pp.algorithm for pp in auto.passes] == ["fft"] * 3, auto
 
 
+@pytest.mark.parametrize("case", [
+    ((3, 5000, 2), (301, 2, 3), 1, "SAME", 1),
+    ((3, 5000, 2), (301, 2, 3), 2, "VALID", 2),
+    ((3, 6000, 2), (257, 2, 3), 2, "SAME", 1),
+])
+def test_fft_batches_runs_of_tiles_across_images(rng, case):
+  """Rows of height 1 are transformed several tiles per call (vec_block), runs that cross
+  from one image into the next and a shorter last run included (9 tiles in runs of 8),
+  for the forward and input-gradient passes, against the oracle."""
+  x_shape, w_shape, stride, padding, dilation = case
+  plan = lc.plan_conv1d(x_shape, w_shape, stride, padding, dilations=dilation)
+  for pp in plan.passes[:2]:
+    tiles = x_shape[0] * pp.tiles[1]
+    assert pp.algorithm == "fft" and pp.vec_block > 1, pp
+    assert pp.tiles[1] % pp.vec_block and tiles % pp.vec_block, (pp, tiles)
+  ref = Conv1D(x_shape, w_shape, stride, padding, dilation)
+  x, w = rng.standard_normal(x_shape), rng.standard_normal(w_shape)
+  dy = rng.standard_normal(ref.output_shape())
+  y, dx, dw = _passes(x, w, dy, stride, padding, "NWC", dilation, "fft")
+  check_passes(ref, "float64", x, w, dy, y, dx, dw, "tile runs")
+
+
 def test_1d_fft_refuses_a_limit_below_its_smallest_plan():
   with pytest.raises(ValueError, match="workspace_limit"):
     lc.plan_conv1d(*BENCH, algorithm="fft", workspace_limit=100_000)

@@ -304,10 +304,28 @@ struct Correlation {
   };
 
   // One block of work: gb groups from g0 (several only when whole groups fit a block), and
-  // destination channels [ob0, ob0 + ob) of each; vb groups share one batched transform.
+  // destination channels [ob0, ob0 + ob) of each; vb groups share one batched transform,
+  // or, with `tiles` (one group), vb consecutive tiles of an image do.
   struct Block {
     int64_t g0, gb, ob0, ob, per_group, vb;
+    bool tiles;
   };
+
+  // One item of a slot: nb batched planes, plane j holding group gi0 + j of tile `tile`
+  // of image n; or with `tiles`, group gi0 of the j-th tile counted on from that one
+  // through the batch (per_image tiles an image).
+  struct Item {
+    int64_t gi0, nb, n, tile, per_image;
+    bool tiles;
+    int64_t group(int64_t j) const { return tiles ? gi0 : gi0 + j; }
+    int64_t image(int64_t j) const { return tiles ? n + (tile + j) / per_image : n; }
+    int64_t tile_of(int64_t j) const { return tiles ? (tile + j) % per_image : tile; }
+  };
+
+  // The first dense position (row, column) of tile `tile`.
+  std::pair<int64_t, int64_t> TileOrigin(int64_t tile) const {
+    return {tile / t.tiles_w * t.tile_h, tile % t.tiles_w * t.tile_w};
+  }
 
   Frame MakeFrame(void* workspace) const {
     Frame f;
@@ -339,18 +357,34 @@ struct Correlation {
       const int64_t gb = std::min(gblock, g.groups - g0);
       for (int64_t ob0 = 0; ob0 < f.dcpg; ob0 += c.out_block) {
         const int64_t ob = std::min(c.out_block, f.dcpg - ob0);
-        const Block b{g0, gb,          ob0,
-                      ob, f.scpg * ob, std::max<int64_t>(1, std::min(c.vec_block, gb))};
+        // vec_block batches groups, or for a single group consecutive tiles (the planner's
+        // choice for rows of height 1, whose transforms vectorise across the batch).
+        const bool tiles = g.groups == 1 && c.vec_block > 1;
+        const int64_t all_tiles = g.batch * per_image;
+        const int64_t vb = std::max<int64_t>(1, std::min(c.vec_block, tiles ? all_tiles : gb));
+        const Block b{g0, gb, ob0, ob, f.scpg * ob, vb, tiles};
         TransformFilters(f, b, pf);
+        const double tile_cost = f.fft_cost * (f.scpg + ob) + 8.0 * f.l.bins * f.scpg * ob;
+        if (tiles) {  // an item is vb consecutive tiles of the batch
+          RunSlots(pf, c.slots, CeilDiv(all_tiles, vb), tile_cost * vb,
+                   [&](int64_t slot, int64_t item) {
+                     const int64_t first = item * vb;
+                     CorrelateTile(f, b, slot,
+                                   Item{0, std::min(vb, all_tiles - first), first / per_image,
+                                        first % per_image, per_image, true});
+                   });
+          continue;
+        }
         // An item is up to vb groups of one tile of one image. Group runs vary fastest, so
         // one image's tile is reused from cache by all of them.
-        const int64_t group_runs = CeilDiv(gb, b.vb);
-        const double tile_cost = f.fft_cost * (f.scpg + ob) + 8.0 * f.l.bins * f.scpg * ob;
-        RunSlots(pf, c.slots, group_runs * g.batch * per_image, tile_cost * b.vb,
+        const int64_t group_runs = CeilDiv(gb, vb);
+        RunSlots(pf, c.slots, group_runs * all_tiles, tile_cost * vb,
                  [&](int64_t slot, int64_t item) {
-                   const int64_t gi0 = item % group_runs * b.vb;
+                   const int64_t gi0 = item % group_runs * vb;
                    item /= group_runs;
-                   CorrelateTile(f, b, slot, gi0, item / per_image, item % per_image);
+                   CorrelateTile(f, b, slot,
+                                 Item{gi0, std::min(vb, gb - gi0), item / per_image,
+                                      item % per_image, per_image, false});
                  });
       }
     }
@@ -367,13 +401,10 @@ struct Correlation {
     });
   }
 
-  // Phase 2, one item: groups [gi0, gi0 + vb) of the block, tile `tile` of image n.
-  void CorrelateTile(const Frame& f, const Block& b, int64_t slot, int64_t gi0, int64_t n,
-                     int64_t tile) const {
-    const int64_t nb = std::min(b.vb, b.gb - gi0);
-    const int64_t p0_h = tile / t.tiles_w * t.tile_h, p0_w = tile % t.tiles_w * t.tile_w;
-    AccumulateSources(f, b, slot, gi0, nb, n, p0_h, p0_w);
-    StoreTile(f, b, slot, gi0, nb, n, p0_h, p0_w);
+  // Phase 2, one item.
+  void CorrelateTile(const Frame& f, const Block& b, int64_t slot, const Item& it) const {
+    AccumulateSources(f, b, slot, it);
+    StoreTile(f, b, slot, it);
   }
 
   // Slot spectra: [0, vb) source transforms, then vb per destination channel k.
@@ -381,37 +412,74 @@ struct Correlation {
     return f.ws.spectrum(slot, b.vb + k * b.vb + j);
   }
 
+  // Loads source channel sc of the item's planes into the slot's real planes; returns the
+  // rows that hold data in any of them.
+  RowRange LoadSources(const Frame& f, const Block& b, int64_t slot, const Item& it,
+                       int64_t sc) const {
+    const auto load = [&](int64_t j, int64_t planes) {
+      const auto [p0_h, p0_w] = TileOrigin(it.tile_of(j));
+      return LoadTiles(f.ws.real(slot, j), f.real_stride, planes, f.scpg * SourceChannelStride(),
+                       f.fh, f.fw, SourcePlane(it.image(j), (b.g0 + it.group(j)) * f.scpg + sc),
+                       p0_h + f.off_h + t.shift_h, p0_w + f.off_w + t.shift_w, f.fh, f.fw);
+    };
+    if (!it.tiles) return load(0, it.nb);  // consecutive groups at one tile: one pass
+    RowRange all;
+    for (int64_t j = 0; j < it.nb; ++j) {  // tiles start at different places: one each
+      const RowRange r = load(j, 1);
+      if (r.last <= r.first) continue;
+      all.first = all.last > all.first ? std::min(all.first, r.first) : r.first;
+      all.last = std::max(all.last, r.last);
+    }
+    return all;
+  }
+
   // Transforms each source channel's tile and accumulates its products with the filter
   // spectra into the destination channels' spectra.
-  void AccumulateSources(const Frame& f, const Block& b, int64_t slot, int64_t gi0, int64_t nb,
-                         int64_t n, int64_t p0_h, int64_t p0_w) const {
+  void AccumulateSources(const Frame& f, const Block& b, int64_t slot, const Item& it) const {
     C* x = f.ws.spectrum(slot, 0);
     for (int64_t k = 0; k < b.ob; ++k) {
-      for (int64_t j = 0; j < nb; ++j) {
+      for (int64_t j = 0; j < it.nb; ++j) {
         C* acc = Accumulator(f, b, slot, k, j);
         std::fill(acc, acc + f.l.bins, C(0));
       }
     }
-    const int64_t src_plane_stride = f.scpg * SourceChannelStride();
     for (int64_t sc = 0; sc < f.scpg; ++sc) {
-      const RowRange data =
-          LoadTiles(f.ws.real(slot), f.real_stride, nb, src_plane_stride, f.fh, f.fw,
-                    SourcePlane(n, (b.g0 + gi0) * f.scpg + sc), p0_h + f.off_h + t.shift_h,
-                    p0_w + f.off_w + t.shift_w, f.fh, f.fw);
-      R2CBatch(f.ws.real(slot), x, nb, f.real_stride, f.spec_stride, f.fh, f.fw, data);
-      for (int64_t j = 0; j < nb; ++j) {
+      const RowRange data = LoadSources(f, b, slot, it, sc);
+      R2CBatch(f.ws.real(slot), x, it.nb, f.real_stride, f.spec_stride, f.fh, f.fw, data);
+      for (int64_t j = 0; j < it.nb; ++j) {
         for (int64_t k = 0; k < b.ob; ++k) {
           MacConj(Accumulator(f, b, slot, k, j), x + j * f.spec_stride,
-                  f.ws.shared((gi0 + j) * b.per_group + sc * b.ob + k), f.l.bins);
+                  f.ws.shared(it.group(j) * b.per_group + sc * b.ob + k), f.l.bins);
         }
       }
     }
   }
 
-  // Inverse-transforms each destination channel's spectra and stores the tile's wanted
+  // Inverse-transforms each destination channel's spectra and stores the item's wanted
   // (strided) outputs.
-  void StoreTile(const Frame& f, const Block& b, int64_t slot, int64_t gi0, int64_t nb, int64_t n,
-                 int64_t p0_h, int64_t p0_w) const {
+  void StoreTile(const Frame& f, const Block& b, int64_t slot, const Item& it) const {
+    int64_t rows = 0;  // the most any of the item's tiles keeps
+    for (int64_t j = 0; j < (it.tiles ? it.nb : 1); ++j) {
+      rows = std::max(rows, std::min(t.tile_h, t.dense_h - TileOrigin(it.tile_of(j)).first));
+    }
+    for (int64_t k = 0; k < b.ob; ++k) {
+      C2RBatch(Accumulator(f, b, slot, k, 0), f.ws.real(slot), it.nb, f.real_stride, f.spec_stride,
+               f.fh, f.fw, -t.shift_h, rows);
+      if (!it.tiles) {
+        StorePlanes(f, b, slot, 0, it.nb, it.gi0, it.n, it.tile, k);
+        continue;
+      }
+      for (int64_t j = 0; j < it.nb; ++j) {
+        StorePlanes(f, b, slot, j, 1, it.gi0, it.image(j), it.tile_of(j), k);
+      }
+    }
+  }
+
+  // Stores destination channel k of `planes` inverse-transformed real planes from the
+  // slot's plane `plane0` on (consecutive groups from gi0) as tile `tile` of image n.
+  void StorePlanes(const Frame& f, const Block& b, int64_t slot, int64_t plane0, int64_t planes,
+                   int64_t gi0, int64_t n, int64_t tile, int64_t k) const {
+    const auto [p0_h, p0_w] = TileOrigin(tile);
     const int64_t rows = std::min(t.tile_h, t.dense_h - p0_h);
     const int64_t cols = std::min(t.tile_w, t.dense_w - p0_w);
     int64_t c0 = 0;
@@ -423,30 +491,26 @@ struct Correlation {
     // transform size (the shift is 0 except for a wrap-around single tile).
     const int64_t col0 = Mod(c0 - t.shift_w, f.fw);
     const bool no_wrap = col0 + (count - 1) * f.out_sw < f.fw;
-    for (int64_t k = 0; k < b.ob; ++k) {
-      C2RBatch(Accumulator(f, b, slot, k, 0), f.ws.real(slot), nb, f.real_stride, f.spec_stride,
-               f.fh, f.fw, -t.shift_h, rows);
-      T* out = dst + n * f.ds.n + ((b.g0 + gi0) * f.dcpg + b.ob0 + k) * f.ds.c;
-      for (int64_t r = 0; r < rows; ++r) {
-        const int64_t p = p0_h + r;
-        if (p % f.out_sh != 0) continue;
-        T* orow = out + (p / f.out_sh) * f.ds.h + ow0 * f.ds.w;
-        const R* in = f.ws.real(slot) + Mod(r - t.shift_h, f.fh) * f.fw;
-        if (no_wrap && nb == 1 && f.out_sw == 1 && f.ds.w == 1) {
-          for (int64_t q = 0; q < count; ++q) orow[q] = Store<T>(in[col0 + q]);
-          continue;
-        }
-        // Plane by plane: reads run along each plane's row, and the output row (all
-        // batched channels) stays in L1 across the planes.
-        for (int64_t j = 0; j < nb; ++j) {
-          T* o = orow + j * dst_plane_stride;
-          const R* v = in + j * f.real_stride;
-          int64_t col = col0;
-          for (int64_t q = 0; q < count; ++q) {
-            o[q * f.ds.w] = Store<T>(v[col]);
-            col += f.out_sw;
-            if (col >= f.fw) col -= f.fw;
-          }
+    T* out = dst + n * f.ds.n + ((b.g0 + gi0) * f.dcpg + b.ob0 + k) * f.ds.c;
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t p = p0_h + r;
+      if (p % f.out_sh != 0) continue;
+      T* orow = out + (p / f.out_sh) * f.ds.h + ow0 * f.ds.w;
+      const R* in = f.ws.real(slot, plane0) + Mod(r - t.shift_h, f.fh) * f.fw;
+      if (no_wrap && planes == 1 && f.out_sw == 1 && f.ds.w == 1) {
+        for (int64_t q = 0; q < count; ++q) orow[q] = Store<T>(in[col0 + q]);
+        continue;
+      }
+      // Plane by plane: reads run along each plane's row, and the output row (all
+      // batched channels) stays in L1 across the planes.
+      for (int64_t j = 0; j < planes; ++j) {
+        T* o = orow + j * dst_plane_stride;
+        const R* v = in + j * f.real_stride;
+        int64_t col = col0;
+        for (int64_t q = 0; q < count; ++q) {
+          o[q * f.ds.w] = Store<T>(v[col]);
+          col += f.out_sw;
+          if (col >= f.fw) col -= f.fw;
         }
       }
     }

@@ -31,6 +31,16 @@ constexpr double kDirectMaxFlopsPerSec = 40e9;
 constexpr double kSecondsPerTransformPoint = 2.3e-9;
 constexpr double kSecondsPerTransform = 2.6e-6;
 constexpr double kSecondsPerComplexMac = 0.56e-9;
+// Rows of height 1 (conv1d's transforms) are 1-D transforms, which DUCC vectorises across
+// the rows of one call, not within a row: measured per point against a 2-D transform's,
+// one or two rows at a time cost 4.7x, four 2.2x, eight 1.4x, and 1.3x more again for
+// rows longer than 16384 (out of L2 eight at a time).
+constexpr int64_t kLineBlock = 8;
+double LinePointFactor(const FftConfig& c) {
+  if (c.fft_h != 1) return 1;
+  const double lines = c.vec_block >= kLineBlock ? 1.4 : c.vec_block >= 4 ? 2.2 : 4.7;
+  return lines * (c.fft_w > 16384 ? 1.3 : 1.0);
+}
 // TensorFlow's oneDNN kernels reach ~150 GFLOP/s per core with many channels, far less with
 // few (measured ~40 GFLOP/s per core with 1 input and 3 output channels).
 constexpr double kTfFlopsPerSec = 150e9;
@@ -50,7 +60,9 @@ int64_t ParallelItems(const ConvGeometry& g, ConvPass pass, const FftConfig& c) 
     return CeilDiv(g.groups, std::max<int64_t>(1, c.vec_block)) *
            CeilDiv(g.in_c_per_group(), c.in_block) * CeilDiv(g.out_c_per_group(), c.out_block);
   }
-  return g.batch * t.tiles_h * t.tiles_w * std::max<int64_t>(1, c.group_block);
+  const int64_t tiles = g.batch * t.tiles_h * t.tiles_w;
+  if (g.groups == 1 && c.vec_block > 1) return CeilDiv(tiles, c.vec_block);  // runs of tiles
+  return tiles * std::max<int64_t>(1, c.group_block);
 }
 
 // The work of an FFT configuration as the cost model counts it.
@@ -71,8 +83,8 @@ double FftCost(const ConvGeometry& g, ConvPass pass, const FftConfig& c, double*
   const FftWork w = CountFftWork(g, pass, c);
   const double n = static_cast<double>(c.fft_h) * c.fft_w;
   *flops = w.transform_points * 2.5 * std::log2(std::max(n, 2.0)) + 8.0 * w.complex_macs;
-  return kSecondsPerTransformPoint * w.transform_points + kSecondsPerTransform * w.transforms +
-         kSecondsPerComplexMac * w.complex_macs;
+  return kSecondsPerTransformPoint * LinePointFactor(c) * w.transform_points +
+         kSecondsPerTransform * w.transforms + kSecondsPerComplexMac * w.complex_macs;
 }
 
 // The parallelism a transform size is chosen for (see PlanPass): two threads. Tiles cut
@@ -172,6 +184,13 @@ bool FitBlocks(const ConvGeometry& g, ConvPass pass, int64_t limit, int real_byt
   c->out_block = 1;
   if (!fits()) return false;
   c->out_block = LargestFitting(dest, &c->out_block, fits);
+  if (g.groups == 1 && c->fft_h == 1) {  // rows of height 1: batch tiles (LinePointFactor)
+    const int64_t tiles = g.batch * c->tiling.tiles_h * c->tiling.tiles_w;
+    for (c->vec_block = std::min(kLineBlock, tiles); c->vec_block > 1; c->vec_block /= 2) {
+      if (fits()) break;
+    }
+    c->vec_block = std::max<int64_t>(1, c->vec_block);
+  }
   if (c->out_block >= dest && g.groups > 1) {  // whole groups fit: batch several groups
     // Enough to amortise DUCC's per-call overhead, and 64 bytes of float channels.
     constexpr int64_t kVecBlock = 16;
