@@ -76,7 +76,8 @@ def _modelled(lc, point):
   for a in ALGORITHMS:
     times = [p.estimated_seconds[a] for p in passes]
     if a == "tf" and None in times:  # the planner does not weigh TF's kernel here
-      times = [p.flops / TF_FLOPS_PER_S for p in passes]
+      flops = 2.0 * n * side * side * k * k * ci * co  # a pass's, SAME at stride 1
+      times = [flops / TF_FLOPS_PER_S] * len(passes)
     out[a] = None if None in times else sum(times)
   return out
 
@@ -211,10 +212,13 @@ def _plot(rows, path):
           continue
         grid_[i, j] = v if np.isnan(grid_[i, j]) else max(grid_[i, j], v)
       ax = axes[row_i][col]
-      im = ax.imshow(np.log2(grid_), cmap="RdYlGn_r", vmin=-2, vmax=2, aspect="auto")
+      # TF's out-of-memory (ratio 0) shows at the scale's best end.
+      im = ax.imshow(np.log2(np.maximum(grid_, 0.25)), cmap="RdYlGn_r", vmin=-2, vmax=2,
+                     aspect="auto")
       for i, j in itertools.product(range(len(chans)), range(len(ks))):
         if not np.isnan(grid_[i, j]):
-          ax.text(j, i, f"{grid_[i, j]:.2f}", ha="center", va="center", fontsize=7)
+          text = f"{grid_[i, j]:.2f}" if grid_[i, j] > 0 else "oom"
+          ax.text(j, i, text, ha="center", va="center", fontsize=7)
       ax.set_xticks(range(len(ks)), [str(k) for k in ks])
       ax.set_yticks(range(len(chans)), [f"{a}->{b}" for a, b in chans])
       ax.set_xlabel("filter size")

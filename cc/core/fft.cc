@@ -39,7 +39,7 @@ Layout MakeLayout(const ConvGeometry& g, ConvPass pass, const FftConfig& c, int 
     l.slot_spectra = c.vec_block * (c.in_block * c.out_block + c.out_block + 1);
   } else {  // the block's filter spectra (source channels x out_block), shared by the slots
     l.shared_spectra = c.group_block * g.channels(pass).src_per_group * c.out_block;
-    l.slot_spectra = c.vec_block * (c.out_block + 1);
+    l.slot_spectra = c.vec_block * (c.in_block + c.out_block);
   }
   l.spectrum_bytes = Align(l.bins * 2 * rb);
   l.plane_bytes = Align(c.fft_h * c.fft_w * rb);
@@ -309,6 +309,7 @@ struct Correlation {
   struct Block {
     int64_t g0, gb, ob0, ob, per_group, vb;
     bool tiles;
+    int64_t sb;  // source channels whose spectra a slot holds at once (in_block)
   };
 
   // One item of a slot: nb batched planes, plane j holding group gi0 + j of tile `tile`
@@ -362,7 +363,8 @@ struct Correlation {
         const bool tiles = g.groups == 1 && c.vec_block > 1;
         const int64_t all_tiles = g.batch * per_image;
         const int64_t vb = std::max<int64_t>(1, std::min(c.vec_block, tiles ? all_tiles : gb));
-        const Block b{g0, gb, ob0, ob, f.scpg * ob, vb, tiles};
+        const Block b{g0,          gb, ob0,   ob,
+                      f.scpg * ob, vb, tiles, std::max<int64_t>(1, std::min(c.in_block, f.scpg))};
         TransformFilters(f, b, pf);
         const double tile_cost = f.fft_cost * (f.scpg + ob) + 8.0 * f.l.bins * f.scpg * ob;
         if (tiles) {  // an item is vb consecutive tiles of the batch
@@ -407,9 +409,13 @@ struct Correlation {
     StoreTile(f, b, slot, it);
   }
 
-  // Slot spectra: [0, vb) source transforms, then vb per destination channel k.
+  // Slot spectra: vb per source channel of a block (sb of them), then vb per destination
+  // channel k.
+  C* Source(const Frame& f, const Block& b, int64_t slot, int64_t s, int64_t j) const {
+    return f.ws.spectrum(slot, s * b.vb + j);
+  }
   C* Accumulator(const Frame& f, const Block& b, int64_t slot, int64_t k, int64_t j) const {
-    return f.ws.spectrum(slot, b.vb + k * b.vb + j);
+    return f.ws.spectrum(slot, (b.sb + k) * b.vb + j);
   }
 
   // Loads source channel sc of the item's planes into the slot's real planes; returns the
@@ -433,23 +439,43 @@ struct Correlation {
     return all;
   }
 
-  // Transforms each source channel's tile and accumulates its products with the filter
-  // spectra into the destination channels' spectra.
+  // Transforms the tile of each source channel, sb channels at a time, and accumulates
+  // their products with the filter spectra into the destination channels' spectra.
   void AccumulateSources(const Frame& f, const Block& b, int64_t slot, const Item& it) const {
-    C* x = f.ws.spectrum(slot, 0);
     for (int64_t k = 0; k < b.ob; ++k) {
       for (int64_t j = 0; j < it.nb; ++j) {
         C* acc = Accumulator(f, b, slot, k, j);
         std::fill(acc, acc + f.l.bins, C(0));
       }
     }
-    for (int64_t sc = 0; sc < f.scpg; ++sc) {
-      const RowRange data = LoadSources(f, b, slot, it, sc);
-      R2CBatch(f.ws.real(slot), x, it.nb, f.real_stride, f.spec_stride, f.fh, f.fw, data);
-      for (int64_t j = 0; j < it.nb; ++j) {
+    for (int64_t sc0 = 0; sc0 < f.scpg; sc0 += b.sb) {
+      const int64_t ns = std::min(b.sb, f.scpg - sc0);
+      for (int64_t s = 0; s < ns; ++s) {
+        const RowRange data = LoadSources(f, b, slot, it, sc0 + s);
+        R2CBatch(f.ws.real(slot), Source(f, b, slot, s, 0), it.nb, f.real_stride, f.spec_stride,
+                 f.fh, f.fw, data);
+      }
+      MultiplySources(f, b, slot, it, sc0, ns);
+    }
+  }
+
+  // Accumulates the products of the slot's source spectra (channels [sc0, sc0 + ns)) with
+  // the filter spectra, a block of bins at a time: an accumulator's block stays in L1
+  // across the sources, and the sources' blocks across the destination channels, so each
+  // is read from memory once per block of sources rather than once per channel pair.
+  void MultiplySources(const Frame& f, const Block& b, int64_t slot, const Item& it, int64_t sc0,
+                       int64_t ns) const {
+    constexpr int64_t kBins = 128;
+    for (int64_t j = 0; j < it.nb; ++j) {
+      const int64_t filters = it.group(j) * b.per_group + sc0 * b.ob;
+      for (int64_t i0 = 0; i0 < f.l.bins; i0 += kBins) {
+        const int64_t len = std::min(kBins, f.l.bins - i0);
         for (int64_t k = 0; k < b.ob; ++k) {
-          MacConj(Accumulator(f, b, slot, k, j), x + j * f.spec_stride,
-                  f.ws.shared(it.group(j) * b.per_group + sc * b.ob + k), f.l.bins);
+          C* acc = Accumulator(f, b, slot, k, j) + i0;
+          for (int64_t s = 0; s < ns; ++s) {
+            MacConj(acc, Source(f, b, slot, s, j) + i0, f.ws.shared(filters + s * b.ob + k) + i0,
+                    len);
+          }
         }
       }
     }

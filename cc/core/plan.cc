@@ -182,6 +182,7 @@ bool FitBlocks(const ConvGeometry& g, ConvPass pass, int64_t limit, int real_byt
   c->group_block = 1;
   c->vec_block = 1;
   c->out_block = 1;
+  c->in_block = 1;
   if (!fits()) return false;
   c->out_block = LargestFitting(dest, &c->out_block, fits);
   if (g.groups == 1 && c->fft_h == 1) {  // rows of height 1: batch tiles (LinePointFactor)
@@ -199,6 +200,13 @@ bool FitBlocks(const ConvGeometry& g, ConvPass pass, int64_t limit, int real_byt
     c->group_block = LargestFitting(g.groups, &c->group_block, fits);
     c->vec_block = std::min(c->vec_block, c->group_block);
   }
+  // Source channels whose spectra a slot holds at once: their products with the filter
+  // spectra then run a block of bins at a time over all of them (fft.cc MultiplySources),
+  // so a destination spectrum is read and written once per block of sources, not once
+  // per source. Sixteen take the accumulators' traffic down to a sixteenth.
+  constexpr int64_t kSourceBlock = 16;
+  const int64_t sources = std::max<int64_t>(1, g.channels(pass).src_per_group);
+  LargestFitting(std::min(kSourceBlock, sources), &c->in_block, fits);
   return true;
 }
 
