@@ -16,6 +16,8 @@ from tf_largeconv import _args
 from tf_largeconv import _loader
 
 _CORE = _loader.core()
+# The algorithms a plan prices (every one the op's planner names but 'auto').
+_MODELLED = tuple(a for a in _args.OP_ALGORITHMS if a != "auto")
 
 
 def intra_op_threads():
@@ -50,9 +52,8 @@ class PassPlan:
     # The cost model's single-thread seconds of each algorithm (None: it cannot run here),
     # the FFT's for its configuration spread over two reference threads: what the choice
     # was made on.
-    self.estimated_seconds = {"direct": d["cost_direct"],
-                              "fft": d["cost_fft"] if d["cost_fft"] >= 0 else None,
-                              "tf": d["cost_tf"] if d["cost_tf"] >= 0 else None}
+    self.estimated_seconds = {a: d["cost_" + a] if d["cost_" + a] >= 0 else None
+                              for a in _MODELLED}
 
   def __repr__(self):
     return (f"PassPlan({self.name}: {self.algorithm}, workspace={self.workspace_bytes} B, "
@@ -85,7 +86,7 @@ class Plan:
             f"MiB, {self.threads} thread(s)",
             f"{'pass':16s}{'algorithm':10s}{'fft size':>12s}{'tile':>12s}{'tiles':>9s}"
             f"{'blocks':>9s}{'slots':>6s}{'workspace':>12s}{'GFLOP':>9s}"
-            f"  model ms (1 thread): direct / fft / tf"]
+            "  model ms (1 thread): " + " / ".join(_MODELLED)]
     for p in self.passes:
       fft = "x".join(map(str, p.fft_size)) if p.fft_size else "-"
       tile = "x".join(map(str, p.tile)) if p.tile else "-"
@@ -96,7 +97,7 @@ class Plan:
                   f"{p.workspace_bytes / 2**20:>9.2f} MiB{p.flops / 1e9:>9.3f}  "
                   + " / ".join("-" if p.estimated_seconds[a] is None
                                else f"{p.estimated_seconds[a] * 1e3:.4g}"
-                               for a in ("direct", "fft", "tf")))
+                               for a in _MODELLED))
     if self.unavailable is not None:
       rows.append("the op library could not be loaded, so every pass runs the portable path "
                   f"(stock TensorFlow ops) instead of the above: {self.unavailable}")

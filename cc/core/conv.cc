@@ -11,33 +11,40 @@ namespace largeconv {
 
 namespace {
 
-// Runs the pass by transforms when the plan says so and every operand is finite; false
-// when the direct kernels must run instead. Integer types never get here: they are summed
-// exactly, and no FFT kernel is instantiated for them.
+// How an algorithm the op runs carries out a planned pass: false when it cannot take these
+// operands, and the direct kernels, which take any, run the pass instead.
+template <typename T>
+struct Runner {
+  Algorithm algorithm;
+  bool (*run)(const ConvGeometry& g, const PassPlan& plan, const T* a, int64_t a_size, const T* b,
+              int64_t b_size, T* out, void* workspace, const ParallelFor& pf);
+};
+
+template <typename T>
+bool RunDirect(const ConvGeometry& g, const PassPlan& plan, const T* a, int64_t, const T* b,
+               int64_t, T* out, void*, const ParallelFor& pf) {
+  DirectPass(g, plan.pass, a, b, out, pf);
+  return true;
+}
+
+// The FFT kernels, for finite operands only (a transform would smear Inf/NaN over its
+// tile). Integer types never get here: they are summed exactly, and no FFT kernel is
+// instantiated for them.
 template <typename T>
 bool RunFft(const ConvGeometry& g, const PassPlan& plan, const T* a, int64_t a_size, const T* b,
             int64_t b_size, T* out, void* workspace, const ParallelFor& pf) {
   if constexpr (kIsInt<T>) {
     return false;
   } else {
-    if (plan.algorithm != Algorithm::kFft || !AllFinite(a, a_size, pf) ||
-        !AllFinite(b, b_size, pf)) {
-      return false;
-    }
-    switch (plan.pass) {
-      case ConvPass::kForward:
-        FftForward(g, plan.fft, a, b, out, workspace, pf);
-        break;
-      case ConvPass::kBackpropInput:
-        FftBackpropInput(g, plan.fft, a, b, out, workspace, pf);
-        break;
-      case ConvPass::kBackpropFilter:
-        FftBackpropFilter(g, plan.fft, a, b, out, workspace, pf);
-        break;
-    }
+    if (!AllFinite(a, a_size, pf) || !AllFinite(b, b_size, pf)) return false;
+    FftPass(g, plan.pass, plan.fft, a, b, out, workspace, pf);
     return true;
   }
 }
+
+// TensorFlow's kernels (Algorithm::kTf) are not here: only the Python layer runs them.
+template <typename T>
+constexpr Runner<T> kRunners[] = {{Algorithm::kDirect, RunDirect<T>}, {Algorithm::kFft, RunFft<T>}};
 
 }  // namespace
 
@@ -48,18 +55,12 @@ void RunPass(const ConvGeometry& g, const PassPlan& plan, const T* a, int64_t a_
     std::fill_n(out, g.elements(RolesOf(plan.pass).out), T{});
     return;
   }
-  if (RunFft(g, plan, a, a_size, b, b_size, out, workspace, pf)) return;
-  switch (plan.pass) {
-    case ConvPass::kForward:
-      DirectForward(g, a, b, out, pf);
-      break;
-    case ConvPass::kBackpropInput:
-      DirectBackpropInput(g, a, b, out, pf);
-      break;
-    case ConvPass::kBackpropFilter:
-      DirectBackpropFilter(g, a, b, out, pf);
-      break;
+  for (const Runner<T>& r : kRunners<T>) {
+    if (r.algorithm == plan.algorithm && r.run(g, plan, a, a_size, b, b_size, out, workspace, pf)) {
+      return;
+    }
   }
+  RunDirect(g, plan, a, a_size, b, b_size, out, workspace, pf);
 }
 
 #define LARGECONV_INSTANTIATE_RUN(T, NAME, TF_WORD)                                           \

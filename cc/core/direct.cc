@@ -5,6 +5,7 @@
 #include "cc/core/direct.h"
 
 #include <algorithm>
+#include <iterator>
 
 #include "cc/core/dtypes.h"
 #include "cc/core/vocabulary.h"
@@ -300,8 +301,6 @@ void BackpropFilterUnits(const ConvGeometry& g, const T* x, const T* dy, T* dw, 
   }
 }
 
-}  // namespace
-
 template <typename T>
 void DirectForward(const ConvGeometry& g, const T* input, const T* filter, T* output,
                    const ParallelFor& pf) {
@@ -348,12 +347,21 @@ void DirectBackpropFilter(const ConvGeometry& g, const T* input, const T* out_ba
   });
 }
 
-#define LARGECONV_INSTANTIATE_DIRECT(T, NAME, TF_WORD)                                             \
-  template void DirectForward<T>(const ConvGeometry&, const T*, const T*, T*, const ParallelFor&); \
-  template void DirectBackpropInput<T>(const ConvGeometry&, const T*, const T*, T*,                \
-                                       const ParallelFor&);                                        \
-  template void DirectBackpropFilter<T>(const ConvGeometry&, const T*, const T*, T*,               \
-                                        const ParallelFor&);
+}  // namespace
+
+template <typename T>
+void DirectPass(const ConvGeometry& g, ConvPass pass, const T* a, const T* b, T* out,
+                const ParallelFor& pf) {
+  using Kernel = void (*)(const ConvGeometry&, const T*, const T*, T*, const ParallelFor&);
+  constexpr Kernel kKernels[] = {DirectForward<T>, DirectBackpropInput<T>,  // by ConvPass
+                                 DirectBackpropFilter<T>};
+  static_assert(std::size(kKernels) == std::size(kPasses), "a kernel for every pass");
+  kKernels[static_cast<int>(pass)](g, a, b, out, pf);
+}
+
+#define LARGECONV_INSTANTIATE_DIRECT(T, NAME, TF_WORD)                               \
+  template void DirectPass<T>(const ConvGeometry&, ConvPass, const T*, const T*, T*, \
+                              const ParallelFor&);
 LARGECONV_FOR_EACH_DTYPE(LARGECONV_INSTANTIATE_DIRECT)
 #undef LARGECONV_INSTANTIATE_DIRECT
 

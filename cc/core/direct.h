@@ -6,23 +6,19 @@
 
 #include "cc/core/geometry.h"
 #include "cc/core/parallel.h"
+#include "cc/core/vocabulary.h"
 
 namespace largeconv {
 
-// Layouts: input/output/out_backprop in g.data_format; filter is [KH, KW, C_in/groups, C_out].
-// Every output element is written (zeros where nothing contributes). Results do not depend
-// on how `pf` splits the work: each element is summed by one thread in a fixed order.
+// Runs `pass` (operands in its order, RolesOf: forward (input, filter) -> output,
+// backprop-input (filter, out_backprop) -> in_backprop, backprop-filter (input,
+// out_backprop) -> filter_backprop). Layouts: images in g.data_format; the filter is
+// [KH, KW, C_in/groups, C_out]. Every result element is written (zeros where nothing
+// contributes). Results do not depend on how `pf` splits the work: each element is summed
+// by one thread in a fixed order.
 template <typename T>
-void DirectForward(const ConvGeometry& g, const T* input, const T* filter, T* output,
-                   const ParallelFor& pf);
-
-template <typename T>
-void DirectBackpropInput(const ConvGeometry& g, const T* filter, const T* out_backprop,
-                         T* in_backprop, const ParallelFor& pf);
-
-template <typename T>
-void DirectBackpropFilter(const ConvGeometry& g, const T* input, const T* out_backprop,
-                          T* filter_backprop, const ParallelFor& pf);
+void DirectPass(const ConvGeometry& g, ConvPass pass, const T* a, const T* b, T* out,
+                const ParallelFor& pf);
 
 }  // namespace largeconv
 

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <complex>
 #include <functional>
+#include <iterator>
 #include <utility>
 
 #include "cc/core/dtypes.h"
@@ -572,6 +573,8 @@ double FftTransformCount(const ConvGeometry& g, ConvPass pass, const FftConfig& 
   return 0;
 }
 
+namespace {
+
 template <typename T>
 void FftForward(const ConvGeometry& g, const FftConfig& c, const T* input, const T* filter,
                 T* output, void* workspace, const ParallelFor& pf) {
@@ -748,19 +751,28 @@ void FftBackpropFilter(const ConvGeometry& g, const FftConfig& c, const T* input
   job.Run(pf);
 }
 
+}  // namespace
+
+template <typename T>
+void FftPass(const ConvGeometry& g, ConvPass pass, const FftConfig& c, const T* a, const T* b,
+             T* out, void* workspace, const ParallelFor& pf) {
+  using Kernel = void (*)(const ConvGeometry&, const FftConfig&, const T*, const T*, T*, void*,
+                          const ParallelFor&);
+  constexpr Kernel kKernels[] = {FftForward<T>, FftBackpropInput<T>,  // by ConvPass
+                                 FftBackpropFilter<T>};
+  static_assert(std::size(kKernels) == std::size(kPasses), "a kernel for every pass");
+  kKernels[static_cast<int>(pass)](g, c, a, b, out, workspace, pf);
+}
+
 template <typename T>
 bool AllFinite(const T* p, int64_t n, const ParallelFor& pf) {
   return ParallelAll(p, n, [](T v) { return IsFinite(v); }, pf);
 }
 
-#define LARGECONV_INSTANTIATE_FFT(T, NAME, TF_WORD)                                                \
-  template bool AllFinite<T>(const T*, int64_t, const ParallelFor&);                               \
-  template void FftForward<T>(const ConvGeometry&, const FftConfig&, const T*, const T*, T*,       \
-                              void*, const ParallelFor&);                                          \
-  template void FftBackpropInput<T>(const ConvGeometry&, const FftConfig&, const T*, const T*, T*, \
-                                    void*, const ParallelFor&);                                    \
-  template void FftBackpropFilter<T>(const ConvGeometry&, const FftConfig&, const T*, const T*,    \
-                                     T*, void*, const ParallelFor&);
+#define LARGECONV_INSTANTIATE_FFT(T, NAME, TF_WORD)                                             \
+  template bool AllFinite<T>(const T*, int64_t, const ParallelFor&);                            \
+  template void FftPass<T>(const ConvGeometry&, ConvPass, const FftConfig&, const T*, const T*, \
+                           T*, void*, const ParallelFor&);
 LARGECONV_FOR_EACH_FLOAT_DTYPE(LARGECONV_INSTANTIATE_FFT)
 #undef LARGECONV_INSTANTIATE_FFT
 

@@ -80,18 +80,12 @@ int64_t FftWorkspaceBytes(const ConvGeometry& g, ConvPass pass, const FftConfig&
 // Number of real transforms (each fft_h x fft_w) a pass performs; the planner's cost model.
 double FftTransformCount(const ConvGeometry& g, ConvPass pass, const FftConfig& c);
 
-// `workspace` must hold FftWorkspaceBytes(g, pass, c, sizeof(real)) bytes, 64-byte aligned.
+// Runs `pass` by overlap-save transforms as `c` cuts it up (operands in the pass's order,
+// as DirectPass takes them). `workspace` must hold FftWorkspaceBytes(g, pass, c,
+// sizeof(real)) bytes, 64-byte aligned.
 template <typename T>
-void FftForward(const ConvGeometry& g, const FftConfig& c, const T* input, const T* filter,
-                T* output, void* workspace, const ParallelFor& pf);
-template <typename T>
-void FftBackpropInput(const ConvGeometry& g, const FftConfig& c, const T* filter,
-                      const T* out_backprop, T* in_backprop, void* workspace,
-                      const ParallelFor& pf);
-template <typename T>
-void FftBackpropFilter(const ConvGeometry& g, const FftConfig& c, const T* input,
-                       const T* out_backprop, T* filter_backprop, void* workspace,
-                       const ParallelFor& pf);
+void FftPass(const ConvGeometry& g, ConvPass pass, const FftConfig& c, const T* a, const T* b,
+             T* out, void* workspace, const ParallelFor& pf);
 
 // True when no element is Inf or NaN. A transform spreads a non-finite input over its whole
 // tile (Inf - Inf = NaN), so callers take the direct path for such inputs, which propagates

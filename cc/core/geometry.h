@@ -60,8 +60,8 @@ struct Strides4 {
 };
 
 // The channels a pass correlates from (source) into (destination), in all and per group:
-// forward input -> output channels, backprop-input the reverse, backprop-filter input
-// channels against output channels.
+// those of the pass's ImagesOf (forward input -> output channels, backprop-input the
+// reverse, backprop-filter input channels against output channels).
 struct PassChannels {
   int64_t src, dst, src_per_group, dst_per_group;
 };
@@ -106,9 +106,18 @@ struct ConvGeometry {
            filter_h == 0 || filter_w == 0 || filter_in_c == 0;
   }
   PassChannels channels(ConvPass pass) const {
-    const int64_t in_g = in_c_per_group(), out_g = out_c_per_group();
-    if (pass == ConvPass::kBackpropInput) return {out_c, in_c, out_g, in_g};
-    return {in_c, out_c, in_g, out_g};
+    const PassImages im = ImagesOf(pass);
+    const auto all = [&](ConvTensor t) { return t == ConvTensor::kInput ? in_c : out_c; };
+    const auto per_group = [&](ConvTensor t) {
+      return t == ConvTensor::kInput ? in_c_per_group() : out_c_per_group();
+    };
+    return {all(im.src), all(im.dst), per_group(im.src), per_group(im.dst)};
+  }
+  // Height and width of one of the three tensors.
+  std::array<int64_t, 2> spatial(ConvTensor t) const {
+    return t == ConvTensor::kInput    ? std::array<int64_t, 2>{in_h, in_w}
+           : t == ConvTensor::kFilter ? std::array<int64_t, 2>{filter_h, filter_w}
+                                      : std::array<int64_t, 2>{out_h, out_w};
   }
   // Every field, for the plan caches: geometries with equal keys plan alike.
   using Key = std::array<int64_t, 20>;
@@ -129,7 +138,7 @@ Status MakeGeometry(const ConvAttrs& attrs, const std::array<int64_t, 4>& input_
 
 // The rule a pass's geometry is built with: the backprop passes are the backprop ops'.
 inline WindowRule WindowRuleOf(ConvPass pass) {
-  return pass == ConvPass::kForward ? WindowRule::kMustFit : WindowRule::kTruncated;
+  return RolesOf(pass).out == ConvTensor::kOutput ? WindowRule::kMustFit : WindowRule::kTruncated;
 }
 
 // The backprop ops' check that out_backprop has the shape the convolution produces. The

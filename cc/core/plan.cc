@@ -9,8 +9,6 @@
 #include <functional>
 #include <vector>
 
-#include "cc/core/plan_search.h"
-
 namespace largeconv {
 namespace {
 
@@ -46,8 +44,7 @@ double LinePointFactor(const FftConfig& c) {
 constexpr double kTfFlopsPerSec = 150e9;
 
 double DirectSeconds(const ConvGeometry& g, ConvPass pass, double flops) {
-  const double lanes =
-      pass == ConvPass::kBackpropFilter ? g.out_c_per_group() : g.channels(pass).dst_per_group;
+  const double lanes = g.channels(pass).dst_per_group;
   const double rate = std::min(
       kDirectMaxFlopsPerSec, kDirectFlopsPerSec * std::max(1.0, lanes / kDirectChannelsAtBaseRate));
   return flops / rate;
@@ -56,7 +53,7 @@ double DirectSeconds(const ConvGeometry& g, ConvPass pass, double flops) {
 // Items each parallel phase splits over (used to cap useful slots).
 int64_t ParallelItems(const ConvGeometry& g, ConvPass pass, const FftConfig& c) {
   const FftTiling& t = c.tiling;
-  if (pass == ConvPass::kBackpropFilter) {
+  if (WritesFilter(pass)) {
     return CeilDiv(g.groups, std::max<int64_t>(1, c.vec_block)) *
            CeilDiv(g.in_c_per_group(), c.in_block) * CeilDiv(g.out_c_per_group(), c.out_block);
   }
@@ -162,7 +159,7 @@ void ForEachFilterBlocks(const ConvGeometry& g, int64_t threads, FftConfig c, co
 // only lets more of them fit, never makes the choice dearer.
 bool FitBlocks(const ConvGeometry& g, ConvPass pass, int64_t limit, int real_bytes, int64_t threads,
                FftConfig* c, const std::function<double(const FftConfig&)>& price = nullptr) {
-  if (pass == ConvPass::kBackpropFilter) {
+  if (WritesFilter(pass)) {
     bool found = false;
     double best = 0;
     ForEachFilterBlocks(g, std::max<int64_t>(1, threads), *c, [&](const FftConfig& trial) {
@@ -210,6 +207,109 @@ bool FitBlocks(const ConvGeometry& g, ConvPass pass, int64_t limit, int real_byt
   return true;
 }
 
+// --- The CPU's algorithms -----------------------------------------------------------------
+
+struct CpuProblem : PlanProblem {
+  const PlanRequest& req;
+  int64_t threads;
+  FftSearch<FftConfig> fft{};  // the FFT's best transform size, once priced
+};
+
+// The direct kernels: run every pass of every dtype, in no workspace.
+Status CanAlways(const CpuProblem&) { return OkStatus(); }
+double DirectCost(CpuProblem& pb, PassPlan* p) { return DirectSeconds(pb.g, pb.pass, p->flops); }
+int64_t NoWorkspace(const CpuProblem&, const PassPlan&) { return 0; }
+Status DirectFinish(CpuProblem&, PassPlan*) { return OkStatus(); }
+
+// The FFT kernels: floating types only (integer types are summed exactly).
+Status FftCanRun(const CpuProblem& pb) {
+  if (!pb.req.direct_only) return OkStatus();
+  return InvalidArgument(
+      "algorithm='fft' cannot compute integer dtypes exactly: use 'direct' or 'auto'");
+}
+
+// The best transform size. It must not depend on the thread count (it changes the
+// arithmetic), so it is chosen for a fixed reference parallelism: every transform size is
+// sized for kReferenceSlots slots and for one, and each candidate is priced as the time it
+// takes on kReferenceSlots threads, expressed in single-thread seconds (cost x
+// kReferenceSlots / slots it can keep busy). All candidates compete in one search, so a
+// larger limit only adds candidates and makes none dearer (larger blocks do fewer
+// transforms): the planned cost never increases with the limit. Not searched when the
+// direct kernels were asked for.
+double FftSearchCost(CpuProblem& pb, PassPlan*) {
+  if (pb.requested == Algorithm::kDirect || pb.g.no_products()) return -1;
+  const ConvGeometry& g = pb.g;
+  const ConvPass pass = pb.pass;
+  const int real_bytes = pb.req.real_bytes;
+  const auto cost = [&](const FftConfig& c) { return ReferenceCost(g, pass, c); };
+  for (int64_t nominal : {kReferenceSlots, int64_t{1}}) {
+    const auto fit = [&](int64_t fh, int64_t fw, FftConfig* c, int64_t* smallest) {
+      c->fft_h = fh;
+      c->fft_w = fw;
+      if (!MakeFftTiling(g, pass, fh, fw, &c->tiling)) return false;
+      c->slots = 1;
+      *smallest = FftWorkspaceBytes(g, pass, *c, real_bytes);
+      c->slots = nominal;
+      return FitBlocks(g, pass, pb.limit, real_bytes, nominal, c, cost);
+    };
+    const FftSearch<FftConfig> round = SearchFftSizes<FftConfig>(g, pass, 1, fit, cost);
+    // Every round reports the same smallest workspace (one slot, smallest blocks).
+    if (!pb.fft.found || (round.found && round.cost < pb.fft.cost)) pb.fft = round;
+  }
+  pb.fft.config.slots = 1;
+  return pb.fft.cost;
+}
+
+int64_t FftBytes(const CpuProblem& pb, const PassPlan&) {
+  return FftWorkspaceBytes(pb.g, pb.pass, pb.fft.config, pb.req.real_bytes);
+}
+
+// Spends the limit on parallelism: as many slots as useful, the largest blocks that fit.
+Status FftFinish(CpuProblem& pb, PassPlan* p) {
+  if (!pb.fft.found) return FftUnavailable(pb.limit, pb.fft.min_bytes, pb.pass);
+  const ConvGeometry& g = pb.g;
+  const FftConfig& best = pb.fft.config;
+  FftConfig c = best;
+  for (int64_t slots = pb.threads; slots >= 1; --slots) {
+    FftConfig trial = best;
+    trial.slots = slots;
+    if (!FitBlocks(g, pb.pass, pb.limit, pb.req.real_bytes, slots, &trial)) continue;
+    trial.slots = std::max<int64_t>(1, std::min(slots, ParallelItems(g, pb.pass, trial)));
+    c = trial;
+    break;
+  }
+  p->fft = c;
+  p->workspace_bytes = FftWorkspaceBytes(g, pb.pass, c, pb.req.real_bytes);
+  FftCost(g, pb.pass, c, &p->flops);
+  p->fft_work = CountFftWork(g, pb.pass, c);
+  return OkStatus();
+}
+
+// TensorFlow's kernels: only where the caller (the Python layer, which runs them) allows.
+Status TfCanRun(const CpuProblem& pb) {
+  if (pb.req.allow_tf) return OkStatus();
+  return InvalidArgument("algorithm='tf' is not available for this configuration");
+}
+double TfCost(CpuProblem& pb, PassPlan* p) {
+  const double pairs = static_cast<double>(pb.g.in_c_per_group()) * pb.g.out_c_per_group();
+  const double efficiency = std::min(1.0, std::sqrt(pairs) / 32.0);
+  return p->flops / (kTfFlopsPerSec * std::max(efficiency, 1e-3));
+}
+int64_t TfBytes(const CpuProblem& pb, const PassPlan&) {
+  return TfWorkspaceEstimate(pb.g, pb.threads, pb.req.real_bytes);
+}
+Status TfFinish(CpuProblem& pb, PassPlan* p) {
+  p->workspace_bytes = TfBytes(pb, *p);
+  return OkStatus();
+}
+
+// Simplest first: the choice keeps the earlier of equally cheap algorithms.
+constexpr AlgorithmDescriptor<CpuProblem, PassPlan> kCpuAlgorithms[] = {
+    {Algorithm::kDirect, false, CanAlways, DirectCost, NoWorkspace, DirectFinish},
+    {Algorithm::kFft, true, FftCanRun, FftSearchCost, FftBytes, FftFinish},
+    {Algorithm::kTf, false, TfCanRun, TfCost, TfBytes, TfFinish},
+};
+
 }  // namespace
 
 int64_t TfWorkspaceEstimate(const ConvGeometry& g, int64_t threads, int real_bytes) {
@@ -218,85 +318,11 @@ int64_t TfWorkspaceEstimate(const ConvGeometry& g, int64_t threads, int real_byt
 
 Status PlanPass(const ConvGeometry& g, ConvPass pass, const PlanRequest& req, PassPlan* plan) {
   const int64_t limit = req.workspace_limit < 0 ? kDefaultWorkspaceLimit : req.workspace_limit;
-  const int64_t threads = std::max<int64_t>(1, req.threads);
+  CpuProblem pb{{g, pass, req.algorithm, limit}, req, std::max<int64_t>(1, req.threads)};
   PassPlan p;
   p.pass = pass;
   p.flops = 2.0 * g.macs();
-  p.cost_direct = DirectSeconds(g, pass, p.flops);
-  p.algorithm = Algorithm::kDirect;
-  if (req.direct_only && req.algorithm == Algorithm::kFft) {
-    return InvalidArgument(
-        "algorithm='fft' cannot compute integer dtypes exactly: use 'direct' or 'auto'");
-  }
-  // Integer types are summed by the direct kernels alone; a pass with no products (an empty
-  // operand or result) has nothing to transform, whatever was asked.
-  const bool fft_possible = !req.direct_only && !g.no_products();
-  const Algorithm requested =
-      fft_possible || req.algorithm != Algorithm::kFft ? req.algorithm : Algorithm::kDirect;
-
-  // Best FFT configuration. The transform size must not depend on the thread count (it
-  // changes the arithmetic), so it is chosen for a fixed reference parallelism: every
-  // transform size is sized for kReferenceSlots slots and for one, and each candidate is
-  // priced as the time it takes on kReferenceSlots threads, expressed in single-thread
-  // seconds (cost x kReferenceSlots / slots it can keep busy). All candidates compete in one
-  // search, so a larger limit only adds candidates and makes none dearer (larger blocks do
-  // fewer transforms): the planned cost never increases with the limit.
-  FftSearch<FftConfig> fft;
-  if (requested != Algorithm::kDirect && fft_possible) {
-    for (int64_t nominal : {kReferenceSlots, int64_t{1}}) {
-      const auto cost = [&](const FftConfig& c) { return ReferenceCost(g, pass, c); };
-      const auto fit = [&](int64_t fh, int64_t fw, FftConfig* c, int64_t* smallest) {
-        c->fft_h = fh;
-        c->fft_w = fw;
-        if (!MakeFftTiling(g, pass, fh, fw, &c->tiling)) return false;
-        c->slots = 1;
-        *smallest = FftWorkspaceBytes(g, pass, *c, req.real_bytes);
-        c->slots = nominal;
-        return FitBlocks(g, pass, limit, req.real_bytes, nominal, c, cost);
-      };
-      const FftSearch<FftConfig> round = SearchFftSizes<FftConfig>(g, pass, 1, fit, cost);
-      // Every round reports the same smallest workspace (one slot, smallest blocks).
-      if (!fft.found || (round.found && round.cost < fft.cost)) fft = round;
-    }
-    fft.config.slots = 1;
-  }
-  p.cost_fft = fft.cost;
-  if (req.allow_tf) {
-    const double pairs = static_cast<double>(g.in_c_per_group()) * g.out_c_per_group();
-    const double efficiency = std::min(1.0, std::sqrt(pairs) / 32.0);
-    p.cost_tf = p.flops / (kTfFlopsPerSec * std::max(efficiency, 1e-3));
-  }
-  if (req.algorithm == Algorithm::kTf && !req.allow_tf) {
-    return InvalidArgument("algorithm='tf' is not available for this configuration");
-  }
-  if (requested == Algorithm::kFft && !fft.found) {
-    return FftUnavailable(limit, fft.min_bytes, pass);
-  }
-  const int64_t tf_bytes = TfWorkspaceEstimate(g, threads, req.real_bytes);
-  p.algorithm = ChooseAlgorithm(requested, p.cost_direct, p.cost_fft,
-                                req.allow_tf && tf_bytes <= limit ? p.cost_tf : -1);
-  if (p.algorithm == Algorithm::kTf) {
-    p.workspace_bytes = tf_bytes;
-    *plan = p;
-    return OkStatus();
-  }
-  if (p.algorithm == Algorithm::kFft) {
-    // Now spend the limit on parallelism: as many slots as useful, largest blocks that fit.
-    const FftConfig& best = fft.config;
-    FftConfig c = best;
-    for (int64_t slots = threads; slots >= 1; --slots) {
-      FftConfig trial = best;
-      trial.slots = slots;
-      if (!FitBlocks(g, pass, limit, req.real_bytes, slots, &trial)) continue;
-      trial.slots = std::max<int64_t>(1, std::min(slots, ParallelItems(g, pass, trial)));
-      c = trial;
-      break;
-    }
-    p.fft = c;
-    p.workspace_bytes = FftWorkspaceBytes(g, pass, c, req.real_bytes);
-    FftCost(g, pass, c, &p.flops);
-    p.fft_work = CountFftWork(g, pass, c);
-  }
+  LC_RETURN_IF_ERROR(PlanWithAlgorithms(kCpuAlgorithms, "on the CPU", pb, &p));
   *plan = p;
   return OkStatus();
 }

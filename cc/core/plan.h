@@ -1,6 +1,7 @@
-// The planner: for each pass of a convolution, picks the algorithm (direct or FFT), the FFT
-// tile, channel blocks and concurrent slots under a hard workspace limit, and reports the
-// workspace bytes (exactly what the kernels take) and estimated FLOPs.
+// The CPU planner: for each pass of a convolution, picks the algorithm (direct, FFT, or
+// TensorFlow's own kernels where the caller allows them), the FFT tile, channel blocks and
+// concurrent slots under a hard workspace limit, and reports the workspace bytes (exactly
+// what the kernels take) and estimated FLOPs.
 #ifndef TF_LARGECONV_CORE_PLAN_H_
 #define TF_LARGECONV_CORE_PLAN_H_
 
@@ -9,6 +10,7 @@
 
 #include "cc/core/fft.h"
 #include "cc/core/geometry.h"
+#include "cc/core/plan_search.h"
 #include "cc/core/vocabulary.h"
 
 namespace largeconv {
@@ -35,11 +37,9 @@ struct PassPlan {
   Algorithm algorithm = Algorithm::kDirect;  // never kAuto once planned
   FftConfig fft;                             // meaningful when algorithm == kFft
   int64_t workspace_bytes = 0;
-  double flops = 0;        // estimated floating-point operations
-  double cost_direct = 0;  // cost-model seconds (one thread) of each algorithm; <0: n/a
-  double cost_fft = -1;
-  double cost_tf = -1;
-  FftWork fft_work;  // meaningful when algorithm == kFft
+  double flops = 0;      // estimated floating-point operations
+  AlgorithmCosts costs;  // cost-model seconds (one thread) of each algorithm; < 0: n/a
+  FftWork fft_work;      // meaningful when algorithm == kFft
 };
 
 // Estimated temporary bytes of TensorFlow's own CPU kernels for this pass: a 16 MiB

@@ -1,18 +1,22 @@
 // The one search both planners run (the CPU's plan.cc and the GPU's cuda/fft_plan.cc): the
 // FFT transform sizes are tried in one order, each sized under the workspace limit by the
 // platform's own rule and priced by its own cost model, the cheapest kept; then one rule
-// picks the algorithm from the candidates' costs and obeys an explicit request. What differs
-// between the platforms (how a configuration is cut up, its workspace, its cost) stays in
-// their planners; what a search is, is written here once.
+// picks the algorithm from the descriptors the planner lists (can run, cost, workspace,
+// finish) and obeys an explicit request. What differs between the platforms (how a
+// configuration is cut up, its workspace, its cost) stays in their planners' descriptors;
+// what a search is, is written here once.
 #ifndef TF_LARGECONV_CORE_PLAN_SEARCH_H_
 #define TF_LARGECONV_CORE_PLAN_SEARCH_H_
 
+#include <algorithm>
 #include <cstdint>
-#include <utility>
+#include <iterator>
+#include <string>
 #include <vector>
 
 #include "cc/core/fft.h"
 #include "cc/core/geometry.h"
+#include "cc/core/status.h"
 #include "cc/core/vocabulary.h"
 
 namespace largeconv {
@@ -56,22 +60,86 @@ FftSearch<Config> SearchFftSizes(const ConvGeometry& g, ConvPass pass, int64_t m
   return best;
 }
 
-// The algorithm a pass runs, given each one's cost-model seconds (< 0: it cannot run here):
-// an explicit request as asked (the caller has refused one that cannot run), kAuto the
-// cheapest, the simpler algorithm on a tie (direct, then the FFT, then TF's kernels).
-inline Algorithm ChooseAlgorithm(Algorithm requested, double cost_direct, double cost_fft,
-                                 double cost_tf) {
-  if (requested != Algorithm::kAuto) return requested;
-  Algorithm best = Algorithm::kDirect;
-  double best_cost = cost_direct;
-  for (const auto& [algorithm, cost] :
-       {std::pair<Algorithm, double>{Algorithm::kFft, cost_fft}, {Algorithm::kTf, cost_tf}}) {
-    if (cost >= 0 && cost < best_cost) {
-      best = algorithm;
-      best_cost = cost;
+// Cost-model seconds of each algorithm on one pass, by Algorithm (< 0: it cannot run here,
+// or was not priced). What a plan reports and the choice is made on.
+struct AlgorithmCosts {
+  double seconds[std::size(kAlgorithms)];
+  AlgorithmCosts() { std::fill(std::begin(seconds), std::end(seconds), -1.0); }
+  double& operator[](Algorithm a) { return seconds[static_cast<int>(a)]; }
+  double operator[](Algorithm a) const { return seconds[static_cast<int>(a)]; }
+};
+
+// What every planner's view of one request holds; each planner extends it with its own
+// (the request's details, and what its algorithms leave there while pricing).
+struct PlanProblem {
+  const ConvGeometry& g;
+  ConvPass pass;
+  Algorithm requested;  // as asked, until the search settles it
+  int64_t limit;        // workspace bytes
+};
+
+// An algorithm as a planner offers it. Problem: the planner's PlanProblem; Plan: its plan,
+// with `algorithm` and `costs`.
+//   can_run(pb)            OK when it can run this request, else the error an explicit
+//                          request of it gets (an automatic choice passes it by);
+//   cost(pb, plan)         its cost-model seconds (< 0: nothing of it fits the limit, or
+//                          not priced for this request), the configuration it priced left
+//                          in *plan or in the planner's own part of the problem;
+//   workspace_bytes(pb, plan)  the bytes of that configuration; an automatic choice takes
+//                          it only within the limit;
+//   finish(pb, plan)       the chosen algorithm's final configuration and workspace in
+//                          *plan, or the error when an explicit request has nothing that fits.
+// needs_products: it has nothing to do on a pass without products (an empty operand or
+// result), which the first algorithm (the direct kernels) then runs even when this one was
+// asked for.
+// Running a plan is the kernels' dispatch (conv.cc; on the GPU, fft.cu).
+template <class Problem, class Plan>
+struct AlgorithmDescriptor {
+  Algorithm algorithm;
+  bool needs_products;
+  Status (*can_run)(const Problem&);
+  double (*cost)(Problem&, Plan*);
+  int64_t (*workspace_bytes)(const Problem&, const Plan&);
+  Status (*finish)(Problem&, Plan*);
+};
+
+// The one choice both planners make over their algorithms (listed simplest first: the
+// first is the direct kernels, which run everything). An explicit request is planned as
+// asked once its algorithm can run (`where` names the platform in the refusal of one the
+// planner does not offer); kAuto takes the cheapest that fits, the earlier on a tie. Every
+// algorithm that can run is priced, so the plan reports each one's cost.
+template <class Problem, class Plan, size_t N>
+Status PlanWithAlgorithms(const AlgorithmDescriptor<Problem, Plan> (&algorithms)[N],
+                          const char* where, Problem& pb, Plan* plan) {
+  if (pb.requested != Algorithm::kAuto) {
+    const auto* asked = std::find_if(std::begin(algorithms), std::end(algorithms),
+                                     [&](const auto& d) { return d.algorithm == pb.requested; });
+    if (asked == std::end(algorithms)) {
+      std::vector<Algorithm> offered = {Algorithm::kAuto};
+      for (const auto& d : algorithms) offered.push_back(d.algorithm);
+      return InvalidArgument(std::string("algorithm='") + AlgorithmName(pb.requested) +
+                             "' is not available " + where + ": use " + AlgorithmChoices(offered));
+    }
+    LC_RETURN_IF_ERROR(asked->can_run(pb));
+    if (asked->needs_products && pb.g.no_products()) pb.requested = algorithms[0].algorithm;
+  }
+  const AlgorithmDescriptor<Problem, Plan>* chosen = nullptr;
+  double best = 0;
+  for (const auto& d : algorithms) {
+    if (!d.can_run(pb).ok()) continue;
+    const double cost = d.cost(pb, plan);
+    plan->costs[d.algorithm] = cost;
+    const bool take = pb.requested != Algorithm::kAuto
+                          ? d.algorithm == pb.requested
+                          : cost >= 0 && (chosen == nullptr || cost < best) &&
+                                d.workspace_bytes(pb, *plan) <= pb.limit;
+    if (take) {
+      chosen = &d;
+      best = cost;
     }
   }
-  return best;
+  plan->algorithm = chosen->algorithm;
+  return chosen->finish(pb, plan);
 }
 
 }  // namespace largeconv

@@ -58,7 +58,10 @@ bool MakeFftTiling(const ConvGeometry& g, ConvPass pass, int64_t fft_h, int64_t 
                 kew = DilatedExtent(g.filter_w, g.dilation_w);
   const int64_t out_dense_h = g.out_h > 0 ? (g.out_h - 1) * g.stride_h + 1 : 0;
   const int64_t out_dense_w = g.out_w > 0 ? (g.out_w - 1) * g.stride_w + 1 : 0;
-  if (pass == ConvPass::kBackpropInput) {
+  // The tiling follows the tensor the pass writes: the input (a correlation with the
+  // flipped filter), the output, or the filter (lags of a correlation of the two images).
+  const ConvTensor result = RolesOf(pass).out;
+  if (result == ConvTensor::kInput) {
     t->dense_h = g.in_h;
     t->dense_w = g.in_w;
     return TileDim(fft_h, keh, t->dense_h, true, g.pad_top - keh + 1, 0, out_dense_h, &t->tile_h,
@@ -68,7 +71,7 @@ bool MakeFftTiling(const ConvGeometry& g, ConvPass pass, int64_t fft_h, int64_t 
   }
   t->dense_h = out_dense_h;
   t->dense_w = out_dense_w;
-  const bool forward = pass == ConvPass::kForward;
+  const bool forward = result == ConvTensor::kOutput;
   if (!TileDim(fft_h, keh, t->dense_h, forward, -g.pad_top, 0, g.in_h, &t->tile_h, &t->tiles_h,
                &t->shift_h) ||
       !TileDim(fft_w, kew, t->dense_w, forward, -g.pad_left, 0, g.in_w, &t->tile_w, &t->tiles_w,

@@ -6,6 +6,7 @@
 #define TF_LARGECONV_CORE_VOCABULARY_H_
 
 #include <cstdint>
+#include <iterator>
 #include <string>
 
 #include "cc/core/hd.h"
@@ -39,6 +40,23 @@ LC_HD constexpr PassRoles RolesOf(ConvPass p) {
              : PassRoles{ConvTensor::kInput, ConvTensor::kOutput, ConvTensor::kFilter};
 }
 
+// The two image-shaped tensors of a pass as its correlation sees them: `src`, the one it
+// reads tiles of, and `dst`, the one whose channels it produces (for a pass that writes the
+// filter, the one it pairs `src` with):
+//   forward          input  -> output
+//   backprop-input   output -> input
+//   backprop-filter  input  x  output
+struct PassImages {
+  ConvTensor src, dst;
+};
+LC_HD constexpr PassImages ImagesOf(ConvPass p) {
+  return {RolesOf(p).a == ConvTensor::kFilter ? RolesOf(p).b : RolesOf(p).a,
+          RolesOf(p).out == ConvTensor::kFilter ? RolesOf(p).b : RolesOf(p).out};
+}
+// Whether a pass writes the filter, a sum over every image and position, rather than an
+// image: the planners size and price such passes by channel pairs instead of by tiles.
+LC_HD constexpr bool WritesFilter(ConvPass p) { return RolesOf(p).out == ConvTensor::kFilter; }
+
 // The pass's name as the Python API and the plans spell it.
 inline const char* PassName(ConvPass p) {
   constexpr const char* kNames[] = {"forward", "backprop_input", "backprop_filter"};
@@ -59,6 +77,20 @@ inline const char* AlgorithmName(Algorithm a) {
   return kNames[static_cast<int>(a)];
 }
 
+// "'auto', 'direct' or 'fft'": the names of `algorithms`, for messages.
+template <class Algorithms>
+std::string AlgorithmChoices(const Algorithms& algorithms) {
+  std::string out;
+  const size_t n = std::size(algorithms);
+  size_t i = 0;
+  for (Algorithm a : algorithms) {
+    out += i == 0 ? "'" : i + 1 == n ? " or '" : ", '";
+    out += std::string(AlgorithmName(a)) + "'";
+    ++i;
+  }
+  return out;
+}
+
 // Sets *out when `s` names an algorithm.
 inline Status ParseAlgorithm(const std::string& s, Algorithm* out) {
   for (Algorithm a : kAlgorithms) {
@@ -67,7 +99,8 @@ inline Status ParseAlgorithm(const std::string& s, Algorithm* out) {
       return OkStatus();
     }
   }
-  return InvalidArgument("algorithm must be 'auto', 'direct', 'fft' or 'tf', got '" + s + "'");
+  return InvalidArgument("algorithm must be " + AlgorithmChoices(kAlgorithms) + ", got '" + s +
+                         "'");
 }
 
 constexpr int64_t kDefaultWorkspaceLimit = int64_t{64} << 20;  // 64 MiB

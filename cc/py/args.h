@@ -133,8 +133,9 @@ py::dict PlanDict(const Plan& p) {
   d["pass"] = PassName(p.pass);
   d["algorithm"] = AlgorithmName(p.algorithm);
   d["workspace_bytes"] = p.workspace_bytes;
-  d["cost_direct"] = p.cost_direct;
-  d["cost_fft"] = p.cost_fft;
+  for (Algorithm a : kAlgorithms) {  // cost_direct, cost_fft, ...: < 0 where it cannot run
+    if (a != Algorithm::kAuto) d[("cost_" + std::string(AlgorithmName(a))).c_str()] = p.costs[a];
+  }
   if (p.algorithm == Algorithm::kFft) {
     d["fft"] = py::make_tuple(p.fft.fft_h, p.fft.fft_w);
     d["tile"] = py::make_tuple(p.fft.tiling.tile_h, p.fft.tiling.tile_w);
@@ -163,7 +164,6 @@ py::list CudaPlanList(const std::vector<int64_t>& input_shape,
     cuda::CudaPlan p;
     ThrowIfError(Planner{}(g, pass, a, rb, workspace_limit, &p));
     py::dict d = PlanDict(p);
-    d["cost_tf"] = p.cost_tf;
     d["tf_faster"] = cuda::TfFaster(p);
     if (p.algorithm == Algorithm::kFft) {
       d["items"] = p.fft.items;

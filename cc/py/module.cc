@@ -209,7 +209,6 @@ py::list PlanList(const std::vector<int64_t>& input_shape, const std::vector<int
     const PassPlan p = Plan(g, pass, req);
     py::dict d = PlanDict(p);
     d["flops"] = p.flops;
-    d["cost_tf"] = p.cost_tf;
     if (p.algorithm == Algorithm::kFft) {
       d["in_block"] = p.fft.in_block;
       d["out_block"] = p.fft.out_block;

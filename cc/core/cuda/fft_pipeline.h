@@ -277,71 +277,87 @@ struct ReadFilter {
 //   run.Direct(g, pass, config, a, b, out, workspace, gate)
 //                                             the direct kernels, skipped unless *gate != 0
 // Operands in RunPass's order; `workspace` holds plan.workspace_bytes.
+// One planned FFT pass as its phases see it: the plan, the workspace carved up by the
+// layout, and the geometry in the kernels' terms.
 template <typename T, class Runner>
-void RunFftPass(const ConvGeometry& geom, const CudaPlan& plan, const T* a, const T* b, T* out,
-                char* workspace, Runner& run) {
+struct FftPassRun {
   using R = AccT<T>;
-  const ConvPass pass = plan.pass;
-  const GpuFftConfig& c = plan.fft;
-  const TileGeom g = MakeTileGeom(geom);
-  const int rb = static_cast<int>(sizeof(R));
-  const GpuFftLayout l = MakeGpuFftLayout(geom, pass, c, rb);
-  const FftTiling& t = c.tiling;
-  const FftGeom f{c.fft_h, c.fft_w, 2 * (c.fft_w / 2 + 1), c.fft_h * 2 * (c.fft_w / 2 + 1),
-                  l.bins,  t,       t.tiles_h * t.tiles_w};
-  int* flag = reinterpret_cast<int*>(workspace);
-  R* filters = reinterpret_cast<R*>(workspace + l.filters);
-  R* src = reinterpret_cast<R*>(workspace + l.src);
-  R* dst = reinterpret_cast<R*>(workspace + l.dst);
-  void* work = workspace + l.fft_bytes;
-  const auto spectra = [](R* p) { return reinterpret_cast<Cx<R>*>(p); };
-  const auto transform = [&](bool inverse, int64_t batch, R* data) {
+  const CudaPlan& plan;
+  const GpuFftConfig& c;
+  const TileGeom g;
+  const int rb;
+  const GpuFftLayout l;
+  const FftTiling& t;
+  const FftGeom f;
+  R* filters;
+  R* src;
+  R* dst;
+  void* work;
+  const R scale;
+  Runner& run;
+
+  FftPassRun(const ConvGeometry& geom, const CudaPlan& p, char* workspace, Runner& r)
+      : plan(p),
+        c(p.fft),
+        g(MakeTileGeom(geom)),
+        rb(static_cast<int>(sizeof(R))),
+        l(MakeGpuFftLayout(geom, p.pass, c, rb)),
+        t(c.tiling),
+        f{c.fft_h, c.fft_w, 2 * (c.fft_w / 2 + 1), c.fft_h * 2 * (c.fft_w / 2 + 1),
+          l.bins,  t,       t.tiles_h * t.tiles_w},
+        filters(reinterpret_cast<R*>(workspace + l.filters)),
+        src(reinterpret_cast<R*>(workspace + l.src)),
+        dst(reinterpret_cast<R*>(workspace + l.dst)),
+        work(workspace + l.fft_bytes),
+        scale(R(1) / static_cast<R>(c.fft_h * c.fft_w)),
+        run(r) {}
+
+  static Cx<R>* Spectra(R* p) { return reinterpret_cast<Cx<R>*>(p); }
+  void Transform(bool inverse, int64_t batch, R* data) const {
     if (batch > 0) run.Transform(TransformShape{inverse, rb, c.fft_h, c.fft_w, batch}, data, work);
-  };
-  const R scale = R(1) / static_cast<R>(c.fft_h * c.fft_w);
-  const int64_t keh = DilatedExtent(g.filter_h, g.dilation_h),
-                kew = DilatedExtent(g.filter_w, g.dilation_w);
+  }
 
-  run.ForEach(1, SetFlag{flag, 0});
-  const int64_t sizes[2] = {
-      pass == ConvPass::kBackpropInput ? geom.filter_elements() : geom.input_elements(),
-      pass == ConvPass::kForward ? geom.filter_elements() : geom.output_elements()};
-  run.ForEach(sizes[0], FlagNonFinite<T>{a, flag});
-  run.ForEach(sizes[1], FlagNonFinite<T>{b, flag});
-
-  if (pass == ConvPass::kBackpropFilter) {
+  // A pass that writes the filter: the gradient spectra accumulate over rounds of items
+  // (input against out_backprop transforms), then one inverse transform reads them out.
+  void FilterGradient(const T* a, const T* b, T* out) const {
     if (c.items == 0) {
-      run.ForEach(geom.filter_elements(), Fill<T>{out});
-    } else {
-      for (int64_t item0 = 0; item0 < c.items; item0 += c.chunk) {
-        const int64_t items = MinOf(c.chunk, c.items - item0);
-        run.ForEach(items * g.cin_g * g.groups * f.plane,
-                    PackTiles<T, R>{f, a, g.in, g.in_h, g.in_w, 1, 1, g.cin_g * g.groups,
-                                    t.shift_h - g.pad_top, t.shift_w - g.pad_left, false, t.dense_h,
-                                    t.dense_w, item0, src});
-        transform(false, items * l.src_channels, src);
-        run.ForEach(items * g.out_c * f.plane,
-                    PackTiles<T, R>{f, b, g.out, g.out_h, g.out_w, g.stride_h, g.stride_w, g.out_c,
-                                    0, 0, true, t.dense_h, t.dense_w, item0, dst});
-        transform(false, items * l.dst_channels, dst);
-        const int64_t oblocks = CeilDiv(g.cout_g, kChannelBlock);
-        run.ForEach(g.groups * g.cin_g * oblocks * l.bins,
-                    AccumulateConj<R>{l.bins, g.groups, g.cin_g, g.cout_g, oblocks, items,
-                                      item0 == 0, spectra(src), spectra(dst), spectra(filters)});
-      }
-      transform(true, l.filter_spectra, filters);
-      run.ForEach(geom.filter_elements(), ReadFilter<T, R>{g, f, scale, filters, out});
+      run.ForEach(g.filter_elements(), Fill<T>{out});
+      return;
     }
-  } else {
-    const bool bpi = pass == ConvPass::kBackpropInput;
+    for (int64_t item0 = 0; item0 < c.items; item0 += c.chunk) {
+      const int64_t items = MinOf(c.chunk, c.items - item0);
+      run.ForEach(items * g.cin_g * g.groups * f.plane,
+                  PackTiles<T, R>{f, a, g.in, g.in_h, g.in_w, 1, 1, g.cin_g * g.groups,
+                                  t.shift_h - g.pad_top, t.shift_w - g.pad_left, false, t.dense_h,
+                                  t.dense_w, item0, src});
+      Transform(false, items * l.src_channels, src);
+      run.ForEach(items * g.out_c * f.plane,
+                  PackTiles<T, R>{f, b, g.out, g.out_h, g.out_w, g.stride_h, g.stride_w, g.out_c, 0,
+                                  0, true, t.dense_h, t.dense_w, item0, dst});
+      Transform(false, items * l.dst_channels, dst);
+      const int64_t oblocks = CeilDiv(g.cout_g, kChannelBlock);
+      run.ForEach(g.groups * g.cin_g * oblocks * l.bins,
+                  AccumulateConj<R>{l.bins, g.groups, g.cin_g, g.cout_g, oblocks, items, item0 == 0,
+                                    Spectra(src), Spectra(dst), Spectra(filters)});
+    }
+    Transform(true, l.filter_spectra, filters);
+    run.ForEach(g.filter_elements(), ReadFilter<T, R>{g, f, scale, filters, out});
+  }
+
+  // A pass that writes an image: the filter spectra once, then per round of items the
+  // source transforms, their products with the filters, and the destination's tiles.
+  void Correlation(const T* a, const T* b, T* out) const {
+    const bool bpi = RolesOf(plan.pass).out == ConvTensor::kInput;
     const int64_t scpg = bpi ? g.cout_g : g.cin_g, dcpg = bpi ? g.cin_g : g.cout_g;
     run.ForEach(l.filter_spectra * f.plane,
                 PlaceFilters<T, R>{g, f, bpi, scpg, dcpg, scale, bpi ? a : b, filters});
-    transform(false, l.filter_spectra, filters);
+    Transform(false, l.filter_spectra, filters);
     const T* source = bpi ? b : a;
     const Strides4 ss = bpi ? g.out : g.in, ds = bpi ? g.in : g.out;
-    const int64_t off_h = bpi ? g.pad_top - keh + 1 : -g.pad_top;
-    const int64_t off_w = bpi ? g.pad_left - kew + 1 : -g.pad_left;
+    const int64_t off_h =
+        bpi ? g.pad_top - DilatedExtent(g.filter_h, g.dilation_h) + 1 : -g.pad_top;
+    const int64_t off_w =
+        bpi ? g.pad_left - DilatedExtent(g.filter_w, g.dilation_w) + 1 : -g.pad_left;
     for (int64_t item0 = 0; item0 < c.items; item0 += c.chunk) {
       const int64_t items = MinOf(c.chunk, c.items - item0);
       run.ForEach(items * l.src_channels * f.plane,
@@ -349,16 +365,32 @@ void RunFftPass(const ConvGeometry& geom, const CudaPlan& plan, const T* a, cons
                                   bpi ? g.stride_h : 1, bpi ? g.stride_w : 1, l.src_channels,
                                   off_h + t.shift_h, off_w + t.shift_w, false, t.dense_h, t.dense_w,
                                   item0, src});
-      transform(false, items * l.src_channels, src);
+      Transform(false, items * l.src_channels, src);
       const int64_t dblocks = CeilDiv(dcpg, kChannelBlock);
       run.ForEach(items * g.groups * dblocks * l.bins,
-                  MultiplyConj<R>{l.bins, g.groups, scpg, dcpg, dblocks, spectra(src),
-                                  spectra(filters), spectra(dst)});
-      transform(true, items * l.dst_channels, dst);
+                  MultiplyConj<R>{l.bins, g.groups, scpg, dcpg, dblocks, Spectra(src),
+                                  Spectra(filters), Spectra(dst)});
+      Transform(true, items * l.dst_channels, dst);
       run.ForEach(items * l.dst_channels * t.tile_h * t.tile_w,
                   StoreTiles<T, R>{f, out, ds, l.dst_channels, bpi ? 1 : g.stride_h,
                                    bpi ? 1 : g.stride_w, item0, dst});
     }
+  }
+};
+
+template <typename T, class Runner>
+void RunFftPass(const ConvGeometry& geom, const CudaPlan& plan, const T* a, const T* b, T* out,
+                char* workspace, Runner& run) {
+  const ConvPass pass = plan.pass;
+  int* flag = reinterpret_cast<int*>(workspace);
+  run.ForEach(1, SetFlag{flag, 0});
+  run.ForEach(geom.elements(RolesOf(pass).a), FlagNonFinite<T>{a, flag});
+  run.ForEach(geom.elements(RolesOf(pass).b), FlagNonFinite<T>{b, flag});
+  const FftPassRun<T, Runner> phases(geom, plan, workspace, run);
+  if (WritesFilter(pass)) {
+    phases.FilterGradient(a, b, out);
+  } else {
+    phases.Correlation(a, b, out);
   }
   run.Direct(geom, pass, plan.direct, a, b, out, workspace + kFlagBytes, flag);
 }

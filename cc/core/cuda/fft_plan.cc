@@ -77,15 +77,14 @@ double DirectSeconds(const ConvGeometry& g, ConvPass pass, const TileConfig& c, 
   if (g.no_products() || c.blocks == 0) return kLaunchSec;  // a clear at most
   const TileGeom t = MakeTileGeom(g);
   double block_steps, taps;
-  if (pass == ConvPass::kBackpropFilter) {
+  if (WritesFilter(pass)) {
     // Each slice of the batch x output rows steps over its rows; all slices together cover
     // every row once per (tap tile, channel block, group, in-channel).
     const double base = static_cast<double>(c.blocks) / std::max<int64_t>(c.reduce_chunks, 1);
     block_steps = base * g.batch * g.out_h * CeilDiv(g.out_w, c.chunk_w);
     taps = static_cast<double>(c.chunk_w);
   } else {
-    const int64_t reduced = pass == ConvPass::kForward ? t.cin_g : t.cout_g;
-    block_steps = static_cast<double>(c.blocks) * TapSteps(t, c, reduced);
+    block_steps = static_cast<double>(c.blocks) * TapSteps(t, c, g.channels(pass).src_per_group);
     taps = static_cast<double>(c.chunk_h * c.chunk_w);
   }
   const double loads = block_steps * c.smem_elems;
@@ -196,7 +195,7 @@ std::vector<TransformShape> PassTransforms(const ConvGeometry& g, ConvPass pass,
     }
     out.push_back(s);
   };
-  const bool filter_grad = pass == ConvPass::kBackpropFilter;
+  const bool filter_grad = WritesFilter(pass);
   add(filter_grad, l.filter_spectra);
   const int64_t last = c.chunk > 0 ? c.items % c.chunk : 0;
   for (int64_t items : {std::min(c.chunk, c.items), last}) {
@@ -206,87 +205,124 @@ std::vector<TransformShape> PassTransforms(const ConvGeometry& g, ConvPass pass,
   return out;
 }
 
-Status PlanGpuPass(const ConvGeometry& g, ConvPass pass, Algorithm algorithm, int real_bytes,
-                   int64_t limit, const WorkBytesFn* work_bytes, const std::string& fft_unavailable,
-                   CudaPlan* plan) {
-  if (algorithm == Algorithm::kTf) {
-    return InvalidArgument(
-        "algorithm='tf' is not available on the GPU: use 'auto', 'direct' or 'fft'");
-  }
-  if (limit < 0) limit = kDefaultWorkspaceLimit;
-  if (g.no_products()) algorithm = Algorithm::kDirect;  // nothing to transform
-  CudaPlan p;
-  p.pass = pass;
-  p.direct = MakeTileConfig(g, pass, real_bytes, limit);
-  p.cost_direct = DirectSeconds(g, pass, p.direct, real_bytes);
-  p.cost_tf = CudnnSeconds(g);
-  p.workspace_bytes = p.direct.workspace_bytes;
-  if (algorithm == Algorithm::kDirect) {
-    *plan = p;
-    return OkStatus();
-  }
-  if (work_bytes == nullptr) {
-    if (algorithm == Algorithm::kFft) {
-      return Unimplemented("algorithm='fft' is not available: " + fft_unavailable);
-    }
-    *plan = p;
-    return OkStatus();
-  }
+namespace {
 
-  // The cheapest transform size whose smallest round fits, with the largest round that
-  // fits the limit (cuFFT's work area estimated). Sizes in `refused` are skipped.
+// --- The GPU's algorithms -----------------------------------------------------------------
+
+struct GpuProblem : PlanProblem {
+  int real_bytes;
+  const WorkBytesFn* work_bytes;  // null: no transform library
+  const std::string& fft_unavailable;
+  // The FFT's pricing: the size chosen, cuFFT's work area for it, and why none fits.
+  bool found = false;
+  GpuFftConfig best{};
+  int64_t work = 0;
+  int64_t min_bytes = -1;
+  Status error{};
+};
+
+// The direct tile kernels: run every pass.
+Status CanAlways(const GpuProblem&) { return OkStatus(); }
+double DirectCost(GpuProblem& pb, CudaPlan* p) {
+  p->direct = MakeTileConfig(pb.g, pb.pass, pb.real_bytes, pb.limit);
+  return DirectSeconds(pb.g, pb.pass, p->direct, pb.real_bytes);
+}
+int64_t DirectBytes(const GpuProblem&, const CudaPlan& p) { return p.direct.workspace_bytes; }
+Status DirectFinish(GpuProblem&, CudaPlan* p) {
+  p->workspace_bytes = p->direct.workspace_bytes;
+  return OkStatus();
+}
+
+// The FFT path: needs a transform library, except on a pass without products (which the
+// direct kernels run).
+Status FftCanRun(const GpuProblem& pb) {
+  if (pb.work_bytes != nullptr || pb.g.no_products()) return OkStatus();
+  return Unimplemented("algorithm='fft' is not available: " + pb.fft_unavailable);
+}
+
+// The cheapest transform size whose smallest round fits, with the largest round that fits
+// the limit (cuFFT's work area estimated); then cuFFT's actual work area, halving the round
+// until everything fits. cuFFT may want far more than the estimate for some sizes
+// (measured on an H100: a 75x75 size over 1024 filter spectra, which no round size
+// shrinks); such a size is refused and the search runs again without it, a few times at
+// most. cuFFT is not asked (no plans made) when the direct kernels win anyway, nor
+// searched when they were asked for.
+double FftCost(GpuProblem& pb, CudaPlan* p) {
+  if (pb.requested == Algorithm::kDirect || pb.g.no_products()) return -1;
+  const ConvGeometry& g = pb.g;
+  const ConvPass pass = pb.pass;
   std::vector<std::pair<int64_t, int64_t>> refused;
   const auto fit = [&](int64_t fh, int64_t fw, GpuFftConfig* c, int64_t* smallest) {
     const bool skip =
         std::find(refused.begin(), refused.end(), std::make_pair(fh, fw)) != refused.end();
-    return !skip && FitRounds(g, pass, real_bytes, limit, fh, fw, c, smallest);
+    return !skip && FitRounds(g, pass, pb.real_bytes, pb.limit, fh, fw, c, smallest);
   };
-  const auto cost = [&](const GpuFftConfig& c) { return FftSeconds(g, pass, c, real_bytes); };
+  const auto cost = [&](const GpuFftConfig& c) { return FftSeconds(g, pass, c, pb.real_bytes); };
   // Sides of at least 2, as cuFFT makes no 2-D plan with a side of 1; but a 1-D geometry
   // (conv1d: every height 1) takes single rows, height 1, as rank-1 plans (cufft.cu).
   const int64_t min_side = g.filter_h == 1 && g.in_h == 1 && g.out_h == 1 ? 1 : 2;
   FftSearch<GpuFftConfig> search = SearchFftSizes<GpuFftConfig>(g, pass, min_side, fit, cost);
-  const int64_t min_bytes = search.min_bytes;
-  bool found = search.found;
-  GpuFftConfig best = search.config;
-  int64_t work = 0;
-  Status error;
-  // cuFFT's actual work area: halve the round until everything fits. cuFFT may want far
-  // more than the estimate for some sizes (measured on an H100: a 75x75 size over 1024
-  // filter spectra, which no round size shrinks); such a size is refused and the search
-  // runs again without it, a few times at most. Not asked (no plans made) when the direct
-  // kernels win anyway.
-  for (int attempt = 0; found; ++attempt) {
-    if (ChooseAlgorithm(algorithm, p.cost_direct, search.cost, -1) == Algorithm::kDirect) {
-      p.cost_fft = search.cost;
-      *plan = p;
-      return OkStatus();
+  pb.min_bytes = search.min_bytes;
+  pb.found = search.found;
+  for (int attempt = 0; pb.found; ++attempt) {
+    if (pb.requested == Algorithm::kAuto && search.cost >= p->costs[Algorithm::kDirect]) {
+      pb.found = false;
+      return search.cost;
     }
-    const CufftFit fitted =
-        FitCufftWorkArea(g, pass, real_bytes, limit, *work_bytes, &best, &work, &error);
-    found = fitted == CufftFit::kFits;
+    pb.best = search.config;
+    const CufftFit fitted = FitCufftWorkArea(g, pass, pb.real_bytes, pb.limit, *pb.work_bytes,
+                                             &pb.best, &pb.work, &pb.error);
+    pb.found = fitted == CufftFit::kFits;
     if (fitted != CufftFit::kTooLarge || attempt + 1 == kMaxRefusedSizes) break;
-    refused.emplace_back(best.fft_h, best.fft_w);
+    refused.emplace_back(pb.best.fft_h, pb.best.fft_w);
     search = SearchFftSizes<GpuFftConfig>(g, pass, min_side, fit, cost);
-    found = search.found;
-    best = search.config;
+    pb.found = search.found;
   }
-  if (found) p.cost_fft = FftSeconds(g, pass, best, real_bytes);
-  if (algorithm == Algorithm::kFft && !found) {
-    if (!error.ok()) {
-      return Status(error.kind(), "algorithm='fft' is not available: " + error.message());
+  return pb.found ? FftSeconds(g, pass, pb.best, pb.real_bytes) : -1;
+}
+
+int64_t FftBytes(const GpuProblem& pb, const CudaPlan&) {
+  return MakeGpuFftLayout(pb.g, pb.pass, pb.best, pb.real_bytes).fft_bytes + Align256(pb.work);
+}
+
+Status FftFinish(GpuProblem& pb, CudaPlan* p) {
+  if (!pb.found) {
+    if (!pb.error.ok()) {
+      return Status(pb.error.kind(), "algorithm='fft' is not available: " + pb.error.message());
     }
-    return FftUnavailable(limit, min_bytes, pass);
+    return FftUnavailable(pb.limit, pb.min_bytes, pb.pass);
   }
-  if (found && ChooseAlgorithm(algorithm, p.cost_direct, p.cost_fft, -1) == Algorithm::kFft) {
-    p.algorithm = Algorithm::kFft;
-    p.fft = best;
-    p.fft_work_bytes = Align256(work);
-    // The exact redo for non-finite operands shares everything after the flag.
-    p.direct = MakeTileConfig(g, pass, real_bytes, std::max<int64_t>(0, limit - kFlagBytes));
-    const int64_t fft = MakeGpuFftLayout(g, pass, best, real_bytes).fft_bytes + p.fft_work_bytes;
-    p.workspace_bytes = std::max(fft, kFlagBytes + p.direct.workspace_bytes);
-  }
+  p->fft = pb.best;
+  p->fft_work_bytes = Align256(pb.work);
+  // The exact redo for non-finite operands shares everything after the flag.
+  p->direct =
+      MakeTileConfig(pb.g, pb.pass, pb.real_bytes, std::max<int64_t>(0, pb.limit - kFlagBytes));
+  const int64_t fft =
+      MakeGpuFftLayout(pb.g, pb.pass, pb.best, pb.real_bytes).fft_bytes + p->fft_work_bytes;
+  p->workspace_bytes = std::max(fft, kFlagBytes + p->direct.workspace_bytes);
+  return OkStatus();
+}
+
+// Simplest first. TensorFlow's kernels (cuDNN) are not among them: the plan only reports
+// their modelled cost, for the caller that can route the whole convolution there.
+constexpr AlgorithmDescriptor<GpuProblem, CudaPlan> kGpuAlgorithms[] = {
+    {Algorithm::kDirect, false, CanAlways, DirectCost, DirectBytes, DirectFinish},
+    {Algorithm::kFft, true, FftCanRun, FftCost, FftBytes, FftFinish},
+};
+
+}  // namespace
+
+Status PlanGpuPass(const ConvGeometry& g, ConvPass pass, Algorithm algorithm, int real_bytes,
+                   int64_t limit, const WorkBytesFn* work_bytes, const std::string& fft_unavailable,
+                   CudaPlan* plan) {
+  GpuProblem pb{{g, pass, algorithm, limit < 0 ? kDefaultWorkspaceLimit : limit},
+                real_bytes,
+                work_bytes,
+                fft_unavailable};
+  CudaPlan p;
+  p.pass = pass;
+  p.costs[Algorithm::kTf] = CudnnSeconds(g);
+  LC_RETURN_IF_ERROR(PlanWithAlgorithms(kGpuAlgorithms, "on the GPU", pb, &p));
   *plan = p;
   return OkStatus();
 }

@@ -12,6 +12,7 @@
 #include "cc/core/cuda/tiles.h"
 #include "cc/core/fft.h"
 #include "cc/core/geometry.h"
+#include "cc/core/plan_search.h"
 #include "cc/core/status.h"
 #include "cc/core/vocabulary.h"
 
@@ -77,10 +78,10 @@ struct CudaPlan {
   GpuFftConfig fft;            // with kFft
   int64_t fft_work_bytes = 0;  // cuFFT's work area (kFft)
   int64_t workspace_bytes = 0;
-  double cost_direct = 0, cost_fft = -1;  // cost-model seconds; < 0: not available
-  // Cost-model seconds of cuDNN (TensorFlow's GPU kernel) on the same pass: never run by
-  // these kernels, weighed by the caller that can route the whole convolution there.
-  double cost_tf = -1;
+  // Cost-model seconds of each algorithm; < 0: not available. kTf's: cuDNN (TensorFlow's
+  // GPU kernel) on the same pass, never run by these kernels, weighed by the caller that can
+  // route the whole convolution there.
+  AlgorithmCosts costs;
 };
 
 // Whether cuDNN's modelled time beats the algorithm this plan chose.
@@ -91,8 +92,8 @@ struct CudaPlan {
 // launch costs, not their work, would decide it.
 constexpr int64_t kRouteBatch = 8;
 inline bool TfFaster(const CudaPlan& p) {
-  const double ours = p.algorithm == Algorithm::kFft ? p.cost_fft : p.cost_direct;
-  return p.cost_tf >= 0 && p.cost_tf < ours;
+  const double tf = p.costs[Algorithm::kTf];
+  return tf >= 0 && tf < p.costs[p.algorithm];
 }
 
 // Plans a pass. algorithm: kAuto, kDirect or kFft (kTf is refused). `work_bytes` is null

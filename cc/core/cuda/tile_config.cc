@@ -1,7 +1,9 @@
-// Host-side sizing of the direct tile kernels: block shapes, shared memory, the
-// backprop-filter slicing and its workspace. The one formula the launcher, the host
+// Host-side sizing of the direct tile kernels: block shapes, the shrinking to fit shared
+// memory (each kernel's footprint is in tiles.h), the backprop-filter slicing and its
+// workspace. The one formula the launcher, the host
 // emulation and the planner share.
 #include <algorithm>
+#include <array>
 
 #include "cc/core/cuda/tiles.h"
 #include "cc/core/vocabulary.h"
@@ -28,25 +30,6 @@ int64_t ChannelsPerThread(int64_t per_group) {
   return per_group == 2 ? 2 : 1;
 }
 
-// Patch and shared-memory size of the current shape of `c`.
-void Measure(const TileGeom& g, ConvPass pass, TileConfig* c) {
-  if (pass == ConvPass::kForward) {
-    c->patch_h = (c->tile_h - 1) * g.stride_h + (c->chunk_h - 1) * g.dilation_h + 1;
-    c->patch_w = (c->tile_w - 1) * g.stride_w + (c->chunk_w - 1) * g.dilation_w + 1;
-    c->smem_elems = c->patch_h * c->patch_w + c->chunk_h * c->chunk_w * c->channels;
-  } else if (pass == ConvPass::kBackpropInput) {
-    // Output rows a block's input rows meet through chunk_h taps: at most
-    // ceil(span / stride) + 1 for span = tile + dilated chunk - 2.
-    c->patch_h = (c->tile_h - 1 + (c->chunk_h - 1) * g.dilation_h) / g.stride_h + 2;
-    c->patch_w = (c->tile_w - 1 + (c->chunk_w - 1) * g.dilation_w) / g.stride_w + 2;
-    c->smem_elems = c->patch_h * c->patch_w + c->chunk_h * c->chunk_w * c->channels;
-  } else {
-    c->patch_h = c->tile_h;
-    c->patch_w = (c->chunk_w - 1) * g.stride_w + (c->tile_w - 1) * g.dilation_w + 1;
-    c->smem_elems = c->patch_h * c->patch_w + c->chunk_w * c->channels;
-  }
-}
-
 }  // namespace
 
 TileGeom MakeTileGeom(const ConvGeometry& g) {
@@ -64,25 +47,15 @@ TileConfig MakeTileConfig(const ConvGeometry& geom, ConvPass pass, int acc_bytes
   if (workspace_limit < 0) workspace_limit = kDefaultWorkspaceLimit;
   const TileGeom g = MakeTileGeom(geom);
   TileConfig c;
-  if (pass == ConvPass::kForward) {
-    TileShape(g.out_h, g.out_w, &c);
-    c.channels = ChannelsPerThread(g.cout_g);
-  } else if (pass == ConvPass::kBackpropInput) {
-    TileShape(g.in_h, g.in_w, &c);
-    c.channels = ChannelsPerThread(g.cin_g);
-  } else {
-    TileShape(g.filter_h, g.filter_w, &c);
-    c.channels = ChannelsPerThread(g.cout_g);
-  }
-  if (pass == ConvPass::kBackpropFilter) {
-    c.chunk_h = 1;
-    c.chunk_w = std::min<int64_t>(64, std::max<int64_t>(g.out_w, 1));
-  } else {
-    c.chunk_h = std::min<int64_t>(16, g.filter_h);
-    c.chunk_w = std::min<int64_t>(32, g.filter_w);
-  }
+  // Threads own elements of the result, channels per thread of its destination channels.
+  const std::array<int64_t, 2> hw = g.spatial(RolesOf(pass).out);
+  const int64_t dst_g = g.channels(pass).dst_per_group;
+  TileShape(hw[0], hw[1], &c);
+  c.channels = ChannelsPerThread(dst_g);
+  FirstChunks(g, pass, &c);
   // Shrink until the block's shared memory fits: taps per step first, the tile last.
-  for (Measure(g, pass, &c); c.smem_elems * acc_bytes > kSmemBytes; Measure(g, pass, &c)) {
+  for (MeasureTiles(g, pass, &c); c.smem_elems * acc_bytes > kSmemBytes;
+       MeasureTiles(g, pass, &c)) {
     if (c.chunk_w > 1) {
       c.chunk_w = (c.chunk_w + 1) / 2;
     } else if (c.chunk_h > 1) {
@@ -95,12 +68,9 @@ TileConfig MakeTileConfig(const ConvGeometry& geom, ConvPass pass, int acc_bytes
       break;  // a 1x1 tile of one tap: a few elements, always fits
     }
   }
-  if (pass == ConvPass::kForward || pass == ConvPass::kBackpropInput) {
-    const bool fwd = pass == ConvPass::kForward;
-    const int64_t h = fwd ? g.out_h : g.in_h, w = fwd ? g.out_w : g.in_w;
-    const int64_t cg = fwd ? g.cout_g : g.cin_g;
-    c.blocks =
-        g.batch * g.groups * CeilDiv(cg, c.channels) * CeilDiv(h, c.tile_h) * CeilDiv(w, c.tile_w);
+  if (!WritesFilter(pass)) {
+    c.blocks = g.batch * g.groups * CeilDiv(dst_g, c.channels) * CeilDiv(hw[0], c.tile_h) *
+               CeilDiv(hw[1], c.tile_w);
     return c;
   }
   // Backprop-filter: slice the batch x output rows so there are enough blocks, each slice

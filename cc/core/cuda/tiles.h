@@ -21,6 +21,7 @@
 #ifndef TF_LARGECONV_CORE_CUDA_TILES_H_
 #define TF_LARGECONV_CORE_CUDA_TILES_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -382,6 +383,36 @@ struct BackpropFilterTiles {
     p.filter_backprop[i] = Store<T>(sum);
   }
 };
+
+// Each kernel's footprint, for MakeTileConfig (tile_config.cc), which shrinks a cut until
+// it fits: the taps (backprop-filter: output columns) a step starts with, and the
+// shared-memory patch and elements of the current shape of `c`.
+inline void FirstChunks(const TileGeom& g, ConvPass pass, TileConfig* c) {
+  if (pass == ConvPass::kBackpropFilter) {
+    c->chunk_h = 1;
+    c->chunk_w = std::min<int64_t>(64, std::max<int64_t>(g.out_w, 1));
+  } else {
+    c->chunk_h = std::min<int64_t>(16, g.filter_h);
+    c->chunk_w = std::min<int64_t>(32, g.filter_w);
+  }
+}
+inline void MeasureTiles(const TileGeom& g, ConvPass pass, TileConfig* c) {
+  if (pass == ConvPass::kForward) {
+    c->patch_h = (c->tile_h - 1) * g.stride_h + (c->chunk_h - 1) * g.dilation_h + 1;
+    c->patch_w = (c->tile_w - 1) * g.stride_w + (c->chunk_w - 1) * g.dilation_w + 1;
+    c->smem_elems = c->patch_h * c->patch_w + c->chunk_h * c->chunk_w * c->channels;
+  } else if (pass == ConvPass::kBackpropInput) {
+    // Output rows a block's input rows meet through chunk_h taps: at most
+    // ceil(span / stride) + 1 for span = tile + dilated chunk - 2.
+    c->patch_h = (c->tile_h - 1 + (c->chunk_h - 1) * g.dilation_h) / g.stride_h + 2;
+    c->patch_w = (c->tile_w - 1 + (c->chunk_w - 1) * g.dilation_w) / g.stride_w + 2;
+    c->smem_elems = c->patch_h * c->patch_w + c->chunk_h * c->chunk_w * c->channels;
+  } else {
+    c->patch_h = c->tile_h;
+    c->patch_w = (c->chunk_w - 1) * g.stride_w + (c->tile_w - 1) * g.dilation_w + 1;
+    c->smem_elems = c->patch_h * c->patch_w + c->chunk_w * c->channels;
+  }
+}
 
 // Picks the kernel for a pass and its channels-per-thread, fills its parameters and hands
 // them to `run`, which either launches them on a device or emulates them on the host:

@@ -220,13 +220,12 @@ void BackpropFilter(const py::object& input, const py::object& out_backprop,
 }
 
 ConvPass PassFrom(const std::string& pass) {
-  const ConvPass passes[] = {ConvPass::kForward, ConvPass::kBackpropInput,
-                             ConvPass::kBackpropFilter};
-  const ConvPass* p = std::find_if(std::begin(passes), std::end(passes),
+  const ConvPass* p = std::find_if(std::begin(kPasses), std::end(kPasses),
                                    [&](ConvPass q) { return pass == PassName(q); });
-  if (p == std::end(passes)) {
-    throw py::value_error("pass_ must be forward, backprop_input or backprop_filter, got '" + pass +
-                          "'");
+  if (p == std::end(kPasses)) {
+    std::string names;
+    for (ConvPass q : kPasses) names += (names.empty() ? "" : ", ") + std::string(PassName(q));
+    throw py::value_error("pass_ must be one of " + names + ", got '" + pass + "'");
   }
   return *p;
 }
