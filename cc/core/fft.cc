@@ -361,7 +361,7 @@ struct Correlation {
         const int64_t ob = std::min(c.out_block, f.dcpg - ob0);
         // vec_block batches groups, or for a single group consecutive tiles (the planner's
         // choice for rows of height 1, whose transforms vectorise across the batch).
-        const bool tiles = g.groups == 1 && c.vec_block > 1;
+        const bool tiles = BatchesTiles(g, c);
         const int64_t all_tiles = g.batch * per_image;
         const int64_t vb = std::max<int64_t>(1, std::min(c.vec_block, tiles ? all_tiles : gb));
         const Block b{g0,          gb, ob0,   ob,

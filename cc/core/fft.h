@@ -77,6 +77,12 @@ Status FftUnavailable(int64_t limit, int64_t min_bytes, ConvPass pass);
 // f16 and bf16, which compute in float; 8 for double).
 int64_t FftWorkspaceBytes(const ConvGeometry& g, ConvPass pass, const FftConfig& c, int real_bytes);
 
+// Whether a forward or backprop-input configuration batches tiles (not groups) per
+// transform call: one group and vec_block > 1 (see FftConfig).
+inline bool BatchesTiles(const ConvGeometry& g, const FftConfig& c) {
+  return g.groups == 1 && c.vec_block > 1;
+}
+
 // Number of real transforms (each fft_h x fft_w) a pass performs; the planner's cost model.
 double FftTransformCount(const ConvGeometry& g, ConvPass pass, const FftConfig& c);
 

@@ -58,7 +58,7 @@ int64_t ParallelItems(const ConvGeometry& g, ConvPass pass, const FftConfig& c) 
            CeilDiv(g.in_c_per_group(), c.in_block) * CeilDiv(g.out_c_per_group(), c.out_block);
   }
   const int64_t tiles = g.batch * t.tiles_h * t.tiles_w;
-  if (g.groups == 1 && c.vec_block > 1) return CeilDiv(tiles, c.vec_block);  // runs of tiles
+  if (BatchesTiles(g, c)) return CeilDiv(tiles, c.vec_block);  // runs of tiles
   return tiles * std::max<int64_t>(1, c.group_block);
 }
 
