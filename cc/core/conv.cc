@@ -11,18 +11,19 @@ namespace largeconv {
 
 namespace {
 
-// How an algorithm the op runs carries out a planned pass: false when it cannot take these
-// operands, and the direct kernels, which take any, run the pass instead.
-template <typename T>
+// How an algorithm the op runs carries out a planned pass (of either geometry, G with its
+// Plan): false when it cannot take these operands, and the direct kernels, which take any,
+// run the pass instead.
+template <typename T, class G, class Plan>
 struct Runner {
   Algorithm algorithm;
-  bool (*run)(const ConvGeometry& g, const PassPlan& plan, const T* a, int64_t a_size, const T* b,
-              int64_t b_size, T* out, void* workspace, const ParallelFor& pf);
+  bool (*run)(const G& g, const Plan& plan, const T* a, int64_t a_size, const T* b, int64_t b_size,
+              T* out, void* workspace, const ParallelFor& pf);
 };
 
-template <typename T>
-bool RunDirect(const ConvGeometry& g, const PassPlan& plan, const T* a, int64_t, const T* b,
-               int64_t, T* out, void*, const ParallelFor& pf) {
+template <typename T, class G, class Plan>
+bool RunDirect(const G& g, const Plan& plan, const T* a, int64_t, const T* b, int64_t, T* out,
+               void*, const ParallelFor& pf) {
   DirectPass(g, plan.pass, a, b, out, pf);
   return true;
 }
@@ -30,9 +31,9 @@ bool RunDirect(const ConvGeometry& g, const PassPlan& plan, const T* a, int64_t,
 // The FFT kernels, for finite operands only (a transform would smear Inf/NaN over its
 // tile). Integer types never get here: they are summed exactly, and no FFT kernel is
 // instantiated for them.
-template <typename T>
-bool RunFft(const ConvGeometry& g, const PassPlan& plan, const T* a, int64_t a_size, const T* b,
-            int64_t b_size, T* out, void* workspace, const ParallelFor& pf) {
+template <typename T, class G, class Plan>
+bool RunFft(const G& g, const Plan& plan, const T* a, int64_t a_size, const T* b, int64_t b_size,
+            T* out, void* workspace, const ParallelFor& pf) {
   if constexpr (kIsInt<T>) {
     return false;
   } else {
@@ -43,19 +44,18 @@ bool RunFft(const ConvGeometry& g, const PassPlan& plan, const T* a, int64_t a_s
 }
 
 // TensorFlow's kernels (Algorithm::kTf) are not here: only the Python layer runs them.
-template <typename T>
-constexpr Runner<T> kRunners[] = {{Algorithm::kDirect, RunDirect<T>}, {Algorithm::kFft, RunFft<T>}};
+template <typename T, class G, class Plan>
+constexpr Runner<T, G, Plan> kRunners[] = {{Algorithm::kDirect, RunDirect<T, G, Plan>},
+                                           {Algorithm::kFft, RunFft<T, G, Plan>}};
 
-}  // namespace
-
-template <typename T>
-void RunPass(const ConvGeometry& g, const PassPlan& plan, const T* a, int64_t a_size, const T* b,
-             int64_t b_size, T* out, void* workspace, const ParallelFor& pf) {
+template <typename T, class G, class Plan>
+void RunPlanned(const G& g, const Plan& plan, const T* a, int64_t a_size, const T* b,
+                int64_t b_size, T* out, void* workspace, const ParallelFor& pf) {
   if (g.no_products()) {  // zeros, or nothing at all; what the kernels would write
     std::fill_n(out, g.elements(RolesOf(plan.pass).out), T{});
     return;
   }
-  for (const Runner<T>& r : kRunners<T>) {
+  for (const Runner<T, G, Plan>& r : kRunners<T, G, Plan>) {
     if (r.algorithm == plan.algorithm && r.run(g, plan, a, a_size, b, b_size, out, workspace, pf)) {
       return;
     }
@@ -63,8 +63,24 @@ void RunPass(const ConvGeometry& g, const PassPlan& plan, const T* a, int64_t a_
   RunDirect(g, plan, a, a_size, b, b_size, out, workspace, pf);
 }
 
-#define LARGECONV_INSTANTIATE_RUN(T, NAME, TF_WORD)                                           \
-  template void RunPass<T>(const ConvGeometry&, const PassPlan&, const T*, int64_t, const T*, \
+}  // namespace
+
+template <typename T>
+void RunPass(const ConvGeometry& g, const PassPlan& plan, const T* a, int64_t a_size, const T* b,
+             int64_t b_size, T* out, void* workspace, const ParallelFor& pf) {
+  RunPlanned(g, plan, a, a_size, b, b_size, out, workspace, pf);
+}
+
+template <typename T>
+void RunPass(const Conv3dGeometry& g, const Pass3dPlan& plan, const T* a, int64_t a_size,
+             const T* b, int64_t b_size, T* out, void* workspace, const ParallelFor& pf) {
+  RunPlanned(g, plan, a, a_size, b, b_size, out, workspace, pf);
+}
+
+#define LARGECONV_INSTANTIATE_RUN(T, NAME, TF_WORD)                                               \
+  template void RunPass<T>(const ConvGeometry&, const PassPlan&, const T*, int64_t, const T*,     \
+                           int64_t, T*, void*, const ParallelFor&);                               \
+  template void RunPass<T>(const Conv3dGeometry&, const Pass3dPlan&, const T*, int64_t, const T*, \
                            int64_t, T*, void*, const ParallelFor&);
 LARGECONV_FOR_EACH_DTYPE(LARGECONV_INSTANTIATE_RUN)
 #undef LARGECONV_INSTANTIATE_RUN

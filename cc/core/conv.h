@@ -19,6 +19,11 @@ template <typename T>
 void RunPass(const ConvGeometry& g, const PassPlan& plan, const T* a, int64_t a_size, const T* b,
              int64_t b_size, T* out, void* workspace, const ParallelFor& pf);
 
+// The same dispatch for three spatial dimensions.
+template <typename T>
+void RunPass(const Conv3dGeometry& g, const Pass3dPlan& plan, const T* a, int64_t a_size,
+             const T* b, int64_t b_size, T* out, void* workspace, const ParallelFor& pf);
+
 }  // namespace largeconv
 
 #endif  // TF_LARGECONV_CORE_CONV_H_

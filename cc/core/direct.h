@@ -20,6 +20,12 @@ template <typename T>
 void DirectPass(const ConvGeometry& g, ConvPass pass, const T* a, const T* b, T* out,
                 const ParallelFor& pf);
 
+// The same for three spatial dimensions (direct3d.cc): the filter is [KD, KH, KW,
+// C_in/groups, C_out].
+template <typename T>
+void DirectPass(const Conv3dGeometry& g, ConvPass pass, const T* a, const T* b, T* out,
+                const ParallelFor& pf);
+
 }  // namespace largeconv
 
 #endif  // TF_LARGECONV_CORE_DIRECT_H_

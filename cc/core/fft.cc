@@ -15,21 +15,10 @@
 
 #include "cc/core/dtypes.h"
 #include "cc/core/ducc.h"
+#include "cc/core/fft_shared.h"
 
 namespace largeconv {
 namespace {
-
-constexpr int64_t kAlign = 64;
-inline int64_t Align(int64_t b) { return AlignUp(b, kAlign); }
-
-// The one description of how a pass's workspace is carved up.
-struct Layout {
-  int64_t bins = 0;            // complex bins of one spectrum
-  int64_t shared_spectra = 0;  // filter spectra shared by all slots
-  int64_t slot_spectra = 0;    // spectra owned by each slot
-  int64_t spectrum_bytes = 0, plane_bytes = 0, real_planes = 1;
-  int64_t slot_bytes = 0, shared_bytes = 0, total = 0;
-};
 
 Layout MakeLayout(const ConvGeometry& g, ConvPass pass, const FftConfig& c, int rb) {
   Layout l;
@@ -42,46 +31,7 @@ Layout MakeLayout(const ConvGeometry& g, ConvPass pass, const FftConfig& c, int 
     l.shared_spectra = c.group_block * g.channels(pass).src_per_group * c.out_block;
     l.slot_spectra = c.vec_block * (c.in_block + c.out_block);
   }
-  l.spectrum_bytes = Align(l.bins * 2 * rb);
-  l.plane_bytes = Align(c.fft_h * c.fft_w * rb);
-  l.shared_bytes = l.shared_spectra * l.spectrum_bytes;
-  l.slot_bytes = l.slot_spectra * l.spectrum_bytes + l.real_planes * l.plane_bytes;
-  // Whole multiples of 256 bytes, the granule TF's CPU allocator counts in, so the planned
-  // number is exactly what the allocator reports.
-  l.total = (l.shared_bytes + c.slots * l.slot_bytes + 255) / 256 * 256;
-  return l;
-}
-
-// Typed views of the workspace.
-template <typename R>
-struct Workspace {
-  using C = std::complex<R>;
-  char* base;
-  Layout l;
-  C* shared(int64_t i) const { return reinterpret_cast<C*>(base + i * l.spectrum_bytes); }
-  char* slot_base(int64_t s) const { return base + l.shared_bytes + s * l.slot_bytes; }
-  C* spectrum(int64_t s, int64_t i) const {
-    return reinterpret_cast<C*>(slot_base(s) + i * l.spectrum_bytes);
-  }
-  R* real(int64_t s, int64_t plane = 0) const {
-    return reinterpret_cast<R*>(slot_base(s) + l.slot_spectra * l.spectrum_bytes +
-                                plane * l.plane_bytes);
-  }
-};
-
-// Runs fn(slot, item) for items [0, items), split into at most `slots` contiguous runs
-// that execute concurrently; a slot's buffers are touched by one thread only.
-void RunSlots(const ParallelFor& pf, int64_t slots, int64_t items, double cost_per_item,
-              const std::function<void(int64_t, int64_t)>& fn) {
-  if (items <= 0) return;
-  const int64_t s = std::max<int64_t>(1, std::min(slots, items));
-  const double cost = cost_per_item * static_cast<double>(CeilDiv(items, s));
-  pf(s, static_cast<int64_t>(std::min(cost, 1e15)) + 1, [&](int64_t b, int64_t e) {
-    for (int64_t slot = b; slot < e; ++slot) {
-      const int64_t lo = items * slot / s, hi = items * (slot + 1) / s;
-      for (int64_t i = lo; i < hi; ++i) fn(slot, i);
-    }
-  });
+  return FinishLayout(l, c.fft_h * c.fft_w, c.slots, rb);
 }
 
 template <typename R>
@@ -155,19 +105,6 @@ void C2RBatch(std::complex<R>* spec, R* real, int64_t count, int64_t real_stride
     ducc0::vfmav<R> out(real + first * fw, {size_t(count), size_t(n), size_t(fw)},
                         {ptrdiff_t(real_stride), ptrdiff_t(fw), 1});
     ducc0::c2r(in, out, size_t(2), false, R(1), 1);
-  }
-}
-
-// acc += a * conj(b) over n complex bins, written on interleaved reals so it vectorises.
-template <typename R>
-void MacConj(std::complex<R>* acc, const std::complex<R>* a, const std::complex<R>* b, int64_t n) {
-  R* __restrict o = reinterpret_cast<R*>(acc);
-  const R* __restrict x = reinterpret_cast<const R*>(a);
-  const R* __restrict y = reinterpret_cast<const R*>(b);
-  for (int64_t i = 0; i < n; ++i) {
-    const R xr = x[2 * i], xi = x[2 * i + 1], yr = y[2 * i], yi = y[2 * i + 1];
-    o[2 * i] += xr * yr + xi * yi;
-    o[2 * i + 1] += xi * yr - xr * yi;
   }
 }
 
@@ -551,26 +488,32 @@ int64_t FftWorkspaceBytes(const ConvGeometry& g, ConvPass pass, const FftConfig&
   return MakeLayout(g, pass, c, real_bytes).total;
 }
 
-double FftTransformCount(const ConvGeometry& g, ConvPass pass, const FftConfig& c) {
-  const FftTiling& t = c.tiling;
-  const double tiles = static_cast<double>(g.batch) * t.tiles_h * t.tiles_w * g.groups;
-  const double icpg = g.in_c_per_group(), ocpg = g.out_c_per_group();
+double TransformCountOf(ConvPass pass, double tiles, int64_t groups, int64_t icpg_count,
+                        int64_t ocpg_count, int64_t in_block, int64_t out_block) {
+  const double icpg = icpg_count, ocpg = ocpg_count;
   switch (pass) {
     case ConvPass::kForward: {
-      const double blocks = CeilDiv(g.out_c_per_group(), c.out_block);
-      return g.groups * icpg * ocpg + tiles * (icpg * blocks + ocpg);
+      const double blocks = CeilDiv(ocpg_count, out_block);
+      return groups * icpg * ocpg + tiles * (icpg * blocks + ocpg);
     }
     case ConvPass::kBackpropInput: {
-      const double blocks = CeilDiv(g.in_c_per_group(), c.out_block);
-      return g.groups * icpg * ocpg + tiles * (ocpg * blocks + icpg);
+      const double blocks = CeilDiv(icpg_count, out_block);
+      return groups * icpg * ocpg + tiles * (ocpg * blocks + icpg);
     }
     case ConvPass::kBackpropFilter: {
-      const double ib = CeilDiv(g.in_c_per_group(), c.in_block);
-      const double ob = CeilDiv(g.out_c_per_group(), c.out_block);
-      return tiles * (icpg * ob + ocpg * ib) + g.groups * icpg * ocpg;
+      const double ib = CeilDiv(icpg_count, in_block);
+      const double ob = CeilDiv(ocpg_count, out_block);
+      return tiles * (icpg * ob + ocpg * ib) + groups * icpg * ocpg;
     }
   }
   return 0;
+}
+
+double FftTransformCount(const ConvGeometry& g, ConvPass pass, const FftConfig& c) {
+  const FftTiling& t = c.tiling;
+  const double tiles = static_cast<double>(g.batch) * t.tiles_h * t.tiles_w * g.groups;
+  return TransformCountOf(pass, tiles, g.groups, g.in_c_per_group(), g.out_c_per_group(),
+                          c.in_block, c.out_block);
 }
 
 namespace {

@@ -4,6 +4,7 @@
 #ifndef TF_LARGECONV_CORE_FFT_H_
 #define TF_LARGECONV_CORE_FFT_H_
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -86,6 +87,13 @@ inline bool BatchesTiles(const ConvGeometry& g, const FftConfig& c) {
 // Number of real transforms (each fft_h x fft_w) a pass performs; the planner's cost model.
 double FftTransformCount(const ConvGeometry& g, ConvPass pass, const FftConfig& c);
 
+// The count both dimensionalities share: `tiles` (images x tiles x groups) each transform a
+// block's source channels and inverse its destination channels, and every channel pair's
+// filter is transformed once (forward, backprop-input: out_block destination channels at
+// a time; backprop-filter: in_block x out_block pairs at a time).
+double TransformCountOf(ConvPass pass, double tiles, int64_t groups, int64_t icpg, int64_t ocpg,
+                        int64_t in_block, int64_t out_block);
+
 // Runs `pass` by overlap-save transforms as `c` cuts it up (operands in the pass's order,
 // as DirectPass takes them). `workspace` must hold FftWorkspaceBytes(g, pass, c,
 // sizeof(real)) bytes, 64-byte aligned.
@@ -98,6 +106,46 @@ void FftPass(const ConvGeometry& g, ConvPass pass, const FftConfig& c, const T* 
 // them exactly as a direct sum (and TensorFlow) does.
 template <typename T>
 bool AllFinite(const T* p, int64_t n, const ParallelFor& pf);
+
+// --- Three spatial dimensions (fft3d.cc) ---------------------------------------------------
+//
+// Overlap-save over volumes with 3-D real transforms: in each dimension a tile keeps
+// fft - (dilated filter) + 1 dense positions, as the 2-D tiling does, without the
+// wrap-around single tiles.
+
+struct Fft3dTiling {
+  Dims3 dense{}, tile{}, tiles{};
+  int64_t count() const { return Volume(tiles); }
+};
+// False when the transform is smaller than the dilated filter in some dimension.
+bool MakeFftTiling(const Conv3dGeometry& g, ConvPass pass, const Dims3& fft, Fft3dTiling* t);
+
+// How a 3-D pass is cut up. forward / backprop-input: out_block destination channels of a
+// group whose filter spectra are held at once; backprop-filter: units of in_block x
+// out_block channel pairs. slots: workers that run at once, each with its own buffers.
+struct Fft3dConfig {
+  Dims3 fft{};
+  Fft3dTiling tiling{};
+  int64_t in_block = 1, out_block = 1;
+  int64_t slots = 1;
+};
+
+// The largest transform side the 3-D FFT considers (a 512^3 float transform is 512 MiB).
+constexpr int64_t kMaxFftSide3d = 512;
+
+// Per dimension, the transform sizes the planner tries (SmoothSizes from the dilated
+// filter up to one tile covering everything). False when the FFT cannot run the pass.
+bool FftSizeCandidates(const Conv3dGeometry& g, ConvPass pass,
+                       std::array<std::vector<int64_t>, kSpatial3d>* sizes);
+
+// Exact workspace bytes, the one formula the planner and the kernels share.
+int64_t FftWorkspaceBytes(const Conv3dGeometry& g, ConvPass pass, const Fft3dConfig& c,
+                          int real_bytes);
+double FftTransformCount(const Conv3dGeometry& g, ConvPass pass, const Fft3dConfig& c);
+
+template <typename T>
+void FftPass(const Conv3dGeometry& g, ConvPass pass, const Fft3dConfig& c, const T* a, const T* b,
+             T* out, void* workspace, const ParallelFor& pf);
 
 }  // namespace largeconv
 

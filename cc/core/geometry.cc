@@ -17,9 +17,10 @@ std::string ListToString(const std::vector<int64_t>& v) {
 }
 
 // A shape as TensorFlow prints it, "?" for an unknown (negative) size.
-std::string ShapeToString(const std::array<int64_t, 4>& v) {
+template <size_t N>
+std::string ShapeToString(const std::array<int64_t, N>& v) {
   std::string s = "[";
-  for (int i = 0; i < 4; ++i) {
+  for (size_t i = 0; i < N; ++i) {
     s += (i ? "," : "") + (v[i] < 0 ? std::string("?") : std::to_string(v[i]));
   }
   return s + "]";
@@ -44,25 +45,33 @@ void SpatialIndices(DataFormat f, int* h, int* w, int* c) {
   }
 }
 
+// Index of spatial dimension i, and of the channels, in a shape or attribute of a tensor
+// with `dims` spatial dimensions.
+int SpatialIndex(DataFormat f, int i) { return f == DataFormat::kNHWC ? 1 + i : 2 + i; }
+int ChannelIndex(DataFormat f, int dims) { return f == DataFormat::kNHWC ? dims + 1 : 1; }
+
+// A window attribute (strides, dilations) of an op with `dims` spatial dimensions.
 // `positive`: TensorFlow's message for a spatial entry below 1.
 Status CheckWindowAttr(const std::vector<int64_t>& v, const std::string& name, DataFormat f,
-                       const char* positive) {
-  if (v.size() != 4) {
-    return Invalid(
-        name + " must have 4 entries (one per dimension of input), got " + ListToString(v),
-        "Sliding window " + name + " field must specify 4 dimensions");
+                       const char* positive, int dims = 2) {
+  const std::string entries = std::to_string(dims + 2);
+  if (v.size() != static_cast<size_t>(dims + 2)) {
+    return Invalid(name + " must have " + entries + " entries (one per dimension of input), got " +
+                       ListToString(v),
+                   "Sliding window " + name + " field must specify " + entries + " dimensions");
   }
-  int h, w, c;
-  SpatialIndices(f, &h, &w, &c);
+  const int c = ChannelIndex(f, dims);
   if (v[0] != 1 || v[c] != 1) {
     // Unimplemented, as TensorFlow's kernels classify it (and its own tests expect).
     return Unimplemented(name + " must be 1 in the batch and depth dimensions, got " +
                          ListToString(v) + ". Current implementation does not yet support " + name +
                          " in the batch and depth dimensions.");
   }
-  if (v[h] < 1 || v[w] < 1) {
-    return Invalid(name + " must be positive in the spatial dimensions, got " + ListToString(v),
-                   positive);
+  for (int i = 0; i < dims; ++i) {
+    if (v[SpatialIndex(f, i)] < 1) {
+      return Invalid(name + " must be positive in the spatial dimensions, got " + ListToString(v),
+                     positive);
+    }
   }
   return OkStatus();
 }
@@ -345,6 +354,91 @@ Status CheckOutBackprop(const ConvGeometry& g, const std::array<int64_t, 4>& out
   return Invalid("out_backprop has shape " + ShapeToString(out_backprop) +
                      " but the convolution produces " + ShapeToString(want),
                  tf);
+}
+
+// --- Three spatial dimensions --------------------------------------------------------------
+
+namespace {
+constexpr const char* kDimNames3d[kSpatial3d] = {"depth", "height", "width"};
+}  // namespace
+
+Status ParseDataFormat3d(const std::string& s, DataFormat* out) {
+  if (s == "NDHWC" || s == "NCDHW") {
+    *out = s == "NDHWC" ? DataFormat::kNHWC : DataFormat::kNCHW;
+    return OkStatus();
+  }
+  return InvalidArgument("data_format must be NDHWC or NCDHW, got '" + s + "'");
+}
+
+Status ValidateAttrs(const Conv3dAttrs& a) {
+  LC_RETURN_IF_ERROR(CheckWindowAttr(a.strides, "strides", a.data_format,
+                                     "Strides should be larger than 0.", kSpatial3d));
+  LC_RETURN_IF_ERROR(CheckWindowAttr(a.dilations, "dilations", a.data_format,
+                                     "Dilated rates should be larger than 0.", kSpatial3d));
+  if (a.padding == Padding::kExplicit) {
+    return Invalid("padding must be SAME or VALID for a 3-D convolution, got EXPLICIT",
+                   "Conv3D does not support explicit padding");
+  }
+  return OkStatus();
+}
+
+Shape5 Conv3dGeometry::shape(ConvTensor t) const {
+  if (t == ConvTensor::kFilter) return {filter[0], filter[1], filter[2], filter_in_c, out_c};
+  const Dims3& d = t == ConvTensor::kInput ? in : out;
+  const int64_t c = t == ConvTensor::kInput ? in_c : out_c;
+  if (data_format == DataFormat::kNHWC) return {batch, d[0], d[1], d[2], c};
+  return {batch, c, d[0], d[1], d[2]};
+}
+
+Status MakeGeometry(const Conv3dAttrs& a, const Shape5& input_shape, const Shape5& filter_shape,
+                    Conv3dGeometry* g, WindowRule rule) {
+  LC_RETURN_IF_ERROR(ValidateAttrs(a));
+  for (int i = 0; i < kSpatial3d + 2; ++i) {
+    if (input_shape[i] < 0) return InvalidArgument("input shape must be non-negative");
+    if (filter_shape[i] < 0) return InvalidArgument("filters shape must be non-negative");
+  }
+  Conv3dGeometry r;
+  r.data_format = a.data_format;
+  r.batch = input_shape[0];
+  r.in_c = input_shape[ChannelIndex(a.data_format, kSpatial3d)];
+  r.filter_in_c = filter_shape[kSpatial3d];
+  r.out_c = filter_shape[kSpatial3d + 1];
+  LC_RETURN_IF_ERROR(ChannelGroups(r.in_c, r.filter_in_c, r.out_c, &r.groups));
+  int64_t total = r.batch;
+  for (int i = 0; i < kSpatial3d; ++i) {
+    const int at = SpatialIndex(a.data_format, i);
+    r.in[i] = input_shape[at];
+    r.filter[i] = filter_shape[i];
+    r.stride[i] = a.strides[at];
+    r.dilation[i] = a.dilations[at];
+    LC_RETURN_IF_ERROR(WindowOutputSize(r.in[i], r.filter[i], r.stride[i], r.dilation[i], a.padding,
+                                        kDimNames3d[i], &r.pad_before[i], &r.pad_after[i],
+                                        &r.out[i], rule));
+    if (__builtin_mul_overflow(total, r.out[i], &total)) {
+      return InvalidArgument("output size overflows int64");
+    }
+  }
+  if (__builtin_mul_overflow(total, r.out_c, &total)) {
+    return InvalidArgument("output size overflows int64");
+  }
+  *g = r;
+  return OkStatus();
+}
+
+Status CheckOutBackprop(const Conv3dGeometry& g, const Shape5& out_backprop) {
+  const Shape5 want = g.shape(ConvTensor::kOutput);
+  for (int i = 0; i < kSpatial3d + 2; ++i) {
+    if (out_backprop[i] < 0 || want[i] < 0 || out_backprop[i] == want[i]) continue;
+    const std::string dim = i == 0                                         ? "batch"
+                            : i == ChannelIndex(g.data_format, kSpatial3d) ? "depth (channels)"
+                                                                           : "spatial";
+    return Invalid("out_backprop has shape " + ShapeToString(out_backprop) +
+                       " but the convolution produces " + ShapeToString(want),
+                   "Size of out_backprop doesn't match computed: actual = " +
+                       std::to_string(out_backprop[i]) + ", computed = " + std::to_string(want[i]) +
+                       " in the " + dim + " dimension " + std::to_string(i));
+  }
+  return OkStatus();
 }
 
 }  // namespace largeconv

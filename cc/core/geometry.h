@@ -65,6 +65,17 @@ struct Strides4 {
 struct PassChannels {
   int64_t src, dst, src_per_group, dst_per_group;
 };
+// The channels of `pass` for a convolution of in_c input and out_c output channels, per
+// group icpg and ocpg: what every geometry's channels() answers.
+inline PassChannels ChannelsOf(ConvPass pass, int64_t in_c, int64_t out_c, int64_t icpg,
+                               int64_t ocpg) {
+  const PassImages im = ImagesOf(pass);
+  const auto pick = [&](ConvTensor t, int64_t input, int64_t output) {
+    return t == ConvTensor::kInput ? input : output;
+  };
+  return {pick(im.src, in_c, out_c), pick(im.dst, in_c, out_c), pick(im.src, icpg, ocpg),
+          pick(im.dst, icpg, ocpg)};
+}
 
 struct ConvGeometry {
   int64_t batch = 0, in_h = 0, in_w = 0, in_c = 0;
@@ -106,12 +117,7 @@ struct ConvGeometry {
            filter_h == 0 || filter_w == 0 || filter_in_c == 0;
   }
   PassChannels channels(ConvPass pass) const {
-    const PassImages im = ImagesOf(pass);
-    const auto all = [&](ConvTensor t) { return t == ConvTensor::kInput ? in_c : out_c; };
-    const auto per_group = [&](ConvTensor t) {
-      return t == ConvTensor::kInput ? in_c_per_group() : out_c_per_group();
-    };
-    return {all(im.src), all(im.dst), per_group(im.src), per_group(im.dst)};
+    return ChannelsOf(pass, in_c, out_c, in_c_per_group(), out_c_per_group());
   }
   // Height and width of one of the three tensors.
   std::array<int64_t, 2> spatial(ConvTensor t) const {
@@ -146,6 +152,90 @@ inline WindowRule WindowRuleOf(ConvPass pass) {
 // differs (batch, depth, then height and width). Sizes < 0 are unknown and match: those of
 // out_backprop, and those of a geometry the shape functions fill from partly known shapes.
 Status CheckOutBackprop(const ConvGeometry& g, const std::array<int64_t, 4>& out_backprop);
+
+// --- Three spatial dimensions --------------------------------------------------------------
+//
+// The Conv3D family's geometry sits beside ConvGeometry rather than inside it, so that the
+// 2-D kernels (CPU and CUDA) keep their fields and their speed. Each spatial dimension is
+// sized by the same WindowOutputSize as the 2-D ops' height and width; the fields are arrays
+// over the spatial dimensions (depth, height, width), so the 3-D kernels loop over
+// dimensions instead of naming them. The data formats are the 2-D ones with a depth
+// dimension: DataFormat::kNHWC stands for NDHWC (channels last), kNCHW for NCDHW.
+
+constexpr int kSpatial3d = 3;
+using Dims3 = std::array<int64_t, kSpatial3d>;  // depth, height, width
+using Shape5 = std::array<int64_t, kSpatial3d + 2>;
+
+inline int64_t Volume(const Dims3& d) { return d[0] * d[1] * d[2]; }
+
+// Parses "NDHWC" / "NCDHW".
+Status ParseDataFormat3d(const std::string& s, DataFormat* out);
+
+// The attributes of TensorFlow's Conv3D: strides and dilations have 5 entries in
+// data_format order; padding is SAME or VALID (Conv3D has no explicit padding).
+struct Conv3dAttrs {
+  std::vector<int64_t> strides;
+  std::vector<int64_t> dilations;
+  Padding padding = Padding::kValid;
+  DataFormat data_format = DataFormat::kNHWC;
+};
+
+Status ValidateAttrs(const Conv3dAttrs& attrs);
+
+// Element strides of a dense 5-D tensor: image, channel, and each spatial dimension.
+struct Strides5 {
+  int64_t n, c;
+  Dims3 s;
+};
+
+struct Conv3dGeometry {
+  int64_t batch = 0, in_c = 0, filter_in_c = 0, out_c = 0, groups = 1;
+  Dims3 in{}, filter{}, out{};
+  Dims3 stride{1, 1, 1}, dilation{1, 1, 1}, pad_before{}, pad_after{};
+  DataFormat data_format = DataFormat::kNHWC;
+
+  int64_t in_c_per_group() const { return filter_in_c; }
+  int64_t out_c_per_group() const { return groups > 0 ? out_c / groups : 0; }
+  int64_t input_elements() const { return batch * Volume(in) * in_c; }
+  int64_t output_elements() const { return batch * Volume(out) * out_c; }
+  int64_t filter_elements() const { return Volume(filter) * filter_in_c * out_c; }
+  int64_t elements(ConvTensor t) const {
+    return t == ConvTensor::kInput    ? input_elements()
+           : t == ConvTensor::kFilter ? filter_elements()
+                                      : output_elements();
+  }
+  Strides5 input_strides() const { return StridesOf(in, in_c); }
+  Strides5 output_strides() const { return StridesOf(out, out_c); }
+  // Input / output shapes in data_format order, the filter's [KD, KH, KW, C_in / groups,
+  // C_out].
+  Shape5 shape(ConvTensor t) const;
+  double macs() const {
+    return static_cast<double>(batch) * Volume(out) * out_c * Volume(filter) * filter_in_c;
+  }
+  bool no_products() const {
+    return batch == 0 || Volume(in) == 0 || Volume(out) == 0 || out_c == 0 || Volume(filter) == 0 ||
+           filter_in_c == 0;
+  }
+  PassChannels channels(ConvPass pass) const {
+    return ChannelsOf(pass, in_c, out_c, in_c_per_group(), out_c_per_group());
+  }
+
+ private:
+  Strides5 StridesOf(const Dims3& d, int64_t c) const {
+    if (data_format == DataFormat::kNHWC) {
+      return {Volume(d) * c, 1, {d[1] * d[2] * c, d[2] * c, c}};
+    }
+    return {c * Volume(d), Volume(d), {d[1] * d[2], d[2], 1}};
+  }
+};
+
+// Builds the 3-D geometry (input in data_format order, filter [KD, KH, KW, C_in / groups,
+// C_out]) under `rule`, each dimension by WindowOutputSize.
+Status MakeGeometry(const Conv3dAttrs& attrs, const Shape5& input_shape, const Shape5& filter_shape,
+                    Conv3dGeometry* g, WindowRule rule = WindowRule::kMustFit);
+
+// The 3-D backprop ops' check of out_backprop's shape (sizes < 0 are unknown and match).
+Status CheckOutBackprop(const Conv3dGeometry& g, const Shape5& out_backprop);
 
 }  // namespace largeconv
 

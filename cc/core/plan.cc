@@ -5,6 +5,7 @@
 #include "cc/core/plan.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <functional>
 #include <vector>
@@ -43,7 +44,8 @@ double LinePointFactor(const FftConfig& c) {
 // few (measured ~40 GFLOP/s per core with 1 input and 3 output channels).
 constexpr double kTfFlopsPerSec = 150e9;
 
-double DirectSeconds(const ConvGeometry& g, ConvPass pass, double flops) {
+template <class Geometry>
+double DirectSeconds(const Geometry& g, ConvPass pass, double flops) {
   const double lanes = g.channels(pass).dst_per_group;
   const double rate = std::min(
       kDirectMaxFlopsPerSec, kDirectFlopsPerSec * std::max(1.0, lanes / kDirectChannelsAtBaseRate));
@@ -84,6 +86,32 @@ double FftCost(const ConvGeometry& g, ConvPass pass, const FftConfig& c, double*
          kSecondsPerTransform * w.transforms + kSecondsPerComplexMac * w.complex_macs;
 }
 
+// --- Three spatial dimensions: the same cost model over 3-D transforms -------------------
+
+int64_t ParallelItems(const Conv3dGeometry& g, ConvPass pass, const Fft3dConfig& c) {
+  if (!WritesFilter(pass)) return g.batch * c.tiling.count();
+  return g.groups * CeilDiv(g.in_c_per_group(), c.in_block) *
+         CeilDiv(g.out_c_per_group(), c.out_block);
+}
+
+FftWork CountFftWork(const Conv3dGeometry& g, ConvPass pass, const Fft3dConfig& c) {
+  FftWork w;
+  w.transforms = FftTransformCount(g, pass, c);
+  w.transform_points = w.transforms * static_cast<double>(Volume(c.fft));
+  const double spectrum = static_cast<double>(c.fft[0]) * c.fft[1] * (c.fft[2] / 2 + 1);
+  w.complex_macs =
+      spectrum * g.batch * c.tiling.count() * g.groups * g.in_c_per_group() * g.out_c_per_group();
+  return w;
+}
+
+double FftCost(const Conv3dGeometry& g, ConvPass pass, const Fft3dConfig& c, double* flops) {
+  const FftWork w = CountFftWork(g, pass, c);
+  const double log_points = std::log2(std::max(static_cast<double>(Volume(c.fft)), 2.0));
+  *flops = 2.5 * log_points * w.transform_points + 8.0 * w.complex_macs;
+  return kSecondsPerTransformPoint * w.transform_points + kSecondsPerTransform * w.transforms +
+         kSecondsPerComplexMac * w.complex_macs;
+}
+
 // The parallelism a transform size is chosen for (see PlanPass): two threads. Tiles cut
 // for more slots than that cost more in overlap than they gain on a 2-core machine (batch-2
 // 321x481 frames ran 15-30% slower with tiles cut for four), and a machine with more
@@ -93,7 +121,8 @@ constexpr int64_t kReferenceSlots = 2;
 // A configuration's cost on kReferenceSlots threads, in single-thread seconds: its slots
 // (at most kReferenceSlots) share its parallel items in contiguous runs, so the time is
 // that of the longest run; the other threads idle.
-double ReferenceCost(const ConvGeometry& g, ConvPass pass, const FftConfig& c) {
+template <class Geometry, class Config>
+double ReferenceCost(const Geometry& g, ConvPass pass, const Config& c) {
   double flops;
   const double seconds = FftCost(g, pass, c, &flops);
   const int64_t items = std::max<int64_t>(1, ParallelItems(g, pass, c));
@@ -207,22 +236,65 @@ bool FitBlocks(const ConvGeometry& g, ConvPass pass, int64_t limit, int real_byt
   return true;
 }
 
+// --- Three spatial dimensions: blocks under the limit ------------------------------------
+
+// The largest blocks with which `c->slots` slots fit the limit; false when single channels
+// do not. The filter pass keeps at least `threads` units of channel pairs where it has them.
+bool FitBlocks(const Conv3dGeometry& g, ConvPass pass, int64_t limit, int real_bytes,
+               int64_t threads, Fft3dConfig* c) {
+  const auto fits = [&] { return FftWorkspaceBytes(g, pass, *c, real_bytes) <= limit; };
+  c->in_block = 1;
+  c->out_block = 1;
+  if (!fits()) return false;
+  if (!WritesFilter(pass)) {
+    LargestFitting(std::max<int64_t>(1, g.channels(pass).dst_per_group), &c->out_block, fits);
+    return true;
+  }
+  const int64_t icpg = std::max<int64_t>(1, g.in_c_per_group()),
+                ocpg = std::max<int64_t>(1, g.out_c_per_group());
+  const int64_t out_units = std::min(ocpg, CeilDiv(std::max<int64_t>(1, threads), g.groups));
+  LargestFitting(CeilDiv(ocpg, out_units), &c->out_block, fits);
+  const int64_t units = g.groups * CeilDiv(ocpg, c->out_block);
+  const int64_t in_units = std::min(icpg, CeilDiv(std::max<int64_t>(1, threads), units));
+  LargestFitting(CeilDiv(icpg, in_units), &c->in_block, fits);
+  return true;
+}
+
 // --- The CPU's algorithms -----------------------------------------------------------------
 
-struct CpuProblem : PlanProblem {
+// One request as the CPU's algorithms see it, for either geometry (Config: its FFT's
+// configuration).
+template <class Geometry, class Config>
+struct CpuProblemOf : PlanProblemOf<Geometry> {
+  using Plan = PassPlanOf<Config>;
   const PlanRequest& req;
   int64_t threads;
-  FftSearch<FftConfig> fft{};  // the FFT's best transform size, once priced
+  FftSearch<Config> fft{};  // the FFT's best transform size, once priced
 };
+using CpuProblem = CpuProblemOf<ConvGeometry, FftConfig>;
+using Cpu3dProblem = CpuProblemOf<Conv3dGeometry, Fft3dConfig>;
 
 // The direct kernels: run every pass of every dtype, in no workspace.
-Status CanAlways(const CpuProblem&) { return OkStatus(); }
-double DirectCost(CpuProblem& pb, PassPlan* p) { return DirectSeconds(pb.g, pb.pass, p->flops); }
-int64_t NoWorkspace(const CpuProblem&, const PassPlan&) { return 0; }
-Status DirectFinish(CpuProblem&, PassPlan*) { return OkStatus(); }
+template <class Pb>
+Status CanAlways(const Pb&) {
+  return OkStatus();
+}
+template <class Pb>
+double DirectCost(Pb& pb, typename Pb::Plan* p) {
+  return DirectSeconds(pb.g, pb.pass, p->flops);
+}
+template <class Pb>
+int64_t NoWorkspace(const Pb&, const typename Pb::Plan&) {
+  return 0;
+}
+template <class Pb>
+Status DirectFinish(Pb&, typename Pb::Plan*) {
+  return OkStatus();
+}
 
 // The FFT kernels: floating types only (integer types are summed exactly).
-Status FftCanRun(const CpuProblem& pb) {
+template <class Pb>
+Status FftCanRun(const Pb& pb) {
   if (!pb.req.direct_only) return OkStatus();
   return InvalidArgument(
       "algorithm='fft' cannot compute integer dtypes exactly: use 'direct' or 'auto'");
@@ -260,18 +332,43 @@ double FftSearchCost(CpuProblem& pb, PassPlan*) {
   return pb.fft.cost;
 }
 
-int64_t FftBytes(const CpuProblem& pb, const PassPlan&) {
+// The 3-D transform size: as FftSearchCost, over every combination of per-dimension sizes.
+double Fft3dSearchCost(Cpu3dProblem& pb, Pass3dPlan*) {
+  std::array<std::vector<int64_t>, kSpatial3d> sizes;
+  if (pb.requested == Algorithm::kDirect || !FftSizeCandidates(pb.g, pb.pass, &sizes)) return -1;
+  const Conv3dGeometry& g = pb.g;
+  const ConvPass pass = pb.pass;
+  const int real_bytes = pb.req.real_bytes;
+  const auto cost = [&](const Fft3dConfig& c) { return ReferenceCost(g, pass, c); };
+  for (int64_t nominal : {kReferenceSlots, int64_t{1}}) {
+    const auto fit = [&](const Dims3& f, Fft3dConfig* c, int64_t* smallest) {
+      c->fft = f;
+      if (!MakeFftTiling(g, pass, f, &c->tiling)) return false;
+      *smallest = FftWorkspaceBytes(g, pass, *c, real_bytes);  // one slot, single channels
+      c->slots = nominal;
+      return *smallest <= pb.limit && FitBlocks(g, pass, pb.limit, real_bytes, nominal, c);
+    };
+    const FftSearch<Fft3dConfig> round = SearchTransformSizes<Fft3dConfig>(sizes, fit, cost);
+    if (!pb.fft.found || (round.found && round.cost < pb.fft.cost)) pb.fft = round;
+  }
+  pb.fft.config.slots = 1;
+  return pb.fft.cost;
+}
+
+template <class Pb>
+int64_t FftBytes(const Pb& pb, const typename Pb::Plan&) {
   return FftWorkspaceBytes(pb.g, pb.pass, pb.fft.config, pb.req.real_bytes);
 }
 
 // Spends the limit on parallelism: as many slots as useful, the largest blocks that fit.
-Status FftFinish(CpuProblem& pb, PassPlan* p) {
+template <class Pb>
+Status FftFinish(Pb& pb, typename Pb::Plan* p) {
   if (!pb.fft.found) return FftUnavailable(pb.limit, pb.fft.min_bytes, pb.pass);
-  const ConvGeometry& g = pb.g;
-  const FftConfig& best = pb.fft.config;
-  FftConfig c = best;
+  const auto& g = pb.g;
+  const auto& best = pb.fft.config;
+  auto c = best;
   for (int64_t slots = pb.threads; slots >= 1; --slots) {
-    FftConfig trial = best;
+    auto trial = best;
     trial.slots = slots;
     if (!FitBlocks(g, pb.pass, pb.limit, pb.req.real_bytes, slots, &trial)) continue;
     trial.slots = std::max<int64_t>(1, std::min(slots, ParallelItems(g, pb.pass, trial)));
@@ -286,45 +383,69 @@ Status FftFinish(CpuProblem& pb, PassPlan* p) {
 }
 
 // TensorFlow's kernels: only where the caller (the Python layer, which runs them) allows.
-Status TfCanRun(const CpuProblem& pb) {
+// Their temporaries: a 16 MiB im2col chunk (TF's Eigen path caps its patch buffer there)
+// plus a filter-sized buffer per thread (oneDNN's gradient reductions).
+template <class Geometry>
+int64_t TfBytesOf(const Geometry& g, int64_t threads, int real_bytes) {
+  return (int64_t{16} << 20) + (threads + 1) * g.filter_elements() * real_bytes;
+}
+template <class Pb>
+Status TfCanRun(const Pb& pb) {
   if (pb.req.allow_tf) return OkStatus();
   return InvalidArgument("algorithm='tf' is not available for this configuration");
 }
-double TfCost(CpuProblem& pb, PassPlan* p) {
+template <class Pb>
+double TfCost(Pb& pb, typename Pb::Plan* p) {
   const double pairs = static_cast<double>(pb.g.in_c_per_group()) * pb.g.out_c_per_group();
   const double efficiency = std::min(1.0, std::sqrt(pairs) / 32.0);
   return p->flops / (kTfFlopsPerSec * std::max(efficiency, 1e-3));
 }
-int64_t TfBytes(const CpuProblem& pb, const PassPlan&) {
-  return TfWorkspaceEstimate(pb.g, pb.threads, pb.req.real_bytes);
+template <class Pb>
+int64_t TfBytes(const Pb& pb, const typename Pb::Plan&) {
+  return TfBytesOf(pb.g, pb.threads, pb.req.real_bytes);
 }
-Status TfFinish(CpuProblem& pb, PassPlan* p) {
+template <class Pb>
+Status TfFinish(Pb& pb, typename Pb::Plan* p) {
   p->workspace_bytes = TfBytes(pb, *p);
   return OkStatus();
 }
 
-// Simplest first: the choice keeps the earlier of equally cheap algorithms.
-constexpr AlgorithmDescriptor<CpuProblem, PassPlan> kCpuAlgorithms[] = {
-    {Algorithm::kDirect, false, CanAlways, DirectCost, NoWorkspace, DirectFinish},
-    {Algorithm::kFft, true, FftCanRun, FftSearchCost, FftBytes, FftFinish},
-    {Algorithm::kTf, false, TfCanRun, TfCost, TfBytes, TfFinish},
+// The CPU's algorithms for a problem type, simplest first (the choice keeps the earlier of
+// equally cheap algorithms). The geometries differ only in the FFT's size search.
+template <class Pb, double (*kFftSearch)(Pb&, typename Pb::Plan*)>
+constexpr AlgorithmDescriptor<Pb, typename Pb::Plan> kCpuAlgorithms[] = {
+    {Algorithm::kDirect, false, CanAlways<Pb>, DirectCost<Pb>, NoWorkspace<Pb>, DirectFinish<Pb>},
+    {Algorithm::kFft, true, FftCanRun<Pb>, kFftSearch, FftBytes<Pb>, FftFinish<Pb>},
+    {Algorithm::kTf, false, TfCanRun<Pb>, TfCost<Pb>, TfBytes<Pb>, TfFinish<Pb>},
 };
+
+// Plans one pass of either geometry over its algorithms.
+template <class Pb, class Geometry, size_t N>
+Status PlanCpuPass(const AlgorithmDescriptor<Pb, typename Pb::Plan> (&algorithms)[N],
+                   const Geometry& g, ConvPass pass, const PlanRequest& req,
+                   typename Pb::Plan* plan) {
+  const int64_t limit = req.workspace_limit < 0 ? kDefaultWorkspaceLimit : req.workspace_limit;
+  Pb pb{{g, pass, req.algorithm, limit}, req, std::max<int64_t>(1, req.threads)};
+  typename Pb::Plan p;
+  p.pass = pass;
+  p.flops = 2.0 * g.macs();
+  LC_RETURN_IF_ERROR(PlanWithAlgorithms(algorithms, "on the CPU", pb, &p));
+  *plan = p;
+  return OkStatus();
+}
 
 }  // namespace
 
 int64_t TfWorkspaceEstimate(const ConvGeometry& g, int64_t threads, int real_bytes) {
-  return (int64_t{16} << 20) + (threads + 1) * g.filter_elements() * real_bytes;
+  return TfBytesOf(g, threads, real_bytes);
 }
 
 Status PlanPass(const ConvGeometry& g, ConvPass pass, const PlanRequest& req, PassPlan* plan) {
-  const int64_t limit = req.workspace_limit < 0 ? kDefaultWorkspaceLimit : req.workspace_limit;
-  CpuProblem pb{{g, pass, req.algorithm, limit}, req, std::max<int64_t>(1, req.threads)};
-  PassPlan p;
-  p.pass = pass;
-  p.flops = 2.0 * g.macs();
-  LC_RETURN_IF_ERROR(PlanWithAlgorithms(kCpuAlgorithms, "on the CPU", pb, &p));
-  *plan = p;
-  return OkStatus();
+  return PlanCpuPass(kCpuAlgorithms<CpuProblem, FftSearchCost>, g, pass, req, plan);
+}
+
+Status PlanPass(const Conv3dGeometry& g, ConvPass pass, const PlanRequest& req, Pass3dPlan* plan) {
+  return PlanCpuPass(kCpuAlgorithms<Cpu3dProblem, Fft3dSearchCost>, g, pass, req, plan);
 }
 
 }  // namespace largeconv

@@ -32,15 +32,19 @@ struct FftWork {
   double complex_macs = 0;      // spectral multiply-adds
 };
 
-struct PassPlan {
+// A planned pass; Config is the FFT's configuration (FftConfig in 2-D, Fft3dConfig in 3-D).
+template <class Config>
+struct PassPlanOf {
   ConvPass pass = ConvPass::kForward;
   Algorithm algorithm = Algorithm::kDirect;  // never kAuto once planned
-  FftConfig fft;                             // meaningful when algorithm == kFft
+  Config fft;                                // meaningful when algorithm == kFft
   int64_t workspace_bytes = 0;
   double flops = 0;      // estimated floating-point operations
   AlgorithmCosts costs;  // cost-model seconds (one thread) of each algorithm; < 0: n/a
   FftWork fft_work;      // meaningful when algorithm == kFft
 };
+using PassPlan = PassPlanOf<FftConfig>;
+using Pass3dPlan = PassPlanOf<Fft3dConfig>;
 
 // Estimated temporary bytes of TensorFlow's own CPU kernels for this pass: a 16 MiB
 // im2col chunk (TF's Eigen path caps its patch buffer there) plus a filter-sized buffer
@@ -50,6 +54,10 @@ int64_t TfWorkspaceEstimate(const ConvGeometry& g, int64_t threads, int real_byt
 // Returns OK and fills `plan`, or an error (e.g. the FFT was requested but even its
 // smallest configuration needs more than the limit: the message names the minimum).
 Status PlanPass(const ConvGeometry& g, ConvPass pass, const PlanRequest& req, PassPlan* plan);
+
+// The same for three spatial dimensions, through the same choice over the same algorithms
+// (direct, fft, tf) and the same cost model.
+Status PlanPass(const Conv3dGeometry& g, ConvPass pass, const PlanRequest& req, Pass3dPlan* plan);
 
 }  // namespace largeconv
 

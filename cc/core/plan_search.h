@@ -9,6 +9,7 @@
 #define TF_LARGECONV_CORE_PLAN_SEARCH_H_
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <iterator>
 #include <string>
@@ -29,26 +30,29 @@ struct FftSearch {
   int64_t min_bytes = -1;  // the smallest workspace any size needed (< 0: no size at all)
 };
 
-// Tries every transform size FftSizeCandidates offers (heights outer, widths inner; the
-// first of equally cheap sizes wins). For each, fit(fh, fw, &config, &smallest) sizes a
-// configuration under the limit and returns whether one fits, setting `smallest` to the
-// least workspace the size can take (left < 0 when the size cannot run at all);
-// cost(config) prices a fitting one.
-template <typename Config, typename Fit, typename Cost>
-FftSearch<Config> SearchFftSizes(const ConvGeometry& g, ConvPass pass, int64_t min_side,
-                                 const Fit& fit, const Cost& cost) {
+// Tries every combination of the per-dimension transform sizes `sizes` (the first
+// dimension outermost; the first of equally cheap sizes wins). For each, fit(size, &config,
+// &smallest) sizes a configuration under the limit and returns whether one fits, setting
+// `smallest` to the least workspace the size can take (left < 0 when the size cannot run
+// at all); cost(config) prices a fitting one. The one search of every dimensionality.
+template <typename Config, size_t N, typename Fit, typename Cost>
+FftSearch<Config> SearchTransformSizes(const std::array<std::vector<int64_t>, N>& sizes,
+                                       const Fit& fit, const Cost& cost) {
   FftSearch<Config> best;
-  std::vector<int64_t> heights, widths;
-  if (!FftSizeCandidates(g, pass, min_side, &heights, &widths)) return best;
-  for (int64_t fh : heights) {
-    for (int64_t fw : widths) {
-      Config config{};
-      int64_t smallest = -1;
-      const bool fits = fit(fh, fw, &config, &smallest);
-      if (smallest >= 0 && (best.min_bytes < 0 || smallest < best.min_bytes)) {
-        best.min_bytes = smallest;
-      }
-      if (!fits) continue;
+  for (const auto& s : sizes) {
+    if (s.empty()) return best;
+  }
+  std::array<size_t, N> at{};
+  while (true) {
+    std::array<int64_t, N> size;
+    for (size_t i = 0; i < N; ++i) size[i] = sizes[i][at[i]];
+    Config config{};
+    int64_t smallest = -1;
+    const bool fits = fit(size, &config, &smallest);
+    if (smallest >= 0 && (best.min_bytes < 0 || smallest < best.min_bytes)) {
+      best.min_bytes = smallest;
+    }
+    if (fits) {
       const double c = cost(config);
       if (!best.found || c < best.cost) {
         best.found = true;
@@ -56,8 +60,25 @@ FftSearch<Config> SearchFftSizes(const ConvGeometry& g, ConvPass pass, int64_t m
         best.cost = c;
       }
     }
+    size_t i = N;  // the next combination, the last dimension fastest
+    while (i > 0 && ++at[i - 1] == sizes[i - 1].size()) at[--i] = 0;
+    if (i == 0) return best;
   }
-  return best;
+}
+
+// The 2-D search: every transform size FftSizeCandidates offers (heights outer, widths
+// inner), fit(fh, fw, &config, &smallest) as SearchTransformSizes' fit.
+template <typename Config, typename Fit, typename Cost>
+FftSearch<Config> SearchFftSizes(const ConvGeometry& g, ConvPass pass, int64_t min_side,
+                                 const Fit& fit, const Cost& cost) {
+  std::array<std::vector<int64_t>, 2> sizes;
+  if (!FftSizeCandidates(g, pass, min_side, &sizes[0], &sizes[1])) return FftSearch<Config>{};
+  return SearchTransformSizes<Config>(
+      sizes,
+      [&](const std::array<int64_t, 2>& f, Config* config, int64_t* smallest) {
+        return fit(f[0], f[1], config, smallest);
+      },
+      cost);
 }
 
 // Cost-model seconds of each algorithm on one pass, by Algorithm (< 0: it cannot run here,
@@ -70,13 +91,16 @@ struct AlgorithmCosts {
 };
 
 // What every planner's view of one request holds; each planner extends it with its own
-// (the request's details, and what its algorithms leave there while pricing).
-struct PlanProblem {
-  const ConvGeometry& g;
+// (the request's details, and what its algorithms leave there while pricing). Geometry:
+// ConvGeometry, or Conv3dGeometry for the 3-D ops.
+template <class Geometry>
+struct PlanProblemOf {
+  const Geometry& g;
   ConvPass pass;
   Algorithm requested;  // as asked, until the search settles it
   int64_t limit;        // workspace bytes
 };
+using PlanProblem = PlanProblemOf<ConvGeometry>;
 
 // An algorithm as a planner offers it. Problem: the planner's PlanProblem; Plan: its plan,
 // with `algorithm` and `costs`.

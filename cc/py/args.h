@@ -71,8 +71,9 @@ inline ConvGeometry Geometry(const std::vector<int64_t>& input_shape,
   return g;
 }
 
-inline std::vector<int64_t> ToVec(const std::array<int64_t, 4>& s) {
-  return {s[0], s[1], s[2], s[3]};
+template <size_t N>
+std::vector<int64_t> ToVec(const std::array<int64_t, N>& s) {
+  return std::vector<int64_t>(s.begin(), s.end());
 }
 
 // The gradient ops' check that out_backprop has the convolution's output shape.
@@ -126,9 +127,9 @@ inline Algorithm AlgorithmFrom(const std::string& algorithm) {
   return a;
 }
 
-// The fields of a plan dict that every planner fills (CPU PassPlan, GPU CudaPlan).
+// The fields of a plan dict that every planner fills, whatever its geometry.
 template <class Plan>
-py::dict PlanDict(const Plan& p) {
+py::dict PlanFields(const Plan& p) {
   py::dict d;
   d["pass"] = PassName(p.pass);
   d["algorithm"] = AlgorithmName(p.algorithm);
@@ -136,6 +137,13 @@ py::dict PlanDict(const Plan& p) {
   for (Algorithm a : kAlgorithms) {  // cost_direct, cost_fft, ...: < 0 where it cannot run
     if (a != Algorithm::kAuto) d[("cost_" + std::string(AlgorithmName(a))).c_str()] = p.costs[a];
   }
+  return d;
+}
+
+// The fields of a 2-D plan dict that every planner fills (CPU PassPlan, GPU CudaPlan).
+template <class Plan>
+py::dict PlanDict(const Plan& p) {
+  py::dict d = PlanFields(p);
   if (p.algorithm == Algorithm::kFft) {
     d["fft"] = py::make_tuple(p.fft.fft_h, p.fft.fft_w);
     d["tile"] = py::make_tuple(p.fft.tiling.tile_h, p.fft.tiling.tile_w);

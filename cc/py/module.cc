@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -55,8 +56,13 @@ PlanRequest Request(const std::string& algorithm, int64_t workspace_limit, int t
   return r;
 }
 
-PassPlan Plan(const ConvGeometry& g, ConvPass pass, const PlanRequest& r) {
-  PassPlan p;
+// The plan of a pass of either geometry (PassPlan, or Pass3dPlan for a Conv3dGeometry).
+template <class G>
+using PlanFor = std::conditional_t<std::is_same_v<G, Conv3dGeometry>, Pass3dPlan, PassPlan>;
+
+template <class G>
+PlanFor<G> Plan(const G& g, ConvPass pass, const PlanRequest& r) {
+  PlanFor<G> p;
   ThrowIfError(PlanPass(g, pass, r, &p));
   return p;
 }
@@ -66,7 +72,8 @@ struct FreeDeleter {
 };
 
 // Workspace of the plan's exact size, 64-byte aligned.
-std::unique_ptr<void, FreeDeleter> Workspace(const PassPlan& p) {
+template <class P>
+std::unique_ptr<void, FreeDeleter> Workspace(const P& p) {
   if (p.workspace_bytes == 0) return nullptr;
   const size_t bytes = (static_cast<size_t>(p.workspace_bytes) + 63) / 64 * 64;
   void* mem = std::aligned_alloc(64, bytes);
@@ -77,10 +84,9 @@ std::unique_ptr<void, FreeDeleter> Workspace(const PassPlan& p) {
 // One pass on the host: planned and run as the op runs it, or (kEmulate, the functions of
 // the cuda_emulation submodule) planned as the GPU plans it and run by the CUDA kernels'
 // host emulation (cc/core/cuda/emulate.h): the tests' check of the device index arithmetic.
-template <typename T, bool kEmulate>
-void RunOnHost(const ConvGeometry& g, ConvPass pass, const T* a, int64_t a_size, const T* b,
-               int64_t b_size, T* out, const std::string& algorithm, int64_t workspace_limit,
-               int num_threads) {
+template <typename T, bool kEmulate, class G>
+void RunOnHost(const G& g, ConvPass pass, const T* a, int64_t a_size, const T* b, int64_t b_size,
+               T* out, const std::string& algorithm, int64_t workspace_limit, int num_threads) {
   if constexpr (kEmulate) {
     const Algorithm requested = AlgorithmFrom(algorithm);
     Status status;
@@ -92,7 +98,7 @@ void RunOnHost(const ConvGeometry& g, ConvPass pass, const T* a, int64_t a_size,
     return;
   }
   const int threads = ThreadCount(num_threads);
-  const PassPlan plan =
+  const auto plan =
       Plan(g, pass, Request(algorithm, workspace_limit, threads, {kComputeBytes<T>, kIsInt<T>}));
   auto ws = Workspace(plan);
   py::gil_scoped_release release;
@@ -103,10 +109,28 @@ template <typename T>
 using Array = py::array_t<T, py::array::c_style | py::array::forcecast>;
 
 template <typename T>
-std::vector<int64_t> ShapeOf(const Array<T>& a, const char* name) {
-  if (a.ndim() != 4) throw py::value_error(std::string(name) + " must be a 4-D array");
-  return {a.shape(0), a.shape(1), a.shape(2), a.shape(3)};
+std::vector<int64_t> ShapeOf(const Array<T>& a, const char* name, int rank = 4) {
+  if (a.ndim() != rank) {
+    throw py::value_error(std::string(name) + " must be a " + std::to_string(rank) + "-D array");
+  }
+  return std::vector<int64_t>(a.shape(), a.shape() + rank);
 }
+
+// The shapes of a pass's tensors: of its operands (a, b) as given, of the tensor it writes
+// by `sizes` (the backprop ops' input_shape / filter_shape).
+template <typename T>
+struct Operands {
+  const PassRoles roles;
+  const Array<T>& a;
+  const Array<T>& b;
+  const std::vector<int64_t>& sizes;
+  int rank;
+  std::vector<int64_t> shape(ConvTensor t) const {
+    if (t == roles.a) return ShapeOf(a, t == ConvTensor::kInput ? "input" : "filter", rank);
+    if (t == roles.b) return ShapeOf(b, t == ConvTensor::kFilter ? "filter" : "out_backprop", rank);
+    return sizes;
+  }
+};
 
 // The attribute parameters every kernel entry point takes, in LARGECONV_ARGS' order.
 #define LARGECONV_ARG_TYPES                                                                        \
@@ -128,15 +152,11 @@ Array<T> RunArrays(ConvPass pass, const Array<T>& a, const Array<T>& b,
                    const std::string& data_format, const std::vector<int64_t>& dilations,
                    const std::string& algorithm, int64_t workspace_limit, int num_threads) {
   const PassRoles roles = RolesOf(pass);
-  const auto shape_of = [&](ConvTensor t) {
-    if (t == roles.a) return ShapeOf(a, t == ConvTensor::kInput ? "input" : "filter");
-    if (t == roles.b) return ShapeOf(b, t == ConvTensor::kFilter ? "filter" : "out_backprop");
-    return sizes;
-  };
+  const Operands<T> operands{roles, a, b, sizes, 4};
   const ConvAttrs attrs = AttrsFrom(strides, padding, explicit_paddings, data_format, dilations);
-  const ConvGeometry g = Geometry(shape_of(ConvTensor::kInput), shape_of(ConvTensor::kFilter),
-                                  attrs, WindowRuleOf(pass));
-  if (roles.b == ConvTensor::kOutput) CheckOutBackprop(shape_of(ConvTensor::kOutput), g);
+  const ConvGeometry g = Geometry(operands.shape(ConvTensor::kInput),
+                                  operands.shape(ConvTensor::kFilter), attrs, WindowRuleOf(pass));
+  if (roles.b == ConvTensor::kOutput) CheckOutBackprop(operands.shape(ConvTensor::kOutput), g);
   Array<T> out(ToVec(g.shape(roles.out)));
   RunOnHost<T, kEmulate>(g, pass, a.data(), a.size(), b.data(), b.size(), out.mutable_data(),
                          algorithm, workspace_limit, num_threads);
@@ -159,6 +179,141 @@ Array<T> BackpropFilter(const Array<T>& x, const std::vector<int64_t>& filter_sh
                         const Array<T>& dy, LARGECONV_ARG_TYPES) {
   return RunArrays<T, kEmulate>(ConvPass::kBackpropFilter, x, dy, filter_shape,
                                 LARGECONV_ARG_NAMES);
+}
+
+// The plans of a geometry's passes as dicts: describe(plan)'s fields, the estimated flops,
+// and for FFT plans what fft_fields(plan, dict) adds.
+template <class G, class Describe, class FftFields>
+py::list PlansOf(const G& g, const PlanRequest& req, const Describe& describe,
+                 const FftFields& fft_fields) {
+  py::list out;
+  for (ConvPass pass : kPasses) {
+    const auto p = Plan(g, pass, req);
+    py::dict d = describe(p);
+    d["flops"] = p.flops;
+    if (p.algorithm == Algorithm::kFft) fft_fields(p, d);
+    out.append(d);
+  }
+  return out;
+}
+
+// --- Three spatial dimensions ------------------------------------------------------------
+
+Shape5 ShapeOf5(const std::vector<int64_t>& v, const char* name) {
+  if (v.size() != 5) throw py::value_error(std::string(name) + " must have 5 dimensions");
+  return {v[0], v[1], v[2], v[3], v[4]};
+}
+
+// The Conv3D attributes and geometry; `rule` as for Geometry.
+Conv3dGeometry Geometry3d(const std::vector<int64_t>& input_shape,
+                          const std::vector<int64_t>& filter_shape,
+                          const std::vector<int64_t>& strides, const std::string& padding,
+                          const std::string& data_format, const std::vector<int64_t>& dilations,
+                          WindowRule rule = WindowRule::kMustFit) {
+  Conv3dAttrs attrs;
+  ThrowIfError(ParsePadding(padding, &attrs.padding));
+  ThrowIfError(ParseDataFormat3d(data_format, &attrs.data_format));
+  attrs.strides = strides;
+  attrs.dilations = dilations;
+  Conv3dGeometry g;
+  ThrowIfError(MakeGeometry(attrs, ShapeOf5(input_shape, "input"), ShapeOf5(filter_shape, "filter"),
+                            &g, rule));
+  return g;
+}
+
+#define LARGECONV_ARG3D_TYPES                                                                      \
+  const std::vector<int64_t>&strides, const std::string &padding, const std::string &data_format,  \
+      const std::vector<int64_t>&dilations, const std::string &algorithm, int64_t workspace_limit, \
+      int num_threads
+#define LARGECONV_ARG3D_NAMES \
+  strides, padding, data_format, dilations, algorithm, workspace_limit, num_threads
+#define LARGECONV_ARGS3D                                                                         \
+  py::arg("strides"), py::arg("padding"),                                                        \
+      py::arg("data_format") = "NDHWC",                                                          \
+      py::arg("dilations") = std::vector<int64_t>{1, 1, 1, 1, 1}, py::arg("algorithm") = "auto", \
+      py::arg("workspace_limit") = int64_t{-1}
+
+// One 3-D pass on host arrays, as RunArrays runs a 2-D one.
+template <typename T>
+Array<T> RunArrays3d(ConvPass pass, const Array<T>& a, const Array<T>& b,
+                     const std::vector<int64_t>& sizes, LARGECONV_ARG3D_TYPES) {
+  const PassRoles roles = RolesOf(pass);
+  const Operands<T> operands{roles, a, b, sizes, 5};
+  const Conv3dGeometry g =
+      Geometry3d(operands.shape(ConvTensor::kInput), operands.shape(ConvTensor::kFilter), strides,
+                 padding, data_format, dilations, WindowRuleOf(pass));
+  if (roles.b == ConvTensor::kOutput) {
+    ThrowIfError(
+        CheckOutBackprop(g, ShapeOf5(operands.shape(ConvTensor::kOutput), "out_backprop")));
+  }
+  Array<T> out(ToVec(g.shape(roles.out)));
+  RunOnHost<T, false>(g, pass, a.data(), a.size(), b.data(), b.size(), out.mutable_data(),
+                      algorithm, workspace_limit, num_threads);
+  return out;
+}
+
+template <typename T>
+Array<T> Forward3d(const Array<T>& x, const Array<T>& w, LARGECONV_ARG3D_TYPES) {
+  return RunArrays3d<T>(ConvPass::kForward, x, w, {}, LARGECONV_ARG3D_NAMES);
+}
+
+template <typename T>
+Array<T> BackpropInput3d(const std::vector<int64_t>& input_shape, const Array<T>& w,
+                         const Array<T>& dy, LARGECONV_ARG3D_TYPES) {
+  return RunArrays3d<T>(ConvPass::kBackpropInput, w, dy, input_shape, LARGECONV_ARG3D_NAMES);
+}
+
+template <typename T>
+Array<T> BackpropFilter3d(const Array<T>& x, const std::vector<int64_t>& filter_shape,
+                          const Array<T>& dy, LARGECONV_ARG3D_TYPES) {
+  return RunArrays3d<T>(ConvPass::kBackpropFilter, x, dy, filter_shape, LARGECONV_ARG3D_NAMES);
+}
+
+py::dict Geometry3dDict(const std::vector<int64_t>& input_shape,
+                        const std::vector<int64_t>& filter_shape,
+                        const std::vector<int64_t>& strides, const std::string& padding,
+                        const std::string& data_format, const std::vector<int64_t>& dilations) {
+  const Conv3dGeometry g =
+      Geometry3d(input_shape, filter_shape, strides, padding, data_format, dilations);
+  py::dict d;
+  d["groups"] = g.groups;
+  d["out"] = py::tuple(py::cast(ToVec(g.out)));
+  d["pad_before"] = py::tuple(py::cast(ToVec(g.pad_before)));
+  d["pad_after"] = py::tuple(py::cast(ToVec(g.pad_after)));
+  d["output_shape"] = py::tuple(py::cast(ToVec(g.shape(ConvTensor::kOutput))));
+  d["macs"] = g.macs();
+  return d;
+}
+
+py::list Plan3dList(const std::vector<int64_t>& input_shape,
+                    const std::vector<int64_t>& filter_shape, LARGECONV_ARG3D_TYPES,
+                    const std::string& dtype, bool allow_tf) {
+  const Conv3dGeometry g =
+      Geometry3d(input_shape, filter_shape, strides, padding, data_format, dilations);
+  const PlanRequest req =
+      Request(algorithm, workspace_limit, ThreadCount(num_threads), InfoOf(dtype), allow_tf);
+  return PlansOf(g, req, PlanFields<Pass3dPlan>, [](const Pass3dPlan& p, py::dict& d) {
+    d["fft"] = py::tuple(py::cast(ToVec(p.fft.fft)));
+    d["tile"] = py::tuple(py::cast(ToVec(p.fft.tiling.tile)));
+    d["tiles"] = py::tuple(py::cast(ToVec(p.fft.tiling.tiles)));
+    d["in_block"] = p.fft.in_block;
+    d["out_block"] = p.fft.out_block;
+    d["slots"] = p.fft.slots;
+    d["transforms"] = p.fft_work.transforms;
+  });
+}
+
+template <typename T>
+void DefKernels3d(py::module_& m) {
+  m.def("conv3d", &Forward3d<T>, py::arg("input"), py::arg("filter"), LARGECONV_ARGS3D,
+        py::arg("num_threads") = 0,
+        "Forward 3-D convolution (TF Conv3D semantics), planned as the op plans it.");
+  m.def("conv3d_backprop_input", &BackpropInput3d<T>, py::arg("input_shape"), py::arg("filter"),
+        py::arg("out_backprop"), LARGECONV_ARGS3D, py::arg("num_threads") = 0,
+        "Gradient of conv3d with respect to its input.");
+  m.def("conv3d_backprop_filter", &BackpropFilter3d<T>, py::arg("input"), py::arg("filter_shape"),
+        py::arg("out_backprop"), LARGECONV_ARGS3D, py::arg("num_threads") = 0,
+        "Gradient of conv3d with respect to its filter.");
 }
 
 py::dict GeometryDict(const std::vector<int64_t>& input_shape,
@@ -204,24 +359,16 @@ py::list PlanList(const std::vector<int64_t>& input_shape, const std::vector<int
                AttrsFrom(strides, padding, explicit_paddings, data_format, dilations));
   const PlanRequest req =
       Request(algorithm, workspace_limit, ThreadCount(num_threads), InfoOf(dtype), allow_tf);
-  py::list out;
-  for (ConvPass pass : kPasses) {
-    const PassPlan p = Plan(g, pass, req);
-    py::dict d = PlanDict(p);
-    d["flops"] = p.flops;
-    if (p.algorithm == Algorithm::kFft) {
-      d["in_block"] = p.fft.in_block;
-      d["out_block"] = p.fft.out_block;
-      d["group_block"] = p.fft.group_block;
-      d["vec_block"] = p.fft.vec_block;
-      d["fft_work"] = py::dict(py::arg("transforms") = p.fft_work.transforms,
-                               py::arg("transform_points") = p.fft_work.transform_points,
-                               py::arg("complex_macs") = p.fft_work.complex_macs);
-      d["slots"] = p.fft.slots;
-    }
-    out.append(d);
-  }
-  return out;
+  return PlansOf(g, req, PlanDict<PassPlan>, [](const PassPlan& p, py::dict& d) {
+    d["in_block"] = p.fft.in_block;
+    d["out_block"] = p.fft.out_block;
+    d["group_block"] = p.fft.group_block;
+    d["vec_block"] = p.fft.vec_block;
+    d["fft_work"] = py::dict(py::arg("transforms") = p.fft_work.transforms,
+                             py::arg("transform_points") = p.fft_work.transform_points,
+                             py::arg("complex_macs") = p.fft_work.complex_macs);
+    d["slots"] = p.fft.slots;
+  });
 }
 
 // Raises the exception a core error of `kind` becomes: the tests' check of ThrowIfError,
@@ -304,6 +451,16 @@ PYBIND11_MODULE(_core, m) {
   DefKernels<double, false>(m);
   DefKernels<float, false>(m);
   DefKernels<int32_t, false>(m);  // exact: int32 arrays (no forcecast reaches it first)
+  m.def("geometry3d", &Geometry3dDict, py::arg("input_shape"), py::arg("filter_shape"),
+        py::arg("strides"), py::arg("padding"), py::arg("data_format") = "NDHWC",
+        py::arg("dilations") = std::vector<int64_t>{1, 1, 1, 1, 1},
+        "The Conv3dGeometry for these shapes and attributes, as a dict.");
+  m.def("plan3d", &Plan3dList, py::arg("input_shape"), py::arg("filter_shape"), LARGECONV_ARGS3D,
+        py::arg("num_threads") = 0, py::arg("dtype") = "float32", py::arg("allow_tf") = false,
+        "The planner's choice for each 3-D pass, as a list of dicts.");
+  DefKernels3d<double>(m);  // float64 first, as for the 2-D kernels
+  DefKernels3d<float>(m);
+  DefKernels3d<int32_t>(m);
   py::module_ emulation = m.def_submodule(
       "cuda_emulation",
       "The CUDA kernels run on the host (cc/core/cuda/emulate.h), planned as the GPU plans "

@@ -1,0 +1,311 @@
+"""The 3-D core kernels through tf_largeconv._core: the three passes of both algorithms
+against a float64 numpy oracle written here from the definition of TF's Conv3D (no code
+shared with the package), grouped and depthwise, strided, dilated, SAME and VALID, both data
+formats; a workspace limit that makes the FFT tile; int32 summed exactly; bad input."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from tf_largeconv import _core
+
+PASSES = ("forward", "backprop_input", "backprop_filter")
+# Unit roundoff of the stored results and of the type the kernels compute in, and (float16)
+# the absolute rounding error of a store below the normal range.
+STORE_EPS = {"float64": 2.0**-53, "float32": 2.0**-24, "float16": 2.0**-11,
+             "bfloat16": 2.0**-8}
+ACC_EPS = {"float64": 2.0**-53, "float32": 2.0**-24, "float16": 2.0**-24, "bfloat16": 2.0**-24}
+STORE_TINY = {"float64": 0.0, "float32": 0.0, "float16": 2.0**-25, "bfloat16": 0.0}
+
+
+class Oracle3d:
+  """One Conv3D problem in float64: x (data_format), w [KD, KH, KW, C_in / groups, C_out]."""
+
+  def __init__(self, x_shape, w_shape, strides, padding, dilations, data_format):
+    self.fmt = data_format
+    last = x_shape if data_format == "NDHWC" else tuple(x_shape[i] for i in (0, 2, 3, 4, 1))
+    self.n, self.c = last[0], last[4]
+    self.size = last[1:4]
+    self.k = w_shape[:3]
+    self.ci, self.co = w_shape[3], w_shape[4]
+    self.groups = self.c // self.ci
+    self.s, self.d = tuple(strides), tuple(dilations)
+    self.before, self.after, self.out = [], [], []
+    for size, k, s, d in zip(self.size, self.k, self.s, self.d):
+      extent = (k - 1) * d + 1
+      if padding == "SAME":
+        out = -(-size // s)
+        total = max((out - 1) * s + extent - size, 0)
+        before, after = total // 2, total - total // 2
+      else:
+        before = after = 0
+        out = (size - extent) // s + 1
+      self.before.append(before)
+      self.after.append(after)
+      self.out.append(out)
+
+  def to_last(self, a):
+    return np.asarray(a, np.float64) if self.fmt == "NDHWC" else np.transpose(
+        np.asarray(a, np.float64), (0, 2, 3, 4, 1))
+
+  def from_last(self, a):
+    return a if self.fmt == "NDHWC" else np.transpose(a, (0, 4, 1, 2, 3))
+
+  def output_shape(self):
+    return tuple(self.from_last(np.empty((self.n, *self.out, self.co))).shape)
+
+  def taps(self):
+    """(tap, window slices of the padded input it meets) for every filter tap."""
+    for tap in itertools.product(*(range(k) for k in self.k)):
+      yield tap, tuple(slice(t * d, t * d + (o - 1) * s + 1, s)
+                       for t, d, o, s in zip(tap, self.d, self.out, self.s))
+
+  def channel_groups(self):
+    cog = self.co // self.groups
+    for g in range(self.groups):
+      yield slice(g * self.ci, (g + 1) * self.ci), slice(g * cog, (g + 1) * cog)
+
+  def padded(self, x):
+    return np.pad(x, [(0, 0)] + list(zip(self.before, self.after)) + [(0, 0)])
+
+  def forward(self, x, w):
+    xp = self.padded(self.to_last(x))
+    y = np.zeros((self.n, *self.out, self.co))
+    for tap, (sd, sh, sw) in self.taps():
+      for ci, co in self.channel_groups():
+        y[..., co] += np.einsum("ndhwc,co->ndhwo", xp[:, sd, sh, sw, ci], w[tap][:, co])
+    return self.from_last(y)
+
+  def backprop_input(self, w, dy):
+    dy = self.to_last(dy)
+    padded = [s + b + a for s, b, a in zip(self.size, self.before, self.after)]
+    dxp = np.zeros((self.n, *padded, self.c))
+    for tap, (sd, sh, sw) in self.taps():
+      for ci, co in self.channel_groups():
+        dxp[:, sd, sh, sw, ci] += np.einsum("ndhwo,co->ndhwc", dy[..., co], w[tap][:, co])
+    crop = tuple(slice(b, b + s) for b, s in zip(self.before, self.size))
+    return self.from_last(dxp[(slice(None), *crop)])
+
+  def backprop_filter(self, x, dy):
+    xp = self.padded(self.to_last(x))
+    dy = self.to_last(dy)
+    dw = np.zeros((*self.k, self.ci, self.co))
+    for tap, (sd, sh, sw) in self.taps():
+      for ci, co in self.channel_groups():
+        dw[tap][:, co] = np.einsum("ndhwc,ndhwo->co", xp[:, sd, sh, sw, ci], dy[..., co])
+    return dw
+
+
+def _operands(oracle, x, w, dy, pass_name):
+  return {"forward": (x, w), "backprop_input": (w, dy), "backprop_filter": (x, dy)}[pass_name]
+
+
+def _run(pass_name, x, w, dy, attrs, **kwargs):
+  """One pass through _core; attrs: strides, padding, data_format, dilations."""
+  if pass_name == "forward":
+    return _core.conv3d(x, w, **attrs, **kwargs)
+  if pass_name == "backprop_input":
+    return _core.conv3d_backprop_input(list(x.shape), w, dy, **attrs, **kwargs)
+  return _core.conv3d_backprop_filter(x, list(w.shape), dy, **attrs, **kwargs)
+
+
+def _check(oracle, pass_name, got, x, w, dy, dtype, fft_size):
+  """Asserts `got` is within the error bound of the path that computed it.
+
+  A direct sum of n products errs by at most about sqrt(n) roundings of the sum of their
+  magnitudes, plus one rounding on store. An FFT correlation errs in 2-norm by about
+  u * log2(N) * |a|_2 * |b|_2 (N points per transform); every result element is a sum of
+  such correlations over slices of the operands, so by Cauchy-Schwarz the operands' whole
+  norms bound each element's error.
+  """
+  a, b = (np.asarray(t, np.float64) for t in _operands(oracle, x, w, dy, pass_name))
+  run = getattr(oracle, pass_name)
+  want = run(a, b)
+  got = np.asarray(got, np.float64)
+  assert got.shape == want.shape, (pass_name, got.shape, want.shape)
+  eps = ACC_EPS[dtype]
+  tol = STORE_EPS[dtype] * np.abs(want) + STORE_TINY[dtype]
+  if fft_size is None:
+    terms = {"forward": np.prod(oracle.k) * oracle.ci,
+             "backprop_input": np.prod(oracle.k) * oracle.co // oracle.groups,
+             "backprop_filter": oracle.n * np.prod(oracle.out)}[pass_name]
+    tol = tol + 4.0 * np.sqrt(max(terms, 1)) * eps * run(np.abs(a), np.abs(b))
+  else:
+    log_n = np.log2(max(np.prod(fft_size), 2))
+    tol = tol + 8.0 * eps * log_n * np.linalg.norm(a) * np.linalg.norm(b)
+  err = np.abs(got - want)
+  worst = np.unravel_index(np.argmax(err - tol), err.shape) if err.size else None
+  assert (err <= tol + 1e-300).all(), (
+      f"{pass_name} ({'fft ' + str(fft_size) if fft_size else 'direct'}): "
+      f"{(err > tol).sum()} of {err.size} off; at {worst}: got {got[worst]}, want {want[worst]}")
+
+
+# (input shape, filter shape, strides, padding, dilations, data_format)
+CASES = {
+    "valid": ((1, 6, 7, 8, 2), (3, 2, 4, 2, 3), (1, 1, 1, 1, 1), "VALID", (1, 1, 1, 1, 1),
+              "NDHWC"),
+    "same_strided": ((2, 7, 6, 9, 3), (3, 3, 4, 3, 2), (1, 2, 1, 3, 1), "SAME", (1, 1, 1, 1, 1),
+                     "NDHWC"),
+    "dilated": ((1, 9, 8, 10, 2), (2, 3, 3, 2, 2), (1, 1, 1, 1, 1), "SAME", (1, 2, 1, 3, 1),
+                "NDHWC"),
+    "grouped_ncdhw": ((2, 4, 5, 6, 7), (3, 2, 3, 2, 6), (1, 1, 1, 1, 1), "SAME",
+                      (1, 1, 1, 1, 1), "NCDHW"),
+    "depthwise": ((1, 6, 7, 5, 3), (4, 3, 2, 1, 3), (1, 1, 1, 1, 1), "SAME", (1, 1, 1, 1, 1),
+                  "NDHWC"),
+    "strided_dilated_ncdhw": ((1, 2, 11, 9, 10), (3, 2, 3, 2, 4), (1, 1, 2, 3, 2), "VALID",
+                              (1, 1, 2, 1, 2), "NCDHW"),
+    "filter_fills_input": ((2, 4, 5, 3, 2), (4, 5, 3, 2, 3), (1, 1, 1, 1, 1), "VALID",
+                           (1, 1, 1, 1, 1), "NDHWC"),
+    "many_channels": ((1, 5, 6, 7, 12), (3, 3, 3, 12, 40), (1, 1, 2, 1, 1), "SAME",
+                      (1, 1, 1, 1, 1), "NDHWC"),
+}
+
+
+def _problem(case, rng, dtype):
+  x_shape, w_shape, strides, padding, dilations, fmt = CASES[case]
+  oracle = Oracle3d(x_shape, w_shape, [strides[i] for i in _spatial(fmt)], padding,
+                    [dilations[i] for i in _spatial(fmt)], fmt)
+  x = rng.standard_normal(x_shape).astype(dtype)
+  w = rng.standard_normal(w_shape).astype(dtype)
+  dy = rng.standard_normal(oracle.output_shape()).astype(dtype)
+  attrs = dict(strides=list(strides), padding=padding, data_format=fmt, dilations=list(dilations))
+  return oracle, x, w, dy, attrs
+
+
+def _spatial(fmt):
+  return (1, 2, 3) if fmt == "NDHWC" else (2, 3, 4)
+
+
+def _fft_sizes(x, w, attrs, dtype, **kwargs):
+  """{pass: transform size, or None where the plan sums directly}."""
+  plans = _core.plan3d(list(x.shape), list(w.shape), **attrs, dtype=dtype, **kwargs)
+  return {p["pass"]: (p["fft"] if p["algorithm"] == "fft" else None) for p in plans}
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("algorithm", ["direct", "fft"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_passes_match_oracle(case, algorithm, dtype, rng):
+  oracle, x, w, dy, attrs = _problem(case, rng, dtype)
+  fft = _fft_sizes(x, w, attrs, dtype, algorithm=algorithm)
+  for pass_name in PASSES:
+    assert (fft[pass_name] is not None) == (algorithm == "fft")
+    got = _run(pass_name, x, w, dy, attrs, algorithm=algorithm)
+    assert got.dtype == np.dtype(dtype)
+    _check(oracle, pass_name, got, x, w, dy, dtype, fft[pass_name])
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_geometry_matches_oracle(case, rng):
+  oracle, x, w, _, attrs = _problem(case, rng, "float64")
+  geometry = _core.geometry3d(list(x.shape), list(w.shape), **attrs)
+  assert geometry["output_shape"] == oracle.output_shape()
+  assert geometry["pad_before"] == tuple(oracle.before)
+  assert geometry["pad_after"] == tuple(oracle.after)
+  assert geometry["groups"] == oracle.groups
+
+
+def test_workspace_limit_binds_and_fft_tiles(rng):
+  """Under a limit far below one transform of the whole volume the FFT cuts it into
+  several tiles per pass, takes no more than the limit, and is still exact."""
+  x = rng.standard_normal((2, 30, 28, 26, 3))
+  w = rng.standard_normal((5, 6, 4, 3, 4))
+  attrs = dict(strides=[1, 1, 1, 1, 1], padding="SAME", data_format="NDHWC",
+               dilations=[1, 1, 1, 1, 1])
+  oracle = Oracle3d(x.shape, w.shape, (1, 1, 1), "SAME", (1, 1, 1), "NDHWC")
+  dy = rng.standard_normal(oracle.output_shape())
+  # A quarter of one transform covering the padded volume (34 x 33 x 29 points) in float64.
+  limit = (30 + 5 - 1) * (28 + 6 - 1) * (26 + 4 - 1) * 8 // 4
+  plans = _core.plan3d(list(x.shape), list(w.shape), **attrs, algorithm="fft", dtype="float64",
+                       workspace_limit=limit)
+  for plan in plans:
+    assert plan["algorithm"] == "fft"
+    assert plan["workspace_bytes"] <= limit
+    assert np.prod(plan["tiles"]) > 1, plan
+  fft = {p["pass"]: p["fft"] for p in plans}
+  for pass_name in PASSES:
+    got = _run(pass_name, x, w, dy, attrs, algorithm="fft", workspace_limit=limit)
+    _check(oracle, pass_name, got, x, w, dy, "float64", fft[pass_name])
+
+
+def test_auto_chooses_by_filter_size():
+  """'auto' takes the cheaper algorithm by the cost model: direct for a 2x2x2 filter, the
+  FFT for a 15^3 one; TF's kernels are not priced unless allowed."""
+  attrs = dict(strides=[1] * 5, padding="SAME")
+  small = _core.plan3d([1, 32, 32, 32, 1], [2, 2, 2, 1, 1], **attrs)
+  large = _core.plan3d([1, 32, 32, 32, 1], [15, 15, 15, 1, 1], **attrs)
+  assert [p["algorithm"] for p in small] == ["direct"] * 3
+  assert [p["algorithm"] for p in large] == ["fft"] * 3
+  for p in small + large:
+    assert p["cost_direct"] > 0 and p["cost_fft"] > 0 and p["cost_tf"] < 0
+    cheaper = "direct" if p["cost_direct"] <= p["cost_fft"] else "fft"
+    assert p["algorithm"] == cheaper, p
+
+
+def test_int32_is_exact(rng):
+  """int32 is summed exactly (modulo 2^32, as TensorFlow's int32 kernels), by the direct
+  kernels, under 'auto'; 'fft' is refused."""
+  oracle, x, w, dy, attrs = _problem("grouped_ncdhw", rng, "float64")
+  x, w, dy = (rng.integers(-50, 50, a.shape).astype(np.int32) for a in (x, w, dy))
+  for pass_name in PASSES:
+    got = _run(pass_name, x, w, dy, attrs)
+    a, b = _operands(oracle, x, w, dy, pass_name)
+    want = getattr(oracle, pass_name)(a.astype(np.float64), b.astype(np.float64))
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got, want.astype(np.int64))
+  with pytest.raises(ValueError, match="integer"):
+    _core.conv3d(x, w, **attrs, algorithm="fft")
+
+
+def test_empty_batch():
+  x = np.zeros((0, 4, 4, 4, 2))
+  w = np.ones((2, 2, 2, 2, 3))
+  attrs = dict(strides=[1] * 5, padding="VALID")
+  assert _core.conv3d(x, w, **attrs).shape == (0, 3, 3, 3, 3)
+  dy = np.zeros((0, 3, 3, 3, 3))
+  np.testing.assert_array_equal(
+      _core.conv3d_backprop_filter(x, list(w.shape), dy, **attrs, algorithm="fft"),
+      np.zeros(w.shape))
+  assert _core.conv3d_backprop_input(list(x.shape), w, dy, **attrs).shape == x.shape
+
+
+BAD = [
+    (dict(strides=[1, 1, 1, 1]), ValueError, "5 entries"),
+    (dict(strides=[2, 1, 1, 1, 1]), NotImplementedError, "batch and depth"),
+    (dict(strides=[1, 1, 0, 1, 1]), ValueError, "positive"),
+    (dict(dilations=[1, 1, 1, 1, 2]), NotImplementedError, "batch and depth"),
+    (dict(padding="EXPLICIT"), ValueError, "SAME or VALID"),
+    (dict(padding="FULL"), ValueError, "padding"),
+    (dict(data_format="NHWC"), ValueError, "NDHWC or NCDHW"),
+    (dict(filter_shape=(7, 2, 2, 2, 3)), ValueError, "depth"),
+    (dict(filter_shape=(2, 2, 2, 3, 3)), ValueError, "multiple of filters in-depth"),
+    (dict(filter_shape=(2, 2, 2, 1, 3)), ValueError, "divisible by the number of groups"),
+    (dict(algorithm="fast"), ValueError, "algorithm"),
+    (dict(algorithm="fft", workspace_limit=100), ValueError, "needs at least"),
+    (dict(algorithm="tf"), ValueError, "not available"),
+]
+
+
+@pytest.mark.parametrize("change,error,match", BAD, ids=[b[2] for b in BAD])
+def test_bad_input(change, error, match):
+  args = dict(strides=[1] * 5, padding="VALID", data_format="NDHWC", dilations=[1] * 5,
+              algorithm="auto")
+  filter_shape = change.pop("filter_shape", (2, 2, 2, 2, 3))
+  args.update(change)
+  x = np.ones((1, 5, 4, 4, 2))
+  with pytest.raises(error, match=match):
+    _core.conv3d(x, np.ones(filter_shape), **args)
+
+
+def test_bad_arrays():
+  x = np.ones((1, 5, 4, 4, 2))
+  w = np.ones((2, 2, 2, 2, 3))
+  attrs = dict(strides=[1] * 5, padding="VALID")
+  with pytest.raises(ValueError, match="5-D"):
+    _core.conv3d(x[0], w, **attrs)
+  with pytest.raises(ValueError, match="out_backprop"):
+    _core.conv3d_backprop_input(list(x.shape), w, np.ones((1, 4, 3, 4, 3)), **attrs)
+  with pytest.raises(ValueError, match="out_backprop"):
+    _core.conv3d_backprop_filter(x, list(w.shape), np.ones((1, 4, 3, 3, 2)), **attrs)
+
