@@ -1,13 +1,18 @@
 """The 3-D core kernels through tf_largeconv._core: the three passes of both algorithms
 against a float64 numpy oracle written here from the definition of TF's Conv3D (no code
 shared with the package), grouped and depthwise, strided, dilated, SAME and VALID, both data
-formats; a workspace limit that makes the FFT tile; int32 summed exactly; bad input."""
+formats; a workspace limit that makes the FFT tile; int32 summed exactly; bad input. Then
+the TF op, tf_largeconv.conv3d: against tf.nn.conv3d (forward, gradients, second order,
+traced shapes, shape errors) and, where TF's CPU kernels do not go (groups, NCDHW,
+dilations), against the oracle; every dtype; the workspace limit; bad arguments."""
 
 import itertools
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
+import tf_largeconv as lc
 from tf_largeconv import _core
 
 PASSES = ("forward", "backprop_input", "backprop_filter")
@@ -309,3 +314,133 @@ def test_bad_arrays():
   with pytest.raises(ValueError, match="out_backprop"):
     _core.conv3d_backprop_filter(x, list(w.shape), np.ones((1, 4, 3, 3, 2)), **attrs)
 
+
+# --- The TF op: tf_largeconv.conv3d ------------------------------------------------------
+
+
+def _tape_passes(conv, x, w, dy):
+  """(y, dx, dw) of conv(x, w) with upstream gradient dy."""
+  x, w = tf.constant(x), tf.constant(w)
+  with tf.GradientTape() as tape:
+    tape.watch([x, w])
+    y = conv(x, w)
+  dx, dw = tape.gradient(y, [x, w], output_gradients=tf.constant(dy))
+  return y.numpy(), dx.numpy(), dw.numpy()
+
+
+@pytest.mark.parametrize("algorithm", ["direct", "fft"])
+@pytest.mark.parametrize("case", ["valid", "same_strided", "many_channels", "filter_fills_input"])
+def test_op_matches_tf_conv3d(case, algorithm, rng):
+  """Forward and both gradients against TensorFlow's own conv3d (float64), and the result
+  shape TF infers while tracing with an unknown batch."""
+  _, x, w, dy, attrs = _problem(case, rng, "float64")
+  mine = _tape_passes(lambda a, b: lc.conv3d(a, b, **attrs, algorithm=algorithm), x, w, dy)
+  theirs = _tape_passes(lambda a, b: tf.nn.conv3d(a, b, **attrs), x, w, dy)
+  for got, want, what in zip(mine, theirs, ("y", "dx", "dw")):
+    assert got.shape == want.shape, what
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9 * np.abs(want).max(), err_msg=what)
+  spec = tf.TensorSpec([None, *x.shape[1:]], tf.float64)
+  traced = tf.function(lambda a: lc.conv3d(a, w, **attrs)).get_concrete_function(spec)
+  assert traced.structured_outputs.shape.as_list() == [None, *theirs[0].shape[1:]]
+
+
+@pytest.mark.parametrize("algorithm", ["direct", "fft"])
+@pytest.mark.parametrize("case", ["grouped_ncdhw", "depthwise", "dilated",
+                                  "strided_dilated_ncdhw"])
+def test_op_gradients_match_oracle(case, algorithm, rng):
+  """What TF's CPU conv3d does not compute (groups, NCDHW, dilations): the op and its
+  registered gradients against the oracle."""
+  oracle, x, w, dy, attrs = _problem(case, rng, "float64")
+  y, dx, dw = _tape_passes(lambda a, b: lc.conv3d(a, b, **attrs, algorithm=algorithm), x, w, dy)
+  fft = _fft_sizes(x, w, attrs, "float64", algorithm=algorithm)
+  for pass_name, got in zip(PASSES, (y, dx, dw)):
+    _check(oracle, pass_name, got, x, w, dy, "float64", fft[pass_name])
+
+
+@pytest.mark.parametrize("algorithm", ["direct", "fft"])
+def test_second_order_gradients_match_tf(algorithm, rng):
+  """The backprop ops' registered gradients: d/dw of sum(dx * v) and d/dx of sum(dw * v),
+  against TensorFlow's conv3d."""
+  _, x, w, dy, attrs = _problem("same_strided", rng, "float64")
+
+  def second(conv):
+    xt, wt, dyt = tf.constant(x), tf.constant(w), tf.constant(dy)
+    with tf.GradientTape(persistent=True) as outer:
+      outer.watch([xt, wt])
+      with tf.GradientTape() as inner:
+        inner.watch([xt, wt])
+        y = conv(xt, wt)
+      dx, dw = inner.gradient(y, [xt, wt], output_gradients=dyt)
+      dx_sum = tf.reduce_sum(dx * tf.sin(xt))
+      dw_sum = tf.reduce_sum(dw * tf.cos(wt))
+    return [outer.gradient(dx_sum, wt).numpy(), outer.gradient(dw_sum, xt).numpy()]
+
+  mine = second(lambda a, b: lc.conv3d(a, b, **attrs, algorithm=algorithm))
+  theirs = second(lambda a, b: tf.nn.conv3d(a, b, **attrs))
+  for got, want in zip(mine, theirs):
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("algorithm", ["direct", "fft"])
+def test_op_dtypes(dtype, algorithm, rng):
+  """Every floating dtype through the op, computed in float32 and rounded once."""
+  oracle, x, w, dy, attrs = _problem("grouped_ncdhw", rng, "float64")
+  x, w, dy = (tf.cast(a, dtype) for a in (x, w, dy))
+  y, dx, dw = _tape_passes(lambda a, b: lc.conv3d(a, b, **attrs, algorithm=algorithm), x, w, dy)
+  fft = _fft_sizes(x.numpy(), w.numpy(), attrs, "float32", algorithm=algorithm)
+  as64 = [tf.cast(a, tf.float64).numpy() for a in (x, w, dy)]
+  for pass_name, got in zip(PASSES, (y, dx, dw)):
+    assert got.dtype == tf.as_dtype(dtype).as_numpy_dtype
+    _check(oracle, pass_name, tf.cast(got, tf.float64).numpy(), *as64, dtype, fft[pass_name])
+
+
+def test_op_int32_is_exact(rng):
+  oracle, x, w, _, attrs = _problem("depthwise", rng, "float64")
+  x, w = (rng.integers(-40, 40, a.shape).astype(np.int32) for a in (x, w))
+  got = lc.conv3d(x, w, **attrs).numpy()
+  np.testing.assert_array_equal(got, oracle.forward(x, w).astype(np.int64))
+  with pytest.raises(ValueError, match="int32 exactly"):
+    lc.conv3d(x, w, **attrs, algorithm="fft")
+
+
+def test_op_workspace_limit_is_a_hard_bound(rng):
+  x = rng.standard_normal((1, 20, 18, 16, 2)).astype(np.float32)
+  w = rng.standard_normal((7, 7, 7, 2, 3)).astype(np.float32)
+  attrs = dict(strides=[1] * 5, padding="SAME")
+  want = tf.nn.conv3d(x, w, **attrs).numpy()
+  got = lc.conv3d(x, w, **attrs, algorithm="fft", workspace_limit=100_000).numpy()
+  np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+  with pytest.raises(tf.errors.InvalidArgumentError, match="needs at least"):
+    lc.conv3d(x, w, **attrs, algorithm="fft", workspace_limit=1000)
+
+
+@pytest.mark.parametrize("change,error", [
+    (dict(strides=[1, 1, 1, 1]), ValueError),
+    (dict(strides=[2, 1, 1, 1, 1]), tf.errors.UnimplementedError),
+    (dict(padding="EXPLICIT"), ValueError),
+    (dict(padding="same"), ValueError),
+    (dict(data_format="NHWC"), ValueError),
+    (dict(algorithm="fast"), ValueError),
+    (dict(workspace_limit=-5), ValueError),
+])
+def test_op_bad_arguments(change, error):
+  args = dict(strides=[1] * 5, padding="VALID")
+  args.update(change)
+  with pytest.raises(error):
+    lc.conv3d(np.ones((1, 5, 4, 4, 2), np.float32), np.ones((2, 2, 2, 2, 3), np.float32),
+              **args)
+
+
+def test_op_shape_errors_match_tf():
+  """Shapes that do not fit: ValueError while tracing, as TensorFlow's conv3d (its shape
+  inference), and InvalidArgumentError eagerly. (TF's eager kernel returns an empty result
+  for a filter larger than the input; the op keeps its shape function's rule, as conv2d
+  does.)"""
+  x = np.ones((1, 5, 4, 4, 2), np.float32)
+  for w in (np.ones((6, 2, 2, 2, 3), np.float32), np.ones((2, 2, 2, 3, 3), np.float32)):
+    for conv in (lc.conv3d, tf.nn.conv3d):
+      with pytest.raises(ValueError):
+        tf.function(lambda a, w=w, conv=conv: conv(a, w, strides=[1] * 5, padding="VALID"))(x)
+    with pytest.raises(tf.errors.InvalidArgumentError):
+      lc.conv3d(x, w, strides=[1] * 5, padding="VALID")

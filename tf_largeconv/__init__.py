@@ -1,14 +1,15 @@
-"""tf_largeconv: memory-lean, fast 1-D and 2-D convolution with large filters for TensorFlow.
+"""tf_largeconv: memory-lean, fast 1-D, 2-D and 3-D convolution with large filters for TensorFlow.
 
 `tf_largeconv.conv2d` is a drop-in for `tf.nn.conv2d`, `tf_largeconv.conv1d` for
-`tf.nn.conv1d`. Importing this package registers the
-LargeConv ops, so import it before loading a SavedModel or .keras file that uses them.
+`tf.nn.conv1d`, `tf_largeconv.conv3d` for `tf.nn.conv3d`. Importing this package registers
+the LargeConv ops, so import it before loading a SavedModel or .keras file that uses them.
 """
 
 from tf_largeconv import _gradients  # noqa: F401  (registers the ops' gradients)
 from tf_largeconv import _loader
 from tf_largeconv._conv1d import conv1d
 from tf_largeconv._conv1d import plan_conv1d
+from tf_largeconv._conv3d import conv3d
 from tf_largeconv._transpose import conv2d_transpose
 from tf_largeconv._transpose import plan_transpose
 from tf_largeconv.ops import conv2d
@@ -33,4 +34,4 @@ except ImportError:  # Keras 3 not installed: the ops still work
 
 __all__ = ["conv2d", "conv2d_backprop_input", "conv2d_backprop_filter", "depthwise_conv2d",
            "plan", "Plan", "conv1d", "plan_conv1d", "conv2d_transpose", "plan_transpose",
-           "__version__"]
+           "conv3d", "__version__"]

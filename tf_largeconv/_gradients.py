@@ -1,20 +1,20 @@
 """Gradient functions of the LargeConv ops, registered with TensorFlow on import.
 
-They mirror TF's _Conv2DGrad and its backprop-op gradients, so that second-order
-derivatives work. The package imports this module, so the gradients exist as soon as
-`tf_largeconv` is imported, also for ops in a loaded SavedModel that no Python API call
-created.
+They mirror TF's _Conv2DGrad / _Conv3DGrad and their backprop-op gradients, so that
+second-order derivatives work. The package imports this module, so the gradients exist as
+soon as `tf_largeconv` is imported, also for ops in a loaded SavedModel that no Python API
+call created.
 """
 
 import tensorflow as tf
 
 from tf_largeconv import _loader
 
-
-def _attrs_of(op):
-  return {k: op.get_attr(k) for k in ("strides", "padding", "explicit_paddings",
-                                      "data_format", "dilations", "algorithm",
-                                      "workspace_limit")}
+# The attributes each op family's ops share, passed on unchanged to the gradient's ops.
+_CONV2D_ATTRS = ("strides", "padding", "explicit_paddings", "data_format", "dilations",
+                 "algorithm", "workspace_limit")
+_CONV3D_ATTRS = ("strides", "padding", "data_format", "dilations", "algorithm",
+                 "workspace_limit")
 
 
 def _decode(attrs):
@@ -25,36 +25,41 @@ def _decode(attrs):
   return out
 
 
-@tf.RegisterGradient("LargeConv>Conv2D")
-def _conv2d_grad(op, grad):
-  attrs = _decode(_attrs_of(op))
-  ops = _loader.ops()
-  shape_0, shape_1 = tf.shape_n([op.inputs[0], op.inputs[1]])
-  return [
-      ops.large_conv_conv2d_backprop_input(shape_0, op.inputs[1], grad, **attrs),
-      ops.large_conv_conv2d_backprop_filter(op.inputs[0], shape_1, grad, **attrs),
-  ]
+def _register_family(op_name, wrapper, attr_names):
+  """Registers the gradients of LargeConv>{op_name} and its two backprop ops, whose Python
+  wrappers are large_conv_{wrapper}, large_conv_{wrapper}_backprop_input and
+  large_conv_{wrapper}_backprop_filter."""
+
+  def attrs_of(op):
+    return _decode({k: op.get_attr(k) for k in attr_names})
+
+  def run(suffix, *args, op):
+    return getattr(_loader.ops(), f"large_conv_{wrapper}{suffix}")(*args, **attrs_of(op))
+
+  @tf.RegisterGradient(f"LargeConv>{op_name}")
+  def _forward_grad(op, grad):
+    shape_0, shape_1 = tf.shape_n([op.inputs[0], op.inputs[1]])
+    return [
+        run("_backprop_input", shape_0, op.inputs[1], grad, op=op),
+        run("_backprop_filter", op.inputs[0], shape_1, grad, op=op),
+    ]
+
+  @tf.RegisterGradient(f"LargeConv>{op_name}BackpropInput")
+  def _backprop_input_grad(op, grad):
+    return [
+        None,
+        run("_backprop_filter", grad, tf.shape(op.inputs[1]), op.inputs[2], op=op),
+        run("", grad, op.inputs[1], op=op),
+    ]
+
+  @tf.RegisterGradient(f"LargeConv>{op_name}BackpropFilter")
+  def _backprop_filter_grad(op, grad):
+    return [
+        run("_backprop_input", tf.shape(op.inputs[0]), grad, op.inputs[2], op=op),
+        None,
+        run("", op.inputs[0], grad, op=op),
+    ]
 
 
-@tf.RegisterGradient("LargeConv>Conv2DBackpropInput")
-def _conv2d_backprop_input_grad(op, grad):
-  attrs = _decode(_attrs_of(op))
-  ops = _loader.ops()
-  return [
-      None,
-      ops.large_conv_conv2d_backprop_filter(grad, tf.shape(op.inputs[1]), op.inputs[2],
-                                            **attrs),
-      ops.large_conv_conv2d(grad, op.inputs[1], **attrs),
-  ]
-
-
-@tf.RegisterGradient("LargeConv>Conv2DBackpropFilter")
-def _conv2d_backprop_filter_grad(op, grad):
-  attrs = _decode(_attrs_of(op))
-  ops = _loader.ops()
-  return [
-      ops.large_conv_conv2d_backprop_input(tf.shape(op.inputs[0]), grad, op.inputs[2],
-                                           **attrs),
-      None,
-      ops.large_conv_conv2d(op.inputs[0], grad, **attrs),
-  ]
+_register_family("Conv2D", "conv2d", _CONV2D_ATTRS)
+_register_family("Conv3D", "conv3d", _CONV3D_ATTRS)

@@ -35,10 +35,14 @@ inline absl::Status ToStatus(const Status& s) {
 // The operand errors of the kernels and the shape functions alike: our words naming the
 // tensor, then TensorFlow's for the same mistake (its kernels' and its shape inference's),
 // so that code matching either finds them.
+inline absl::Status NotRank(const char* name, const std::string& shape, int64_t rank, int want) {
+  return tensorflow::errors::InvalidArgument(name, " must be a ", want, "-D tensor, got shape ",
+                                             shape, ". convolution ", name, " must be ", want,
+                                             "-dimensional: ", shape, ". Shape must be rank ", want,
+                                             " but is rank ", rank);
+}
 inline absl::Status NotRank4(const char* name, const std::string& shape, int64_t rank) {
-  return tensorflow::errors::InvalidArgument(
-      name, " must be a 4-D tensor, got shape ", shape, ". convolution ", name,
-      " must be 4-dimensional: ", shape, ". Shape must be rank 4 but is rank ", rank);
+  return NotRank(name, shape, rank, 4);
 }
 
 // `name` (input_sizes or filter_sizes) of the backprop op `op` is not a vector.
@@ -83,6 +87,22 @@ absl::Status ReadConvAttrs(Ctx* ctx, ConvAttrs* attrs) {
   a.explicit_paddings = explicit_paddings;
   TF_RETURN_IF_ERROR(ToStatus(ParsePadding(padding, &a.padding)));
   TF_RETURN_IF_ERROR(ToStatus(ParseDataFormat(data_format, &a.data_format)));
+  TF_RETURN_IF_ERROR(ToStatus(ValidateAttrs(a)));
+  *attrs = a;
+  return absl::OkStatus();
+}
+
+// The Conv3D attribute set (strides, dilations, padding, data_format), read and checked.
+template <typename Ctx>
+absl::Status ReadConv3dAttrs(Ctx* ctx, Conv3dAttrs* attrs) {
+  Conv3dAttrs a;
+  std::string padding, data_format;
+  TF_RETURN_IF_ERROR(ctx->GetAttr("strides", &a.strides));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("dilations", &a.dilations));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("padding", &padding));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("data_format", &data_format));
+  TF_RETURN_IF_ERROR(ToStatus(ParsePadding(padding, &a.padding)));
+  TF_RETURN_IF_ERROR(ToStatus(ParseDataFormat3d(data_format, &a.data_format)));
   TF_RETURN_IF_ERROR(ToStatus(ValidateAttrs(a)));
   *attrs = a;
   return absl::OkStatus();

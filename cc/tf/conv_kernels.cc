@@ -130,14 +130,38 @@ TensorShape ToShape(const std::array<int64_t, 4>& s) {
   return TensorShape({s[0], s[1], s[2], s[3]});
 }
 
+// The algorithm and workspace_limit attributes every op of the family has.
+absl::Status ReadRequest(OpKernelConstruction* ctx, PlanRequest* request) {
+  std::string algorithm;
+  TF_RETURN_IF_ERROR(ctx->GetAttr("algorithm", &algorithm));
+  TF_RETURN_IF_ERROR(ToStatus(ParseAlgorithm(algorithm, &request->algorithm)));
+  return ctx->GetAttr("workspace_limit", &request->workspace_limit);
+}
+
+// The request for one pass of element type T on this device's thread pool.
+template <typename T>
+PlanRequest DeviceRequest(OpKernelContext* ctx, PlanRequest req) {
+  req.threads = ctx->device()->tensorflow_cpu_worker_threads()->num_threads;
+  req.real_bytes = kComputeBytes<T>;
+  req.direct_only = kIsInt<T>;
+  return req;
+}
+
+// Takes a plan's workspace (if any) from TF's allocator, so that it is counted and bounded.
+template <class Plan>
+absl::Status AllocateWorkspace(OpKernelContext* ctx, const Plan& plan, Tensor* workspace) {
+  if (plan.workspace_bytes > 0) {
+    TF_RETURN_IF_ERROR(
+        ctx->allocate_temp(tensorflow::DT_INT8, TensorShape({plan.workspace_bytes}), workspace));
+  }
+  return absl::OkStatus();
+}
+
 class ConvOpBase : public OpKernel {
  public:
   explicit ConvOpBase(OpKernelConstruction* ctx) : OpKernel(ctx) {
     OP_REQUIRES_OK(ctx, ReadConvAttrs(ctx, &attrs_));
-    std::string algorithm;
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("algorithm", &algorithm));
-    OP_REQUIRES_OK(ctx, ToStatus(ParseAlgorithm(algorithm, &request_.algorithm)));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("workspace_limit", &request_.workspace_limit));
+    OP_REQUIRES_OK(ctx, ReadRequest(ctx, &request_));
   }
 
  protected:
@@ -146,10 +170,7 @@ class ConvOpBase : public OpKernel {
   template <typename T>
   absl::Status PlanAndAllocate(OpKernelContext* ctx, const ConvGeometry& g, ConvPass pass,
                                PassPlan* plan, Tensor* workspace) {
-    PlanRequest req = request_;
-    req.threads = ctx->device()->tensorflow_cpu_worker_threads()->num_threads;
-    req.real_bytes = kComputeBytes<T>;
-    req.direct_only = kIsInt<T>;
+    const PlanRequest req = DeviceRequest<T>(ctx, request_);
     // Plans depend only on the shapes here (attrs are fixed per kernel): cache them, so a
     // training loop plans each shape once.
     const PlanKey key{g.key(), req.threads};
@@ -168,15 +189,6 @@ class ConvOpBase : public OpKernel {
       plans_.emplace(key, *plan);
     }
     return AllocateWorkspace(ctx, *plan, workspace);
-  }
-
-  static absl::Status AllocateWorkspace(OpKernelContext* ctx, const PassPlan& plan,
-                                        Tensor* workspace) {
-    if (plan.workspace_bytes > 0) {
-      TF_RETURN_IF_ERROR(
-          ctx->allocate_temp(tensorflow::DT_INT8, TensorShape({plan.workspace_bytes}), workspace));
-    }
-    return absl::OkStatus();
   }
 
   // Plans, allocates the workspace and runs one pass on operands in the pass's order.
@@ -262,6 +274,92 @@ class ConvPassOp : public ConvOpBase {
     Run<T, kGpu>(ctx, g, kPass, operand(kRoles.a), operand(kRoles.b), out);
   }
 };
+
+// --- Three spatial dimensions (CPU) --------------------------------------------------------
+
+absl::Status Shape5Of(const Tensor& t, const char* name, Shape5* out) {
+  if (t.dims() != 5) return NotRank(name, t.shape().DebugString(), t.dims(), 5);
+  for (int i = 0; i < 5; ++i) (*out)[i] = t.dim_size(i);
+  return absl::OkStatus();
+}
+
+// input_sizes or filter_sizes of a 3-D backprop op: a vector of 5 non-negative sizes.
+absl::Status Sizes5Of(const Tensor& t, const char* name, Shape5* out) {
+  if (t.dims() != 1 || t.NumElements() != 5) {
+    return tensorflow::errors::InvalidArgument(name, " must be a vector of 5 sizes, got shape ",
+                                               t.shape().DebugString());
+  }
+  auto v = t.vec<int32_t>();
+  for (int i = 0; i < 5; ++i) {
+    if (v(i) < 0) return NegativeSize(name, v(i));
+    (*out)[i] = v(i);
+  }
+  return absl::OkStatus();
+}
+
+// The three Conv3D ops, as ConvPassOp runs the 2-D ones: inputs 0 and 1 describe the input
+// and the filter (the tensor, or the sizes of the one the pass writes), input 2 is
+// out_backprop.
+template <typename T, ConvPass kPass>
+class Conv3dPassOp : public OpKernel {
+ public:
+  explicit Conv3dPassOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ReadConv3dAttrs(ctx, &attrs_));
+    OP_REQUIRES_OK(ctx, ReadRequest(ctx, &request_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    constexpr PassRoles kRoles = RolesOf(kPass);
+    Shape5 in_shape, f_shape;
+    OP_REQUIRES_OK(ctx, kRoles.out == ConvTensor::kInput
+                            ? Sizes5Of(ctx->input(0), "input_sizes", &in_shape)
+                            : Shape5Of(ctx->input(0), "input", &in_shape));
+    OP_REQUIRES_OK(ctx, kRoles.out == ConvTensor::kFilter
+                            ? Sizes5Of(ctx->input(1), "filter_sizes", &f_shape)
+                            : Shape5Of(ctx->input(1), "filter", &f_shape));
+    Conv3dGeometry g;
+    OP_REQUIRES_OK(ctx, ToStatus(MakeGeometry(attrs_, in_shape, f_shape, &g, WindowRuleOf(kPass))));
+    if (kPass != ConvPass::kForward) {
+      Shape5 dy;
+      OP_REQUIRES_OK(ctx, Shape5Of(ctx->input(2), "out_backprop", &dy));
+      OP_REQUIRES_OK(ctx, ToStatus(CheckOutBackprop(g, dy)));
+    }
+    const Shape5 shape = g.shape(kRoles.out);
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape(shape), &out));
+    Pass3dPlan plan;
+    OP_REQUIRES_OK(ctx, ToStatus(PlanPass(g, kPass, DeviceRequest<T>(ctx, request_), &plan)));
+    Tensor workspace;
+    OP_REQUIRES_OK(ctx, AllocateWorkspace(ctx, plan, &workspace));
+    const auto operand = [ctx](ConvTensor t) -> const Tensor& {
+      return ctx->input(t == ConvTensor::kInput ? 0 : t == ConvTensor::kFilter ? 1 : 2);
+    };
+    const Tensor &a = operand(kRoles.a), &b = operand(kRoles.b);
+    RunPass(g, plan, CorePtr<T>(a), a.NumElements(), CorePtr<T>(b), b.NumElements(),
+            CorePtr<T>(out), plan.workspace_bytes > 0 ? workspace.data() : nullptr, PoolFor(ctx));
+  }
+
+ private:
+  Conv3dAttrs attrs_;
+  PlanRequest request_;
+};
+
+#define LARGECONV_REGISTER_3D(C, NAME, TF_WORD)                                            \
+  REGISTER_KERNEL_BUILDER(                                                                 \
+      Name("LargeConv>Conv3D").Device(tensorflow::DEVICE_CPU).TypeConstraint<TfT<C>>("T"), \
+      Conv3dPassOp<C, ConvPass::kForward>);                                                \
+  REGISTER_KERNEL_BUILDER(Name("LargeConv>Conv3DBackpropInput")                            \
+                              .Device(tensorflow::DEVICE_CPU)                              \
+                              .TypeConstraint<TfT<C>>("T")                                 \
+                              .HostMemory("input_sizes"),                                  \
+                          Conv3dPassOp<C, ConvPass::kBackpropInput>);                      \
+  REGISTER_KERNEL_BUILDER(Name("LargeConv>Conv3DBackpropFilter")                           \
+                              .Device(tensorflow::DEVICE_CPU)                              \
+                              .TypeConstraint<TfT<C>>("T")                                 \
+                              .HostMemory("filter_sizes"),                                 \
+                          Conv3dPassOp<C, ConvPass::kBackpropFilter>);
+LARGECONV_FOR_EACH_DTYPE(LARGECONV_REGISTER_3D)
+#undef LARGECONV_REGISTER_3D
 
 // Kernels are templated on the core storage type and registered for its TF type.
 #define LARGECONV_REGISTER(DEVICE, C, GPU)                                                     \

@@ -2,6 +2,7 @@
 // functions that derive every static size from the core ConvGeometry.
 #include <array>
 #include <string>
+#include <vector>
 
 #include "cc/core/dtypes.h"
 #include "cc/core/geometry.h"
@@ -172,6 +173,74 @@ absl::Status BackpropShapeFn(InferenceContext* c, ConvTensor result_of) {
   return absl::OkStatus();
 }
 
+// --- Three spatial dimensions ------------------------------------------------------------
+
+absl::Status RequireRank5(InferenceContext* c, ShapeHandle s, const char* name, ShapeHandle* out) {
+  if (c->RankKnown(s) && c->Rank(s) != 5) return NotRank(name, c->DebugString(s), c->Rank(s), 5);
+  return c->WithRank(s, 5, out);
+}
+
+// The 3-D convolution's output shape from partly known input and filter shapes: each known
+// spatial size through WindowOutputSize under `rule`, as Conv3dGeometry sizes it.
+absl::Status Conv3dOutputShape(InferenceContext* c, ShapeHandle input, ShapeHandle filter,
+                               WindowRule rule, ShapeHandle* out) {
+  Conv3dAttrs a;
+  TF_RETURN_IF_ERROR(ReadConv3dAttrs(c, &a));
+  const bool channels_last = a.data_format == DataFormat::kNHWC;
+  const int64_t in_c = SizeOr(c, input, channels_last ? 4 : 1);
+  if (in_c >= 0 && SizeOr(c, filter, 3) >= 0) {
+    int64_t groups;
+    TF_RETURN_IF_ERROR(
+        ToStatus(ChannelGroups(in_c, SizeOr(c, filter, 3), SizeOr(c, filter, 4), &groups)));
+  }
+  constexpr const char* kNames[kSpatial3d] = {"depth", "height", "width"};
+  std::vector<DimensionHandle> dims = {c->Dim(input, 0)};
+  if (!channels_last) dims.push_back(c->Dim(filter, 4));
+  for (int k = 0; k < kSpatial3d; ++k) {
+    const int at = (channels_last ? 1 : 2) + k;
+    const int64_t in = SizeOr(c, input, at), f = SizeOr(c, filter, k);
+    int64_t before = 0, after = 0, size = -1;
+    if (in >= 0 && f >= 0) {
+      TF_RETURN_IF_ERROR(ToStatus(WindowOutputSize(in, f, a.strides[at], a.dilations[at], a.padding,
+                                                   kNames[k], &before, &after, &size, rule)));
+    }
+    dims.push_back(size >= 0 ? c->MakeDim(size) : c->UnknownDim());
+  }
+  if (channels_last) dims.push_back(c->Dim(filter, 4));
+  *out = c->MakeShape(dims);
+  return absl::OkStatus();
+}
+
+absl::Status Conv3dShapeFn(InferenceContext* c) {
+  ShapeHandle input, filter, out;
+  TF_RETURN_IF_ERROR(RequireRank5(c, c->input(0), "input", &input));
+  TF_RETURN_IF_ERROR(RequireRank5(c, c->input(1), "filter", &filter));
+  TF_RETURN_IF_ERROR(Conv3dOutputShape(c, input, filter, WindowRule::kMustFit, &out));
+  c->set_output(0, out);
+  return absl::OkStatus();
+}
+
+// The 3-D backprop ops: the result has the sizes tensor's shape (input_sizes or
+// filter_sizes, 5 sizes); out_backprop must have the shape the convolution produces.
+absl::Status Conv3dBackpropShapeFn(InferenceContext* c, ConvTensor result_of) {
+  const bool input_sizes = result_of == ConvTensor::kInput;
+  ShapeHandle dy, result, input, filter, expected, merged;
+  TF_RETURN_IF_ERROR(RequireRank5(c, c->input(2), "out_backprop", &dy));
+  TF_RETURN_IF_ERROR(c->MakeShapeFromShapeTensor(input_sizes ? 0 : 1, &result));
+  TF_RETURN_IF_ERROR(
+      RequireRank5(c, result, input_sizes ? "input_sizes" : "filter_sizes", &result));
+  TF_RETURN_IF_ERROR(RequireRank5(c, input_sizes ? result : c->input(0), "input", &input));
+  TF_RETURN_IF_ERROR(RequireRank5(c, input_sizes ? c->input(1) : result, "filter", &filter));
+  TF_RETURN_IF_ERROR(Conv3dOutputShape(c, input, filter, WindowRule::kTruncated, &expected));
+  if (!c->Merge(dy, expected, &merged).ok()) {
+    return tensorflow::errors::InvalidArgument("out_backprop has shape ", c->DebugString(dy),
+                                               " but the convolution produces ",
+                                               c->DebugString(expected));
+  }
+  c->set_output(0, result);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 // The element-type attribute, from the one dtype list.
@@ -238,3 +307,45 @@ REGISTER_OP("LargeConv>Conv2DBackpropFilter")
       return largeconv::BackpropShapeFn(c, largeconv::ConvTensor::kFilter);
     })
     .Doc("Gradient of LargeConv>Conv2D with respect to its filter.");
+
+// TensorFlow's Conv3D attributes (no explicit padding), and the algorithm choice.
+#define LARGECONV_CONV3D_ATTRS                           \
+  Attr(largeconv::DtypeAttr())                           \
+      .Attr("strides: list(int) >= 5")                   \
+      .Attr("padding: {'SAME', 'VALID'}")                \
+      .Attr("data_format: {'NDHWC', 'NCDHW'} = 'NDHWC'") \
+      .Attr("dilations: list(int) = [1, 1, 1, 1, 1]")    \
+      .Attr(largeconv::AlgorithmAttr())                  \
+      .Attr("workspace_limit: int = -1")
+
+REGISTER_OP("LargeConv>Conv3D")
+    .Input("input: T")
+    .Input("filter: T")
+    .Output("output: T")
+    .LARGECONV_CONV3D_ATTRS.SetShapeFn(largeconv::Conv3dShapeFn)
+    .Doc(R"doc(
+3-D convolution with the semantics of Conv3D (grouped when the filter's in-depth divides
+the input depth), computed by memory-lean kernels suited to large filters.
+)doc");
+
+REGISTER_OP("LargeConv>Conv3DBackpropInput")
+    .Input("input_sizes: int32")
+    .Input("filter: T")
+    .Input("out_backprop: T")
+    .Output("output: T")
+    .LARGECONV_CONV3D_ATTRS
+    .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
+      return largeconv::Conv3dBackpropShapeFn(c, largeconv::ConvTensor::kInput);
+    })
+    .Doc("Gradient of LargeConv>Conv3D with respect to its input.");
+
+REGISTER_OP("LargeConv>Conv3DBackpropFilter")
+    .Input("input: T")
+    .Input("filter_sizes: int32")
+    .Input("out_backprop: T")
+    .Output("output: T")
+    .LARGECONV_CONV3D_ATTRS
+    .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
+      return largeconv::Conv3dBackpropShapeFn(c, largeconv::ConvTensor::kFilter);
+    })
+    .Doc("Gradient of LargeConv>Conv3D with respect to its filter.");
