@@ -61,6 +61,36 @@ C* CorePtr(Tensor* t) {
   return reinterpret_cast<C*>(t->flat<TfT<C>>().data());
 }
 
+// Plans depend only on the operand shapes and the thread count (a kernel's attrs are
+// fixed): each kernel caches them, so a training loop plans each shape once. Shared by
+// the 2-D and 3-D kernels; Key is anything that identifies the shapes.
+template <typename Key, typename Plan>
+class PlanCache {
+ public:
+  template <typename PlanFn>
+  absl::Status Get(const Key& key, int64_t threads, PlanFn plan_fn, Plan* plan) {
+    const std::pair<Key, int64_t> k{key, threads};
+    {
+      tensorflow::mutex_lock lock(mu_);
+      auto it = plans_.find(k);
+      if (it != plans_.end()) {
+        *plan = it->second;
+        return absl::OkStatus();
+      }
+    }
+    TF_RETURN_IF_ERROR(plan_fn(plan));
+    tensorflow::mutex_lock lock(mu_);
+    if (plans_.size() >= kMaxCachedPlans) plans_.clear();
+    plans_.emplace(k, *plan);
+    return absl::OkStatus();
+  }
+
+ private:
+  static constexpr size_t kMaxCachedPlans = 64;
+  tensorflow::mutex mu_;
+  std::map<std::pair<Key, int64_t>, Plan> plans_ TF_GUARDED_BY(mu_);
+};
+
 ParallelFor PoolFor(OpKernelContext* ctx) {
   auto* pool = ctx->device()->tensorflow_cpu_worker_threads()->workers;
   return [pool](int64_t total, int64_t cost, const std::function<void(int64_t, int64_t)>& fn) {
@@ -171,23 +201,9 @@ class ConvOpBase : public OpKernel {
   absl::Status PlanAndAllocate(OpKernelContext* ctx, const ConvGeometry& g, ConvPass pass,
                                PassPlan* plan, Tensor* workspace) {
     const PlanRequest req = DeviceRequest<T>(ctx, request_);
-    // Plans depend only on the shapes here (attrs are fixed per kernel): cache them, so a
-    // training loop plans each shape once.
-    const PlanKey key{g.key(), req.threads};
-    {
-      tensorflow::mutex_lock lock(plan_mu_);
-      auto it = plans_.find(key);
-      if (it != plans_.end()) {
-        *plan = it->second;
-        return AllocateWorkspace(ctx, *plan, workspace);
-      }
-    }
-    TF_RETURN_IF_ERROR(ToStatus(PlanPass(g, pass, req, plan)));
-    {
-      tensorflow::mutex_lock lock(plan_mu_);
-      if (plans_.size() >= kMaxCachedPlans) plans_.clear();
-      plans_.emplace(key, *plan);
-    }
+    TF_RETURN_IF_ERROR(plans_.Get(
+        g.key(), req.threads, [&](PassPlan* p) { return ToStatus(PlanPass(g, pass, req, p)); },
+        plan));
     return AllocateWorkspace(ctx, *plan, workspace);
   }
 
@@ -233,13 +249,9 @@ class ConvOpBase : public OpKernel {
   }
 #endif
 
-  using PlanKey = std::pair<ConvGeometry::Key, int64_t>;
-  static constexpr size_t kMaxCachedPlans = 64;
-
   ConvAttrs attrs_;
   PlanRequest request_;
-  tensorflow::mutex plan_mu_;
-  std::map<PlanKey, PassPlan> plans_ TF_GUARDED_BY(plan_mu_);
+  PlanCache<ConvGeometry::Key, PassPlan> plans_;
 };
 
 // One kernel class for the three ops, driven by the pass's operand roles. Their inputs
@@ -328,7 +340,13 @@ class Conv3dPassOp : public OpKernel {
     Tensor* out = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape(shape), &out));
     Pass3dPlan plan;
-    OP_REQUIRES_OK(ctx, ToStatus(PlanPass(g, kPass, DeviceRequest<T>(ctx, request_), &plan)));
+    const PlanRequest req = DeviceRequest<T>(ctx, request_);
+    // The shapes determine the geometry (the attrs are the kernel's own).
+    const std::pair<Shape5, Shape5> shapes{in_shape, f_shape};
+    OP_REQUIRES_OK(ctx,
+                   plans_.Get(
+                       shapes, req.threads,
+                       [&](Pass3dPlan* p) { return ToStatus(PlanPass(g, kPass, req, p)); }, &plan));
     Tensor workspace;
     OP_REQUIRES_OK(ctx, AllocateWorkspace(ctx, plan, &workspace));
     const auto operand = [ctx](ConvTensor t) -> const Tensor& {
@@ -342,6 +360,7 @@ class Conv3dPassOp : public OpKernel {
  private:
   Conv3dAttrs attrs_;
   PlanRequest request_;
+  PlanCache<std::pair<Shape5, Shape5>, Pass3dPlan> plans_;
 };
 
 #define LARGECONV_REGISTER_3D(C, NAME, TF_WORD)                                            \
