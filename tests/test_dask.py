@@ -266,6 +266,7 @@ import json, sys
 import numpy as np, dask, dask.array as da
 import tf_largeconv.dask as ldask
 from tf_largeconv import _measure
+from tf_largeconv.dask import _tasks
 x = da.from_array(np.random.default_rng(0).random((1, 6000, 6000, 1), dtype=np.float32),
                   chunks=(1, 2000, 2000, 1))
 w = np.random.default_rng(1).random((101, 101, 1, 1), dtype=np.float32)
@@ -273,8 +274,12 @@ kwargs = dict(strides=1, padding="SAME", workspace_limit=8 << 20)
 y = ldask.conv2d(x, w, **kwargs)
 m = ldask.task_memory(x, w, **kwargs)
 y.blocks[0, 0, 1, 0].compute(scheduler="sync")       # warm-up: TF and the plan
+# The task's output reduced to one element in the same task, so that what is measured is
+# the task and not the copy compute() returns.
+one = y.blocks[0, 1, 1, 0].map_blocks(lambda b: b[:1, :1, :1, :1].copy(), chunks=(1,) * 4)
+_tasks._thread_buffers.__dict__.clear()              # this thread's first window
 base = _measure.reset_peak_rss()
-y.blocks[0, 1, 1, 0].compute(scheduler="sync")
+one.compute(scheduler="sync")
 print(json.dumps(dict(growth=_measure.peak_rss() - base, window=m.window_bytes,
                       output=m.output_bytes, workspace=m.workspace_bytes)))
 """
@@ -289,6 +294,44 @@ def test_task_peak_memory_within_formula():
   # to TF by tf.convert_to_tensor) is 16.8 MiB more and fails.
   assert r["growth"] <= bound + (4 << 20), r
   assert r["growth"] >= r["window"] + r["output"] - (1 << 20), r
+
+
+def test_window_buffer_is_reused_only_when_free(rng):
+  from tf_largeconv.dask import _tasks
+  chunk = rng.random((1, 6, 7, 2), dtype=np.float32)
+  window = _tasks.Window((1, 8, 7, 2), [((slice(None),) * 4,
+                                         (slice(None), slice(1, 7), slice(None), slice(None)))],
+                         [slice(0, 1), slice(1, 7), slice(0, 7), slice(0, 2)])
+  a = window.assemble([chunk], np.float32)
+  want = np.pad(chunk, ((0, 0), (1, 1), (0, 0), (0, 0)))
+  np.testing.assert_array_equal(a, want)
+  address = a.ctypes.data
+  assert address % 64 == 0
+  assert np.shares_memory(a, _tasks._thread_buffers.raw)   # the thread's buffer
+  del a
+  b = window.assemble([chunk * 2], np.float32)       # nothing refers to the first: reused
+  assert b.ctypes.data == address and np.shares_memory(b, _tasks._thread_buffers.raw)
+  np.testing.assert_array_equal(b, 2 * want)
+  held = _tasks.as_tensor(b)                         # a tensor sharing the buffer is alive
+  del b
+  c = window.assemble([chunk * 3], np.float32)
+  assert c.ctypes.data != address
+  np.testing.assert_array_equal(held.numpy(), 2 * want)  # not overwritten
+  np.testing.assert_array_equal(c, 3 * want)
+
+
+def test_output_chunks_share_the_ops_memory(rng):
+  from tf_largeconv.dask import _tasks
+  t = tf.constant(rng.random((1, 5, 4, 3), dtype=np.float32))
+  a = _tasks.as_array(t)
+  assert a.ctypes.data == np.from_dlpack(t).ctypes.data and not a.flags.writeable
+  np.testing.assert_array_equal(a, t.numpy())
+  b = tf.constant(rng.random((1, 5, 4, 3)), dtype=tf.bfloat16)   # no DLPack in numpy
+  np.testing.assert_array_equal(_tasks.as_array(b), b.numpy())
+  # What compute() returns is writeable all the same (dask assembles the chunks).
+  x = da.from_array(rng.random((1, 9, 8, 2), dtype=np.float32), chunks=(1, 9, 8, 2))
+  y = ldask.conv2d(x, rng.random((3, 3, 2, 2), dtype=np.float32), 1, "SAME")
+  assert y.compute(scheduler="sync").flags.writeable
 
 
 # --- dask.distributed --------------------------------------------------------------------

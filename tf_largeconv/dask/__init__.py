@@ -25,7 +25,9 @@ Memory per task (bytes, for the largest task `task_memory` gives the numbers):
   + TensorFlow's fixed per-process overhead (about 0.5 GiB once per worker, importing it),
 where window = batch chunk x ((out_rows - 1) * stride + extent) x (same for columns)
 x in_channels x itemsize, extent = (filter size - 1) * dilation + 1. The window goes to
-TensorFlow without a copy (DLPack). The task's inputs are its own input chunk(s) and copies of
+TensorFlow without a copy (DLPack), written into a buffer each thread keeps from task to task
+(a thread holds its largest window between tasks too); the output chunk is the op's own
+tensor memory (read-only, no copy; `compute()` returns a writeable array all the same). The task's inputs are its own input chunk(s) and copies of
 the halo strips it needs from the chunks around it, cut where those chunks are, so only the
 strips travel between workers; together they are the part of the window inside the image.
 

@@ -178,7 +178,9 @@ def main(argv=None):
     shutil.rmtree(args.output)
   start = time.perf_counter()
   try:
-    store = y.to_zarr(args.output, compute=False)
+    # Every chunk is written without zarr's check against the fill value first (its
+    # default), which reads each chunk again and cost more than the write itself here.
+    store = y.to_zarr(args.output, compute=False, config={"write_empty_chunks": True})
     if client is None:
       from dask.diagnostics import ProgressBar  # pylint: disable=g-import-not-at-top
       with ProgressBar():

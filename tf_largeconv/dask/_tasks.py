@@ -1,6 +1,7 @@
 """What runs inside a dask task: one process-wide TensorFlow set-up, the assembly of a task's
 input window from the input chunks it overlaps, and the in-memory op on that window."""
 
+import sys
 import threading
 import warnings
 
@@ -72,12 +73,41 @@ def aligned_empty(shape, dtype):
   return raw[start:start + nbytes].view(dtype).reshape(shape)
 
 
+_thread_buffers = threading.local()
+
+
+def window_buffer(shape, dtype):
+  """An aligned, uninitialised array for a task's window, in memory this thread keeps from
+  one task to the next: a window is written once per task, and writing memory the process
+  has just been given (a fresh mapping, page by page) cost several times the copy itself
+  in dask workers. The buffer grows to the largest window the thread has assembled and is
+  given up only when something still refers to it (a tensor made from it still alive)."""
+  dtype = np.dtype(dtype)
+  nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+  raw = getattr(_thread_buffers, "raw", None)
+  # References: the thread's slot, `raw` and getrefcount's argument; any more is a user.
+  if raw is None or raw.nbytes < nbytes + _ALIGN or sys.getrefcount(raw) > 3:
+    raw = np.empty(nbytes + _ALIGN, np.uint8)
+    _thread_buffers.raw = raw
+  start = (-raw.ctypes.data) % _ALIGN
+  return raw[start:start + nbytes].view(dtype).reshape(shape)
+
+
 def as_tensor(a):
   """`a` as a tensor, sharing its memory where it can (aligned, contiguous, writeable)."""
   if (a.dtype in _DLPACK_DTYPES and a.size and a.flags.c_contiguous and a.flags.writeable
       and a.ctypes.data % _ALIGN == 0):
     return tf.experimental.dlpack.from_dlpack(a.__dlpack__())
   return tf.convert_to_tensor(a)
+
+
+def as_array(t):
+  """A tensor's values as numpy, sharing the tensor's memory (read-only) where DLPack can:
+  an output chunk is not copied again after the op wrote it (`compute()` still returns a
+  writeable array: dask assembles it)."""
+  if np.dtype(t.dtype.as_numpy_dtype) in _DLPACK_DTYPES and t.shape.num_elements():
+    return np.from_dlpack(t)
+  return t.numpy()
 
 
 class Window:
@@ -106,8 +136,9 @@ class Window:
 
   def assemble(self, chunks, dtype):
     """The window as one aligned array of `dtype`: the chunks' parts copied in, zeros only
-    where the window leaves the image."""
-    window = aligned_empty(self.shape, dtype)
+    where the window leaves the image. Its memory is the calling thread's window buffer,
+    reused from task to task (see `window_buffer`)."""
+    window = window_buffer(self.shape, dtype)
     for axis, inside in enumerate(self.inner):
       before = [slice(None)] * len(self.shape)
       before[axis] = slice(0, inside.start)
@@ -161,7 +192,7 @@ def forward(spec, window, chunks):
   """The output chunk whose input window `window` is, from the input chunks it overlaps."""
   setup_process()
   x = as_tensor(window.assemble(chunks, spec.dtype))
-  return tf_largeconv.conv2d(x, spec.filter_tensor(), **spec.conv_kwargs()).numpy()
+  return as_array(tf_largeconv.conv2d(x, spec.filter_tensor(), **spec.conv_kwargs()))
 
 
 def backprop_filter(spec, window, chunks, out_backprop):
