@@ -27,9 +27,10 @@ where window = batch chunk x ((out_rows - 1) * stride + extent) x (same for colu
 x in_channels x itemsize, extent = (filter size - 1) * dilation + 1. The window goes to
 TensorFlow without a copy (DLPack), written into a buffer each thread keeps from task to task
 (a thread holds its largest window between tasks too); the output chunk is the op's own
-tensor memory (read-only, no copy; `compute()` returns a writeable array all the same). The task's inputs are its own input chunk(s) and copies of
-the halo strips it needs from the chunks around it, cut where those chunks are, so only the
-strips travel between workers; together they are the part of the window inside the image.
+tensor memory (read-only, no copy; `compute()` returns a writeable array all the same).
+The task's inputs are its own input chunk(s) and copies of the halo strips it needs from
+the chunks around it, cut where those chunks are, so only the strips travel between
+workers; together they are the part of the window inside the image.
 
 Across the cluster, an input chunk stays in memory until the tasks of its neighbours below
 have their strips, and dask runs the chunk grid row by row: expect about two rows of input
