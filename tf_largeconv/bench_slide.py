@@ -210,8 +210,9 @@ def run(args):
     if not args.skip_map_overlap:
       path = out_path("map_overlap")
       half = FILTER // 2
+      # meta given, so dask does not call the op on an empty block to infer it.
       z = x.map_overlap(_map_overlap_conv, depth=half, boundary=0, dtype=np.float32,
-                        weights=weights)
+                        meta=np.empty((0, 0), np.float32), weights=weights)
       base = _run_on_cluster(client, lambda: z.to_zarr(path, **ZARR_OUT))
       base["mpix_per_s"] = mpix / base["seconds"]
       shutil.rmtree(path)
