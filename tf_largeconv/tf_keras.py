@@ -116,3 +116,27 @@ class LargeConv2DTranspose(_layer_settings.LargeConvTransposeSettings,
   def __init__(self, filters, kernel_size, algorithm="auto", workspace_limit=None, **kwargs):
     self._init_settings(algorithm, workspace_limit)
     super().__init__(filters, kernel_size, **kwargs)
+
+
+# LargeConv3D
+
+
+@_register
+class LargeConv3D(_layer_settings.LargeConv3DSettings, tf_keras.layers.Conv3D):
+  """`tf_keras.layers.Conv3D` computed by `tf_largeconv.conv3d`.
+
+  Args: those of `tf_keras.layers.Conv3D` (positional ones in its order), plus the keyword
+  arguments `algorithm` and `workspace_limit` (see `tf_largeconv.conv3d`).
+  """
+
+  def __init__(self, filters, kernel_size, *args, algorithm="auto", workspace_limit=None,
+               **kwargs):
+    self._init_settings(algorithm, workspace_limit)
+    super().__init__(filters, kernel_size, *args, **kwargs)
+    self._check_padding()
+
+  def _jit_compiled_convolution_op(self, inputs, kernel):
+    # tf_keras runs grouped convolutions through this XLA-compiled function (TF's CPU kernel
+    # has no groups); under XLA the op would hand them back to tf.nn.conv3d ('auto') or
+    # refuse ('direct', 'fft'), so the op, which computes groups itself, runs uncompiled.
+    return self.convolution_op(inputs, kernel)
