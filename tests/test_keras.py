@@ -30,6 +30,9 @@ CONV = [
     (3, 31, 1, "same", "channels_last", 1, 1, (1, 40, 36, 2)),
     (3, 31, 1, "valid", "channels_first", 1, 1, (1, 40, 36, 2)),
     (4, 5, 2, "same", "channels_first", 1, 2, (2, 12, 13, 4)),
+    # Output width equal to `filters`: keras.layers.Conv2D adds the bias along the width
+    # there (see _conv_call); the reference is the channels_last layer.
+    (4, 3, 1, "valid", "channels_first", 1, 1, (1, 9, 6, 3)),
 ]
 
 

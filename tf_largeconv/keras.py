@@ -81,6 +81,14 @@ class _LargeConvSettings(_layer_settings.LargeConvSettings):
                              _layer_settings.op_data_format(self.data_format, self.rank),
                              _layer_settings.op_window(self.data_format, self.dilation_rate))
 
+  def _conv_call(self, inputs):
+    """The convolution layers' call: keras's BaseConv.call, but with the bias added by
+    tf.add. BaseConv.call uses keras.ops.add, which on the TensorFlow backend runs
+    tf.nn.bias_add with the channel axis guessed from sizes, so a channels_first output
+    whose width equals `filters` gets its bias along the width (Keras 3.15; its own Conv1D,
+    Conv2D and Conv3D do that too)."""
+    return self._bias_and_activation(self.convolution_op(inputs, self.kernel))
+
   def _conv_output_shape(self, input_shape):
     """compute_output_shape of a (grouped) convolution: its kernel is kernel_size +
     (input channels / groups, filters)."""
@@ -123,6 +131,9 @@ class LargeConv2D(_LargeConvSettings, keras.layers.Conv2D):
   def convolution_op(self, inputs, kernel):
     return _ops.conv2d(inputs, kernel, list(self.strides), self.padding.upper(),
                        **self._op_kwargs())
+
+  def call(self, inputs):
+    return self._conv_call(inputs)
 
   def compute_output_shape(self, input_shape):
     return self._conv_output_shape(input_shape)
@@ -374,9 +385,9 @@ class LargeConv1D(_LargeConvSettings, _layer_settings.LargeConv1DSettings, keras
     return self._conv1d_call(inputs, kernel)
 
   def call(self, inputs):
-    # keras.layers.Conv1D.call pads causal inputs itself and calls keras.ops.conv; the
-    # base convolution's call (next in the MRO) runs convolution_op, bias and activation.
-    return super(keras.layers.Conv1D, self).call(inputs)
+    # Not keras.layers.Conv1D.call, which pads causal inputs itself and calls keras.ops.conv:
+    # convolution_op passes causal padding to the op.
+    return self._conv_call(inputs)
 
 
 # Transposed convolution
@@ -423,11 +434,7 @@ class LargeConv3D(_LargeConvSettings, _layer_settings.LargeConv3DSettings,
     self.supports_jit = _args.compiles_under_xla(self.algorithm)
 
   def call(self, inputs):
-    # Not keras.layers.Conv3D's call: it adds the bias with keras.ops.add, which on the
-    # TensorFlow backend runs tf.nn.bias_add with the channel axis guessed from sizes, so a
-    # channels_first output whose width equals `filters` gets the bias along its width
-    # (Keras 3.15, keras.layers.Conv3D too). tf.add broadcasts the reshaped bias.
-    return self._bias_and_activation(self.convolution_op(inputs, self.kernel))
+    return self._conv_call(inputs)
 
   def compute_output_shape(self, input_shape):
     return self._conv_output_shape(input_shape)
