@@ -239,6 +239,26 @@ def test_tf_keras_layer_trains_with_legacy_keras():
       """, timeout=300, env=subproc.child_env(TF_USE_LEGACY_KERAS=1))
 
 
+def test_tf_keras_grouped_layers_run_the_op(rng):
+  """tf_keras compiles grouped convolutions with XLA; the Large layers run the op instead
+  (algorithm='fft' raises under XLA), equal to tf_keras's layers."""
+  tf_keras = pytest.importorskip("tf_keras")
+  from tf_largeconv import tf_keras as lc_tf_keras  # pylint: disable=g-import-not-at-top
+  for ours, ref, shape in [
+      (lc_tf_keras.LargeConv2D(4, 5, padding="same", groups=2, algorithm="fft"),
+       tf_keras.layers.Conv2D(4, 5, padding="same", groups=2), (2, 12, 11, 4)),
+      (lc_tf_keras.LargeConv1D(6, 9, padding="causal", groups=3, algorithm="fft"),
+       tf_keras.layers.Conv1D(6, 9, padding="causal", groups=3), (2, 30, 6))]:
+    x = rng.standard_normal(shape).astype(np.float32)
+    ref(x)
+    ours(x)
+    ours.set_weights([rng.standard_normal(w.shape).astype(np.float32) for w in ref.weights])
+    ref.set_weights(ours.get_weights())
+    want = ref(x).numpy()
+    np.testing.assert_allclose(ours(x).numpy(), want, rtol=1e-4,
+                               atol=1e-4 * np.abs(want).max())
+
+
 @pytest.mark.parametrize("kwargs,message", [
     (dict(filters=4, kernel_size=3, strides=2, dilation_rate=2),
      "`strides > 1` not supported in conjunction with `dilation_rate > 1`"),
