@@ -329,6 +329,20 @@ def test_large_conv1d_equals_keras_conv1d(rng, kwargs, shape):
   np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
 
 
+def test_large_conv1d_channels_first_bias(rng):
+  """channels_first with the output width equal to `filters`, against the channels_last
+  layer (keras.layers.Conv1D adds the bias along the width there; see _conv_call)."""
+  x = rng.standard_normal((2, 3, 6)).astype(np.float32)  # NCW
+  ours = LargeConv1D(4, 3, data_format="channels_first", bias_initializer="random_normal")
+  ours(x)
+  theirs = keras.layers.Conv1D(4, 3)
+  theirs.build((2, 6, 3))
+  theirs.set_weights(ours.get_weights())
+  want = theirs(np.transpose(x, (0, 2, 1))).numpy()
+  np.testing.assert_allclose(np.transpose(ours(x).numpy(), (0, 2, 1)), want, rtol=1e-4,
+                             atol=1e-4 * np.abs(want).max())
+
+
 def test_large_conv1d_round_trips(rng, tmp_path):
   layer = LargeConv1D(3, 21, padding="causal", dilation_rate=2, groups=1, algorithm="fft",
                       workspace_limit=1 << 20, name="big")

@@ -6,6 +6,7 @@ tf_keras twin (trained like tf_keras.layers.Conv2D), and Keras-like argument err
 import warnings
 
 import keras
+import keras_reload
 import numpy as np
 import pytest
 import subproc
@@ -29,6 +30,9 @@ CONV = [
     (3, 31, 1, "same", "channels_last", 1, 1, (1, 40, 36, 2)),
     (3, 31, 1, "valid", "channels_first", 1, 1, (1, 40, 36, 2)),
     (4, 5, 2, "same", "channels_first", 1, 2, (2, 12, 13, 4)),
+    # Output width equal to `filters`: keras.layers.Conv2D adds the bias along the width
+    # there (see _conv_call); the reference is the channels_last layer.
+    (4, 3, 1, "valid", "channels_first", 1, 1, (1, 9, 6, 3)),
 ]
 
 
@@ -114,70 +118,23 @@ def _functional():
   return keras.Model(inp, keras.layers.Conv2D(2, 1)(h))
 
 
-# One SGD step on fixed data, in the test process and in the fresh one: the same ops on the
-# same machine, so the results agree to float32 rounding (measured: bit-identical); the
-# LargeConv kernels move by 3e-3 or more, far beyond the tolerance.
-LR = 0.1
-RELOAD_RTOL, RELOAD_ATOL = 1e-6, 1e-7
-
-
-def _reload_data(rng, model, tmp_path):
-  """Saves the input, the training target and the output before training for a child."""
-  x = rng.standard_normal((2, 40, 40, 3)).astype(np.float32)
-  t = rng.standard_normal((2, 40, 40, 2)).astype(np.float32)
-  for name, a in (("x", x), ("t", t), ("y", model(x).numpy())):
-    np.save(tmp_path / f"{name}.npy", a)
-  return x, t
-
-
-def _assert_trained_alike(before, ours, theirs, names):
-  """The child's trained weights equal ours, and the convolution kernels moved."""
-  assert len(ours) == len(theirs) == len(names)
-  for name, a, b in zip(names, ours, theirs):
-    np.testing.assert_allclose(b, a, rtol=RELOAD_RTOL, atol=RELOAD_ATOL, equal_nan=False,
-                               err_msg=name)
-  kernels = [i for i, name in enumerate(names) if name.split("/")[-2].startswith("large_")
-             and name.endswith("/kernel")]
-  assert len(kernels) == 2, names
-  for i in kernels:
-    moved = np.abs(ours[i] - before[i]).max()
-    assert moved > 1000 * RELOAD_ATOL, f"{names[i]} moved by only {moved}"
-
-
-def _load_list(path):
-  with np.load(path) as f:
-    return [f[f"arr_{i}"] for i in range(len(f.files))]
+def _reload_inputs(rng):
+  """The input and training target of the reload tests."""
+  return (rng.standard_normal((2, 40, 40, 3)).astype(np.float32),
+          rng.standard_normal((2, 40, 40, 2)).astype(np.float32))
 
 
 def test_keras_file_loads_and_trains_in_a_fresh_process(rng, tmp_path):
-  model = _functional()
-  x, t = _reload_data(rng, model, tmp_path)
-  model.save(tmp_path / "m.keras")
-  subproc.run(f"""
-      import sys
-      import numpy as np, keras
-      import tf_largeconv  # registers the ops and layers
-      out = sys.argv[1]
-      m = keras.saving.load_model(out + "/m.keras")
-      x = np.load(out + "/x.npy")
-      assert type(m.layers[1]).__name__ == "LargeConv2D", m.layers
-      assert m.layers[1].algorithm == "direct"
-      np.testing.assert_array_equal(m(x).numpy(), np.load(out + "/y.npy"))
-      # The reloaded model trains: one SGD step, as the test process takes on the original.
-      m.compile(keras.optimizers.SGD({LR}), "mse")
-      m.train_on_batch(x, np.load(out + "/t.npy"))
-      np.savez(out + "/trained.npz", *m.get_weights())
-      """, tmp_path, timeout=300)
-  before = model.get_weights()
-  model.compile(keras.optimizers.SGD(LR), "mse")
-  model.train_on_batch(x, t)
-  _assert_trained_alike(before, model.get_weights(), _load_list(tmp_path / "trained.npz"),
-                        [w.path for w in model.weights])
+  x, t = _reload_inputs(rng)
+  keras_reload.keras_file_trains_alike(_functional(), x, t, tmp_path, [
+      'assert type(m.layers[1]).__name__ == "LargeConv2D", m.layers',
+      'assert m.layers[1].algorithm == "direct"'])
 
 
 def test_saved_model_loads_and_differentiates_in_a_fresh_process(rng, tmp_path):
   model = _functional()
-  x, t = _reload_data(rng, model, tmp_path)
+  x, t = _reload_inputs(rng)
+  keras_reload.save_data(tmp_path, model, x, t)
   model.export(str(tmp_path / "sm"), verbose=False)
   code = f"""
       import sys
@@ -195,7 +152,7 @@ def test_saved_model_loads_and_differentiates_in_a_fresh_process(rng, tmp_path):
         loss = tf.reduce_mean((m.serve(x) - np.load(out + "/t.npy")) ** 2)
       dx, *grads = tape.gradient(loss, [x] + variables)
       for v, g in zip(variables, grads):
-        v.assign_sub({LR} * g)
+        v.assign_sub({keras_reload.LR} * g)
       np.savez(out + "/grads.npz", dx, *grads)
       np.savez(out + "/trained.npz", *[v.numpy() for v in variables])
       """
@@ -216,16 +173,17 @@ def test_saved_model_loads_and_differentiates_in_a_fresh_process(rng, tmp_path):
     loss = tf.reduce_mean((model(xt) - t) ** 2)
   dx, *grads = tape.gradient(loss, [xt] + [v.value for v in variables])
   for v, g in zip(variables, grads):
-    v.assign_sub(LR * g)
+    v.assign_sub(keras_reload.LR * g)
   names = [v.path for v in variables]
-  got = _load_list(tmp_path / "grads.npz")
+  got = keras_reload.load_list(tmp_path / "grads.npz")
   want = [dx.numpy()] + [g.numpy() for g in grads]
   assert [a.shape for a in got] == [a.shape for a in want]
   for name, a, b in zip(["input"] + names, want, got):
-    np.testing.assert_allclose(b, a, rtol=RELOAD_RTOL, atol=RELOAD_ATOL * np.abs(a).max(),
+    np.testing.assert_allclose(b, a, rtol=keras_reload.RELOAD_RTOL,
+                               atol=keras_reload.RELOAD_ATOL * np.abs(a).max(),
                                equal_nan=False, err_msg=f"gradient for {name}")
-  _assert_trained_alike(before, [v.numpy() for v in variables],
-                        _load_list(tmp_path / "trained.npz"), names)
+  keras_reload.assert_trained_alike(before, [v.numpy() for v in variables],
+                                    keras_reload.load_list(tmp_path / "trained.npz"), names)
 
 
 def test_convert_replaces_large_kernels(rng):
@@ -279,6 +237,26 @@ def test_tf_keras_layer_trains_with_legacy_keras():
       moved = np.abs(m.layers[0].get_weights()[0] - before[0]).max()
       assert moved > 1e-3, moved  # the kernel trained, far beyond the tolerance
       """, timeout=300, env=subproc.child_env(TF_USE_LEGACY_KERAS=1))
+
+
+def test_tf_keras_grouped_layers_run_the_op(rng):
+  """tf_keras compiles grouped convolutions with XLA; the Large layers run the op instead
+  (algorithm='fft' raises under XLA), equal to tf_keras's layers."""
+  tf_keras = pytest.importorskip("tf_keras")
+  from tf_largeconv import tf_keras as lc_tf_keras  # pylint: disable=g-import-not-at-top
+  for ours, ref, shape in [
+      (lc_tf_keras.LargeConv2D(4, 5, padding="same", groups=2, algorithm="fft"),
+       tf_keras.layers.Conv2D(4, 5, padding="same", groups=2), (2, 12, 11, 4)),
+      (lc_tf_keras.LargeConv1D(6, 9, padding="causal", groups=3, algorithm="fft"),
+       tf_keras.layers.Conv1D(6, 9, padding="causal", groups=3), (2, 30, 6))]:
+    x = rng.standard_normal(shape).astype(np.float32)
+    ref(x)
+    ours(x)
+    ours.set_weights([rng.standard_normal(w.shape).astype(np.float32) for w in ref.weights])
+    ref.set_weights(ours.get_weights())
+    want = ref(x).numpy()
+    np.testing.assert_allclose(ours(x).numpy(), want, rtol=1e-4,
+                               atol=1e-4 * np.abs(want).max())
 
 
 @pytest.mark.parametrize("kwargs,message", [

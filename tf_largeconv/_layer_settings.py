@@ -8,20 +8,31 @@ import tensorflow as tf
 
 from tf_largeconv import _args
 from tf_largeconv import _conv1d
+from tf_largeconv import _conv3d
 from tf_largeconv import _transpose
 from tf_largeconv import ops as _ops
 
 
-def op_data_format(keras_format):
-  """The op's data_format for a Keras one ('channels_last' or 'channels_first')."""
-  return "NHWC" if keras_format == "channels_last" else "NCHW"
+def op_data_format(keras_format, rank=2):
+  """The op's data_format for a Keras one ('channels_last' or 'channels_first') and the
+  layer's number of spatial dimensions (its `rank`): 'NDHWC' / 'NCDHW' for 3, 'NHWC' /
+  'NCHW' for 2 and 1 (conv1d takes these too)."""
+  spatial = "DHW" if rank == 3 else "HW"
+  return f"N{spatial}C" if keras_format == "channels_last" else f"NC{spatial}"
+
+
+def op_window(keras_format, values):
+  """A layer's strides or dilation_rate (one entry per spatial dimension) as the op's list
+  over every dimension in data_format order, 1 for the batch and the channels."""
+  values = [int(v) for v in values]
+  return [1] + values + [1] if keras_format == "channels_last" else [1, 1] + values
 
 
 class LargeConvSettings:
   """The two settings our layers add to Keras's, validated and serialised once.
 
-  Mixed in before the Keras convolution layer, whose `data_format`, `dilation_rate` and
-  `get_config` it uses.
+  Mixed in before the Keras convolution layer, whose `rank`, `data_format`, `dilation_rate`
+  and `get_config` it uses.
   """
 
   def _init_settings(self, algorithm, workspace_limit):
@@ -30,7 +41,7 @@ class LargeConvSettings:
     self.workspace_limit = workspace_limit
 
   def _op_kwargs(self):
-    return dict(data_format=op_data_format(self.data_format),
+    return dict(data_format=op_data_format(self.data_format, self.rank),
                 dilations=list(self.dilation_rate), algorithm=self.algorithm,
                 workspace_limit=self.workspace_limit)
 
@@ -48,7 +59,8 @@ class LargeConvSettings:
   def _bias_and_activation(self, outputs):
     """Adds the layer's bias (if any) and applies its activation (if any)."""
     if self.use_bias:
-      shape = ((1, 1, 1, -1) if self.data_format == "channels_last" else (1, -1, 1, 1))
+      ones = (1,) * self.rank
+      shape = (1, *ones, -1) if self.data_format == "channels_last" else (1, -1, *ones)
       outputs = outputs + tf.reshape(tf.cast(self.bias, outputs.dtype), shape)
     if self.activation is not None:
       return self.activation(outputs)
@@ -112,3 +124,25 @@ class LargeConvTransposeSettings(LargeConvSettings):
     outputs = _transpose.conv2d_transpose(inputs, self.kernel, shape, list(self.strides),
                                           self.padding.upper(), **self._op_kwargs())
     return self._bias_and_activation(outputs)
+
+
+# LargeConv3D (Keras 3 and tf_keras)
+
+
+class LargeConv3DSettings(LargeConvSettings):
+  """The LargeConv3D layers' convolution: `tf_largeconv.conv3d`, which takes strides and
+  dilations with five entries and the 5-D data_format names."""
+
+  def _check_padding(self):
+    """Keras 3 stores a list or tuple `padding` (and fails when called); tf.nn.conv3d has
+    no explicit padding, so the layer refuses it when made."""
+    if not isinstance(self.padding, str):
+      raise ValueError("LargeConv3D takes padding 'valid' or 'same' (tf.nn.conv3d has no "
+                       f"explicit padding), got padding={self.padding!r}")
+
+  def _op_kwargs(self):
+    return dict(super()._op_kwargs(), dilations=op_window(self.data_format, self.dilation_rate))
+
+  def convolution_op(self, inputs, kernel):
+    return _conv3d.conv3d(inputs, kernel, op_window(self.data_format, self.strides),
+                          self.padding.upper(), **self._op_kwargs())

@@ -9,6 +9,7 @@ models using them load (.keras or SavedModel) after `import tf_largeconv`.
 import keras
 
 from tf_largeconv import _args
+from tf_largeconv import _conv3d
 from tf_largeconv import _export
 from tf_largeconv import _fold
 from tf_largeconv import _layer_settings
@@ -27,24 +28,41 @@ def _check_backend():
 def conv_output_shape(input_shape, filter_shape, strides, padding, data_format,
                       dilations):
   """Static output shape from the package's one geometry (tf_largeconv._core), keeping
-  unknown (None) dimensions unknown. data_format is 'NHWC' or 'NCHW'."""
-  attrs = _args.conv_attrs(strides, padding, data_format, dilations)
+  unknown (None) dimensions unknown. data_format is 'NHWC' or 'NCHW' (filter_shape
+  [height, width, in, out], strides and dilations as tf_largeconv.conv2d takes them) or
+  'NDHWC' or 'NCDHW' ([depth, height, width, in, out], strides and dilations of 5 entries
+  as tf_largeconv.conv3d takes them)."""
+  rank = len(data_format) - 2  # spatial dimensions
+  if rank == 3:
+    attrs = _conv3d.conv3d_attrs(strides, padding, data_format, dilations)
+  else:
+    attrs = _args.conv_attrs(strides, padding, data_format, dilations)
+  c = 1 if attrs["data_format"][1] == "C" else rank + 1
+  spatial = [i for i in range(1, rank + 2) if i != c]
   shape = list(input_shape)
   probe = list(shape)
-  h, w = (1, 2) if data_format == "NHWC" else (2, 3)
-  c = 3 if data_format == "NHWC" else 1
-  # Each unknown dimension is computed with a stand-in large enough for any filter, then
-  # reported unknown again: output sizes are independent per dimension.
+  # Each unknown dimension is computed with a stand-in as large as the largest dilated
+  # filter (so valid for any padding), then reported unknown again: output sizes are
+  # independent per dimension.
+  stand_in = max(_args.filter_extent(int(filter_shape[k]), attrs["dilations"][i])
+                 for k, i in enumerate(spatial))
   for i, size in enumerate(shape):
     if size is None:
-      probe[i] = 1 if i in (0, c) else max(filter_shape[0], filter_shape[1]) * 64 + 1
+      probe[i] = stand_in if i in spatial else 1
   if shape[c] is None:
-    probe[c] = filter_shape[2]
-  out = list(_loader.core().geometry([int(v) for v in probe], [int(v) for v in filter_shape],
-                            attrs["strides"], attrs["padding"], attrs["explicit_paddings"],
-                            attrs["data_format"], attrs["dilations"])["output_shape"])
-  for i in (0, h, w):
-    if shape[i] is None:
+    probe[c] = filter_shape[rank]
+  probe, filter_shape = [int(v) for v in probe], [int(v) for v in filter_shape]
+  if rank == 3:
+    geometry = _loader.core().geometry3d(probe, filter_shape, attrs["strides"],
+                                         attrs["padding"], attrs["data_format"],
+                                         attrs["dilations"])
+  else:
+    geometry = _loader.core().geometry(probe, filter_shape, attrs["strides"],
+                                       attrs["padding"], attrs["explicit_paddings"],
+                                       attrs["data_format"], attrs["dilations"])
+  out = list(geometry["output_shape"])
+  for i, size in enumerate(shape):
+    if size is None and i != c:
       out[i] = None
   return tuple(out)
 
@@ -57,10 +75,27 @@ class _LargeConvSettings(_layer_settings.LargeConvSettings):
     super()._init_settings(algorithm, workspace_limit)
 
   def _output_shape(self, input_shape, filter_shape):
-    return conv_output_shape(input_shape, filter_shape, list(self.strides),
+    return conv_output_shape(input_shape, filter_shape,
+                             _layer_settings.op_window(self.data_format, self.strides),
                              self.padding.upper(),
-                             _layer_settings.op_data_format(self.data_format),
-                             list(self.dilation_rate))
+                             _layer_settings.op_data_format(self.data_format, self.rank),
+                             _layer_settings.op_window(self.data_format, self.dilation_rate))
+
+  def _conv_call(self, inputs):
+    """The convolution layers' call: keras's BaseConv.call, but with the bias added by
+    tf.add. BaseConv.call uses keras.ops.add, which on the TensorFlow backend runs
+    tf.nn.bias_add with the channel axis guessed from sizes, so a channels_first output
+    whose width equals `filters` gets its bias along the width (Keras 3.15; its own Conv1D,
+    Conv2D and Conv3D do that too)."""
+    return self._bias_and_activation(self.convolution_op(inputs, self.kernel))
+
+  def _conv_output_shape(self, input_shape):
+    """compute_output_shape of a (grouped) convolution: its kernel is kernel_size +
+    (input channels / groups, filters)."""
+    c = -1 if self.data_format == "channels_last" else 1
+    in_c = input_shape[c]
+    filter_shape = (*self.kernel_size, (in_c // self.groups) if in_c else 1, self.filters)
+    return self._output_shape(input_shape, filter_shape)
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
@@ -97,11 +132,11 @@ class LargeConv2D(_LargeConvSettings, keras.layers.Conv2D):
     return _ops.conv2d(inputs, kernel, list(self.strides), self.padding.upper(),
                        **self._op_kwargs())
 
+  def call(self, inputs):
+    return self._conv_call(inputs)
+
   def compute_output_shape(self, input_shape):
-    c = -1 if self.data_format == "channels_last" else 1
-    in_c = input_shape[c]
-    filter_shape = (*self.kernel_size, (in_c // self.groups) if in_c else 1, self.filters)
-    return self._output_shape(input_shape, filter_shape)
+    return self._conv_output_shape(input_shape)
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
@@ -146,10 +181,10 @@ class LargeDepthwiseConv2D(_LargeConvSettings, keras.layers.DepthwiseConv2D):
 def convert(model, min_kernel_size=15, algorithm="auto", workspace_limit=None):
   """Clones a Keras model with its large-kernel convolutions on tf_largeconv.
 
-  Every `keras.layers.Conv2D` / `DepthwiseConv2D` / `Conv1D` / `Conv2DTranspose` whose
-  kernel has a side of at least `min_kernel_size` becomes a `LargeConv2D` /
-  `LargeDepthwiseConv2D` / `LargeConv1D` / `LargeConv2DTranspose` with the same
-  configuration; all weights are copied.
+  Every `keras.layers.Conv2D` / `DepthwiseConv2D` / `Conv1D` / `Conv2DTranspose` /
+  `Conv3D` whose kernel has a side of at least `min_kernel_size` becomes a `LargeConv2D` /
+  `LargeDepthwiseConv2D` / `LargeConv1D` / `LargeConv2DTranspose` / `LargeConv3D` with the
+  same configuration; all weights are copied.
 
   Args:
     model: a Sequential or functional Keras model.
@@ -172,6 +207,8 @@ def convert(model, min_kernel_size=15, algorithm="auto", workspace_limit=None):
     if type(layer) is keras.layers.Conv2DTranspose and large:  # pylint: disable=unidiomatic-typecheck
       return LargeConv2DTranspose(**config, algorithm=algorithm,
                                   workspace_limit=workspace_limit)
+    if type(layer) is keras.layers.Conv3D and large:  # pylint: disable=unidiomatic-typecheck
+      return LargeConv3D(**config, algorithm=algorithm, workspace_limit=workspace_limit)
     return layer.__class__.from_config(config)
 
   converted = keras.models.clone_model(model, clone_function=clone)
@@ -348,9 +385,9 @@ class LargeConv1D(_LargeConvSettings, _layer_settings.LargeConv1DSettings, keras
     return self._conv1d_call(inputs, kernel)
 
   def call(self, inputs):
-    # keras.layers.Conv1D.call pads causal inputs itself and calls keras.ops.conv; the
-    # base convolution's call (next in the MRO) runs convolution_op, bias and activation.
-    return super(keras.layers.Conv1D, self).call(inputs)
+    # Not keras.layers.Conv1D.call, which pads causal inputs itself and calls keras.ops.conv:
+    # convolution_op passes causal padding to the op.
+    return self._conv_call(inputs)
 
 
 # Transposed convolution
@@ -371,3 +408,33 @@ class LargeConv2DTranspose(_LargeConvSettings, _layer_settings.LargeConvTranspos
     self._init_settings(algorithm, workspace_limit)
     super().__init__(filters, kernel_size, **kwargs)
     self.supports_jit = _args.compiles_under_xla(self.algorithm)
+
+
+# LargeConv3D
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class LargeConv3D(_LargeConvSettings, _layer_settings.LargeConv3DSettings,
+                  keras.layers.Conv3D):
+  """`keras.layers.Conv3D` computed by `tf_largeconv.conv3d`.
+
+  Args: those of `keras.layers.Conv3D`, positional ones in its order and with its defaults
+  (padding 'valid' or 'same', strides, dilation_rate, groups, channels_first too), plus the
+  keyword arguments `algorithm` and `workspace_limit` as for `LargeConv2D` (see
+  `tf_largeconv.conv3d`). Weights, their names and the output shape are Keras's. Like
+  `keras.layers.Conv3D` it rejects strides > 1 together with dilation_rate > 1; unlike it,
+  it rejects a list `padding` when made (Keras fails only when called).
+  """
+
+  def __init__(self, filters, kernel_size, *args, algorithm="auto", workspace_limit=None,
+               **kwargs):
+    self._init_settings(algorithm, workspace_limit)
+    super().__init__(filters, kernel_size, *args, **kwargs)
+    self._check_padding()
+    self.supports_jit = _args.compiles_under_xla(self.algorithm)
+
+  def call(self, inputs):
+    return self._conv_call(inputs)
+
+  def compute_output_shape(self, input_shape):
+    return self._conv_output_shape(input_shape)

@@ -14,8 +14,19 @@ from tf_largeconv import ops as _ops
 _register = tf_keras.utils.register_keras_serializable(package="tf_largeconv")
 
 
+class _GroupsUncompiled:
+  """tf_keras runs grouped convolutions (groups > 1) through an XLA-compiled function
+  (`_jit_compiled_convolution_op`: TF's CPU kernels have no groups), where the op would hand
+  'auto' back to TensorFlow's convolution and refuse 'direct' and 'fft'; the op computes
+  groups itself, so the layers run it uncompiled."""
+
+  def _jit_compiled_convolution_op(self, inputs, kernel):
+    return self.convolution_op(inputs, kernel)
+
+
 @_register
-class LargeConv2D(_layer_settings.LargeConvSettings, tf_keras.layers.Conv2D):
+class LargeConv2D(_GroupsUncompiled, _layer_settings.LargeConvSettings,
+                  tf_keras.layers.Conv2D):
   """`tf_keras.layers.Conv2D` computed by `tf_largeconv.conv2d`.
 
   Args: those of `tf_keras.layers.Conv2D`, plus `algorithm` and `workspace_limit` (see
@@ -85,7 +96,8 @@ class FoldedBlock(_fold.FoldedBlockBase, tf_keras.layers.Layer):
 
 
 @_register
-class LargeConv1D(_layer_settings.LargeConv1DSettings, tf_keras.layers.Conv1D):
+class LargeConv1D(_GroupsUncompiled, _layer_settings.LargeConv1DSettings,
+                  tf_keras.layers.Conv1D):
   """`tf_keras.layers.Conv1D` computed by `tf_largeconv.conv1d`.
 
   Args: those of `tf_keras.layers.Conv1D` (causal padding and groups included), plus
@@ -116,3 +128,22 @@ class LargeConv2DTranspose(_layer_settings.LargeConvTransposeSettings,
   def __init__(self, filters, kernel_size, algorithm="auto", workspace_limit=None, **kwargs):
     self._init_settings(algorithm, workspace_limit)
     super().__init__(filters, kernel_size, **kwargs)
+
+
+# LargeConv3D
+
+
+@_register
+class LargeConv3D(_GroupsUncompiled, _layer_settings.LargeConv3DSettings,
+                  tf_keras.layers.Conv3D):
+  """`tf_keras.layers.Conv3D` computed by `tf_largeconv.conv3d`.
+
+  Args: those of `tf_keras.layers.Conv3D` (positional ones in its order), plus the keyword
+  arguments `algorithm` and `workspace_limit` (see `tf_largeconv.conv3d`).
+  """
+
+  def __init__(self, filters, kernel_size, *args, algorithm="auto", workspace_limit=None,
+               **kwargs):
+    self._init_settings(algorithm, workspace_limit)
+    super().__init__(filters, kernel_size, *args, **kwargs)
+    self._check_padding()
