@@ -10,6 +10,7 @@ from tf_largeconv import _loader
 from tf_largeconv._conv1d import conv1d
 from tf_largeconv._conv1d import plan_conv1d
 from tf_largeconv._conv3d import conv3d
+from tf_largeconv._conv3d import plan_conv3d
 from tf_largeconv._transpose import conv2d_transpose
 from tf_largeconv._transpose import plan_transpose
 from tf_largeconv.ops import conv2d
@@ -34,4 +35,4 @@ except ImportError:  # Keras 3 not installed: the ops still work
 
 __all__ = ["conv2d", "conv2d_backprop_input", "conv2d_backprop_filter", "depthwise_conv2d",
            "plan", "Plan", "conv1d", "plan_conv1d", "conv2d_transpose", "plan_transpose",
-           "conv3d", "__version__"]
+           "conv3d", "plan_conv3d", "__version__"]

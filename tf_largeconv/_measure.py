@@ -31,12 +31,15 @@ def measure(fn, repeats=3):
   """Runs fn once to warm up, then `repeats` times.
 
   Returns:
-    (min seconds over the timed runs, peak RSS growth in bytes over the warm-up run).
+    (min seconds over the timed runs, or the warm-up run's seconds where `repeats` is 0;
+    peak RSS growth in bytes over the warm-up run).
   """
   base = reset_peak_rss()
+  t0 = time.perf_counter()
   fn()
+  first = time.perf_counter() - t0
   extra = max(peak_rss() - base, 0)
-  best = float("inf")
+  best = first if repeats == 0 else float("inf")
   for _ in range(repeats):
     t0 = time.perf_counter()
     fn()

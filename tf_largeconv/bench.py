@@ -1,5 +1,6 @@
-"""Benchmark: tf_largeconv against tf.nn.conv2d / tf.nn.conv1d (and scipy's overlap-add FFT
-for forward passes), each case and implementation in a fresh process, same machine, same run.
+"""Benchmark: tf_largeconv against tf.nn.conv2d / tf.nn.conv1d / tf.nn.conv3d (and scipy's
+overlap-add FFT for 2-D forward passes), each case and implementation in a fresh process,
+same machine, same run.
 
   python -m tf_largeconv.bench [--cases NAME ...] [--quick] [--out DIR]
   python -m tf_largeconv.bench --cases budget     # time against workspace_limit
@@ -8,8 +9,11 @@ for forward passes), each case and implementation in a fresh process, same machi
   python -m tf_largeconv.bench --cases sweep      # does "auto" pick the fastest? (bench_sweep.py)
 
 Prints a table of warm times (min over runs) and peak extra memory (process high-water
-mark above the inputs, /proc VmHWM), with ratios tf.nn.conv2d / tf_largeconv, and writes
-DIR/bench.json and DIR/bench.png (time and memory against filter size).
+mark above the inputs, /proc VmHWM), with ratios TF / tf_largeconv (the TF column is the
+TF function of the case's kind: tf.nn.conv2d, conv1d, conv3d, ...), and writes
+DIR/bench.json and DIR/bench.png (time and memory against filter size). A measurement that
+fails or runs past --timeout shows "n/a" or "timeout", and the reason (TF's own error
+message, or "timed out after N s") is printed under its row.
 """
 
 import argparse
@@ -24,7 +28,9 @@ from tf_largeconv import _measure
 MiB = 2**20
 
 # name: (input NHWC, filter, strides, padding, mode, TF runs[, kind]). mode "forward" times
-# the forward pass; "train" a forward pass plus the gradients for input and filter. kind
+# the forward pass; "train" a forward pass plus the gradients for input and filter. TF runs:
+# timed runs of TF after a warm-up run, 0 where TF is too slow to run twice (its one run is
+# then timed, set-up included). kind
 # "depthwise" takes a [h, w, channels, multiplier] filter through depthwise_conv2d (TF:
 # tf.nn.depthwise_conv2d); kind "transpose" an [h, w, out, in] filter through
 # conv2d_transpose (TF: tf.nn.conv2d_transpose), the output sized as SAME makes it (each
@@ -56,6 +62,23 @@ CASES = {
 CASES.update({
     "conv1d_forward": ((8, 65536, 16), (4095, 16, 16), 1, "SAME", "forward", 1, "conv1d"),
     "conv1d_train": ((8, 65536, 16), (4095, 16, 16), 1, "SAME", "train", 1, "conv1d"),
+})
+# kind "conv3d": an NDHWC input and a [d, h, w, in / groups, out] filter through conv3d (TF:
+# tf.nn.conv3d, whose CPU kernel takes no groups: the depthwise rows report its refusal).
+# TF's CPU conv3d takes minutes on the 31^3 case (~1 TFLOP a pass), so it runs once.
+# kind "volume3d": conv3d on a bfloat16 volume of more than 2^31 elements (4.4 GB, and as
+# much again for the output), ours only: TF's direct sum (~130 TFLOP) would take hours.
+CASES.update({
+    "conv3d31_forward": ((1, 128, 128, 128, 1), (31, 31, 31, 1, 8), 1, "SAME", "forward", 0,
+                         "conv3d"),
+    "conv3d31_train": ((1, 128, 128, 128, 1), (31, 31, 31, 1, 8), 1, "SAME", "train", 0,
+                       "conv3d"),
+    "dw3d15_forward": ((1, 64, 64, 64, 64), (15, 15, 15, 1, 64), 1, "SAME", "forward", 0,
+                       "conv3d"),
+    "dw3d15_train": ((1, 64, 64, 64, 64), (15, 15, 15, 1, 64), 1, "SAME", "train", 0,
+                     "conv3d"),
+    "volume3d": ((1, 1300, 1300, 1300, 1), (31, 31, 31, 1, 1), 1, "SAME", "forward", 0,
+                 "volume3d"),
 })
 SWEEP = (3, 7, 15, 31, 63, 99, 135)
 for _k in SWEEP:
@@ -92,7 +115,7 @@ def _worker(case, impl, repeats):
   depthwise = _kind(case) == "depthwise"
   rng = np.random.default_rng(0)
   w = (rng.standard_normal(w_shape) / (w_shape[0] * w_shape[1])).astype(np.float32)
-  if _kind(case) == "gigapixel":  # generated in TF's bfloat16 directly: no float32 copy
+  if _kind(case) in BIG_KINDS:  # generated in TF's bfloat16 directly: no float32 copy
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     x = tf.random.uniform(x_shape, dtype=tf.bfloat16)
     w = tf.cast(w, tf.bfloat16)
@@ -112,6 +135,10 @@ def _worker(case, impl, repeats):
     elif _kind(case) == "conv1d":
       conv = lc.conv1d if impl == "tf_largeconv" else tf.nn.conv1d
       warm = (tf.ones((1, 8, 1)), tf.ones((3, 1, 1)))
+    elif _kind(case) in ("conv3d", "volume3d"):
+      fn = lc.conv3d if impl == "tf_largeconv" else tf.nn.conv3d
+      conv = lambda a, b, s, p: fn(a, b, [1, s, s, s, 1], p)  # noqa: E731
+      warm = (tf.ones((1, 8, 8, 8, 1)), tf.ones((3, 3, 3, 1, 1)))
     elif _kind(case) == "transpose":
       fn = lc.conv2d_transpose if impl == "tf_largeconv" else tf.nn.conv2d_transpose
       out = [x_shape[0], x_shape[1] * strides, x_shape[2] * strides, w_shape[2]]
@@ -125,9 +152,9 @@ def _worker(case, impl, repeats):
       fn(*warm, warm_out, 1, "SAME").numpy()
     else:
       conv(*warm, 1, "SAME").numpy()
-    if mode == "forward" and _kind(case) == "gigapixel":
+    if mode == "forward" and _kind(case) in BIG_KINDS:
       def run():  # eager ops run synchronously; .numpy() would copy 4.3 GB of bfloat16
-        conv(xt, wt, strides, padding)[0, 0, 0, 0].numpy()
+        conv(xt, wt, strides, padding)[(0,) * len(x_shape)].numpy()
     elif mode == "forward":
       def run():
         conv(xt, wt, strides, padding).numpy()
@@ -146,6 +173,14 @@ def _kind(case):
   return CASES[case][6] if len(CASES[case]) > 6 else "conv"
 
 
+# The TF function the TF column runs, by kind (where it is not tf.nn.conv2d).
+TF_FUNCTIONS = {"depthwise": "tf.nn.depthwise_conv2d", "conv1d": "tf.nn.conv1d",
+                "transpose": "tf.nn.conv2d_transpose", "conv3d": "tf.nn.conv3d"}
+
+# Kinds with more than 2^31 input elements (bfloat16), run once and by tf_largeconv only.
+BIG_KINDS = ("gigapixel", "volume3d")
+
+
 def _fft_floor(case):
   """Single-thread time of the transforms one image needs (one real forward transform of
   the padded image per input channel, one inverse per output channel, each batch of planes
@@ -158,6 +193,8 @@ def _fft_floor(case):
   x_shape, w_shape, strides, padding = CASES[case][:4]
   if _kind(case) == "gigapixel":
     return None
+  if _kind(case) in ("conv3d", "volume3d"):
+    return _fft_floor_3d(case)
   if _kind(case) == "depthwise":  # the same convolution as a grouped one, one group a channel
     w_shape = (w_shape[0], w_shape[1], 1, w_shape[2] * w_shape[3])
   if _kind(case) == "conv1d":  # the height-1 conv2d it runs as
@@ -179,8 +216,35 @@ def _fft_floor(case):
   return best * tiles * x_shape[0] / cores
 
 
+def _fft_floor_3d(case):
+  """_fft_floor for a conv3d case: per tile, one real 3-D transform per input channel and
+  one inverse per output channel, at the planner's transform size."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from scipy import fft  # pylint: disable=g-import-not-at-top
+
+  import tf_largeconv as lc  # pylint: disable=g-import-not-at-top
+  x_shape, w_shape, strides, padding = CASES[case][:4]
+  dtype = "bfloat16" if _kind(case) in BIG_KINDS else "float32"
+  p = lc.plan_conv3d(x_shape, w_shape, [1, strides, strides, strides, 1], padding,
+                     dtype=dtype).forward
+  if p.fft_size is None:
+    return None
+  rng = np.random.default_rng(0)
+  volumes = rng.random((x_shape[4],) + tuple(p.fft_size), dtype=np.float32)
+  spectra = fft.rfftn(rng.random((w_shape[4],) + tuple(p.fft_size), dtype=np.float32),
+                      axes=(1, 2, 3))
+  best = float("inf")
+  for _ in range(3):
+    t0 = time.perf_counter()
+    fft.rfftn(volumes, axes=(1, 2, 3), workers=1)
+    fft.irfftn(spectra, s=p.fft_size, axes=(1, 2, 3), workers=1)
+    best = min(best, time.perf_counter() - t0)
+  cores = len(os.sched_getaffinity(0))
+  return best * np.prod(p.tiles) * x_shape[0] / cores
+
+
 def _run_one(case, impl, timeout):
-  repeats = CASES[case][5] if impl == "tf.nn.conv2d" else (1 if _kind(case) == "gigapixel" else 5)
+  repeats = CASES[case][5] if impl == "tf.nn.conv2d" else (1 if _kind(case) in BIG_KINDS else 5)
   return _measure.run_child(["-m", "tf_largeconv.bench", "--worker", case, impl,
                              str(repeats)], timeout)
 
@@ -189,7 +253,7 @@ def _fmt_time(r):
   if r is None:
     return "-"
   if "error" in r:
-    return "n/a"
+    return "timeout" if r["error"].startswith("timed out") else "n/a"
   s = r["seconds"]
   return f"{s * 1e3:.1f} ms" if s < 10 else f"{s:.1f} s"
 
@@ -266,14 +330,14 @@ def main(argv=None):
   if unknown:
     parser.error(f"unknown case(s) {unknown}; known: {list(CASES)}")
   results = {}
-  header = (f"{'case':14s}{'tf_largeconv':>13s}{'tf.nn.conv2d':>13s}{'scipy':>10s}"
+  header = (f"{'case':18s}{'tf_largeconv':>13s}{'tf.nn.conv2d':>13s}{'scipy':>10s}"
             f"{'speedup':>9s}{'MiB ours':>10s}{'MiB TF':>9s}{'mem ratio':>10s}{'floor':>9s}")
   print(header)
   for name in names:
     x_shape, w_shape, _, _, mode = CASES[name][:5]
     row = {}
     for impl in IMPLS:
-      if impl != "tf_largeconv" and _kind(name) == "gigapixel":
+      if impl != "tf_largeconv" and _kind(name) in BIG_KINDS:
         continue
       if impl == "scipy" and (mode != "forward" or CASES[name][2] != 1 or
                               _kind(name) != "conv" or w_shape[2] != x_shape[3] or
@@ -286,10 +350,14 @@ def main(argv=None):
     ours, theirs = row.get("tf_largeconv"), row.get("tf.nn.conv2d")
     floor_ratio = (f"{ours['seconds'] / floor:.1f}x" if floor and ours and "error" not in ours
                    else "-")
-    print(f"{name:14s}{_fmt_time(ours):>13s}{_fmt_time(theirs):>13s}"
+    print(f"{name:18s}{_fmt_time(ours):>13s}{_fmt_time(theirs):>13s}"
           f"{_fmt_time(row.get('scipy')):>10s}{_ratio(theirs, ours, 'seconds'):>9s}"
           f"{_fmt_mem(ours):>10s}{_fmt_mem(theirs):>9s}"
           f"{_ratio(theirs, ours, 'extra_bytes'):>10s}{floor_ratio:>9s}", flush=True)
+    for impl in IMPLS:  # why a measurement is missing: TF's refusal, the timeout, ...
+      if row.get(impl) and "error" in row[impl]:
+        label = TF_FUNCTIONS.get(_kind(name), impl) if impl == "tf.nn.conv2d" else impl
+        print(f"  {label}: {row[impl]['error']}", flush=True)
   os.makedirs(args.out, exist_ok=True)
   meta = {"cores": len(os.sched_getaffinity(0)), "cases": {k: CASES[k] for k in names},
           "timing": "min over warm runs (TF: its runs count); memory: VmHWM growth over the "

@@ -47,8 +47,11 @@ class PassPlan:
     self.group_block = d.get("group_block")
     self.vec_block = d.get("vec_block")
     self.slots = d.get("slots")
-    # What the FFT cost model counts: transforms, their points, spectral multiply-adds.
+    # What the FFT cost model counts: transforms, their points, spectral multiply-adds (a
+    # 3-D plan reports the transforms only).
     self.fft_work = d.get("fft_work")
+    if self.fft_work is None and "transforms" in d:
+      self.fft_work = {"transforms": d["transforms"]}
     # The cost model's single-thread seconds of each algorithm (None: it cannot run here),
     # the FFT's for its configuration spread over two reference threads: what the choice
     # was made on.
@@ -82,22 +85,30 @@ class Plan:
     self.unavailable = unavailable
 
   def __str__(self):
+    def sizes(v):
+      return "x".join(map(str, v)) if v else "-"
+
+    cells = [(p.name, p.algorithm, sizes(p.fft_size), sizes(p.tile), sizes(p.tiles),
+              f"{p.in_block}x{p.out_block}" if p.fft_size else "-", str(p.slots or "-"),
+              f"{p.workspace_bytes / 2**20:.2f} MiB", f"{p.flops / 1e9:.3f}")
+             for p in self.passes]
+    header = ("pass", "algorithm", "fft size", "tile", "tiles", "blocks", "slots", "workspace",
+              "GFLOP")
+    # Column widths: the 2-D table's, wider where a cell (a 3-D size) needs it.
+    widths = [max([w] + [len(row[i]) + (1 if i > 1 else 0) for row in cells])
+              for i, w in enumerate((16, 10, 12, 12, 9, 9, 6, 13, 9))]
+
+    def line(row):
+      return "".join(c.ljust(w) if i < 2 else c.rjust(w)
+                     for i, (c, w) in enumerate(zip(row, widths)))
+
     rows = [f"output {self.output_shape}, workspace limit {self.workspace_limit / 2**20:.1f} "
             f"MiB, {self.threads} thread(s)",
-            f"{'pass':16s}{'algorithm':10s}{'fft size':>12s}{'tile':>12s}{'tiles':>9s}"
-            f"{'blocks':>9s}{'slots':>6s}{'workspace':>12s}{'GFLOP':>9s}"
-            "  model ms (1 thread): " + " / ".join(_MODELLED)]
-    for p in self.passes:
-      fft = "x".join(map(str, p.fft_size)) if p.fft_size else "-"
-      tile = "x".join(map(str, p.tile)) if p.tile else "-"
-      tiles = "x".join(map(str, p.tiles)) if p.tiles else "-"
-      blocks = f"{p.in_block}x{p.out_block}" if p.fft_size else "-"
-      rows.append(f"{p.name:16s}{p.algorithm:10s}{fft:>12s}{tile:>12s}{tiles:>9s}"
-                  f"{blocks:>9s}{str(p.slots or '-'):>6s}"
-                  f"{p.workspace_bytes / 2**20:>9.2f} MiB{p.flops / 1e9:>9.3f}  "
-                  + " / ".join("-" if p.estimated_seconds[a] is None
-                               else f"{p.estimated_seconds[a] * 1e3:.4g}"
-                               for a in _MODELLED))
+            line(header) + "  model ms (1 thread): " + " / ".join(_MODELLED)]
+    for p, row in zip(self.passes, cells):
+      rows.append(line(row) + "  " + " / ".join(
+          "-" if p.estimated_seconds[a] is None else f"{p.estimated_seconds[a] * 1e3:.4g}"
+          for a in _MODELLED))
     if self.unavailable is not None:
       rows.append("the op library could not be loaded, so every pass runs the portable path "
                   f"(stock TensorFlow ops) instead of the above: {self.unavailable}")
@@ -123,6 +134,14 @@ def plan(input_shape, filter_shape, strides, padding, data_format="NHWC", dilati
       exactly, by the direct kernels only).
     num_threads: threads to plan for; default: TensorFlow's intra-op thread count.
 
+  A 3-D convolution (`tf_largeconv.conv3d`) is planned by `tf_largeconv.plan_conv3d`,
+  which this calls when filter_shape has 5 entries ([depth, height, width, in_channels /
+  groups, out_channels]; a 5-D input_shape with a 4-entry filter_shape is a 2-D
+  convolution with two batch dimensions, as above): input_shape then has 5 entries,
+  strides and dilations 5, and data_format is 'NDHWC' or 'NCDHW' (the 2-D names stand for
+  the 3-D layout with the channels in the same place, as in tf.nn.convolution: the default
+  'NHWC' means 'NDHWC').
+
   A transposed convolution (`tf_largeconv.conv2d_transpose`) is planned by
   `tf_largeconv.plan_transpose`: the plan of the conv2d it transposes, whose
   backprop_input pass is the transpose's forward pass.
@@ -136,9 +155,27 @@ def plan(input_shape, filter_shape, strides, padding, data_format="NHWC", dilati
       a workspace_limit that even the smallest FFT plan exceeds when algorithm='fft' (the
       message gives the minimum).
   """
+  if _rank(filter_shape) == 5:
+    from tf_largeconv import _conv3d  # pylint: disable=g-import-not-at-top (it imports this)
+    return _conv3d.plan_conv3d(input_shape, filter_shape, strides, padding,
+                               _FORMATS_3D.get(data_format, data_format), dilations, dtype,
+                               algorithm, workspace_limit, num_threads)
   attrs = _args.conv_attrs(strides, padding, data_format, dilations, algorithm,
                            workspace_limit)
   return plan_from_attrs(input_shape, filter_shape, attrs, dtype, num_threads)
+
+
+# plan()'s 2-D data_format names for a 3-D convolution: the channels in the same place.
+_FORMATS_3D = {"NHWC": "NDHWC", "NCHW": "NCDHW"}
+
+
+def _rank(shape):
+  """The number of entries of a shape given as a list, tuple, array or TensorShape (None
+  where it has no length)."""
+  try:
+    return len(shape)
+  except (TypeError, ValueError):
+    return None
 
 
 def plan_from_attrs(input_shape, filter_shape, attrs, dtype=tf.float32, num_threads=None):
