@@ -1,6 +1,7 @@
-"""Determinism (bitwise, across runs and thread counts), concurrency (threads calling the op
-and its gradient at once give exactly the serial results), and the 16-bit types' float32
-accumulation (no overflow, no stalled sums) in every pass of both algorithms."""
+"""Determinism (bitwise, across runs and thread counts) and concurrency (threads calling the
+op and its gradient at once give exactly the serial results) for conv2d and conv3d, and the
+16-bit types' float32 accumulation (no overflow, no stalled sums) in every pass of both
+algorithms."""
 
 import json
 import math
@@ -20,7 +21,16 @@ CASES = [
     ((2, 40, 44, 8), (9, 9, 2, 8), 2, "VALID", "fft"),
     ((2, 30, 31, 4), (5, 5, 4, 6), 1, "SAME", "direct"),
     ((4, 56, 56, 16), (31, 31, 1, 16), 1, "SAME", "auto"),
+    # conv3d: 3-D FFT tiles over several channels, and grouped, strided direct sums.
+    ((2, 14, 15, 16, 2), (9, 9, 9, 2, 3), 1, "SAME", "fft"),
+    ((2, 12, 13, 11, 4), (3, 3, 3, 2, 4), 2, "VALID", "direct"),
 ]
+
+
+def _conv(x, w, s, p, alg):
+  if len(w.shape) == 5:
+    return lc.conv3d(x, w, [1, s, s, s, 1], p, algorithm=alg)
+  return lc.conv2d(x, w, s, p, algorithm=alg)
 
 # Intra-op thread counts of the determinism children: serial, two, a count that divides
 # none of the work evenly, and more threads than the machine has cores.
@@ -36,7 +46,7 @@ def _run_all(seed=0):
     w = tf.constant(rng.standard_normal(w_shape), tf.float32)
     with tf.GradientTape() as tape:
       tape.watch([x, w])
-      y = lc.conv2d(x, w, s, p, algorithm=alg)
+      y = _conv(x, w, s, p, alg)
     dx, dw = tape.gradient(y, [x, w], output_gradients=tf.sin(y))
     results += [y.numpy(), dx.numpy(), dw.numpy()]
   return results
@@ -47,7 +57,8 @@ def _plans():
   vary with it; the transform sizes must not)."""
   out = []
   for x_shape, w_shape, s, p, alg in CASES:
-    plan = lc.plan(x_shape, w_shape, s, p, algorithm=alg)
+    strides = [1, s, s, s, 1] if len(w_shape) == 5 else s
+    plan = lc.plan(x_shape, w_shape, strides, p, algorithm=alg)
     out.append([plan.threads] + [[q.algorithm, q.fft_size, q.in_block, q.out_block,
                                   q.group_block, q.vec_block, q.slots] for q in plan.passes])
   return out
@@ -119,7 +130,7 @@ def test_eight_threads_at_once_match_serial():
     x, w, s, p, alg = job
     with tf.GradientTape() as tape:
       tape.watch([x, w])
-      y = lc.conv2d(x, w, s, p, algorithm=alg)
+      y = _conv(x, w, s, p, alg)
     dx, dw = tape.gradient(y, [x, w])
     return [y.numpy(), dx.numpy(), dw.numpy()]
 
