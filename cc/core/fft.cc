@@ -404,6 +404,26 @@ struct Correlation {
   void MultiplySources(const Frame& f, const Block& b, int64_t slot, const Item& it, int64_t sc0,
                        int64_t ns) const {
     constexpr int64_t kBins = 128;
+    if (it.tiles && it.nb > 1) {
+      // The item's tiles are of one group and share its filter spectra: each filter's block
+      // of bins is read once and applied to every tile (the filter spectra of all channel
+      // pairs outgrow the caches; re-reading them per tile made this loop memory-bound).
+      // Each accumulator still sums its sources in the same order.
+      const int64_t filters = it.gi0 * b.per_group + sc0 * b.ob;
+      for (int64_t i0 = 0; i0 < f.l.bins; i0 += kBins) {
+        const int64_t len = std::min(kBins, f.l.bins - i0);
+        for (int64_t k = 0; k < b.ob; ++k) {
+          for (int64_t s = 0; s < ns; ++s) {
+            const C* filter = f.ws.shared(filters + s * b.ob + k) + i0;
+            for (int64_t j = 0; j < it.nb; ++j) {
+              MacConj(Accumulator(f, b, slot, k, j) + i0, Source(f, b, slot, s, j) + i0, filter,
+                      len);
+            }
+          }
+        }
+      }
+      return;
+    }
     for (int64_t j = 0; j < it.nb; ++j) {
       const int64_t filters = it.group(j) * b.per_group + sc0 * b.ob;
       for (int64_t i0 = 0; i0 < f.l.bins; i0 += kBins) {
