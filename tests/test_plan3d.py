@@ -11,6 +11,7 @@ import time
 import numpy as np
 import pytest
 import tensorflow as tf
+from test_planner import _traced_run
 
 import tf_largeconv as lc
 from tf_largeconv import _core
@@ -66,28 +67,18 @@ def test_output_shape_is_tf_rule_geometry_and_op_result(case, rng):
 
 
 def _traced_step(x, w, dy, **kwargs):
-  """Runs conv3d's forward pass and both gradients once in a graph under a full trace.
+  """Runs conv3d's forward pass and both gradients once in a graph under a full trace
+  (test_planner's tracer: TF's step stats count what each node took through allocate_temp,
+  to the byte).
 
   Returns:
-    ({op type: [temp_memory_size of each of its nodes]}: TF's step stats count what each
-    node took through allocate_temp, to the byte), and the three results.
+    ({op type: [temp_memory_size of each of its nodes]}, the three results).
   """
-  graph = tf.Graph()
-  with graph.as_default():
-    xp, wp, dyp = (tf.compat.v1.placeholder(tf.float32, a.shape) for a in (x, w, dy))
+  def build(xp, wp, dyp):
     y = lc.conv3d(xp, wp, [1] * 5, "SAME", **kwargs)
-    dx, dw = tf.gradients(y, [xp, wp], grad_ys=dyp)
-  options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
-  metadata = tf.compat.v1.RunMetadata()
-  with tf.compat.v1.Session(graph=graph) as session:
-    values = session.run([y, dx, dw], {xp: x, wp: w, dyp: dy}, options=options,
-                         run_metadata=metadata)
-  op_types = {op.name: op.type for op in graph.get_operations()}
-  temps = {}
-  for device in metadata.step_stats.dev_stats:
-    for node in device.node_stats:
-      temps.setdefault(op_types.get(node.node_name), []).append(
-          node.memory_stats.temp_memory_size)
+    return [y] + tf.gradients(y, [xp, wp], grad_ys=dyp)
+
+  values, temps = _traced_run(build, x, w, dy)
   return temps, values
 
 
