@@ -398,43 +398,36 @@ struct Correlation {
   }
 
   // Accumulates the products of the slot's source spectra (channels [sc0, sc0 + ns)) with
-  // the filter spectra, a block of bins at a time: an accumulator's block stays in L1
-  // across the sources, and the sources' blocks across the destination channels, so each
-  // is read from memory once per block of sources rather than once per channel pair.
+  // the filter spectra, a block of bins at a time, so that the block's source spectra stay
+  // in cache across the destination channels; within a block the sums over the sources
+  // are formed in registers (MacSources) and each accumulator is read and written once.
   void MultiplySources(const Frame& f, const Block& b, int64_t slot, const Item& it, int64_t sc0,
                        int64_t ns) const {
     constexpr int64_t kBins = 128;
-    if (it.tiles && it.nb > 1) {
-      // The item's tiles are of one group and share its filter spectra: each filter's block
-      // of bins is read once and applied to every tile (the filter spectra of all channel
-      // pairs outgrow the caches; re-reading them per tile made this loop memory-bound).
-      // Each accumulator still sums its sources in the same order.
+    const int64_t ss = f.spec_stride;
+    if (it.tiles) {
+      // The item's tiles are of one group and share its filter spectra: each filter
+      // spectrum (the shared operand) is applied to all the tiles at once.
       const int64_t filters = it.gi0 * b.per_group + sc0 * b.ob;
+      const Spectra<R> sources{Source(f, b, slot, 0, 0), ss, b.vb * ss};
       for (int64_t i0 = 0; i0 < f.l.bins; i0 += kBins) {
-        const int64_t len = std::min(kBins, f.l.bins - i0);
+        const int64_t i1 = std::min(f.l.bins, i0 + kBins);
         for (int64_t k = 0; k < b.ob; ++k) {
-          for (int64_t s = 0; s < ns; ++s) {
-            const C* filter = f.ws.shared(filters + s * b.ob + k) + i0;
-            for (int64_t j = 0; j < it.nb; ++j) {
-              MacConj(Accumulator(f, b, slot, k, j) + i0, Source(f, b, slot, s, j) + i0, filter,
-                      len);
-            }
-          }
+          MacSources<R, false>(i0, i1, ns, it.nb, {Accumulator(f, b, slot, k, 0), ss, 0},
+                               {f.ws.shared(filters + k), 0, b.ob * ss}, sources);
         }
       }
       return;
     }
     for (int64_t j = 0; j < it.nb; ++j) {
+      // One tile's source spectrum (the shared operand) is applied to every destination
+      // channel's filter spectrum.
       const int64_t filters = it.group(j) * b.per_group + sc0 * b.ob;
+      const Spectra<R> acc{Accumulator(f, b, slot, 0, j), b.vb * ss, 0};
+      const Spectra<R> source{Source(f, b, slot, 0, j), 0, b.vb * ss};
+      const Spectra<R> filter{f.ws.shared(filters), ss, b.ob * ss};
       for (int64_t i0 = 0; i0 < f.l.bins; i0 += kBins) {
-        const int64_t len = std::min(kBins, f.l.bins - i0);
-        for (int64_t k = 0; k < b.ob; ++k) {
-          C* acc = Accumulator(f, b, slot, k, j) + i0;
-          for (int64_t s = 0; s < ns; ++s) {
-            MacConj(acc, Source(f, b, slot, s, j) + i0, f.ws.shared(filters + s * b.ob + k) + i0,
-                    len);
-          }
-        }
+        MacSources<R, true>(i0, std::min(f.l.bins, i0 + kBins), ns, b.ob, acc, source, filter);
       }
     }
   }

@@ -8,6 +8,10 @@
 #include <cstdint>
 #include <functional>
 
+#ifdef __AVX__
+#include <immintrin.h>
+#endif
+
 #include "cc/core/parallel.h"
 #include "cc/core/vocabulary.h"
 
@@ -81,6 +85,141 @@ void MacConj(std::complex<R>* acc, const std::complex<R>* a, const std::complex<
     o[2 * i] += xr * yr + xi * yi;
     o[2 * i + 1] += xi * yr - xr * yi;
   }
+}
+
+// A set of spectra at a fixed stride: spectrum (o, s) starts at base + o * o_stride +
+// s * s_stride complex values.
+template <typename R>
+struct Spectra {
+  std::complex<R>* base;
+  int64_t o_stride, s_stride;
+  std::complex<R>* at(int64_t o, int64_t s) const { return base + o * o_stride + s * s_stride; }
+};
+
+// The spectral products of a block of sources into a block of outputs, over bins [i0, i1):
+// for each output o,
+//   acc(o) += sum over s of per(o, s) * conj(shared(s))   (kConjPer false), or
+//   acc(o) += sum over s of shared(s) * conj(per(o, s))   (kConjPer true),
+// the sum over the ns sources formed first, in source order, then added to acc(o). The
+// shared operand is what the outputs have in common (a filter spectrum applied to several
+// tiles, or a tile's spectrum applied to several filters). Each product is formed from the
+// shared value's real and imaginary parts broadcast to both halves of a complex value
+// (x * re(y) and x * im(y), combined once per block of sources), so the bins never need
+// de-interleaving, and a register block of outputs and bins stays in registers across the
+// sources: each per-output value is loaded once, each shared value once per output pair.
+template <typename R, bool kConjPer>
+void MacScalar(int64_t i0, int64_t i1, int64_t ns, int64_t o0, int64_t o1, const Spectra<R>& acc,
+               const Spectra<R>& shared, const Spectra<R>& per) {
+  for (int64_t o = o0; o < o1; ++o) {
+    R* out = reinterpret_cast<R*>(acc.at(o, 0));
+    for (int64_t i = i0; i < i1; ++i) {
+      R re = 0, im = 0;
+      for (int64_t s = 0; s < ns; ++s) {
+        const R* y = reinterpret_cast<const R*>(shared.at(0, s) + i);
+        const R* x = reinterpret_cast<const R*>(per.at(o, s) + i);
+        // x * conj(y), or its conjugate y * conj(x).
+        re += x[0] * y[0] + x[1] * y[1];
+        im += kConjPer ? x[0] * y[1] - x[1] * y[0] : x[1] * y[0] - x[0] * y[1];
+      }
+      out[2 * i] += re;
+      out[2 * i + 1] += im;
+    }
+  }
+}
+
+#ifdef __AVX__
+// One AVX register of interleaved complex values, float or double.
+template <typename R>
+struct AvxLanes;
+template <>
+struct AvxLanes<float> {
+  using V = __m256;
+  static constexpr int kComplex = 4;
+  static V Load(const float* p) { return _mm256_loadu_ps(p); }
+  static void Store(float* p, V v) { _mm256_storeu_ps(p, v); }
+  static V Zero() { return _mm256_setzero_ps(); }
+  static V Add(V a, V b) { return _mm256_add_ps(a, b); }
+  static V Mul(V a, V b) { return _mm256_mul_ps(a, b); }
+  static V DupRe(V v) { return _mm256_moveldup_ps(v); }
+  static V DupIm(V v) { return _mm256_movehdup_ps(v); }
+  static V Swap(V v) { return _mm256_permute_ps(v, 0xB1); }
+  static V NegIm(V v) {
+    return _mm256_xor_ps(v, _mm256_set_ps(-0.f, 0.f, -0.f, 0.f, -0.f, 0.f, -0.f, 0.f));
+  }
+};
+template <>
+struct AvxLanes<double> {
+  using V = __m256d;
+  static constexpr int kComplex = 2;
+  static V Load(const double* p) { return _mm256_loadu_pd(p); }
+  static void Store(double* p, V v) { _mm256_storeu_pd(p, v); }
+  static V Zero() { return _mm256_setzero_pd(); }
+  static V Add(V a, V b) { return _mm256_add_pd(a, b); }
+  static V Mul(V a, V b) { return _mm256_mul_pd(a, b); }
+  static V DupRe(V v) { return _mm256_movedup_pd(v); }
+  static V DupIm(V v) { return _mm256_permute_pd(v, 0xF); }
+  static V Swap(V v) { return _mm256_permute_pd(v, 0x5); }
+  static V NegIm(V v) { return _mm256_xor_pd(v, _mm256_set_pd(-0.0, 0.0, -0.0, 0.0)); }
+};
+
+// kOuts outputs x kU registers of bins starting at bin i, summed over the ns sources.
+template <typename R, bool kConjPer, int kOuts, int kU>
+void MacRegisterBlock(int64_t i, int64_t ns, int64_t o0, const Spectra<R>& acc,
+                      const Spectra<R>& shared, const Spectra<R>& per) {
+  using L = AvxLanes<R>;
+  using V = typename L::V;
+  constexpr int kReals = 2 * L::kComplex;  // reals in a register
+  V re[kOuts][kU], im[kOuts][kU];          // per * re(shared), per * im(shared)
+  for (int o = 0; o < kOuts; ++o) {
+    for (int u = 0; u < kU; ++u) re[o][u] = im[o][u] = L::Zero();
+  }
+  for (int64_t s = 0; s < ns; ++s) {
+    const R* y = reinterpret_cast<const R*>(shared.at(0, s) + i);
+    V yr[kU], yi[kU];
+    for (int u = 0; u < kU; ++u) {
+      const V yv = L::Load(y + u * kReals);
+      yr[u] = L::DupRe(yv);
+      yi[u] = L::DupIm(yv);
+    }
+    for (int o = 0; o < kOuts; ++o) {
+      const R* x = reinterpret_cast<const R*>(per.at(o0 + o, s) + i);
+      for (int u = 0; u < kU; ++u) {
+        const V xv = L::Load(x + u * kReals);
+        re[o][u] = L::Add(re[o][u], L::Mul(xv, yr[u]));
+        im[o][u] = L::Add(im[o][u], L::Mul(xv, yi[u]));
+      }
+    }
+  }
+  for (int o = 0; o < kOuts; ++o) {
+    R* out = reinterpret_cast<R*>(acc.at(o0 + o, 0) + i);
+    for (int u = 0; u < kU; ++u) {
+      // x * conj(y) = (re.re + im.im, re.im - im.re); its conjugate negates the second.
+      const V sum = kConjPer ? L::Add(L::NegIm(re[o][u]), L::Swap(im[o][u]))
+                             : L::Add(re[o][u], L::NegIm(L::Swap(im[o][u])));
+      L::Store(out + u * kReals, L::Add(L::Load(out + u * kReals), sum));
+    }
+  }
+}
+#endif  // __AVX__
+
+template <typename R, bool kConjPer>
+void MacSources(int64_t i0, int64_t i1, int64_t ns, int64_t outs, const Spectra<R>& acc,
+                const Spectra<R>& shared, const Spectra<R>& per) {
+  int64_t i = i0;
+#ifdef __AVX__
+  // Two outputs x two registers of bins: the fastest register block measured here
+  // (float, 16 sources, 1 to 4 outputs x 1 to 3 registers).
+  constexpr int kOuts = 2, kU = 2;
+  constexpr int64_t kStep = kU * AvxLanes<R>::kComplex;  // bins in a register block
+  for (; i + kStep <= i1; i += kStep) {
+    int64_t o = 0;
+    for (; o + kOuts <= outs; o += kOuts) {
+      MacRegisterBlock<R, kConjPer, kOuts, kU>(i, ns, o, acc, shared, per);
+    }
+    if (o < outs) MacRegisterBlock<R, kConjPer, 1, kU>(i, ns, o, acc, shared, per);
+  }
+#endif
+  MacScalar<R, kConjPer>(i, i1, ns, 0, outs, acc, shared, per);
 }
 
 }  // namespace largeconv
