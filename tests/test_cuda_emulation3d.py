@@ -252,3 +252,17 @@ def test_3d_of_depth_one_is_the_2d_convolution(rng):
   np.testing.assert_array_equal(
       EMULATION.conv3d_backprop_filter(x, list(w.shape), dy, s3, "SAME", **kw)[0],
       EMULATION.conv2d_backprop_filter(x[:, 0], list(w[0].shape), dy[:, 0], s2, "SAME", **kw))
+
+
+def test_tf_gpu_kernels_and_the_cuda_module_run_the_3d_launch():
+  """Both adapters reach the Conv3D launch for every GPU dtype: the TF kernels' RunOnGpu<T>
+  and the _cuda module's RunArrays3d call RunCudaPass<T> on a Conv3dGeometry
+  (test_cuda_emulation checks that nothing else calls the kernels' drivers)."""
+  from test_cuda_emulation import _launch_calls  # pylint: disable=g-import-not-at-top
+  dtypes = {"float", "double", "largeconv::f16", "largeconv::bf16"}
+  for library, adapter in (("_large_conv_ops", "RunOnGpu"), ("_cuda", "RunArrays3d")):
+    calls = _launch_calls(library, geometry="largeconv::Conv3dGeometry")
+    if library == "_large_conv_ops" and not any("RunOnGpu" in f for f in calls):
+      pytest.skip("the op library was built without CUDA")
+    runs = set().union(*(c for f, c in calls.items() if adapter in f)) - {"plan"}
+    assert runs == dtypes, (library, runs)

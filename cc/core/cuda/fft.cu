@@ -74,11 +74,12 @@ struct PlanCache {
 constexpr size_t kMaxCachedPlans = 256;
 
 // Every field of a Conv3dGeometry, as ConvGeometry::key() lists a 2-D one's.
-using Conv3dKey = std::array<int64_t, 5 + 6 * kSpatial3d + 1>;
+using Conv3dKey = std::array<int64_t, 5 + 7 * kSpatial3d + 1>;
 Conv3dKey KeyOf(const Conv3dGeometry& g) {
   Conv3dKey k{g.batch, g.in_c, g.filter_in_c, g.out_c, g.groups};
   size_t i = 5;
-  for (const Dims3* d : {&g.in, &g.filter, &g.out, &g.stride, &g.dilation, &g.pad_before}) {
+  for (const Dims3* d :
+       {&g.in, &g.filter, &g.out, &g.stride, &g.dilation, &g.pad_before, &g.pad_after}) {
     for (int64_t v : *d) k[i++] = v;
   }
   k[i] = static_cast<int64_t>(g.data_format);
