@@ -273,10 +273,11 @@ def test_cuda_module_loads_and_plans_without_a_device():
     _cuda.plan([2, 64, 64, 1], [31, 31, 1, 1], [1, 1, 1, 1], "VALID", algorithm="fft")
 
 
-def _launch_calls(library):
+def _launch_calls(library, geometry="largeconv::Conv"):
   """{function: what it calls} over the machine code of `library`, by disassembly: the
-  dtype words of its RunCudaPass<T> calls, "plan" for PlanCudaPass, "direct" for
-  DirectPass<T>."""
+  dtype words of its RunCudaPass<T> calls (of those whose geometry's type name starts with
+  `geometry`: by default both ConvGeometry and Conv3dGeometry), "plan" for PlanCudaPass,
+  "direct" for DirectPass<T>."""
   if shutil.which("objdump") is None:
     pytest.skip("objdump is not installed")
   pkg = os.path.dirname(_core.__file__)
@@ -291,9 +292,12 @@ def _launch_calls(library):
     if head:
       function = head.group(1)
       continue
-    target = re.search(r"call.*<(largeconv::Status largeconv::cuda::RunCudaPass<([\w:]+)>|"
+    target = re.search(r"call.*<(largeconv::Status largeconv::cuda::RunCudaPass<([\w:]+)>"
+                       r"\(([\w:]+)|"
                        r"largeconv::cuda::PlanCudaPass|"
                        r"largeconv::Status largeconv::cuda::DirectPass<)", line)
+    if target and target.group(2) and not target.group(3).startswith(geometry):
+      continue
     if target:
       name = target.group(2) or ("plan" if "PlanCudaPass" in target.group(1) else "direct")
       calls.setdefault(function, set()).add(name)

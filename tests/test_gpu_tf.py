@@ -1,5 +1,5 @@
-"""The TensorFlow ops on a GPU: conv2d and both gradients placed on /GPU:0 run the CUDA
-kernels (direct and FFT) and match the float64 oracle. Skipped, with the reason, where
+"""The TensorFlow ops on a GPU: conv2d, conv3d and their gradients placed on /GPU:0 run the
+CUDA kernels (direct and FFT) and match the float64 oracles. Skipped, with the reason, where
 TensorFlow sees no GPU (the CPU wheel); LARGECONV_REQUIRE_GPU=1 makes that a failure."""
 
 
@@ -79,3 +79,27 @@ def test_auto_on_the_gpu_routes_by_the_cuda_planner(rng, w_shape, kernel):
     got = f(x, w)
     want = tf.nn.conv2d(x, w, 1, "SAME")
   assert float(tf.reduce_max(tf.abs(got - want))) <= 1e-3 * float(tf.reduce_max(tf.abs(want)))
+
+
+@pytest.mark.parametrize("algorithm", ["direct", "fft"])
+@pytest.mark.parametrize("case", ["grouped_ncdhw", "strided_dilated_ncdhw", "same_strided"])
+def test_conv3d_ops_on_the_gpu_match_the_oracle(rng, case, algorithm):
+  """The Conv3D ops placed on /GPU:0 run the CUDA kernels' 3-D passes."""
+  from reference3d import PASSES  # pylint: disable=g-import-not-at-top
+  from reference3d import check  # pylint: disable=g-import-not-at-top
+  from reference3d import problem  # pylint: disable=g-import-not-at-top
+
+  from tf_largeconv import _cuda  # pylint: disable=g-import-not-at-top
+  oracle, x, w, dy, a = problem(case, rng, "float32")
+  with tf.device("/GPU:0"):
+    xt, wt, dyt = (tf.constant(v) for v in (x, w, dy))
+    with tf.GradientTape() as tape:
+      tape.watch([xt, wt])
+      y = lc.conv3d(xt, wt, a["strides"], a["padding"], data_format=a["data_format"],
+                    dilations=a["dilations"], algorithm=algorithm)
+    dx, dw = tape.gradient(y, [xt, wt], output_gradients=dyt)
+  plans = _cuda.plan3d(list(x.shape), list(w.shape), **a, algorithm=algorithm)
+  fft = {p["pass"]: (p["fft"] if p["algorithm"] == "fft" else None) for p in plans}
+  for pass_name, got in zip(PASSES, (y, dx, dw)):
+    assert got.device.endswith("GPU:0"), got.device
+    check(oracle, pass_name, got.numpy(), x, w, dy, "float32", fft[pass_name])

@@ -117,7 +117,11 @@ struct Fft3dTiling {
   Dims3 dense{}, tile{}, tiles{};
   int64_t count() const { return Volume(tiles); }
 };
-// False when the transform is smaller than the dilated filter in some dimension.
+// The dilated filter's extent in each dimension.
+Dims3 DilatedExtents(const Conv3dGeometry& g);
+
+// False when the transform is smaller than the dilated filter in some dimension. Defined
+// with the 2-D tiling in tiling.cc, which the CUDA planner links too.
 bool MakeFftTiling(const Conv3dGeometry& g, ConvPass pass, const Dims3& fft, Fft3dTiling* t);
 
 // How a 3-D pass is cut up. forward / backprop-input: out_block destination channels of a

@@ -20,24 +20,6 @@
 namespace largeconv {
 namespace {
 
-Dims3 Extents(const Conv3dGeometry& g) {
-  Dims3 e;
-  for (int i = 0; i < kSpatial3d; ++i) e[i] = DilatedExtent(g.filter[i], g.dilation[i]);
-  return e;
-}
-
-// The dense positions a pass tiles: the input's for backprop-input (the tensor it writes),
-// otherwise out_backprop's or the output's stride-1 positions.
-Dims3 DenseOf(const Conv3dGeometry& g, ConvPass pass) {
-  Dims3 d;
-  for (int i = 0; i < kSpatial3d; ++i) {
-    d[i] = RolesOf(pass).out == ConvTensor::kInput ? g.in[i]
-           : g.out[i] > 0                          ? (g.out[i] - 1) * g.stride[i] + 1
-                                                   : 0;
-  }
-  return d;
-}
-
 // The pass's workspace (fft_shared.h's Layout): forward and backprop-input share a block's
 // filter spectra between the slots and give each slot one source spectrum and out_block
 // accumulators; backprop-filter gives each slot in_block x out_block accumulators,
@@ -368,7 +350,7 @@ void FftCorrelation3d(const Conv3dGeometry& g, const Fft3dConfig& c, const T* a,
                    out,
                    {static_cast<char*>(workspace), l},
                    g.channels(kPass),
-                   Extents(g)}
+                   DilatedExtents(g)}
       .Run(pf);
 }
 
@@ -383,28 +365,6 @@ void FftBackpropFilter3d(const Conv3dGeometry& g, const Fft3dConfig& c, const T*
 }
 
 }  // namespace
-
-bool MakeFftTiling(const Conv3dGeometry& g, ConvPass pass, const Dims3& fft, Fft3dTiling* t) {
-  const Dims3 ke = Extents(g);
-  t->dense = DenseOf(g, pass);
-  for (int i = 0; i < kSpatial3d; ++i) {
-    if (fft[i] < ke[i]) return false;
-    t->tile[i] = fft[i] - ke[i] + 1;
-    t->tiles[i] = CeilDiv(t->dense[i], t->tile[i]);
-  }
-  return true;
-}
-
-bool FftSizeCandidates(const Conv3dGeometry& g, ConvPass pass,
-                       std::array<std::vector<int64_t>, kSpatial3d>* sizes) {
-  if (g.no_products()) return false;
-  const Dims3 ke = Extents(g), dense = DenseOf(g, pass);
-  for (int i = 0; i < kSpatial3d; ++i) {
-    if (dense[i] <= 0 || ke[i] > kMaxFftSide3d) return false;
-    (*sizes)[i] = SmoothSizes(ke[i], std::min(kMaxFftSide3d, dense[i] + ke[i] - 1));
-  }
-  return true;
-}
 
 int64_t FftWorkspaceBytes(const Conv3dGeometry& g, ConvPass pass, const Fft3dConfig& c,
                           int real_bytes) {

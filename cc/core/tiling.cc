@@ -1,7 +1,9 @@
-// Overlap-save tiling of the FFT passes and the transform sizes they may use: the part of
-// the FFT path the CPU transforms (fft.cc) and the CUDA ones (cuda/fft_plan.cc) share. No
-// transform library here, so every build links it.
+// Overlap-save tiling of the FFT passes and the transform sizes they may use, in two
+// dimensions and three: the part of the FFT path the CPU transforms (fft.cc, fft3d.cc) and
+// the CUDA ones (cuda/fft_plan.cc) share. No transform library here, so every build links
+// it.
 #include <algorithm>
+#include <array>
 #include <vector>
 
 #include "cc/core/fft.h"
@@ -128,6 +130,52 @@ bool FftSizeCandidates(const ConvGeometry& g, ConvPass pass, int64_t min_side,
   if (keh > kMaxFftSide || kew > max_w) return false;
   *heights = SmoothSizes(std::max(keh, min_side), std::min(kMaxFftSide, probe.dense_h + keh - 1));
   *widths = SmoothSizes(std::max(kew, min_side), std::min(max_w, probe.dense_w + kew - 1));
+  return true;
+}
+
+// --- Three spatial dimensions ---------------------------------------------------------------
+
+Dims3 DilatedExtents(const Conv3dGeometry& g) {
+  Dims3 e;
+  for (int i = 0; i < kSpatial3d; ++i) e[i] = DilatedExtent(g.filter[i], g.dilation[i]);
+  return e;
+}
+
+namespace {
+
+// The dense positions a pass tiles: the input's for backprop-input (the tensor it writes),
+// otherwise out_backprop's or the output's stride-1 positions.
+Dims3 DenseOf(const Conv3dGeometry& g, ConvPass pass) {
+  Dims3 d;
+  for (int i = 0; i < kSpatial3d; ++i) {
+    d[i] = RolesOf(pass).out == ConvTensor::kInput ? g.in[i]
+           : g.out[i] > 0                          ? (g.out[i] - 1) * g.stride[i] + 1
+                                                   : 0;
+  }
+  return d;
+}
+
+}  // namespace
+
+bool MakeFftTiling(const Conv3dGeometry& g, ConvPass pass, const Dims3& fft, Fft3dTiling* t) {
+  const Dims3 ke = DilatedExtents(g);
+  t->dense = DenseOf(g, pass);
+  for (int i = 0; i < kSpatial3d; ++i) {
+    if (fft[i] < ke[i]) return false;
+    t->tile[i] = fft[i] - ke[i] + 1;
+    t->tiles[i] = CeilDiv(t->dense[i], t->tile[i]);
+  }
+  return true;
+}
+
+bool FftSizeCandidates(const Conv3dGeometry& g, ConvPass pass,
+                       std::array<std::vector<int64_t>, kSpatial3d>* sizes) {
+  if (g.no_products()) return false;
+  const Dims3 ke = DilatedExtents(g), dense = DenseOf(g, pass);
+  for (int i = 0; i < kSpatial3d; ++i) {
+    if (dense[i] <= 0 || ke[i] > kMaxFftSide3d) return false;
+    (*sizes)[i] = SmoothSizes(ke[i], std::min(kMaxFftSide3d, dense[i] + ke[i] - 1));
+  }
   return true;
 }
 

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "cc/core/cuda/fft_plan.h"
@@ -74,6 +75,29 @@ inline ConvGeometry Geometry(const std::vector<int64_t>& input_shape,
 template <size_t N>
 std::vector<int64_t> ToVec(const std::array<int64_t, N>& s) {
   return std::vector<int64_t>(s.begin(), s.end());
+}
+
+inline Shape5 ShapeOf5(const std::vector<int64_t>& v, const char* name) {
+  if (v.size() != 5) throw py::value_error(std::string(name) + " must have 5 dimensions");
+  return {v[0], v[1], v[2], v[3], v[4]};
+}
+
+// The Conv3D attributes and geometry; `rule` as for Geometry.
+inline Conv3dGeometry Geometry3d(const std::vector<int64_t>& input_shape,
+                                 const std::vector<int64_t>& filter_shape,
+                                 const std::vector<int64_t>& strides, const std::string& padding,
+                                 const std::string& data_format,
+                                 const std::vector<int64_t>& dilations,
+                                 WindowRule rule = WindowRule::kMustFit) {
+  Conv3dAttrs attrs;
+  ThrowIfError(ParsePadding(padding, &attrs.padding));
+  ThrowIfError(ParseDataFormat3d(data_format, &attrs.data_format));
+  attrs.strides = strides;
+  attrs.dilations = dilations;
+  Conv3dGeometry g;
+  ThrowIfError(MakeGeometry(attrs, ShapeOf5(input_shape, "input"), ShapeOf5(filter_shape, "filter"),
+                            &g, rule));
+  return g;
 }
 
 // The gradient ops' check that out_backprop has the convolution's output shape.
@@ -152,9 +176,38 @@ py::dict PlanDict(const Plan& p) {
   return d;
 }
 
-// The GPU planner's choice for each pass as dicts. Planner{}(g, pass, algorithm, real_bytes,
-// limit, &plan) returns OK or an error: the device's planner (_cuda) or the host
-// emulation's (_core).
+// The GPU planner's choice for each pass of geometry g as dicts. Planner{}(g, pass,
+// algorithm, real_bytes, limit, &plan) returns OK or an error: the device's planner (_cuda)
+// or the host emulation's (_core). A 3-D plan's FFT fields have three entries (depth,
+// height, width).
+template <class Planner, class Geometry>
+py::list CudaPlansOf(const Geometry& g, const std::string& algorithm, int64_t workspace_limit,
+                     const std::string& dtype) {
+  const Algorithm a = AlgorithmFrom(algorithm);
+  const int rb = RealBytes(dtype);
+  constexpr bool k3d = std::is_same_v<Geometry, Conv3dGeometry>;
+  py::list out;
+  for (ConvPass pass : kPasses) {
+    cuda::CudaPlan p;
+    ThrowIfError(Planner{}(g, pass, a, rb, workspace_limit, &p));
+    py::dict d = k3d ? PlanFields(p) : PlanDict(p);
+    d["tf_faster"] = cuda::TfFaster(p);
+    if (p.algorithm == Algorithm::kFft) {
+      if (k3d) {
+        const FftTiling& t = p.fft.tiling;
+        d["fft"] = py::make_tuple(p.fft.fft_d, p.fft.fft_h, p.fft.fft_w);
+        d["tile"] = py::make_tuple(p.fft.tile_d, t.tile_h, t.tile_w);
+        d["tiles"] = py::make_tuple(p.fft.tiles_d, t.tiles_h, t.tiles_w);
+      }
+      d["items"] = p.fft.items;
+      d["chunk"] = p.fft.chunk;
+      d["fft_work_bytes"] = p.fft_work_bytes;
+    }
+    out.append(d);
+  }
+  return out;
+}
+
 template <class Planner>
 py::list CudaPlanList(const std::vector<int64_t>& input_shape,
                       const std::vector<int64_t>& filter_shape, const std::vector<int64_t>& strides,
@@ -165,28 +218,31 @@ py::list CudaPlanList(const std::vector<int64_t>& input_shape,
   const ConvGeometry g =
       Geometry(input_shape, filter_shape,
                AttrsFrom(strides, padding, explicit_paddings, data_format, dilations));
-  const Algorithm a = AlgorithmFrom(algorithm);
-  const int rb = RealBytes(dtype);
-  py::list out;
-  for (ConvPass pass : kPasses) {
-    cuda::CudaPlan p;
-    ThrowIfError(Planner{}(g, pass, a, rb, workspace_limit, &p));
-    py::dict d = PlanDict(p);
-    d["tf_faster"] = cuda::TfFaster(p);
-    if (p.algorithm == Algorithm::kFft) {
-      d["items"] = p.fft.items;
-      d["chunk"] = p.fft.chunk;
-      d["fft_work_bytes"] = p.fft_work_bytes;
-    }
-    out.append(d);
-  }
-  return out;
+  return CudaPlansOf<Planner>(g, algorithm, workspace_limit, dtype);
+}
+
+template <class Planner>
+py::list CudaPlan3dList(const std::vector<int64_t>& input_shape,
+                        const std::vector<int64_t>& filter_shape,
+                        const std::vector<int64_t>& strides, const std::string& padding,
+                        const std::string& data_format, const std::vector<int64_t>& dilations,
+                        const std::string& algorithm, int64_t workspace_limit,
+                        const std::string& dtype) {
+  const Conv3dGeometry g =
+      Geometry3d(input_shape, filter_shape, strides, padding, data_format, dilations);
+  return CudaPlansOf<Planner>(g, algorithm, workspace_limit, dtype);
 }
 
 #define LARGECONV_PLAN_PYARGS \
   py::arg("input_shape"), py::arg("filter_shape"), LARGECONV_ARGS, py::arg("dtype") = "float32"
+#define LARGECONV_PLAN3D_PYARGS                                                            \
+  py::arg("input_shape"), py::arg("filter_shape"), py::arg("strides"), py::arg("padding"), \
+      py::arg("data_format") = "NDHWC", py::arg("dilations") = kOnes3d,                    \
+      py::arg("algorithm") = "auto", py::arg("workspace_limit") = int64_t{-1},             \
+      py::arg("dtype") = "float32"
 
 inline const std::vector<int64_t> kOnes{1, 1, 1, 1};
+inline const std::vector<int64_t> kOnes3d{1, 1, 1, 1, 1};
 inline const std::vector<int64_t> kNone{};
 
 #define LARGECONV_ARGS                                                       \
@@ -194,6 +250,10 @@ inline const std::vector<int64_t> kNone{};
       py::arg("explicit_paddings") = kNone, py::arg("data_format") = "NHWC", \
       py::arg("dilations") = kOnes, py::arg("algorithm") = "auto",           \
       py::arg("workspace_limit") = int64_t{-1}
+#define LARGECONV_ARGS3D                                                \
+  py::arg("strides"), py::arg("padding"),                               \
+      py::arg("data_format") = "NDHWC", py::arg("dilations") = kOnes3d, \
+      py::arg("algorithm") = "auto", py::arg("workspace_limit") = int64_t{-1}
 
 }  // namespace largeconv
 

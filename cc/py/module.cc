@@ -199,42 +199,14 @@ py::list PlansOf(const G& g, const PlanRequest& req, const Describe& describe,
 
 // --- Three spatial dimensions ------------------------------------------------------------
 
-Shape5 ShapeOf5(const std::vector<int64_t>& v, const char* name) {
-  if (v.size() != 5) throw py::value_error(std::string(name) + " must have 5 dimensions");
-  return {v[0], v[1], v[2], v[3], v[4]};
-}
-
-// The Conv3D attributes and geometry; `rule` as for Geometry.
-Conv3dGeometry Geometry3d(const std::vector<int64_t>& input_shape,
-                          const std::vector<int64_t>& filter_shape,
-                          const std::vector<int64_t>& strides, const std::string& padding,
-                          const std::string& data_format, const std::vector<int64_t>& dilations,
-                          WindowRule rule = WindowRule::kMustFit) {
-  Conv3dAttrs attrs;
-  ThrowIfError(ParsePadding(padding, &attrs.padding));
-  ThrowIfError(ParseDataFormat3d(data_format, &attrs.data_format));
-  attrs.strides = strides;
-  attrs.dilations = dilations;
-  Conv3dGeometry g;
-  ThrowIfError(MakeGeometry(attrs, ShapeOf5(input_shape, "input"), ShapeOf5(filter_shape, "filter"),
-                            &g, rule));
-  return g;
-}
-
 #define LARGECONV_ARG3D_TYPES                                                                      \
   const std::vector<int64_t>&strides, const std::string &padding, const std::string &data_format,  \
       const std::vector<int64_t>&dilations, const std::string &algorithm, int64_t workspace_limit, \
       int num_threads
 #define LARGECONV_ARG3D_NAMES \
   strides, padding, data_format, dilations, algorithm, workspace_limit, num_threads
-#define LARGECONV_ARGS3D                                                                         \
-  py::arg("strides"), py::arg("padding"),                                                        \
-      py::arg("data_format") = "NDHWC",                                                          \
-      py::arg("dilations") = std::vector<int64_t>{1, 1, 1, 1, 1}, py::arg("algorithm") = "auto", \
-      py::arg("workspace_limit") = int64_t{-1}
-
 // One 3-D pass on host arrays, as RunArrays runs a 2-D one.
-template <typename T>
+template <typename T, bool kEmulate>
 Array<T> RunArrays3d(ConvPass pass, const Array<T>& a, const Array<T>& b,
                      const std::vector<int64_t>& sizes, LARGECONV_ARG3D_TYPES) {
   const PassRoles roles = RolesOf(pass);
@@ -247,26 +219,28 @@ Array<T> RunArrays3d(ConvPass pass, const Array<T>& a, const Array<T>& b,
         CheckOutBackprop(g, ShapeOf5(operands.shape(ConvTensor::kOutput), "out_backprop")));
   }
   Array<T> out(ToVec(g.shape(roles.out)));
-  RunOnHost<T, false>(g, pass, a.data(), a.size(), b.data(), b.size(), out.mutable_data(),
-                      algorithm, workspace_limit, num_threads);
+  RunOnHost<T, kEmulate>(g, pass, a.data(), a.size(), b.data(), b.size(), out.mutable_data(),
+                         algorithm, workspace_limit, num_threads);
   return out;
 }
 
-template <typename T>
+template <typename T, bool kEmulate>
 Array<T> Forward3d(const Array<T>& x, const Array<T>& w, LARGECONV_ARG3D_TYPES) {
-  return RunArrays3d<T>(ConvPass::kForward, x, w, {}, LARGECONV_ARG3D_NAMES);
+  return RunArrays3d<T, kEmulate>(ConvPass::kForward, x, w, {}, LARGECONV_ARG3D_NAMES);
 }
 
-template <typename T>
+template <typename T, bool kEmulate>
 Array<T> BackpropInput3d(const std::vector<int64_t>& input_shape, const Array<T>& w,
                          const Array<T>& dy, LARGECONV_ARG3D_TYPES) {
-  return RunArrays3d<T>(ConvPass::kBackpropInput, w, dy, input_shape, LARGECONV_ARG3D_NAMES);
+  return RunArrays3d<T, kEmulate>(ConvPass::kBackpropInput, w, dy, input_shape,
+                                  LARGECONV_ARG3D_NAMES);
 }
 
-template <typename T>
+template <typename T, bool kEmulate>
 Array<T> BackpropFilter3d(const Array<T>& x, const std::vector<int64_t>& filter_shape,
                           const Array<T>& dy, LARGECONV_ARG3D_TYPES) {
-  return RunArrays3d<T>(ConvPass::kBackpropFilter, x, dy, filter_shape, LARGECONV_ARG3D_NAMES);
+  return RunArrays3d<T, kEmulate>(ConvPass::kBackpropFilter, x, dy, filter_shape,
+                                  LARGECONV_ARG3D_NAMES);
 }
 
 py::dict Geometry3dDict(const std::vector<int64_t>& input_shape,
@@ -303,17 +277,17 @@ py::list Plan3dList(const std::vector<int64_t>& input_shape,
   });
 }
 
-template <typename T>
+template <typename T, bool kEmulate>
 void DefKernels3d(py::module_& m) {
-  m.def("conv3d", &Forward3d<T>, py::arg("input"), py::arg("filter"), LARGECONV_ARGS3D,
+  m.def("conv3d", &Forward3d<T, kEmulate>, py::arg("input"), py::arg("filter"), LARGECONV_ARGS3D,
         py::arg("num_threads") = 0,
         "Forward 3-D convolution (TF Conv3D semantics), planned as the op plans it.");
-  m.def("conv3d_backprop_input", &BackpropInput3d<T>, py::arg("input_shape"), py::arg("filter"),
-        py::arg("out_backprop"), LARGECONV_ARGS3D, py::arg("num_threads") = 0,
+  m.def("conv3d_backprop_input", &BackpropInput3d<T, kEmulate>, py::arg("input_shape"),
+        py::arg("filter"), py::arg("out_backprop"), LARGECONV_ARGS3D, py::arg("num_threads") = 0,
         "Gradient of conv3d with respect to its input.");
-  m.def("conv3d_backprop_filter", &BackpropFilter3d<T>, py::arg("input"), py::arg("filter_shape"),
-        py::arg("out_backprop"), LARGECONV_ARGS3D, py::arg("num_threads") = 0,
-        "Gradient of conv3d with respect to its filter.");
+  m.def("conv3d_backprop_filter", &BackpropFilter3d<T, kEmulate>, py::arg("input"),
+        py::arg("filter_shape"), py::arg("out_backprop"), LARGECONV_ARGS3D,
+        py::arg("num_threads") = 0, "Gradient of conv3d with respect to its filter.");
 }
 
 py::dict GeometryDict(const std::vector<int64_t>& input_shape,
@@ -395,14 +369,15 @@ py::object& EmulatedWorkArea() {
 }
 
 // The GPU planner as the host emulation runs it (no cuFFT work areas, unless a test set
-// one).
+// one; a 3-D transform's depth multiplies its batch there).
 struct HostCudaPlanner {
-  Status operator()(const ConvGeometry& g, ConvPass pass, Algorithm a, int real_bytes,
-                    int64_t limit, cuda::CudaPlan* plan) const {
+  template <class Geometry>
+  Status operator()(const Geometry& g, ConvPass pass, Algorithm a, int real_bytes, int64_t limit,
+                    cuda::CudaPlan* plan) const {
     const py::object& fn = EmulatedWorkArea();
     if (fn.is_none()) return cuda::PlanEmulatedPass(g, pass, a, real_bytes, limit, plan);
     const cuda::WorkBytesFn work = [&fn](const cuda::TransformShape& s, Status*) {
-      return fn(s.fft_h, s.fft_w, s.batch, s.inverse, s.real_bytes).cast<int64_t>();
+      return fn(s.fft_h, s.fft_w, s.fft_d * s.batch, s.inverse, s.real_bytes).cast<int64_t>();
     };
     return cuda::PlanEmulatedPass(g, pass, a, real_bytes, limit, plan, &work);
   }
@@ -459,9 +434,11 @@ PYBIND11_MODULE(_core, m) {
   m.def("plan3d", &Plan3dList, py::arg("input_shape"), py::arg("filter_shape"), LARGECONV_ARGS3D,
         py::arg("num_threads") = 0, py::arg("dtype") = "float32", py::arg("allow_tf") = false,
         "The planner's choice for each 3-D pass, as a list of dicts.");
-  DefKernels3d<double>(m);  // float64 first, as for the 2-D kernels
-  DefKernels3d<float>(m);
-  DefKernels3d<int32_t>(m);
+  DefKernels3d<double, false>(m);  // float64 first, as for the 2-D kernels
+  DefKernels3d<float, false>(m);
+  DefKernels3d<int32_t, false>(m);
+  m.def("cuda_plan3d", &CudaPlan3dList<HostCudaPlanner>, LARGECONV_PLAN3D_PYARGS,
+        "The GPU planner's choice for each 3-D pass (as the host emulation plans it).");
   py::module_ emulation = m.def_submodule(
       "cuda_emulation",
       "The CUDA kernels run on the host (cc/core/cuda/emulate.h), planned as the GPU plans "
@@ -469,4 +446,6 @@ PYBIND11_MODULE(_core, m) {
       "'direct' or 'fft').");
   DefKernels<double, true>(emulation);
   DefKernels<float, true>(emulation);
+  DefKernels3d<double, true>(emulation);
+  DefKernels3d<float, true>(emulation);
 }

@@ -187,6 +187,31 @@ absl::Status AllocateWorkspace(OpKernelContext* ctx, const Plan& plan, Tensor* w
   return absl::OkStatus();
 }
 
+#ifdef LARGECONV_WITH_CUDA
+// Plans a pass for the op's device (the direct tile kernels or the FFT path through cuFFT,
+// found at run time), takes the workspace through allocate_temp and enqueues on the op's
+// stream. Geometry: ConvGeometry or Conv3dGeometry.
+template <typename T, class Geometry>
+void RunOnGpu(OpKernelContext* ctx, const Geometry& g, ConvPass pass, const PlanRequest& request,
+              const Tensor& a, const Tensor& b, Tensor* out) {
+  cuda::CudaPlan plan;  // PlanCudaPass caches plans per geometry and device
+  OP_REQUIRES_OK(ctx, ToStatus(cuda::PlanCudaPass(g, pass, request.algorithm, kComputeBytes<T>,
+                                                  request.workspace_limit, &plan)));
+  const int64_t bytes = plan.workspace_bytes;
+  Tensor workspace;
+  if (bytes > 0) {
+    OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_INT8, TensorShape({bytes}), &workspace));
+  }
+  auto* stream = ctx->op_device_context() ? ctx->op_device_context()->stream() : nullptr;
+  OP_REQUIRES(ctx, stream != nullptr,
+              tensorflow::errors::Internal("the GPU op has no stream to run on"));
+  const auto handle = static_cast<cuda::Stream>(stream->platform_specific_handle().stream);
+  OP_REQUIRES_OK(ctx,
+                 ToStatus(cuda::RunCudaPass(g, plan, CorePtr<T>(a), CorePtr<T>(b), CorePtr<T>(out),
+                                            bytes > 0 ? workspace.data() : nullptr, handle)));
+}
+#endif
+
 class ConvOpBase : public OpKernel {
  public:
   explicit ConvOpBase(OpKernelConstruction* ctx) : OpKernel(ctx) {
@@ -213,7 +238,7 @@ class ConvOpBase : public OpKernel {
            const Tensor& b, Tensor* out) {
 #ifdef LARGECONV_WITH_CUDA
     if constexpr (kGpu) {
-      RunOnGpu<T>(ctx, g, pass, a, b, out);
+      RunOnGpu<T>(ctx, g, pass, request_, a, b, out);
       return;
     }
 #endif
@@ -223,31 +248,6 @@ class ConvOpBase : public OpKernel {
     RunPass(g, plan, CorePtr<T>(a), a.NumElements(), CorePtr<T>(b), b.NumElements(),
             CorePtr<T>(out), plan.workspace_bytes > 0 ? workspace.data() : nullptr, PoolFor(ctx));
   }
-
-#ifdef LARGECONV_WITH_CUDA
-  // Plans for the op's device (the direct tile kernels or the FFT path through cuFFT, found
-  // at run time), takes the workspace through allocate_temp and enqueues on the op's stream.
-  template <typename T>
-  void RunOnGpu(OpKernelContext* ctx, const ConvGeometry& g, ConvPass pass, const Tensor& a,
-                const Tensor& b, Tensor* out) {
-    cuda::CudaPlan plan;  // PlanCudaPass caches plans per geometry and device
-    OP_REQUIRES_OK(ctx, ToStatus(cuda::PlanCudaPass(g, pass, request_.algorithm, kComputeBytes<T>,
-                                                    request_.workspace_limit, &plan)));
-    const int64_t bytes = plan.workspace_bytes;
-    Tensor workspace;
-    if (bytes > 0) {
-      OP_REQUIRES_OK(ctx,
-                     ctx->allocate_temp(tensorflow::DT_INT8, TensorShape({bytes}), &workspace));
-    }
-    auto* stream = ctx->op_device_context() ? ctx->op_device_context()->stream() : nullptr;
-    OP_REQUIRES(ctx, stream != nullptr,
-                tensorflow::errors::Internal("the GPU op has no stream to run on"));
-    const auto handle = static_cast<cuda::Stream>(stream->platform_specific_handle().stream);
-    OP_REQUIRES_OK(
-        ctx, ToStatus(cuda::RunCudaPass(g, plan, CorePtr<T>(a), CorePtr<T>(b), CorePtr<T>(out),
-                                        bytes > 0 ? workspace.data() : nullptr, handle)));
-  }
-#endif
 
   ConvAttrs attrs_;
   PlanRequest request_;
@@ -311,8 +311,8 @@ absl::Status Sizes5Of(const Tensor& t, const char* name, Shape5* out) {
 
 // The three Conv3D ops, as ConvPassOp runs the 2-D ones: inputs 0 and 1 describe the input
 // and the filter (the tensor, or the sizes of the one the pass writes), input 2 is
-// out_backprop.
-template <typename T, ConvPass kPass>
+// out_backprop. kGpu: the CUDA kernels on the op's device.
+template <typename T, bool kGpu, ConvPass kPass>
 class Conv3dPassOp : public OpKernel {
  public:
   explicit Conv3dPassOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
@@ -339,6 +339,16 @@ class Conv3dPassOp : public OpKernel {
     const Shape5 shape = g.shape(kRoles.out);
     Tensor* out = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape(shape), &out));
+    const auto operand = [ctx](ConvTensor t) -> const Tensor& {
+      return ctx->input(t == ConvTensor::kInput ? 0 : t == ConvTensor::kFilter ? 1 : 2);
+    };
+    const Tensor &a = operand(kRoles.a), &b = operand(kRoles.b);
+#ifdef LARGECONV_WITH_CUDA
+    if constexpr (kGpu) {
+      RunOnGpu<T>(ctx, g, kPass, request_, a, b, out);
+      return;
+    }
+#endif
     Pass3dPlan plan;
     const PlanRequest req = DeviceRequest<T>(ctx, request_);
     // The shapes determine the geometry (the attrs are the kernel's own).
@@ -349,10 +359,6 @@ class Conv3dPassOp : public OpKernel {
                        [&](Pass3dPlan* p) { return ToStatus(PlanPass(g, kPass, req, p)); }, &plan));
     Tensor workspace;
     OP_REQUIRES_OK(ctx, AllocateWorkspace(ctx, plan, &workspace));
-    const auto operand = [ctx](ConvTensor t) -> const Tensor& {
-      return ctx->input(t == ConvTensor::kInput ? 0 : t == ConvTensor::kFilter ? 1 : 2);
-    };
-    const Tensor &a = operand(kRoles.a), &b = operand(kRoles.b);
     RunPass(g, plan, CorePtr<T>(a), a.NumElements(), CorePtr<T>(b), b.NumElements(),
             CorePtr<T>(out), plan.workspace_bytes > 0 ? workspace.data() : nullptr, PoolFor(ctx));
   }
@@ -363,21 +369,30 @@ class Conv3dPassOp : public OpKernel {
   PlanCache<std::pair<Shape5, Shape5>, Pass3dPlan> plans_;
 };
 
-#define LARGECONV_REGISTER_3D(C, NAME, TF_WORD)                                            \
-  REGISTER_KERNEL_BUILDER(                                                                 \
-      Name("LargeConv>Conv3D").Device(tensorflow::DEVICE_CPU).TypeConstraint<TfT<C>>("T"), \
-      Conv3dPassOp<C, ConvPass::kForward>);                                                \
-  REGISTER_KERNEL_BUILDER(Name("LargeConv>Conv3DBackpropInput")                            \
-                              .Device(tensorflow::DEVICE_CPU)                              \
-                              .TypeConstraint<TfT<C>>("T")                                 \
-                              .HostMemory("input_sizes"),                                  \
-                          Conv3dPassOp<C, ConvPass::kBackpropInput>);                      \
-  REGISTER_KERNEL_BUILDER(Name("LargeConv>Conv3DBackpropFilter")                           \
-                              .Device(tensorflow::DEVICE_CPU)                              \
-                              .TypeConstraint<TfT<C>>("T")                                 \
-                              .HostMemory("filter_sizes"),                                 \
-                          Conv3dPassOp<C, ConvPass::kBackpropFilter>);
-LARGECONV_FOR_EACH_DTYPE(LARGECONV_REGISTER_3D)
+#define LARGECONV_REGISTER_3D(DEVICE, C, GPU)                                                  \
+  REGISTER_KERNEL_BUILDER(Name("LargeConv>Conv3D").Device(DEVICE).TypeConstraint<TfT<C>>("T"), \
+                          Conv3dPassOp<C, GPU, ConvPass::kForward>);                           \
+  REGISTER_KERNEL_BUILDER(Name("LargeConv>Conv3DBackpropInput")                                \
+                              .Device(DEVICE)                                                  \
+                              .TypeConstraint<TfT<C>>("T")                                     \
+                              .HostMemory("input_sizes"),                                      \
+                          Conv3dPassOp<C, GPU, ConvPass::kBackpropInput>);                     \
+  REGISTER_KERNEL_BUILDER(Name("LargeConv>Conv3DBackpropFilter")                               \
+                              .Device(DEVICE)                                                  \
+                              .TypeConstraint<TfT<C>>("T")                                     \
+                              .HostMemory("filter_sizes"),                                     \
+                          Conv3dPassOp<C, GPU, ConvPass::kBackpropFilter>);
+#define LARGECONV_REGISTER_3D_CPU(C, NAME, TF_WORD) \
+  LARGECONV_REGISTER_3D(tensorflow::DEVICE_CPU, C, false)
+LARGECONV_FOR_EACH_DTYPE(LARGECONV_REGISTER_3D_CPU)
+#undef LARGECONV_REGISTER_3D_CPU
+#ifdef LARGECONV_WITH_CUDA
+// The floating types only, as for the 2-D ops below.
+#define LARGECONV_REGISTER_3D_GPU(C, NAME, TF_WORD) \
+  LARGECONV_REGISTER_3D(tensorflow::DEVICE_GPU, C, true)
+LARGECONV_FOR_EACH_FLOAT_DTYPE(LARGECONV_REGISTER_3D_GPU)
+#undef LARGECONV_REGISTER_3D_GPU
+#endif
 #undef LARGECONV_REGISTER_3D
 
 // Kernels are templated on the core storage type and registered for its TF type.

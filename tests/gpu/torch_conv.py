@@ -52,3 +52,22 @@ def conv2d_transpose(x, w, out_hw, stride, padding):
   t, l = t - pt, l - pl
   y = F.pad(y, (0, max(l + wd - y.shape[3], 0), 0, max(t + h - y.shape[2], 0)))
   return y[:, :, t:t + h, l:l + wd]
+
+
+def conv3d_and_grads(x, w, dy, strides, pads, dilations, data_format):
+  """Conv3D's forward output and (d input, d filter) through torch.nn.functional.conv3d,
+  for x in data_format, w DHWIO, dy like the output; `pads` is ((front, back), (top,
+  bottom), (left, right)) as TF computes them (reference3d.Oracle3d's before / after).
+  Returns tensors in the same layouts as the inputs."""
+  xn = x if data_format == "NCDHW" else x.permute(0, 4, 1, 2, 3)
+  xn = xn.detach().clone().requires_grad_(True)
+  wo = w.permute(4, 3, 0, 1, 2).detach().clone().requires_grad_(True)
+  groups = xn.shape[1] // w.shape[3]
+  flat = [p for pair in reversed(pads) for p in pair]  # F.pad wants the last dimension first
+  y = F.conv3d(F.pad(xn, flat), wo, stride=tuple(strides), dilation=tuple(dilations),
+               groups=groups)
+  dyn = dy if data_format == "NCDHW" else dy.permute(0, 4, 1, 2, 3)
+  y.backward(dyn)
+  back = (lambda a: a) if data_format == "NCDHW" else (lambda a: a.permute(0, 2, 3, 4, 1))
+  return (back(y.detach()).contiguous(), back(xn.grad).contiguous(),
+          wo.grad.permute(2, 3, 4, 1, 0).contiguous())

@@ -124,10 +124,10 @@ struct Key {
   int device;
   bool inverse;
   int real_bytes;
-  int64_t fft_h, fft_w, batch;
+  int64_t fft_d, fft_h, fft_w, batch;
   bool operator<(const Key& o) const {
-    return std::tie(device, inverse, real_bytes, fft_h, fft_w, batch) <
-           std::tie(o.device, o.inverse, o.real_bytes, o.fft_h, o.fft_w, o.batch);
+    return std::tie(device, inverse, real_bytes, fft_d, fft_h, fft_w, batch) <
+           std::tie(o.device, o.inverse, o.real_bytes, o.fft_d, o.fft_h, o.fft_w, o.batch);
   }
 };
 
@@ -182,7 +182,7 @@ Status GetPlan(Cache& cache, const TransformShape& s, Plan** out, std::vector<Pl
   int device = 0;
   const cudaError_t e = cudaGetDevice(&device);
   if (e != cudaSuccess) return CudaStatus("no CUDA device", e);
-  const Key key{device, s.inverse, s.real_bytes, s.fft_h, s.fft_w, s.batch};
+  const Key key{device, s.inverse, s.real_bytes, s.fft_d, s.fft_h, s.fft_w, s.batch};
   auto it = cache.plans.find(key);
   if (it == cache.plans.end()) {
     size_t on_device = 0;
@@ -201,16 +201,18 @@ Status GetPlan(Cache& cache, const TransformShape& s, Plan** out, std::vector<Pl
     Plan p;
     Result r = api.create(&p.handle);
     if (r != 0) return ResultStatus("plan creation", r);
-    long long n[2] = {s.fft_h, s.fft_w};
-    long long padded[2] = {s.fft_h, 2 * (s.fft_w / 2 + 1)};
-    long long bins[2] = {s.fft_h, s.fft_w / 2 + 1};
-    const long long padded_dist = padded[0] * padded[1], bins_dist = bins[0] * bins[1];
+    long long n[3] = {s.fft_d, s.fft_h, s.fft_w};
+    long long padded[3] = {s.fft_d, s.fft_h, 2 * (s.fft_w / 2 + 1)};
+    long long bins[3] = {s.fft_d, s.fft_h, s.fft_w / 2 + 1};
+    const long long padded_dist = padded[0] * padded[1] * padded[2],
+                    bins_dist = bins[0] * bins[1] * bins[2];
     const bool dbl = s.real_bytes == 8;
     const int type = s.inverse ? (dbl ? kZ2D : kC2R) : (dbl ? kD2Z : kR2C);
-    // A height of 1 (1-D geometries: conv1d) is a batch of single rows: a rank-1 plan over
-    // the same layout, as cuFFT makes no 2-D plan with a side of 1.
-    const int rank = s.fft_h == 1 ? 1 : 2;
-    long long *nn = n + 2 - rank, *pp = padded + 2 - rank, *bb = bins + 2 - rank;
+    // Volumes (Conv3D, fft_d > 1) are rank-3 plans. A height of 1 (1-D geometries: conv1d)
+    // is a batch of single rows: a rank-1 plan over the same layout, as cuFFT makes no 2-D
+    // plan with a side of 1.
+    const int rank = s.fft_d > 1 ? 3 : s.fft_h == 1 ? 1 : 2;
+    long long *nn = n + 3 - rank, *pp = padded + 3 - rank, *bb = bins + 3 - rank;
     r = api.set_auto_allocation(p.handle, 0);
     if (r == 0) {
       r = s.inverse ? api.make_plan_many64(p.handle, rank, nn, bb, 1, bins_dist, pp, 1, padded_dist,
@@ -222,6 +224,7 @@ Status GetPlan(Cache& cache, const TransformShape& s, Plan** out, std::vector<Pl
       api.destroy(p.handle);
       return ResultStatus("plan making", r,
                           " for a batch of " + std::to_string(s.batch) + " transforms of " +
+                              (s.fft_d > 1 ? std::to_string(s.fft_d) + "x" : "") +
                               std::to_string(s.fft_h) + "x" + std::to_string(s.fft_w));
     }
     it = cache.plans.emplace(key, p).first;

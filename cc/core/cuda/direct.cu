@@ -74,11 +74,10 @@ struct DeviceLauncher {
   }
 };
 
-}  // namespace
-
-template <typename T>
-Status DirectPass(const ConvGeometry& g, ConvPass pass, const TileConfig& c, const T* a, const T* b,
-                  T* out, void* workspace, Stream stream, const int* gate) {
+// Geometry: ConvGeometry or Conv3dGeometry.
+template <typename T, class Geometry>
+Status Launch(const Geometry& g, ConvPass pass, const TileConfig& c, const T* a, const T* b, T* out,
+              void* workspace, Stream stream, const int* gate) {
   if (c.workspace_bytes > 0 && workspace == nullptr) {
     return Internal("the direct backprop-filter kernels need a workspace of " +
                     std::to_string(c.workspace_bytes) + " bytes");
@@ -88,8 +87,24 @@ Status DirectPass(const ConvGeometry& g, ConvPass pass, const TileConfig& c, con
   return CudaStatus("CUDA kernel launch failed", run.error);
 }
 
-#define LARGECONV_INSTANTIATE(T, NAME, TF_WORD)                                             \
-  template Status DirectPass<T>(const ConvGeometry&, ConvPass, const TileConfig&, const T*, \
+}  // namespace
+
+template <typename T>
+Status DirectPass(const ConvGeometry& g, ConvPass pass, const TileConfig& c, const T* a, const T* b,
+                  T* out, void* workspace, Stream stream, const int* gate) {
+  return Launch(g, pass, c, a, b, out, workspace, stream, gate);
+}
+
+template <typename T>
+Status DirectPass(const Conv3dGeometry& g, ConvPass pass, const TileConfig& c, const T* a,
+                  const T* b, T* out, void* workspace, Stream stream, const int* gate) {
+  return Launch(g, pass, c, a, b, out, workspace, stream, gate);
+}
+
+#define LARGECONV_INSTANTIATE(T, NAME, TF_WORD)                                               \
+  template Status DirectPass<T>(const ConvGeometry&, ConvPass, const TileConfig&, const T*,   \
+                                const T*, T*, void*, Stream, const int*);                     \
+  template Status DirectPass<T>(const Conv3dGeometry&, ConvPass, const TileConfig&, const T*, \
                                 const T*, T*, void*, Stream, const int*);
 LARGECONV_FOR_EACH_FLOAT_DTYPE(LARGECONV_INSTANTIATE)
 #undef LARGECONV_INSTANTIATE

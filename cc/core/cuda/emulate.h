@@ -73,41 +73,47 @@ struct HostFftRunner {
       Run(s, static_cast<float*>(data));
     }
   }
-  template <typename T>
-  void Direct(const ConvGeometry& g, ConvPass pass, const TileConfig& config, const T* a,
-              const T* b, T* out, void* workspace, const int* gate) {
+  template <typename T, class Geometry>
+  void Direct(const Geometry& g, ConvPass pass, const TileConfig& config, const T* a, const T* b,
+              T* out, void* workspace, const int* gate) {
     HostEmulator run{gate};
     DispatchTiles(g, pass, config, a, b, out, workspace, run);
   }
 
  private:
+  // Batches of fft_d x fft_h x fft_w volumes (planes when fft_d is 1: the depth axis, of
+  // length 1, is then not transformed).
   template <typename R>
   static void Run(const TransformShape& s, R* data) {
-    const size_t n = s.batch, h = s.fft_h, w = s.fft_w, hw = w / 2 + 1, pitch = 2 * hw;
-    const ptrdiff_t plane = h * pitch;
-    std::vector<std::complex<R>> spec(n * h * hw);
+    const size_t n = s.batch, d = s.fft_d, h = s.fft_h, w = s.fft_w, hw = w / 2 + 1, pitch = 2 * hw;
+    const ptrdiff_t slice = h * pitch, plane = d * slice;
+    const std::vector<size_t> axes =
+        d > 1 ? std::vector<size_t>{1, 2, 3} : std::vector<size_t>{2, 3};
+    std::vector<std::complex<R>> spec(n * d * h * hw);
     if (!s.inverse) {
-      ducc0::cfmav<R> in(data, {n, h, w}, {plane, ptrdiff_t(pitch), 1});
-      ducc0::vfmav<std::complex<R>> out(spec.data(), {n, h, hw});
-      ducc0::r2c(in, out, {1, 2}, true, R(1), 1);
+      ducc0::cfmav<R> in(data, {n, d, h, w}, {plane, slice, ptrdiff_t(pitch), 1});
+      ducc0::vfmav<std::complex<R>> out(spec.data(), {n, d, h, hw});
+      ducc0::r2c(in, out, axes, true, R(1), 1);
       std::memcpy(static_cast<void*>(data), spec.data(), spec.size() * sizeof(spec[0]));
       return;
     }
     std::memcpy(static_cast<void*>(spec.data()), data, spec.size() * sizeof(spec[0]));
-    ducc0::vfmav<std::complex<R>> in(spec.data(), {n, h, hw});
-    ducc0::vfmav<R> out(data, {n, h, w}, {plane, ptrdiff_t(pitch), 1});
-    ducc0::c2r_mut(in, out, {1, 2}, false, R(1), 1);
-    for (size_t i = 0; i < n * h; ++i) {
+    ducc0::vfmav<std::complex<R>> in(spec.data(), {n, d, h, hw});
+    ducc0::vfmav<R> out(data, {n, d, h, w}, {plane, slice, ptrdiff_t(pitch), 1});
+    ducc0::c2r_mut(in, out, axes, false, R(1), 1);
+    for (size_t i = 0; i < n * d * h; ++i) {
       std::fill(data + i * pitch + w, data + (i + 1) * pitch, std::numeric_limits<R>::quiet_NaN());
     }
   }
 };
 
 // Plans a pass as the device does, with the emulation's transforms (no work area), or
-// with `work_area` standing for cuFFT's where given.
-inline Status PlanEmulatedPass(const ConvGeometry& g, ConvPass pass, Algorithm algorithm,
-                               int real_bytes, int64_t workspace_limit, CudaPlan* plan,
-                               const WorkBytesFn* work_area = nullptr) {
+// with `work_area` standing for cuFFT's where given. Geometry: ConvGeometry or
+// Conv3dGeometry, here and below.
+template <class Geometry>
+Status PlanEmulatedPass(const Geometry& g, ConvPass pass, Algorithm algorithm, int real_bytes,
+                        int64_t workspace_limit, CudaPlan* plan,
+                        const WorkBytesFn* work_area = nullptr) {
   const WorkBytesFn none = [](const TransformShape&, Status*) -> int64_t { return 0; };
   return PlanGpuPass(g, pass, algorithm, real_bytes, workspace_limit,
                      work_area != nullptr ? work_area : &none, "", plan);
@@ -115,8 +121,8 @@ inline Status PlanEmulatedPass(const ConvGeometry& g, ConvPass pass, Algorithm a
 
 // Plans a pass as the device does and runs it through the emulated kernels: algorithm
 // kAuto, kDirect or kFft. Returns OK or the planner's error.
-template <typename T>
-Status EmulateCudaPass(const ConvGeometry& g, ConvPass pass, Algorithm algorithm, const T* a,
+template <typename T, class Geometry>
+Status EmulateCudaPass(const Geometry& g, ConvPass pass, Algorithm algorithm, const T* a,
                        const T* b, T* out, int64_t workspace_limit) {
   CudaPlan plan;
   LC_RETURN_IF_ERROR(

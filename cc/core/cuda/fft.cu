@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <utility>
 
 #include "cc/core/cuda/cuda_status.h"
 #include "cc/core/cuda/cufft.h"
@@ -54,30 +55,49 @@ struct DeviceRunner {
     error = CufftExecute(s, data, work, work_bytes, stream);
     transform_failed = !error.ok();
   }
-  template <typename T>
-  void Direct(const ConvGeometry& g, ConvPass pass, const TileConfig& config, const T* a,
-              const T* b, T* out, void* workspace, const int* gate) {
+  template <typename T, class Geometry>
+  void Direct(const Geometry& g, ConvPass pass, const TileConfig& config, const T* a, const T* b,
+              T* out, void* workspace, const int* gate) {
     if (error.ok()) error = DirectPass(g, pass, config, a, b, out, workspace, stream, gate);
   }
 };
 
 // Plans by everything they depend on: the geometry, the request and the device. Planning
-// searches every transform size (milliseconds), and a training loop or a benchmark asks for
-// the same few geometries on every call.
-using PlanKey = std::tuple<ConvGeometry::Key, ConvPass, Algorithm, int, int64_t, int>;
+// searches every transform size (milliseconds; in 3-D more), and a training loop or a
+// benchmark asks for the same few geometries on every call. One cache per dimensionality.
+template <class GeometryKey>
+struct PlanCache {
+  using Key = std::tuple<GeometryKey, ConvPass, Algorithm, int, int64_t, int>;
+  std::mutex mu;
+  std::map<Key, CudaPlan> plans;
+};
 constexpr size_t kMaxCachedPlans = 256;
 
-struct PlanCache {
-  std::mutex mu;
-  std::map<PlanKey, CudaPlan> plans;
-};
+// Every field of a Conv3dGeometry, as ConvGeometry::key() lists a 2-D one's.
+using Conv3dKey = std::array<int64_t, 5 + 7 * kSpatial3d + 1>;
+Conv3dKey KeyOf(const Conv3dGeometry& g) {
+  Conv3dKey k{g.batch, g.in_c, g.filter_in_c, g.out_c, g.groups};
+  size_t i = 5;
+  for (const Dims3* d :
+       {&g.in, &g.filter, &g.out, &g.stride, &g.dilation, &g.pad_before, &g.pad_after}) {
+    for (int64_t v : *d) k[i++] = v;
+  }
+  k[i] = static_cast<int64_t>(g.data_format);
+  return k;
+}
+ConvGeometry::Key KeyOf(const ConvGeometry& g) { return g.key(); }
 
-PlanCache& Plans() {
-  static PlanCache* cache = new PlanCache();
+template <class Geometry>
+using CacheFor = PlanCache<decltype(KeyOf(std::declval<const Geometry&>()))>;
+
+template <class Geometry>
+CacheFor<Geometry>& Plans() {
+  static auto* cache = new CacheFor<Geometry>();
   return *cache;
 }
 
-Status PlanUncached(const ConvGeometry& g, ConvPass pass, Algorithm algorithm, int real_bytes,
+template <class Geometry>
+Status PlanUncached(const Geometry& g, ConvPass pass, Algorithm algorithm, int real_bytes,
                     int64_t workspace_limit, CudaPlan* plan) {
   const std::string status = algorithm == Algorithm::kDirect ? "" : CufftStatus();
   if (algorithm == Algorithm::kDirect || !status.empty()) {
@@ -89,17 +109,17 @@ Status PlanUncached(const ConvGeometry& g, ConvPass pass, Algorithm algorithm, i
   return PlanGpuPass(g, pass, algorithm, real_bytes, workspace_limit, &work, "", plan);
 }
 
-}  // namespace
-
-Status PlanCudaPass(const ConvGeometry& g, ConvPass pass, Algorithm algorithm, int real_bytes,
-                    int64_t workspace_limit, CudaPlan* plan) {
+template <class Geometry>
+Status PlanCached(const Geometry& g, ConvPass pass, Algorithm algorithm, int real_bytes,
+                  int64_t workspace_limit, CudaPlan* plan) {
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) {
     cudaGetLastError();  // no device: plan anyway (the direct kernels need none to plan)
     device = -1;
   }
-  const PlanKey key{g.key(), pass, algorithm, real_bytes, workspace_limit, device};
-  PlanCache& cache = Plans();
+  const typename CacheFor<Geometry>::Key key{KeyOf(g),        pass,  algorithm, real_bytes,
+                                             workspace_limit, device};
+  CacheFor<Geometry>& cache = Plans<Geometry>();
   {
     std::lock_guard<std::mutex> lock(cache.mu);
     auto it = cache.plans.find(key);
@@ -115,9 +135,12 @@ Status PlanCudaPass(const ConvGeometry& g, ConvPass pass, Algorithm algorithm, i
   return OkStatus();
 }
 
-template <typename T>
-Status RunCudaPass(const ConvGeometry& g, const CudaPlan& plan, const T* a, const T* b, T* out,
-                   void* workspace, Stream stream) {
+// Inlined into RunCudaPass<T>, so that the direct kernels' driver is still called from the
+// launch functions only (test_cuda_emulation reads the calls from the machine code).
+template <typename T, class Geometry>
+__attribute__((always_inline)) inline Status Run(const Geometry& g, const CudaPlan& plan,
+                                                 const T* a, const T* b, T* out, void* workspace,
+                                                 Stream stream) {
   if (g.no_products()) {  // zeros, or nothing at all; the tile kernels assume taps
     const size_t bytes = static_cast<size_t>(g.elements(RolesOf(plan.pass).out)) * sizeof(T);
     return CudaStatus("clearing the result", cudaMemsetAsync(out, 0, bytes, stream));
@@ -141,8 +164,34 @@ Status RunCudaPass(const ConvGeometry& g, const CudaPlan& plan, const T* a, cons
   return run.error;
 }
 
-#define LARGECONV_INSTANTIATE(T, NAME, TF_WORD)                                                \
-  template Status RunCudaPass<T>(const ConvGeometry&, const CudaPlan&, const T*, const T*, T*, \
+}  // namespace
+
+Status PlanCudaPass(const ConvGeometry& g, ConvPass pass, Algorithm algorithm, int real_bytes,
+                    int64_t workspace_limit, CudaPlan* plan) {
+  return PlanCached(g, pass, algorithm, real_bytes, workspace_limit, plan);
+}
+
+Status PlanCudaPass(const Conv3dGeometry& g, ConvPass pass, Algorithm algorithm, int real_bytes,
+                    int64_t workspace_limit, CudaPlan* plan) {
+  return PlanCached(g, pass, algorithm, real_bytes, workspace_limit, plan);
+}
+
+template <typename T>
+Status RunCudaPass(const ConvGeometry& g, const CudaPlan& plan, const T* a, const T* b, T* out,
+                   void* workspace, Stream stream) {
+  return Run(g, plan, a, b, out, workspace, stream);
+}
+
+template <typename T>
+Status RunCudaPass(const Conv3dGeometry& g, const CudaPlan& plan, const T* a, const T* b, T* out,
+                   void* workspace, Stream stream) {
+  return Run(g, plan, a, b, out, workspace, stream);
+}
+
+#define LARGECONV_INSTANTIATE(T, NAME, TF_WORD)                                                  \
+  template Status RunCudaPass<T>(const ConvGeometry&, const CudaPlan&, const T*, const T*, T*,   \
+                                 void*, Stream);                                                 \
+  template Status RunCudaPass<T>(const Conv3dGeometry&, const CudaPlan&, const T*, const T*, T*, \
                                  void*, Stream);
 LARGECONV_FOR_EACH_FLOAT_DTYPE(LARGECONV_INSTANTIATE)
 #undef LARGECONV_INSTANTIATE

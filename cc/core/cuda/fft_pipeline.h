@@ -4,7 +4,9 @@
 //   forward:         y[p]  = sum_k x_pad[p + k] w_dil[k]         (every stride-th p kept)
 //   backprop-input:  dx[p] = sum_k dy_z[p + pt - KE + 1 + k] w_dil[KE - 1 - k]
 //   backprop-filter: dw[k] = sum_p x_pad[p + k] dy_z[p]          (summed over batch, tiles)
-// with the tiling of MakeFftTiling. A pass runs in rounds of `chunk` items (image tiles):
+// with the tiling of MakeFftTiling, in two dimensions or three (Conv3D: every position,
+// tile and plane then has a depth, which is 1 in 2-D). A pass runs in rounds of `chunk`
+// items (image tiles):
 //   forward / backprop-input
 //     once:       PlaceFilters -> R2C(filter spectra)       (scaled by 1 / transform size)
 //     per round:  PackTiles -> R2C -> MultiplyConj -> C2R -> StoreTiles
@@ -48,16 +50,36 @@ LC_HD inline int64_t ModHD(int64_t a, int64_t m) { return ((a % m) + m) % m; }
 // stride of up to 2^28 on top of the last index).
 constexpr int64_t kNarrowCount = (int64_t{1} << 31) - (int64_t{1} << 28);
 
-// Transform geometry the element kernels share.
+// Transform geometry the element kernels share. A plane is one transform's reals: fd
+// slices of fh rows of `pitch` reals (fd = 1 in 2-D).
 struct FftGeom {
-  int64_t fh, fw, pitch, plane;  // pitch = 2 (fw / 2 + 1) reals; plane = fh * pitch
-  int64_t bins;                  // fh * (fw / 2 + 1)
-  FftTiling t;
-  int64_t per_image;  // tiles per image
+  int64_t fd, fh, fw, pitch, slice, plane;  // pitch = 2 (fw / 2 + 1); slice = fh * pitch;
+                                            // plane = fd * slice
+  int64_t bins;                             // fd * fh * (fw / 2 + 1)
+  FftTiling t;                              // height and width
+  int64_t tile_d, dense_d;                  // depth
+  int64_t tiles_hw, per_image;              // tiles per depth and per image
   LC_HD int64_t Image(int64_t item) const { return item / per_image; }
-  LC_HD int64_t TileRow(int64_t item) const { return item % per_image / t.tiles_w * t.tile_h; }
-  LC_HD int64_t TileCol(int64_t item) const { return item % per_image % t.tiles_w * t.tile_w; }
+  LC_HD int64_t TileDepth(int64_t item) const { return item % per_image / tiles_hw * tile_d; }
+  LC_HD int64_t TileRow(int64_t item) const { return item % tiles_hw / t.tiles_w * t.tile_h; }
+  LC_HD int64_t TileCol(int64_t item) const { return item % t.tiles_w * t.tile_w; }
 };
+inline FftGeom MakeFftGeom(const GpuFftConfig& c, int64_t bins) {
+  const int64_t pitch = 2 * (c.fft_w / 2 + 1);
+  const FftTiling& t = c.tiling;
+  return {c.fft_d,
+          c.fft_h,
+          c.fft_w,
+          pitch,
+          c.fft_h * pitch,
+          c.fft_d * c.fft_h * pitch,
+          bins,
+          t,
+          c.tile_d,
+          c.dense_d,
+          t.tiles_h * t.tiles_w,
+          c.tiles_d * t.tiles_h * t.tiles_w};
+}
 
 struct SetFlag {
   int* flag;
@@ -104,36 +126,50 @@ struct PlaceFilters {
   LC_HD void operator()(I e) const {
     const I pitch = static_cast<I>(f.pitch), s = e / static_cast<I>(f.plane);
     const I c = e % pitch, r = e / pitch % static_cast<I>(f.fh);
+    const I z = e / static_cast<I>(f.slice) % static_cast<I>(f.fd);
     const I per_group = static_cast<I>(scpg * dcpg), dcs = static_cast<I>(dcpg);
     const int64_t grp = s / per_group, sc = s / dcs % static_cast<I>(scpg), dc = s % dcs;
-    const int64_t keh = DilatedExtent(g.filter_h, g.dilation_h),
+    const int64_t ked = DilatedExtent(g.filter_d, g.dilation_d),
+                  keh = DilatedExtent(g.filter_h, g.dilation_h),
                   kew = DilatedExtent(g.filter_w, g.dilation_w);
-    const int64_t y = flip ? keh - 1 - r : r, x = flip ? kew - 1 - c : c;
+    const int64_t q = flip ? ked - 1 - z : z, y = flip ? keh - 1 - r : r,
+                  x = flip ? kew - 1 - c : c;
     R v = R(0);
-    if (c < f.fw && y >= 0 && x >= 0 && y % g.dilation_h == 0 && x % g.dilation_w == 0 &&
-        y / g.dilation_h < g.filter_h && x / g.dilation_w < g.filter_w) {
+    if (c < f.fw && q >= 0 && y >= 0 && x >= 0 && q % g.dilation_d == 0 && y % g.dilation_h == 0 &&
+        x % g.dilation_w == 0 && q / g.dilation_d < g.filter_d && y / g.dilation_h < g.filter_h &&
+        x / g.dilation_w < g.filter_w) {
       const int64_t ci = flip ? dc : sc, co = grp * g.cout_g + (flip ? sc : dc);
-      const int64_t tap = (y / g.dilation_h) * g.filter_w + x / g.dilation_w;
+      const int64_t tap =
+          ((q / g.dilation_d) * g.filter_h + y / g.dilation_h) * g.filter_w + x / g.dilation_w;
       v = scale * static_cast<R>(Load(filter[(tap * g.cin_g + ci) * g.out_c + co]));
     }
     dst[e] = v;
   }
 };
 
-// A round's source tiles as real planes (item, channel): tile pixel (r, c) of item it holds
-// the source at dense position (tile origin + org + (r, c)), where dense position q is
-// element q / stuff when q >= 0 and q % stuff == 0 (zero-stuffing by the stride), zero
-// outside the source. With clip, only the pixels inside the tile's own extent are loaded
-// (out_backprop in backprop-filter).
+// One dimension of the source PackTiles reads: `size` elements `stride` apart, seen at
+// dense positions stuffed with stuff - 1 zeros (the stride of a gradient's source), and
+// the offset `org` of a tile's dense positions from the tile's origin.
+struct PackDim {
+  int64_t size, stuff, org, stride;
+  // The element at dense position q, or -1 for a zero.
+  LC_HD int64_t Index(int64_t q) const {
+    return q >= 0 && q % stuff == 0 && q / stuff < size ? q / stuff : -1;
+  }
+};
+
+// A round's source tiles as real planes (item, channel): tile pixel (z, r, c) of item it
+// holds the source at dense position (tile origin + org + (z, r, c)), where dense
+// position q is element q / stuff when q >= 0 and q % stuff == 0 (zero-stuffing by the
+// stride), zero outside the source. With clip, only the pixels inside the tile's own
+// extent are loaded (out_backprop in backprop-filter).
 template <typename T, typename R>
 struct PackTiles {
   FftGeom f;
   const T* base;
-  Strides4 st;
-  int64_t rows, cols, stuff_h, stuff_w, channels;
-  int64_t org_h, org_w;
+  int64_t image_stride, channel_stride, channels;
+  PackDim d, h, w;
   bool clip;
-  int64_t dense_h, dense_w;  // the tiling's extent (for clip)
   int64_t item0;
   R* dst;
   template <typename I>
@@ -141,16 +177,17 @@ struct PackTiles {
     const I pitch = static_cast<I>(f.pitch), plane = static_cast<I>(f.plane);
     const I chs = static_cast<I>(channels);
     const I c = e % pitch, r = e / pitch % static_cast<I>(f.fh), p = e / plane;
+    const I z = e / static_cast<I>(f.slice) % static_cast<I>(f.fd);
     const int64_t ch = p % chs, item = item0 + p / chs;
-    const int64_t p0h = f.TileRow(item), p0w = f.TileCol(item);
+    const int64_t p0d = f.TileDepth(item), p0h = f.TileRow(item), p0w = f.TileCol(item);
     R v = R(0);
-    const bool inside =
-        !clip || (r < f.t.tile_h && p0h + r < dense_h && c < f.t.tile_w && p0w + c < dense_w);
-    const int64_t qh = p0h + org_h + r, qw = p0w + org_w + c;
-    if (c < f.fw && inside && qh >= 0 && qw >= 0 && qh % stuff_h == 0 && qw % stuff_w == 0 &&
-        qh / stuff_h < rows && qw / stuff_w < cols) {
-      v = static_cast<R>(Load(
-          base[f.Image(item) * st.n + ch * st.c + (qh / stuff_h) * st.h + (qw / stuff_w) * st.w]));
+    const bool inside = !clip || (z < f.tile_d && p0d + z < f.dense_d && r < f.t.tile_h &&
+                                  p0h + r < f.t.dense_h && c < f.t.tile_w && p0w + c < f.t.dense_w);
+    const int64_t iz = d.Index(p0d + d.org + z), iy = h.Index(p0h + h.org + r),
+                  ix = w.Index(p0w + w.org + c);
+    if (c < f.fw && inside && iz >= 0 && iy >= 0 && ix >= 0) {
+      v = static_cast<R>(Load(base[f.Image(item) * image_stride + ch * channel_stride +
+                                   iz * d.stride + iy * h.stride + ix * w.stride]));
     }
     dst[e] = v;
   }
@@ -188,27 +225,32 @@ struct MultiplyConj {
 };
 
 // The wanted outputs of a round's result planes into the destination tensor: dense tile
-// position (r, c) of item it is output ((p0 + r) / out_stride) when on the stride grid,
-// read from the plane at (r - shift) modulo the transform size.
+// position (z, r, c) of item it is output ((p0 + (z, r, c)) / out_stride) when on the
+// stride grid, read from the plane at (r, c) - shift modulo the transform size (depth has
+// no shift). ds: the destination's element strides, dsd its depth's.
 template <typename T, typename R>
 struct StoreTiles {
   FftGeom f;
   T* out;
   Strides4 ds;
-  int64_t channels, out_sh, out_sw, item0;
+  int64_t dsd, channels, out_sd, out_sh, out_sw, item0;
   const R* real;
   template <typename I>
   LC_HD void operator()(I e) const {
     const I tw = static_cast<I>(f.t.tile_w), th = static_cast<I>(f.t.tile_h);
-    const I chs = static_cast<I>(channels), row = e / tw, p = row / th;
-    const int64_t c = e % tw, r = row % th, ch = p % chs;
+    const I td = static_cast<I>(f.tile_d);
+    const I chs = static_cast<I>(channels), row = e / tw, slab = row / th, p = slab / td;
+    const int64_t c = e % tw, r = row % th, z = slab % td, ch = p % chs;
     const int64_t local = p / chs, item = item0 + local;
-    const int64_t ph = f.TileRow(item) + r, pw = f.TileCol(item) + c;
-    if (ph >= f.t.dense_h || pw >= f.t.dense_w || ph % out_sh != 0 || pw % out_sw != 0) return;
-    const R v = real[(local * channels + ch) * f.plane + ModHD(r - f.t.shift_h, f.fh) * f.pitch +
-                     ModHD(c - f.t.shift_w, f.fw)];
-    out[f.Image(item) * ds.n + ch * ds.c + (ph / out_sh) * ds.h + (pw / out_sw) * ds.w] =
-        Store<T>(v);
+    const int64_t pd = f.TileDepth(item) + z, ph = f.TileRow(item) + r, pw = f.TileCol(item) + c;
+    if (pd >= f.dense_d || ph >= f.t.dense_h || pw >= f.t.dense_w || pd % out_sd != 0 ||
+        ph % out_sh != 0 || pw % out_sw != 0) {
+      return;
+    }
+    const R v = real[(local * channels + ch) * f.plane + z * f.slice +
+                     ModHD(r - f.t.shift_h, f.fh) * f.pitch + ModHD(c - f.t.shift_w, f.fw)];
+    out[f.Image(item) * ds.n + ch * ds.c + (pd / out_sd) * dsd + (ph / out_sh) * ds.h +
+        (pw / out_sw) * ds.w] = Store<T>(v);
   }
 };
 
@@ -249,8 +291,8 @@ struct AccumulateConj {
   }
 };
 
-// Filter gradient tap (kh, kw, i, co) from the transformed-back accumulator of
-// (group, i, o): lag (kh, kw) * dilation, less the tiling's shift, times `scale`.
+// Filter gradient tap (kd, kh, kw, i, co) from the transformed-back accumulator of
+// (group, i, o): lag (kd, kh, kw) * dilation, less the tiling's shift, times `scale`.
 template <typename T, typename R>
 struct ReadFilter {
   TileGeom g;
@@ -262,11 +304,12 @@ struct ReadFilter {
   LC_HD void operator()(I e) const {
     const int64_t co = e % g.out_c, i = e / g.out_c % g.cin_g;
     const int64_t kw = e / (g.out_c * g.cin_g) % g.filter_w,
-                  kh = e / (g.out_c * g.cin_g * g.filter_w);
+                  kh = e / (g.out_c * g.cin_g * g.filter_w) % g.filter_h,
+                  kd = e / (g.out_c * g.cin_g * g.filter_w * g.filter_h);
     const int64_t s = ((co / g.cout_g) * g.cin_g + i) * g.cout_g + co % g.cout_g;
-    out[e] =
-        Store<T>(scale * real[s * f.plane + ModHD(kh * g.dilation_h - f.t.shift_h, f.fh) * f.pitch +
-                              ModHD(kw * g.dilation_w - f.t.shift_w, f.fw)]);
+    out[e] = Store<T>(scale * real[s * f.plane + kd * g.dilation_d * f.slice +
+                                   ModHD(kh * g.dilation_h - f.t.shift_h, f.fh) * f.pitch +
+                                   ModHD(kw * g.dilation_w - f.t.shift_w, f.fw)]);
   }
 };
 
@@ -274,7 +317,7 @@ struct ReadFilter {
 //   run.ForEach(count, functor)               functor(i) for i in [0, count), i an int32_t
 //                                             when count < kNarrowCount, else an int64_t
 //   run.Transform(shape, data, work)          in place, unnormalised, `work` its work area
-//   run.Direct(g, pass, config, a, b, out, workspace, gate)
+//   run.Direct(geom, pass, config, a, b, out, workspace, gate)
 //                                             the direct kernels, skipped unless *gate != 0
 // Operands in RunPass's order; `workspace` holds plan.workspace_bytes.
 // One planned FFT pass as its phases see it: the plan, the workspace carved up by the
@@ -296,25 +339,40 @@ struct FftPassRun {
   const R scale;
   Runner& run;
 
-  FftPassRun(const ConvGeometry& geom, const CudaPlan& p, char* workspace, Runner& r)
+  // Geometry: ConvGeometry or Conv3dGeometry.
+  template <class Geometry>
+  FftPassRun(const Geometry& geom, const CudaPlan& p, char* workspace, Runner& r)
       : plan(p),
         c(p.fft),
         g(MakeTileGeom(geom)),
         rb(static_cast<int>(sizeof(R))),
         l(MakeGpuFftLayout(geom, p.pass, c, rb)),
         t(c.tiling),
-        f{c.fft_h, c.fft_w, 2 * (c.fft_w / 2 + 1), c.fft_h * 2 * (c.fft_w / 2 + 1),
-          l.bins,  t,       t.tiles_h * t.tiles_w},
+        f(MakeFftGeom(c, l.bins)),
         filters(reinterpret_cast<R*>(workspace + l.filters)),
         src(reinterpret_cast<R*>(workspace + l.src)),
         dst(reinterpret_cast<R*>(workspace + l.dst)),
         work(workspace + l.fft_bytes),
-        scale(R(1) / static_cast<R>(c.fft_h * c.fft_w)),
+        scale(R(1) / static_cast<R>(c.fft_d * c.fft_h * c.fft_w)),
         run(r) {}
 
   static Cx<R>* Spectra(R* p) { return reinterpret_cast<Cx<R>*>(p); }
   void Transform(bool inverse, int64_t batch, R* data) const {
-    if (batch > 0) run.Transform(TransformShape{inverse, rb, c.fft_h, c.fft_w, batch}, data, work);
+    if (batch > 0) {
+      run.Transform(TransformShape{inverse, rb, c.fft_h, c.fft_w, batch, c.fft_d}, data, work);
+    }
+  }
+  // The input / output as PackTiles reads them, its dense positions offset by `org`
+  // (depth, height, width) and stuffed by `stuff`.
+  PackDim InputDim(int i, int64_t org) const {
+    return i == 0   ? PackDim{g.in_d, 1, org, g.in_sd}
+           : i == 1 ? PackDim{g.in_h, 1, org, g.in.h}
+                    : PackDim{g.in_w, 1, org, g.in.w};
+  }
+  PackDim OutputDim(int i, int64_t org) const {
+    return i == 0   ? PackDim{g.out_d, g.stride_d, org, g.out_sd}
+           : i == 1 ? PackDim{g.out_h, g.stride_h, org, g.out.h}
+                    : PackDim{g.out_w, g.stride_w, org, g.out.w};
   }
 
   // A pass that writes the filter: the gradient spectra accumulate over rounds of items
@@ -327,13 +385,13 @@ struct FftPassRun {
     for (int64_t item0 = 0; item0 < c.items; item0 += c.chunk) {
       const int64_t items = MinOf(c.chunk, c.items - item0);
       run.ForEach(items * g.cin_g * g.groups * f.plane,
-                  PackTiles<T, R>{f, a, g.in, g.in_h, g.in_w, 1, 1, g.cin_g * g.groups,
-                                  t.shift_h - g.pad_top, t.shift_w - g.pad_left, false, t.dense_h,
-                                  t.dense_w, item0, src});
+                  PackTiles<T, R>{f, a, g.in.n, g.in.c, g.cin_g * g.groups,
+                                  InputDim(0, -g.pad_front), InputDim(1, t.shift_h - g.pad_top),
+                                  InputDim(2, t.shift_w - g.pad_left), false, item0, src});
       Transform(false, items * l.src_channels, src);
       run.ForEach(items * g.out_c * f.plane,
-                  PackTiles<T, R>{f, b, g.out, g.out_h, g.out_w, g.stride_h, g.stride_w, g.out_c, 0,
-                                  0, true, t.dense_h, t.dense_w, item0, dst});
+                  PackTiles<T, R>{f, b, g.out.n, g.out.c, g.out_c, OutputDim(0, 0), OutputDim(1, 0),
+                                  OutputDim(2, 0), true, item0, dst});
       Transform(false, items * l.dst_channels, dst);
       const int64_t oblocks = CeilDiv(g.cout_g, kChannelBlock);
       run.ForEach(g.groups * g.cin_g * oblocks * l.bins,
@@ -354,32 +412,36 @@ struct FftPassRun {
     Transform(false, l.filter_spectra, filters);
     const T* source = bpi ? b : a;
     const Strides4 ss = bpi ? g.out : g.in, ds = bpi ? g.in : g.out;
+    const int64_t off_d =
+        bpi ? g.pad_front - DilatedExtent(g.filter_d, g.dilation_d) + 1 : -g.pad_front;
     const int64_t off_h =
         bpi ? g.pad_top - DilatedExtent(g.filter_h, g.dilation_h) + 1 : -g.pad_top;
     const int64_t off_w =
         bpi ? g.pad_left - DilatedExtent(g.filter_w, g.dilation_w) + 1 : -g.pad_left;
+    const auto dim = [&](int i, int64_t org) { return bpi ? OutputDim(i, org) : InputDim(i, org); };
     for (int64_t item0 = 0; item0 < c.items; item0 += c.chunk) {
       const int64_t items = MinOf(c.chunk, c.items - item0);
-      run.ForEach(items * l.src_channels * f.plane,
-                  PackTiles<T, R>{f, source, ss, bpi ? g.out_h : g.in_h, bpi ? g.out_w : g.in_w,
-                                  bpi ? g.stride_h : 1, bpi ? g.stride_w : 1, l.src_channels,
-                                  off_h + t.shift_h, off_w + t.shift_w, false, t.dense_h, t.dense_w,
-                                  item0, src});
+      run.ForEach(
+          items * l.src_channels * f.plane,
+          PackTiles<T, R>{f, source, ss.n, ss.c, l.src_channels, dim(0, off_d),
+                          dim(1, off_h + t.shift_h), dim(2, off_w + t.shift_w), false, item0, src});
       Transform(false, items * l.src_channels, src);
       const int64_t dblocks = CeilDiv(dcpg, kChannelBlock);
       run.ForEach(items * g.groups * dblocks * l.bins,
                   MultiplyConj<R>{l.bins, g.groups, scpg, dcpg, dblocks, Spectra(src),
                                   Spectra(filters), Spectra(dst)});
       Transform(true, items * l.dst_channels, dst);
-      run.ForEach(items * l.dst_channels * t.tile_h * t.tile_w,
-                  StoreTiles<T, R>{f, out, ds, l.dst_channels, bpi ? 1 : g.stride_h,
-                                   bpi ? 1 : g.stride_w, item0, dst});
+      run.ForEach(items * l.dst_channels * c.tile_d * t.tile_h * t.tile_w,
+                  StoreTiles<T, R>{f, out, ds, bpi ? g.in_sd : g.out_sd, l.dst_channels,
+                                   bpi ? 1 : g.stride_d, bpi ? 1 : g.stride_h, bpi ? 1 : g.stride_w,
+                                   item0, dst});
     }
   }
 };
 
-template <typename T, class Runner>
-void RunFftPass(const ConvGeometry& geom, const CudaPlan& plan, const T* a, const T* b, T* out,
+// Geometry: ConvGeometry or Conv3dGeometry.
+template <typename T, class Geometry, class Runner>
+void RunFftPass(const Geometry& geom, const CudaPlan& plan, const T* a, const T* b, T* out,
                 char* workspace, Runner& run) {
   const ConvPass pass = plan.pass;
   int* flag = reinterpret_cast<int*>(workspace);

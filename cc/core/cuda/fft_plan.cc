@@ -32,8 +32,8 @@ constexpr double kLaunchSec = 2.9e-6;
 // double arithmetic runs at half the lane-tap rate.
 constexpr double kDirectLoadsPerSec = 5.1e10;
 constexpr double kDirectLaneTapsPerSec = 3.0e12;
-// Memory passes of one batched 2-D transform: a read and a write per dimension.
-constexpr double kTransformPasses = 4;
+// Memory passes of one batched transform: a read and a write per dimension (2-D: 4, 3-D: 6).
+constexpr double kPassesPerDimension = 2;
 // cuDNN as TensorFlow runs it (TF32 on for float32), fitted to the same H100 runs' cuDNN
 // steps: 150 TFLOP/s once the wider of a group's channel counts (in or out) reaches 64,
 // falling in proportion below that. Measured and modelled TFLOP/s: 63x63x16x16 36.4 and
@@ -48,8 +48,12 @@ constexpr double kCudnnFullChannels = 64.0;
 
 int64_t Align256(int64_t b) { return AlignUp(b, 256); }
 
+// Every function below that takes a `Geometry` plans either dimensionality: ConvGeometry
+// or Conv3dGeometry (a 2-D pass is the depth-1 case of the same kernels).
+
 // Cost-model seconds of the FFT path (transforms, element kernels, launches).
-double FftSeconds(const ConvGeometry& g, ConvPass pass, const GpuFftConfig& c, int rb) {
+template <class Geometry>
+double FftSeconds(const Geometry& g, ConvPass pass, const GpuFftConfig& c, int rb) {
   const GpuFftLayout l = MakeGpuFftLayout(g, pass, c, rb);
   const PassChannels ch = g.channels(pass);
   const double plane = static_cast<double>(l.spectrum_reals) * rb;
@@ -58,7 +62,7 @@ double FftSeconds(const ConvGeometry& g, ConvPass pass, const GpuFftConfig& c, i
   const double transforms = l.filter_spectra + items * per_item;
   const double pairs = static_cast<double>(g.groups) * ch.src_per_group * ch.dst_per_group;
   // cuFFT's passes, plus placing / loading the planes.
-  const double transform_bytes = (kTransformPasses + 1) * transforms * plane;
+  const double transform_bytes = (kPassesPerDimension * c.rank() + 1) * transforms * plane;
   // The products: written and read back per item, plus their operands: each thread reads a
   // source value once for up to kChannelBlock destination channels, and their filter (or
   // gradient) values.
@@ -73,15 +77,16 @@ double FftSeconds(const ConvGeometry& g, ConvPass pass, const GpuFftConfig& c, i
 
 // Cost-model seconds of the direct tile kernels as `c` cuts the pass: every block step
 // loads c.smem_elems elements and runs c.threads() lanes over the step's taps.
-double DirectSeconds(const ConvGeometry& g, ConvPass pass, const TileConfig& c, int rb) {
+template <class Geometry>
+double DirectSeconds(const Geometry& g, ConvPass pass, const TileConfig& c, int rb) {
   if (g.no_products() || c.blocks == 0) return kLaunchSec;  // a clear at most
   const TileGeom t = MakeTileGeom(g);
   double block_steps, taps;
   if (WritesFilter(pass)) {
     // Each slice of the batch x output rows steps over its rows; all slices together cover
-    // every row once per (tap tile, channel block, group, in-channel).
+    // every row once per (tap tile, channel block, group, in-channel, filter depth).
     const double base = static_cast<double>(c.blocks) / std::max<int64_t>(c.reduce_chunks, 1);
-    block_steps = base * g.batch * g.out_h * CeilDiv(g.out_w, c.chunk_w);
+    block_steps = base * t.batch * t.out_d * t.out_h * CeilDiv(t.out_w, c.chunk_w);
     taps = static_cast<double>(c.chunk_w);
   } else {
     block_steps = static_cast<double>(c.blocks) * TapSteps(t, c, g.channels(pass).src_per_group);
@@ -95,7 +100,8 @@ double DirectSeconds(const ConvGeometry& g, ConvPass pass, const TileConfig& c, 
 }
 
 // Cost-model seconds of cuDNN on a pass (all three passes do the same multiply-adds).
-double CudnnSeconds(const ConvGeometry& g) {
+template <class Geometry>
+double CudnnSeconds(const Geometry& g) {
   const double wider = static_cast<double>(std::max(g.in_c_per_group(), g.out_c_per_group()));
   const double efficiency = std::min(1.0, wider / kCudnnFullChannels);
   return 2.0 * g.macs() / (kCudnnFlopsPerSec * std::max(efficiency, 1e-3)) + kLaunchSec;
@@ -103,22 +109,53 @@ double CudnnSeconds(const ConvGeometry& g) {
 
 // Workspace of the FFT path with cuFFT's work area estimated as the data of its largest
 // transform (the bound planning uses before cuFFT is asked).
-int64_t EstimatedBytes(const ConvGeometry& g, ConvPass pass, const GpuFftConfig& c, int rb) {
+template <class Geometry>
+int64_t EstimatedBytes(const Geometry& g, ConvPass pass, const GpuFftConfig& c, int rb) {
   const GpuFftLayout l = MakeGpuFftLayout(g, pass, c, rb);
   const int64_t largest =
       std::max({l.filter_spectra, c.chunk * l.src_channels, c.chunk * l.dst_channels});
   return l.fft_bytes + Align256(largest * l.spectrum_reals * rb);
 }
 
-// Sizes `c` for an fh x fw transform: the largest round of items whose estimated workspace
-// fits the limit. False if the tiling cannot use the size or not even one item fits;
-// *smallest: the estimate for one item.
-bool FitRounds(const ConvGeometry& g, ConvPass pass, int real_bytes, int64_t limit, int64_t fh,
-               int64_t fw, GpuFftConfig* c, int64_t* smallest) {
-  c->fft_h = fh;
-  c->fft_w = fw;
-  if (!MakeFftTiling(g, pass, fh, fw, &c->tiling)) return false;
+// A transform size, depth first (1 in 2-D).
+using FftSize = std::array<int64_t, 3>;
+
+// Sets `c`'s transform size and the tiling it implies (the CPU's MakeFftTiling of the
+// geometry's dimensionality); false if the tiling cannot use the size.
+bool TileSize(const ConvGeometry& g, ConvPass pass, const FftSize& f, GpuFftConfig* c) {
+  c->fft_h = f[1];
+  c->fft_w = f[2];
+  if (!MakeFftTiling(g, pass, f[1], f[2], &c->tiling)) return false;
   c->items = g.batch * c->tiling.tiles_h * c->tiling.tiles_w;
+  return true;
+}
+bool TileSize(const Conv3dGeometry& g, ConvPass pass, const FftSize& f, GpuFftConfig* c) {
+  Fft3dTiling t;
+  if (!MakeFftTiling(g, pass, f, &t)) return false;
+  c->fft_d = f[0];
+  c->fft_h = f[1];
+  c->fft_w = f[2];
+  c->dense_d = t.dense[0];
+  c->tile_d = t.tile[0];
+  c->tiles_d = t.tiles[0];
+  c->tiling = FftTiling{};
+  c->tiling.dense_h = t.dense[1];
+  c->tiling.dense_w = t.dense[2];
+  c->tiling.tile_h = t.tile[1];
+  c->tiling.tile_w = t.tile[2];
+  c->tiling.tiles_h = t.tiles[1];
+  c->tiling.tiles_w = t.tiles[2];
+  c->items = g.batch * t.count();
+  return true;
+}
+
+// Sizes `c` for a transform of size f: the largest round of items whose estimated
+// workspace fits the limit. False if the tiling cannot use the size or not even one item
+// fits; *smallest: the estimate for one item.
+template <class Geometry>
+bool FitRounds(const Geometry& g, ConvPass pass, int real_bytes, int64_t limit, const FftSize& f,
+               GpuFftConfig* c, int64_t* smallest) {
+  if (!TileSize(g, pass, f, c)) return false;
   c->chunk = 1;
   *smallest = EstimatedBytes(g, pass, *c, real_bytes);
   if (*smallest > limit) return false;
@@ -143,7 +180,8 @@ enum class CufftFit { kFits, kTooLarge, kFailed };
 // Halves c's round until cuFFT's actual work area (asked through work_bytes) fits the limit
 // with the rest of the workspace; *work: that area. kTooLarge: not even a round of one item
 // fits; kFailed: cuFFT cannot make a transform (*error says why).
-CufftFit FitCufftWorkArea(const ConvGeometry& g, ConvPass pass, int real_bytes, int64_t limit,
+template <class Geometry>
+CufftFit FitCufftWorkArea(const Geometry& g, ConvPass pass, int real_bytes, int64_t limit,
                           const WorkBytesFn& work_bytes, GpuFftConfig* c, int64_t* work,
                           Status* error) {
   for (;;) {
@@ -166,11 +204,13 @@ CufftFit FitCufftWorkArea(const ConvGeometry& g, ConvPass pass, int real_bytes, 
 
 }  // namespace
 
-GpuFftLayout MakeGpuFftLayout(const ConvGeometry& g, ConvPass pass, const GpuFftConfig& c,
-                              int real_bytes) {
+namespace {
+
+template <class Geometry>
+GpuFftLayout LayoutOf(const Geometry& g, ConvPass pass, const GpuFftConfig& c, int real_bytes) {
   GpuFftLayout l;
   const PassChannels ch = g.channels(pass);
-  l.bins = c.fft_h * (c.fft_w / 2 + 1);
+  l.bins = c.fft_d * c.fft_h * (c.fft_w / 2 + 1);
   l.spectrum_reals = 2 * l.bins;
   l.filter_spectra = g.groups * ch.src_per_group * ch.dst_per_group;
   l.src_channels = ch.src;
@@ -183,13 +223,14 @@ GpuFftLayout MakeGpuFftLayout(const ConvGeometry& g, ConvPass pass, const GpuFft
   return l;
 }
 
-std::vector<TransformShape> PassTransforms(const ConvGeometry& g, ConvPass pass,
-                                           const GpuFftConfig& c, int real_bytes) {
+template <class Geometry>
+std::vector<TransformShape> TransformsOf(const Geometry& g, ConvPass pass, const GpuFftConfig& c,
+                                         int real_bytes) {
   const GpuFftLayout l = MakeGpuFftLayout(g, pass, c, real_bytes);
   std::vector<TransformShape> out;
   const auto add = [&](bool inverse, int64_t batch) {
     if (batch <= 0) return;
-    const TransformShape s{inverse, real_bytes, c.fft_h, c.fft_w, batch};
+    const TransformShape s{inverse, real_bytes, c.fft_h, c.fft_w, batch, c.fft_d};
     for (const TransformShape& o : out) {
       if (o.inverse == s.inverse && o.batch == s.batch) return;
     }
@@ -205,11 +246,31 @@ std::vector<TransformShape> PassTransforms(const ConvGeometry& g, ConvPass pass,
   return out;
 }
 
+}  // namespace
+
+GpuFftLayout MakeGpuFftLayout(const ConvGeometry& g, ConvPass pass, const GpuFftConfig& c,
+                              int real_bytes) {
+  return LayoutOf(g, pass, c, real_bytes);
+}
+GpuFftLayout MakeGpuFftLayout(const Conv3dGeometry& g, ConvPass pass, const GpuFftConfig& c,
+                              int real_bytes) {
+  return LayoutOf(g, pass, c, real_bytes);
+}
+std::vector<TransformShape> PassTransforms(const ConvGeometry& g, ConvPass pass,
+                                           const GpuFftConfig& c, int real_bytes) {
+  return TransformsOf(g, pass, c, real_bytes);
+}
+std::vector<TransformShape> PassTransforms(const Conv3dGeometry& g, ConvPass pass,
+                                           const GpuFftConfig& c, int real_bytes) {
+  return TransformsOf(g, pass, c, real_bytes);
+}
+
 namespace {
 
 // --- The GPU's algorithms -----------------------------------------------------------------
 
-struct GpuProblem : PlanProblem {
+template <class Geometry>
+struct GpuProblem : PlanProblemOf<Geometry> {
   int real_bytes;
   const WorkBytesFn* work_bytes;  // null: no transform library
   const std::string& fft_unavailable;
@@ -222,20 +283,29 @@ struct GpuProblem : PlanProblem {
 };
 
 // The direct tile kernels: run every pass.
-Status CanAlways(const GpuProblem&) { return OkStatus(); }
-double DirectCost(GpuProblem& pb, CudaPlan* p) {
+template <class G>
+Status CanAlways(const GpuProblem<G>&) {
+  return OkStatus();
+}
+template <class G>
+double DirectCost(GpuProblem<G>& pb, CudaPlan* p) {
   p->direct = MakeTileConfig(pb.g, pb.pass, pb.real_bytes, pb.limit);
   return DirectSeconds(pb.g, pb.pass, p->direct, pb.real_bytes);
 }
-int64_t DirectBytes(const GpuProblem&, const CudaPlan& p) { return p.direct.workspace_bytes; }
-Status DirectFinish(GpuProblem&, CudaPlan* p) {
+template <class G>
+int64_t DirectBytes(const GpuProblem<G>&, const CudaPlan& p) {
+  return p.direct.workspace_bytes;
+}
+template <class G>
+Status DirectFinish(GpuProblem<G>&, CudaPlan* p) {
   p->workspace_bytes = p->direct.workspace_bytes;
   return OkStatus();
 }
 
 // The FFT path: needs a transform library, except on a pass without products (which the
 // direct kernels run).
-Status FftCanRun(const GpuProblem& pb) {
+template <class G>
+Status FftCanRun(const GpuProblem<G>& pb) {
   if (pb.work_bytes != nullptr || pb.g.no_products()) return OkStatus();
   return Unimplemented("algorithm='fft' is not available: " + pb.fft_unavailable);
 }
@@ -247,21 +317,45 @@ Status FftCanRun(const GpuProblem& pb) {
 // shrinks); such a size is refused and the search runs again without it, a few times at
 // most. cuFFT is not asked (no plans made) when the direct kernels win anyway, nor
 // searched when they were asked for.
-double FftCost(GpuProblem& pb, CudaPlan* p) {
+//
+// The sizes searched: in 2-D, sides of at least 2, as cuFFT makes no 2-D plan with a side
+// of 1; but a 1-D geometry (conv1d: every height 1) takes single rows, height 1, as rank-1
+// plans (cufft.cu). In 3-D, sides of at least 2 likewise (rank-3 plans).
+template <class Fit, class Cost>
+FftSearch<GpuFftConfig> SearchSizes(const ConvGeometry& g, ConvPass pass, const Fit& fit,
+                                    const Cost& cost) {
+  const int64_t min_side = g.filter_h == 1 && g.in_h == 1 && g.out_h == 1 ? 1 : 2;
+  return SearchFftSizes<GpuFftConfig>(
+      g, pass, min_side,
+      [&](int64_t fh, int64_t fw, GpuFftConfig* c, int64_t* smallest) {
+        return fit(FftSize{1, fh, fw}, c, smallest);
+      },
+      cost);
+}
+template <class Fit, class Cost>
+FftSearch<GpuFftConfig> SearchSizes(const Conv3dGeometry& g, ConvPass pass, const Fit& fit,
+                                    const Cost& cost) {
+  std::array<std::vector<int64_t>, kSpatial3d> sizes;
+  if (!FftSizeCandidates(g, pass, &sizes)) return FftSearch<GpuFftConfig>{};
+  for (std::vector<int64_t>& s : sizes) {
+    s.erase(std::remove_if(s.begin(), s.end(), [](int64_t v) { return v < 2; }), s.end());
+    if (s.empty()) s.push_back(2);
+  }
+  return SearchTransformSizes<GpuFftConfig>(sizes, fit, cost);
+}
+
+template <class G>
+double FftCost(GpuProblem<G>& pb, CudaPlan* p) {
   if (pb.requested == Algorithm::kDirect || pb.g.no_products()) return -1;
-  const ConvGeometry& g = pb.g;
+  const G& g = pb.g;
   const ConvPass pass = pb.pass;
-  std::vector<std::pair<int64_t, int64_t>> refused;
-  const auto fit = [&](int64_t fh, int64_t fw, GpuFftConfig* c, int64_t* smallest) {
-    const bool skip =
-        std::find(refused.begin(), refused.end(), std::make_pair(fh, fw)) != refused.end();
-    return !skip && FitRounds(g, pass, pb.real_bytes, pb.limit, fh, fw, c, smallest);
+  std::vector<FftSize> refused;
+  const auto fit = [&](const FftSize& f, GpuFftConfig* c, int64_t* smallest) {
+    const bool skip = std::find(refused.begin(), refused.end(), f) != refused.end();
+    return !skip && FitRounds(g, pass, pb.real_bytes, pb.limit, f, c, smallest);
   };
   const auto cost = [&](const GpuFftConfig& c) { return FftSeconds(g, pass, c, pb.real_bytes); };
-  // Sides of at least 2, as cuFFT makes no 2-D plan with a side of 1; but a 1-D geometry
-  // (conv1d: every height 1) takes single rows, height 1, as rank-1 plans (cufft.cu).
-  const int64_t min_side = g.filter_h == 1 && g.in_h == 1 && g.out_h == 1 ? 1 : 2;
-  FftSearch<GpuFftConfig> search = SearchFftSizes<GpuFftConfig>(g, pass, min_side, fit, cost);
+  FftSearch<GpuFftConfig> search = SearchSizes(g, pass, fit, cost);
   pb.min_bytes = search.min_bytes;
   pb.found = search.found;
   for (int attempt = 0; pb.found; ++attempt) {
@@ -274,18 +368,20 @@ double FftCost(GpuProblem& pb, CudaPlan* p) {
                                              &pb.best, &pb.work, &pb.error);
     pb.found = fitted == CufftFit::kFits;
     if (fitted != CufftFit::kTooLarge || attempt + 1 == kMaxRefusedSizes) break;
-    refused.emplace_back(pb.best.fft_h, pb.best.fft_w);
-    search = SearchFftSizes<GpuFftConfig>(g, pass, min_side, fit, cost);
+    refused.push_back(FftSize{pb.best.fft_d, pb.best.fft_h, pb.best.fft_w});
+    search = SearchSizes(g, pass, fit, cost);
     pb.found = search.found;
   }
   return pb.found ? FftSeconds(g, pass, pb.best, pb.real_bytes) : -1;
 }
 
-int64_t FftBytes(const GpuProblem& pb, const CudaPlan&) {
+template <class G>
+int64_t FftBytes(const GpuProblem<G>& pb, const CudaPlan&) {
   return MakeGpuFftLayout(pb.g, pb.pass, pb.best, pb.real_bytes).fft_bytes + Align256(pb.work);
 }
 
-Status FftFinish(GpuProblem& pb, CudaPlan* p) {
+template <class G>
+Status FftFinish(GpuProblem<G>& pb, CudaPlan* p) {
   if (!pb.found) {
     if (!pb.error.ok()) {
       return Status(pb.error.kind(), "algorithm='fft' is not available: " + pb.error.message());
@@ -305,26 +401,39 @@ Status FftFinish(GpuProblem& pb, CudaPlan* p) {
 
 // Simplest first. TensorFlow's kernels (cuDNN) are not among them: the plan only reports
 // their modelled cost, for the caller that can route the whole convolution there.
-constexpr AlgorithmDescriptor<GpuProblem, CudaPlan> kGpuAlgorithms[] = {
-    {Algorithm::kDirect, false, CanAlways, DirectCost, DirectBytes, DirectFinish},
-    {Algorithm::kFft, true, FftCanRun, FftCost, FftBytes, FftFinish},
+template <class G>
+constexpr AlgorithmDescriptor<GpuProblem<G>, CudaPlan> kGpuAlgorithms[] = {
+    {Algorithm::kDirect, false, CanAlways<G>, DirectCost<G>, DirectBytes<G>, DirectFinish<G>},
+    {Algorithm::kFft, true, FftCanRun<G>, FftCost<G>, FftBytes<G>, FftFinish<G>},
 };
+
+template <class G>
+Status PlanOf(const G& g, ConvPass pass, Algorithm algorithm, int real_bytes, int64_t limit,
+              const WorkBytesFn* work_bytes, const std::string& fft_unavailable, CudaPlan* plan) {
+  GpuProblem<G> pb{{g, pass, algorithm, limit < 0 ? kDefaultWorkspaceLimit : limit},
+                   real_bytes,
+                   work_bytes,
+                   fft_unavailable};
+  CudaPlan p;
+  p.pass = pass;
+  p.costs[Algorithm::kTf] = CudnnSeconds(g);
+  LC_RETURN_IF_ERROR(PlanWithAlgorithms(kGpuAlgorithms<G>, "on the GPU", pb, &p));
+  *plan = p;
+  return OkStatus();
+}
 
 }  // namespace
 
 Status PlanGpuPass(const ConvGeometry& g, ConvPass pass, Algorithm algorithm, int real_bytes,
                    int64_t limit, const WorkBytesFn* work_bytes, const std::string& fft_unavailable,
                    CudaPlan* plan) {
-  GpuProblem pb{{g, pass, algorithm, limit < 0 ? kDefaultWorkspaceLimit : limit},
-                real_bytes,
-                work_bytes,
-                fft_unavailable};
-  CudaPlan p;
-  p.pass = pass;
-  p.costs[Algorithm::kTf] = CudnnSeconds(g);
-  LC_RETURN_IF_ERROR(PlanWithAlgorithms(kGpuAlgorithms, "on the GPU", pb, &p));
-  *plan = p;
-  return OkStatus();
+  return PlanOf(g, pass, algorithm, real_bytes, limit, work_bytes, fft_unavailable, plan);
+}
+
+Status PlanGpuPass(const Conv3dGeometry& g, ConvPass pass, Algorithm algorithm, int real_bytes,
+                   int64_t limit, const WorkBytesFn* work_bytes, const std::string& fft_unavailable,
+                   CudaPlan* plan) {
+  return PlanOf(g, pass, algorithm, real_bytes, limit, work_bytes, fft_unavailable, plan);
 }
 
 }  // namespace cuda

@@ -21,13 +21,18 @@ namespace cuda {
 
 // The FFT path cuts a pass into overlap-save tiles (MakeFftTiling, shared with the CPU) and
 // runs `chunk` of the batch x tiles "items" per round: every transform of a round is one
-// batched in-place cuFFT call. Spectra are fft_h x (fft_w / 2 + 1) complex bins, stored
-// contiguously; a real plane sits in the same place with rows padded to 2 (fft_w / 2 + 1).
+// batched in-place cuFFT call. Spectra are fft_d x fft_h x (fft_w / 2 + 1) complex bins,
+// stored contiguously; a real plane (volume) sits in the same place with rows padded to
+// 2 (fft_w / 2 + 1). A 2-D pass has fft_d = 1 and one tile of depth 1; a 3-D pass tiles
+// depth as the CPU's 3-D tiling does (height and width in `tiling`, without wrap-around).
 struct GpuFftConfig {
   int64_t fft_h = 0, fft_w = 0;
   FftTiling tiling{};
-  int64_t items = 0;  // batch x tiles per image
-  int64_t chunk = 0;  // items per round
+  int64_t fft_d = 1;
+  int64_t dense_d = 1, tile_d = 1, tiles_d = 1;  // the tiling's depth
+  int64_t items = 0;                             // batch x tiles per image
+  int64_t chunk = 0;                             // items per round
+  int rank() const { return fft_d > 1 ? 3 : 2; }
 };
 
 // Byte offsets of the FFT path's workspace, one formula for the launcher, the emulation and
@@ -56,15 +61,21 @@ constexpr int64_t kFlagBytes = 256;
 constexpr int kChannelBlock = 4;
 GpuFftLayout MakeGpuFftLayout(const ConvGeometry& g, ConvPass pass, const GpuFftConfig& c,
                               int real_bytes);
+GpuFftLayout MakeGpuFftLayout(const Conv3dGeometry& g, ConvPass pass, const GpuFftConfig& c,
+                              int real_bytes);
 
-// One batched in-place transform of `batch` planes of fft_h x fft_w.
+// One batched in-place transform of `batch` planes of fft_h x fft_w (volumes of fft_d x
+// fft_h x fft_w when fft_d > 1: a rank-3 transform).
 struct TransformShape {
   bool inverse = false;  // false: real to complex, true: complex to real
   int real_bytes = 4;    // 4: single precision, 8: double
   int64_t fft_h = 0, fft_w = 0, batch = 0;
+  int64_t fft_d = 1;
 };
 // Every transform a pass runs with this config (at most five distinct shapes).
 std::vector<TransformShape> PassTransforms(const ConvGeometry& g, ConvPass pass,
+                                           const GpuFftConfig& c, int real_bytes);
+std::vector<TransformShape> PassTransforms(const Conv3dGeometry& g, ConvPass pass,
                                            const GpuFftConfig& c, int real_bytes);
 
 // A transform library's work-area bytes for a shape, or < 0 (with *error set) if it cannot
@@ -101,6 +112,11 @@ inline bool TfFaster(const CudaPlan& p) {
 // `fft_unavailable` says why, for an explicit request of the FFT path). Returns OK or an
 // error naming what does not fit.
 Status PlanGpuPass(const ConvGeometry& g, ConvPass pass, Algorithm algorithm, int real_bytes,
+                   int64_t workspace_limit, const WorkBytesFn* work_bytes,
+                   const std::string& fft_unavailable, CudaPlan* plan);
+// The same for a Conv3D pass: the direct tile kernels or the FFT path with rank-3
+// transforms, by the same search, cost model and workspace rule.
+Status PlanGpuPass(const Conv3dGeometry& g, ConvPass pass, Algorithm algorithm, int real_bytes,
                    int64_t workspace_limit, const WorkBytesFn* work_bytes,
                    const std::string& fft_unavailable, CudaPlan* plan);
 

@@ -27,6 +27,9 @@ using Stream = CUstream_st*;  // cudaStream_t
 // real_bytes: 4 for float/half/bfloat16 (float arithmetic), 8 for double.
 Status PlanCudaPass(const ConvGeometry& g, ConvPass pass, Algorithm algorithm, int real_bytes,
                     int64_t workspace_limit, CudaPlan* plan);
+// The same for a Conv3D pass (rank-3 cuFFT transforms on the FFT path).
+Status PlanCudaPass(const Conv3dGeometry& g, ConvPass pass, Algorithm algorithm, int real_bytes,
+                    int64_t workspace_limit, CudaPlan* plan);
 
 // Enqueues a planned pass on `stream`; `workspace` holds plan.workspace_bytes (may be null
 // when that is 0). Operands in RunPass's order: forward (input, filter) -> output;
@@ -35,12 +38,18 @@ Status PlanCudaPass(const ConvGeometry& g, ConvPass pass, Algorithm algorithm, i
 template <typename T>
 Status RunCudaPass(const ConvGeometry& g, const CudaPlan& plan, const T* a, const T* b, T* out,
                    void* workspace, Stream stream);
+template <typename T>
+Status RunCudaPass(const Conv3dGeometry& g, const CudaPlan& plan, const T* a, const T* b, T* out,
+                   void* workspace, Stream stream);
 
 // The direct tile kernels alone, cut up as `config` says (MakeTileConfig), with its
 // workspace_bytes as `workspace`. With `gate` (a device int), the kernels do nothing
 // unless *gate != 0 when they run.
 template <typename T>
 Status DirectPass(const ConvGeometry& g, ConvPass pass, const TileConfig& config, const T* a,
+                  const T* b, T* out, void* workspace, Stream stream, const int* gate = nullptr);
+template <typename T>
+Status DirectPass(const Conv3dGeometry& g, ConvPass pass, const TileConfig& config, const T* a,
                   const T* b, T* out, void* workspace, Stream stream, const int* gate = nullptr);
 
 }  // namespace cuda

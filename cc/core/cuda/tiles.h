@@ -11,13 +11,16 @@
 // which is the same semantics, so the host test suite checks the exact index arithmetic the
 // device runs. No im2col and no atomics: every output is one thread's sum, in a fixed order.
 //
-// Passes (filter HWIO, [KH, KW, C_in / groups, C_out]):
+// Passes (filter HWIO, [KH, KW, C_in / groups, C_out], or DHWIO in 3-D):
 //  forward          threads own output positions, step over (in-channel, filter chunk);
 //  backprop-input   threads own input positions, step over (out-channel, filter chunk);
 //  backprop-filter  threads own filter taps, step over (output row, column chunk) of one
 //                   of `reduce_chunks` slices of the batch x output rows; each slice writes
 //                   a partial sum and a second kernel adds the partials in slice order
 //                   (or, with one slice, the first kernel stores the result directly).
+// The same kernels run the Conv3D family: a block covers one depth of the tensor it
+// writes (backprop-filter: one filter depth), and the depth of the other image a step
+// reads follows from its filter tap as height does; a 2-D geometry is the depth-1 case.
 #ifndef TF_LARGECONV_CORE_CUDA_TILES_H_
 #define TF_LARGECONV_CORE_CUDA_TILES_H_
 
@@ -41,10 +44,22 @@ constexpr int64_t kTargetBlocks = 2048;
 
 // The geometry as the kernels read it: the ConvGeometry itself (plain integers, copied to
 // the device as a kernel argument) plus what the kernels would otherwise recompute per
-// element: channels per group and element strides per layout. Made by MakeTileGeom only.
+// element: channels per group and element strides per layout, and the depth dimension
+// (size 1, stride 0 in 2-D; a Conv3dGeometry's depth, its height and width in the 2-D
+// fields). Made by MakeTileGeom only.
 struct TileGeom : ConvGeometry {
   int64_t cin_g = 0, cout_g = 0;  // input / output channels per group
   Strides4 in{}, out{};           // of input / in_backprop and of output / out_backprop
+  int64_t in_d = 1, filter_d = 1, out_d = 1, stride_d = 1, dilation_d = 1, pad_front = 0;
+  int64_t in_sd = 0, out_sd = 0;  // element strides of the input's / output's depth
+  // Taps of the whole (3-D) filter: the 2-D count times its depth.
+  LC_HD int64_t filter_elements() const {
+    return filter_d * filter_h * filter_w * filter_in_c * out_c;
+  }
+  // Depth of one of the three tensors.
+  LC_HD int64_t depth(ConvTensor t) const {
+    return t == ConvTensor::kInput ? in_d : t == ConvTensor::kFilter ? filter_d : out_d;
+  }
 };
 
 // How a pass is cut into blocks; chosen on the host by MakeTileConfig, from the geometry,
@@ -64,16 +79,20 @@ struct TileConfig {
 };
 
 TileGeom MakeTileGeom(const ConvGeometry& g);
+TileGeom MakeTileGeom(const Conv3dGeometry& g);
 // acc_bytes: 4 for float/half/bfloat16, 8 for double. workspace_limit < 0: the default.
 TileConfig MakeTileConfig(const ConvGeometry& g, ConvPass pass, int acc_bytes,
                           int64_t workspace_limit);
+TileConfig MakeTileConfig(const Conv3dGeometry& g, ConvPass pass, int acc_bytes,
+                          int64_t workspace_limit);
 
 // Output positions x channel blocks of a group: the block order shared by forward and
-// backprop-input (spatial tiles fastest, so neighbouring blocks share filter chunks).
+// backprop-input (spatial tiles fastest, so neighbouring blocks share filter chunks; then
+// the depth z the block covers).
 struct SpatialBlock {
-  int64_t n, grp, j, y0, x0;
+  int64_t n, grp, j, z, y0, x0;
 };
-LC_HD inline SpatialBlock DecodeSpatial(int64_t b, int64_t h, int64_t w, int64_t cblocks,
+LC_HD inline SpatialBlock DecodeSpatial(int64_t b, int64_t d, int64_t h, int64_t w, int64_t cblocks,
                                         int64_t groups, const TileConfig& c) {
   const int64_t tiles_x = CeilDiv(w, c.tile_w), tiles_y = CeilDiv(h, c.tile_h);
   SpatialBlock k;
@@ -81,6 +100,8 @@ LC_HD inline SpatialBlock DecodeSpatial(int64_t b, int64_t h, int64_t w, int64_t
   b /= tiles_x;
   k.y0 = (b % tiles_y) * c.tile_h;
   b /= tiles_y;
+  k.z = b % d;
+  b /= d;
   k.j = b % cblocks;
   b /= cblocks;
   k.grp = b % groups;
@@ -89,12 +110,13 @@ LC_HD inline SpatialBlock DecodeSpatial(int64_t b, int64_t h, int64_t w, int64_t
 }
 
 // One step of forward / backprop-input: a channel of the reduction (in-channel forward,
-// out-channel within the group backprop-input) and the first tap of a filter chunk.
+// out-channel within the group backprop-input), a filter depth and the first tap of a
+// filter chunk.
 struct TapStep {
-  int64_t ch, kh0, kw0;
+  int64_t ch, kd, kh0, kw0;
 };
 LC_HD inline int64_t TapSteps(const TileGeom& g, const TileConfig& c, int64_t channels) {
-  return channels * CeilDiv(g.filter_h, c.chunk_h) * CeilDiv(g.filter_w, c.chunk_w);
+  return channels * g.filter_d * CeilDiv(g.filter_h, c.chunk_h) * CeilDiv(g.filter_w, c.chunk_w);
 }
 LC_HD inline TapStep DecodeTapStep(const TileGeom& g, const TileConfig& c, int64_t s) {
   const int64_t nw = CeilDiv(g.filter_w, c.chunk_w), nh = CeilDiv(g.filter_h, c.chunk_h);
@@ -102,8 +124,21 @@ LC_HD inline TapStep DecodeTapStep(const TileGeom& g, const TileConfig& c, int64
   t.kw0 = (s % nw) * c.chunk_w;
   s /= nw;
   t.kh0 = (s % nh) * c.chunk_h;
-  t.ch = s / nh;
+  s /= nh;
+  t.kd = s % g.filter_d;
+  t.ch = s / g.filter_d;
   return t;
+}
+
+// Element offset of depth z of a tensor `depth` deep whose depth stride is `stride`, and
+// the height of its planes there: 0 outside the tensor, so that a patch loaded from it is
+// all zeros (LoadPatch).
+struct DepthPlane {
+  int64_t offset, h;
+};
+LC_HD inline DepthPlane PlaneAt(int64_t z, int64_t depth, int64_t stride, int64_t h) {
+  const bool in = z >= 0 && z < depth;
+  return {in ? z * stride : 0, in ? h : 0};
 }
 
 // The block's share of loading the patch_h x patch_w window at (y0, x0) of an h x w plane
@@ -119,19 +154,19 @@ LC_HD inline void LoadPatch(const T* plane, int64_t y0, int64_t x0, int64_t h, i
 }
 
 // The block's share of loading a step's filter chunk as [chunk_h][chunk_w][C]: entry
-// (kh, kw, o) is filter[tap(kh, kw) + base + o * channel_stride], zero past the filter's
-// edge or for o >= valid (the group's last channel block).
+// (kh, kw, o) is filter[tap(kd, kh, kw) + base + o * channel_stride], zero past the
+// filter's edge or for o >= valid (the group's last channel block).
 template <int C, typename T, typename A>
 LC_HD inline void LoadFilterChunk(const T* filter, const TileGeom& g, const TileConfig& c,
                                   const TapStep& t, int64_t base, int64_t channel_stride,
                                   int64_t valid, int tid, int threads, A* dst) {
-  const int64_t tap = g.cin_g * g.out_c;  // elements between neighbouring taps (HWIO)
+  const int64_t tap = g.cin_g * g.out_c;  // elements between neighbouring taps (DHWIO)
+  const T* plane = filter + t.kd * g.filter_h * g.filter_w * tap + base;
   for (int64_t e = tid; e < c.chunk_h * c.chunk_w * C; e += threads) {
     const int64_t o = e % C, kw = t.kw0 + (e / C) % c.chunk_w, kh = t.kh0 + e / (C * c.chunk_w);
     const bool in = kh < g.filter_h && kw < g.filter_w && o < valid;
     dst[e] =
-        in ? static_cast<A>(Load(filter[(kh * g.filter_w + kw) * tap + base + o * channel_stride]))
-           : A(0);
+        in ? static_cast<A>(Load(plane[(kh * g.filter_w + kw) * tap + o * channel_stride])) : A(0);
   }
 }
 
@@ -155,7 +190,8 @@ struct ForwardTiles {
   using Block = SpatialBlock;
 
   LC_HD static Block Decode(const Params& p, int64_t b) {
-    return DecodeSpatial(b, p.g.out_h, p.g.out_w, CeilDiv(p.g.cout_g, C), p.g.groups, p.c);
+    return DecodeSpatial(b, p.g.out_d, p.g.out_h, p.g.out_w, CeilDiv(p.g.cout_g, C), p.g.groups,
+                         p.c);
   }
   LC_HD static int64_t Steps(const Params& p, const Block&) {
     return TapSteps(p.g, p.c, p.g.cin_g);
@@ -165,9 +201,11 @@ struct ForwardTiles {
     const TileGeom& g = p.g;
     const TileConfig& c = p.c;
     const TapStep t = DecodeTapStep(g, c, s);
-    LoadPatch(p.input + k.n * g.in.n + (k.grp * g.cin_g + t.ch) * g.in.c,
+    const DepthPlane d =
+        PlaneAt(k.z * g.stride_d + t.kd * g.dilation_d - g.pad_front, g.in_d, g.in_sd, g.in_h);
+    LoadPatch(p.input + k.n * g.in.n + d.offset + (k.grp * g.cin_g + t.ch) * g.in.c,
               k.y0 * g.stride_h + t.kh0 * g.dilation_h - g.pad_top,
-              k.x0 * g.stride_w + t.kw0 * g.dilation_w - g.pad_left, g.in_h, g.in_w, g.in, c, tid,
+              k.x0 * g.stride_w + t.kw0 * g.dilation_w - g.pad_left, d.h, g.in_w, g.in, c, tid,
               threads, smem);
     const int64_t c0 = k.j * C;  // first out-channel of the block within its group
     LoadFilterChunk<C>(p.filter, g, c, t, t.ch * g.out_c + k.grp * g.cout_g + c0, 1, g.cout_g - c0,
@@ -196,9 +234,9 @@ struct ForwardTiles {
     const int64_t oy = k.y0 + tid / p.c.tile_w, ox = k.x0 + tid % p.c.tile_w;
     if (oy >= g.out_h || ox >= g.out_w) return;
     const int64_t c0 = k.j * C;
-    StoreChannels<C>(
-        acc, g.cout_g - c0, g.out.c,
-        p.output + k.n * g.out.n + oy * g.out.h + ox * g.out.w + (k.grp * g.cout_g + c0) * g.out.c);
+    StoreChannels<C>(acc, g.cout_g - c0, g.out.c,
+                     p.output + k.n * g.out.n + k.z * g.out_sd + oy * g.out.h + ox * g.out.w +
+                         (k.grp * g.cout_g + c0) * g.out.c);
   }
 };
 
@@ -216,7 +254,7 @@ struct BackpropInputTiles {
   using Block = SpatialBlock;
 
   LC_HD static Block Decode(const Params& p, int64_t b) {
-    return DecodeSpatial(b, p.g.in_h, p.g.in_w, CeilDiv(p.g.cin_g, C), p.g.groups, p.c);
+    return DecodeSpatial(b, p.g.in_d, p.g.in_h, p.g.in_w, CeilDiv(p.g.cin_g, C), p.g.groups, p.c);
   }
   LC_HD static int64_t Steps(const Params& p, const Block&) {
     return TapSteps(p.g, p.c, p.g.cout_g);
@@ -229,6 +267,13 @@ struct BackpropInputTiles {
     *oy0 = FloorDiv(k.y0 + g.pad_top - (t.kh0 + p.c.chunk_h - 1) * g.dilation_h, g.stride_h);
     *ox0 = FloorDiv(k.x0 + g.pad_left - (t.kw0 + p.c.chunk_w - 1) * g.dilation_w, g.stride_w);
   }
+  // The out_backprop depth the block's input depth meets through filter depth kd: -1 where
+  // it meets none (off the stride grid), which PlaneAt reads as outside.
+  LC_HD static int64_t OutDepth(const TileGeom& g, const Block& k, int64_t kd) {
+    const int64_t t = k.z + g.pad_front - kd * g.dilation_d;  // = od * stride_d
+    const int64_t od = FloorDiv(t, g.stride_d);
+    return od * g.stride_d == t ? od : -1;
+  }
   LC_HD static void LoadTile(const Params& p, const Block& k, int64_t s, int tid, int threads,
                              A* smem) {
     const TileGeom& g = p.g;
@@ -236,8 +281,9 @@ struct BackpropInputTiles {
     const TapStep t = DecodeTapStep(g, c, s);
     int64_t oy0, ox0;
     PatchOrigin(p, k, t, &oy0, &ox0);
-    LoadPatch(p.out_backprop + k.n * g.out.n + (k.grp * g.cout_g + t.ch) * g.out.c, oy0, ox0,
-              g.out_h, g.out_w, g.out, c, tid, threads, smem);
+    const DepthPlane d = PlaneAt(OutDepth(g, k, t.kd), g.out_d, g.out_sd, g.out_h);
+    LoadPatch(p.out_backprop + k.n * g.out.n + d.offset + (k.grp * g.cout_g + t.ch) * g.out.c, oy0,
+              ox0, d.h, g.out_w, g.out, c, tid, threads, smem);
     const int64_t c0 = k.j * C;  // first in-channel of the block within its group
     LoadFilterChunk<C>(p.filter, g, c, t, c0 * g.out_c + k.grp * g.cout_g + t.ch, g.out_c,
                        g.cin_g - c0, tid, threads, smem + c.patch_h * c.patch_w);
@@ -273,9 +319,9 @@ struct BackpropInputTiles {
     const int64_t iy = k.y0 + tid / p.c.tile_w, ix = k.x0 + tid % p.c.tile_w;
     if (iy >= g.in_h || ix >= g.in_w) return;
     const int64_t c0 = k.j * C;
-    StoreChannels<C>(
-        acc, g.cin_g - c0, g.in.c,
-        p.in_backprop + k.n * g.in.n + iy * g.in.h + ix * g.in.w + (k.grp * g.cin_g + c0) * g.in.c);
+    StoreChannels<C>(acc, g.cin_g - c0, g.in.c,
+                     p.in_backprop + k.n * g.in.n + k.z * g.in_sd + iy * g.in.h + ix * g.in.w +
+                         (k.grp * g.cin_g + c0) * g.in.c);
   }
 };
 
@@ -292,7 +338,7 @@ struct BackpropFilterTiles {
     A* partials;         // [reduce_chunks][filter elements] otherwise
   };
   struct Block {
-    int64_t kh0, kw0, j, grp, ci, r, row0, rows;  // r: the batch-row slice
+    int64_t kd, kh0, kw0, j, grp, ci, r, row0, rows;  // r: the slice of batch x depth x rows
   };
 
   LC_HD static Block Decode(const Params& p, int64_t b) {
@@ -311,8 +357,10 @@ struct BackpropFilterTiles {
     k.grp = b % g.groups;
     b /= g.groups;
     k.ci = b % g.cin_g;
-    const int64_t total = g.batch * g.out_h;
-    k.r = b / g.cin_g;
+    b /= g.cin_g;
+    k.kd = b % g.filter_d;
+    const int64_t total = g.batch * g.out_d * g.out_h;
+    k.r = b / g.filter_d;
     k.row0 = k.r * total / c.reduce_chunks;
     k.rows = (k.r + 1) * total / c.reduce_chunks - k.row0;
     return k;
@@ -326,18 +374,20 @@ struct BackpropFilterTiles {
     const TileConfig& c = p.c;
     const int64_t nx = CeilDiv(g.out_w, c.chunk_w);
     const int64_t row = k.row0 + s / nx, ox0 = (s % nx) * c.chunk_w;
-    const int64_t n = row / g.out_h, oy = row % g.out_h;
-    const T* x = p.input + n * g.in.n + (k.grp * g.cin_g + k.ci) * g.in.c;
+    const int64_t n = row / (g.out_d * g.out_h), od = row / g.out_h % g.out_d, oy = row % g.out_h;
+    const DepthPlane d =
+        PlaneAt(od * g.stride_d + k.kd * g.dilation_d - g.pad_front, g.in_d, g.in_sd, g.in_h);
+    const T* x = p.input + n * g.in.n + d.offset + (k.grp * g.cin_g + k.ci) * g.in.c;
     const int64_t bx = ox0 * g.stride_w + k.kw0 * g.dilation_w - g.pad_left;
     const int64_t patch = c.patch_h * c.patch_w;
     for (int64_t e = tid; e < patch; e += threads) {
       const int64_t kh = k.kh0 + e / c.patch_w;
       const int64_t iy = oy * g.stride_h + kh * g.dilation_h - g.pad_top, ix = bx + e % c.patch_w;
-      const bool in = kh < g.filter_h && iy >= 0 && iy < g.in_h && ix >= 0 && ix < g.in_w;
+      const bool in = kh < g.filter_h && iy >= 0 && iy < d.h && ix >= 0 && ix < g.in_w;
       smem[e] = in ? static_cast<A>(Load(x[iy * g.in.h + ix * g.in.w])) : A(0);
     }
     A* dy = smem + patch;
-    const T* src = p.out_backprop + n * g.out.n + oy * g.out.h;
+    const T* src = p.out_backprop + n * g.out.n + od * g.out_sd + oy * g.out.h;
     for (int64_t e = tid; e < c.chunk_w * C; e += threads) {
       const int64_t o = e % C, ox = ox0 + e / C, co = k.j * C + o;
       const bool in = ox < g.out_w && co < g.cout_g;
@@ -361,7 +411,8 @@ struct BackpropFilterTiles {
     const TileGeom& g = p.g;
     const int64_t kh = k.kh0 + tid / p.c.tile_w, kw = k.kw0 + tid % p.c.tile_w;
     if (kh >= g.filter_h || kw >= g.filter_w) return;
-    const int64_t base = ((kh * g.filter_w + kw) * g.cin_g + k.ci) * g.out_c + k.grp * g.cout_g;
+    const int64_t base = (((k.kd * g.filter_h + kh) * g.filter_w + kw) * g.cin_g + k.ci) * g.out_c +
+                         k.grp * g.cout_g;
     for (int o = 0; o < C; ++o) {
       const int64_t co = k.j * C + o;
       if (co >= g.cout_g) continue;
@@ -372,9 +423,7 @@ struct BackpropFilterTiles {
       }
     }
   }
-  LC_HD static int64_t FilterElements(const TileGeom& g) {
-    return g.filter_h * g.filter_w * g.cin_g * g.out_c;
-  }
+  LC_HD static int64_t FilterElements(const TileGeom& g) { return g.filter_elements(); }
   // The second kernel: element i of the filter gradient, the partials added in slice order.
   LC_HD static void Reduce(const Params& p, int64_t i) {
     const int64_t fe = FilterElements(p.g);
@@ -420,9 +469,10 @@ inline void MeasureTiles(const TileGeom& g, ConvPass pass, TileConfig* c) {
 //   run.template Reduce<K>(params, count)  runs K::Reduce for elements [0, count).
 // Operands in each pass's order, as RunPass takes them. `workspace` holds
 // config.workspace_bytes (backprop-filter's partial sums).
-template <typename T, class Runner>
-void DispatchTiles(const ConvGeometry& geom, ConvPass pass, const TileConfig& c, const T* a,
-                   const T* b, T* out, void* workspace, Runner& run) {
+// Geometry: ConvGeometry or Conv3dGeometry.
+template <typename T, class Geometry, class Runner>
+void DispatchTiles(const Geometry& geom, ConvPass pass, const TileConfig& c, const T* a, const T* b,
+                   T* out, void* workspace, Runner& run) {
   const TileGeom g = MakeTileGeom(geom);
   const auto go = [&](auto channels) {
     constexpr int C = decltype(channels)::value;

@@ -38,9 +38,10 @@ int64_t ElementBytes(const std::string& dtype) {
 }
 
 // dtype_override: "" to take the array's own typestr, or "bfloat16" for 2-byte integer
-// views of bfloat16 data (torch exposes no typestr for bfloat16).
-DeviceArray FromInterface(const py::object& o, const char* name,
-                          const std::string& dtype_override) {
+// views of bfloat16 data (torch exposes no typestr for bfloat16). rank: 4 (Conv2D) or 5
+// (Conv3D).
+DeviceArray FromInterface(const py::object& o, const char* name, const std::string& dtype_override,
+                          int rank = 4) {
   if (!py::hasattr(o, "__cuda_array_interface__")) {
     throw py::value_error(std::string(name) +
                           " must be a CUDA device array exposing __cuda_array_interface__ "
@@ -71,11 +72,13 @@ DeviceArray FromInterface(const py::object& o, const char* name,
                           "got typestr " +
                           typestr);
   }
-  if (a.shape.size() != 4) throw py::value_error(std::string(name) + " must be 4-D");
+  if (static_cast<int>(a.shape.size()) != rank) {
+    throw py::value_error(std::string(name) + " must be " + std::to_string(rank) + "-D");
+  }
   if (d.contains("strides") && !d["strides"].is_none()) {
     const auto strides = d["strides"].cast<std::vector<int64_t>>();
     int64_t expect = ElementBytes(a.dtype);
-    for (int i = 3; i >= 0; --i) {
+    for (int i = rank - 1; i >= 0; --i) {
       if (a.shape[i] > 1 && strides[i] != expect) {
         throw py::value_error(std::string(name) + " must be C-contiguous");
       }
@@ -124,8 +127,9 @@ class DeviceGuard {
   int previous_ = 0;
 };
 
-template <typename T>
-void Launch(const ConvGeometry& g, ConvPass pass, const DeviceArray& a, const DeviceArray& b,
+// Geometry: ConvGeometry or Conv3dGeometry, here and below.
+template <typename T, class Geometry>
+void Launch(const Geometry& g, ConvPass pass, const DeviceArray& a, const DeviceArray& b,
             const DeviceArray& out, const std::string& algorithm, int64_t workspace_limit,
             cudaStream_t stream) {
   const DeviceGuard device(a, b, out);
@@ -155,7 +159,8 @@ void Launch(const ConvGeometry& g, ConvPass pass, const DeviceArray& a, const De
 }
 
 // Checks dtypes and the output's shape, then enqueues the pass.
-void Run(const ConvGeometry& g, ConvPass pass, const DeviceArray& a, const DeviceArray& b,
+template <class Geometry>
+void Run(const Geometry& g, ConvPass pass, const DeviceArray& a, const DeviceArray& b,
          const DeviceArray& out, const std::vector<int64_t>& out_shape, const char* out_name,
          const std::string& algorithm, int64_t workspace_limit, uintptr_t stream) {
   if (a.dtype != b.dtype || a.dtype != out.dtype) {
@@ -219,6 +224,51 @@ void BackpropFilter(const py::object& input, const py::object& out_backprop,
             {"input", "out_backprop", "filter_backprop"}, LARGECONV_CUDA_ARG_NAMES);
 }
 
+#define LARGECONV_CUDA3D_ARGS                                                                      \
+  const std::vector<int64_t>&strides, const std::string &padding, const std::string &data_format,  \
+      const std::vector<int64_t>&dilations, const std::string &algorithm, int64_t workspace_limit, \
+      uintptr_t stream, const std::string &dtype
+
+// One Conv3D pass on device arrays, as RunArrays runs a 2-D one.
+void RunArrays3d(ConvPass pass, const py::object& a, const py::object& b, const py::object& out,
+                 const std::array<const char*, 3>& names, LARGECONV_CUDA3D_ARGS) {
+  const PassRoles roles = RolesOf(pass);
+  const DeviceArray arrays[3] = {FromInterface(a, names[0], dtype, 5),
+                                 FromInterface(b, names[1], dtype, 5),
+                                 FromInterface(out, names[2], dtype, 5)};
+  const auto shape_of = [&](ConvTensor t) {
+    return arrays[t == roles.a ? 0 : t == roles.b ? 1 : 2].shape;
+  };
+  const Conv3dGeometry g = Geometry3d(shape_of(ConvTensor::kInput), shape_of(ConvTensor::kFilter),
+                                      strides, padding, data_format, dilations, WindowRuleOf(pass));
+  if (roles.b == ConvTensor::kOutput) {
+    ThrowIfError(CheckOutBackprop(g, ShapeOf5(arrays[1].shape, "out_backprop")));
+  }
+  Run(g, pass, arrays[0], arrays[1], arrays[2], ToVec(g.shape(roles.out)), names[2], algorithm,
+      workspace_limit, stream);
+}
+
+#define LARGECONV_CUDA3D_ARG_NAMES \
+  strides, padding, data_format, dilations, algorithm, workspace_limit, stream, dtype
+
+void Forward3d(const py::object& input, const py::object& filter, const py::object& output,
+               LARGECONV_CUDA3D_ARGS) {
+  RunArrays3d(ConvPass::kForward, input, filter, output, {"input", "filter", "output"},
+              LARGECONV_CUDA3D_ARG_NAMES);
+}
+
+void BackpropInput3d(const py::object& filter, const py::object& out_backprop,
+                     const py::object& in_backprop, LARGECONV_CUDA3D_ARGS) {
+  RunArrays3d(ConvPass::kBackpropInput, filter, out_backprop, in_backprop,
+              {"filter", "out_backprop", "in_backprop"}, LARGECONV_CUDA3D_ARG_NAMES);
+}
+
+void BackpropFilter3d(const py::object& input, const py::object& out_backprop,
+                      const py::object& filter_backprop, LARGECONV_CUDA3D_ARGS) {
+  RunArrays3d(ConvPass::kBackpropFilter, input, out_backprop, filter_backprop,
+              {"input", "out_backprop", "filter_backprop"}, LARGECONV_CUDA3D_ARG_NAMES);
+}
+
 ConvPass PassFrom(const std::string& pass) {
   const ConvPass* p = std::find_if(std::begin(kPasses), std::end(kPasses),
                                    [&](ConvPass q) { return pass == PassName(q); });
@@ -248,8 +298,9 @@ int64_t WorkspaceBytes(const std::string& pass, const std::vector<int64_t>& inpu
 }
 
 struct DevicePlanner {
-  Status operator()(const ConvGeometry& g, ConvPass pass, Algorithm a, int real_bytes,
-                    int64_t limit, cuda::CudaPlan* plan) const {
+  template <class Geometry>
+  Status operator()(const Geometry& g, ConvPass pass, Algorithm a, int real_bytes, int64_t limit,
+                    cuda::CudaPlan* plan) const {
     return cuda::PlanCudaPass(g, pass, a, real_bytes, limit, plan);
   }
 };
@@ -288,6 +339,21 @@ PYBIND11_MODULE(_cuda, m) {
   m.def("conv2d_backprop_filter", &BackpropFilter, py::arg("input"), py::arg("out_backprop"),
         py::arg("filter_backprop"), LARGECONV_CUDA_PYARGS,
         "Gradient with respect to the filter, into `filter_backprop`.");
+#define LARGECONV_CUDA3D_PYARGS                                                \
+  py::arg("strides"), py::arg("padding"),                                      \
+      py::arg("data_format") = "NDHWC", py::arg("dilations") = kOnes3d,        \
+      py::arg("algorithm") = "auto", py::arg("workspace_limit") = int64_t{-1}, \
+      py::arg("stream") = uintptr_t{0}, py::arg("dtype") = ""
+  m.def("conv3d", &Forward3d, py::arg("input"), py::arg("filter"), py::arg("output"),
+        LARGECONV_CUDA3D_PYARGS, "Forward Conv3D into `output`, enqueued on `stream`.");
+  m.def("conv3d_backprop_input", &BackpropInput3d, py::arg("filter"), py::arg("out_backprop"),
+        py::arg("in_backprop"), LARGECONV_CUDA3D_PYARGS,
+        "Conv3D's gradient with respect to the input, into `in_backprop`.");
+  m.def("conv3d_backprop_filter", &BackpropFilter3d, py::arg("input"), py::arg("out_backprop"),
+        py::arg("filter_backprop"), LARGECONV_CUDA3D_PYARGS,
+        "Conv3D's gradient with respect to the filter, into `filter_backprop`.");
+  m.def("plan3d", &CudaPlan3dList<DevicePlanner>, LARGECONV_PLAN3D_PYARGS,
+        "The GPU planner's choice for each Conv3D pass on the current device, as dicts.");
   m.def("workspace_bytes", &WorkspaceBytes, py::arg("pass_"), py::arg("input_shape"),
         py::arg("filter_shape"), py::arg("strides"), py::arg("padding"),
         py::arg("explicit_paddings") = kNone, py::arg("data_format") = "NHWC",
