@@ -13,8 +13,6 @@ from hypothesis import assume
 from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
-from reference import Conv
-from reference import planned_fft
 
 import tf_largeconv as lc
 from tf_largeconv import _loader
@@ -338,48 +336,3 @@ def test_process_memory_does_not_scale_with_input_times_filter():
   slack = 6 * MiB
   assert slack < unconstrained.workspace_bytes - workspace
   assert growth <= outputs + workspace + slack, (growth, workspace)
-
-
-# 2-D passes transformed in runs of tiles (8 MiB limit): runs that cross images with a
-# shorter last one (3 tiles in runs of 2; 9 in runs of 8, strided), and 1x4 tiles an image
-# in runs of 4. The first two and the strided input gradient have filter spectra of more
-# than 512K values (24 x 32 channel pairs of 50x50 transforms: 1M).
-TILE_RUNS = [
-    ((3, 40, 40, 24), (21, 21, 24, 32), 1, "SAME", ("forward", "backprop_input")),
-    ((2, 40, 40, 32), (17, 17, 32, 32), 1, "SAME", ("forward", "backprop_input")),
-    ((3, 50, 40, 32), (19, 19, 32, 24), 2, "VALID", ("forward", "backprop_input")),
-]
-
-
-@pytest.mark.parametrize("case", TILE_RUNS, ids=lambda c: "x".join(map(str, c[0])))
-def test_2d_fft_runs_tiles_when_filter_spectra_outgrow_the_caches(rng, case):
-  """The planner prices reading the filter spectra again for every item once they outgrow
-  the caches, so it transforms several 2-D tiles per item there (vec_block > 1, shown as
-  runs in the plan); each pass still matches the float64 oracle and takes exactly its
-  planned workspace."""
-  x_shape, w_shape, strides, padding, runs = case
-  limit = 8 * MiB
-  plan = lc.plan(x_shape, w_shape, strides, padding, algorithm="fft", workspace_limit=limit)
-  for pp in plan.passes:
-    tiles = x_shape[0] * pp.tiles[0] * pp.tiles[1]
-    if pp.name in runs:
-      assert pp.vec_block > 1 and tiles > 1, pp
-      assert f"r{pp.vec_block}" in str(plan), plan
-    # Priced where the filter spectra (every channel pair's) exceed 512K complex values;
-    # elsewhere runs are chosen for the balance of the reference threads' work.
-    values = pp.fft_size[0] * (pp.fft_size[1] // 2 + 1) * w_shape[2] * w_shape[3]
-    streams = pp.name != "backprop_filter" and values > 512 * 1024
-    assert (pp.fft_work["streamed_values"] > 0) == streams, (pp, values)
-  x, w, dy, got = _check_passes(plan, x_shape, w_shape, strides, padding, rng,
-                                algorithm="fft", workspace_limit=limit)
-  Conv(x_shape, w_shape, (strides,) * 2 if isinstance(strides, int) else strides,
-       padding).check_passes("float32", planned_fft(plan.passes), x, w, dy,
-                             got["forward"], got["backprop_input"], got["backprop_filter"],
-                             "tile runs ")
-
-
-def test_small_filter_spectra_plan_single_tiles():
-  """Filter spectra that fit the caches are not priced for re-reading, so the seed case
-  keeps one tile an item (the same plan as before tile runs were priced)."""
-  for pp in lc.plan((10, 321, 481, 1), (135, 135, 1, 3), 1, "VALID").passes:
-    assert pp.vec_block == 1 and pp.fft_work["streamed_values"] == 0, pp

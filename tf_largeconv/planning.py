@@ -85,18 +85,11 @@ class Plan:
     self.unavailable = unavailable
 
   def __str__(self):
-    def _blocks(p):
-      # source x destination channels; "rN" where one group's tiles go N an item.
-      if not p.fft_size:
-        return "-"
-      runs = p.vec_block and p.vec_block > 1 and (p.group_block or 1) <= 1
-      return f"{p.in_block}x{p.out_block}" + (f" r{p.vec_block}" if runs else "")
-
     def sizes(v):
       return "x".join(map(str, v)) if v else "-"
 
     cells = [(p.name, p.algorithm, sizes(p.fft_size), sizes(p.tile), sizes(p.tiles),
-              _blocks(p), str(p.slots or "-"),
+              f"{p.in_block}x{p.out_block}" if p.fft_size else "-", str(p.slots or "-"),
               f"{p.workspace_bytes / 2**20:.2f} MiB", f"{p.flops / 1e9:.3f}")
              for p in self.passes]
     header = ("pass", "algorithm", "fft size", "tile", "tiles", "blocks", "slots", "workspace",

@@ -40,18 +40,6 @@ double LinePointFactor(const FftConfig& c) {
   const double lines = c.vec_block >= kLineBlock ? 1.4 : c.vec_block >= 4 ? 2.2 : 4.7;
   return lines * (c.fft_w > 16384 ? 1.3 : 1.0);
 }
-// Filter spectra too large for the caches are read from memory again by every item (a tile,
-// or a run of tiles): the transposed convolution's 16x32 channel pairs of 160x160 spectra
-// (53 MB) ran its two tile passes 25% faster with two tiles per item than with one (one
-// thread), about 0.25 ns per byte not re-read. Spectra of less than 4 MiB are taken to stay
-// in cache. Priced per complex value of float (8 bytes).
-constexpr double kSecondsPerStreamedValue = 2e-9;
-constexpr double kCachedSpectrumValues = 512 * 1024;
-// Source channels whose spectra a slot holds at once: their products with the filter
-// spectra then run a block of bins at a time over all of them (fft.cc MultiplySources),
-// so a destination spectrum is read and written once per block of sources, not once per
-// source. Sixteen take the accumulators' traffic down to a sixteenth.
-constexpr int64_t kSourceBlock = 16;
 // TensorFlow's oneDNN kernels reach ~150 GFLOP/s per core with many channels, far less with
 // few (measured ~40 GFLOP/s per core with 1 input and 3 output channels).
 constexpr double kTfFlopsPerSec = 150e9;
@@ -85,13 +73,6 @@ FftWork CountFftWork(const ConvGeometry& g, ConvPass pass, const FftConfig& c) {
   w.transforms = FftTransformCount(g, pass, c);
   w.transform_points = w.transforms * c.fft_h * c.fft_w;
   w.complex_macs = tiles * bins * g.in_c_per_group() * g.out_c_per_group();
-  const double filter_values = bins * g.groups * g.in_c_per_group() * g.out_c_per_group();
-  if (!WritesFilter(pass) && filter_values > kCachedSpectrumValues) {
-    // Each item reads its groups' filter spectra: per tile, or once per run of tiles.
-    const double items = BatchesTiles(g, c) ? CeilDiv(g.batch * t.tiles_h * t.tiles_w, c.vec_block)
-                                            : static_cast<double>(g.batch) * t.tiles_h * t.tiles_w;
-    w.streamed_values = items * filter_values;
-  }
   return w;
 }
 
@@ -102,8 +83,7 @@ double FftCost(const ConvGeometry& g, ConvPass pass, const FftConfig& c, double*
   const double n = static_cast<double>(c.fft_h) * c.fft_w;
   *flops = w.transform_points * 2.5 * std::log2(std::max(n, 2.0)) + 8.0 * w.complex_macs;
   return kSecondsPerTransformPoint * LinePointFactor(c) * w.transform_points +
-         kSecondsPerTransform * w.transforms + kSecondsPerComplexMac * w.complex_macs +
-         kSecondsPerStreamedValue * w.streamed_values;
+         kSecondsPerTransform * w.transforms + kSecondsPerComplexMac * w.complex_macs;
 }
 
 // --- Three spatial dimensions: the same cost model over 3-D transforms -------------------
@@ -202,37 +182,12 @@ void ForEachFilterBlocks(const ConvGeometry& g, int64_t threads, FftConfig c, co
   }
 }
 
-// For a tile pass of one group with `run` tiles per item: the largest destination block,
-// then the largest source block (up to kSourceBlock), that fit the limit; false when single
-// channels do not. Runs of several tiles take sources first: the cost model prices the
-// transforms a smaller destination block repeats, not the accumulator traffic of a small
-// source block (each source's products re-read and re-write every accumulator), and out
-// of a 64 MiB limit the transposed convolution's forward pass got 19 destinations and
-// single sources with runs of two tiles, against 16 and 11 sources first.
-bool FitChannelBlocks(const ConvGeometry& g, ConvPass pass, int64_t limit, int real_bytes,
-                      int64_t run, FftConfig* c) {
-  const auto fits = [&] { return FftWorkspaceBytes(g, pass, *c, real_bytes) <= limit; };
-  c->group_block = 1;
-  c->vec_block = run;
-  c->out_block = 1;
-  c->in_block = 1;
-  if (!fits()) return false;
-  const int64_t sources =
-      std::min(kSourceBlock, std::max<int64_t>(1, g.channels(pass).src_per_group));
-  const int64_t dests = std::max<int64_t>(1, g.channels(pass).dst_per_group);
-  if (run > 1) LargestFitting(sources, &c->in_block, fits);
-  LargestFitting(dests, &c->out_block, fits);
-  LargestFitting(sources, &c->in_block, fits);
-  return true;
-}
-
 // Blocks for `threads` (filter pass) or `c->slots` slots that fit the limit; false if
 // none. Without `price`, the largest that fit; with it, for the filter pass, the cheapest
 // by price among all of the ladder's configurations that fit, so that a larger limit, which
 // only lets more of them fit, never makes the choice dearer.
 bool FitBlocks(const ConvGeometry& g, ConvPass pass, int64_t limit, int real_bytes, int64_t threads,
-               FftConfig* c, const std::function<double(const FftConfig&)>& price = nullptr,
-               const std::function<double(const FftConfig&)>& tile_price = nullptr) {
+               FftConfig* c, const std::function<double(const FftConfig&)>& price = nullptr) {
   if (WritesFilter(pass)) {
     bool found = false;
     double best = 0;
@@ -246,27 +201,6 @@ bool FitBlocks(const ConvGeometry& g, ConvPass pass, int64_t limit, int real_byt
       }
       return !price;  // the largest that fits, or go on pricing
     });
-    return found;
-  }
-  const auto& runs_price = tile_price ? tile_price : price;
-  if (g.groups == 1 && c->fft_h != 1 && runs_price) {
-    // 2-D tiles of one group: runs of 1, 2, 4 or 8 tiles per item, the cheapest that fits
-    // (longer runs read the filter spectra fewer times, and leave less room for blocks).
-    const int64_t tiles = g.batch * c->tiling.tiles_h * c->tiling.tiles_w;
-    bool found = false;
-    double best = 0;
-    FftConfig chosen = *c;
-    for (int64_t run = 1; run <= std::min<int64_t>(kLineBlock, tiles); run *= 2) {
-      FftConfig trial = *c;
-      if (!FitChannelBlocks(g, pass, limit, real_bytes, run, &trial)) break;
-      const double cost = runs_price(trial);
-      if (!found || cost < best) {
-        found = true;
-        best = cost;
-        chosen = trial;
-      }
-    }
-    *c = chosen;
     return found;
   }
   const int64_t dest = std::max<int64_t>(1, g.channels(pass).dst_per_group);
@@ -292,6 +226,11 @@ bool FitBlocks(const ConvGeometry& g, ConvPass pass, int64_t limit, int real_byt
     c->group_block = LargestFitting(g.groups, &c->group_block, fits);
     c->vec_block = std::min(c->vec_block, c->group_block);
   }
+  // Source channels whose spectra a slot holds at once: their products with the filter
+  // spectra then run a block of bins at a time over all of them (fft.cc MultiplySources),
+  // so a destination spectrum is read and written once per block of sources, not once
+  // per source. Sixteen take the accumulators' traffic down to a sixteenth.
+  constexpr int64_t kSourceBlock = 16;
   const int64_t sources = std::max<int64_t>(1, g.channels(pass).src_per_group);
   LargestFitting(std::min(kSourceBlock, sources), &c->in_block, fits);
   return true;
@@ -302,9 +241,7 @@ bool FitBlocks(const ConvGeometry& g, ConvPass pass, int64_t limit, int real_byt
 // The largest blocks with which `c->slots` slots fit the limit; false when single channels
 // do not. The filter pass keeps at least `threads` units of channel pairs where it has them.
 bool FitBlocks(const Conv3dGeometry& g, ConvPass pass, int64_t limit, int real_bytes,
-               int64_t threads, Fft3dConfig* c,
-               const std::function<double(const Fft3dConfig&)>& = nullptr,
-               const std::function<double(const Fft3dConfig&)>& = nullptr) {
+               int64_t threads, Fft3dConfig* c) {
   const auto fits = [&] { return FftWorkspaceBytes(g, pass, *c, real_bytes) <= limit; };
   c->in_block = 1;
   c->out_block = 1;
@@ -433,10 +370,7 @@ Status FftFinish(Pb& pb, typename Pb::Plan* p) {
   for (int64_t slots = pb.threads; slots >= 1; --slots) {
     auto trial = best;
     trial.slots = slots;
-    if (!FitBlocks(g, pb.pass, pb.limit, pb.req.real_bytes, slots, &trial, nullptr,
-                   [&](const auto& t) { return ReferenceCost(g, pb.pass, t); })) {
-      continue;
-    }
+    if (!FitBlocks(g, pb.pass, pb.limit, pb.req.real_bytes, slots, &trial)) continue;
     trial.slots = std::max<int64_t>(1, std::min(slots, ParallelItems(g, pb.pass, trial)));
     c = trial;
     break;

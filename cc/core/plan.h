@@ -30,7 +30,6 @@ struct FftWork {
   double transforms = 0;        // 2-D transforms, forward and inverse
   double transform_points = 0;  // their points, summed
   double complex_macs = 0;      // spectral multiply-adds
-  double streamed_values = 0;   // filter spectrum values read from memory, item by item
 };
 
 // A planned pass; Config is the FFT's configuration (FftConfig in 2-D, Fft3dConfig in 3-D).
