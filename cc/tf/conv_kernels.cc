@@ -369,57 +369,35 @@ class Conv3dPassOp : public OpKernel {
   PlanCache<std::pair<Shape5, Shape5>, Pass3dPlan> plans_;
 };
 
-#define LARGECONV_REGISTER_3D(DEVICE, C, GPU)                                                  \
-  REGISTER_KERNEL_BUILDER(Name("LargeConv>Conv3D").Device(DEVICE).TypeConstraint<TfT<C>>("T"), \
-                          Conv3dPassOp<C, GPU, ConvPass::kForward>);                           \
-  REGISTER_KERNEL_BUILDER(Name("LargeConv>Conv3DBackpropInput")                                \
-                              .Device(DEVICE)                                                  \
-                              .TypeConstraint<TfT<C>>("T")                                     \
-                              .HostMemory("input_sizes"),                                      \
-                          Conv3dPassOp<C, GPU, ConvPass::kBackpropInput>);                     \
-  REGISTER_KERNEL_BUILDER(Name("LargeConv>Conv3DBackpropFilter")                               \
-                              .Device(DEVICE)                                                  \
-                              .TypeConstraint<TfT<C>>("T")                                     \
-                              .HostMemory("filter_sizes"),                                     \
-                          Conv3dPassOp<C, GPU, ConvPass::kBackpropFilter>);
-#define LARGECONV_REGISTER_3D_CPU(C, NAME, TF_WORD) \
-  LARGECONV_REGISTER_3D(tensorflow::DEVICE_CPU, C, false)
-LARGECONV_FOR_EACH_DTYPE(LARGECONV_REGISTER_3D_CPU)
-#undef LARGECONV_REGISTER_3D_CPU
-#ifdef LARGECONV_WITH_CUDA
-// The floating types only, as for the 2-D ops below.
-#define LARGECONV_REGISTER_3D_GPU(C, NAME, TF_WORD) \
-  LARGECONV_REGISTER_3D(tensorflow::DEVICE_GPU, C, true)
-LARGECONV_FOR_EACH_FLOAT_DTYPE(LARGECONV_REGISTER_3D_GPU)
-#undef LARGECONV_REGISTER_3D_GPU
-#endif
-#undef LARGECONV_REGISTER_3D
-
-// Kernels are templated on the core storage type and registered for its TF type.
-#define LARGECONV_REGISTER(DEVICE, C, GPU)                                                     \
-  REGISTER_KERNEL_BUILDER(Name("LargeConv>Conv2D").Device(DEVICE).TypeConstraint<TfT<C>>("T"), \
-                          ConvPassOp<C, GPU, ConvPass::kForward>);                             \
-  REGISTER_KERNEL_BUILDER(Name("LargeConv>Conv2DBackpropInput")                                \
-                              .Device(DEVICE)                                                  \
-                              .TypeConstraint<TfT<C>>("T")                                     \
-                              .HostMemory("input_sizes"),                                      \
-                          ConvPassOp<C, GPU, ConvPass::kBackpropInput>);                       \
-  REGISTER_KERNEL_BUILDER(Name("LargeConv>Conv2DBackpropFilter")                               \
-                              .Device(DEVICE)                                                  \
-                              .TypeConstraint<TfT<C>>("T")                                     \
-                              .HostMemory("filter_sizes"),                                     \
-                          ConvPassOp<C, GPU, ConvPass::kBackpropFilter>);
-#define LARGECONV_REGISTER_CPU(C, NAME, TF_WORD) \
-  LARGECONV_REGISTER(tensorflow::DEVICE_CPU, C, false)
+// Kernels are templated on the core storage type and registered for its TF type: OP's
+// three passes (OP: Conv2D or Conv3D) run by KERNEL (ConvPassOp or Conv3dPassOp).
+#define LARGECONV_REGISTER(OP, KERNEL, DEVICE, C, GPU)                                      \
+  REGISTER_KERNEL_BUILDER(Name("LargeConv>" OP).Device(DEVICE).TypeConstraint<TfT<C>>("T"), \
+                          KERNEL<C, GPU, ConvPass::kForward>);                              \
+  REGISTER_KERNEL_BUILDER(Name("LargeConv>" OP "BackpropInput")                             \
+                              .Device(DEVICE)                                               \
+                              .TypeConstraint<TfT<C>>("T")                                  \
+                              .HostMemory("input_sizes"),                                   \
+                          KERNEL<C, GPU, ConvPass::kBackpropInput>);                        \
+  REGISTER_KERNEL_BUILDER(Name("LargeConv>" OP "BackpropFilter")                            \
+                              .Device(DEVICE)                                               \
+                              .TypeConstraint<TfT<C>>("T")                                  \
+                              .HostMemory("filter_sizes"),                                  \
+                          KERNEL<C, GPU, ConvPass::kBackpropFilter>);
+#define LARGECONV_REGISTER_CPU(C, NAME, TF_WORD)                             \
+  LARGECONV_REGISTER("Conv2D", ConvPassOp, tensorflow::DEVICE_CPU, C, false) \
+  LARGECONV_REGISTER("Conv3D", Conv3dPassOp, tensorflow::DEVICE_CPU, C, false)
 LARGECONV_FOR_EACH_DTYPE(LARGECONV_REGISTER_CPU)
+#undef LARGECONV_REGISTER_CPU
 #ifdef LARGECONV_WITH_CUDA
 // The floating types only: the CUDA kernels take no integer type (TensorFlow keeps int32
 // tensors of GPU kernels in host memory), so an int32 call is placed on the CPU.
-#define LARGECONV_REGISTER_GPU(C, NAME, TF_WORD) LARGECONV_REGISTER(tensorflow::DEVICE_GPU, C, true)
+#define LARGECONV_REGISTER_GPU(C, NAME, TF_WORD)                            \
+  LARGECONV_REGISTER("Conv2D", ConvPassOp, tensorflow::DEVICE_GPU, C, true) \
+  LARGECONV_REGISTER("Conv3D", Conv3dPassOp, tensorflow::DEVICE_GPU, C, true)
 LARGECONV_FOR_EACH_FLOAT_DTYPE(LARGECONV_REGISTER_GPU)
 #undef LARGECONV_REGISTER_GPU
 #endif
-#undef LARGECONV_REGISTER_CPU
 #undef LARGECONV_REGISTER
 
 }  // namespace
