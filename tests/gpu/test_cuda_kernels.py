@@ -20,12 +20,9 @@ from reference import planned_fft
 try:
   import torch  # pylint: disable=g-import-not-at-top
   import torch_conv  # pylint: disable=g-import-not-at-top
+  from torch_conv import to_device  # pylint: disable=g-import-not-at-top
 except ImportError:
-  torch = torch_conv = None
-
-
-def _dev(a, dtype_name):
-  return torch.as_tensor(np.asarray(a, np.float64)).to("cuda", getattr(torch, dtype_name))
+  torch = torch_conv = to_device = None
 
 
 def _arg(t):
@@ -72,7 +69,7 @@ def test_kernels_match_oracle_and_torch(cuda_ext, rng, case, fmt, dtype, algorit
   w = rng.standard_normal(w_shape)
   ref = Conv(x.shape, w_shape, strides, padding, dilations, fmt)
   dy = rng.standard_normal(ref.output_shape())
-  xt, wt, dyt = _dev(x, dtype), _dev(w, dtype), _dev(dy, dtype)
+  xt, wt, dyt = to_device(x, dtype), to_device(w, dtype), to_device(dy, dtype)
   # The oracle sees the operands exactly as the device stores them.
   xr, wr, dyr = (t.double().cpu().numpy() for t in (xt, wt, dyt))
   ours = _run(cuda_ext, xt, wt, dyt, case, fmt, algorithm)
@@ -96,7 +93,7 @@ def test_seed_sized_filter_matches_torch(cuda_ext, rng, algorithm):
   w = rng.standard_normal(case[1]) / 135
   ref = Conv(x.shape, case[1])
   dy = rng.standard_normal(ref.output_shape())
-  xt, wt, dyt = (_dev(a, "float32") for a in (x, w, dy))
+  xt, wt, dyt = (to_device(a, "float32") for a in (x, w, dy))
   ours = _run(cuda_ext, xt, wt, dyt, case, "NHWC", algorithm)
   theirs = torch_conv.conv2d_and_grads(xt, wt, dyt, (1, 1), "VALID", (1, 1), "NHWC")
   xr, wr, dyr = (t.double().cpu().numpy() for t in (xt, wt, dyt))
@@ -117,7 +114,7 @@ def test_1d_geometry_runs_single_row_transforms(cuda_ext, rng, fmt, dtype):
   w = rng.standard_normal(case[1]) / 32
   ref = Conv(x.shape, case[1], case[2], case[3], case[4], fmt)
   dy = rng.standard_normal(ref.output_shape())
-  xt, wt, dyt = _dev(x, dtype), _dev(w, dtype), _dev(dy, dtype)
+  xt, wt, dyt = to_device(x, dtype), to_device(w, dtype), to_device(dy, dtype)
   xr, wr, dyr = (t.double().cpu().numpy() for t in (xt, wt, dyt))
   fft = _planned_fft(cuda_ext, x, case[1], case, fmt, dtype, "auto")
   assert all(f is not None and f[0] == 1 and f[1] > 2048 for f in fft.values()), fft
@@ -186,8 +183,7 @@ def test_non_finite_values_stay_in_place(cuda_ext, algorithm):
   dy = np.ones(ref.output_shape())
   dy[0, 3, 3, 1] = np.nan
   case = (x.shape, w.shape, (1, 1), "VALID", (1, 1))
-  ours = _run(cuda_ext, _dev(x, "float32"), _dev(w, "float32"), _dev(dy, "float32"), case,
-              "NHWC", algorithm)
+  ours = _run(cuda_ext, *(to_device(a, "float32") for a in (x, w, dy)), case, "NHWC", algorithm)
   with np.errstate(invalid="ignore"):
     wants = (ref.forward(x, w), ref.backprop_input(w, dy), ref.backprop_filter(x, dy))
   for got, want in zip(ours, wants):
@@ -202,8 +198,7 @@ def test_matches_cpu_direct_path(cuda_ext, core_ext, rng):
   cpu = core_ext.conv2d(x, w, s, pad, explicit_paddings=ex, dilations=d, algorithm="direct")
   ref = Conv(x.shape, case[1], case[2], case[3], case[4])
   dy = rng.standard_normal(ref.output_shape())
-  ours = _run(cuda_ext, _dev(x, "float32"), _dev(w, "float32"), _dev(dy, "float32"), case,
-              "NHWC")
+  ours = _run(cuda_ext, *(to_device(a, "float32") for a in (x, w, dy)), case, "NHWC")
   mag = ref.forward(np.abs(x), np.abs(w))
   assert_close(ours[0].cpu().numpy(), cpu.astype(np.float64), "float32", 9 * 7 * 2, 2 * mag)
 
@@ -211,8 +206,8 @@ def test_matches_cpu_direct_path(cuda_ext, core_ext, rng):
 @pytest.mark.parametrize("algorithm", ["direct", "fft"])
 def test_backprop_filter_is_deterministic(cuda_ext, rng, algorithm):
   case = ((16, 64, 64, 8), (31, 31, 8, 8), (1, 1), "SAME", (1, 1))
-  x = _dev(rng.standard_normal(case[0]), "float32")
-  dy = _dev(rng.standard_normal(case[0][:3] + (8,)), "float32")
+  x = to_device(rng.standard_normal(case[0]), "float32")
+  dy = to_device(rng.standard_normal(case[0][:3] + (8,)), "float32")
   s, pad, ex, d = attrs(case[2], case[3], case[4], "NHWC")
   outs = []
   for _ in range(3):

@@ -19,12 +19,9 @@ from reference3d import problem
 try:
   import torch  # pylint: disable=g-import-not-at-top
   import torch_conv  # pylint: disable=g-import-not-at-top
+  from torch_conv import to_device  # pylint: disable=g-import-not-at-top
 except ImportError:
-  torch = torch_conv = None
-
-
-def _dev(a, dtype_name):
-  return torch.as_tensor(np.asarray(a, np.float64)).to("cuda", getattr(torch, dtype_name))
+  torch = torch_conv = to_device = None
 
 
 def _host(t):
@@ -63,7 +60,7 @@ def _fft_sizes(ext, x, w, attrs, dtype, algorithm):
     sorted(CASES), ["float32", "float64", "float16"], ["direct", "fft"])))
 def test_kernels_match_oracle_and_torch(cuda_ext, rng, case, dtype, algorithm):
   oracle, x, w, dy, attrs = problem(case, rng, "float64")
-  xt, wt, dyt = _dev(x, dtype), _dev(w, dtype), _dev(dy, dtype)
+  xt, wt, dyt = to_device(x, dtype), to_device(w, dtype), to_device(dy, dtype)
   xr, wr, dyr = _host(xt), _host(wt), _host(dyt)  # the operands exactly as stored
   fft = _fft_sizes(cuda_ext, x, w, attrs, dtype, algorithm)
   assert all((f is not None) == (algorithm == "fft") for f in fft.values()), fft
@@ -90,7 +87,7 @@ def test_large_filter_matches_torch(cuda_ext, rng, algorithm):
   if algorithm == "auto":
     plans = cuda_ext.plan3d(list(x.shape), list(w.shape), **attrs)
     assert [p["algorithm"] for p in plans] == ["fft"] * 3, plans
-  xt, wt, dyt = (_dev(a, "float32") for a in (x, w, dy))
+  xt, wt, dyt = (to_device(a, "float32") for a in (x, w, dy))
   ours = _run(cuda_ext, xt, wt, dyt, attrs, algorithm=algorithm)
   theirs = _torch(oracle, xt, wt, dyt, attrs)
   for pass_name in PASSES:
@@ -107,7 +104,7 @@ def test_workspace_is_what_the_plan_says(cuda_ext, rng, limit):
                           workspace_limit=limit)
   for p in plans:
     assert p["workspace_bytes"] <= (limit if limit > 0 else 64 << 20), p
-  xt, wt, dyt = (_dev(a, "float32") for a in (x, w, dy))
+  xt, wt, dyt = (to_device(a, "float32") for a in (x, w, dy))
   ours = _run(cuda_ext, xt, wt, dyt, attrs, algorithm="fft", workspace_limit=limit)
   fft = {p["pass"]: p["fft"] for p in plans}
   for pass_name in PASSES:
@@ -123,7 +120,7 @@ def test_non_finite_values_stay_in_place(cuda_ext, algorithm):
   x[0, 2, 2, 3, 0] = np.inf
   w = np.ones((3, 3, 3, 1, 1))
   dy = np.ones(oracle.output_shape())
-  ours = _run(cuda_ext, _dev(x, "float32"), _dev(w, "float32"), _dev(dy, "float32"), attrs,
+  ours = _run(cuda_ext, *(to_device(a, "float32") for a in (x, w, dy)), attrs,
               algorithm=algorithm)
   np.testing.assert_array_equal(_host(ours["forward"]), oracle.forward(x, w))
 

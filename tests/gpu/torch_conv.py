@@ -2,7 +2,14 @@
 HWIO filters become OIHW, SAME/EXPLICIT padding (possibly asymmetric) is padded explicitly,
 NHWC is permuted, and the two gradients come from autograd."""
 
+import numpy as np
+import torch
 import torch.nn.functional as F
+
+
+def to_device(a, dtype_name):
+  """A CUDA tensor of torch dtype `dtype_name` holding array `a` (rounded from float64)."""
+  return torch.as_tensor(np.asarray(a, np.float64)).to("cuda", getattr(torch, dtype_name))
 
 
 def tf_pads(h, w, kh, kw, strides, dilations, padding):
