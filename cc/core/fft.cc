@@ -330,14 +330,38 @@ struct Correlation {
     }
   }
 
-  // Phase 1: the block's filter spectra, shared by every slot.
+  // The block's filter spectra are stored for the products' order of reading: in chunks
+  // of kChunk bins, chunk by chunk; within a chunk, filter by filter, the filters of a
+  // group ordered by destination channel, then source channel. A register block of the
+  // products (two destinations, a chunk, every source) then reads two sequential runs,
+  // and a whole chunk's products read the chunk's filter values front to back, which the
+  // hardware prefetches; one spectrum per (source, destination) pair would be as many
+  // separate streams, more than the prefetcher follows.
+  static constexpr int64_t kChunk = 8;
+  // Filter (group offset gl, source sc, destination k) at bins [i0, i0 + kChunk), i0 a
+  // multiple of kChunk.
+  C* FilterChunk(const Frame& f, const Block& b, int64_t gl, int64_t sc, int64_t k,
+                 int64_t i0) const {
+    const int64_t width = std::min(kChunk, f.l.bins - i0);
+    return f.ws.shared(0) + i0 * b.gb * b.per_group +
+           (gl * b.per_group + k * f.scpg + sc) * width;
+  }
+
+  // Phase 1: the block's filter spectra, shared by every slot. Each is transformed into the
+  // slot's first spectrum (free until the slot's items start) and spread over the chunks.
   void TransformFilters(const Frame& f, const Block& b, const ParallelFor& pf) const {
     const R scale = R(1) / static_cast<R>(f.fh * f.fw);
     RunSlots(pf, c.slots, b.gb * b.per_group, f.fft_cost, [&](int64_t slot, int64_t idx) {
       R* real = f.ws.real(slot);
-      const int64_t j = idx % b.per_group;
-      PlaceFilter(real, b.g0 + idx / b.per_group, j / b.ob, b.ob0 + j % b.ob);
-      R2C(real, f.ws.shared(idx), f.fh, f.fw, scale);
+      C* spectrum = f.ws.spectrum(slot, 0);
+      const int64_t gl = idx / b.per_group, j = idx % b.per_group;
+      const int64_t sc = j / b.ob, k = j % b.ob;
+      PlaceFilter(real, b.g0 + gl, sc, b.ob0 + k);
+      R2C(real, spectrum, f.fh, f.fw, scale);
+      for (int64_t i0 = 0; i0 < f.l.bins; i0 += kChunk) {
+        std::copy(spectrum + i0, spectrum + std::min(f.l.bins, i0 + kChunk),
+                  FilterChunk(f, b, gl, sc, k, i0));
+      }
     });
   }
 
@@ -398,23 +422,22 @@ struct Correlation {
   }
 
   // Accumulates the products of the slot's source spectra (channels [sc0, sc0 + ns)) with
-  // the filter spectra, a block of bins at a time, so that the block's source spectra stay
-  // in cache across the destination channels; within a block the sums over the sources
-  // are formed in registers (MacSources) and each accumulator is read and written once.
+  // the filter spectra, a chunk of bins at a time (the filters' storage order), so that
+  // the chunk's source spectra stay in cache across the destination channels; within a
+  // chunk the sums over the sources are formed in registers (MacSources) and each
+  // accumulator is read and written once.
   void MultiplySources(const Frame& f, const Block& b, int64_t slot, const Item& it, int64_t sc0,
                        int64_t ns) const {
-    constexpr int64_t kBins = 128;
     const int64_t ss = f.spec_stride;
     if (it.tiles) {
       // The item's tiles are of one group and share its filter spectra: each filter
       // spectrum (the shared operand) is applied to all the tiles at once.
-      const int64_t filters = it.gi0 * b.per_group + sc0 * b.ob;
-      const Spectra<R> sources{Source(f, b, slot, 0, 0), ss, b.vb * ss};
-      for (int64_t i0 = 0; i0 < f.l.bins; i0 += kBins) {
-        const int64_t i1 = std::min(f.l.bins, i0 + kBins);
+      for (int64_t i0 = 0; i0 < f.l.bins; i0 += kChunk) {
+        const int64_t width = std::min(kChunk, f.l.bins - i0);
+        const Spectra<R> sources{Source(f, b, slot, 0, 0) + i0, ss, b.vb * ss};
         for (int64_t k = 0; k < b.ob; ++k) {
-          MacSources<R, false>(i0, i1, ns, it.nb, {Accumulator(f, b, slot, k, 0), ss, 0},
-                               {f.ws.shared(filters + k), 0, b.ob * ss}, sources);
+          MacSources<R, false>(0, width, ns, it.nb, {Accumulator(f, b, slot, k, 0) + i0, ss, 0},
+                               {FilterChunk(f, b, it.gi0, sc0, k, i0), 0, width}, sources);
         }
       }
       return;
@@ -422,12 +445,11 @@ struct Correlation {
     for (int64_t j = 0; j < it.nb; ++j) {
       // One tile's source spectrum (the shared operand) is applied to every destination
       // channel's filter spectrum.
-      const int64_t filters = it.group(j) * b.per_group + sc0 * b.ob;
-      const Spectra<R> acc{Accumulator(f, b, slot, 0, j), b.vb * ss, 0};
-      const Spectra<R> source{Source(f, b, slot, 0, j), 0, b.vb * ss};
-      const Spectra<R> filter{f.ws.shared(filters), ss, b.ob * ss};
-      for (int64_t i0 = 0; i0 < f.l.bins; i0 += kBins) {
-        MacSources<R, true>(i0, std::min(f.l.bins, i0 + kBins), ns, b.ob, acc, source, filter);
+      for (int64_t i0 = 0; i0 < f.l.bins; i0 += kChunk) {
+        const int64_t width = std::min(kChunk, f.l.bins - i0);
+        MacSources<R, true>(0, width, ns, b.ob, {Accumulator(f, b, slot, 0, j) + i0, b.vb * ss, 0},
+                            {Source(f, b, slot, 0, j) + i0, 0, b.vb * ss},
+                            {FilterChunk(f, b, it.group(j), sc0, 0, i0), f.scpg * width, width});
       }
     }
   }

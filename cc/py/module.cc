@@ -18,6 +18,7 @@
 #include "cc/core/conv.h"
 #include "cc/core/cuda/emulate.h"
 #include "cc/core/geometry.h"
+#include "cc/core/memory.h"
 #include "cc/core/plan.h"
 #include "cc/py/args.h"
 
@@ -78,6 +79,7 @@ std::unique_ptr<void, FreeDeleter> Workspace(const P& p) {
   const size_t bytes = (static_cast<size_t>(p.workspace_bytes) + 63) / 64 * 64;
   void* mem = std::aligned_alloc(64, bytes);
   if (mem == nullptr) throw std::bad_alloc();
+  AdviseHugePages(mem, p.workspace_bytes);
   return std::unique_ptr<void, FreeDeleter>(mem);
 }
 

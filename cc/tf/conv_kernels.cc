@@ -12,6 +12,7 @@
 #include "cc/core/conv.h"
 #include "cc/core/dtypes.h"
 #include "cc/core/geometry.h"
+#include "cc/core/memory.h"
 #include "cc/core/plan.h"
 #include "cc/tf/attrs.h"
 #include "tensorflow/core/framework/op_kernel.h"
@@ -183,6 +184,7 @@ absl::Status AllocateWorkspace(OpKernelContext* ctx, const Plan& plan, Tensor* w
   if (plan.workspace_bytes > 0) {
     TF_RETURN_IF_ERROR(
         ctx->allocate_temp(tensorflow::DT_INT8, TensorShape({plan.workspace_bytes}), workspace));
+    AdviseHugePages(workspace->data(), plan.workspace_bytes);
   }
   return absl::OkStatus();
 }
