@@ -53,14 +53,16 @@ struct RowRange {
 };
 
 // Batched versions over `count` planes laid out `real_stride` / `spec_stride` elements
-// apart: one DUCC call vectorises across the planes' lines.
+// apart, real rows `pitch` reals apart (fw, or the spectrum's row of 2 * (fw / 2 + 1)
+// reals for a transform in place, where each row's spectrum takes the row's own place):
+// one DUCC call vectorises across the planes' lines.
 //
 // The forward transforms are pruned to the rows holding data: the width pass (real to
 // complex) runs only over `data` (the spectrum rows of all-zero rows are zero), then the
 // height pass over every frequency column, in place.
 template <typename R>
 void R2CBatch(const R* real, std::complex<R>* spec, int64_t count, int64_t real_stride,
-              int64_t spec_stride, int64_t fh, int64_t fw, RowRange data) {
+              int64_t spec_stride, int64_t fh, int64_t fw, int64_t pitch, RowRange data) {
   const int64_t bins_w = fw / 2 + 1;
   const int64_t first = std::max<int64_t>(0, data.first), last = std::min(fh, data.last);
   for (int64_t j = 0; j < count; ++j) {
@@ -69,8 +71,8 @@ void R2CBatch(const R* real, std::complex<R>* spec, int64_t count, int64_t real_
     std::fill(plane + std::max(first, last) * bins_w, plane + fh * bins_w, std::complex<R>(0));
   }
   if (last > first) {
-    ducc0::cfmav<R> in(real + first * fw, {size_t(count), size_t(last - first), size_t(fw)},
-                       {ptrdiff_t(real_stride), ptrdiff_t(fw), 1});
+    ducc0::cfmav<R> in(real + first * pitch, {size_t(count), size_t(last - first), size_t(fw)},
+                       {ptrdiff_t(real_stride), ptrdiff_t(pitch), 1});
     ducc0::vfmav<std::complex<R>> out(spec + first * bins_w,
                                       {size_t(count), size_t(last - first), size_t(bins_w)},
                                       {ptrdiff_t(spec_stride), ptrdiff_t(bins_w), 1});
@@ -88,7 +90,8 @@ void R2CBatch(const R* real, std::complex<R>* spec, int64_t count, int64_t real_
 // which saves (fh - rows) / fh of it. Destroys `spec`.
 template <typename R>
 void C2RBatch(std::complex<R>* spec, R* real, int64_t count, int64_t real_stride,
-              int64_t spec_stride, int64_t fh, int64_t fw, int64_t row0, int64_t rows) {
+              int64_t spec_stride, int64_t fh, int64_t fw, int64_t pitch, int64_t row0,
+              int64_t rows) {
   const int64_t bins_w = fw / 2 + 1;
   ducc0::vfmav<std::complex<R>> freq(spec, {size_t(count), size_t(fh), size_t(bins_w)},
                                      {ptrdiff_t(spec_stride), ptrdiff_t(bins_w), 1});
@@ -102,8 +105,8 @@ void C2RBatch(std::complex<R>* spec, R* real, int64_t count, int64_t real_stride
     ducc0::cfmav<std::complex<R>> in(spec + first * bins_w,
                                      {size_t(count), size_t(n), size_t(bins_w)},
                                      {ptrdiff_t(spec_stride), ptrdiff_t(bins_w), 1});
-    ducc0::vfmav<R> out(real + first * fw, {size_t(count), size_t(n), size_t(fw)},
-                        {ptrdiff_t(real_stride), ptrdiff_t(fw), 1});
+    ducc0::vfmav<R> out(real + first * pitch, {size_t(count), size_t(n), size_t(fw)},
+                        {ptrdiff_t(real_stride), ptrdiff_t(pitch), 1});
     ducc0::c2r(in, out, size_t(2), false, R(1), 1);
   }
 }
@@ -117,14 +120,13 @@ struct Plane {
   int64_t row_stride, col_stride, rows, cols, stuff_h, stuff_w;
 };
 
-// Fills `planes` tiles real + j * real_stride (each fh x fw) with the values of planes
-// p.base + j * plane_stride at dense positions (q0_h + r, q0_w + c) for r < max_rows,
-// c < max_cols; zero elsewhere. With several planes the innermost loop runs across them, so
-// channel-interleaved (NHWC) data is read in runs rather than one element per cache line.
+// Fills `planes` tiles real + j * real_stride (each fh rows of fw, rows `pitch` apart) with
+// the values of planes p.base + j * plane_stride at dense positions (q0_h + r, q0_w + c)
+// for r < max_rows, c < max_cols; zero elsewhere.
 template <typename T, typename R>
 RowRange LoadTiles(R* real, int64_t real_stride, int64_t planes, int64_t plane_stride, int64_t fh,
-                   int64_t fw, const Plane<T>& p, int64_t q0_h, int64_t q0_w, int64_t max_rows,
-                   int64_t max_cols) {
+                   int64_t fw, int64_t pitch, const Plane<T>& p, int64_t q0_h, int64_t q0_w,
+                   int64_t max_rows, int64_t max_cols) {
   const int64_t rows = std::min(fh, max_rows), cols = std::min(fw, max_cols);
   int64_t c_first = std::max<int64_t>(0, -q0_w);
   while (c_first < cols && (q0_w + c_first) % p.stuff_w != 0) ++c_first;
@@ -143,7 +145,7 @@ RowRange LoadTiles(R* real, int64_t real_stride, int64_t planes, int64_t plane_s
   for (int64_t j = 0; j < planes; ++j) {
     R* plane = real + j * real_stride;
     for (int64_t r = 0; r < fh; ++r) {
-      R* row = plane + r * fw;
+      R* row = plane + r * pitch;
       if (!row_has_data(r) || p.stuff_w != 1) {
         std::fill(row, row + fw, R(0));
       } else {
@@ -160,16 +162,21 @@ RowRange LoadTiles(R* real, int64_t real_stride, int64_t planes, int64_t plane_s
     data.last = r + 1;
     const int64_t i = (q0_h + r) / p.stuff_h;
     const T* src = p.base + i * p.row_stride + j_first * p.col_stride;
-    R* out = real + r * fw + c_first;
+    R* out = real + r * pitch + c_first;
     if (planes == 1 && p.stuff_w == 1 && p.col_stride == 1) {
       for (int64_t k = 0; k < count; ++k) out[k] = static_cast<R>(Load(src[k]));
-    } else {
-      // Plane by plane: each output row is written contiguously, while the source row
-      // segment (count x planes channels) stays in L1 across the planes.
+      continue;
+    }
+    // A run of kRun columns at a time, plane by plane: each output row is written in runs,
+    // while the run's source segment (kRun x planes channels, interleaved in NHWC) stays in
+    // L1 across the planes however long the row.
+    constexpr int64_t kRun = 64;
+    for (int64_t k0 = 0; k0 < count; k0 += kRun) {
+      const int64_t k1 = std::min(count, k0 + kRun);
       for (int64_t j = 0; j < planes; ++j) {
         const T* s = src + j * plane_stride;
         R* o = out + j * real_stride;
-        for (int64_t k = 0; k < count; ++k) {
+        for (int64_t k = k0; k < k1; ++k) {
           o[k * p.stuff_w] = static_cast<R>(Load(s[k * p.col_stride]));
         }
       }
@@ -380,20 +387,39 @@ struct Correlation {
     return f.ws.spectrum(slot, (b.sb + k) * b.vb + j);
   }
 
-  // Loads source channel sc of the item's planes into the slot's real planes; returns the
-  // rows that hold data in any of them.
+  // Whether an item's spectra double as its real planes: with one group per tile (a single
+  // group, or a run of tiles of one group) every (channel, tile) has spectra of its own, so
+  // all of a block's source channels are loaded in one pass over the source (NHWC reads
+  // whole runs of channels, however long the rows) into the spectra, transformed in place,
+  // and the destination channels likewise inverse-transformed in place and stored in one
+  // pass. Items of several groups at one tile go group-batched through the real planes.
+  static bool InPlace(const Item& it) { return it.tiles || it.nb == 1; }
+  // Reals between the rows of a spectrum read as a real plane: a row's spectrum takes
+  // exactly its real row's place.
+  static int64_t SpectrumPitch(const Frame& f) { return 2 * (f.fw / 2 + 1); }
+
+  // Loads source channel sc of the item's planes (consecutive groups at one tile) into the
+  // slot's real planes; returns the rows that hold data.
   RowRange LoadSources(const Frame& f, const Block& b, int64_t slot, const Item& it,
                        int64_t sc) const {
-    const auto load = [&](int64_t j, int64_t planes) {
-      const auto [p0_h, p0_w] = TileOrigin(it.tile_of(j));
-      return LoadTiles(f.ws.real(slot, j), f.real_stride, planes, f.scpg * SourceChannelStride(),
-                       f.fh, f.fw, SourcePlane(it.image(j), (b.g0 + it.group(j)) * f.scpg + sc),
-                       p0_h + f.off_h + t.shift_h, p0_w + f.off_w + t.shift_w, f.fh, f.fw);
-    };
-    if (!it.tiles) return load(0, it.nb);  // consecutive groups at one tile: one pass
+    const auto [p0_h, p0_w] = TileOrigin(it.tile);
+    return LoadTiles(f.ws.real(slot), f.real_stride, it.nb, f.scpg * SourceChannelStride(), f.fh,
+                     f.fw, f.fw, SourcePlane(it.n, (b.g0 + it.gi0) * f.scpg + sc),
+                     p0_h + f.off_h + t.shift_h, p0_w + f.off_w + t.shift_w, f.fh, f.fw);
+  }
+
+  // Loads source channels [sc0, sc0 + ns) of each of the item's tiles into their spectra
+  // (InPlace items); returns the rows that hold data in any of them.
+  RowRange LoadSourcesInPlace(const Frame& f, const Block& b, int64_t slot, const Item& it,
+                              int64_t sc0, int64_t ns) const {
     RowRange all;
     for (int64_t j = 0; j < it.nb; ++j) {  // tiles start at different places: one each
-      const RowRange r = load(j, 1);
+      const auto [p0_h, p0_w] = TileOrigin(it.tile_of(j));
+      const RowRange r = LoadTiles(
+          reinterpret_cast<R*>(Source(f, b, slot, 0, j)), 2 * b.vb * f.spec_stride, ns,
+          SourceChannelStride(), f.fh, f.fw, SpectrumPitch(f),
+          SourcePlane(it.image(j), (b.g0 + it.group(j)) * f.scpg + sc0),
+          p0_h + f.off_h + t.shift_h, p0_w + f.off_w + t.shift_w, f.fh, f.fw);
       if (r.last <= r.first) continue;
       all.first = all.last > all.first ? std::min(all.first, r.first) : r.first;
       all.last = std::max(all.last, r.last);
@@ -412,10 +438,19 @@ struct Correlation {
     }
     for (int64_t sc0 = 0; sc0 < f.scpg; sc0 += b.sb) {
       const int64_t ns = std::min(b.sb, f.scpg - sc0);
-      for (int64_t s = 0; s < ns; ++s) {
-        const RowRange data = LoadSources(f, b, slot, it, sc0 + s);
-        R2CBatch(f.ws.real(slot), Source(f, b, slot, s, 0), it.nb, f.real_stride, f.spec_stride,
-                 f.fh, f.fw, data);
+      if (InPlace(it)) {
+        const RowRange data = LoadSourcesInPlace(f, b, slot, it, sc0, ns);
+        for (int64_t s = 0; s < ns; ++s) {
+          C* spec = Source(f, b, slot, s, 0);
+          R2CBatch(reinterpret_cast<const R*>(spec), spec, it.nb, 2 * f.spec_stride,
+                   f.spec_stride, f.fh, f.fw, SpectrumPitch(f), data);
+        }
+      } else {
+        for (int64_t s = 0; s < ns; ++s) {
+          const RowRange data = LoadSources(f, b, slot, it, sc0 + s);
+          R2CBatch(f.ws.real(slot), Source(f, b, slot, s, 0), it.nb, f.real_stride,
+                   f.spec_stride, f.fh, f.fw, f.fw, data);
+        }
       }
       MultiplySources(f, b, slot, it, sc0, ns);
     }
@@ -461,23 +496,32 @@ struct Correlation {
     for (int64_t j = 0; j < (it.tiles ? it.nb : 1); ++j) {
       rows = std::max(rows, std::min(t.tile_h, t.dense_h - TileOrigin(it.tile_of(j)).first));
     }
-    for (int64_t k = 0; k < b.ob; ++k) {
-      C2RBatch(Accumulator(f, b, slot, k, 0), f.ws.real(slot), it.nb, f.real_stride, f.spec_stride,
-               f.fh, f.fw, -t.shift_h, rows);
-      if (!it.tiles) {
-        StorePlanes(f, b, slot, 0, it.nb, it.gi0, it.n, it.tile, k);
-        continue;
+    if (InPlace(it)) {  // every destination channel in place, then all stored in one pass
+      for (int64_t k = 0; k < b.ob; ++k) {
+        C* spec = Accumulator(f, b, slot, k, 0);
+        C2RBatch(spec, reinterpret_cast<R*>(spec), it.nb, 2 * f.spec_stride, f.spec_stride, f.fh,
+                 f.fw, SpectrumPitch(f), -t.shift_h, rows);
       }
       for (int64_t j = 0; j < it.nb; ++j) {
-        StorePlanes(f, b, slot, j, 1, it.gi0, it.image(j), it.tile_of(j), k);
+        StorePlanes(f, reinterpret_cast<const R*>(Accumulator(f, b, slot, 0, j)),
+                    SpectrumPitch(f), b.ob, 2 * b.vb * f.spec_stride, f.ds.c,
+                    (b.g0 + it.group(j)) * f.dcpg + b.ob0, it.image(j), it.tile_of(j));
       }
+      return;
+    }
+    for (int64_t k = 0; k < b.ob; ++k) {  // consecutive groups at one tile
+      C2RBatch(Accumulator(f, b, slot, k, 0), f.ws.real(slot), it.nb, f.real_stride, f.spec_stride,
+               f.fh, f.fw, f.fw, -t.shift_h, rows);
+      StorePlanes(f, f.ws.real(slot), f.fw, it.nb, f.real_stride, f.dcpg * f.ds.c,
+                  (b.g0 + it.gi0) * f.dcpg + b.ob0 + k, it.n, it.tile);
     }
   }
 
-  // Stores destination channel k of `planes` inverse-transformed real planes from the
-  // slot's plane `plane0` on (consecutive groups from gi0) as tile `tile` of image n.
-  void StorePlanes(const Frame& f, const Block& b, int64_t slot, int64_t plane0, int64_t planes,
-                   int64_t gi0, int64_t n, int64_t tile, int64_t k) const {
+  // Stores `planes` inverse-transformed real planes as tile `tile` of image n: plane j is
+  // read from in + j * in_stride (rows `pitch` apart) and written to destination channel
+  // channel0 + j * out_stride / ds.c.
+  void StorePlanes(const Frame& f, const R* in0, int64_t pitch, int64_t planes, int64_t in_stride,
+                   int64_t out_stride, int64_t channel0, int64_t n, int64_t tile) const {
     const auto [p0_h, p0_w] = TileOrigin(tile);
     const int64_t rows = std::min(t.tile_h, t.dense_h - p0_h);
     const int64_t cols = std::min(t.tile_w, t.dense_w - p0_w);
@@ -485,31 +529,36 @@ struct Correlation {
     while (c0 < cols && (p0_w + c0) % f.out_sw != 0) ++c0;
     const int64_t ow0 = (p0_w + c0) / f.out_sw;
     const int64_t count = c0 < cols ? (cols - c0 + f.out_sw - 1) / f.out_sw : 0;
-    const int64_t dst_plane_stride = f.dcpg * f.ds.c;  // between consecutive groups
     // Output (r, c) sits at transform position (r - shift_h, c - shift_w) modulo the
     // transform size (the shift is 0 except for a wrap-around single tile).
     const int64_t col0 = Mod(c0 - t.shift_w, f.fw);
     const bool no_wrap = col0 + (count - 1) * f.out_sw < f.fw;
-    T* out = dst + n * f.ds.n + ((b.g0 + gi0) * f.dcpg + b.ob0 + k) * f.ds.c;
+    T* out = dst + n * f.ds.n + channel0 * f.ds.c;
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t p = p0_h + r;
       if (p % f.out_sh != 0) continue;
       T* orow = out + (p / f.out_sh) * f.ds.h + ow0 * f.ds.w;
-      const R* in = f.ws.real(slot, plane0) + Mod(r - t.shift_h, f.fh) * f.fw;
+      const R* in = in0 + Mod(r - t.shift_h, f.fh) * pitch;
       if (no_wrap && planes == 1 && f.out_sw == 1 && f.ds.w == 1) {
         for (int64_t q = 0; q < count; ++q) orow[q] = Store<T>(in[col0 + q]);
         continue;
       }
-      // Plane by plane: reads run along each plane's row, and the output row (all
-      // batched channels) stays in L1 across the planes.
-      for (int64_t j = 0; j < planes; ++j) {
-        T* o = orow + j * dst_plane_stride;
-        const R* v = in + j * f.real_stride;
-        int64_t col = col0;
-        for (int64_t q = 0; q < count; ++q) {
-          o[q * f.ds.w] = Store<T>(v[col]);
-          col += f.out_sw;
-          if (col >= f.fw) col -= f.fw;
+      // A run of kRun outputs at a time, plane by plane: reads run along each plane's row,
+      // and the run's output (kRun x planes channels, interleaved in NHWC) stays in L1
+      // across the planes however long the row.
+      constexpr int64_t kRun = 64;
+      for (int64_t q0 = 0; q0 < count; q0 += kRun) {
+        const int64_t q1 = std::min(count, q0 + kRun);
+        const int64_t start = Mod(col0 + q0 * f.out_sw, f.fw);
+        for (int64_t j = 0; j < planes; ++j) {
+          T* o = orow + j * out_stride;
+          const R* v = in + j * in_stride;
+          int64_t col = start;
+          for (int64_t q = q0; q < q1; ++q) {
+            o[q * f.ds.w] = Store<T>(v[col]);
+            col += f.out_sw;
+            if (col >= f.fw) col -= f.fw;
+          }
         }
       }
     }
@@ -654,18 +703,18 @@ struct FilterGradient {
                         g.stride_h,
                         g.stride_w};
       const RowRange data =
-          LoadTiles(ws.real(slot), real_stride, u.nb, ocpg * ys.c, fh, fw, dy, p0_h, p0_w,
+          LoadTiles(ws.real(slot), real_stride, u.nb, ocpg * ys.c, fh, fw, fw, dy, p0_h, p0_w,
                     std::min(t.tile_h, t.dense_h - p0_h), std::min(t.tile_w, t.dense_w - p0_w));
-      R2CBatch(ws.real(slot), dys + k * vb * spec_stride, u.nb, real_stride, spec_stride, fh, fw,
+      R2CBatch(ws.real(slot), dys + k * vb * spec_stride, u.nb, real_stride, spec_stride, fh, fw, fw,
                data);
     }
     for (int64_t i = 0; i < u.ib; ++i) {
       const Plane<T> x{
           input + n * xs.n + (u.g0 * icpg + u.ib0 + i) * xs.c, xs.h, xs.w, g.in_h, g.in_w, 1, 1};
       const RowRange data =
-          LoadTiles(ws.real(slot), real_stride, u.nb, icpg * xs.c, fh, fw, x,
+          LoadTiles(ws.real(slot), real_stride, u.nb, icpg * xs.c, fh, fw, fw, x,
                     p0_h - g.pad_top + t.shift_h, p0_w - g.pad_left + t.shift_w, fh, fw);
-      R2CBatch(ws.real(slot), xsp, u.nb, real_stride, spec_stride, fh, fw, data);
+      R2CBatch(ws.real(slot), xsp, u.nb, real_stride, spec_stride, fh, fw, fw, data);
       for (int64_t j = 0; j < u.nb; ++j) {
         for (int64_t k = 0; k < u.ob; ++k) {
           MacConj(Accumulator(u, slot, i, k, j), xsp + j * spec_stride,
@@ -683,7 +732,7 @@ struct FilterGradient {
     for (int64_t i = 0; i < u.ib; ++i) {
       for (int64_t k = 0; k < u.ob; ++k) {
         C2RBatch(Accumulator(u, slot, i, k, 0), ws.real(slot), u.nb, real_stride, spec_stride, fh,
-                 fw, -t.shift_h, DilatedExtent(g.filter_h, g.dilation_h));
+                 fw, fw, -t.shift_h, DilatedExtent(g.filter_h, g.dilation_h));
         for (int64_t j = 0; j < u.nb; ++j) {
           const R* real = ws.real(slot, j);
           const int64_t grp = u.g0 + j;
