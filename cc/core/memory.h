@@ -1,4 +1,4 @@
-// Host memory hints for the CPU kernels' workspaces.
+// Host memory hints for the CPU kernels' workspaces and outputs.
 #ifndef TF_LARGECONV_CORE_MEMORY_H_
 #define TF_LARGECONV_CORE_MEMORY_H_
 
@@ -11,10 +11,10 @@
 namespace largeconv {
 
 // Asks the kernel to back the whole 2 MiB pages inside [data, data + bytes) with huge
-// pages where transparent huge pages are in "madvise" mode. A workspace of tens of MiB is
-// mapped fresh by the allocator on every call and its spectra are streamed many times per
-// pass: with 4 KiB pages each call takes one fault per page and the streams miss the TLB
-// every 4 KiB. The hint changes no value; where it is refused (or the range holds no
+// pages where transparent huge pages are in "madvise" mode. A workspace or output of tens
+// of MiB is mapped fresh by the allocator on every call: with 4 KiB pages each call takes
+// one fault per page, and the workspace's spectra, streamed many times per pass, miss the
+// TLB every 4 KiB. The hint changes no value; where it is refused (or the range holds no
 // whole huge page) nothing happens.
 inline void AdviseHugePages(void* data, int64_t bytes) {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)

@@ -178,9 +178,15 @@ PlanRequest DeviceRequest(OpKernelContext* ctx, PlanRequest req) {
   return req;
 }
 
-// Takes a plan's workspace (if any) from TF's allocator, so that it is counted and bounded.
+// Takes a plan's workspace (if any) from TF's allocator, so that it is counted and bounded,
+// and asks for huge pages on it and on the pass's output: both are as a rule mapped fresh
+// on every call (large allocations) and then written in full, and with 4 KiB pages the
+// faults alone took a quarter of a long conv1d pass's CPU time (8192 per call on its
+// 32 MiB output).
 template <class Plan>
-absl::Status AllocateWorkspace(OpKernelContext* ctx, const Plan& plan, Tensor* workspace) {
+absl::Status AllocateWorkspace(OpKernelContext* ctx, const Plan& plan, Tensor* out,
+                               Tensor* workspace) {
+  AdviseHugePages(out->data(), static_cast<int64_t>(out->TotalBytes()));
   if (plan.workspace_bytes > 0) {
     TF_RETURN_IF_ERROR(
         ctx->allocate_temp(tensorflow::DT_INT8, TensorShape({plan.workspace_bytes}), workspace));
@@ -223,15 +229,16 @@ class ConvOpBase : public OpKernel {
 
  protected:
   // Plans the pass for this geometry and this device's thread pool, and takes the plan's
-  // workspace (if any) from TF's allocator so that it is counted and bounded.
+  // workspace (if any) from TF's allocator so that it is counted and bounded (with the
+  // huge-page hint on it and on `out`).
   template <typename T>
   absl::Status PlanAndAllocate(OpKernelContext* ctx, const ConvGeometry& g, ConvPass pass,
-                               PassPlan* plan, Tensor* workspace) {
+                               PassPlan* plan, Tensor* out, Tensor* workspace) {
     const PlanRequest req = DeviceRequest<T>(ctx, request_);
     TF_RETURN_IF_ERROR(plans_.Get(
         g.key(), req.threads, [&](PassPlan* p) { return ToStatus(PlanPass(g, pass, req, p)); },
         plan));
-    return AllocateWorkspace(ctx, *plan, workspace);
+    return AllocateWorkspace(ctx, *plan, out, workspace);
   }
 
   // Plans, allocates the workspace and runs one pass on operands in the pass's order.
@@ -246,7 +253,7 @@ class ConvOpBase : public OpKernel {
 #endif
     PassPlan plan;
     Tensor workspace;
-    OP_REQUIRES_OK(ctx, PlanAndAllocate<T>(ctx, g, pass, &plan, &workspace));
+    OP_REQUIRES_OK(ctx, PlanAndAllocate<T>(ctx, g, pass, &plan, out, &workspace));
     RunPass(g, plan, CorePtr<T>(a), a.NumElements(), CorePtr<T>(b), b.NumElements(),
             CorePtr<T>(out), plan.workspace_bytes > 0 ? workspace.data() : nullptr, PoolFor(ctx));
   }
@@ -360,7 +367,7 @@ class Conv3dPassOp : public OpKernel {
                        shapes, req.threads,
                        [&](Pass3dPlan* p) { return ToStatus(PlanPass(g, kPass, req, p)); }, &plan));
     Tensor workspace;
-    OP_REQUIRES_OK(ctx, AllocateWorkspace(ctx, plan, &workspace));
+    OP_REQUIRES_OK(ctx, AllocateWorkspace(ctx, plan, out, &workspace));
     RunPass(g, plan, CorePtr<T>(a), a.NumElements(), CorePtr<T>(b), b.NumElements(),
             CorePtr<T>(out), plan.workspace_bytes > 0 ? workspace.data() : nullptr, PoolFor(ctx));
   }
