@@ -350,8 +350,7 @@ struct Correlation {
   C* FilterChunk(const Frame& f, const Block& b, int64_t gl, int64_t sc, int64_t k,
                  int64_t i0) const {
     const int64_t width = std::min(kChunk, f.l.bins - i0);
-    return f.ws.shared(0) + i0 * b.gb * b.per_group +
-           (gl * b.per_group + k * f.scpg + sc) * width;
+    return f.ws.shared(0) + i0 * b.gb * b.per_group + (gl * b.per_group + k * f.scpg + sc) * width;
   }
 
   // Phase 1: the block's filter spectra, shared by every slot. Each is transformed into the
@@ -415,11 +414,11 @@ struct Correlation {
     RowRange all;
     for (int64_t j = 0; j < it.nb; ++j) {  // tiles start at different places: one each
       const auto [p0_h, p0_w] = TileOrigin(it.tile_of(j));
-      const RowRange r = LoadTiles(
-          reinterpret_cast<R*>(Source(f, b, slot, 0, j)), 2 * b.vb * f.spec_stride, ns,
-          SourceChannelStride(), f.fh, f.fw, SpectrumPitch(f),
-          SourcePlane(it.image(j), (b.g0 + it.group(j)) * f.scpg + sc0),
-          p0_h + f.off_h + t.shift_h, p0_w + f.off_w + t.shift_w, f.fh, f.fw);
+      const RowRange r =
+          LoadTiles(reinterpret_cast<R*>(Source(f, b, slot, 0, j)), 2 * b.vb * f.spec_stride, ns,
+                    SourceChannelStride(), f.fh, f.fw, SpectrumPitch(f),
+                    SourcePlane(it.image(j), (b.g0 + it.group(j)) * f.scpg + sc0),
+                    p0_h + f.off_h + t.shift_h, p0_w + f.off_w + t.shift_w, f.fh, f.fw);
       if (r.last <= r.first) continue;
       all.first = all.last > all.first ? std::min(all.first, r.first) : r.first;
       all.last = std::max(all.last, r.last);
@@ -442,14 +441,14 @@ struct Correlation {
         const RowRange data = LoadSourcesInPlace(f, b, slot, it, sc0, ns);
         for (int64_t s = 0; s < ns; ++s) {
           C* spec = Source(f, b, slot, s, 0);
-          R2CBatch(reinterpret_cast<const R*>(spec), spec, it.nb, 2 * f.spec_stride,
-                   f.spec_stride, f.fh, f.fw, SpectrumPitch(f), data);
+          R2CBatch(reinterpret_cast<const R*>(spec), spec, it.nb, 2 * f.spec_stride, f.spec_stride,
+                   f.fh, f.fw, SpectrumPitch(f), data);
         }
       } else {
         for (int64_t s = 0; s < ns; ++s) {
           const RowRange data = LoadSources(f, b, slot, it, sc0 + s);
-          R2CBatch(f.ws.real(slot), Source(f, b, slot, s, 0), it.nb, f.real_stride,
-                   f.spec_stride, f.fh, f.fw, f.fw, data);
+          R2CBatch(f.ws.real(slot), Source(f, b, slot, s, 0), it.nb, f.real_stride, f.spec_stride,
+                   f.fh, f.fw, f.fw, data);
         }
       }
       MultiplySources(f, b, slot, it, sc0, ns);
@@ -503,9 +502,9 @@ struct Correlation {
                  f.fw, SpectrumPitch(f), -t.shift_h, rows);
       }
       for (int64_t j = 0; j < it.nb; ++j) {
-        StorePlanes(f, reinterpret_cast<const R*>(Accumulator(f, b, slot, 0, j)),
-                    SpectrumPitch(f), b.ob, 2 * b.vb * f.spec_stride, f.ds.c,
-                    (b.g0 + it.group(j)) * f.dcpg + b.ob0, it.image(j), it.tile_of(j));
+        StorePlanes(f, reinterpret_cast<const R*>(Accumulator(f, b, slot, 0, j)), SpectrumPitch(f),
+                    b.ob, 2 * b.vb * f.spec_stride, f.ds.c, (b.g0 + it.group(j)) * f.dcpg + b.ob0,
+                    it.image(j), it.tile_of(j));
       }
       return;
     }
@@ -705,8 +704,8 @@ struct FilterGradient {
       const RowRange data =
           LoadTiles(ws.real(slot), real_stride, u.nb, ocpg * ys.c, fh, fw, fw, dy, p0_h, p0_w,
                     std::min(t.tile_h, t.dense_h - p0_h), std::min(t.tile_w, t.dense_w - p0_w));
-      R2CBatch(ws.real(slot), dys + k * vb * spec_stride, u.nb, real_stride, spec_stride, fh, fw, fw,
-               data);
+      R2CBatch(ws.real(slot), dys + k * vb * spec_stride, u.nb, real_stride, spec_stride, fh, fw,
+               fw, data);
     }
     for (int64_t i = 0; i < u.ib; ++i) {
       const Plane<T> x{
