@@ -341,9 +341,9 @@ struct Correlation {
   // of kChunk bins, chunk by chunk; within a chunk, filter by filter, the filters of a
   // group ordered by destination channel, then source channel. A register block of the
   // products (two destinations, a chunk, every source) then reads two sequential runs,
-  // and a whole chunk's products read the chunk's filter values front to back, which the
-  // hardware prefetches; one spectrum per (source, destination) pair would be as many
-  // separate streams, more than the prefetcher follows.
+  // and a whole chunk's products read the chunk's filter values front to back, where one
+  // spectrum per (source, destination) pair made as many separate streams. Measured
+  // against whole spectra read pair by pair: level on a 2-D pass, faster on conv1d's.
   static constexpr int64_t kChunk = 8;
   // Filter (group offset gl, source sc, destination k) at bins [i0, i0 + kChunk), i0 a
   // multiple of kChunk.
