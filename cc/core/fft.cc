@@ -34,19 +34,6 @@ Layout MakeLayout(const ConvGeometry& g, ConvPass pass, const FftConfig& c, int 
   return FinishLayout(l, c.fft_h * c.fft_w, c.slots, rb);
 }
 
-template <typename R>
-void R2C(const R* real, std::complex<R>* spec, int64_t fh, int64_t fw, R fct) {
-  ducc0::cfmav<R> in(real, {size_t(fh), size_t(fw)});
-  ducc0::vfmav<std::complex<R>> out(spec, {size_t(fh), size_t(fw / 2 + 1)});
-  // A height of 1 (conv1d's geometry) needs no height pass, which DUCC would still run as a
-  // copy over the whole spectrum (measured: 40% of a long row's transform).
-  if (fh == 1) {
-    ducc0::r2c(in, out, {1}, true, fct, 1);
-  } else {
-    ducc0::r2c(in, out, {0, 1}, true, fct, 1);
-  }
-}
-
 // Rows [first, last) of a loaded tile hold data; the others are all zero.
 struct RowRange {
   int64_t first = 0, last = 0;
@@ -62,7 +49,8 @@ struct RowRange {
 // height pass over every frequency column, in place.
 template <typename R>
 void R2CBatch(const R* real, std::complex<R>* spec, int64_t count, int64_t real_stride,
-              int64_t spec_stride, int64_t fh, int64_t fw, int64_t pitch, RowRange data) {
+              int64_t spec_stride, int64_t fh, int64_t fw, int64_t pitch, RowRange data,
+              R fct = R(1)) {
   const int64_t bins_w = fw / 2 + 1;
   const int64_t first = std::max<int64_t>(0, data.first), last = std::min(fh, data.last);
   for (int64_t j = 0; j < count; ++j) {
@@ -76,12 +64,20 @@ void R2CBatch(const R* real, std::complex<R>* spec, int64_t count, int64_t real_
     ducc0::vfmav<std::complex<R>> out(spec + first * bins_w,
                                       {size_t(count), size_t(last - first), size_t(bins_w)},
                                       {ptrdiff_t(spec_stride), ptrdiff_t(bins_w), 1});
-    ducc0::r2c(in, out, size_t(2), true, R(1), 1);
+    ducc0::r2c(in, out, size_t(2), true, fct, 1);
   }
-  if (fh == 1) return;  // no height pass (see R2C)
+  // A height of 1 (conv1d's geometry) needs no height pass, which DUCC would still run as a
+  // copy over the whole spectrum (measured: 40% of a long row's transform).
+  if (fh == 1) return;
   ducc0::vfmav<std::complex<R>> freq(spec, {size_t(count), size_t(fh), size_t(bins_w)},
                                      {ptrdiff_t(spec_stride), ptrdiff_t(bins_w), 1});
   ducc0::c2c(freq, freq, {1}, true, R(1), 1);
+}
+
+// One plane's forward transform, scaled by fct, of which only rows [0, rows) hold data.
+template <typename R>
+void R2C(const R* real, std::complex<R>* spec, int64_t fh, int64_t fw, int64_t rows, R fct) {
+  R2CBatch(real, spec, 1, 0, 0, fh, fw, fw, RowRange{0, rows}, fct);
 }
 
 // Inverse transforms of `count` planes, pruned: only the `rows` output rows from `row0` on
@@ -95,7 +91,7 @@ void C2RBatch(std::complex<R>* spec, R* real, int64_t count, int64_t real_stride
   const int64_t bins_w = fw / 2 + 1;
   ducc0::vfmav<std::complex<R>> freq(spec, {size_t(count), size_t(fh), size_t(bins_w)},
                                      {ptrdiff_t(spec_stride), ptrdiff_t(bins_w), 1});
-  if (fh > 1) ducc0::c2c(freq, freq, {1}, false, R(1), 1);  // no height pass at 1 (see R2C)
+  if (fh > 1) ducc0::c2c(freq, freq, {1}, false, R(1), 1);  // no height pass at 1 (see R2CBatch)
   rows = std::min(rows, fh);
   row0 = Mod(row0, fh);
   // At most two runs of rows: [row0, fh) and the part that wraps round to 0.
@@ -201,12 +197,13 @@ struct Correlation {
 
   ConvPass pass() const { return backprop_input ? ConvPass::kBackpropInput : ConvPass::kForward; }
 
-  // Writes the dilated filter for (source channel sc, destination channel dc) into real,
-  // flipped for backprop-input, where the roles of input and output channels swap.
+  // Writes the dilated filter for (source channel sc, destination channel dc) into rows
+  // [0, keh) of real (the only rows its transform reads), flipped for backprop-input, where
+  // the roles of input and output channels swap.
   void PlaceFilter(R* real, int64_t grp, int64_t sc, int64_t dc) const {
-    std::fill(real, real + c.fft_h * c.fft_w, R(0));
     const int64_t keh = DilatedExtent(g.filter_h, g.dilation_h),
                   kew = DilatedExtent(g.filter_w, g.dilation_w);
+    std::fill(real, real + keh * c.fft_w, R(0));
     const int64_t ci = backprop_input ? dc : sc;
     const int64_t co = grp * g.out_c_per_group() + (backprop_input ? sc : dc);
     for (int64_t kh = 0; kh < g.filter_h; ++kh) {
@@ -354,7 +351,8 @@ struct Correlation {
   }
 
   // Phase 1: the block's filter spectra, shared by every slot. Each is transformed into the
-  // slot's first spectrum (free until the slot's items start) and spread over the chunks.
+  // slot's first spectrum (free until the slot's items start; only the filter's rows
+  // hold data) and spread over the chunks.
   void TransformFilters(const Frame& f, const Block& b, const ParallelFor& pf) const {
     const R scale = R(1) / static_cast<R>(f.fh * f.fw);
     RunSlots(pf, c.slots, b.gb * b.per_group, f.fft_cost, [&](int64_t slot, int64_t idx) {
@@ -363,7 +361,7 @@ struct Correlation {
       const int64_t gl = idx / b.per_group, j = idx % b.per_group;
       const int64_t sc = j / b.ob, k = j % b.ob;
       PlaceFilter(real, b.g0 + gl, sc, b.ob0 + k);
-      R2C(real, spectrum, f.fh, f.fw, scale);
+      R2C(real, spectrum, f.fh, f.fw, DilatedExtent(g.filter_h, g.dilation_h), scale);
       for (int64_t i0 = 0; i0 < f.l.bins; i0 += kChunk) {
         std::copy(spectrum + i0, spectrum + std::min(f.l.bins, i0 + kChunk),
                   FilterChunk(f, b, gl, sc, k, i0));
