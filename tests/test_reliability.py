@@ -21,6 +21,9 @@ CASES = [
     ((2, 40, 44, 8), (9, 9, 2, 8), 2, "VALID", "fft"),
     ((2, 30, 31, 4), (5, 5, 4, 6), 1, "SAME", "direct"),
     ((4, 56, 56, 16), (31, 31, 1, 16), 1, "SAME", "auto"),
+    # Runs of tiles per item in the forward and input-gradient passes, as long as the
+    # slots leave them (8, 4, 3 and 1 tiles at 1, 2, 3 and 16 threads).
+    ((8, 64, 64, 32), (15, 15, 32, 32), 1, "SAME", "fft"),
     # conv3d: 3-D FFT tiles over several channels, and grouped, strided direct sums.
     ((2, 14, 15, 16, 2), (9, 9, 9, 2, 3), 1, "SAME", "fft"),
     ((2, 12, 13, 11, 4), (3, 3, 3, 2, 4), 2, "VALID", "direct"),

@@ -47,8 +47,8 @@ class PassPlan:
     self.group_block = d.get("group_block")
     self.vec_block = d.get("vec_block")
     self.slots = d.get("slots")
-    # What the FFT cost model counts: transforms, their points, spectral multiply-adds (a
-    # 3-D plan reports the transforms only).
+    # What the FFT cost model counts: transforms, their points, spectral multiply-adds and
+    # the filter values they read from memory (a 3-D plan reports the transforms only).
     self.fft_work = d.get("fft_work")
     if self.fft_work is None and "transforms" in d:
       self.fft_work = {"transforms": d["transforms"]}

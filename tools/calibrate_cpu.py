@@ -8,9 +8,12 @@ One intra-op thread, float32, forward pass, warm times (min over repeats). Two f
   limits (algorithm="fft") is timed, and the time is fitted, relative error weighted and
   with non-negative coefficients, as
       a * transform points + b * transforms + c * complex multiply-adds
+        + e * filter values read from memory
   using the counts the plan itself reports (`PassPlan.fft_work`), so the fit prices exactly
-  what the model counts. A fourth column, transform points x log2(points), tests whether
-  the transforms' butterfly work shows at these sizes.
+  what the model counts. A further column, transform points x log2(points), tests whether
+  the transforms' butterfly work shows at these sizes. Reads equal multiply-adds except in
+  plans that run several tiles per item, so c and e separate only where the grid has such
+  plans (large channel blocks); elsewhere their sum is what the fit determines.
 - Direct: GFLOP/s against the destination channels per group, the dimension the kernels'
   inner loop runs over.
 
@@ -89,14 +92,15 @@ def fit_fft(rows):
     w = p.fft_work
     n = p.fft_size[0] * p.fft_size[1]
     return [w["transform_points"], w["transforms"], w["complex_macs"],
-            w["transform_points"] * math.log2(n)]
+            w["transform_points"] * math.log2(n), w["filter_reads"]]
   x = np.array([features(p) for _, _, p, _ in rows], float)
   y = np.array([t for *_, t in rows])
   coef, _ = nnls(x / y[:, None], np.ones_like(y))
   ratio = x @ coef / y
-  print("\nFFT: seconds = a * points + b * transforms + c * complex MACs + d * points log2 N")
+  print("\nFFT: seconds = a * points + b * transforms + c * complex MACs + d * points log2 N"
+        " + e * filter reads")
   print(f"  a = {coef[0]:.3g} s/point, b = {coef[1]:.3g} s/transform, c = {coef[2]:.3g} "
-        f"s/MAC, d = {coef[3]:.3g}")
+        f"s/MAC, d = {coef[3]:.3g}, e = {coef[4]:.3g} s/read")
   err = np.abs(ratio - 1)
   print(f"  |predicted/measured - 1|: median {np.median(err):.3f}, 90th percentile "
         f"{np.percentile(err, 90):.3f}, max {err.max():.3f} over {len(rows)} configurations")

@@ -29,7 +29,18 @@ constexpr double kDirectMaxFlopsPerSec = 40e9;
 // transform, plus the spectral products (complex multiply-adds).
 constexpr double kSecondsPerTransformPoint = 2.3e-9;
 constexpr double kSecondsPerTransform = 2.6e-6;
-constexpr double kSecondsPerComplexMac = 0.56e-9;
+// A complex multiply-add cost 0.56 ns as fitted, with every tile reading the filter values
+// afresh. Reading the value is most of that once the block's spectra outgrow the cache:
+// the 31x31 stride-2 transpose pass (1 thread, 120x120 transforms, 135M multiply-adds) ran
+// 227-262 ms with one tile per item and 154-162 ms with nine tiles sharing each value
+// read, 0.6-0.8 ns per read saved. Split so that one read per multiply-add still costs
+// the fitted 0.56 ns, which credits shared reads conservatively.
+constexpr double kSecondsPerComplexMac = 0.12e-9;
+constexpr double kSecondsPerFilterRead = 0.44e-9;
+// Filter spectra (complex values) that stay in cache from one item to the next: 8 MiB of
+// float, a quarter of this machine's L3. Of a larger block, the share beyond it is read
+// from memory again by each item.
+constexpr double kCachedFilterValues = 1024 * 1024;
 // Rows of height 1 (conv1d's transforms) are 1-D transforms, which DUCC vectorises across
 // the rows of one call, not within a row: measured per point against a 2-D transform's,
 // one or two rows at a time cost 4.7x, four 2.2x, eight 1.4x, and 1.3x more again for
@@ -73,8 +84,22 @@ FftWork CountFftWork(const ConvGeometry& g, ConvPass pass, const FftConfig& c) {
   w.transforms = FftTransformCount(g, pass, c);
   w.transform_points = w.transforms * c.fft_h * c.fft_w;
   w.complex_macs = tiles * bins * g.in_c_per_group() * g.out_c_per_group();
+  w.filter_reads = w.complex_macs;
+  if (!WritesFilter(pass) && BatchesTiles(g, c)) {
+    const double block_values = bins * c.group_block * g.channels(pass).src_per_group * c.out_block;
+    const double missed = std::max(0.0, 1.0 - kCachedFilterValues / block_values);
+    w.filter_reads *= 1.0 - missed + missed / c.vec_block;
+  }
   return w;
 }
+
+// A 2-D run of tiles per item (BatchesTiles) is priced 1 / kRunMargin of the model's
+// count. The model prices every transform size alike per point, which is off by more than
+// a small run saves: a 512x512x8 image with a 31x31x8x8 filter (1 thread) took 30-32 ms
+// through 160x288 transforms against 27.6 ms through 160x160, where the model counts 10%
+// fewer points, and without the margin runs moved its plan there (2 threads: 15 -> 18
+// ms). As a price rather than a test, a larger limit still never plans dearer.
+constexpr double kRunMargin = 0.9;
 
 // Single-thread seconds of a configuration; *flops: its arithmetic (a real 2-D transform
 // of N points costs about 2.5 N log2 N flops, a complex multiply-add 8).
@@ -82,8 +107,11 @@ double FftCost(const ConvGeometry& g, ConvPass pass, const FftConfig& c, double*
   const FftWork w = CountFftWork(g, pass, c);
   const double n = static_cast<double>(c.fft_h) * c.fft_w;
   *flops = w.transform_points * 2.5 * std::log2(std::max(n, 2.0)) + 8.0 * w.complex_macs;
-  return kSecondsPerTransformPoint * LinePointFactor(c) * w.transform_points +
-         kSecondsPerTransform * w.transforms + kSecondsPerComplexMac * w.complex_macs;
+  const double seconds = kSecondsPerTransformPoint * LinePointFactor(c) * w.transform_points +
+                         kSecondsPerTransform * w.transforms +
+                         kSecondsPerComplexMac * w.complex_macs +
+                         kSecondsPerFilterRead * w.filter_reads;
+  return c.fft_h > 1 && BatchesTiles(g, c) ? seconds / kRunMargin : seconds;
 }
 
 // --- Three spatial dimensions: the same cost model over 3-D transforms -------------------
@@ -101,6 +129,7 @@ FftWork CountFftWork(const Conv3dGeometry& g, ConvPass pass, const Fft3dConfig& 
   const double spectrum = static_cast<double>(c.fft[0]) * c.fft[1] * (c.fft[2] / 2 + 1);
   w.complex_macs =
       spectrum * g.batch * c.tiling.count() * g.groups * g.in_c_per_group() * g.out_c_per_group();
+  w.filter_reads = w.complex_macs;  // every tile reads the filter values afresh
   return w;
 }
 
@@ -109,7 +138,7 @@ double FftCost(const Conv3dGeometry& g, ConvPass pass, const Fft3dConfig& c, dou
   const double log_points = std::log2(std::max(static_cast<double>(Volume(c.fft)), 2.0));
   *flops = 2.5 * log_points * w.transform_points + 8.0 * w.complex_macs;
   return kSecondsPerTransformPoint * w.transform_points + kSecondsPerTransform * w.transforms +
-         kSecondsPerComplexMac * w.complex_macs;
+         kSecondsPerComplexMac * w.complex_macs + kSecondsPerFilterRead * w.filter_reads;
 }
 
 // The parallelism a transform size is chosen for (see PlanPass): two threads. Tiles cut
@@ -118,17 +147,23 @@ double FftCost(const Conv3dGeometry& g, ConvPass pass, const Fft3dConfig& c, dou
 // threads still runs as many slots as its limit pays for.
 constexpr int64_t kReferenceSlots = 2;
 
+// The single-thread seconds of the longest of `runs` contiguous runs that share a
+// configuration's parallel items.
+template <class Geometry, class Config>
+double LongestRunCost(const Geometry& g, ConvPass pass, const Config& c, int64_t runs) {
+  double flops;
+  const double seconds = FftCost(g, pass, c, &flops);
+  const int64_t items = std::max<int64_t>(1, ParallelItems(g, pass, c));
+  runs = std::max<int64_t>(1, std::min(runs, items));
+  const double longest_run = static_cast<double>(CeilDiv(items, runs)) / items;
+  return seconds * longest_run;
+}
 // A configuration's cost on kReferenceSlots threads, in single-thread seconds: its slots
 // (at most kReferenceSlots) share its parallel items in contiguous runs, so the time is
 // that of the longest run; the other threads idle.
 template <class Geometry, class Config>
 double ReferenceCost(const Geometry& g, ConvPass pass, const Config& c) {
-  double flops;
-  const double seconds = FftCost(g, pass, c, &flops);
-  const int64_t items = std::max<int64_t>(1, ParallelItems(g, pass, c));
-  const int64_t runs = std::max<int64_t>(1, std::min(c.slots, kReferenceSlots));
-  const double longest_run = static_cast<double>(CeilDiv(items, runs)) / items;
-  return seconds * kReferenceSlots * longest_run;
+  return LongestRunCost(g, pass, c, std::min(c.slots, kReferenceSlots)) * kReferenceSlots;
 }
 
 // Largest v in [1, hi] for which fits() holds with *field = v, given that it holds for 1
@@ -232,7 +267,36 @@ bool FitBlocks(const ConvGeometry& g, ConvPass pass, int64_t limit, int real_byt
   // per source. Sixteen take the accumulators' traffic down to a sixteenth.
   constexpr int64_t kSourceBlock = 16;
   const int64_t sources = std::max<int64_t>(1, g.channels(pass).src_per_group);
-  LargestFitting(std::min(kSourceBlock, sources), &c->in_block, fits);
+  const int64_t source_block = std::min(kSourceBlock, sources);
+  LargestFitting(source_block, &c->in_block, fits);
+  if (g.groups == 1 && c->fft_h > 1 && c->in_block == source_block) {
+    // Runs of tiles per item (BatchesTiles), so that each filter value read serves the
+    // whole run: among destination blocks as large as fit or up to two blocks more
+    // (smaller blocks leave room for longer runs), each with the whole source block, and
+    // runs from two tiles up to a slot's share, the cheapest for the slots by the cost
+    // model (its filter reads against the transforms and the parallel items, a run's
+    // price raised by kRunMargin); one tile per item where none is cheaper.
+    const int64_t tiles = g.batch * c->tiling.tiles_h * c->tiling.tiles_w;
+    const int64_t slots = std::max<int64_t>(1, c->slots);
+    const FftConfig largest = *c;
+    const int64_t fewest = CeilDiv(dest, largest.out_block);
+    FftConfig best = largest;
+    double best_cost = LongestRunCost(g, pass, largest, slots);
+    for (int64_t blocks = fewest; blocks <= std::min(dest, fewest + 2); ++blocks) {
+      *c = largest;
+      c->out_block = CeilDiv(dest, blocks);
+      if (blocks > fewest && c->out_block == CeilDiv(dest, blocks - 1)) continue;
+      if (LargestFitting(source_block, &c->in_block, fits) < source_block) continue;
+      for (c->vec_block = 2; c->vec_block <= CeilDiv(tiles, slots) && fits(); ++c->vec_block) {
+        const double cost = LongestRunCost(g, pass, *c, slots);
+        if (cost < best_cost) {
+          best_cost = cost;
+          best = *c;
+        }
+      }
+    }
+    *c = best;
+  }
   return true;
 }
 

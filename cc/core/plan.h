@@ -30,6 +30,10 @@ struct FftWork {
   double transforms = 0;        // 2-D transforms, forward and inverse
   double transform_points = 0;  // their points, summed
   double complex_macs = 0;      // spectral multiply-adds
+  // Filter spectrum values the products stream from memory: one per multiply-add, except
+  // where an item's run of tiles shares each value read (BatchesTiles) and the block's
+  // filter spectra are too large to stay in cache from one item to the next.
+  double filter_reads = 0;
 };
 
 // A planned pass; Config is the FFT's configuration (FftConfig in 2-D, Fft3dConfig in 3-D).

@@ -342,7 +342,8 @@ py::list PlanList(const std::vector<int64_t>& input_shape, const std::vector<int
     d["vec_block"] = p.fft.vec_block;
     d["fft_work"] = py::dict(py::arg("transforms") = p.fft_work.transforms,
                              py::arg("transform_points") = p.fft_work.transform_points,
-                             py::arg("complex_macs") = p.fft_work.complex_macs);
+                             py::arg("complex_macs") = p.fft_work.complex_macs,
+                             py::arg("filter_reads") = p.fft_work.filter_reads);
     d["slots"] = p.fft.slots;
   });
 }
