@@ -75,6 +75,12 @@ int64_t ParallelItems(const ConvGeometry& g, ConvPass pass, const FftConfig& c) 
   return tiles * std::max<int64_t>(1, c.group_block);
 }
 
+// Complex values of the filter spectra a forward or backprop-input block holds.
+double FilterBlockValues(const ConvGeometry& g, ConvPass pass, const FftConfig& c) {
+  const double bins = static_cast<double>(c.fft_h) * (c.fft_w / 2 + 1);
+  return bins * c.group_block * g.channels(pass).src_per_group * c.out_block;
+}
+
 // The work of an FFT configuration as the cost model counts it.
 FftWork CountFftWork(const ConvGeometry& g, ConvPass pass, const FftConfig& c) {
   const FftTiling& t = c.tiling;
@@ -86,8 +92,7 @@ FftWork CountFftWork(const ConvGeometry& g, ConvPass pass, const FftConfig& c) {
   w.complex_macs = tiles * bins * g.in_c_per_group() * g.out_c_per_group();
   w.filter_reads = w.complex_macs;
   if (!WritesFilter(pass) && BatchesTiles(g, c)) {
-    const double block_values = bins * c.group_block * g.channels(pass).src_per_group * c.out_block;
-    const double missed = std::max(0.0, 1.0 - kCachedFilterValues / block_values);
+    const double missed = std::max(0.0, 1.0 - kCachedFilterValues / FilterBlockValues(g, pass, c));
     w.filter_reads *= 1.0 - missed + missed / c.vec_block;
   }
   return w;
@@ -164,6 +169,18 @@ double LongestRunCost(const Geometry& g, ConvPass pass, const Config& c, int64_t
 template <class Geometry, class Config>
 double ReferenceCost(const Geometry& g, ConvPass pass, const Config& c) {
   return LongestRunCost(g, pass, c, std::min(c.slots, kReferenceSlots)) * kReferenceSlots;
+}
+
+// Whether some run of tiles per item could make a one-group 2-D configuration (its
+// largest destination block, one tile per item) cheaper: one as long as all the tiles,
+// which saves every filter read it can, against the same without runs. Smaller blocks
+// only add transforms and save fewer reads.
+bool RunsCanPay(const ConvGeometry& g, ConvPass pass, const FftConfig& c) {
+  if (FilterBlockValues(g, pass, c) <= kCachedFilterValues) return false;
+  FftConfig all = c;
+  all.vec_block = std::max<int64_t>(2, g.batch * c.tiling.tiles_h * c.tiling.tiles_w);
+  double flops;
+  return FftCost(g, pass, all, &flops) < FftCost(g, pass, c, &flops);
 }
 
 // Largest v in [1, hi] for which fits() holds with *field = v, given that it holds for 1
@@ -269,13 +286,16 @@ bool FitBlocks(const ConvGeometry& g, ConvPass pass, int64_t limit, int real_byt
   const int64_t sources = std::max<int64_t>(1, g.channels(pass).src_per_group);
   const int64_t source_block = std::min(kSourceBlock, sources);
   LargestFitting(source_block, &c->in_block, fits);
-  if (g.groups == 1 && c->fft_h > 1 && c->in_block == source_block) {
+  if (g.groups == 1 && c->fft_h > 1 && c->in_block == source_block && RunsCanPay(g, pass, *c)) {
     // Runs of tiles per item (BatchesTiles), so that each filter value read serves the
     // whole run: among destination blocks as large as fit or up to two blocks more
     // (smaller blocks leave room for longer runs), each with the whole source block, and
     // runs from two tiles up to a slot's share, the cheapest for the slots by the cost
     // model (its filter reads against the transforms and the parallel items, a run's
-    // price raised by kRunMargin); one tile per item where none is cheaper.
+    // price raised by kRunMargin); one tile per item where none is cheaper. The lengths
+    // tried grow by about half a step, to 32 (the reads then cost 1/32 of one per
+    // multiply-add; longer runs gain little more, and each length tried is a pricing).
+    constexpr int64_t kRunLengths[] = {2, 3, 4, 6, 8, 12, 16, 24, 32};
     const int64_t tiles = g.batch * c->tiling.tiles_h * c->tiling.tiles_w;
     const int64_t slots = std::max<int64_t>(1, c->slots);
     const FftConfig largest = *c;
@@ -287,12 +307,15 @@ bool FitBlocks(const ConvGeometry& g, ConvPass pass, int64_t limit, int real_byt
       c->out_block = CeilDiv(dest, blocks);
       if (blocks > fewest && c->out_block == CeilDiv(dest, blocks - 1)) continue;
       if (LargestFitting(source_block, &c->in_block, fits) < source_block) continue;
-      for (c->vec_block = 2; c->vec_block <= CeilDiv(tiles, slots) && fits(); ++c->vec_block) {
+      for (const int64_t run : kRunLengths) {
+        c->vec_block = std::min(run, CeilDiv(tiles, slots));  // at most a slot's share
+        if (c->vec_block < 2 || !fits()) break;
         const double cost = LongestRunCost(g, pass, *c, slots);
         if (cost < best_cost) {
           best_cost = cost;
           best = *c;
         }
+        if (c->vec_block < run) break;
       }
     }
     *c = best;
