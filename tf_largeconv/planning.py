@@ -42,6 +42,9 @@ class PassPlan:
     self.fft_size = tuple(d["fft"]) if "fft" in d else None
     self.tile = tuple(d["tile"]) if "tile" in d else None
     self.tiles = tuple(d["tiles"]) if "tiles" in d else None
+    # How an FFT pass is cut up (cc/core/fft.h, FftConfig): channel blocks, groups held at
+    # once, and vec_block: groups per batched transform call, or with a single group, the
+    # tiles of one item (a run of tiles that shares each filter value read).
     self.in_block = d.get("in_block")
     self.out_block = d.get("out_block")
     self.group_block = d.get("group_block")
