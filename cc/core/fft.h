@@ -41,8 +41,10 @@ bool MakeFftTiling(const ConvGeometry& g, ConvPass pass, int64_t fft_h, int64_t 
 // vec_block (with group_block > 1) = groups a slot transforms in one batched call, which
 // amortises per-transform overhead and reads channel-interleaved (NHWC) data in runs;
 // with one group (forward and backprop-input), consecutive tiles of the batch a slot
-// transforms in one call: rows of height 1 (conv1d) transform 3-4x faster 8 at a time,
-// which DUCC vectorises across.
+// takes as one item: rows of height 1 (conv1d) transform 3-4x faster 8 at a time, which
+// DUCC vectorises across, and the products read each filter value once per run, which
+// the planner counts (2-D passes run tiles where a block's filter spectra outgrow the
+// cache).
 //  backprop-filter: a work unit accumulates in_block x out_block (input, output) channel
 //                   pairs of filter gradient spectra.
 // slots = workers that run at once, each with its own buffers.
