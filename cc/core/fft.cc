@@ -30,6 +30,9 @@ Layout MakeLayout(const ConvGeometry& g, ConvPass pass, const FftConfig& c, int 
   } else {  // the block's filter spectra (source channels x out_block), shared by the slots
     l.shared_spectra = c.group_block * g.channels(pass).src_per_group * c.out_block;
     l.slot_spectra = c.vec_block * (c.in_block + c.out_block);
+    // A run of tiles is loaded into and stored from its spectra (Correlation::InPlace):
+    // one real plane, for the filter transforms.
+    if (BatchesTiles(g, c)) l.real_planes = 1;
   }
   return FinishLayout(l, c.fft_h * c.fft_w, c.slots, rb);
 }
