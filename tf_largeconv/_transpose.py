@@ -82,22 +82,64 @@ def conv2d_transpose(input, filters, output_shape, strides, padding="SAME",  # p
       result = _tf_kernel(input, filters, output_shape, static, attrs)
     elif resolved == _args.PORTABLE:
       result = _portable(input, filters, output_shape, padding, attrs, workspace_limit)
-    elif resolved == "auto" and planning.tf_kernel_preferred(
-        static, _known_shape(filters), input.dtype, input, attrs):
-      # As conv2d: where the planner prefers TensorFlow's kernel for the conv2d this
-      # transposes (small filters, many channels), it runs the whole transpose, gradients
-      # included. The choice is made per image; an empty batch stays with the op.
-      def tf_kernel():
-        return _tf_kernel(input, filters, output_shape, static, attrs)
+    elif resolved == "auto" and any(routes := _routes(static, filters, input, attrs)):
+      # As conv2d: each pass runs TensorFlow's kernel where the planner prefers it for that
+      # pass of the conv2d this transposes (whose backprop_input pass is this forward one),
+      # the op otherwise; an empty batch stays with the op.
+      def forward(x, w):
+        if not routes[1]:
+          return ours_of(x, w)
+        if static[0] is None:
+          return tf.cond(tf.shape(x)[0] > 0,
+                         lambda: _tf_kernel(x, w, output_shape, static, attrs),
+                         lambda: ours_of(x, w))
+        return _tf_kernel(x, w, output_shape, static, attrs) if static[0] > 0 else ours_of(x, w)
 
-      if static[0] is None:
-        result = tf.cond(tf.shape(input)[0] > 0, tf_kernel, ours)
+      def ours_of(x, w):
+        return _ops.conv2d_backprop_input(
+            output_shape, w, x, attrs["strides"], padding, data_format=attrs["data_format"],
+            dilations=attrs["dilations"], algorithm="auto", workspace_limit=workspace_limit)
+
+      if all(routes):  # TensorFlow's kernel and its own gradients
+        result = forward(input, filters)
       else:
-        result = tf_kernel() if static[0] > 0 else ours()
+        result = _routed_passes(input, filters, forward, routes, padding, attrs,
+                                workspace_limit)
     else:
       result = ours()
     result.set_shape(static)
     return result
+
+
+def _routes(static, filters, input, attrs):  # pylint: disable=redefined-builtin
+  """planning.tf_routes for the conv2d this transposes (its input is `static`, the
+  transpose's output): all False where TF's kernels cannot run it."""
+  f_shape = _known_shape(filters)
+  if not planning.tf_kernel_runs(static, f_shape, input.dtype, input, attrs):
+    return (False,) * 3
+  device = "GPU" if planning.runs_on_gpu(input) else "CPU"
+  return planning.tf_routes((1,) + tuple(static[1:]), tuple(f_shape), _args.attrs_key(attrs),
+                            input.dtype.name, device)
+
+
+def _routed_passes(input, filters, forward, routes, padding, attrs, workspace_limit):  # pylint: disable=redefined-builtin
+  """The transpose with its gradients routed as conv2d's passes are (`routes`: forward,
+  backprop_input, backprop_filter of the transposed conv2d): the input's gradient is that
+  conv2d's forward pass, the filter's its backprop_filter pass."""
+  kwargs = dict(strides=attrs["strides"], padding=padding, data_format=attrs["data_format"],
+                dilations=attrs["dilations"], workspace_limit=workspace_limit)
+
+  @tf.custom_gradient
+  def run(x, w):
+    def grad(dy):
+      dx = _ops.conv2d(dy, w, algorithm="tf" if routes[0] else "auto", **kwargs)
+      dw = _ops.conv2d_backprop_filter(dy, tf.shape(w), x,
+                                       algorithm="tf" if routes[2] else "auto", **kwargs)
+      return dx, dw
+
+    return forward(x, w), grad
+
+  return run(input, filters)
 
 
 def _known_shape(t):

@@ -108,29 +108,64 @@ def conv2d(input, filters, strides, padding, data_format="NHWC", dilations=None,
 
 
 def _conv2d(input, filters, strides, padding, dilations, attrs):  # pylint: disable=redefined-builtin
-  """conv2d of a 4-D (or unknown-rank) input: TensorFlow's kernel where the planner
-  prefers it, the op otherwise."""
+  """conv2d of a 4-D (or unknown-rank) input: each pass TensorFlow's kernel where the
+  planner prefers it for that pass (planning.tf_routes), the op otherwise."""
   if attrs["algorithm"] == "tf" and (_args.in_xla_context() or _loader.failure() is not None):
     # XLA compiles TensorFlow's own convolution, in every layout and grouping; without the
     # op library it is the only kernel 'tf' can name.
     return tf.nn.conv2d(input, filters, strides, padding, data_format=attrs["data_format"],
                         dilations=dilations)
-  if attrs["algorithm"] in ("auto", "tf") and planning.use_tf_kernel(input, filters, attrs):
-    def tf_kernel():
-      return tf.nn.conv2d(input, filters, strides, padding,
-                          data_format=attrs["data_format"], dilations=dilations)
+  routes = (planning.kernel_routes(input, filters, attrs)
+            if attrs["algorithm"] in ("auto", "tf") else (False,) * 3)
+  if any(routes):
+    def tf_kernel(x, w):
+      return tf.nn.conv2d(x, w, strides, padding, data_format=attrs["data_format"],
+                          dilations=dilations)
 
-    def ours():
-      return _loader.ops().large_conv_conv2d(input, filters, **dict(attrs, algorithm="auto"))
+    def ours(x, w):
+      return _loader.ops().large_conv_conv2d(x, w, **dict(attrs, algorithm="auto"))
 
-    # TF's oneDNN kernel returns a wrongly shaped tensor for an empty batch.
-    batch = input.shape[0]
-    if batch is None:
-      return tf.cond(tf.shape(input)[0] > 0, tf_kernel, ours)
-    return tf_kernel() if batch > 0 else ours()
+    def forward(x, w):
+      if not routes[0]:
+        return ours(x, w)
+      # TF's oneDNN kernel returns a wrongly shaped tensor for an empty batch.
+      batch = x.shape[0]
+      if batch is None:
+        return tf.cond(tf.shape(x)[0] > 0, lambda: tf_kernel(x, w), lambda: ours(x, w))
+      return tf_kernel(x, w) if batch > 0 else ours(x, w)
+
+    if all(routes):  # TensorFlow's kernel and its own gradients
+      return forward(input, filters)
+    return _routed_passes(input, filters, forward, routes, padding, dilations, attrs)
   if attrs["algorithm"] == "tf":
     raise ValueError(_TF_KERNEL_NEEDS)
   return _loader.ops().large_conv_conv2d(input, filters, **attrs)
+
+
+def _routed_passes(input, filters, forward, routes, padding, dilations, attrs):  # pylint: disable=redefined-builtin
+  """conv2d whose passes run TensorFlow's kernel or the op's as `routes` (forward,
+  backprop_input, backprop_filter) say; the gradients are the public backprop functions
+  with algorithm 'tf' or 'auto', whose own gradients give higher orders."""
+  kwargs = dict(strides=attrs["strides"], padding=padding, data_format=attrs["data_format"],
+                dilations=dilations,
+                workspace_limit=None if attrs["workspace_limit"] < 0 else attrs["workspace_limit"])
+
+  # Routed passes have static image sizes (TF's kernels need them); the batch may be unknown,
+  # so the input's gradient is sized by its height and width.
+  spatial = input.shape[2:4] if attrs["data_format"] == "NCHW" else input.shape[1:3]
+
+  @tf.custom_gradient
+  def run(x, w):
+    def grad(dy):
+      dx = conv2d_backprop_input(spatial.as_list(), w, dy,
+                                 algorithm="tf" if routes[1] else "auto", **kwargs)
+      dw = conv2d_backprop_filter(x, tf.shape(w), dy, algorithm="tf" if routes[2] else "auto",
+                                  **kwargs)
+      return dx, dw
+
+    return forward(x, w), grad
+
+  return run(input, filters)
 
 
 _TF_KERNEL_NEEDS = ("algorithm='tf' needs what TensorFlow's kernels support: no groups and "

@@ -2,8 +2,8 @@
 
 The numbers come from the same C++ planner the kernels call, so `workspace_bytes` is
 exactly the temporary memory each pass takes (through TensorFlow's allocator). The same
-planner decides where `conv2d` runs TensorFlow's own kernel instead of the op
-(`use_tf_kernel`).
+planner decides which passes of `conv2d` run TensorFlow's own kernel instead of the op
+(`tf_routes`).
 """
 
 import functools
@@ -199,17 +199,25 @@ def plan_from_attrs(input_shape, filter_shape, attrs, dtype=tf.float32, num_thre
   geometry = _CORE.geometry(*args)
   kwargs = dict(workspace_limit=attrs["workspace_limit"], num_threads=threads,
                 dtype=dtype.name)
-  # TensorFlow's kernel runs the whole convolution (its own gradients follow) or none of
-  # it. The choice is made per image, so a graph traced with an unknown batch size and an
-  # eager call with a known one run the same kernel and give identical results.
-  route_tf = attrs["algorithm"] == "tf"
+  # Each pass runs TensorFlow's kernel or the op's, whichever the planner prices lower
+  # (TF's backprop kernels are far slower than its forward one with few channels, where the
+  # op's FFT passes win). The choice is made per image, so a graph traced with an unknown
+  # batch size and an eager call with a known one run the same kernels and give identical
+  # results.
+  routes = (attrs["algorithm"] == "tf",) * 3
   eligible = tf_kernel_eligible(input_shape, filter_shape, attrs, dtype)
   if attrs["algorithm"] == "auto" and eligible:
     per_image = [1] + input_shape[1:]
-    first = _CORE.plan(per_image, *args[1:], algorithm="auto", allow_tf=True, **kwargs)[0]
-    route_tf = first["algorithm"] == "tf"
-  passes = _CORE.plan(*args, algorithm="tf" if route_tf else attrs["algorithm"],
-                      allow_tf=route_tf and eligible, **kwargs)
+    routes = tuple(p["algorithm"] == "tf" for p in _CORE.plan(
+        per_image, *args[1:], algorithm="auto", allow_tf=True, **kwargs))
+  theirs = ours = None
+  if any(routes) or eligible:  # raises where 'tf' was asked for and TF's kernels cannot
+    theirs = _CORE.plan(*args, algorithm="tf", allow_tf=eligible, **kwargs)
+  if not all(routes):
+    ours = _CORE.plan(*args, algorithm=attrs["algorithm"], allow_tf=False, **kwargs)
+    for mine, tfs in zip(ours, theirs or ()):  # what TF's kernel costs, for the table
+      mine["cost_tf"] = tfs["cost_tf"]
+  passes = [t if r else o for r, t, o in zip(routes, theirs or routes, ours or routes)]
   limit = attrs["workspace_limit"]
   if limit < 0:
     limit = _CORE.DEFAULT_WORKSPACE_LIMIT
@@ -266,39 +274,40 @@ def tf_kernel_runs(x_shape, f_shape, dtype, placed, attrs):
   return tf_kernel_eligible([1] + list(x_shape[1:]), list(f_shape), attrs, dtype, device)
 
 
-def tf_kernel_preferred(x_shape, f_shape, dtype, placed, attrs):
-  """True where TensorFlow's kernels can run the convolution (`tf_kernel_runs`) and the
-  planner prefers them on that device: on the CPU small filters with many channels, where
-  oneDNN's tuned code wins; on a GPU, small and medium filters with many channels, where
-  cuDNN does. The batch size may be unknown: the choice does not depend on it."""
-  if not tf_kernel_runs(x_shape, f_shape, dtype, placed, attrs):
-    return False
-  device = "GPU" if runs_on_gpu(placed) else "CPU"
-  return prefers_tf_kernel((1,) + tuple(x_shape[1:]), tuple(f_shape), _args.attrs_key(attrs),
-                           dtype.name, device)
-
-
-def use_tf_kernel(input, filters, attrs):  # pylint: disable=redefined-builtin
-  """`tf_kernel_preferred` for conv2d's operands."""
+def kernel_routes(input, filters, attrs):  # pylint: disable=redefined-builtin
+  """`tf_routes` for conv2d's operands: (forward, backprop_input, backprop_filter), each
+  True where that pass runs TensorFlow's kernel; all False where TF's kernels cannot run
+  the convolution (`tf_kernel_runs`)."""
   if input.shape.rank != 4 or filters.shape.rank is None:
-    return False
-  return tf_kernel_preferred(input.shape.as_list(), filters.shape.as_list(), input.dtype,
-                             input, attrs)
+    return (False,) * 3
+  x_shape, f_shape = input.shape.as_list(), filters.shape.as_list()
+  if not tf_kernel_runs(x_shape, f_shape, input.dtype, input, attrs):
+    return (False,) * 3
+  device = "GPU" if runs_on_gpu(input) else "CPU"
+  return tf_routes((1,) + tuple(x_shape[1:]), tuple(f_shape), _args.attrs_key(attrs),
+                   input.dtype.name, device)
+
+
+def prefers_tf_kernel(x_shape, f_shape, attrs_key, dtype_name, device="CPU"):
+  """Whether the planner runs this eligible convolution's forward pass through
+  TensorFlow's kernel on `device` (see `tf_routes`)."""
+  return tf_routes(x_shape, f_shape, attrs_key, dtype_name, device)[0]
 
 
 @functools.lru_cache(maxsize=1024)
-def prefers_tf_kernel(x_shape, f_shape, attrs_key, dtype_name, device="CPU"):
-  """Whether the planner routes this eligible convolution to TensorFlow's kernel on
-  `device`, whatever its batch size (x_shape's is ignored). On the CPU the planner weighs
-  TF's kernel for one image; on a GPU the CUDA planner weighs cuDNN's modelled time against
-  its own choice for the forward pass of a batch of GPU_ROUTE_BATCH images (the model is
-  fitted on an H100: see the README's GPU section)."""
+def tf_routes(x_shape, f_shape, attrs_key, dtype_name, device="CPU"):
+  """(forward, backprop_input, backprop_filter): whether each pass of this eligible
+  convolution runs TensorFlow's kernel on `device`, whatever its batch size (x_shape's is
+  ignored). On the CPU the planner weighs TF's kernel for each pass of one image; on a GPU
+  the CUDA planner weighs cuDNN's modelled time against its own choice for the forward
+  pass of a batch of GPU_ROUTE_BATCH images (the model is fitted on an H100: see the
+  README's GPU section), and every pass follows that choice."""
   # Cached: eager code calls conv2d with the same shapes over and over, and the decision
   # depends only on these arguments (and the thread count, fixed once TF is initialised).
   attrs = _args.attrs_from_key(attrs_key)
   if device == "GPU":
     if attrs["algorithm"] == "tf":
-      return True
+      return (True,) * 3
     try:
       shape = [_CORE.GPU_ROUTE_BATCH] + list(x_shape[1:])
       forward = _CORE.cuda_plan(shape, list(f_shape), attrs["strides"],
@@ -306,10 +315,10 @@ def prefers_tf_kernel(x_shape, f_shape, attrs_key, dtype_name, device="CPU"):
                                 attrs["data_format"], attrs["dilations"], "auto",
                                 attrs["workspace_limit"], dtype_name)[0]
     except (ValueError, NotImplementedError):
-      return False  # bad arguments: our op raises the error, the same in every mode
-    return forward["tf_faster"]
+      return (False,) * 3  # bad arguments: our op raises the error, the same in every mode
+    return (bool(forward["tf_faster"]),) * 3
   try:
     p = plan_from_attrs([1] + list(x_shape[1:]), list(f_shape), attrs, dtype_name)
   except (ValueError, NotImplementedError):
-    return False  # bad arguments: our op raises the error, the same in every mode
-  return p.forward.algorithm == "tf"
+    return (False,) * 3  # bad arguments: our op raises the error, the same in every mode
+  return tuple(pp.algorithm == "tf" for pp in p.passes)

@@ -1,8 +1,9 @@
 """Fits the CPU planner's cost model (cc/core/plan.cc) to measurements on this machine.
 
-  PYTHONPATH=. python tools/calibrate_cpu.py [--seconds S]
+  PYTHONPATH=. python tools/calibrate_cpu.py [--seconds S] [--tf]
 
-One intra-op thread, float32, forward pass, warm times (min over repeats). Two fits:
+One intra-op thread, float32, warm times (min over repeats). The op's forward pass (two
+fits), or with --tf TensorFlow's three kernels (a third):
 
 - FFT: every distinct configuration the planner makes for a grid of problems and workspace
   limits (algorithm="fft") is timed, and the time is fitted, relative error weighted and
@@ -16,12 +17,22 @@ One intra-op thread, float32, forward pass, warm times (min over repeats). Two f
   plans (large channel blocks); elsewhere their sum is what the fit determines.
 - Direct: GFLOP/s against the destination channels per group, the dimension the kernels'
   inner loop runs over.
+- TensorFlow's kernels (`--tf`): tf.nn.conv2d and its two backprop ops, timed over filter
+  sizes 3-15, channel pairs 1->1 to 128->128 and batch 1 and 8 (images sized for about
+  0.4 GFLOP) and a few larger images with many channels, each pass fitted, relative error
+  weighted, non-negative, as
+      a * flops + b * P K ci + c * P K co + d * P + e * P K
+        + f * P K ci [big]
+  with P the output pixels (batch x height x width), K the filter's taps, ci and co the
+  channels, and [big] 1 where one image's patch matrix (its output pixels x K x ci values)
+  exceeds kTfBigPatchBytes: TF's backprop kernels slow down sharply there.
 
 Prints the fitted constants and each configuration's predicted/measured ratio. Copy the
 constants into plan.cc with the date and machine.
 """
 
 import argparse
+import itertools
 import math
 import os
 import time
@@ -129,13 +140,81 @@ def direct_rates(seconds):
             f"{flops / t / 1e9:.1f} GFLOP/s")
 
 
+TF_CHANNELS = [(1, 1), (1, 8), (8, 1), (3, 16), (8, 8), (8, 32), (32, 8), (16, 16), (32, 32),
+               (32, 128), (128, 32), (64, 64), (128, 128)]
+# Larger images with many channels, whose patch matrices the grid above keeps small.
+TF_LARGE_IMAGES = [(7, 128, 128, 1, 64), (3, 8, 8, 1, 512), (7, 32, 32, 1, 128),
+                   (15, 128, 128, 1, 64), (5, 64, 64, 2, 96), (7, 32, 32, 8, 64),
+                   (3, 32, 32, 4, 128), (7, 8, 32, 4, 128)]
+TF_BIG_PATCH_BYTES = 64 * 2**20  # plan.cc's kTfBigPatchBytes
+TF_PASSES = ("forward", "backprop_input", "backprop_filter")
+
+
+def tf_rows(seconds):
+  """[(k, ci, co, batch, side, [seconds of each pass])] for TF's kernels, SAME, float32."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(0)
+  rows = []
+  grid = []
+  for k in (3, 5, 7, 11, 15):
+    for (ci, co), n in itertools.product(TF_CHANNELS, (1, 8)):
+      side = max(24, min(512, int(math.sqrt(4e8 / (2 * k * k * ci * co * n)))))
+      if n * side * side * max(ci, co) * 4 <= 64e6:
+        grid.append((k, ci, co, n, side))
+  for k, ci, co, n, side in grid + TF_LARGE_IMAGES:
+      x = tf.constant(rng.random((n, side, side, ci), dtype=np.float32))
+      w = tf.constant(rng.random((k, k, ci, co), dtype=np.float32))
+      dy = tf.constant(rng.random((n, side, side, co), dtype=np.float32))
+      calls = (lambda x=x, w=w: tf.nn.conv2d(x, w, 1, "SAME").numpy(),
+               lambda x=x, w=w, dy=dy: tf.raw_ops.Conv2DBackpropInput(
+                   input_sizes=x.shape, filter=w, out_backprop=dy, strides=[1, 1, 1, 1],
+                   padding="SAME").numpy(),
+               lambda x=x, w=w, dy=dy: tf.raw_ops.Conv2DBackpropFilter(
+                   input=x, filter_sizes=w.shape, out_backprop=dy, strides=[1, 1, 1, 1],
+                   padding="SAME").numpy())
+      rows.append((k, ci, co, n, side, [_min_time(c, seconds) for c in calls]))
+      print(f"  {k}x{k} {ci}->{co} batch {n} {side}x{side}: " +
+            ", ".join(f"{t * 1e3:.2f}" for t in rows[-1][-1]) + " ms", flush=True)
+  return rows
+
+
+def tf_features(k, ci, co, n, side):
+  pixels, taps = n * side * side, k * k
+  big = side * side * taps * ci * 4 > TF_BIG_PATCH_BYTES
+  flops = 2.0 * pixels * taps * ci * co
+  return [flops, pixels * taps * ci, pixels * taps * co, pixels, pixels * taps,
+          pixels * taps * ci * big]
+
+
+def fit_tf(rows):
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from scipy.optimize import nnls  # pylint: disable=g-import-not-at-top
+  x = np.array([tf_features(*r[:5]) for r in rows], float)
+  print("\nTF: seconds = a * flops + b * P K ci + c * P K co + d * P + e * P K"
+        " + f * P K ci [big]")
+  for i, name in enumerate(TF_PASSES):
+    y = np.array([r[5][i] for r in rows])
+    coef, _ = nnls(x / y[:, None], np.ones_like(y))
+    err = np.abs(np.log(x @ coef / y))
+    print(f"  {name}: " + ", ".join(f"{c:.3g}" for c in coef) +
+          f"   predicted/measured off by a factor of: median {np.exp(np.median(err)):.2f}, "
+          f"90th percentile {np.exp(np.percentile(err, 90)):.2f}, max {np.exp(err.max()):.2f}")
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--seconds", type=float, default=1.5,
                       help="time spent repeating each measurement")
+  parser.add_argument("--tf", action="store_true",
+                      help="fit the model of TensorFlow's kernels only")
   args = parser.parse_args()
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   tf.config.threading.set_intra_op_parallelism_threads(1)
+  if args.tf:
+    print("TensorFlow's kernels (one thread), forward, backprop_input, backprop_filter:")
+    fit_tf(tf_rows(args.seconds))
+    return
   print("FFT configurations (one thread):")
   fit_fft(fft_rows(args.seconds))
   direct_rates(args.seconds / 2)

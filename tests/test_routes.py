@@ -1,0 +1,150 @@
+"""algorithm='auto' routes each pass on its own: TensorFlow's kernel where the planner prices
+it lower for that pass, the op's otherwise (planning.tf_routes). TF's forward kernel is
+fast with small filters and many channels while its backprop kernels are not, so such a
+convolution runs TF's forward kernel and the op's gradients. These tests check the routes
+the plan reports are the kernels that run, and that every route gives TF's numbers, to the
+second order, through tf.function, a SavedModel and conv2d_transpose."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tf_largeconv as lc
+
+# (input NHWC, filter HWIO): 7x7 filters over 8->32 channels, where TF's forward kernel
+# wins and its backprop kernels lose to the op's FFT passes.
+MIXED = ((2, 48, 48, 8), (7, 7, 8, 8))
+# TF's forward and input-gradient kernels, the op's filter gradient.
+MIXED_INPUT = ((2, 48, 48, 8), (5, 5, 8, 8))
+TF_OPS = {"Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter"}
+OUR_OPS = {"LargeConv>Conv2D", "LargeConv>Conv2DBackpropInput",
+           "LargeConv>Conv2DBackpropFilter"}
+
+
+def _routes(x_shape, w_shape, dtype=tf.float64):
+  p = lc.plan(x_shape, w_shape, 1, "SAME", dtype=dtype)
+  return tuple(pp.algorithm == "tf" for pp in p.passes)
+
+
+def _conv_ops(fn, *args):
+  graph = fn.get_concrete_function(*args).graph
+  names = {op.type for op in graph.get_operations()}
+  for f in graph.as_graph_def().library.function:  # the gradient's function
+    names |= {n.op for n in f.node_def}
+  return names & (TF_OPS | OUR_OPS)
+
+
+def _step(conv, x, w, dy):
+  """The forward pass, both gradients and the second-order gradients of
+  |dx|^2 + |dw|^2 with respect to x and w."""
+  with tf.GradientTape() as outer:
+    outer.watch([x, w])
+    with tf.GradientTape() as inner:
+      inner.watch([x, w])
+      y = conv(x, w)
+    dx, dw = inner.gradient(y, [x, w], output_gradients=dy)
+    norm = tf.reduce_sum(dx * dx) + tf.reduce_sum(dw * dw)
+  return [y, dx, dw] + outer.gradient(norm, [x, w])
+
+
+def _assert_close(got, want, what):
+  for g, t, name in zip(got, want, ("y", "dx", "dw", "d2x", "d2w")):
+    g, t = g.numpy(), t.numpy()
+    np.testing.assert_allclose(g, t, rtol=1e-9, atol=1e-9 * np.abs(t).max(),
+                               err_msg=f"{what}: {name}")
+
+
+def test_the_mixed_case_is_routed_per_pass():
+  # TF's forward kernel, the op's backprop passes; in float32 as in float64.
+  assert _routes(*MIXED) == (True, False, False)
+  assert _routes(*MIXED, dtype=tf.float32) == (True, False, False)
+  assert _routes(*MIXED_INPUT) == (True, True, False)
+  # Where TF's kernels win every pass, or none, the routes agree.
+  assert _routes((4, 32, 32, 32), (3, 3, 32, 64)) == (True, True, True)
+  assert _routes((1, 64, 64, 8), (31, 31, 8, 8)) == (False, False, False)
+
+
+def test_each_pass_runs_the_kernel_its_route_names(rng):
+  x = tf.constant(rng.standard_normal(MIXED[0]))
+  w = tf.constant(rng.standard_normal(MIXED[1]))
+  dy = tf.constant(rng.standard_normal(MIXED[0][:3] + MIXED[1][3:]))
+
+  def grads(algorithm):
+    def fn(a, b, c):
+      with tf.GradientTape() as tape:
+        tape.watch([a, b])
+        y = lc.conv2d(a, b, 1, "SAME", algorithm=algorithm)
+      return tape.gradient(y, [a, b], output_gradients=c)
+    return tf.function(fn)
+
+  assert _conv_ops(grads("auto"), x, w, dy) == {
+      "Conv2D", "LargeConv>Conv2DBackpropInput", "LargeConv>Conv2DBackpropFilter"}
+  assert _conv_ops(grads("tf"), x, w, dy) == TF_OPS
+  assert _conv_ops(grads("fft"), x, w, dy) == OUR_OPS
+
+
+@pytest.mark.parametrize("case", [MIXED, MIXED_INPUT], ids=["tf-op-op", "tf-tf-op"])
+def test_mixed_routes_give_tensorflows_values_to_the_second_order(rng, case):
+  x_shape, w_shape = case
+  x = tf.constant(rng.standard_normal(x_shape))
+  w = tf.constant(rng.standard_normal(w_shape))
+  dy = tf.constant(rng.standard_normal(x_shape[:3] + w_shape[3:]))
+  want = _step(lambda a, b: tf.nn.conv2d(a, b, 1, "SAME"), x, w, dy)
+  auto = lambda a, b: lc.conv2d(a, b, 1, "SAME")  # noqa: E731
+  _assert_close(_step(auto, x, w, dy), want, "eager")
+  _assert_close(tf.function(lambda a, b, c: _step(auto, a, b, c))(x, w, dy), want,
+                "tf.function")
+  # Unknown batch size: the forward pass is chosen at run time (an empty batch stays with
+  # the op, whose gradients follow their routes).
+  spec = tf.TensorSpec([None] + list(x_shape[1:]), tf.float64)
+  fn = tf.function(lambda a, b, c: _step(auto, a, b, c),
+                   input_signature=[spec, tf.TensorSpec(w_shape, tf.float64),
+                                    tf.TensorSpec([None] + list(dy.shape[1:]), tf.float64)])
+  _assert_close(fn(x, w, dy), want, "unknown batch")
+  empty = fn(x[:0], w, dy[:0])
+  assert empty[0].shape == (0,) + tuple(dy.shape[1:]) and empty[1].shape == (0,) + x_shape[1:]
+  np.testing.assert_array_equal(empty[2].numpy(), 0)
+
+
+def test_mixed_routes_through_a_savedmodel(rng, tmp_path):
+  x = tf.constant(rng.standard_normal(MIXED[0]))
+  w = tf.Variable(rng.standard_normal(MIXED[1]))
+
+  class Module(tf.Module):
+    def __init__(self):
+      super().__init__()
+      self.w = w
+
+    @tf.function(input_signature=[tf.TensorSpec([None] + list(MIXED[0][1:]), tf.float64)])
+    def __call__(self, a):
+      return lc.conv2d(a, self.w, 1, "SAME")
+
+  tf.saved_model.save(Module(), str(tmp_path / "m"))
+  loaded = tf.saved_model.load(str(tmp_path / "m"))
+
+  def grads(fn):
+    with tf.GradientTape() as tape:
+      tape.watch(x)
+      y = fn(x)
+      loss = tf.reduce_sum(y * y)
+    return [y] + tape.gradient(loss, [x, loaded.w if fn is loaded else w])
+
+  want = grads(lambda a: tf.nn.conv2d(a, w, 1, "SAME"))
+  for got, ref, name in zip(grads(loaded), want, ("y", "dx", "dw")):
+    np.testing.assert_allclose(got.numpy(), ref.numpy(), rtol=1e-9,
+                               atol=1e-9 * np.abs(ref.numpy()).max(), err_msg=name)
+
+
+def test_conv2d_transpose_routes_its_passes_as_the_conv2d_it_transposes(rng):
+  # The transpose's forward pass is the conv2d's backprop_input pass: the op's here; its
+  # input gradient is the conv2d's forward pass: TF's kernel.
+  out_shape = MIXED[0]
+  x = tf.constant(rng.standard_normal(out_shape[:3] + MIXED[1][3:]))
+  w = tf.constant(rng.standard_normal(MIXED[1]))
+  dy = tf.constant(rng.standard_normal(out_shape))
+  fn = tf.function(lambda a, b, c: _step(
+      lambda p, q: lc.conv2d_transpose(p, q, out_shape, 1), a, b, c))
+  assert _conv_ops(fn, x, w, dy) >= {"Conv2D", "LargeConv>Conv2DBackpropInput",
+                                     "LargeConv>Conv2DBackpropFilter"}
+  want = _step(lambda p, q: tf.nn.conv2d_transpose(p, q, out_shape, 1), x, w, dy)
+  _assert_close(fn(x, w, dy), want, "conv2d_transpose")
