@@ -72,33 +72,29 @@ def conv2d_transpose(input, filters, output_shape, strides, padding="SAME",  # p
     static = _check_shapes(input, filters, output_shape, attrs)
     resolved = _args.resolve_algorithm(attrs["algorithm"])
 
-    def ours():
+    def ours(x=input, w=filters):
       return _ops.conv2d_backprop_input(
-          output_shape, filters, input, attrs["strides"], padding,
-          data_format=attrs["data_format"], dilations=attrs["dilations"],
-          algorithm=attrs["algorithm"], workspace_limit=workspace_limit)
+          output_shape, w, x, attrs["strides"], padding, data_format=attrs["data_format"],
+          dilations=attrs["dilations"], algorithm=attrs["algorithm"],
+          workspace_limit=workspace_limit)
 
+    routes = (False,) * 3
+    if resolved == "auto":
+      routes = planning.tf_kernel_routes(static, _ops.known_shape(filters), input.dtype, input,
+                                         attrs)
     if resolved == "tf":
       result = _tf_kernel(input, filters, output_shape, static, attrs)
     elif resolved == _args.PORTABLE:
       result = _portable(input, filters, output_shape, padding, attrs, workspace_limit)
-    elif resolved == "auto" and any(routes := _routes(static, filters, input, attrs)):
+    elif any(routes):
       # As conv2d: each pass runs TensorFlow's kernel where the planner prefers it for that
       # pass of the conv2d this transposes (whose backprop_input pass is this forward one),
       # the op otherwise; an empty batch stays with the op.
       def forward(x, w):
         if not routes[1]:
-          return ours_of(x, w)
-        if static[0] is None:
-          return tf.cond(tf.shape(x)[0] > 0,
-                         lambda: _tf_kernel(x, w, output_shape, static, attrs),
-                         lambda: ours_of(x, w))
-        return _tf_kernel(x, w, output_shape, static, attrs) if static[0] > 0 else ours_of(x, w)
-
-      def ours_of(x, w):
-        return _ops.conv2d_backprop_input(
-            output_shape, w, x, attrs["strides"], padding, data_format=attrs["data_format"],
-            dilations=attrs["dilations"], algorithm="auto", workspace_limit=workspace_limit)
+          return ours(x, w)
+        return _ops.tf_kernel_unless_empty(
+            x, lambda: _tf_kernel(x, w, output_shape, static, attrs), lambda: ours(x, w))
 
       if all(routes):  # TensorFlow's kernel and its own gradients
         result = forward(input, filters)
@@ -109,17 +105,6 @@ def conv2d_transpose(input, filters, output_shape, strides, padding="SAME",  # p
       result = ours()
     result.set_shape(static)
     return result
-
-
-def _routes(static, filters, input, attrs):  # pylint: disable=redefined-builtin
-  """planning.tf_routes for the conv2d this transposes (its input is `static`, the
-  transpose's output): all False where TF's kernels cannot run it."""
-  f_shape = _known_shape(filters)
-  if not planning.tf_kernel_runs(static, f_shape, input.dtype, input, attrs):
-    return (False,) * 3
-  device = "GPU" if planning.runs_on_gpu(input) else "CPU"
-  return planning.tf_routes((1,) + tuple(static[1:]), tuple(f_shape), _args.attrs_key(attrs),
-                            input.dtype.name, device)
 
 
 def _routed_passes(input, filters, forward, routes, padding, attrs, workspace_limit):  # pylint: disable=redefined-builtin
@@ -142,16 +127,12 @@ def _routed_passes(input, filters, forward, routes, padding, attrs, workspace_li
   return run(input, filters)
 
 
-def _known_shape(t):
-  return t.shape.as_list() if t.shape.rank is not None else None
-
-
 def _tf_kernel(input, filters, output_shape, static, attrs):  # pylint: disable=redefined-builtin
   """tf.nn.conv2d_transpose, for algorithm='tf': under XLA or without the op library
   always (XLA compiles it in every layout), otherwise where TensorFlow's kernels on the
   device support the configuration."""
   if not (_args.in_xla_context() or _loader.failure() is not None):
-    if not planning.tf_kernel_runs(static, _known_shape(filters), input.dtype, input, attrs):
+    if not planning.tf_kernel_runs(static, _ops.known_shape(filters), input.dtype, input, attrs):
       raise ValueError(
           "algorithm='tf' runs tf.nn.conv2d_transpose, which needs what TensorFlow's "
           "kernels support: a static output_shape (the batch may be unknown), no groups, "

@@ -11,9 +11,10 @@ interleaved (min over rounds). Each thread setting runs in a fresh process (Tens
 fixes its pools at start).
 
 An algorithm whose modelled time (`plan()`'s estimated_seconds, summed over the passes a
-step runs; for TF's kernel where the planner does not weigh it, its FLOPs at
-TF_FLOPS_PER_S) is over SKIP_FACTOR times the fastest modelled one is not timed (a direct
-sum of a 63x63 filter over 128 channels would take hours): the table marks it "-", and
+step runs; for TF's kernel where the planner does not weigh it, as where TF's CPU kernels
+cannot run the configuration, its FLOPs at TF_FLOPS_PER_S) is over SKIP_FACTOR times the
+fastest modelled one is not timed (a direct sum of a 63x63 filter over 128 channels would
+take hours): the table marks it "-", and
 the verdicts count only what ran. Steps modelled under ALWAYS_TIMED_S always run. Points
 whose fastest modelled step is over MAX_MODEL_S are left out of the grid.
 
@@ -45,7 +46,7 @@ ALWAYS_TIMED_S = 0.01  # modelled steps this short are timed whatever the others
 MAX_MODEL_S = 2.0
 MAX_INPUT_BYTES = 64 * 2**20
 # tf.nn.conv2d's rate on this machine's class of CPU, roughly, for the skip rule where the
-# planner does not weigh TF's kernel (large filters, groups).
+# planner does not weigh TF's kernel (configurations TF's CPU kernels cannot run).
 TF_FLOPS_PER_S = 5e10
 SLOW_S = 0.5  # a call slower than this is timed once after its warm-up
 MAX_ROUNDS = 200

@@ -115,24 +115,20 @@ def _conv2d(input, filters, strides, padding, dilations, attrs):  # pylint: disa
     # op library it is the only kernel 'tf' can name.
     return tf.nn.conv2d(input, filters, strides, padding, data_format=attrs["data_format"],
                         dilations=dilations)
-  routes = (planning.kernel_routes(input, filters, attrs)
-            if attrs["algorithm"] in ("auto", "tf") else (False,) * 3)
+  routes = (False,) * 3
+  if attrs["algorithm"] in ("auto", "tf") and input.shape.rank == 4:
+    routes = planning.tf_kernel_routes(input.shape.as_list(), known_shape(filters),
+                                       input.dtype, input, attrs)
   if any(routes):
-    def tf_kernel(x, w):
-      return tf.nn.conv2d(x, w, strides, padding, data_format=attrs["data_format"],
-                          dilations=dilations)
-
     def ours(x, w):
       return _loader.ops().large_conv_conv2d(x, w, **dict(attrs, algorithm="auto"))
 
     def forward(x, w):
       if not routes[0]:
         return ours(x, w)
-      # TF's oneDNN kernel returns a wrongly shaped tensor for an empty batch.
-      batch = x.shape[0]
-      if batch is None:
-        return tf.cond(tf.shape(x)[0] > 0, lambda: tf_kernel(x, w), lambda: ours(x, w))
-      return tf_kernel(x, w) if batch > 0 else ours(x, w)
+      return tf_kernel_unless_empty(
+          x, lambda: tf.nn.conv2d(x, w, strides, padding, data_format=attrs["data_format"],
+                                  dilations=dilations), lambda: ours(x, w))
 
     if all(routes):  # TensorFlow's kernel and its own gradients
       return forward(input, filters)
@@ -140,6 +136,20 @@ def _conv2d(input, filters, strides, padding, dilations, attrs):  # pylint: disa
   if attrs["algorithm"] == "tf":
     raise ValueError(_TF_KERNEL_NEEDS)
   return _loader.ops().large_conv_conv2d(input, filters, **attrs)
+
+
+def tf_kernel_unless_empty(x, tf_kernel, ours):
+  """tf_kernel() unless x's batch is empty, ours() then (decided at run time where the batch
+  is unknown): TF's oneDNN kernels return wrongly shaped tensors for an empty batch."""
+  batch = x.shape[0]
+  if batch is None:
+    return tf.cond(tf.shape(x)[0] > 0, tf_kernel, ours)
+  return tf_kernel() if batch > 0 else ours()
+
+
+def known_shape(t):
+  """t's static shape as a list (None where a size is unknown), or None for unknown rank."""
+  return t.shape.as_list() if t.shape.rank is not None else None
 
 
 def _routed_passes(input, filters, forward, routes, padding, dilations, attrs):  # pylint: disable=redefined-builtin

@@ -264,28 +264,33 @@ def _gpu_visible():
   return bool(tf.config.list_logical_devices("GPU"))
 
 
+def _tf_kernel_device(x_shape, f_shape, dtype, placed, attrs):
+  """'CPU' or 'GPU', the device an op taking `placed` runs on, where TensorFlow's own
+  kernels there can run this convolution; None where they cannot."""
+  if x_shape is None or f_shape is None or None in x_shape[1:] or None in f_shape:
+    return None
+  device = "GPU" if runs_on_gpu(placed) else "CPU"
+  if not tf_kernel_eligible([1] + list(x_shape[1:]), list(f_shape), attrs, dtype, device):
+    return None
+  return device
+
+
 def tf_kernel_runs(x_shape, f_shape, dtype, placed, attrs):
   """Whether TensorFlow's own kernels, on the device an op taking `placed` runs on, can run
   this convolution: shapes in data_format order (None, or None entries, where not known
   statically; the batch may be unknown)."""
-  if x_shape is None or f_shape is None or None in x_shape[1:] or None in f_shape:
-    return False
-  device = "GPU" if runs_on_gpu(placed) else "CPU"
-  return tf_kernel_eligible([1] + list(x_shape[1:]), list(f_shape), attrs, dtype, device)
+  return _tf_kernel_device(x_shape, f_shape, dtype, placed, attrs) is not None
 
 
-def kernel_routes(input, filters, attrs):  # pylint: disable=redefined-builtin
-  """`tf_routes` for conv2d's operands: (forward, backprop_input, backprop_filter), each
-  True where that pass runs TensorFlow's kernel; all False where TF's kernels cannot run
-  the convolution (`tf_kernel_runs`)."""
-  if input.shape.rank != 4 or filters.shape.rank is None:
+def tf_kernel_routes(x_shape, f_shape, dtype, placed, attrs):
+  """`tf_routes` where TensorFlow's kernels can run the convolution (`tf_kernel_runs`, same
+  arguments): (forward, backprop_input, backprop_filter), each True where that pass runs
+  TF's kernel; all False where TF's kernels cannot run it."""
+  device = _tf_kernel_device(x_shape, f_shape, dtype, placed, attrs)
+  if device is None:
     return (False,) * 3
-  x_shape, f_shape = input.shape.as_list(), filters.shape.as_list()
-  if not tf_kernel_runs(x_shape, f_shape, input.dtype, input, attrs):
-    return (False,) * 3
-  device = "GPU" if runs_on_gpu(input) else "CPU"
   return tf_routes((1,) + tuple(x_shape[1:]), tuple(f_shape), _args.attrs_key(attrs),
-                   input.dtype.name, device)
+                   dtype.name, device)
 
 
 def prefers_tf_kernel(x_shape, f_shape, attrs_key, dtype_name, device="CPU"):

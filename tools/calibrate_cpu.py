@@ -18,14 +18,16 @@ fits), or with --tf TensorFlow's three kernels (a third):
 - Direct: GFLOP/s against the destination channels per group, the dimension the kernels'
   inner loop runs over.
 - TensorFlow's kernels (`--tf`): tf.nn.conv2d and its two backprop ops, timed over filter
-  sizes 3-15, channel pairs 1->1 to 128->128 and batch 1 and 8 (images sized for about
+  sizes 1-15, channel pairs 1->1 to 128->128 and batch 1 and 8 (images sized for about
   0.4 GFLOP) and a few larger images with many channels, each pass fitted, relative error
   weighted, non-negative, as
       a * flops + b * P K ci + c * P K co + d * P + e * P K
-        + f * P K ci [big]
+        + f * P K ci [big] + g
   with P the output pixels (batch x height x width), K the filter's taps, ci and co the
   channels, and [big] 1 where one image's patch matrix (its output pixels x K x ci values)
-  exceeds kTfBigPatchBytes: TF's backprop kernels slow down sharply there.
+  exceeds kTfBigPatchBytes: TF's backprop kernels slow down sharply there. g, the cost of a
+  call, is printed less the op's own (a 1x1 filter on one pixel, timed alike), which both
+  pay; plan.cc leaves it out (routes are decided per image).
 
 Prints the fitted constants and each configuration's predicted/measured ratio. Copy the
 constants into plan.cc with the date and machine.
@@ -146,6 +148,9 @@ TF_CHANNELS = [(1, 1), (1, 8), (8, 1), (3, 16), (8, 8), (8, 32), (32, 8), (16, 1
 TF_LARGE_IMAGES = [(7, 128, 128, 1, 64), (3, 8, 8, 1, 512), (7, 32, 32, 1, 128),
                    (15, 128, 128, 1, 64), (5, 64, 64, 2, 96), (7, 32, 32, 8, 64),
                    (3, 32, 32, 4, 128), (7, 8, 32, 4, 128)]
+# Calls of tens of microseconds, which pin down the cost of a call itself.
+TF_SMALL_CALLS = [(3, 8, 8, 1, 32), (1, 8, 8, 2, 32), (3, 32, 32, 1, 16), (1, 32, 32, 8, 64),
+                  (5, 1, 1, 1, 32), (1, 1, 1, 1, 16)]
 TF_BIG_PATCH_BYTES = 64 * 2**20  # plan.cc's kTfBigPatchBytes
 TF_PASSES = ("forward", "backprop_input", "backprop_filter")
 
@@ -157,25 +162,25 @@ def tf_rows(seconds):
   rng = np.random.default_rng(0)
   rows = []
   grid = []
-  for k in (3, 5, 7, 11, 15):
+  for k in (1, 3, 5, 7, 11, 15):
     for (ci, co), n in itertools.product(TF_CHANNELS, (1, 8)):
       side = max(24, min(512, int(math.sqrt(4e8 / (2 * k * k * ci * co * n)))))
       if n * side * side * max(ci, co) * 4 <= 64e6:
         grid.append((k, ci, co, n, side))
-  for k, ci, co, n, side in grid + TF_LARGE_IMAGES:
-      x = tf.constant(rng.random((n, side, side, ci), dtype=np.float32))
-      w = tf.constant(rng.random((k, k, ci, co), dtype=np.float32))
-      dy = tf.constant(rng.random((n, side, side, co), dtype=np.float32))
-      calls = (lambda x=x, w=w: tf.nn.conv2d(x, w, 1, "SAME").numpy(),
-               lambda x=x, w=w, dy=dy: tf.raw_ops.Conv2DBackpropInput(
-                   input_sizes=x.shape, filter=w, out_backprop=dy, strides=[1, 1, 1, 1],
-                   padding="SAME").numpy(),
-               lambda x=x, w=w, dy=dy: tf.raw_ops.Conv2DBackpropFilter(
-                   input=x, filter_sizes=w.shape, out_backprop=dy, strides=[1, 1, 1, 1],
-                   padding="SAME").numpy())
-      rows.append((k, ci, co, n, side, [_min_time(c, seconds) for c in calls]))
-      print(f"  {k}x{k} {ci}->{co} batch {n} {side}x{side}: " +
-            ", ".join(f"{t * 1e3:.2f}" for t in rows[-1][-1]) + " ms", flush=True)
+  for k, ci, co, n, side in grid + TF_LARGE_IMAGES + TF_SMALL_CALLS:
+    x = tf.constant(rng.random((n, side, side, ci), dtype=np.float32))
+    w = tf.constant(rng.random((k, k, ci, co), dtype=np.float32))
+    dy = tf.constant(rng.random((n, side, side, co), dtype=np.float32))
+    calls = (lambda x=x, w=w: tf.nn.conv2d(x, w, 1, "SAME").numpy(),
+             lambda x=x, w=w, dy=dy: tf.raw_ops.Conv2DBackpropInput(
+                 input_sizes=x.shape, filter=w, out_backprop=dy, strides=[1, 1, 1, 1],
+                 padding="SAME").numpy(),
+             lambda x=x, w=w, dy=dy: tf.raw_ops.Conv2DBackpropFilter(
+                 input=x, filter_sizes=w.shape, out_backprop=dy, strides=[1, 1, 1, 1],
+                 padding="SAME").numpy())
+    rows.append((k, ci, co, n, side, [_min_time(c, seconds) for c in calls]))
+    print(f"  {k}x{k} {ci}->{co} batch {n} {side}x{side}: " +
+          ", ".join(f"{t * 1e3:.2f}" for t in rows[-1][-1]) + " ms", flush=True)
   return rows
 
 
@@ -184,22 +189,41 @@ def tf_features(k, ci, co, n, side):
   big = side * side * taps * ci * 4 > TF_BIG_PATCH_BYTES
   flops = 2.0 * pixels * taps * ci * co
   return [flops, pixels * taps * ci, pixels * taps * co, pixels, pixels * taps,
-          pixels * taps * ci * big]
+          pixels * taps * ci * big, 1.0]
 
 
-def fit_tf(rows):
+def op_call_seconds(seconds):
+  """The op's own cost of a call, per pass, timed as tf_rows times TF's: a 1x1 filter on a
+  single pixel (the direct kernels), so that the fit's constant is TF's cost per call beyond
+  what the op pays too."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  from tf_largeconv import _loader  # pylint: disable=g-import-not-at-top
+  ops = _loader.ops()
+  attrs = dict(strides=[1, 1, 1, 1], padding="SAME", explicit_paddings=[], data_format="NHWC",
+               dilations=[1, 1, 1, 1], algorithm="direct", workspace_limit=-1)
+  x = w = dy = tf.ones((1, 1, 1, 1))
+  calls = (lambda: ops.large_conv_conv2d(x, w, **attrs).numpy(),
+           lambda: ops.large_conv_conv2d_backprop_input([1, 1, 1, 1], w, dy, **attrs).numpy(),
+           lambda: ops.large_conv_conv2d_backprop_filter(x, [1, 1, 1, 1], dy, **attrs).numpy())
+  return [_min_time(c, seconds) for c in calls]
+
+
+def fit_tf(rows, op_calls):
   import numpy as np  # pylint: disable=g-import-not-at-top
   from scipy.optimize import nnls  # pylint: disable=g-import-not-at-top
   x = np.array([tf_features(*r[:5]) for r in rows], float)
   print("\nTF: seconds = a * flops + b * P K ci + c * P K co + d * P + e * P K"
-        " + f * P K ci [big]")
+        " + f * P K ci [big] + g; g is printed less the op's own cost of a call")
   for i, name in enumerate(TF_PASSES):
     y = np.array([r[5][i] for r in rows])
     coef, _ = nnls(x / y[:, None], np.ones_like(y))
     err = np.abs(np.log(x @ coef / y))
+    coef[-1] = max(0.0, coef[-1] - op_calls[i])
     print(f"  {name}: " + ", ".join(f"{c:.3g}" for c in coef) +
           f"   predicted/measured off by a factor of: median {np.exp(np.median(err)):.2f}, "
-          f"90th percentile {np.exp(np.percentile(err, 90)):.2f}, max {np.exp(err.max()):.2f}")
+          f"90th percentile {np.exp(np.percentile(err, 90)):.2f}, max {np.exp(err.max()):.2f}"
+          f" (the op's call: {op_calls[i] * 1e6:.0f} us)")
 
 
 def main():
@@ -213,7 +237,7 @@ def main():
   tf.config.threading.set_intra_op_parallelism_threads(1)
   if args.tf:
     print("TensorFlow's kernels (one thread), forward, backprop_input, backprop_filter:")
-    fit_tf(tf_rows(args.seconds))
+    fit_tf(tf_rows(args.seconds), op_call_seconds(args.seconds))
     return
   print("FFT configurations (one thread):")
   fit_fft(fft_rows(args.seconds))

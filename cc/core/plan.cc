@@ -52,30 +52,32 @@ double LinePointFactor(const FftConfig& c) {
   return lines * (c.fft_w > 16384 ? 1.3 : 1.0);
 }
 // TensorFlow's CPU kernels, fitted per pass to single-thread warm times (float32, SAME,
-// filters 3x3-15x15, 1->1 to 128->128 channels, batch 1 and 8, and a few larger images)
-// by `python tools/calibrate_cpu.py --tf`. With P output pixels (batch x height x width),
-// K filter taps, ci and co channels:
+// filters 1x1-15x15, 1->1 to 128->128 channels, batch 1 and 8, a few larger images and a
+// few calls of tens of microseconds) by `python tools/calibrate_cpu.py --tf`. With P
+// output pixels (batch x height x width), K filter taps, ci and co channels:
 //   seconds = a flops + b P K ci + c P K co + d P + e P K + [big] f P K ci,
 // [big] where one image's patch matrix (its output pixels x K x ci values, 4 bytes each)
 // exceeds kTfBigPatchBytes. The forward kernel peaks near 80 GFLOP/s with many channels but
 // pays per pixel and tap with few; the backprop kernels run 2-10x slower than the forward
 // one with few channels (an 8->8 3x3 filter on a 512x512 image: 14 ms forward, 64 and 68
 // ms backward) and slower again on large single images. Predicted/measured off by a median
-// 1.11-1.24x, 90th percentile 1.45-1.8x, at most 3.1x.
+// 1.14-1.22x, 90th percentile 1.5-1.9x; the worst (up to 11x) are 1x1 filters on 512x512
+// images with few channels, whose times vary widely between channel counts. The fit's
+// constant, TF's cost of a call beyond the op's own (30 us forward, none backward), is
+// left out: routes are decided per image, where it would count once per image instead of
+// once per call.
 constexpr double kTfBigPatchBytes = 64.0 * (1 << 20);
 constexpr double kTfCoefficients[3][6] = {
     // a (s/flop), b, c, d, e, f
-    {1.24e-11, 2.23e-11, 2.66e-11, 4.11e-8, 1.45e-9, 0},  // forward
-    {1.38e-11, 4.04e-10, 0, 1.61e-8, 2.84e-9, 1.55e-9},   // backprop_input
-    {1.65e-11, 7.9e-10, 0, 6.98e-9, 4.03e-9, 1.31e-9},    // backprop_filter
+    {1.28e-11, 2.46e-11, 4.67e-11, 7.64e-10, 1.85e-9, 0},      // forward
+    {1.4e-11, 3.42e-10, 9.52e-12, 8.24e-9, 2.83e-9, 1.03e-9},  // backprop_input
+    {1.66e-11, 7.71e-10, 0, 1.39e-9, 4.21e-9, 6.66e-10},       // backprop_filter
 };
 double TfSeconds(const ConvGeometry& g, ConvPass pass) {
   const double* k = kTfCoefficients[static_cast<int>(pass)];
   const double image = static_cast<double>(g.out_h) * g.out_w;
   const double pixels = image * g.batch, taps = static_cast<double>(g.filter_h) * g.filter_w;
   const double ci = g.in_c_per_group(), co = g.out_c_per_group();
-  // A 1x1 filter at stride 1 is a matrix product, which TF's kernels run without patches.
-  if (taps == 1 && g.stride_h == 1 && g.stride_w == 1) return k[0] * 2.0 * g.macs();
   const double big = image * taps * ci * 4 > kTfBigPatchBytes ? 1 : 0;
   return k[0] * 2.0 * g.macs() + k[1] * pixels * taps * ci + k[2] * pixels * taps * co +
          k[3] * pixels + k[4] * pixels * taps + big * k[5] * pixels * taps * ci;
