@@ -120,19 +120,7 @@ def _conv2d(input, filters, strides, padding, dilations, attrs):  # pylint: disa
     routes = planning.tf_kernel_routes(input.shape.as_list(), known_shape(filters),
                                        input.dtype, input, attrs)
   if any(routes):
-    def ours(x, w):
-      return _loader.ops().large_conv_conv2d(x, w, **dict(attrs, algorithm="auto"))
-
-    def forward(x, w):
-      if not routes[0]:
-        return ours(x, w)
-      return tf_kernel_unless_empty(
-          x, lambda: tf.nn.conv2d(x, w, strides, padding, data_format=attrs["data_format"],
-                                  dilations=dilations), lambda: ours(x, w))
-
-    if all(routes):  # TensorFlow's kernel and its own gradients
-      return forward(input, filters)
-    return _routed_passes(input, filters, forward, routes, padding, dilations, attrs)
+    return _routed(routes, _args.attrs_key(attrs))(input, filters)
   if attrs["algorithm"] == "tf":
     raise ValueError(_TF_KERNEL_NEEDS)
   return _loader.ops().large_conv_conv2d(input, filters, **attrs)
@@ -152,30 +140,45 @@ def known_shape(t):
   return t.shape.as_list() if t.shape.rank is not None else None
 
 
-def _routed_passes(input, filters, forward, routes, padding, dilations, attrs):  # pylint: disable=redefined-builtin
-  """conv2d whose passes run TensorFlow's kernel or the op's as `routes` (forward,
-  backprop_input, backprop_filter) say; the gradients are the public backprop functions
-  with algorithm 'tf' or 'auto', whose own gradients give higher orders."""
-  kwargs = dict(strides=attrs["strides"], padding=padding, data_format=attrs["data_format"],
-                dilations=dilations,
-                workspace_limit=None if attrs["workspace_limit"] < 0 else attrs["workspace_limit"])
+@functools.lru_cache(maxsize=256)
+def _routed(routes, attrs_key):
+  """conv2d as a function of (input, filters) whose passes run TensorFlow's kernel or the
+  op's as `routes` (forward, backprop_input, backprop_filter) say. Where they differ, the
+  gradients are the public backprop functions with algorithm 'tf' or 'auto', whose own
+  gradients give higher orders. Cached: eager code calls conv2d with the same attributes
+  over and over, and wrapping a function in tf.custom_gradient costs more than a small
+  call."""
+  attrs = _args.attrs_from_key(attrs_key)
+  kwargs = dict(strides=attrs["strides"], padding=tf_padding(attrs),
+                data_format=attrs["data_format"], dilations=attrs["dilations"])
 
-  # Routed passes have static image sizes (TF's kernels need them); the batch may be unknown,
-  # so the input's gradient is sized by its height and width.
-  spatial = input.shape[2:4] if attrs["data_format"] == "NCHW" else input.shape[1:3]
+  def forward(x, w):
+    ours = lambda: _loader.ops().large_conv_conv2d(x, w, **dict(attrs, algorithm="auto"))  # noqa: E731
+    if not routes[0]:
+      return ours()
+    return tf_kernel_unless_empty(x, lambda: tf.nn.conv2d(x, w, **kwargs), ours)
+
+  if all(routes):  # TensorFlow's kernel and its own gradients
+    return forward
+  limit = attrs["workspace_limit"]
+  backprop_kwargs = dict(kwargs, workspace_limit=None if limit < 0 else limit)
 
   @tf.custom_gradient
   def run(x, w):
+    # Routed passes have static image sizes (TF's kernels need them); the batch may be
+    # unknown, so the input's gradient is sized by its height and width.
+    spatial = x.shape[2:4] if attrs["data_format"] == "NCHW" else x.shape[1:3]
+
     def grad(dy):
       dx = conv2d_backprop_input(spatial.as_list(), w, dy,
-                                 algorithm="tf" if routes[1] else "auto", **kwargs)
+                                 algorithm="tf" if routes[1] else "auto", **backprop_kwargs)
       dw = conv2d_backprop_filter(x, tf.shape(w), dy, algorithm="tf" if routes[2] else "auto",
-                                  **kwargs)
+                                  **backprop_kwargs)
       return dx, dw
 
     return forward(x, w), grad
 
-  return run(input, filters)
+  return run
 
 
 _TF_KERNEL_NEEDS = ("algorithm='tf' needs what TensorFlow's kernels support: no groups and "
