@@ -159,12 +159,13 @@ def test_zero_output_channels_and_zero_input_channels():
   np.testing.assert_array_equal(y.numpy(), np.zeros((1, 5, 5, 2)))
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("algorithm", ["direct", "fft"])
-def test_nan_and_inf_propagate_like_tf(algorithm):
-  x = np.zeros((1, 7, 7, 1), np.float32)
+def test_nan_and_inf_propagate_like_tf(algorithm, dtype):
+  x = np.zeros((1, 7, 7, 1), dtype)
   x[0, 3, 3, 0] = np.nan
   x[0, 0, 6, 0] = np.inf
-  w = np.ones((3, 3, 1, 2), np.float32)
+  w = np.ones((3, 3, 1, 2), dtype)
   # The FFT would smear a non-finite value over its tile; the op then sums directly.
   ours = lc.conv2d(x, w, 1, "SAME", algorithm=algorithm).numpy()
   theirs = tf.nn.conv2d(x, w, 1, "SAME").numpy()
@@ -177,6 +178,14 @@ def test_nan_and_inf_propagate_like_tf(algorithm):
   w_nan[1, 1, 0, 1] = np.nan
   for got in (lc.conv2d(np.ones_like(x), w_nan, 1, "SAME", algorithm=algorithm).numpy(),):
     assert np.isnan(got[..., 1]).all() and np.isfinite(got[..., 0]).all()
+  # One infinity among many values, where the finiteness test runs in vector lanes over
+  # several chunks, and one at the very end, in its scalar tail.
+  big = np.zeros((1, 300, 301, 2), dtype)
+  for where in ((0, 150, 7, 1), (0, 299, 300, 1)):
+    big[where] = np.inf
+    got = lc.conv2d(big, w[:, :, :1].repeat(2, axis=2), 1, "SAME", algorithm=algorithm).numpy()
+    assert np.isinf(got).sum() == 9 * 2 - (9 - 4) * 2 * (where[1] == 299), where
+    big[where] = 0
 
 
 def test_argument_forms_match_tf(rng):

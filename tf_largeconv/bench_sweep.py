@@ -84,6 +84,7 @@ def _modelled(lc, point):
 
 def _step(lc, tf, x, w, mode, algorithm):
   """One call of the step: tf.nn.conv2d for "tf", the op with `algorithm` otherwise."""
+  _measure.like_training_loop(mode)
   if algorithm == "tf":
     conv = lambda a, b: tf.nn.conv2d(a, b, 1, "SAME")  # noqa: E731
   else:

@@ -11,11 +11,14 @@
 #include <complex>
 #include <functional>
 #include <iterator>
+#include <memory>
+#include <type_traits>
 #include <utility>
 
 #include "cc/core/dtypes.h"
 #include "cc/core/ducc.h"
 #include "cc/core/fft_shared.h"
+#include "cc/core/spectrum_cache.h"
 
 namespace largeconv {
 namespace {
@@ -255,6 +258,8 @@ struct Correlation {
     int64_t g0, gb, ob0, ob, per_group, vb;
     bool tiles;
     int64_t sb;  // source channels whose spectra a slot holds at once (in_block)
+    // The block's filter spectra, read only: in the workspace, or kept from an earlier call.
+    const C* spectra = nullptr;
   };
 
   // One item of a slot: nb batched planes, plane j holding group gi0 + j of tile `tile`
@@ -308,9 +313,10 @@ struct Correlation {
         const bool tiles = BatchesTiles(g, c);
         const int64_t all_tiles = g.batch * per_image;
         const int64_t vb = std::max<int64_t>(1, std::min(c.vec_block, tiles ? all_tiles : gb));
-        const Block b{g0,          gb, ob0,   ob,
-                      f.scpg * ob, vb, tiles, std::max<int64_t>(1, std::min(c.in_block, f.scpg))};
-        TransformFilters(f, b, pf);
+        Block b{g0,          gb, ob0,   ob,
+                f.scpg * ob, vb, tiles, std::max<int64_t>(1, std::min(c.in_block, f.scpg))};
+        std::shared_ptr<const SpectrumCache::Entry> kept;  // held until the block is done
+        b.spectra = FilterSpectra(f, b, pf, &kept);
         const double tile_cost = f.fft_cost * (f.scpg + ob) + 8.0 * f.l.bins * f.scpg * ob;
         if (tiles) {  // an item is vb consecutive tiles of the batch
           RunSlots(pf, c.slots, CeilDiv(all_tiles, vb), tile_cost * vb,
@@ -345,12 +351,41 @@ struct Correlation {
   // spectrum per (source, destination) pair made as many separate streams. Measured
   // against whole spectra read pair by pair: level on a 2-D pass, faster on conv1d's.
   static constexpr int64_t kChunk = 8;
-  // Filter (group offset gl, source sc, destination k) at bins [i0, i0 + kChunk), i0 a
-  // multiple of kChunk.
+  // Where filter (group offset gl, source sc, destination k) at bins [i0, i0 + kChunk)
+  // sits among the block's spectra, i0 a multiple of kChunk.
+  int64_t FilterOffset(const Frame& f, const Block& b, int64_t gl, int64_t sc, int64_t k,
+                       int64_t i0) const {
+    const int64_t width = std::min(kChunk, f.l.bins - i0);
+    return i0 * b.gb * b.per_group + (gl * b.per_group + k * f.scpg + sc) * width;
+  }
+  // The chunk for the products, which only read it (Spectra views are untyped as to const).
   C* FilterChunk(const Frame& f, const Block& b, int64_t gl, int64_t sc, int64_t k,
                  int64_t i0) const {
-    const int64_t width = std::min(kChunk, f.l.bins - i0);
-    return f.ws.shared(0) + i0 * b.gb * b.per_group + (gl * b.per_group + k * f.scpg + sc) * width;
+    return const_cast<C*>(b.spectra) + FilterOffset(f, b, gl, sc, k, i0);
+  }
+
+  // The block's filter spectra: kept from an earlier call with the same filter (and
+  // layout), or transformed into the workspace and offered to the cache.
+  const C* FilterSpectra(const Frame& f, const Block& b, const ParallelFor& pf,
+                         std::shared_ptr<const SpectrumCache::Entry>* kept) const {
+    const int64_t budget = SpectrumCache::BudgetFromEnvironment();
+    // What fixes the spectra besides the filter's bytes: the element type, the pass, the
+    // transform, the filter's shape and dilation, and the block.
+    static const char type_tag = 0;  // one per instantiation
+    const SpectrumCache::Source source{
+        {reinterpret_cast<intptr_t>(&type_tag), backprop_input, f.fh, f.fw, g.filter_h, g.filter_w,
+         g.dilation_h, g.dilation_w, g.filter_in_c, g.out_c, g.groups, b.g0, b.gb, b.ob0, b.ob,
+         kChunk},
+        filter,
+        size_t(g.filter_elements()) * sizeof(T)};
+    SpectrumCache& cache = SpectrumCache::Global();
+    if ((*kept = cache.Find(source, budget))) return static_cast<const C*>((*kept)->spectra());
+    TransformFilters(f, b, pf);
+    if (budget > 0) {
+      cache.Offer(source, f.ws.shared(0), size_t(b.gb * b.per_group * f.l.bins) * sizeof(C),
+                  budget);
+    }
+    return f.ws.shared(0);
   }
 
   // Phase 1: the block's filter spectra, shared by every slot. Each is transformed into the
@@ -367,7 +402,7 @@ struct Correlation {
       R2C(real, spectrum, f.fh, f.fw, DilatedExtent(g.filter_h, g.dilation_h), scale);
       for (int64_t i0 = 0; i0 < f.l.bins; i0 += kChunk) {
         std::copy(spectrum + i0, spectrum + std::min(f.l.bins, i0 + kChunk),
-                  FilterChunk(f, b, gl, sc, k, i0));
+                  f.ws.shared(0) + FilterOffset(f, b, gl, sc, k, i0));
       }
     });
   }
@@ -428,14 +463,9 @@ struct Correlation {
   }
 
   // Transforms the tile of each source channel, sb channels at a time, and accumulates
-  // their products with the filter spectra into the destination channels' spectra.
+  // their products with the filter spectra into the destination channels' spectra (which
+  // the first block of sources sets rather than adds to, every bin of every one).
   void AccumulateSources(const Frame& f, const Block& b, int64_t slot, const Item& it) const {
-    for (int64_t k = 0; k < b.ob; ++k) {
-      for (int64_t j = 0; j < it.nb; ++j) {
-        C* acc = Accumulator(f, b, slot, k, j);
-        std::fill(acc, acc + f.l.bins, C(0));
-      }
-    }
     for (int64_t sc0 = 0; sc0 < f.scpg; sc0 += b.sb) {
       const int64_t ns = std::min(b.sb, f.scpg - sc0);
       if (InPlace(it)) {
@@ -464,6 +494,7 @@ struct Correlation {
   void MultiplySources(const Frame& f, const Block& b, int64_t slot, const Item& it, int64_t sc0,
                        int64_t ns) const {
     const int64_t ss = f.spec_stride;
+    const bool assign = sc0 == 0;
     if (it.tiles) {
       // The item's tiles are of one group and share its filter spectra: each filter
       // spectrum (the shared operand) is applied to all the tiles at once.
@@ -472,7 +503,7 @@ struct Correlation {
         const Spectra<R> sources{Source(f, b, slot, 0, 0) + i0, ss, b.vb * ss};
         for (int64_t k = 0; k < b.ob; ++k) {
           MacSources<R, false>(0, width, ns, it.nb, {Accumulator(f, b, slot, k, 0) + i0, ss, 0},
-                               {FilterChunk(f, b, it.gi0, sc0, k, i0), 0, width}, sources);
+                               {FilterChunk(f, b, it.gi0, sc0, k, i0), 0, width}, sources, assign);
         }
       }
       return;
@@ -484,7 +515,8 @@ struct Correlation {
         const int64_t width = std::min(kChunk, f.l.bins - i0);
         MacSources<R, true>(0, width, ns, b.ob, {Accumulator(f, b, slot, 0, j) + i0, b.vb * ss, 0},
                             {Source(f, b, slot, 0, j) + i0, 0, b.vb * ss},
-                            {FilterChunk(f, b, it.group(j), sc0, 0, i0), f.scpg * width, width});
+                            {FilterChunk(f, b, it.group(j), sc0, 0, i0), f.scpg * width, width},
+                            assign);
       }
     }
   }
@@ -553,6 +585,11 @@ struct Correlation {
         for (int64_t j = 0; j < planes; ++j) {
           T* o = orow + j * out_stride;
           const R* v = in + j * in_stride;
+          if (no_wrap && f.out_sw == 1) {  // the common case, without the wrap test
+            const R* vq = v + start - q0;
+            for (int64_t q = q0; q < q1; ++q) o[q * f.ds.w] = Store<T>(vq[q]);
+            continue;
+          }
           int64_t col = start;
           for (int64_t q = q0; q < q1; ++q) {
             o[q * f.ds.w] = Store<T>(v[col]);
@@ -793,7 +830,30 @@ void FftPass(const ConvGeometry& g, ConvPass pass, const FftConfig& c, const T* 
 
 template <typename T>
 bool AllFinite(const T* p, int64_t n, const ParallelFor& pf) {
-  return ParallelAll(p, n, [](T v) { return IsFinite(v); }, pf);
+  return ParallelAll(
+      p, n,
+      [](const T* q, int64_t count) {
+        if constexpr (std::is_floating_point_v<T>) {
+          // v * 0 is 0 for a finite v and NaN for an infinite or NaN one, so a sum of them
+          // is 0 exactly when all are finite. Float arithmetic vectorises with AVX alone;
+          // the test of the exponent bits needs the 256-bit integer operations of AVX2.
+          constexpr int kLanes = 32 / sizeof(T);
+          T acc[kLanes] = {};
+          int64_t i = 0;
+          for (; i + kLanes <= count; i += kLanes) {
+            for (int l = 0; l < kLanes; ++l) acc[l] += q[i + l] * T(0);
+          }
+          for (; i < count; ++i) acc[0] += q[i] * T(0);
+          T sum = 0;
+          for (T a : acc) sum += a;
+          return sum == T(0);
+        } else {
+          int64_t failures = 0;  // an integer sum vectorises where a bool chain does not
+          for (int64_t i = 0; i < count; ++i) failures += IsFinite(q[i]) ? 0 : 1;
+          return failures == 0;
+        }
+      },
+      pf);
 }
 
 #define LARGECONV_INSTANTIATE_FFT(T, NAME, TF_WORD)                                             \

@@ -1,6 +1,8 @@
 // FFT overlap-save convolution on the CPU (DUCC0 transforms): forward, backprop-input and
 // backprop-filter. Every temporary lives in one caller-provided workspace whose size is
-// FftWorkspaceBytes(); nothing here allocates in proportion to the tensors.
+// FftWorkspaceBytes(); nothing here allocates in proportion to the tensors, except the
+// filter spectra the forward and backprop-input passes keep for the next call, within the
+// budget spectrum_cache.h describes.
 #ifndef TF_LARGECONV_CORE_FFT_H_
 #define TF_LARGECONV_CORE_FFT_H_
 

@@ -100,7 +100,8 @@ struct Spectra {
 // for each output o,
 //   acc(o) += sum over s of per(o, s) * conj(shared(s))   (kConjPer false), or
 //   acc(o) += sum over s of shared(s) * conj(per(o, s))   (kConjPer true),
-// the sum over the ns sources formed first, in source order, then added to acc(o). The
+// the sum over the ns sources formed first, in source order, then added to acc(o); with
+// `assign`, acc(o) = that sum (the first block of sources: no zeroing pass, no read). The
 // shared operand is what the outputs have in common (a filter spectrum applied to several
 // tiles, or a tile's spectrum applied to several filters). Each product is formed from the
 // shared value's real and imaginary parts broadcast to both halves of a complex value
@@ -109,7 +110,7 @@ struct Spectra {
 // sources: each per-output value is loaded once, each shared value once per output pair.
 template <typename R, bool kConjPer>
 void MacScalar(int64_t i0, int64_t i1, int64_t ns, int64_t o0, int64_t o1, const Spectra<R>& acc,
-               const Spectra<R>& shared, const Spectra<R>& per) {
+               const Spectra<R>& shared, const Spectra<R>& per, bool assign) {
   for (int64_t o = o0; o < o1; ++o) {
     R* out = reinterpret_cast<R*>(acc.at(o, 0));
     for (int64_t i = i0; i < i1; ++i) {
@@ -121,8 +122,8 @@ void MacScalar(int64_t i0, int64_t i1, int64_t ns, int64_t o0, int64_t o1, const
         re += x[0] * y[0] + x[1] * y[1];
         im += kConjPer ? x[0] * y[1] - x[1] * y[0] : x[1] * y[0] - x[0] * y[1];
       }
-      out[2 * i] += re;
-      out[2 * i + 1] += im;
+      out[2 * i] = assign ? re : out[2 * i] + re;
+      out[2 * i + 1] = assign ? im : out[2 * i + 1] + im;
     }
   }
 }
@@ -163,9 +164,13 @@ struct AvxLanes<double> {
 };
 
 // kOuts outputs x kU registers of bins starting at bin i, summed over the ns sources.
+// Inlined, like MacSources: the 2-D passes call them a chunk of eight bins at a time, where
+// a call's overhead was measured at half the work with one source and three outputs.
 template <typename R, bool kConjPer, int kOuts, int kU>
-void MacRegisterBlock(int64_t i, int64_t ns, int64_t o0, const Spectra<R>& acc,
-                      const Spectra<R>& shared, const Spectra<R>& per) {
+__attribute__((always_inline)) inline void MacRegisterBlock(int64_t i, int64_t ns, int64_t o0,
+                                                            const Spectra<R>& acc,
+                                                            const Spectra<R>& shared,
+                                                            const Spectra<R>& per, bool assign) {
   using L = AvxLanes<R>;
   using V = typename L::V;
   constexpr int kReals = 2 * L::kComplex;  // reals in a register
@@ -196,15 +201,17 @@ void MacRegisterBlock(int64_t i, int64_t ns, int64_t o0, const Spectra<R>& acc,
       // x * conj(y) = (re.re + im.im, re.im - im.re); its conjugate negates the second.
       const V sum = kConjPer ? L::Add(L::NegIm(re[o][u]), L::Swap(im[o][u]))
                              : L::Add(re[o][u], L::NegIm(L::Swap(im[o][u])));
-      L::Store(out + u * kReals, L::Add(L::Load(out + u * kReals), sum));
+      L::Store(out + u * kReals, assign ? sum : L::Add(L::Load(out + u * kReals), sum));
     }
   }
 }
 #endif  // __AVX__
 
 template <typename R, bool kConjPer>
-void MacSources(int64_t i0, int64_t i1, int64_t ns, int64_t outs, const Spectra<R>& acc,
-                const Spectra<R>& shared, const Spectra<R>& per) {
+__attribute__((always_inline)) inline void MacSources(int64_t i0, int64_t i1, int64_t ns,
+                                                      int64_t outs, const Spectra<R>& acc,
+                                                      const Spectra<R>& shared,
+                                                      const Spectra<R>& per, bool assign) {
   int64_t i = i0;
 #ifdef __AVX__
   // Two outputs x two registers of bins: the fastest register block measured here
@@ -214,12 +221,12 @@ void MacSources(int64_t i0, int64_t i1, int64_t ns, int64_t outs, const Spectra<
   for (; i + kStep <= i1; i += kStep) {
     int64_t o = 0;
     for (; o + kOuts <= outs; o += kOuts) {
-      MacRegisterBlock<R, kConjPer, kOuts, kU>(i, ns, o, acc, shared, per);
+      MacRegisterBlock<R, kConjPer, kOuts, kU>(i, ns, o, acc, shared, per, assign);
     }
-    if (o < outs) MacRegisterBlock<R, kConjPer, 1, kU>(i, ns, o, acc, shared, per);
+    if (o < outs) MacRegisterBlock<R, kConjPer, 1, kU>(i, ns, o, acc, shared, per, assign);
   }
 #endif
-  MacScalar<R, kConjPer>(i, i1, ns, 0, outs, acc, shared, per);
+  MacScalar<R, kConjPer>(i, i1, ns, 0, outs, acc, shared, per, assign);
 }
 
 }  // namespace largeconv

@@ -14,18 +14,17 @@ namespace largeconv {
 using ParallelFor = std::function<void(int64_t total, int64_t cost_per_unit,
                                        const std::function<void(int64_t, int64_t)>& fn)>;
 
-// True when pred(p[i]) holds for every i, evaluated in parallel chunks.
-template <typename T, typename Pred>
-bool ParallelAll(const T* p, int64_t n, Pred pred, const ParallelFor& pf) {
+// True when chunk_ok(p + lo, count) holds for every chunk of p[0, n), the chunks evaluated
+// in parallel.
+template <typename T, typename ChunkOk>
+bool ParallelAll(const T* p, int64_t n, ChunkOk chunk_ok, const ParallelFor& pf) {
   constexpr int64_t kChunk = int64_t{1} << 16;
   const int64_t chunks = (n + kChunk - 1) / kChunk;
   std::vector<char> ok(static_cast<size_t>(chunks), 1);
   pf(chunks, kChunk, [&](int64_t b, int64_t e) {
     for (int64_t c = b; c < e; ++c) {
       const int64_t lo = c * kChunk, hi = lo + kChunk < n ? lo + kChunk : n;
-      int64_t failures = 0;  // an integer sum vectorises where a bool chain does not
-      for (int64_t i = lo; i < hi; ++i) failures += pred(p[i]) ? 0 : 1;
-      ok[static_cast<size_t>(c)] = failures == 0;
+      ok[static_cast<size_t>(c)] = chunk_ok(p + lo, hi - lo);
     }
   });
   for (char v : ok) {

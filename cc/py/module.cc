@@ -20,6 +20,7 @@
 #include "cc/core/geometry.h"
 #include "cc/core/memory.h"
 #include "cc/core/plan.h"
+#include "cc/core/spectrum_cache.h"
 #include "cc/py/args.h"
 
 namespace largeconv {
@@ -413,6 +414,13 @@ PYBIND11_MODULE(_core, m) {
         "The planner's choice for each pass, as a list of dicts.");
   m.def("cuda_plan", &CudaPlanList<HostCudaPlanner>, LARGECONV_PLAN_PYARGS,
         "The GPU planner's choice for each pass (as the host emulation plans it).");
+  m.def(
+      "_spectrum_cache",
+      [] {
+        SpectrumCache& c = SpectrumCache::Global();
+        return py::make_tuple(c.entries(), c.bytes_held());
+      },
+      "(entries, bytes) the filter-spectrum cache of this module holds (spectrum_cache.h).");
   m.def(
       "_emulate_cufft_work_area", [](py::object fn) { EmulatedWorkArea() = std::move(fn); },
       py::arg("fn"),

@@ -1,0 +1,164 @@
+"""The filter-spectrum cache (cc/core/spectrum_cache.h): spectra kept from one call for the
+next are used only for the very filter they came from, give bitwise the results of a call
+that transforms the filter, and stay within LARGECONV_SPECTRUM_CACHE_MIB."""
+
+import threading
+
+import numpy as np
+import pytest
+import reference
+import tensorflow as tf
+
+import tf_largeconv as lc
+from tf_largeconv import _core
+
+ENV = "LARGECONV_SPECTRUM_CACHE_MIB"
+ONES = [1, 1, 1, 1]
+
+
+def _touch():
+  """An FFT call, after which the cache is within the current budget."""
+  _core.conv2d(np.ones((1, 8, 8, 1), np.float32), np.ones((5, 5, 1, 1), np.float32), ONES,
+               "SAME", algorithm="fft")
+
+
+@pytest.fixture
+def cache_mib(monkeypatch):
+  """Sets the budget (read by the kernels on every call); each test starts with an empty
+  cache and 64 MiB."""
+  def set_mib(mib):
+    monkeypatch.setenv(ENV, str(mib))
+  set_mib(0)
+  _touch()
+  set_mib(64)
+  return set_mib
+
+
+def _rand(shape, seed):
+  return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def _check(pass_name, conv, got, a, b, fft):
+  conv.check(pass_name, got, a, b, "float32", fft[pass_name], pass_name)
+
+
+def test_same_filter_reuses_spectra_and_changed_filter_does_not(cache_mib):
+  x, w = _rand((2, 40, 44, 3), 0), _rand((21, 21, 3, 2), 1)
+  conv = reference.Conv(x.shape, w.shape, padding="SAME")
+  fft = reference.planned_fft(_core.plan(x.shape, w.shape, ONES, "SAME", algorithm="fft"))
+  cache_mib(0)  # the reference: the filter transformed on every call
+  fresh = _core.conv2d(x, w, ONES, "SAME", algorithm="fft")
+  assert _core._spectrum_cache() == (0, 0)
+  cache_mib(64)
+  got = [_core.conv2d(x, w, ONES, "SAME", algorithm="fft") for _ in range(3)]
+  entries, held = _core._spectrum_cache()
+  assert entries == 1 and held > w.nbytes  # kept on the second call
+  for y in got:
+    np.testing.assert_array_equal(y, fresh)
+  _check("forward", conv, got[-1], x, w, fft)
+  # The same buffer, new values: the kept spectra must not be used.
+  w[10, 3, 1, 0] += 1.0
+  w_new = w.copy()
+  y = _core.conv2d(x, w, ONES, "SAME", algorithm="fft")
+  _check("forward", conv, y, x, w_new, fft)
+  cache_mib(0)
+  np.testing.assert_array_equal(y, _core.conv2d(x, w_new, ONES, "SAME", algorithm="fft"))
+
+
+def test_forward_and_input_gradient_keep_their_own_spectra(cache_mib):
+  # Both passes transform the same filter at the same size here; the flipped filter of the
+  # input gradient has other spectra.
+  x, w = _rand((1, 48, 48, 2), 2), _rand((17, 17, 2, 2), 3)
+  conv = reference.Conv(x.shape, w.shape, padding="SAME")
+  plan = _core.plan(x.shape, w.shape, ONES, "SAME", algorithm="fft")
+  fft = reference.planned_fft(plan)
+  assert fft["forward"] == fft["backprop_input"]
+  dy = _rand(conv.output_shape(), 4)
+  for _ in range(3):
+    y = _core.conv2d(x, w, ONES, "SAME", algorithm="fft")
+    dx = _core.conv2d_backprop_input(x.shape, w, dy, ONES, "SAME", algorithm="fft")
+  _check("forward", conv, y, x, w, fft)
+  _check("backprop_input", conv, dx, w, dy, fft)
+  assert _core._spectrum_cache()[0] == 2
+
+
+def test_budget_binds(cache_mib):
+  x, w = _rand((1, 64, 64, 1), 5), _rand((31, 31, 1, 1), 6)
+  for _ in range(2):
+    _core.conv2d(x, w, ONES, "SAME", algorithm="fft")
+  entries, held = _core._spectrum_cache()
+  assert entries == 1
+  # A budget just under the entry's size keeps nothing; just over keeps it.
+  cache_mib((held - 1) / 2**20)
+  for _ in range(3):
+    _core.conv2d(x, w, ONES, "SAME", algorithm="fft")
+  assert _core._spectrum_cache() == (0, 0)
+  cache_mib((held + 1) / 2**20)
+  for _ in range(2):
+    _core.conv2d(x, w, ONES, "SAME", algorithm="fft")
+  assert _core._spectrum_cache() == (1, held)
+  cache_mib(0)
+  _touch()
+  assert _core._spectrum_cache() == (0, 0)  # off frees everything
+  cache_mib((held + 1) / 2**20)
+  for _ in range(2):
+    _core.conv2d(x, w, ONES, "SAME", algorithm="fft")
+  # A second filter evicts the first, least recently used, entry.
+  w2 = _rand(w.shape, 7)
+  for _ in range(2):
+    _core.conv2d(x, w2, ONES, "SAME", algorithm="fft")
+  assert _core._spectrum_cache() == (1, held)
+  w[:] = w2  # so the kept entry is the second filter's: this call must hit it
+  y = _core.conv2d(x, w, ONES, "SAME", algorithm="fft")
+  cache_mib(0)
+  np.testing.assert_array_equal(y, _core.conv2d(x, w2, ONES, "SAME", algorithm="fft"))
+
+
+def test_first_sight_keeps_nothing(cache_mib):
+  # A training loop's filter changes every step: nothing is copied in.
+  x = _rand((1, 50, 50, 1), 8)
+  w = _rand((25, 25, 1, 1), 9)
+  for step in range(4):
+    _core.conv2d(x, w + step, ONES, "SAME", algorithm="fft")
+  assert _core._spectrum_cache() == (0, 0)
+
+
+def test_op_variable_assigned_between_calls(cache_mib):
+  x = tf.constant(_rand((2, 36, 40, 2), 10))
+  v = tf.Variable(_rand((19, 19, 2, 3), 11))
+  f = tf.function(lambda x: lc.conv2d(x, v, 1, "SAME", algorithm="fft"))
+  for _ in range(3):
+    y = f(x)
+  np.testing.assert_allclose(y, tf.nn.conv2d(x, v, 1, "SAME"), rtol=1e-4, atol=1e-4)
+  v.assign(_rand(v.shape, 12))
+  y = f(x)
+  np.testing.assert_allclose(y, tf.nn.conv2d(x, v, 1, "SAME"), rtol=1e-4, atol=1e-4)
+  v.assign_add(tf.ones_like(v) * 1e-3)  # a change in every value, well below the tolerance
+  y, want = f(x).numpy(), tf.nn.conv2d(x, v, 1, "SAME").numpy()
+  err = np.abs(y - want).max()
+  assert err < 1e-4, err
+
+
+def test_threads_with_different_filters(cache_mib):
+  x = _rand((1, 48, 48, 1), 13)
+  filters = [_rand((23, 23, 1, 2), 20 + i) for i in range(4)]
+  want = [_core.conv2d(x, w, ONES, "SAME", algorithm="fft") for w in filters]
+  errors = []
+
+  def work(i):
+    try:
+      for r in range(6):
+        w = filters[(i + r) % 4]
+        y = _core.conv2d(x, w, ONES, "SAME", algorithm="fft", num_threads=1)
+        if not np.array_equal(y, want[(i + r) % 4]):
+          errors.append((i, r))
+    except Exception as e:  # pylint: disable=broad-except
+      errors.append(e)
+
+  threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join(timeout=120)
+  assert not any(t.is_alive() for t in threads)
+  assert not errors, errors
