@@ -4,6 +4,7 @@
 #define TF_LARGECONV_CORE_FFT_SHARED_H_
 
 #include <algorithm>
+#include <atomic>
 #include <complex>
 #include <cstdint>
 #include <functional>
@@ -59,17 +60,23 @@ struct Workspace {
   }
 };
 
-// Runs fn(slot, item) for items [0, items), split into at most `slots` contiguous runs
-// that execute concurrently; a slot's buffers are touched by one thread only.
+// Runs fn(slot, item) for items [0, items) in at most `slots` slots that execute
+// concurrently; a slot's buffers are touched by one thread only. Each slot takes the next
+// item not yet taken, so a slot whose core runs slower (another process on it) takes
+// fewer: every item computes its own outputs whole, in a fixed order, so which slot runs it
+// changes no result.
 inline void RunSlots(const ParallelFor& pf, int64_t slots, int64_t items, double cost_per_item,
                      const std::function<void(int64_t, int64_t)>& fn) {
   if (items <= 0) return;
   const int64_t s = std::max<int64_t>(1, std::min(slots, items));
   const double cost = cost_per_item * static_cast<double>(CeilDiv(items, s));
+  std::atomic<int64_t> next{0};
   pf(s, static_cast<int64_t>(std::min(cost, 1e15)) + 1, [&](int64_t b, int64_t e) {
     for (int64_t slot = b; slot < e; ++slot) {
-      const int64_t lo = items * slot / s, hi = items * (slot + 1) / s;
-      for (int64_t i = lo; i < hi; ++i) fn(slot, i);
+      for (int64_t i = next.fetch_add(1, std::memory_order_relaxed); i < items;
+           i = next.fetch_add(1, std::memory_order_relaxed)) {
+        fn(slot, i);
+      }
     }
   });
 }
