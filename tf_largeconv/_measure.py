@@ -6,19 +6,24 @@ import subprocess
 import sys
 import time
 
-# The op's budget for filter spectra kept between calls (cc/core/spectrum_cache.h).
+# The op's budget for filter spectra kept between calls (cc/core/spectrum_cache.h), and
+# the caller's own setting of it, which forward steps keep.
 SPECTRUM_CACHE_ENV = "LARGECONV_SPECTRUM_CACHE_MIB"
+_CALLERS_CACHE_SETTING = os.environ.get(SPECTRUM_CACHE_ENV)
 
 
 def like_training_loop(mode):
   """Makes a timed step behave as in a training loop: there the filter changes every step,
   so the op never reuses filter spectra from an earlier call, while a benchmark's repeated
   step with fixed weights would. Training steps ("train" mode) run with the cache off;
-  forward ("inference") steps keep it, as a model serving images would."""
+  forward ("inference") steps run with the caller's setting (the default keeps spectra,
+  as a model serving images would)."""
   if mode == "train":
     os.environ[SPECTRUM_CACHE_ENV] = "0"
-  else:
+  elif _CALLERS_CACHE_SETTING is None:
     os.environ.pop(SPECTRUM_CACHE_ENV, None)
+  else:
+    os.environ[SPECTRUM_CACHE_ENV] = _CALLERS_CACHE_SETTING
 
 
 def _status_kib(field):
