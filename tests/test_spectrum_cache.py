@@ -82,6 +82,30 @@ def test_forward_and_input_gradient_keep_their_own_spectra(cache_mib):
   assert _core._spectrum_cache()[0] == 2
 
 
+def test_blocks_of_a_pass_share_one_entry(cache_mib):
+  # A workspace limit that leaves room for 3 of the 8 output channels' filter spectra at a
+  # time: three blocks, whose spectra one entry holds in the blocks' order.
+  x, w = _rand((2, 40, 40, 8), 14), _rand((15, 15, 8, 8), 15)
+  limit = 400000
+  plan = _core.plan(x.shape, w.shape, ONES, "SAME", algorithm="fft", workspace_limit=limit)
+  assert plan[0]["out_block"] == 3
+  run = lambda w: _core.conv2d(x, w, ONES, "SAME", algorithm="fft", workspace_limit=limit)  # noqa: E731
+  cache_mib(0)
+  fresh = run(w)
+  cache_mib(64)
+  got = [run(w) for _ in range(3)]
+  assert _core._spectrum_cache()[0] == 1
+  for y in got:
+    np.testing.assert_array_equal(y, fresh)
+  conv = reference.Conv(x.shape, w.shape, padding="SAME")
+  _check("forward", conv, got[-1], x, w, reference.planned_fft(plan))
+  w[7, 7, 5, 7] += 1.0  # a value of the last block only
+  cache_mib(0)
+  want = run(w)
+  cache_mib(64)
+  np.testing.assert_array_equal(run(w), want)
+
+
 def test_budget_binds(cache_mib):
   x, w = _rand((1, 64, 64, 1), 5), _rand((31, 31, 1, 1), 6)
   for _ in range(2):

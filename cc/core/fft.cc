@@ -304,6 +304,8 @@ struct Correlation {
     const int64_t per_image = t.tiles_h * t.tiles_w;
     // Groups are taken group_block at a time (only with whole groups per block).
     const int64_t gblock = c.out_block >= f.dcpg ? std::max<int64_t>(1, c.group_block) : 1;
+    KeptSpectra kept = FindKeptSpectra(f, gblock);
+    int64_t offset = 0;  // of the block's filter spectra among the pass's, in complex values
     for (int64_t g0 = 0; g0 < g.groups; g0 += gblock) {
       const int64_t gb = std::min(gblock, g.groups - g0);
       for (int64_t ob0 = 0; ob0 < f.dcpg; ob0 += c.out_block) {
@@ -315,8 +317,8 @@ struct Correlation {
         const int64_t vb = std::max<int64_t>(1, std::min(c.vec_block, tiles ? all_tiles : gb));
         Block b{g0,          gb, ob0,   ob,
                 f.scpg * ob, vb, tiles, std::max<int64_t>(1, std::min(c.in_block, f.scpg))};
-        std::shared_ptr<const SpectrumCache::Entry> kept;  // held until the block is done
-        b.spectra = FilterSpectra(f, b, pf, &kept);
+        b.spectra = BlockSpectra(f, b, pf, kept, offset);
+        offset += b.gb * b.per_group * f.l.bins;
         const double tile_cost = f.fft_cost * (f.scpg + ob) + 8.0 * f.l.bins * f.scpg * ob;
         if (tiles) {  // an item is vb consecutive tiles of the batch
           RunSlots(pf, c.slots, CeilDiv(all_tiles, vb), tile_cost * vb,
@@ -341,6 +343,7 @@ struct Correlation {
                  });
       }
     }
+    if (kept.fill) SpectrumCache::Global().Keep(std::move(kept.fill), kept.budget);
   }
 
   // The block's filter spectra are stored for the products' order of reading: in chunks
@@ -364,26 +367,44 @@ struct Correlation {
     return const_cast<C*>(b.spectra) + FilterOffset(f, b, gl, sc, k, i0);
   }
 
-  // The block's filter spectra: kept from an earlier call with the same filter (and
-  // layout), or transformed into the workspace and offered to the cache.
-  const C* FilterSpectra(const Frame& f, const Block& b, const ParallelFor& pf,
-                         std::shared_ptr<const SpectrumCache::Entry>* kept) const {
-    const int64_t budget = SpectrumCache::BudgetFromEnvironment();
+  // The pass's filter spectra kept from an earlier call (`hit`), or, where this call's
+  // are to be kept, the entry they are copied into block by block (`fill`). One entry holds
+  // every block's spectra, in the blocks' order, so a call compares and fingerprints its
+  // filter once however many blocks it takes.
+  struct KeptSpectra {
+    int64_t budget = 0;
+    std::shared_ptr<const SpectrumCache::Entry> hit;
+    std::shared_ptr<SpectrumCache::Entry> fill;
+  };
+  KeptSpectra FindKeptSpectra(const Frame& f, int64_t gblock) const {
+    KeptSpectra k;
+    k.budget = SpectrumCache::BudgetFromEnvironment();
     // What fixes the spectra besides the filter's bytes: the element type, the pass, the
-    // transform, the filter's shape and dilation, and the block.
+    // transform, the filter's shape and dilation, and the blocks.
     static const char type_tag = 0;  // one per instantiation
     const SpectrumCache::Source source{
         {reinterpret_cast<intptr_t>(&type_tag), backprop_input, f.fh, f.fw, g.filter_h, g.filter_w,
-         g.dilation_h, g.dilation_w, g.filter_in_c, g.out_c, g.groups, b.g0, b.gb, b.ob0, b.ob,
-         kChunk},
+         g.dilation_h, g.dilation_w, g.filter_in_c, g.out_c, g.groups, gblock, c.out_block, kChunk},
         filter,
         size_t(g.filter_elements()) * sizeof(T)};
     SpectrumCache& cache = SpectrumCache::Global();
-    if ((*kept = cache.Find(source, budget))) return static_cast<const C*>((*kept)->spectra());
+    k.hit = cache.Find(source, k.budget);
+    if (!k.hit) {
+      const int64_t values = g.groups * f.scpg * f.dcpg * f.l.bins;  // every block's
+      k.fill = cache.Begin(source, size_t(values) * sizeof(C), k.budget);
+    }
+    return k;
+  }
+
+  // The block's filter spectra: kept, or transformed into the workspace (and copied into
+  // the entry being filled).
+  const C* BlockSpectra(const Frame& f, const Block& b, const ParallelFor& pf,
+                        const KeptSpectra& kept, int64_t offset) const {
+    if (kept.hit) return static_cast<const C*>(kept.hit->spectra()) + offset;
     TransformFilters(f, b, pf);
-    if (budget > 0) {
-      cache.Offer(source, f.ws.shared(0), size_t(b.gb * b.per_group * f.l.bins) * sizeof(C),
-                  budget);
+    if (kept.fill) {
+      std::copy_n(f.ws.shared(0), b.gb * b.per_group * f.l.bins,
+                  static_cast<C*>(kept.fill->to_fill()) + offset);
     }
     return f.ws.shared(0);
   }

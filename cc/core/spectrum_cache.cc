@@ -10,8 +10,8 @@ namespace largeconv {
 namespace {
 
 constexpr int64_t kDefaultMiB = 64;
-// Offers remembered for the second-sight rule: enough for the blocks of a few layers.
-constexpr size_t kOffersKept = 32;
+// Misses remembered for the second-sight rule: enough for the passes of a few layers.
+constexpr size_t kSeenKept = 32;
 
 // A 64-bit fingerprint of the key and the filter's bytes, four independent lanes so that
 // hashing runs near memory speed. It only decides what to keep: a match is always
@@ -41,14 +41,12 @@ uint64_t Fingerprint(const SpectrumCache::Source& s) {
 
 void SpectrumCache::Entry::Free::operator()(void* p) const { std::free(p); }
 
-SpectrumCache::Entry::Entry(const Source& s, const void* spectra, size_t spectra_bytes)
+SpectrumCache::Entry::Entry(const Source& s, size_t spectra_bytes)
     : key_(s.key),
       filter_(static_cast<const unsigned char*>(s.filter),
               static_cast<const unsigned char*>(s.filter) + s.filter_bytes),
       spectra_(std::aligned_alloc(64, size_t(AlignUp(int64_t(spectra_bytes), 64)))),
-      spectra_bytes_(spectra_bytes) {
-  if (spectra_ != nullptr) std::memcpy(spectra_.get(), spectra, spectra_bytes);
-}
+      spectra_bytes_(spectra_bytes) {}
 
 bool SpectrumCache::Entry::Matches(const Source& s) const {
   return spectra_ != nullptr && key_ == s.key && filter_.size() == s.filter_bytes &&
@@ -83,28 +81,29 @@ std::shared_ptr<const SpectrumCache::Entry> SpectrumCache::Find(const Source& s,
   return nullptr;
 }
 
-void SpectrumCache::Offer(const Source& s, const void* spectra, size_t spectra_bytes,
-                          int64_t budget) {
-  const int64_t bytes = int64_t(spectra_bytes + s.filter_bytes);
-  if (budget <= 0 || bytes > budget) return;
+std::shared_ptr<SpectrumCache::Entry> SpectrumCache::Begin(const Source& s, size_t spectra_bytes,
+                                                           int64_t budget) {
+  if (budget <= 0 || int64_t(spectra_bytes + s.filter_bytes) > budget) return nullptr;
   const uint64_t fp = Fingerprint(s);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto seen = std::find(offered_.begin(), offered_.end(), fp);
-    if (seen == offered_.end()) {  // first sight: remember it only
-      offered_.push_front(fp);
-      if (offered_.size() > kOffersKept) offered_.pop_back();
-      return;
+    auto seen = std::find(seen_.begin(), seen_.end(), fp);
+    if (seen == seen_.end()) {  // first sight: remember it only
+      seen_.push_front(fp);
+      if (seen_.size() > kSeenKept) seen_.pop_back();
+      return nullptr;
     }
-    offered_.erase(seen);
+    seen_.erase(seen);
   }
-  // Copied outside the lock; another thread may insert the same spectra meanwhile, in which
-  // case the older copy ages out unused.
-  auto e = std::make_shared<const Entry>(s, spectra, spectra_bytes);
-  if (e->spectra() == nullptr) return;  // out of memory: keep nothing
+  auto e = std::make_shared<Entry>(s, spectra_bytes);
+  return e->spectra() != nullptr ? e : nullptr;  // out of memory: keep nothing
+}
+
+void SpectrumCache::Keep(std::shared_ptr<const Entry> e, int64_t budget) {
+  // Another thread may keep the same spectra meanwhile; the older copy then ages out unused.
   std::lock_guard<std::mutex> lock(mu_);
+  held_ += int64_t(e->bytes());
   lru_.push_front(std::move(e));
-  held_ += bytes;
   EvictTo(budget);
 }
 
@@ -113,7 +112,7 @@ void SpectrumCache::EvictTo(int64_t budget) {
     held_ -= int64_t(lru_.back()->bytes());
     lru_.pop_back();
   }
-  if (budget <= 0) offered_.clear();
+  if (budget <= 0) seen_.clear();
 }
 
 int64_t SpectrumCache::bytes_held() {

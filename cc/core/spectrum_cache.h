@@ -34,8 +34,11 @@ class SpectrumCache {
 
   class Entry {
    public:
-    Entry(const Source& s, const void* spectra, size_t spectra_bytes);
+    // Copies the filter and allocates (uninitialised) room for the spectra; spectra() is
+    // null if that failed.
+    Entry(const Source& s, size_t spectra_bytes);
     const void* spectra() const { return spectra_.get(); }
+    void* to_fill() { return spectra_.get(); }  // before Keep only
     size_t bytes() const { return spectra_bytes_ + filter_.size(); }
     bool Matches(const Source& s) const;
 
@@ -59,9 +62,13 @@ class SpectrumCache {
   // The entry stays valid while it is held, even if it is evicted meanwhile.
   std::shared_ptr<const Entry> Find(const Source& s, int64_t budget);
 
-  // Offers spectra just computed for `s`: they are copied in if the same key and filter
-  // were offered before (among the last few offers) and they fit the budget.
-  void Offer(const Source& s, const void* spectra, size_t spectra_bytes, int64_t budget);
+  // After a miss: an entry for the caller to fill with the spectra of `s`, if the same key
+  // and filter were seen before (among the last few misses) and it fits the budget; null
+  // otherwise (a first sight is remembered by its fingerprint only).
+  std::shared_ptr<Entry> Begin(const Source& s, size_t spectra_bytes, int64_t budget);
+
+  // Keeps an entry from Begin once it is filled.
+  void Keep(std::shared_ptr<const Entry> e, int64_t budget);
 
   // What the cache holds now (tests and diagnostics).
   int64_t bytes_held();
@@ -72,7 +79,7 @@ class SpectrumCache {
 
   std::mutex mu_;
   std::list<std::shared_ptr<const Entry>> lru_;  // most recently used first
-  std::list<uint64_t> offered_;                  // fingerprints of recent offers, newest first
+  std::list<uint64_t> seen_;                     // fingerprints of recent misses, newest first
   int64_t held_ = 0;
 };
 
