@@ -44,7 +44,8 @@ class PassPlan:
     self.tiles = tuple(d["tiles"]) if "tiles" in d else None
     # How an FFT pass is cut up (cc/core/fft.h, FftConfig): channel blocks, groups held at
     # once, and vec_block: groups per batched transform call, or with a single group, the
-    # tiles of one item (a run of tiles that shares each filter value read).
+    # tiles of one item (a run of tiles that shares each filter value read; in the filter
+    # pass, a sweep of tiles that shares each read and write of the accumulators).
     self.in_block = d.get("in_block")
     self.out_block = d.get("out_block")
     self.group_block = d.get("group_block")

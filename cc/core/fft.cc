@@ -8,12 +8,15 @@
 #include "cc/core/fft.h"
 
 #include <algorithm>
+#include <cmath>
 #include <complex>
 #include <functional>
 #include <iterator>
 #include <memory>
+#include <tuple>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "cc/core/dtypes.h"
 #include "cc/core/ducc.h"
@@ -28,8 +31,14 @@ Layout MakeLayout(const ConvGeometry& g, ConvPass pass, const FftConfig& c, int 
   l.bins = c.fft_h * (c.fft_w / 2 + 1);
   l.real_planes = c.vec_block;
   if (pass == ConvPass::kBackpropFilter) {
+    // Per slot: the unit's accumulators, then one sweep's out_backprop and input spectra
+    // (with one group, vec_block tiles of each channel; see FilterGradient), for each of
+    // vb batched groups.
+    const int64_t vb = BatchesTiles(g, c) ? 1 : c.vec_block;
+    const int64_t sweep = BatchesTiles(g, c) ? c.vec_block : 1;
     l.shared_spectra = 0;
-    l.slot_spectra = c.vec_block * (c.in_block * c.out_block + c.out_block + 1);
+    l.slot_spectra = vb * (c.in_block * c.out_block + sweep * (c.in_block + c.out_block));
+    l.real_planes = vb;
   } else {  // the block's filter spectra (source channels x out_block), shared by the slots
     l.shared_spectra = c.group_block * g.channels(pass).src_per_group * c.out_block;
     l.slot_spectra = c.vec_block * (c.in_block + c.out_block);
@@ -110,6 +119,169 @@ void C2RBatch(std::complex<R>* spec, R* real, int64_t count, int64_t real_stride
     ducc0::vfmav<R> out(real + first * pitch, {size_t(count), size_t(n), size_t(fw)},
                         {ptrdiff_t(real_stride), ptrdiff_t(pitch), 1});
     ducc0::c2r(in, out, size_t(2), false, R(1), 1);
+  }
+}
+
+// --- Strides in the spectrum --------------------------------------------------------------
+//
+// With a stride s dividing the transform's side f, a pass need not transform at full size
+// what has data (or is wanted) at only every s-th position:
+//   - a zero-stuffed tile x_z (out_backprop, in backprop-input and backprop-filter), with
+//     data d[m] = x_z[sigma + s m] only, has the spectrum
+//       X[k] = e^(-2 pi i k sigma / f) D[k mod f / s],
+//     D the transform of d, of size f / s;
+//   - the kept outputs z[m] = y[rho + s m] of a strided forward pass are the inverse of
+//     size f / s of the folded spectrum
+//       Z[k'] = sum over a < s of Y[k' + a f / s] e^(2 pi i (k' + a f / s) rho / f).
+// Both hold per dimension; a real transform's half spectrum supplies the other half by
+// Hermitian symmetry (Y[kh, kw] = conj(Y[-kh, -kw])). Transforms shrink by s per
+// dimension, which for a stride of 2 takes three quarters of those transforms' work away.
+
+// The factors (dh, dw) by which strides (sh, sw) shrink a pass's transforms of fh x fw.
+std::pair<int64_t, int64_t> DecimationFactors(int64_t fh, int64_t fw, int64_t sh, int64_t sw) {
+  // A side shrinks by its stride where the stride divides it.
+  const int64_t dh = sh > 1 && fh % sh == 0 ? sh : 1, dw = sw > 1 && fw % sw == 0 ? sw : 1;
+  // None where a decimated plane transformed in place (rows of 2 (fw / dw / 2 + 1) reals)
+  // would not fit in a real plane of fh x fw.
+  if (fh / dh * 2 * (fw / dw / 2 + 1) > fh * fw) return {1, 1};
+  return {dh, dw};
+}
+
+std::pair<int64_t, int64_t> PassDecimation(const ConvGeometry& g, ConvPass pass,
+                                           const FftConfig& c) {
+  // Rows of height 1 run in batches of tiles (conv1d's runs), which DUCC vectorises across;
+  // decimated, backprop-input's stuffed sources would be transformed a tile at a time
+  // (TransformStuffedSource), slower than the batch of full rows (kLineBlock, plan.cc).
+  if (pass == ConvPass::kBackpropInput && c.fft_h == 1 && BatchesTiles(g, c)) return {1, 1};
+  return DecimationFactors(c.fft_h, c.fft_w, g.stride_h, g.stride_w);
+}
+
+// e^(sign 2 pi i k r / f) for k < f, one table per residue r < factor, row r at r * f.
+template <typename R>
+std::vector<std::complex<R>> Twiddles(int64_t f, int64_t factor, int sign) {
+  std::vector<std::complex<R>> t;
+  if (factor <= 1) return t;
+  t.resize(size_t(factor * f));
+  for (int64_t r = 0; r < factor; ++r) {
+    for (int64_t k = 0; k < f; ++k) {
+      const double a = sign * 2.0 * M_PI * static_cast<double>(Mod(k * r, f)) / f;
+      t[size_t(r * f + k)] =
+          std::complex<R>(static_cast<R>(std::cos(a)), static_cast<R>(std::sin(a)));
+    }
+  }
+  return t;
+}
+
+// How a pass's stuffed sources or strided outputs map onto transforms of (fh / dh) x
+// (fw / dw): the factors and the twiddle tables (sign -1 for sources, +1 for outputs).
+template <typename R>
+struct Decimation {
+  int64_t fh = 0, fw = 0, dh = 1, dw = 1;
+  std::vector<std::complex<R>> tw_h, tw_w;
+  bool on() const { return dh > 1 || dw > 1; }
+  int64_t mh() const { return fh / dh; }
+  int64_t mw() const { return fw / dw; }
+  int64_t bins_w() const { return mw() / 2 + 1; }  // of a decimated half spectrum row
+  // Reals between the rows of a decimated plane transformed in place.
+  int64_t pitch() const { return 2 * bins_w(); }
+  const std::complex<R>* twiddle_h(int64_t r) const { return r ? tw_h.data() + r * fh : nullptr; }
+  const std::complex<R>* twiddle_w(int64_t r) const { return r ? tw_w.data() + r * fw : nullptr; }
+};
+
+// For a pass's transforms of fft_h x fft_w (see PassDecimation); sign -1 for stuffed
+// sources, +1 for strided outputs.
+template <typename R>
+Decimation<R> MakeDecimation(const ConvGeometry& g, ConvPass pass, const FftConfig& c, int sign) {
+  Decimation<R> d;
+  d.fh = c.fft_h;
+  d.fw = c.fft_w;
+  std::tie(d.dh, d.dw) = PassDecimation(g, pass, c);
+  const int64_t fh = d.fh, fw = d.fw;
+  d.tw_h = Twiddles<R>(fh, d.dh, sign);
+  d.tw_w = Twiddles<R>(fw, d.dw, sign);
+  return d;
+}
+
+// a * b, without the library's handling of infinities (std::complex's operator* calls out
+// of line for it unless compiled for limited range), which costs more than the rest here.
+template <typename R>
+inline std::complex<R> Times(std::complex<R> a, std::complex<R> b) {
+  return {a.real() * b.real() - a.imag() * b.imag(), a.real() * b.imag() + a.imag() * b.real()};
+}
+
+// x (fh x (fw / 2 + 1)): the spectrum of a zero-stuffed plane from d (the decimated
+// plane's half spectrum, rows d.bins_w() apart), its data at residues (sig_h, sig_w).
+template <typename R>
+void ExpandStuffed(const Decimation<R>& dec, const std::complex<R>* d, std::complex<R>* x,
+                   int64_t sig_h, int64_t sig_w) {
+  using C = std::complex<R>;
+  const int64_t mh = dec.mh(), mw = dec.mw(), dbw = dec.bins_w(), bw = dec.fw / 2 + 1;
+  const C* th = dec.twiddle_h(sig_h);
+  const C* tw = dec.twiddle_w(sig_w);
+  for (int64_t kh = 0; kh < dec.fh; ++kh) {
+    const int64_t a = kh % mh;
+    const C* row = d + a * dbw;
+    const C* mirror = d + Mod(-a, mh) * dbw;  // row -a: the other half of row a
+    C* out = x + kh * bw;
+    // Columns kw = b + t mw for b < mw: b <= mw / 2 from the row, the rest mirrored.
+    for (int64_t k0 = 0; k0 < bw; k0 += mw) {
+      const int64_t direct = std::min(bw - k0, mw / 2 + 1), end = std::min(mw, bw - k0);
+      std::copy_n(row, direct, out + k0);
+      for (int64_t b = direct; b < end; ++b) out[k0 + b] = std::conj(mirror[mw - b]);
+    }
+    if (tw && th) {
+      const C f = th[kh];
+      for (int64_t kw = 0; kw < bw; ++kw) out[kw] = Times(out[kw], Times(tw[kw], f));
+    } else if (tw) {
+      for (int64_t kw = 0; kw < bw; ++kw) out[kw] = Times(out[kw], tw[kw]);
+    } else if (th) {
+      const C f = th[kh];
+      for (int64_t kw = 0; kw < bw; ++kw) out[kw] = Times(out[kw], f);
+    }
+  }
+}
+
+// z (the decimated half spectrum, rows dec.bins_w() apart): y (fh x (fw / 2 + 1)) folded so
+// that its inverse of (fh / dh) x (fw / dw) is y's inverse at positions
+// (rho_h + dh m, rho_w + dw n).
+template <typename R>
+void FoldStrided(const Decimation<R>& dec, const std::complex<R>* y, std::complex<R>* z,
+                 int64_t rho_h, int64_t rho_w) {
+  using C = std::complex<R>;
+  const int64_t mh = dec.mh(), mw = dec.mw(), zbw = dec.bins_w(), bw = dec.fw / 2 + 1;
+  const C* th = dec.twiddle_h(rho_h);
+  const C* tw = dec.twiddle_w(rho_w);
+  for (int64_t kh0 = 0; kh0 < mh; ++kh0) {
+    R* out = reinterpret_cast<R*>(z + kh0 * zbw);
+    std::fill(out, out + 2 * zbw, R(0));
+    for (int64_t a = 0; a < dec.dh; ++a) {
+      const int64_t kh = kh0 + a * mh;
+      const R* row = reinterpret_cast<const R*>(y + kh * bw);
+      // Y[kh, kw] = conj(Y[-kh, fw - kw]) for the columns beyond the half spectrum.
+      const R* mirror = reinterpret_cast<const R*>(y + Mod(-kh, dec.fh) * bw);
+      for (int64_t b = 0; b < dec.dw; ++b) {
+        const int64_t kw0 = b * mw;
+        const int64_t direct = std::clamp<int64_t>(bw - kw0, 0, zbw);
+        if (!tw && !th) {  // the common case: sums of runs, the mirrored one reversed
+          const R* in = row + 2 * kw0;
+          for (int64_t k = 0; k < 2 * direct; ++k) out[k] += in[k];
+          const R* m = mirror + 2 * (dec.fw - kw0);
+          for (int64_t k = direct; k < zbw; ++k) {
+            out[2 * k] += m[-2 * k];
+            out[2 * k + 1] -= m[-2 * k + 1];
+          }
+          continue;
+        }
+        C* outc = reinterpret_cast<C*>(out);
+        const C f = th ? th[kh] : C(1);
+        for (int64_t k = 0; k < zbw; ++k) {
+          const int64_t kw = kw0 + k;
+          const C v = k < direct ? reinterpret_cast<const C*>(row)[kw]
+                                 : std::conj(reinterpret_cast<const C*>(mirror)[dec.fw - kw]);
+          outc[k] += Times(v, tw ? Times(tw[kw], f) : f);
+        }
+      }
+    }
   }
 }
 
@@ -249,6 +421,9 @@ struct Correlation {
     Strides4 ds;             // destination element strides
     double fft_cost;
     int64_t real_stride, spec_stride;  // between a slot's batched planes / spectra
+    // Strides in the spectrum: the backprop-input pass's zero-stuffed sources, or the
+    // forward pass's strided outputs.
+    Decimation<R> dec;
   };
 
   // One block of work: gb groups from g0 (several only when whole groups fit a block), and
@@ -296,7 +471,20 @@ struct Correlation {
     f.fft_cost = 5.0 * f.fh * f.fw * std::log2(static_cast<double>(f.fh * f.fw) + 2);
     f.real_stride = f.l.plane_bytes / sizeof(R);
     f.spec_stride = f.l.spectrum_bytes / sizeof(C);
+    f.dec = MakeDecimation<R>(g, pass(), c, backprop_input ? -1 : 1);
     return f;
+  }
+
+  // The residue modulo the stride of the transform positions holding tile `tile`'s data
+  // (backprop-input's stuffed sources) or its kept outputs (forward), per dimension.
+  std::pair<int64_t, int64_t> Residues(const Frame& f, int64_t tile) const {
+    const auto [p0_h, p0_w] = TileOrigin(tile);
+    if (backprop_input) {  // source dense q = origin + u holds data where q % stride == 0
+      return {Mod(-(p0_h + f.off_h + t.shift_h), f.dec.dh),
+              Mod(-(p0_w + f.off_w + t.shift_w), f.dec.dw)};
+    }
+    // Output p = p0 + r, kept where p % stride == 0, sits at transform position r - shift.
+    return {Mod(-(p0_h + t.shift_h), f.dec.dh), Mod(-(p0_w + t.shift_w), f.dec.dw)};
   }
 
   void Run(void* workspace, const ParallelFor& pf) const {
@@ -489,7 +677,9 @@ struct Correlation {
   void AccumulateSources(const Frame& f, const Block& b, int64_t slot, const Item& it) const {
     for (int64_t sc0 = 0; sc0 < f.scpg; sc0 += b.sb) {
       const int64_t ns = std::min(b.sb, f.scpg - sc0);
-      if (InPlace(it)) {
+      if (backprop_input && f.dec.on()) {
+        for (int64_t s = 0; s < ns; ++s) TransformStuffedSource(f, b, slot, it, sc0 + s, s);
+      } else if (InPlace(it)) {
         const RowRange data = LoadSourcesInPlace(f, b, slot, it, sc0, ns);
         for (int64_t s = 0; s < ns; ++s) {
           C* spec = Source(f, b, slot, s, 0);
@@ -504,6 +694,43 @@ struct Correlation {
         }
       }
       MultiplySources(f, b, slot, it, sc0, ns);
+    }
+  }
+
+  // Backprop-input with strides in the spectrum: source channel sc of the item's planes
+  // into their spectra s, each from the transform of its decimated plane (ExpandStuffed),
+  // made in the slot's real planes (one per batched group, or the first for each tile in
+  // turn).
+  void TransformStuffedSource(const Frame& f, const Block& b, int64_t slot, const Item& it,
+                              int64_t sc, int64_t s) const {
+    const Decimation<R>& dec = f.dec;
+    const int64_t runs = it.tiles ? it.nb : 1, planes = it.tiles ? 1 : it.nb;
+    for (int64_t run = 0; run < runs; ++run) {
+      const int64_t tile = it.tile_of(run);
+      const auto [p0_h, p0_w] = TileOrigin(tile);
+      const auto [sig_h, sig_w] = Residues(f, tile);
+      Plane<T> p = SourcePlane(it.image(run), (b.g0 + it.group(run)) * f.scpg + sc);
+      // Dense q = q0 + sig + d m holds plane element (q0 + sig) / d + m: a plane without
+      // stuffing in each decimated dimension.
+      int64_t q0_h = p0_h + f.off_h + t.shift_h, q0_w = p0_w + f.off_w + t.shift_w;
+      if (dec.dh > 1) {
+        q0_h = (q0_h + sig_h) / dec.dh;
+        p.stuff_h = 1;
+      }
+      if (dec.dw > 1) {
+        q0_w = (q0_w + sig_w) / dec.dw;
+        p.stuff_w = 1;
+      }
+      const RowRange data =
+          LoadTiles(f.ws.real(slot), f.real_stride, planes, f.scpg * SourceChannelStride(),
+                    dec.mh(), dec.mw(), dec.pitch(), p, q0_h, q0_w, dec.mh(), dec.mw());
+      R* real = f.ws.real(slot);
+      R2CBatch(real, reinterpret_cast<C*>(real), planes, f.real_stride, f.real_stride / 2, dec.mh(),
+               dec.mw(), dec.pitch(), data);
+      for (int64_t j = 0; j < planes; ++j) {
+        ExpandStuffed(dec, reinterpret_cast<const C*>(real + j * f.real_stride),
+                      Source(f, b, slot, s, run + j), sig_h, sig_w);
+      }
     }
   }
 
@@ -549,26 +776,62 @@ struct Correlation {
     for (int64_t j = 0; j < (it.tiles ? it.nb : 1); ++j) {
       rows = std::max(rows, std::min(t.tile_h, t.dense_h - TileOrigin(it.tile_of(j)).first));
     }
+    // The inverse transforms' size, and the rows of them wanted: with strided outputs in
+    // the spectrum, each accumulator is first folded to the decimated size.
+    const bool folded = OutputsDecimated(f);
+    const int64_t th = folded ? f.dec.mh() : f.fh, tw = folded ? f.dec.mw() : f.fw;
+    int64_t row0 = -t.shift_h;
+    if (folded) {
+      for (int64_t k = 0; k < b.ob; ++k) {
+        for (int64_t j = 0; j < it.nb; ++j) {
+          const auto [rho_h, rho_w] = Residues(f, it.tile_of(j));
+          C* acc = Accumulator(f, b, slot, k, j);
+          C* scratch = reinterpret_cast<C*>(f.ws.real(slot));
+          FoldStrided(f.dec, acc, scratch, rho_h, rho_w);
+          std::copy_n(scratch, th * f.dec.bins_w(), acc);
+        }
+      }
+      // Kept rows r of a tile (from the first, Mod(-p0, dh)) sit at decimated rows from
+      // (r - shift - rho) / dh on; tiles of one item that start elsewhere take them all.
+      row0 = -1;
+      int64_t count = 0;
+      for (int64_t j = 0; j < (it.tiles ? it.nb : 1); ++j) {
+        const int64_t p0_h = TileOrigin(it.tile_of(j)).first;
+        const int64_t first = Mod(-p0_h, f.dec.dh);
+        const int64_t start =
+            (Mod(first - t.shift_h, f.fh) - Residues(f, it.tile_of(j)).first) / f.dec.dh;
+        if (row0 >= 0 && start != row0) count = th;
+        row0 = start;
+        count = std::max(count, CeilDiv(std::max<int64_t>(0, rows - first), f.dec.dh));
+      }
+      if (count >= th) row0 = 0;
+      rows = std::min(count, th);
+    }
     if (InPlace(it)) {  // every destination channel in place, then all stored in one pass
+      const int64_t pitch = folded ? f.dec.pitch() : SpectrumPitch(f);
       for (int64_t k = 0; k < b.ob; ++k) {
         C* spec = Accumulator(f, b, slot, k, 0);
-        C2RBatch(spec, reinterpret_cast<R*>(spec), it.nb, 2 * f.spec_stride, f.spec_stride, f.fh,
-                 f.fw, SpectrumPitch(f), -t.shift_h, rows);
+        C2RBatch(spec, reinterpret_cast<R*>(spec), it.nb, 2 * f.spec_stride, f.spec_stride, th, tw,
+                 pitch, row0, rows);
       }
       for (int64_t j = 0; j < it.nb; ++j) {
-        StorePlanes(f, reinterpret_cast<const R*>(Accumulator(f, b, slot, 0, j)), SpectrumPitch(f),
-                    b.ob, 2 * b.vb * f.spec_stride, f.ds.c, (b.g0 + it.group(j)) * f.dcpg + b.ob0,
+        StorePlanes(f, reinterpret_cast<const R*>(Accumulator(f, b, slot, 0, j)), pitch, b.ob,
+                    2 * b.vb * f.spec_stride, f.ds.c, (b.g0 + it.group(j)) * f.dcpg + b.ob0,
                     it.image(j), it.tile_of(j));
       }
       return;
     }
     for (int64_t k = 0; k < b.ob; ++k) {  // consecutive groups at one tile
       C2RBatch(Accumulator(f, b, slot, k, 0), f.ws.real(slot), it.nb, f.real_stride, f.spec_stride,
-               f.fh, f.fw, f.fw, -t.shift_h, rows);
-      StorePlanes(f, f.ws.real(slot), f.fw, it.nb, f.real_stride, f.dcpg * f.ds.c,
+               th, tw, tw, row0, rows);
+      StorePlanes(f, f.ws.real(slot), tw, it.nb, f.real_stride, f.dcpg * f.ds.c,
                   (b.g0 + it.gi0) * f.dcpg + b.ob0 + k, it.n, it.tile);
     }
   }
+
+  // Whether the forward pass's strided outputs are taken from folded spectra (see
+  // FoldStrided), whose inverse transforms hold only the kept outputs.
+  bool OutputsDecimated(const Frame& f) const { return !backprop_input && f.dec.on(); }
 
   // Stores `planes` inverse-transformed real planes as tile `tile` of image n: plane j is
   // read from in + j * in_stride (rows `pitch` apart) and written to destination channel
@@ -583,16 +846,21 @@ struct Correlation {
     const int64_t ow0 = (p0_w + c0) / f.out_sw;
     const int64_t count = c0 < cols ? (cols - c0 + f.out_sw - 1) / f.out_sw : 0;
     // Output (r, c) sits at transform position (r - shift_h, c - shift_w) modulo the
-    // transform size (the shift is 0 except for a wrap-around single tile).
-    const int64_t col0 = Mod(c0 - t.shift_w, f.fw);
-    const bool no_wrap = col0 + (count - 1) * f.out_sw < f.fw;
+    // transform size (the shift is 0 except for a wrap-around single tile); in a folded
+    // transform, a kept position u at (u - rho) / d, in steps of out_sw / d.
+    const bool folded = OutputsDecimated(f);
+    const int64_t dh = folded ? f.dec.dh : 1, dw = folded ? f.dec.dw : 1;
+    const auto [rho_h, rho_w] = folded ? Residues(f, tile) : std::pair<int64_t, int64_t>{0, 0};
+    const int64_t width = f.fw / dw, step = f.out_sw / dw;
+    const int64_t col0 = (Mod(c0 - t.shift_w, f.fw) - rho_w) / dw;
+    const bool no_wrap = col0 + (count - 1) * step < width;
     T* out = dst + n * f.ds.n + channel0 * f.ds.c;
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t p = p0_h + r;
       if (p % f.out_sh != 0) continue;
       T* orow = out + (p / f.out_sh) * f.ds.h + ow0 * f.ds.w;
-      const R* in = in0 + Mod(r - t.shift_h, f.fh) * pitch;
-      if (no_wrap && planes == 1 && f.out_sw == 1 && f.ds.w == 1) {
+      const R* in = in0 + (Mod(r - t.shift_h, f.fh) - rho_h) / dh * pitch;
+      if (no_wrap && planes == 1 && step == 1 && f.ds.w == 1) {
         for (int64_t q = 0; q < count; ++q) orow[q] = Store<T>(in[col0 + q]);
         continue;
       }
@@ -602,11 +870,11 @@ struct Correlation {
       constexpr int64_t kRun = 64;
       for (int64_t q0 = 0; q0 < count; q0 += kRun) {
         const int64_t q1 = std::min(count, q0 + kRun);
-        const int64_t start = Mod(col0 + q0 * f.out_sw, f.fw);
+        const int64_t start = Mod(col0 + q0 * step, width);
         for (int64_t j = 0; j < planes; ++j) {
           T* o = orow + j * out_stride;
           const R* v = in + j * in_stride;
-          if (no_wrap && f.out_sw == 1) {  // the common case, without the wrap test
+          if (no_wrap && step == 1) {  // the common case, without the wrap test
             const R* vq = v + start - q0;
             for (int64_t q = q0; q < q1; ++q) o[q * f.ds.w] = Store<T>(vq[q]);
             continue;
@@ -614,8 +882,8 @@ struct Correlation {
           int64_t col = start;
           for (int64_t q = q0; q < q1; ++q) {
             o[q * f.ds.w] = Store<T>(v[col]);
-            col += f.out_sw;
-            if (col >= f.fw) col -= f.fw;
+            col += step;
+            if (col >= width) col -= width;
           }
         }
       }
@@ -651,6 +919,29 @@ double TransformCountOf(ConvPass pass, double tiles, int64_t groups, int64_t icp
   return 0;
 }
 
+double FftTransformPoints(const ConvGeometry& g, ConvPass pass, const FftConfig& c) {
+  const FftTiling& t = c.tiling;
+  const double tiles = static_cast<double>(g.batch) * t.tiles_h * t.tiles_w * g.groups;
+  const auto [dh, dw] = PassDecimation(g, pass, c);
+  // The transforms the strides shrink: the forward pass's inverse ones, the stuffed
+  // out_backprop tiles of the two gradients.
+  const double ocpg = g.out_c_per_group();
+  double decimated = 0;
+  switch (pass) {
+    case ConvPass::kForward:
+      decimated = tiles * ocpg;
+      break;
+    case ConvPass::kBackpropInput:
+      decimated = tiles * ocpg * CeilDiv(g.in_c_per_group(), c.out_block);
+      break;
+    case ConvPass::kBackpropFilter:
+      decimated = tiles * ocpg * CeilDiv(g.in_c_per_group(), c.in_block);
+      break;
+  }
+  const double points = static_cast<double>(c.fft_h) * c.fft_w;
+  return FftTransformCount(g, pass, c) * points - decimated * points * (1.0 - 1.0 / (dh * dw));
+}
+
 double FftTransformCount(const ConvGeometry& g, ConvPass pass, const FftConfig& c) {
   const FftTiling& t = c.tiling;
   const double tiles = static_cast<double>(g.batch) * t.tiles_h * t.tiles_w * g.groups;
@@ -679,7 +970,12 @@ void FftBackpropInput(const ConvGeometry& g, const FftConfig& c, const T* filter
 
 // Backprop-filter: dw[k] = sum over images and tiles of x_pad[p + k] dy_z[p], accumulated
 // as spectra per (input, output) channel pair and read out once at the end. A unit of work
-// is in_block x out_block channel pairs of vb groups.
+// is in_block x out_block channel pairs of vb groups. With one group, a unit sweeps the
+// batch's tiles `sweep` (vec_block) at a time: it transforms the sweep's tiles of every
+// channel, then adds their products to the accumulators a chunk of bins at a time, so
+// that each accumulator is read and written once per sweep rather than once per tile
+// (the accumulators of a 16 x 16 unit of 160 x 160 transforms take 26 MB, beyond the
+// cache: their traffic was most of the pass).
 template <typename T>
 struct FilterGradient {
   using R = AccT<T>;
@@ -691,7 +987,9 @@ struct FilterGradient {
   T* filter_backprop;
   Layout l;
   Workspace<R> ws;
-  int64_t icpg, ocpg, vb, real_stride, spec_stride;
+  int64_t icpg, ocpg, vb, sweep, real_stride, spec_stride;
+  // Strides in the spectrum: out_backprop's zero-stuffed tiles from decimated transforms.
+  Decimation<R> dec;
 
   // The pairs of one unit: groups [g0, g0 + nb), input channels [ib0, ib0 + ib) and output
   // channels [ob0, ob0 + ob) of each.
@@ -704,9 +1002,9 @@ struct FilterGradient {
     const int64_t nib = CeilDiv(icpg, c.in_block), nob = CeilDiv(ocpg, c.out_block);
     const double fft_cost =
         5.0 * c.fft_h * c.fft_w * std::log2(static_cast<double>(c.fft_h * c.fft_w) + 2);
-    const double unit_cost =
-        g.batch * t.tiles_h * t.tiles_w *
-        (fft_cost * (c.in_block + c.out_block) + 8.0 * l.bins * c.in_block * c.out_block);
+    const int64_t per_image = t.tiles_h * t.tiles_w, all_tiles = g.batch * per_image;
+    const double unit_cost = all_tiles * (fft_cost * (c.in_block + c.out_block) +
+                                          8.0 * l.bins * c.in_block * c.out_block);
     const int64_t runs = CeilDiv(g.groups, vb);
     RunSlots(pf, c.slots, runs * nib * nob, unit_cost * vb, [&](int64_t slot, int64_t unit) {
       Unit u;
@@ -716,55 +1014,76 @@ struct FilterGradient {
       u.ob0 = unit % nob * c.out_block;
       u.ib = std::min(c.in_block, icpg - u.ib0);
       u.ob = std::min(c.out_block, ocpg - u.ob0);
-      for (int64_t i = 0; i < u.ib; ++i) {
-        for (int64_t k = 0; k < u.ob; ++k) {
-          for (int64_t j = 0; j < u.nb; ++j) {
-            std::fill(Accumulator(u, slot, i, k, j), Accumulator(u, slot, i, k, j) + l.bins, C(0));
-          }
+      for (int64_t first = 0; first < all_tiles; first += sweep) {
+        const int64_t nt = std::min(sweep, all_tiles - first);
+        for (int64_t s = 0; s < nt; ++s) {
+          TransformTile(u, slot, (first + s) / per_image, (first + s) % per_image, s);
         }
-      }
-      for (int64_t n = 0; n < g.batch; ++n) {
-        for (int64_t tile = 0; tile < t.tiles_h * t.tiles_w; ++tile) {
-          AccumulateTile(u, slot, n, tile);
-        }
+        Multiply(u, slot, nt, first == 0);
       }
       StoreFilter(u, slot);
     });
   }
 
-  // Slot spectra: accumulators (i, k, j), then out_backprop (k, j), then input (j).
-  C* Accumulator(const Unit& u, int64_t slot, int64_t i, int64_t k, int64_t j) const {
-    return ws.spectrum(slot, (i * u.ob + k) * vb + j);
+  // Slot spectra: accumulators (i, k, j), then out_backprop (k, s, j), then input
+  // (i, s, j), for pair (i, k), tile s of the sweep and batched group j.
+  C* Accumulator(int64_t slot, int64_t i, int64_t k, int64_t j) const {
+    return ws.spectrum(slot, (i * c.out_block + k) * vb + j);
   }
-  C* GradientSpectra(int64_t slot) const {
-    return ws.spectrum(slot, c.in_block * c.out_block * vb);
+  C* GradientSpectrum(int64_t slot, int64_t k, int64_t s, int64_t j) const {
+    return ws.spectrum(slot, (c.in_block * c.out_block + k * sweep + s) * vb + j);
   }
-  C* InputSpectra(int64_t slot) const {
-    return ws.spectrum(slot, (c.in_block * c.out_block + c.out_block) * vb);
+  C* InputSpectrum(int64_t slot, int64_t i, int64_t s, int64_t j) const {
+    return ws.spectrum(slot, ((c.in_block + sweep) * c.out_block + i * sweep + s) * vb + j);
   }
 
-  // Transforms the unit's out_backprop and input channels over one tile of image n and
-  // accumulates their products.
-  void AccumulateTile(const Unit& u, int64_t slot, int64_t n, int64_t tile) const {
+  // Transforms the unit's out_backprop and input channels over tile `tile` of image n into
+  // the sweep's spectra s.
+  void TransformTile(const Unit& u, int64_t slot, int64_t n, int64_t tile, int64_t s) const {
     const FftTiling& t = c.tiling;
     const int64_t fh = c.fft_h, fw = c.fft_w;
     const int64_t p0_h = tile / t.tiles_w * t.tile_h, p0_w = tile % t.tiles_w * t.tile_w;
     const Strides4 xs = g.input_strides(), ys = g.output_strides();
-    C* dys = GradientSpectra(slot);
-    C* xsp = InputSpectra(slot);
+    const int64_t rows = std::min(t.tile_h, t.dense_h - p0_h);
+    const int64_t cols = std::min(t.tile_w, t.dense_w - p0_w);
+    // Dense p = p0 + u holds data where p % stride == 0: at u = sig + d m in a decimated
+    // dimension, plane element (p0 + sig) / d + m.
+    const int64_t sig_h = Mod(-p0_h, dec.dh), sig_w = Mod(-p0_w, dec.dw);
     for (int64_t k = 0; k < u.ob; ++k) {
-      const Plane<T> dy{out_backprop + n * ys.n + (u.g0 * ocpg + u.ob0 + k) * ys.c,
-                        ys.h,
-                        ys.w,
-                        g.out_h,
-                        g.out_w,
-                        g.stride_h,
-                        g.stride_w};
-      const RowRange data =
-          LoadTiles(ws.real(slot), real_stride, u.nb, ocpg * ys.c, fh, fw, fw, dy, p0_h, p0_w,
-                    std::min(t.tile_h, t.dense_h - p0_h), std::min(t.tile_w, t.dense_w - p0_w));
-      R2CBatch(ws.real(slot), dys + k * vb * spec_stride, u.nb, real_stride, spec_stride, fh, fw,
-               fw, data);
+      Plane<T> dy{out_backprop + n * ys.n + (u.g0 * ocpg + u.ob0 + k) * ys.c,
+                  ys.h,
+                  ys.w,
+                  g.out_h,
+                  g.out_w,
+                  g.stride_h,
+                  g.stride_w};
+      if (!dec.on()) {
+        const RowRange data = LoadTiles(ws.real(slot), real_stride, u.nb, ocpg * ys.c, fh, fw, fw,
+                                        dy, p0_h, p0_w, rows, cols);
+        R2CBatch(ws.real(slot), GradientSpectrum(slot, k, s, 0), u.nb, real_stride, spec_stride, fh,
+                 fw, fw, data);
+        continue;
+      }
+      int64_t q0_h = p0_h, q0_w = p0_w, dense_rows = rows, dense_cols = cols;
+      if (dec.dh > 1) {
+        q0_h = (p0_h + sig_h) / dec.dh;
+        dense_rows = CeilDiv(std::max<int64_t>(0, rows - sig_h), dec.dh);
+        dy.stuff_h = 1;
+      }
+      if (dec.dw > 1) {
+        q0_w = (p0_w + sig_w) / dec.dw;
+        dense_cols = CeilDiv(std::max<int64_t>(0, cols - sig_w), dec.dw);
+        dy.stuff_w = 1;
+      }
+      R* real = ws.real(slot);
+      const RowRange data = LoadTiles(real, real_stride, u.nb, ocpg * ys.c, dec.mh(), dec.mw(),
+                                      dec.pitch(), dy, q0_h, q0_w, dense_rows, dense_cols);
+      R2CBatch(real, reinterpret_cast<C*>(real), u.nb, real_stride, real_stride / 2, dec.mh(),
+               dec.mw(), dec.pitch(), data);
+      for (int64_t j = 0; j < u.nb; ++j) {
+        ExpandStuffed(dec, reinterpret_cast<const C*>(real + j * real_stride),
+                      GradientSpectrum(slot, k, s, j), sig_h, sig_w);
+      }
     }
     for (int64_t i = 0; i < u.ib; ++i) {
       const Plane<T> x{
@@ -772,11 +1091,34 @@ struct FilterGradient {
       const RowRange data =
           LoadTiles(ws.real(slot), real_stride, u.nb, icpg * xs.c, fh, fw, fw, x,
                     p0_h - g.pad_top + t.shift_h, p0_w - g.pad_left + t.shift_w, fh, fw);
-      R2CBatch(ws.real(slot), xsp, u.nb, real_stride, spec_stride, fh, fw, fw, data);
-      for (int64_t j = 0; j < u.nb; ++j) {
-        for (int64_t k = 0; k < u.ob; ++k) {
-          MacConj(Accumulator(u, slot, i, k, j), xsp + j * spec_stride,
-                  dys + (k * vb + j) * spec_stride, l.bins);
+      R2CBatch(ws.real(slot), InputSpectrum(slot, i, s, 0), u.nb, real_stride, spec_stride, fh, fw,
+               fw, data);
+    }
+  }
+
+  // Adds the products of the sweep's nt tiles to the accumulators (sets them, on the first
+  // sweep): a chunk of bins at a time, so that the chunk's spectra of every channel and
+  // tile stay in cache while each accumulator chunk is read and written once, held in
+  // registers across the tiles (MacSweep: tile by tile, so any sweep length gives the
+  // same sums).
+  void Multiply(const Unit& u, int64_t slot, int64_t nt, bool assign) const {
+    // Chunks whose spectra (every channel of every tile) fill about half of L2.
+    constexpr int64_t kChunkBytes = 256 << 10;
+    const int64_t chunk = std::clamp<int64_t>(
+        kChunkBytes / ((u.ib + u.ob) * nt * int64_t{sizeof(C)}) / 8 * 8, 16, 1024);
+    const int64_t ss = spec_stride;
+    for (int64_t j = 0; j < u.nb; ++j) {
+      const Spectra<R> dys{GradientSpectrum(slot, 0, 0, j), sweep * vb * ss, vb * ss};
+      for (int64_t i0 = 0; i0 < l.bins; i0 += chunk) {
+        const int64_t i1 = std::min(l.bins, i0 + chunk);
+        for (int64_t i = 0; i < u.ib; ++i) {
+          // Two output channels at a time along the chunk: a few streams, each read in runs.
+          for (int64_t k = 0; k < u.ob; k += 2) {
+            MacSweep<R>(i0, i1, nt, std::min<int64_t>(2, u.ob - k),
+                        {Accumulator(slot, i, k, j), vb * ss, 0},
+                        {InputSpectrum(slot, i, 0, j), 0, vb * ss},
+                        {dys.at(k, 0), dys.o_stride, dys.s_stride}, assign);
+          }
         }
       }
     }
@@ -789,8 +1131,8 @@ struct FilterGradient {
     const R scale = R(1) / static_cast<R>(fh * fw);  // applied on the final read-out
     for (int64_t i = 0; i < u.ib; ++i) {
       for (int64_t k = 0; k < u.ob; ++k) {
-        C2RBatch(Accumulator(u, slot, i, k, 0), ws.real(slot), u.nb, real_stride, spec_stride, fh,
-                 fw, fw, -t.shift_h, DilatedExtent(g.filter_h, g.dilation_h));
+        C2RBatch(Accumulator(slot, i, k, 0), ws.real(slot), u.nb, real_stride, spec_stride, fh, fw,
+                 fw, -t.shift_h, DilatedExtent(g.filter_h, g.dilation_h));
         for (int64_t j = 0; j < u.nb; ++j) {
           const R* real = ws.real(slot, j);
           const int64_t grp = u.g0 + j;
@@ -817,10 +1159,13 @@ void FftBackpropFilter(const ConvGeometry& g, const FftConfig& c, const T* input
   if (g.filter_elements() == 0) return;
   const Layout l = MakeLayout(g, ConvPass::kBackpropFilter, c, sizeof(R));
   const int64_t icpg = g.in_c_per_group(), ocpg = g.out_c_per_group();
-  // Whole groups per unit (depthwise and other many-group cases) are taken vec_block at a
-  // time, transformed in batched calls and loaded channel-innermost.
+  // With one group, vec_block tiles per sweep; whole groups per unit (depthwise and other
+  // many-group cases) are taken vec_block at a time, transformed in batched calls and
+  // loaded channel-innermost.
+  const bool tiles = BatchesTiles(g, c);
   const bool whole = c.in_block >= icpg && c.out_block >= ocpg;
-  const int64_t vb = whole ? std::max<int64_t>(1, std::min(c.vec_block, g.groups)) : 1;
+  const int64_t vb = !tiles && whole ? std::max<int64_t>(1, std::min(c.vec_block, g.groups)) : 1;
+  const int64_t sweep = tiles ? c.vec_block : 1;
   const FilterGradient<T> job{g,
                               c,
                               input,
@@ -831,8 +1176,10 @@ void FftBackpropFilter(const ConvGeometry& g, const FftConfig& c, const T* input
                               icpg,
                               ocpg,
                               vb,
+                              sweep,
                               static_cast<int64_t>(l.plane_bytes / sizeof(R)),
-                              static_cast<int64_t>(l.spectrum_bytes / sizeof(C))};
+                              static_cast<int64_t>(l.spectrum_bytes / sizeof(C)),
+                              MakeDecimation<R>(g, ConvPass::kBackpropFilter, c, -1)};
   job.Run(pf);
 }
 

@@ -9,6 +9,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cc/core/geometry.h"
@@ -48,7 +49,10 @@ bool MakeFftTiling(const ConvGeometry& g, ConvPass pass, int64_t fft_h, int64_t 
 // the planner counts (2-D passes run tiles where a block's filter spectra outgrow the
 // cache).
 //  backprop-filter: a work unit accumulates in_block x out_block (input, output) channel
-//                   pairs of filter gradient spectra.
+//                   pairs of filter gradient spectra; vec_block = groups a unit takes at once
+//                   (whole groups), or with one group, the tiles of a sweep: the unit
+//                   transforms vec_block tiles of its channels, then adds their products to
+//                   the accumulators, which are read and written once per sweep.
 // slots = workers that run at once, each with its own buffers.
 struct FftConfig {
   int64_t fft_h = 0, fft_w = 0;
@@ -82,14 +86,18 @@ Status FftUnavailable(int64_t limit, int64_t min_bytes, ConvPass pass);
 // f16 and bf16, which compute in float; 8 for double).
 int64_t FftWorkspaceBytes(const ConvGeometry& g, ConvPass pass, const FftConfig& c, int real_bytes);
 
-// Whether a forward or backprop-input configuration batches tiles (not groups) per
-// transform call: one group and vec_block > 1 (see FftConfig).
+// Whether a configuration batches tiles (not groups): one group and vec_block > 1 (see
+// FftConfig).
 inline bool BatchesTiles(const ConvGeometry& g, const FftConfig& c) {
   return g.groups == 1 && c.vec_block > 1;
 }
 
 // Number of real transforms (each fft_h x fft_w) a pass performs; the planner's cost model.
 double FftTransformCount(const ConvGeometry& g, ConvPass pass, const FftConfig& c);
+// Their points: those of FftTransformCount's, less what strides take out of the transforms
+// of zero-stuffed tiles and strided outputs, which shrink by the stride in each dimension
+// whose side it divides (fft.cc, PassDecimation).
+double FftTransformPoints(const ConvGeometry& g, ConvPass pass, const FftConfig& c);
 
 // The count both dimensionalities share: `tiles` (images x tiles x groups) each transform a
 // block's source channels and inverse its destination channels, and every channel pair's

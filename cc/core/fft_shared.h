@@ -170,6 +170,19 @@ struct AvxLanes<double> {
   static V NegIm(V v) { return _mm256_xor_pd(v, _mm256_set_pd(-0.0, 0.0, -0.0, 0.0)); }
 };
 
+// kU registers of shared values from y: each value's real and imaginary part broadcast to
+// both halves of its complex value.
+template <typename R, int kU>
+__attribute__((always_inline)) inline void BroadcastParts(const R* y, typename AvxLanes<R>::V* yr,
+                                                          typename AvxLanes<R>::V* yi) {
+  using L = AvxLanes<R>;
+  for (int u = 0; u < kU; ++u) {
+    const typename L::V yv = L::Load(y + u * 2 * L::kComplex);
+    yr[u] = L::DupRe(yv);
+    yi[u] = L::DupIm(yv);
+  }
+}
+
 // kOuts outputs x kU registers of bins starting at bin i, summed over the ns sources.
 // Inlined, like MacSources: the 2-D passes call them a chunk of eight bins at a time, where
 // a call's overhead was measured at half the work with one source and three outputs.
@@ -186,13 +199,8 @@ __attribute__((always_inline)) inline void MacRegisterBlock(int64_t i, int64_t n
     for (int u = 0; u < kU; ++u) re[o][u] = im[o][u] = L::Zero();
   }
   for (int64_t s = 0; s < ns; ++s) {
-    const R* y = reinterpret_cast<const R*>(shared.at(0, s) + i);
     V yr[kU], yi[kU];
-    for (int u = 0; u < kU; ++u) {
-      const V yv = L::Load(y + u * kReals);
-      yr[u] = L::DupRe(yv);
-      yi[u] = L::DupIm(yv);
-    }
+    BroadcastParts<R, kU>(reinterpret_cast<const R*>(shared.at(0, s) + i), yr, yi);
     for (int o = 0; o < kOuts; ++o) {
       const R* x = reinterpret_cast<const R*>(per.at(o0 + o, s) + i);
       for (int u = 0; u < kU; ++u) {
@@ -234,6 +242,65 @@ __attribute__((always_inline)) inline void MacSources(int64_t i0, int64_t i1, in
   }
 #endif
   MacScalar<R, kConjPer>(i, i1, ns, 0, outs, acc, shared, per, assign);
+}
+
+// acc(o) += shared(s) * conj(per(o, s)) over bins [i0, i1), for s = 0, 1, ... in turn: each
+// product is rounded and added to the output on its own, so the result does not depend
+// on how many sources one call takes (the filter gradient's sweeps of tiles, whose length
+// follows the thread count, give the same bits as one tile at a time). With `assign`, the
+// outputs start from zero. Register blocks as MacSources'.
+template <typename R>
+void MacSweep(int64_t i0, int64_t i1, int64_t ns, int64_t outs, const Spectra<R>& acc,
+              const Spectra<R>& shared, const Spectra<R>& per, bool assign) {
+  int64_t i = i0;
+#ifdef __AVX__
+  using L = AvxLanes<R>;
+  using V = typename L::V;
+  constexpr int kU = 2;
+  constexpr int kReals = 2 * L::kComplex;
+  constexpr int64_t kStep = kU * L::kComplex;
+  for (; i + kStep <= i1; i += kStep) {
+    for (int64_t o0 = 0; o0 < outs; o0 += 2) {
+      const int n_out = outs - o0 >= 2 ? 2 : 1;
+      V a[2][kU];
+      for (int o = 0; o < n_out; ++o) {
+        const R* out = reinterpret_cast<const R*>(acc.at(o0 + o, 0) + i);
+        for (int u = 0; u < kU; ++u) a[o][u] = assign ? L::Zero() : L::Load(out + u * kReals);
+      }
+      for (int64_t s = 0; s < ns; ++s) {
+        V yr[kU], yi[kU];
+        BroadcastParts<R, kU>(reinterpret_cast<const R*>(shared.at(0, s) + i), yr, yi);
+        for (int o = 0; o < n_out; ++o) {
+          const R* x = reinterpret_cast<const R*>(per.at(o0 + o, s) + i);
+          for (int u = 0; u < kU; ++u) {
+            const V xv = L::Load(x + u * kReals);
+            // y * conj(x) = (xr yr + xi yi, xr yi - xi yr), as MacRegisterBlock's kConjPer.
+            a[o][u] =
+                L::Add(a[o][u], L::Add(L::NegIm(L::Mul(xv, yr[u])), L::Swap(L::Mul(xv, yi[u]))));
+          }
+        }
+      }
+      for (int o = 0; o < n_out; ++o) {
+        R* out = reinterpret_cast<R*>(acc.at(o0 + o, 0) + i);
+        for (int u = 0; u < kU; ++u) L::Store(out + u * kReals, a[o][u]);
+      }
+    }
+  }
+#endif
+  for (int64_t o = 0; o < outs; ++o) {
+    R* out = reinterpret_cast<R*>(acc.at(o, 0));
+    for (int64_t k = i; k < i1; ++k) {
+      R re = assign ? R(0) : out[2 * k], im = assign ? R(0) : out[2 * k + 1];
+      for (int64_t s = 0; s < ns; ++s) {
+        const R* y = reinterpret_cast<const R*>(shared.at(0, s) + k);
+        const R* x = reinterpret_cast<const R*>(per.at(o, s) + k);
+        re += x[0] * y[0] + x[1] * y[1];
+        im += x[0] * y[1] - x[1] * y[0];
+      }
+      out[2 * k] = re;
+      out[2 * k + 1] = im;
+    }
+  }
 }
 
 }  // namespace largeconv

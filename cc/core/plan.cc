@@ -121,10 +121,21 @@ FftWork CountFftWork(const ConvGeometry& g, ConvPass pass, const FftConfig& c) {
   const double tiles = static_cast<double>(g.batch) * t.tiles_h * t.tiles_w * g.groups;
   FftWork w;
   w.transforms = FftTransformCount(g, pass, c);
-  w.transform_points = w.transforms * c.fft_h * c.fft_w;
+  w.transform_points = FftTransformPoints(g, pass, c);
   w.complex_macs = tiles * bins * g.in_c_per_group() * g.out_c_per_group();
   w.filter_reads = w.complex_macs;
-  if (!WritesFilter(pass) && BatchesTiles(g, c)) {
+  if (WritesFilter(pass)) {
+    // The accumulators' traffic: each is read and written once per sweep of tiles, which
+    // beyond what stays in cache costs two reads per multiply-add of the sweep's first
+    // tile (1 thread, 160x160 transforms, 16 x 32 pairs a unit: 0.9-1.0 ns a multiply-add
+    // one tile at a time).
+    const bool sweeps = BatchesTiles(g, c);
+    const double groups = sweeps ? 1 : std::max<int64_t>(1, c.vec_block);
+    const double held = bins * c.in_block * c.out_block * groups;
+    const double missed = std::max(0.0, 1.0 - kCachedFilterValues / held);
+    const double sweep = sweeps ? c.vec_block : 1;
+    w.filter_reads *= 1.0 - missed + 2.0 * missed / sweep;
+  } else if (BatchesTiles(g, c)) {
     const double missed = std::max(0.0, 1.0 - kCachedFilterValues / FilterBlockValues(g, pass, c));
     w.filter_reads *= 1.0 - missed + missed / c.vec_block;
   }
@@ -234,6 +245,10 @@ int64_t LargestFitting(int64_t hi, int64_t* field, const Fits& fits) {
   return lo;
 }
 
+// Tiles per sweep of the filter pass (with one group) the planner tries: the accumulators
+// are read and written once per sweep, so eight take their traffic to an eighth.
+constexpr int64_t kFilterSweeps[] = {8, 4, 2};
+
 // The filter pass's block configurations for `threads` units of work, largest first:
 // calls visit(config) for each until it returns true. Many groups keep the threads busy
 // with whole groups per unit, batched (vec_block halving); otherwise enough (input,
@@ -258,7 +273,21 @@ void ForEachFilterBlocks(const ConvGeometry& g, int64_t threads, FftConfig c, co
   c.out_block = CeilDiv(ocpg, std::min(ocpg, want));
   const int64_t co_units = CeilDiv(ocpg, c.out_block);
   c.in_block = CeilDiv(icpg, std::min(icpg, std::max<int64_t>(1, want / co_units)));
-  while (!visit(c) && (c.in_block > 1 || c.out_block > 1)) {
+  // With one group, each block also with sweeps of several tiles (vec_block, longest
+  // first), then one tile at a time.
+  const int64_t tiles = g.batch * c.tiling.tiles_h * c.tiling.tiles_w;
+  const auto visit_sweeps = [&](FftConfig& b) {
+    if (g.groups == 1) {
+      for (const int64_t sweep : kFilterSweeps) {
+        if (sweep > tiles) continue;
+        b.vec_block = sweep;
+        if (visit(b)) return true;
+      }
+    }
+    b.vec_block = 1;
+    return visit(b);
+  };
+  while (!visit_sweeps(c) && (c.in_block > 1 || c.out_block > 1)) {
     if (c.in_block >= c.out_block) {
       c.in_block = CeilDiv(c.in_block, 2);
     } else {
@@ -475,6 +504,18 @@ double Fft3dSearchCost(Cpu3dProblem& pb, Pass3dPlan*) {
   return pb.fft.cost;
 }
 
+// The blocks FftFinish gives `slots` slots: for the 2-D filter pass the cheapest of its
+// ladder that fit (its sweeps of tiles trade transforms against accumulator traffic, which
+// the largest blocks would not weigh), otherwise the largest that fit.
+bool FinishBlocks(const CpuProblem& pb, int64_t slots, FftConfig* c) {
+  const auto cost = [&](const FftConfig& trial) { return ReferenceCost(pb.g, pb.pass, trial); };
+  return FitBlocks(pb.g, pb.pass, pb.limit, pb.req.real_bytes, slots, c,
+                   WritesFilter(pb.pass) ? cost : std::function<double(const FftConfig&)>());
+}
+bool FinishBlocks(const Cpu3dProblem& pb, int64_t slots, Fft3dConfig* c) {
+  return FitBlocks(pb.g, pb.pass, pb.limit, pb.req.real_bytes, slots, c);
+}
+
 template <class Pb>
 int64_t FftBytes(const Pb& pb, const typename Pb::Plan&) {
   return FftWorkspaceBytes(pb.g, pb.pass, pb.fft.config, pb.req.real_bytes);
@@ -490,7 +531,7 @@ Status FftFinish(Pb& pb, typename Pb::Plan* p) {
   for (int64_t slots = pb.threads; slots >= 1; --slots) {
     auto trial = best;
     trial.slots = slots;
-    if (!FitBlocks(g, pb.pass, pb.limit, pb.req.real_bytes, slots, &trial)) continue;
+    if (!FinishBlocks(pb, slots, &trial)) continue;
     trial.slots = std::max<int64_t>(1, std::min(slots, ParallelItems(g, pb.pass, trial)));
     c = trial;
     break;
