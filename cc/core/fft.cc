@@ -792,19 +792,22 @@ struct Correlation {
         }
       }
       // Kept rows r of a tile (from the first, Mod(-p0, dh)) sit at decimated rows from
-      // (r - shift - rho) / dh on; tiles of one item that start elsewhere take them all.
-      row0 = -1;
+      // (r - shift - rho) / dh on; an item whose tiles start on different rows takes all.
       int64_t count = 0;
+      bool same_start = true;
       for (int64_t j = 0; j < (it.tiles ? it.nb : 1); ++j) {
         const int64_t p0_h = TileOrigin(it.tile_of(j)).first;
         const int64_t first = Mod(-p0_h, f.dec.dh);
         const int64_t start =
             (Mod(first - t.shift_h, f.fh) - Residues(f, it.tile_of(j)).first) / f.dec.dh;
-        if (row0 >= 0 && start != row0) count = th;
+        same_start = same_start && (j == 0 || start == row0);
         row0 = start;
         count = std::max(count, CeilDiv(std::max<int64_t>(0, rows - first), f.dec.dh));
       }
-      if (count >= th) row0 = 0;
+      if (!same_start) {
+        row0 = 0;
+        count = th;
+      }
       rows = std::min(count, th);
     }
     if (InPlace(it)) {  // every destination channel in place, then all stored in one pass
@@ -899,47 +902,36 @@ int64_t FftWorkspaceBytes(const ConvGeometry& g, ConvPass pass, const FftConfig&
 }
 
 double TransformCountOf(ConvPass pass, double tiles, int64_t groups, int64_t icpg_count,
-                        int64_t ocpg_count, int64_t in_block, int64_t out_block) {
+                        int64_t ocpg_count, int64_t in_block, int64_t out_block, double strided) {
   const double icpg = icpg_count, ocpg = ocpg_count;
   switch (pass) {
     case ConvPass::kForward: {
       const double blocks = CeilDiv(ocpg_count, out_block);
-      return groups * icpg * ocpg + tiles * (icpg * blocks + ocpg);
+      return groups * icpg * ocpg + tiles * (icpg * blocks + ocpg * strided);
     }
     case ConvPass::kBackpropInput: {
       const double blocks = CeilDiv(icpg_count, out_block);
-      return groups * icpg * ocpg + tiles * (ocpg * blocks + icpg);
+      return groups * icpg * ocpg + tiles * (ocpg * blocks * strided + icpg);
     }
     case ConvPass::kBackpropFilter: {
       const double ib = CeilDiv(icpg_count, in_block);
       const double ob = CeilDiv(ocpg_count, out_block);
-      return tiles * (icpg * ob + ocpg * ib) + groups * icpg * ocpg;
+      return tiles * (icpg * ob + ocpg * ib * strided) + groups * icpg * ocpg;
     }
   }
   return 0;
 }
 
+// Both count the pass's transforms with TransformCountOf: the points weigh the strided
+// ones (the forward pass's inverse transforms, the gradients' stuffed out_backprop tiles)
+// at their decimated share.
 double FftTransformPoints(const ConvGeometry& g, ConvPass pass, const FftConfig& c) {
   const FftTiling& t = c.tiling;
   const double tiles = static_cast<double>(g.batch) * t.tiles_h * t.tiles_w * g.groups;
   const auto [dh, dw] = PassDecimation(g, pass, c);
-  // The transforms the strides shrink: the forward pass's inverse ones, the stuffed
-  // out_backprop tiles of the two gradients.
-  const double ocpg = g.out_c_per_group();
-  double decimated = 0;
-  switch (pass) {
-    case ConvPass::kForward:
-      decimated = tiles * ocpg;
-      break;
-    case ConvPass::kBackpropInput:
-      decimated = tiles * ocpg * CeilDiv(g.in_c_per_group(), c.out_block);
-      break;
-    case ConvPass::kBackpropFilter:
-      decimated = tiles * ocpg * CeilDiv(g.in_c_per_group(), c.in_block);
-      break;
-  }
-  const double points = static_cast<double>(c.fft_h) * c.fft_w;
-  return FftTransformCount(g, pass, c) * points - decimated * points * (1.0 - 1.0 / (dh * dw));
+  return TransformCountOf(pass, tiles, g.groups, g.in_c_per_group(), g.out_c_per_group(),
+                          c.in_block, c.out_block, 1.0 / static_cast<double>(dh * dw)) *
+         static_cast<double>(c.fft_h) * c.fft_w;
 }
 
 double FftTransformCount(const ConvGeometry& g, ConvPass pass, const FftConfig& c) {

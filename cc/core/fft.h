@@ -102,9 +102,11 @@ double FftTransformPoints(const ConvGeometry& g, ConvPass pass, const FftConfig&
 // The count both dimensionalities share: `tiles` (images x tiles x groups) each transform a
 // block's source channels and inverse its destination channels, and every channel pair's
 // filter is transformed once (forward, backprop-input: out_block destination channels at
-// a time; backprop-filter: in_block x out_block pairs at a time).
+// a time; backprop-filter: in_block x out_block pairs at a time). The transforms of
+// out_backprop (the gradients') or of the output (forward) count `strided` each (a share
+// of a full transform's points; 1 for a count of transforms).
 double TransformCountOf(ConvPass pass, double tiles, int64_t groups, int64_t icpg, int64_t ocpg,
-                        int64_t in_block, int64_t out_block);
+                        int64_t in_block, int64_t out_block, double strided = 1.0);
 
 // Runs `pass` by overlap-save transforms as `c` cuts it up (operands in the pass's order,
 // as DirectPass takes them). `workspace` must hold FftWorkspaceBytes(g, pass, c,

@@ -504,13 +504,12 @@ double Fft3dSearchCost(Cpu3dProblem& pb, Pass3dPlan*) {
   return pb.fft.cost;
 }
 
-// The blocks FftFinish gives `slots` slots: for the 2-D filter pass the cheapest of its
-// ladder that fit (its sweeps of tiles trade transforms against accumulator traffic, which
-// the largest blocks would not weigh), otherwise the largest that fit.
+// The blocks FftFinish gives `slots` slots, priced as the search prices them (FitBlocks
+// weighs the 2-D filter pass's ladder, whose sweeps of tiles trade transforms against
+// accumulator traffic; the other passes take the largest blocks that fit).
 bool FinishBlocks(const CpuProblem& pb, int64_t slots, FftConfig* c) {
   const auto cost = [&](const FftConfig& trial) { return ReferenceCost(pb.g, pb.pass, trial); };
-  return FitBlocks(pb.g, pb.pass, pb.limit, pb.req.real_bytes, slots, c,
-                   WritesFilter(pb.pass) ? cost : std::function<double(const FftConfig&)>());
+  return FitBlocks(pb.g, pb.pass, pb.limit, pb.req.real_bytes, slots, c, cost);
 }
 bool FinishBlocks(const Cpu3dProblem& pb, int64_t slots, Fft3dConfig* c) {
   return FitBlocks(pb.g, pb.pass, pb.limit, pb.req.real_bytes, slots, c);
