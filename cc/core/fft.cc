@@ -241,6 +241,26 @@ void ExpandStuffed(const Decimation<R>& dec, const std::complex<R>* d, std::comp
   }
 }
 
+// The spectra x + j * x_stride (j < planes) of zero-stuffed tiles whose decimated planes
+// were loaded into their first reals (rows dec.pitch() apart, `data` the rows holding
+// data), with data at residues (sig_h, sig_w): the planes are transformed in place in one
+// batch, then each decimated spectrum, copied to `scratch` (room for one), expanded over
+// its own spectrum. A decimated plane in place takes no more reals than a full spectrum
+// (DecimationFactors' condition), so channels loaded together fit their own spectra.
+template <typename R>
+void TransformStuffedInPlace(const Decimation<R>& dec, std::complex<R>* x, int64_t planes,
+                             int64_t x_stride, RowRange data, R* scratch, int64_t sig_h,
+                             int64_t sig_w) {
+  using C = std::complex<R>;
+  R2CBatch(reinterpret_cast<const R*>(x), x, planes, 2 * x_stride, x_stride, dec.mh(), dec.mw(),
+           dec.pitch(), data);
+  C* small = reinterpret_cast<C*>(scratch);
+  for (int64_t j = 0; j < planes; ++j) {
+    std::copy_n(x + j * x_stride, dec.mh() * dec.bins_w(), small);
+    ExpandStuffed(dec, small, x + j * x_stride, sig_h, sig_w);
+  }
+}
+
 // z (the decimated half spectrum, rows dec.bins_w() apart): y (fh x (fw / 2 + 1)) folded so
 // that its inverse of (fh / dh) x (fw / dw) is y's inverse at positions
 // (rho_h + dh m, rho_w + dw n).
@@ -678,7 +698,7 @@ struct Correlation {
     for (int64_t sc0 = 0; sc0 < f.scpg; sc0 += b.sb) {
       const int64_t ns = std::min(b.sb, f.scpg - sc0);
       if (backprop_input && f.dec.on()) {
-        for (int64_t s = 0; s < ns; ++s) TransformStuffedSource(f, b, slot, it, sc0 + s, s);
+        TransformStuffedSources(f, b, slot, it, sc0, ns);
       } else if (InPlace(it)) {
         const RowRange data = LoadSourcesInPlace(f, b, slot, it, sc0, ns);
         for (int64_t s = 0; s < ns; ++s) {
@@ -697,39 +717,51 @@ struct Correlation {
     }
   }
 
-  // Backprop-input with strides in the spectrum: source channel sc of the item's planes
-  // into their spectra s, each from the transform of its decimated plane (ExpandStuffed),
-  // made in the slot's real planes (one per batched group, or the first for each tile in
-  // turn).
-  void TransformStuffedSource(const Frame& f, const Block& b, int64_t slot, const Item& it,
-                              int64_t sc, int64_t s) const {
+  // Backprop-input with strides in the spectrum: source channels [sc0, sc0 + ns) of the
+  // item's planes into their spectra, each from the transform of its decimated plane
+  // (ExpandStuffed). InPlace items load each tile's channels in one pass over the source
+  // into their own spectra (TransformStuffedInPlace); batched groups go one channel at a
+  // time through the slot's real planes.
+  void TransformStuffedSources(const Frame& f, const Block& b, int64_t slot, const Item& it,
+                               int64_t sc0, int64_t ns) const {
     const Decimation<R>& dec = f.dec;
+    const bool in_place = InPlace(it);
     const int64_t runs = it.tiles ? it.nb : 1, planes = it.tiles ? 1 : it.nb;
     for (int64_t run = 0; run < runs; ++run) {
       const int64_t tile = it.tile_of(run);
       const auto [p0_h, p0_w] = TileOrigin(tile);
       const auto [sig_h, sig_w] = Residues(f, tile);
-      Plane<T> p = SourcePlane(it.image(run), (b.g0 + it.group(run)) * f.scpg + sc);
       // Dense q = q0 + sig + d m holds plane element (q0 + sig) / d + m: a plane without
       // stuffing in each decimated dimension.
       int64_t q0_h = p0_h + f.off_h + t.shift_h, q0_w = p0_w + f.off_w + t.shift_w;
-      if (dec.dh > 1) {
-        q0_h = (q0_h + sig_h) / dec.dh;
-        p.stuff_h = 1;
+      if (dec.dh > 1) q0_h = (q0_h + sig_h) / dec.dh;
+      if (dec.dw > 1) q0_w = (q0_w + sig_w) / dec.dw;
+      auto plane = [&](int64_t sc) {
+        Plane<T> p = SourcePlane(it.image(run), (b.g0 + it.group(run)) * f.scpg + sc);
+        if (dec.dh > 1) p.stuff_h = 1;
+        if (dec.dw > 1) p.stuff_w = 1;
+        return p;
+      };
+      if (in_place) {
+        C* first = Source(f, b, slot, 0, run);
+        const int64_t stride = b.vb * f.spec_stride;  // between source channels
+        const RowRange data =
+            LoadTiles(reinterpret_cast<R*>(first), 2 * stride, ns, SourceChannelStride(), dec.mh(),
+                      dec.mw(), dec.pitch(), plane(sc0), q0_h, q0_w, dec.mh(), dec.mw());
+        TransformStuffedInPlace(dec, first, ns, stride, data, f.ws.real(slot), sig_h, sig_w);
+        continue;
       }
-      if (dec.dw > 1) {
-        q0_w = (q0_w + sig_w) / dec.dw;
-        p.stuff_w = 1;
-      }
-      const RowRange data =
-          LoadTiles(f.ws.real(slot), f.real_stride, planes, f.scpg * SourceChannelStride(),
-                    dec.mh(), dec.mw(), dec.pitch(), p, q0_h, q0_w, dec.mh(), dec.mw());
-      R* real = f.ws.real(slot);
-      R2CBatch(real, reinterpret_cast<C*>(real), planes, f.real_stride, f.real_stride / 2, dec.mh(),
-               dec.mw(), dec.pitch(), data);
-      for (int64_t j = 0; j < planes; ++j) {
-        ExpandStuffed(dec, reinterpret_cast<const C*>(real + j * f.real_stride),
-                      Source(f, b, slot, s, run + j), sig_h, sig_w);
+      for (int64_t s = 0; s < ns; ++s) {
+        R* real = f.ws.real(slot);
+        const RowRange data =
+            LoadTiles(real, f.real_stride, planes, f.scpg * SourceChannelStride(), dec.mh(),
+                      dec.mw(), dec.pitch(), plane(sc0 + s), q0_h, q0_w, dec.mh(), dec.mw());
+        R2CBatch(real, reinterpret_cast<C*>(real), planes, f.real_stride, f.real_stride / 2,
+                 dec.mh(), dec.mw(), dec.pitch(), data);
+        for (int64_t j = 0; j < planes; ++j) {
+          ExpandStuffed(dec, reinterpret_cast<const C*>(real + j * f.real_stride),
+                        Source(f, b, slot, s, run + j), sig_h, sig_w);
+        }
       }
     }
   }
@@ -1030,7 +1062,10 @@ struct FilterGradient {
   }
 
   // Transforms the unit's out_backprop and input channels over tile `tile` of image n into
-  // the sweep's spectra s.
+  // the sweep's spectra s. With one group in the unit, each operand's channels are loaded
+  // in one pass over the tile (NHWC reads whole runs of channels) into their own spectra
+  // and transformed in place; batched groups go one channel at a time through the slot's
+  // real planes.
   void TransformTile(const Unit& u, int64_t slot, int64_t n, int64_t tile, int64_t s) const {
     const FftTiling& t = c.tiling;
     const int64_t fh = c.fft_h, fw = c.fft_w;
@@ -1038,51 +1073,92 @@ struct FilterGradient {
     const Strides4 xs = g.input_strides(), ys = g.output_strides();
     const int64_t rows = std::min(t.tile_h, t.dense_h - p0_h);
     const int64_t cols = std::min(t.tile_w, t.dense_w - p0_w);
+    const bool in_place = u.nb == 1;
+    // Reals between the rows of a spectrum read as a real plane (in place).
+    const int64_t spectrum_pitch = 2 * (fw / 2 + 1);
+    // Spectra between consecutive channels of one operand (the same for both).
+    const int64_t channel_stride = sweep * vb * spec_stride;
     // Dense p = p0 + u holds data where p % stride == 0: at u = sig + d m in a decimated
     // dimension, plane element (p0 + sig) / d + m.
     const int64_t sig_h = Mod(-p0_h, dec.dh), sig_w = Mod(-p0_w, dec.dw);
-    for (int64_t k = 0; k < u.ob; ++k) {
-      Plane<T> dy{out_backprop + n * ys.n + (u.g0 * ocpg + u.ob0 + k) * ys.c,
-                  ys.h,
-                  ys.w,
-                  g.out_h,
-                  g.out_w,
-                  g.stride_h,
-                  g.stride_w};
-      if (!dec.on()) {
-        const RowRange data = LoadTiles(ws.real(slot), real_stride, u.nb, ocpg * ys.c, fh, fw, fw,
-                                        dy, p0_h, p0_w, rows, cols);
-        R2CBatch(ws.real(slot), GradientSpectrum(slot, k, s, 0), u.nb, real_stride, spec_stride, fh,
-                 fw, fw, data);
-        continue;
+    auto dy_plane = [&](int64_t k) {
+      return Plane<T>{out_backprop + n * ys.n + (u.g0 * ocpg + u.ob0 + k) * ys.c,
+                      ys.h,
+                      ys.w,
+                      g.out_h,
+                      g.out_w,
+                      g.stride_h,
+                      g.stride_w};
+    };
+    if (!dec.on()) {
+      if (in_place) {
+        R* first = reinterpret_cast<R*>(GradientSpectrum(slot, 0, s, 0));
+        const RowRange data = LoadTiles(first, 2 * channel_stride, u.ob, ys.c, fh, fw,
+                                        spectrum_pitch, dy_plane(0), p0_h, p0_w, rows, cols);
+        R2CBatch(first, GradientSpectrum(slot, 0, s, 0), u.ob, 2 * channel_stride, channel_stride,
+                 fh, fw, spectrum_pitch, data);
+      } else {
+        for (int64_t k = 0; k < u.ob; ++k) {
+          const RowRange data = LoadTiles(ws.real(slot), real_stride, u.nb, ocpg * ys.c, fh, fw, fw,
+                                          dy_plane(k), p0_h, p0_w, rows, cols);
+          R2CBatch(ws.real(slot), GradientSpectrum(slot, k, s, 0), u.nb, real_stride, spec_stride,
+                   fh, fw, fw, data);
+        }
       }
+    } else {
       int64_t q0_h = p0_h, q0_w = p0_w, dense_rows = rows, dense_cols = cols;
       if (dec.dh > 1) {
         q0_h = (p0_h + sig_h) / dec.dh;
         dense_rows = CeilDiv(std::max<int64_t>(0, rows - sig_h), dec.dh);
-        dy.stuff_h = 1;
       }
       if (dec.dw > 1) {
         q0_w = (p0_w + sig_w) / dec.dw;
         dense_cols = CeilDiv(std::max<int64_t>(0, cols - sig_w), dec.dw);
-        dy.stuff_w = 1;
       }
-      R* real = ws.real(slot);
-      const RowRange data = LoadTiles(real, real_stride, u.nb, ocpg * ys.c, dec.mh(), dec.mw(),
-                                      dec.pitch(), dy, q0_h, q0_w, dense_rows, dense_cols);
-      R2CBatch(real, reinterpret_cast<C*>(real), u.nb, real_stride, real_stride / 2, dec.mh(),
-               dec.mw(), dec.pitch(), data);
-      for (int64_t j = 0; j < u.nb; ++j) {
-        ExpandStuffed(dec, reinterpret_cast<const C*>(real + j * real_stride),
-                      GradientSpectrum(slot, k, s, j), sig_h, sig_w);
+      auto decimated = [&](int64_t k) {
+        Plane<T> p = dy_plane(k);
+        if (dec.dh > 1) p.stuff_h = 1;
+        if (dec.dw > 1) p.stuff_w = 1;
+        return p;
+      };
+      if (in_place) {
+        C* first = GradientSpectrum(slot, 0, s, 0);
+        const RowRange data =
+            LoadTiles(reinterpret_cast<R*>(first), 2 * channel_stride, u.ob, ys.c, dec.mh(),
+                      dec.mw(), dec.pitch(), decimated(0), q0_h, q0_w, dense_rows, dense_cols);
+        TransformStuffedInPlace(dec, first, u.ob, channel_stride, data, ws.real(slot), sig_h,
+                                sig_w);
+      } else {
+        for (int64_t k = 0; k < u.ob; ++k) {
+          R* real = ws.real(slot);
+          const RowRange data =
+              LoadTiles(real, real_stride, u.nb, ocpg * ys.c, dec.mh(), dec.mw(), dec.pitch(),
+                        decimated(k), q0_h, q0_w, dense_rows, dense_cols);
+          R2CBatch(real, reinterpret_cast<C*>(real), u.nb, real_stride, real_stride / 2, dec.mh(),
+                   dec.mw(), dec.pitch(), data);
+          for (int64_t j = 0; j < u.nb; ++j) {
+            ExpandStuffed(dec, reinterpret_cast<const C*>(real + j * real_stride),
+                          GradientSpectrum(slot, k, s, j), sig_h, sig_w);
+          }
+        }
       }
     }
-    for (int64_t i = 0; i < u.ib; ++i) {
-      const Plane<T> x{
+    auto x_plane = [&](int64_t i) {
+      return Plane<T>{
           input + n * xs.n + (u.g0 * icpg + u.ib0 + i) * xs.c, xs.h, xs.w, g.in_h, g.in_w, 1, 1};
-      const RowRange data =
-          LoadTiles(ws.real(slot), real_stride, u.nb, icpg * xs.c, fh, fw, fw, x,
-                    p0_h - g.pad_top + t.shift_h, p0_w - g.pad_left + t.shift_w, fh, fw);
+    };
+    const int64_t x0_h = p0_h - g.pad_top + t.shift_h, x0_w = p0_w - g.pad_left + t.shift_w;
+    if (in_place) {
+      R* first = reinterpret_cast<R*>(InputSpectrum(slot, 0, s, 0));
+      const RowRange data = LoadTiles(first, 2 * channel_stride, u.ib, xs.c, fh, fw, spectrum_pitch,
+                                      x_plane(0), x0_h, x0_w, fh, fw);
+      R2CBatch(first, InputSpectrum(slot, 0, s, 0), u.ib, 2 * channel_stride, channel_stride, fh,
+               fw, spectrum_pitch, data);
+      return;
+    }
+    for (int64_t i = 0; i < u.ib; ++i) {
+      const RowRange data = LoadTiles(ws.real(slot), real_stride, u.nb, icpg * xs.c, fh, fw, fw,
+                                      x_plane(i), x0_h, x0_w, fh, fw);
       R2CBatch(ws.real(slot), InputSpectrum(slot, i, s, 0), u.nb, real_stride, spec_stride, fh, fw,
                fw, data);
     }
