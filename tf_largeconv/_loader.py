@@ -61,6 +61,17 @@ def ops():
   return _ops
 
 
+def workspace_pool_stats():
+  """The op library's pool of workspaces kept between calls (cc/tf/workspace_pool.h):
+  (idle workspaces, their bytes, calls that reused one). For tests and diagnostics."""
+  import ctypes  # pylint: disable=g-import-not-at-top
+  ops()
+  lib = ctypes.CDLL(_library_path("_large_conv_ops"))
+  values = [ctypes.c_int64() for _ in range(3)]
+  lib.LargeConvWorkspacePoolStats(*[ctypes.byref(v) for v in values])
+  return tuple(v.value for v in values)
+
+
 def load_or_fall_back():
   """Loads the op library at import. If it cannot be loaded (a TensorFlow upgrade, an ABI
   mismatch, a missing build), warns once with the reason and the rebuild command and

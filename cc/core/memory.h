@@ -1,8 +1,11 @@
-// Host memory hints for the CPU kernels' workspaces and outputs.
+// Host memory hints for the CPU kernels' workspaces and outputs, and the budgets of what
+// they keep between calls.
 #ifndef TF_LARGECONV_CORE_MEMORY_H_
 #define TF_LARGECONV_CORE_MEMORY_H_
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 
 #ifdef __linux__
 #include <sys/mman.h>
@@ -26,6 +29,18 @@ inline void AdviseHugePages(void* data, int64_t bytes) {
   (void)data;
   (void)bytes;
 #endif
+}
+
+// A budget in bytes for memory held between calls, from environment variable `name` in
+// MiB (read on every call): `default_mib` where unset or empty, 0 (off) where 0, negative
+// or unreadable.
+inline int64_t BudgetFromEnvironment(const char* name, int64_t default_mib) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return default_mib << 20;
+  char* end = nullptr;
+  const double mib = std::strtod(v, &end);
+  if (end == v || !(mib > 0)) return 0;
+  return static_cast<int64_t>(std::min(mib, 1e9) * (1 << 20));
 }
 
 }  // namespace largeconv

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "cc/core/memory.h"
 #include "cc/core/vocabulary.h"
 
 namespace largeconv {
@@ -59,12 +60,7 @@ SpectrumCache& SpectrumCache::Global() {
 }
 
 int64_t SpectrumCache::BudgetFromEnvironment() {
-  const char* v = std::getenv("LARGECONV_SPECTRUM_CACHE_MIB");
-  if (v == nullptr || *v == '\0') return kDefaultMiB << 20;
-  char* end = nullptr;
-  const double mib = std::strtod(v, &end);
-  if (end == v || !(mib > 0)) return 0;  // 0, negative or unreadable: off
-  return static_cast<int64_t>(std::min(mib, 1e9) * (1 << 20));
+  return largeconv::BudgetFromEnvironment("LARGECONV_SPECTRUM_CACHE_MIB", kDefaultMiB);
 }
 
 std::shared_ptr<const SpectrumCache::Entry> SpectrumCache::Find(const Source& s, int64_t budget) {

@@ -15,6 +15,7 @@
 #include "cc/core/memory.h"
 #include "cc/core/plan.h"
 #include "cc/tf/attrs.h"
+#include "cc/tf/workspace_pool.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/register_types.h"
 #include "tensorflow/core/framework/tensor.h"
@@ -178,19 +179,19 @@ PlanRequest DeviceRequest(OpKernelContext* ctx, PlanRequest req) {
   return req;
 }
 
-// Takes a plan's workspace (if any) from TF's allocator, so that it is counted and bounded,
-// and asks for huge pages on it and on the pass's output: both are as a rule mapped fresh
-// on every call (large allocations) and then written in full. With 4 KiB pages a long
-// conv1d pass took 8192 page faults a call on its 32 MiB output alone, and kernel time was
-// 20-30% of its CPU time.
+// Takes a plan's workspace (if any) from the pool of workspaces kept between calls or else
+// from TF's allocator (cc/tf/workspace_pool.h), and asks for huge pages on a fresh one and
+// on the pass's output: both are as a rule mapped fresh (large allocations) and then
+// written in full. With 4 KiB pages a long conv1d pass took 8192 page faults a call on
+// its 32 MiB output alone, and kernel time was 20-30% of its CPU time.
 template <class Plan>
 absl::Status AllocateWorkspace(OpKernelContext* ctx, const Plan& plan, Tensor* out,
-                               Tensor* workspace) {
+                               PooledWorkspace* workspace) {
   AdviseHugePages(out->data(), static_cast<int64_t>(out->TotalBytes()));
   if (plan.workspace_bytes > 0) {
-    TF_RETURN_IF_ERROR(
-        ctx->allocate_temp(tensorflow::DT_INT8, TensorShape({plan.workspace_bytes}), workspace));
-    AdviseHugePages(workspace->data(), plan.workspace_bytes);
+    bool fresh = false;
+    TF_RETURN_IF_ERROR(workspace->Acquire(ctx, plan.workspace_bytes, &fresh));
+    if (fresh) AdviseHugePages(workspace->data(), plan.workspace_bytes);
   }
   return absl::OkStatus();
 }
@@ -229,11 +230,10 @@ class ConvOpBase : public OpKernel {
 
  protected:
   // Plans the pass for this geometry and this device's thread pool, and takes the plan's
-  // workspace (if any) from TF's allocator so that it is counted and bounded (with the
-  // huge-page hint on it and on `out`).
+  // workspace (if any; see AllocateWorkspace).
   template <typename T>
   absl::Status PlanAndAllocate(OpKernelContext* ctx, const ConvGeometry& g, ConvPass pass,
-                               PassPlan* plan, Tensor* out, Tensor* workspace) {
+                               PassPlan* plan, Tensor* out, PooledWorkspace* workspace) {
     const PlanRequest req = DeviceRequest<T>(ctx, request_);
     TF_RETURN_IF_ERROR(plans_.Get(
         g.key(), req.threads, [&](PassPlan* p) { return ToStatus(PlanPass(g, pass, req, p)); },
@@ -252,7 +252,7 @@ class ConvOpBase : public OpKernel {
     }
 #endif
     PassPlan plan;
-    Tensor workspace;
+    PooledWorkspace workspace;
     OP_REQUIRES_OK(ctx, PlanAndAllocate<T>(ctx, g, pass, &plan, out, &workspace));
     RunPass(g, plan, CorePtr<T>(a), a.NumElements(), CorePtr<T>(b), b.NumElements(),
             CorePtr<T>(out), plan.workspace_bytes > 0 ? workspace.data() : nullptr, PoolFor(ctx));
@@ -366,7 +366,7 @@ class Conv3dPassOp : public OpKernel {
                    plans_.Get(
                        shapes, req.threads,
                        [&](Pass3dPlan* p) { return ToStatus(PlanPass(g, kPass, req, p)); }, &plan));
-    Tensor workspace;
+    PooledWorkspace workspace;
     OP_REQUIRES_OK(ctx, AllocateWorkspace(ctx, plan, out, &workspace));
     RunPass(g, plan, CorePtr<T>(a), a.NumElements(), CorePtr<T>(b), b.NumElements(),
             CorePtr<T>(out), plan.workspace_bytes > 0 ? workspace.data() : nullptr, PoolFor(ctx));

@@ -1,0 +1,132 @@
+"""The pool of workspaces kept between calls of the CPU kernels (cc/tf/workspace_pool.h): a
+reused workspace, stale values of another problem in it, gives bitwise the results of a
+fresh one; the pool holds at most LARGECONV_WORKSPACE_POOL_MIB of idle workspaces."""
+
+import threading
+
+import numpy as np
+import pytest
+import reference
+
+import tf_largeconv as lc
+from tf_largeconv import _loader
+
+ENV = "LARGECONV_WORKSPACE_POOL_MIB"
+MiB = 2**20
+
+
+def _rand(shape, seed, scale=1.0):
+  return (scale * np.random.default_rng(seed).standard_normal(shape)).astype(np.float32)
+
+
+def _forward(x, w):
+  return lc.conv2d(x, w, 1, "SAME", algorithm="fft").numpy()
+
+
+def _workspace(x_shape, w_shape, pass_name="forward"):
+  return getattr(lc.plan(x_shape, w_shape, 1, "SAME", algorithm="fft"), pass_name).workspace_bytes
+
+
+@pytest.fixture
+def pool_mib(monkeypatch):
+  """Sets the budget (read on every call); each test starts with an empty pool. Filter
+  spectra are not kept, so every call transforms its filter into the workspace."""
+  monkeypatch.setenv("LARGECONV_SPECTRUM_CACHE_MIB", "0")
+
+  def set_mib(mib):
+    monkeypatch.setenv(ENV, str(mib))
+  set_mib(0)
+  _forward(_rand((1, 8, 8, 1), 0), _rand((5, 5, 1, 1), 1))  # a budget of 0 empties it
+  assert _loader.workspace_pool_stats()[:2] == (0, 0)
+  return set_mib
+
+
+def test_a_kept_workspace_is_reused_with_the_same_bits(pool_mib):
+  x, w = _rand((2, 40, 44, 3), 2), _rand((21, 21, 3, 4), 3)
+  fresh = _forward(x, w)  # budget 0: nothing kept
+  assert _loader.workspace_pool_stats()[:2] == (0, 0)
+  pool_mib(64)
+  reuses = _loader.workspace_pool_stats()[2]
+  got = [_forward(x, w) for _ in range(3)]
+  idle, idle_bytes, reused = _loader.workspace_pool_stats()
+  assert (idle, reused - reuses) == (1, 2)  # kept after the first call, reused by the others
+  assert idle_bytes >= _workspace(x.shape, w.shape)
+  for y in got:
+    np.testing.assert_array_equal(y, fresh)
+  conv = reference.Conv(x.shape, w.shape, padding="SAME")
+  conv.check("forward", got[-1], x, w, "float32")
+
+
+def test_every_pass_gives_fresh_bits_in_another_problems_workspace(pool_mib):
+  # B's passes run in the workspace A's passes left, full of A's spectra (A scaled up so
+  # that stale values would show), and must give what they give in fresh workspaces.
+  xa, wa = _rand((2, 48, 48, 4), 4, 1e3), _rand((25, 25, 4, 4), 5, 1e3)
+  xb, wb = _rand((2, 40, 36, 4), 6), _rand((21, 21, 4, 4), 7)
+  conv = reference.Conv(xb.shape, wb.shape, padding="SAME")
+  dyb = _rand(conv.output_shape(), 8)
+  dya = _rand(reference.Conv(xa.shape, wa.shape, padding="SAME").output_shape(), 9, 1e3)
+  passes = {
+      "forward": (lambda x, w, dy: lc.conv2d(x, w, 1, "SAME", algorithm="fft"), "forward"),
+      "backprop_input": (lambda x, w, dy: lc.conv2d_backprop_input(
+          x.shape, w, dy, 1, "SAME", algorithm="fft"), "backprop_input"),
+      "backprop_filter": (lambda x, w, dy: lc.conv2d_backprop_filter(
+          x, w.shape, dy, 1, "SAME", algorithm="fft"), "backprop_filter"),
+  }
+  for name, (run, _) in passes.items():
+    big, small = _workspace(xa.shape, wa.shape, name), _workspace(xb.shape, wb.shape, name)
+    assert small <= big <= 2 * small, (name, small, big)  # B can take A's workspace
+    pool_mib(0)
+    fresh = run(xb, wb, dyb).numpy()
+    pool_mib(64)
+    run(xa, wa, dya).numpy()  # kept: A's workspace
+    reuses = _loader.workspace_pool_stats()[2]
+    got = run(xb, wb, dyb).numpy()
+    assert _loader.workspace_pool_stats()[2] == reuses + 1, name
+    np.testing.assert_array_equal(got, fresh, err_msg=name)
+    a, b = {"forward": (xb, wb), "backprop_input": (wb, dyb),
+            "backprop_filter": (xb, dyb)}[name]
+    conv.check(name, got, a, b, "float32")
+
+
+def test_idle_workspaces_stay_within_the_budget(pool_mib):
+  x, w = _rand((2, 40, 44, 3), 10), _rand((21, 21, 3, 4), 11)
+  xc, wc = _rand((2, 64, 64, 3), 12), _rand((31, 31, 3, 4), 13)
+  small, large = _workspace(x.shape, w.shape), _workspace(xc.shape, wc.shape)
+  assert large > small
+  pool_mib((small - 1) / MiB)  # too small to keep even one
+  _forward(x, w)
+  _forward(x, w)
+  assert _loader.workspace_pool_stats()[:2] == (0, 0)
+  budget = (small + large) - 1  # one of the two at a time
+  pool_mib(budget / MiB)
+  _forward(x, w)
+  assert _loader.workspace_pool_stats()[:2] == (1, small)
+  _forward(xc, wc)  # kept; the least recently kept one is dropped
+  idle, idle_bytes, _ = _loader.workspace_pool_stats()
+  assert (idle, idle_bytes) == (1, large) and idle_bytes <= budget
+  pool_mib(0)  # a call with a budget of 0 empties the pool
+  _forward(x, w)
+  assert _loader.workspace_pool_stats()[:2] == (0, 0)
+
+
+def test_concurrent_calls_take_their_own_workspaces(pool_mib):
+  problems = [(_rand((2, 40, 44, 3), 20 + i), _rand((21, 21, 3, 4), 30 + i)) for i in range(4)]
+  fresh = [_forward(x, w) for x, w in problems]
+  pool_mib(256)
+  results = [[] for _ in problems]
+
+  def work(i):
+    for _ in range(3):
+      results[i].append(_forward(*problems[i]))
+
+  threads = [threading.Thread(target=work, args=(i,)) for i in range(len(problems))]
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join(timeout=300)
+  assert not any(t.is_alive() for t in threads)
+  for i, runs in enumerate(results):
+    assert len(runs) == 3
+    for y in runs:
+      np.testing.assert_array_equal(y, fresh[i])
+  assert 1 <= _loader.workspace_pool_stats()[0] <= len(problems)
