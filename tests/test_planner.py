@@ -18,6 +18,7 @@ import tf_largeconv as lc
 from tf_largeconv import _loader
 
 MiB = 2**20
+POOL_ENV = "LARGECONV_WORKSPACE_POOL_MIB"
 
 _OP_OF_PASS = {"forward": "LargeConv>Conv2D",
                "backprop_input": "LargeConv>Conv2DBackpropInput",
@@ -45,9 +46,19 @@ def _traced_run(build, *arrays):
     fetches = build(*inputs)
   options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
   metadata = tf.compat.v1.RunMetadata()
-  with tf.compat.v1.Session(graph=graph) as session:
-    values = session.run(fetches, dict(zip(inputs, arrays)), options=options,
-                         run_metadata=metadata)
+  # A workspace kept from an earlier call (the pool, LARGECONV_WORKSPACE_POOL_MIB) would be
+  # reused rather than taken through allocate_temp: off for the traced run.
+  saved = os.environ.get(POOL_ENV)
+  os.environ[POOL_ENV] = "0"
+  try:
+    with tf.compat.v1.Session(graph=graph) as session:
+      values = session.run(fetches, dict(zip(inputs, arrays)), options=options,
+                           run_metadata=metadata)
+  finally:
+    if saved is None:
+      os.environ.pop(POOL_ENV)
+    else:
+      os.environ[POOL_ENV] = saved
   op_types = {op.name: op.type for op in graph.get_operations()}
   temps = {}
   for device in metadata.step_stats.dev_stats:

@@ -7,6 +7,7 @@ import threading
 import numpy as np
 import pytest
 import reference
+import tensorflow as tf
 
 import tf_largeconv as lc
 from tf_largeconv import _loader
@@ -130,3 +131,40 @@ def test_concurrent_calls_take_their_own_workspaces(pool_mib):
     for y in runs:
       np.testing.assert_array_equal(y, fresh[i])
   assert 1 <= _loader.workspace_pool_stats()[0] <= len(problems)
+
+
+def test_conv3d_passes_give_fresh_bits_in_another_problems_workspace(pool_mib):
+  # As above for the 3-D kernels: B's forward pass and gradients after A's, A scaled up.
+  xa, wa = _rand((1, 13, 13, 13, 2), 40, 1e3), _rand((9, 9, 9, 2, 3), 41, 1e3)
+  xb, wb = _rand((1, 12, 13, 12, 2), 42), _rand((7, 7, 7, 2, 3), 43)
+  ones = [1, 1, 1, 1, 1]
+  for name in ("forward", "backprop_input", "backprop_filter"):
+    sizes = [getattr(lc.plan_conv3d(x.shape, w.shape, ones, "SAME", algorithm="fft"),
+                     name).workspace_bytes for x, w in ((xa, wa), (xb, wb))]
+    assert sizes[1] <= sizes[0] <= 2 * sizes[1], (name, sizes)
+
+  def step(x, w):
+    x, w = tf.constant(x), tf.constant(w)
+    with tf.GradientTape() as tape:
+      tape.watch([x, w])
+      y = lc.conv3d(x, w, ones, "SAME", algorithm="fft")
+      loss = tf.reduce_sum(y * y)
+    return [t.numpy() for t in [y] + tape.gradient(loss, [x, w])]
+
+  pool_mib(0)
+  fresh = step(xb, wb)
+  pool_mib(64)
+  step(xa, wa)  # kept: A's workspaces
+  reuses = _loader.workspace_pool_stats()[2]
+  got = step(xb, wb)
+  assert _loader.workspace_pool_stats()[2] == reuses + 3  # each pass reused one
+  for g, f in zip(got, fresh):
+    np.testing.assert_array_equal(g, f)
+  x, w = tf.constant(xb), tf.constant(wb)
+  with tf.GradientTape() as tape:
+    tape.watch([x, w])
+    y = tf.nn.conv3d(x, w, ones, "SAME")
+    loss = tf.reduce_sum(y * y)
+  want = [y.numpy()] + [t.numpy() for t in tape.gradient(loss, [x, w])]
+  for g, v in zip(got, want):
+    np.testing.assert_allclose(g, v, rtol=2e-4, atol=2e-4 * np.abs(v).max())
