@@ -94,6 +94,9 @@ def test_idle_workspaces_stay_within_the_budget(pool_mib):
   xc, wc = _rand((2, 64, 64, 3), 12), _rand((31, 31, 3, 4), 13)
   small, large = _workspace(x.shape, w.shape), _workspace(xc.shape, wc.shape)
   assert large > small
+  pool_mib(64)
+  _forward(_rand((1, 8, 8, 1), 14), _rand((5, 5, 1, 1), 15))  # 2.5 KB: not kept
+  assert _loader.workspace_pool_stats()[:2] == (0, 0)
   pool_mib((small - 1) / MiB)  # too small to keep even one
   _forward(x, w)
   _forward(x, w)

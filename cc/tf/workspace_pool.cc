@@ -36,12 +36,12 @@ bool WorkspacePool::Take(int64_t bytes, tensorflow::Tensor* out) {
   return true;
 }
 
-void WorkspacePool::Give(tensorflow::Tensor t, int64_t budget) {
+void WorkspacePool::Give(tensorflow::Tensor* t, int64_t budget) {
   std::lock_guard<std::mutex> lock(mu_);
-  const int64_t size = static_cast<int64_t>(t.TotalBytes());
-  if (size <= budget) {
+  const int64_t size = t ? static_cast<int64_t>(t->TotalBytes()) : 0;
+  if (t && size <= budget) {
     idle_bytes_ += size;
-    idle_.push_front(std::move(t));
+    idle_.push_front(std::move(*t));
   }
   while (idle_bytes_ > budget) {
     idle_bytes_ -= static_cast<int64_t>(idle_.back().TotalBytes());
@@ -55,14 +55,16 @@ WorkspacePool::Stats WorkspacePool::stats() {
 }
 
 PooledWorkspace::~PooledWorkspace() {
-  // With a budget of 0 this empties the pool.
-  if (held_) WorkspacePool::Global().Give(std::move(tensor_), budget_);
+  // A small workspace is not kept, but its call still applies the budget (0 empties the
+  // pool).
+  if (held_) WorkspacePool::Global().Give(pooled_ ? &tensor_ : nullptr, budget_);
 }
 
 absl::Status PooledWorkspace::Acquire(tensorflow::OpKernelContext* ctx, int64_t bytes,
                                       bool* fresh) {
   budget_ = WorkspacePool::BudgetFromEnvironment();
-  *fresh = !(budget_ > 0 && WorkspacePool::Global().Take(bytes, &tensor_));
+  pooled_ = budget_ > 0 && bytes >= WorkspacePool::kMinBytes;
+  *fresh = !(pooled_ && WorkspacePool::Global().Take(bytes, &tensor_));
   if (*fresh) {
     TF_RETURN_IF_ERROR(
         ctx->allocate_temp(tensorflow::DT_INT8, tensorflow::TensorShape({bytes}), &tensor_));

@@ -29,8 +29,13 @@ class WorkspacePool {
   // Moves into *out the smallest idle workspace of at least `bytes` and at most twice
   // that (a much larger one would be held busy for a small call), if any.
   bool Take(int64_t bytes, tensorflow::Tensor* out);
-  // Keeps `t` for a later call, dropping the least recently kept beyond `budget`.
-  void Give(tensorflow::Tensor t, int64_t budget);
+  // Keeps *t (if given) for a later call, then drops the least recently kept beyond
+  // `budget`.
+  void Give(tensorflow::Tensor* t, int64_t budget);
+
+  // Smaller workspaces are not kept: the C library reuses its own memory for them, and
+  // many small ones would make a long list to search.
+  static constexpr int64_t kMinBytes = 256 << 10;
 
   struct Stats {
     int64_t idle = 0, idle_bytes = 0, reuses = 0;
@@ -57,7 +62,7 @@ class PooledWorkspace {
 
  private:
   tensorflow::Tensor tensor_;
-  bool held_ = false;
+  bool held_ = false, pooled_ = false;
   int64_t budget_ = 0;
 };
 
