@@ -49,6 +49,10 @@ Layout MakeLayout(const ConvGeometry& g, ConvPass pass, const FftConfig& c, int 
   return FinishLayout(l, c.fft_h * c.fft_w, c.slots, rb);
 }
 
+// Reals between the rows of a half spectrum of width fw read as a real plane: a row's
+// spectrum takes exactly its real row's place in a transform in place.
+inline int64_t SpectrumPitch(int64_t fw) { return 2 * (fw / 2 + 1); }
+
 // Rows [first, last) of a loaded tile hold data; the others are all zero.
 struct RowRange {
   int64_t first = 0, last = 0;
@@ -183,7 +187,7 @@ struct Decimation {
   int64_t mw() const { return fw / dw; }
   int64_t bins_w() const { return mw() / 2 + 1; }  // of a decimated half spectrum row
   // Reals between the rows of a decimated plane transformed in place.
-  int64_t pitch() const { return 2 * bins_w(); }
+  int64_t pitch() const { return SpectrumPitch(mw()); }
   const std::complex<R>* twiddle_h(int64_t r) const { return r ? tw_h.data() + r * fh : nullptr; }
   const std::complex<R>* twiddle_w(int64_t r) const { return r ? tw_w.data() + r * fw : nullptr; }
 };
@@ -313,6 +317,15 @@ struct Plane {
   const T* base;  // element (n, 0, 0, channel)
   int64_t row_stride, col_stride, rows, cols, stuff_h, stuff_w;
 };
+
+// p read at decimated size: in each dimension the decimation divides, the data positions
+// are consecutive, without the stuffing.
+template <typename T, typename R>
+Plane<T> Unstuffed(Plane<T> p, const Decimation<R>& dec) {
+  if (dec.dh > 1) p.stuff_h = 1;
+  if (dec.dw > 1) p.stuff_w = 1;
+  return p;
+}
 
 // Fills `planes` tiles real + j * real_stride (each fh rows of fw, rows `pitch` apart) with
 // the values of planes p.base + j * plane_stride at dense positions (q0_h + r, q0_w + c)
@@ -658,9 +671,6 @@ struct Correlation {
   // and the destination channels likewise inverse-transformed in place and stored in one
   // pass. Items of several groups at one tile go group-batched through the real planes.
   static bool InPlace(const Item& it) { return it.tiles || it.nb == 1; }
-  // Reals between the rows of a spectrum read as a real plane: a row's spectrum takes
-  // exactly its real row's place.
-  static int64_t SpectrumPitch(const Frame& f) { return 2 * (f.fw / 2 + 1); }
 
   // Loads source channel sc of the item's planes (consecutive groups at one tile) into the
   // slot's real planes; returns the rows that hold data.
@@ -681,7 +691,7 @@ struct Correlation {
       const auto [p0_h, p0_w] = TileOrigin(it.tile_of(j));
       const RowRange r =
           LoadTiles(reinterpret_cast<R*>(Source(f, b, slot, 0, j)), 2 * b.vb * f.spec_stride, ns,
-                    SourceChannelStride(), f.fh, f.fw, SpectrumPitch(f),
+                    SourceChannelStride(), f.fh, f.fw, SpectrumPitch(f.fw),
                     SourcePlane(it.image(j), (b.g0 + it.group(j)) * f.scpg + sc0),
                     p0_h + f.off_h + t.shift_h, p0_w + f.off_w + t.shift_w, f.fh, f.fw);
       if (r.last <= r.first) continue;
@@ -704,7 +714,7 @@ struct Correlation {
         for (int64_t s = 0; s < ns; ++s) {
           C* spec = Source(f, b, slot, s, 0);
           R2CBatch(reinterpret_cast<const R*>(spec), spec, it.nb, 2 * f.spec_stride, f.spec_stride,
-                   f.fh, f.fw, SpectrumPitch(f), data);
+                   f.fh, f.fw, SpectrumPitch(f.fw), data);
         }
       } else {
         for (int64_t s = 0; s < ns; ++s) {
@@ -737,10 +747,7 @@ struct Correlation {
       if (dec.dh > 1) q0_h = (q0_h + sig_h) / dec.dh;
       if (dec.dw > 1) q0_w = (q0_w + sig_w) / dec.dw;
       auto plane = [&](int64_t sc) {
-        Plane<T> p = SourcePlane(it.image(run), (b.g0 + it.group(run)) * f.scpg + sc);
-        if (dec.dh > 1) p.stuff_h = 1;
-        if (dec.dw > 1) p.stuff_w = 1;
-        return p;
+        return Unstuffed(SourcePlane(it.image(run), (b.g0 + it.group(run)) * f.scpg + sc), dec);
       };
       if (in_place) {
         C* first = Source(f, b, slot, 0, run);
@@ -843,7 +850,7 @@ struct Correlation {
       rows = std::min(count, th);
     }
     if (InPlace(it)) {  // every destination channel in place, then all stored in one pass
-      const int64_t pitch = folded ? f.dec.pitch() : SpectrumPitch(f);
+      const int64_t pitch = folded ? f.dec.pitch() : SpectrumPitch(f.fw);
       for (int64_t k = 0; k < b.ob; ++k) {
         C* spec = Accumulator(f, b, slot, k, 0);
         C2RBatch(spec, reinterpret_cast<R*>(spec), it.nb, 2 * f.spec_stride, f.spec_stride, th, tw,
@@ -1074,8 +1081,7 @@ struct FilterGradient {
     const int64_t rows = std::min(t.tile_h, t.dense_h - p0_h);
     const int64_t cols = std::min(t.tile_w, t.dense_w - p0_w);
     const bool in_place = u.nb == 1;
-    // Reals between the rows of a spectrum read as a real plane (in place).
-    const int64_t spectrum_pitch = 2 * (fw / 2 + 1);
+    const int64_t spectrum_pitch = SpectrumPitch(fw);
     // Spectra between consecutive channels of one operand (the same for both).
     const int64_t channel_stride = sweep * vb * spec_stride;
     // Dense p = p0 + u holds data where p % stride == 0: at u = sig + d m in a decimated
@@ -1115,12 +1121,7 @@ struct FilterGradient {
         q0_w = (p0_w + sig_w) / dec.dw;
         dense_cols = CeilDiv(std::max<int64_t>(0, cols - sig_w), dec.dw);
       }
-      auto decimated = [&](int64_t k) {
-        Plane<T> p = dy_plane(k);
-        if (dec.dh > 1) p.stuff_h = 1;
-        if (dec.dw > 1) p.stuff_w = 1;
-        return p;
-      };
+      auto decimated = [&](int64_t k) { return Unstuffed(dy_plane(k), dec); };
       if (in_place) {
         C* first = GradientSpectrum(slot, 0, s, 0);
         const RowRange data =
