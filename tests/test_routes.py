@@ -10,12 +10,14 @@ import pytest
 import tensorflow as tf
 
 import tf_largeconv as lc
+from tf_largeconv import _args
+from tf_largeconv import planning
 
 # (input NHWC, filter HWIO): 7x7 filters over 8->32 channels, where TF's forward kernel
 # wins and its backprop kernels lose to the op's FFT passes.
 MIXED = ((2, 48, 48, 8), (7, 7, 8, 8))
-# TF's forward and input-gradient kernels, the op's filter gradient.
-MIXED_INPUT = ((2, 48, 48, 8), (5, 5, 8, 8))
+# TF's forward and input-gradient kernels, the op's filter gradient (for one image).
+MIXED_INPUT = ((1, 48, 48, 8), (5, 5, 8, 8))
 TF_OPS = {"Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter"}
 OUR_OPS = {"LargeConv>Conv2D", "LargeConv>Conv2DBackpropInput",
            "LargeConv>Conv2DBackpropFilter"}
@@ -64,6 +66,49 @@ def test_the_mixed_case_is_routed_per_pass():
   assert _routes((1, 64, 64, 8), (31, 31, 8, 8)) == (False, False, False)
 
 
+def test_routes_follow_the_batch():
+  # A larger batch spreads the FFT's filter transforms over more images: MIXED's forward
+  # pass runs TF's kernel for up to three images and the op's from four. Routes are
+  # planned at powers of two and hold up to the next.
+  image, w_shape = MIXED[0][1:], MIXED[1]
+  for batch, want in ((1, True), (3, True), (4, False), (5, False), (1000, False)):
+    assert _routes((batch,) + image, w_shape) == (want, False, False), batch
+  attrs = _args.conv_attrs(1, "SAME", "NHWC", None, "auto", None)
+  schedule = planning.tf_kernel_routes([None, *image], list(w_shape), tf.float64,
+                                       tf.zeros(()), attrs)
+  assert schedule == ((1, (True, False, False)), (4, (False, False, False)))
+  assert planning.tf_kernel_routes([6, *image], list(w_shape), tf.float64, tf.zeros(()),
+                                   attrs) == ((1, (False, False, False)),)
+  # Where TF's kernels win every pass of any batch, one entry.
+  assert planning.tf_kernel_routes([None, 32, 32, 32], [3, 3, 32, 64], tf.float64,
+                                   tf.zeros(()), attrs) == ((1, (True, True, True)),)
+
+
+def test_an_unknown_batch_runs_the_routes_of_the_batch_it_gets(rng):
+  # One graph for every batch holds both forward kernels and picks, at run time, the one
+  # an eager call with that batch runs: the same bits, to the second order, at either
+  # side of the boundary (3 and 4 images), and with an empty batch.
+  image, w_shape = MIXED[0][1:], MIXED[1]
+  w = tf.constant(rng.standard_normal(w_shape))
+  auto = lambda a, b: lc.conv2d(a, b, 1, "SAME")  # noqa: E731
+  fn = tf.function(lambda a, b, c: _step(auto, a, b, c), input_signature=[
+      tf.TensorSpec([None, *image], tf.float64), tf.TensorSpec(w_shape, tf.float64),
+      tf.TensorSpec([None, *image[:2], w_shape[3]], tf.float64)])
+  assert _conv_ops(fn) >= {"Conv2D", "LargeConv>Conv2D"}
+  for batch in (1, 3, 4, 8):
+    x = tf.constant(rng.standard_normal((batch, *image)))
+    dy = tf.constant(rng.standard_normal((batch, *image[:2], w_shape[3])))
+    got, eager = fn(x, w, dy), _step(auto, x, w, dy)
+    for g, e, name in zip(got, eager, ("y", "dx", "dw", "d2x", "d2w")):
+      np.testing.assert_array_equal(g.numpy(), e.numpy(), err_msg=f"batch {batch}: {name}")
+    _assert_close(got, _step(lambda a, b: tf.nn.conv2d(a, b, 1, "SAME"), x, w, dy),
+                  f"batch {batch}")
+  empty = fn(tf.zeros((0, *image), tf.float64), w,
+             tf.zeros((0, *image[:2], w_shape[3]), tf.float64))
+  assert empty[0].shape == (0, *image[:2], w_shape[3]) and empty[1].shape == (0, *image)
+  np.testing.assert_array_equal(empty[2].numpy(), 0)
+
+
 def test_each_pass_runs_the_kernel_its_route_names(rng):
   x = tf.constant(rng.standard_normal(MIXED[0]))
   w = tf.constant(rng.standard_normal(MIXED[1]))
@@ -94,8 +139,7 @@ def test_mixed_routes_give_tensorflows_values_to_the_second_order(rng, case):
   _assert_close(_step(auto, x, w, dy), want, "eager")
   _assert_close(tf.function(lambda a, b, c: _step(auto, a, b, c))(x, w, dy), want,
                 "tf.function")
-  # Unknown batch size: the forward pass is chosen at run time (an empty batch stays with
-  # the op, whose gradients follow their routes).
+  # Unknown batch size: the routes are chosen at run time, by the batch; an empty one too.
   spec = tf.TensorSpec([None] + list(x_shape[1:]), tf.float64)
   fn = tf.function(lambda a, b, c: _step(auto, a, b, c),
                    input_signature=[spec, tf.TensorSpec(w_shape, tf.float64),

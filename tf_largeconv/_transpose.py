@@ -78,48 +78,52 @@ def conv2d_transpose(input, filters, output_shape, strides, padding="SAME",  # p
           dilations=attrs["dilations"], algorithm=attrs["algorithm"],
           workspace_limit=workspace_limit)
 
-    routes = (False,) * 3
-    if resolved == "auto":
-      routes = planning.tf_kernel_routes(static, _ops.known_shape(filters), input.dtype, input,
-                                         attrs)
     if resolved == "tf":
       result = _tf_kernel(input, filters, output_shape, static, attrs)
     elif resolved == _args.PORTABLE:
       result = _portable(input, filters, output_shape, padding, attrs, workspace_limit)
-    elif any(routes):
+    elif resolved == "auto":
       # As conv2d: each pass runs TensorFlow's kernel where the planner prefers it for that
-      # pass of the conv2d this transposes (whose backprop_input pass is this forward one),
-      # the op otherwise; an empty batch stays with the op.
-      def forward(x, w):
-        if not routes[1]:
-          return ours(x, w)
-        return _ops.tf_kernel_unless_empty(
-            x, lambda: _tf_kernel(x, w, output_shape, static, attrs), lambda: ours(x, w))
-
-      if all(routes):  # TensorFlow's kernel and its own gradients
-        result = forward(input, filters)
+      # pass of the conv2d this transposes (whose backprop_input pass is this forward one,
+      # and whose input, by its batch, is this result), the op otherwise.
+      schedule = planning.tf_kernel_routes(static, _ops.known_shape(filters), input.dtype,
+                                           input, attrs)
+      if any(any(routes) for _, routes in schedule):
+        result = _routed_passes(input, filters, ours, schedule, output_shape, static, attrs)
       else:
-        result = _routed_passes(input, filters, forward, routes, padding, attrs,
-                                workspace_limit)
+        result = ours()
     else:
       result = ours()
     result.set_shape(static)
     return result
 
 
-def _routed_passes(input, filters, forward, routes, padding, attrs, workspace_limit):  # pylint: disable=redefined-builtin
-  """The transpose with its gradients routed as conv2d's passes are (`routes`: forward,
-  backprop_input, backprop_filter of the transposed conv2d): the input's gradient is that
-  conv2d's forward pass, the filter's its backprop_filter pass."""
-  kwargs = dict(strides=attrs["strides"], padding=padding, data_format=attrs["data_format"],
-                dilations=attrs["dilations"], workspace_limit=workspace_limit)
+def _routed_passes(input, filters, ours, schedule, output_shape, static, attrs):  # pylint: disable=redefined-builtin
+  """The transpose with its passes routed as conv2d's are (`schedule`: the routes, forward,
+  backprop_input, backprop_filter of the transposed conv2d, by batch, as `_ops.by_batch`
+  takes them): this forward pass is that conv2d's backprop_input pass, the input's
+  gradient its forward pass, the filter's its backprop_filter pass. `ours(x, w)` is the
+  op's forward pass."""
+  def forward(x, w):
+    return _ops.by_batch(x, schedule, lambda routes: (
+        _tf_kernel(x, w, output_shape, static, attrs) if routes[1] else ours(x, w)))
+
+  if all(all(routes) for _, routes in schedule):  # TensorFlow's kernel and its own gradients
+    return forward(input, filters)
+  op_attrs = dict(attrs, algorithm="auto")  # the op's own choice between its algorithms
+  limit = attrs["workspace_limit"]
+  kwargs = dict(strides=attrs["strides"], padding=_ops.tf_padding(attrs),
+                data_format=attrs["data_format"], dilations=attrs["dilations"],
+                workspace_limit=None if limit < 0 else limit)
 
   @tf.custom_gradient
   def run(x, w):
     def grad(dy):
-      dx = _ops.conv2d(dy, w, algorithm="tf" if routes[0] else "auto", **kwargs)
-      dw = _ops.conv2d_backprop_filter(dy, tf.shape(w), x,
-                                       algorithm="tf" if routes[2] else "auto", **kwargs)
+      dx = _ops.by_batch(x, schedule, lambda routes: (
+          _ops.conv2d(dy, w, algorithm="tf", **kwargs) if routes[0] else
+          _loader.ops().large_conv_conv2d(dy, w, **op_attrs)))
+      dw = _ops.by_batch(x, schedule, lambda routes: _ops.conv2d_backprop_filter(
+          dy, tf.shape(w), x, algorithm="tf" if routes[2] else "auto", **kwargs))
       return dx, dw
 
     return forward(x, w), grad

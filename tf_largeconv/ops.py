@@ -115,24 +115,30 @@ def _conv2d(input, filters, strides, padding, dilations, attrs):  # pylint: disa
     # op library it is the only kernel 'tf' can name.
     return tf.nn.conv2d(input, filters, strides, padding, data_format=attrs["data_format"],
                         dilations=dilations)
-  routes = (False,) * 3
+  schedule = ((1, (False,) * 3),)
   if attrs["algorithm"] in ("auto", "tf") and input.shape.rank == 4:
-    routes = planning.tf_kernel_routes(input.shape.as_list(), known_shape(filters),
-                                       input.dtype, input, attrs)
-  if any(routes):
-    return _routed(routes, _args.attrs_key(attrs))(input, filters)
-  if attrs["algorithm"] == "tf":
-    raise ValueError(_TF_KERNEL_NEEDS)
-  return _loader.ops().large_conv_conv2d(input, filters, **attrs)
+    schedule = planning.tf_kernel_routes(input.shape.as_list(), known_shape(filters),
+                                         input.dtype, input, attrs)
+  if not any(any(routes) for _, routes in schedule):
+    if attrs["algorithm"] == "tf":
+      raise ValueError(_TF_KERNEL_NEEDS)
+    return _loader.ops().large_conv_conv2d(input, filters, **attrs)
+  return _routed(schedule, _args.attrs_key(attrs))(input, filters)
 
 
-def tf_kernel_unless_empty(x, tf_kernel, ours):
-  """tf_kernel() unless x's batch is empty, ours() then (decided at run time where the batch
-  is unknown): TF's oneDNN kernels return wrongly shaped tensors for an empty batch."""
-  batch = x.shape[0]
-  if batch is None:
-    return tf.cond(tf.shape(x)[0] > 0, tf_kernel, ours)
-  return tf_kernel() if batch > 0 else ours()
+def by_batch(x, schedule, run):
+  """run(routes) for the routes `schedule` (planning.tf_kernel_routes) gives x's batch:
+  chosen now where the batch is known or there is one entry; where the batch is known only
+  at run time, by one tf.switch_case on it (whose branches must hold no further condition:
+  TensorFlow cannot take the second-order gradient of a custom gradient or a condition
+  inside a condition)."""
+  if x.shape[0] is not None or len(schedule) == 1:
+    return run(schedule[0][1])
+  batch = tf.shape(x)[0]
+  index = tf.constant(0)
+  for first, _ in schedule[1:]:
+    index += tf.cast(batch >= first, tf.int32)
+  return tf.switch_case(index, [lambda routes=routes: run(routes) for _, routes in schedule])
 
 
 def known_shape(t):
@@ -141,24 +147,29 @@ def known_shape(t):
 
 
 @functools.lru_cache(maxsize=256)
-def _routed(routes, attrs_key):
+def _routed(schedule, attrs_key):
   """conv2d as a function of (input, filters) whose passes run TensorFlow's kernel or the
-  op's as `routes` (forward, backprop_input, backprop_filter) say. Where they differ, the
-  gradients are the public backprop functions with algorithm 'tf' or 'auto', whose own
-  gradients give higher orders. Cached: eager code calls conv2d with the same attributes
-  over and over, and wrapping a function in tf.custom_gradient costs more than a small
-  call."""
+  op's as the routes (forward, backprop_input, backprop_filter) that `schedule`
+  (planning.tf_kernel_routes) gives the input's batch say (`by_batch`). Where they
+  differ, the gradients are the public backprop functions with algorithm 'tf' or 'auto',
+  whose own gradients give higher orders; the choice by batch stays outside
+  tf.custom_gradient's functions, as TensorFlow cannot take a second-order gradient
+  through a custom gradient inside a condition. Cached: eager code calls conv2d with the
+  same attributes over and over, and wrapping a function in tf.custom_gradient costs more
+  than a small call."""
   attrs = _args.attrs_from_key(attrs_key)
   kwargs = dict(strides=attrs["strides"], padding=tf_padding(attrs),
                 data_format=attrs["data_format"], dilations=attrs["dilations"])
 
   def forward(x, w):
-    ours = lambda: _loader.ops().large_conv_conv2d(x, w, **dict(attrs, algorithm="auto"))  # noqa: E731
-    if not routes[0]:
-      return ours()
-    return tf_kernel_unless_empty(x, lambda: tf.nn.conv2d(x, w, **kwargs), ours)
+    def run(routes):
+      if not routes[0]:
+        return _loader.ops().large_conv_conv2d(x, w, **dict(attrs, algorithm="auto"))
+      return tf.nn.conv2d(x, w, **kwargs)
 
-  if all(routes):  # TensorFlow's kernel and its own gradients
+    return by_batch(x, schedule, run)
+
+  if all(all(routes) for _, routes in schedule):  # TensorFlow's kernel and its own gradients
     return forward
   limit = attrs["workspace_limit"]
   backprop_kwargs = dict(kwargs, workspace_limit=None if limit < 0 else limit)
@@ -170,10 +181,11 @@ def _routed(routes, attrs_key):
     spatial = x.shape[2:4] if attrs["data_format"] == "NCHW" else x.shape[1:3]
 
     def grad(dy):
-      dx = conv2d_backprop_input(spatial.as_list(), w, dy,
-                                 algorithm="tf" if routes[1] else "auto", **backprop_kwargs)
-      dw = conv2d_backprop_filter(x, tf.shape(w), dy, algorithm="tf" if routes[2] else "auto",
-                                  **backprop_kwargs)
+      dx = by_batch(x, schedule, lambda routes: conv2d_backprop_input(
+          spatial.as_list(), w, dy, algorithm="tf" if routes[1] else "auto",
+          **backprop_kwargs))
+      dw = by_batch(x, schedule, lambda routes: conv2d_backprop_filter(
+          x, tf.shape(w), dy, algorithm="tf" if routes[2] else "auto", **backprop_kwargs))
       return dx, dw
 
     return forward(x, w), grad

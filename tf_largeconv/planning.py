@@ -202,15 +202,13 @@ def plan_from_attrs(input_shape, filter_shape, attrs, dtype=tf.float32, num_thre
                 dtype=dtype.name)
   # Each pass runs TensorFlow's kernel or the op's, whichever the planner prices lower
   # (TF's backprop kernels are far slower than its forward one with few channels, where the
-  # op's FFT passes win). The choice is made per image, so a graph traced with an unknown
-  # batch size and an eager call with a known one run the same kernels and give identical
-  # results.
+  # op's FFT passes win), as `route_schedule` has it for this batch.
   routes = (attrs["algorithm"] == "tf",) * 3
   eligible = tf_kernel_eligible(input_shape, filter_shape, attrs, dtype)
   if attrs["algorithm"] == "auto" and eligible:
-    per_image = [1] + input_shape[1:]
-    routes = tuple(p["algorithm"] == "tf" for p in _CORE.plan(
-        per_image, *args[1:], algorithm="auto", allow_tf=True, **kwargs))
+    routes = routes_for(route_schedule(tuple(input_shape[1:]), tuple(filter_shape),
+                                       _args.attrs_key(attrs), dtype.name, threads),
+                        input_shape[0])
   theirs = ours = None
   if any(routes) or eligible:  # raises where 'tf' was asked for and TF's kernels cannot
     theirs = _CORE.plan(*args, algorithm="tf", allow_tf=eligible, **kwargs)
@@ -283,15 +281,67 @@ def tf_kernel_runs(x_shape, f_shape, dtype, placed, attrs):
   return _tf_kernel_device(x_shape, f_shape, dtype, placed, attrs) is not None
 
 
+# Which passes run TensorFlow's kernel depends on the batch: a larger one spreads the FFT
+# path's filter transforms over more images. The routes are planned at each of
+# ROUTE_BATCHES and hold from there to the next, so that a graph traced with an unknown
+# batch, which picks among them at run time, and an eager call with the same batch run the
+# same kernels and give identical results.
+ROUTE_BATCHES = tuple(2**i for i in range(7))  # 1 ... 64
+
+
+@functools.lru_cache(maxsize=1024)
+def route_schedule(image_shape, f_shape, attrs_key, dtype_name, threads):
+  """The CPU planner's routes for an eligible convolution of images `image_shape` (height,
+  width and channels in data_format order) by batch: ((first_batch, routes), ...),
+  ascending from 1, each `routes` (forward, backprop_input, backprop_filter, True where
+  that pass runs TF's kernel) holding from `first_batch` images up to the next entry's
+  first. In the cost model the op's time per image falls with the batch while TF's does
+  not, so a pass that leaves TF's kernel at some batch stays with the op at every larger
+  one: the batches are planned in turn until no pass runs TF's kernel. Raises ValueError or
+  NotImplementedError for arguments the planner refuses."""
+  # Cached: eager code calls conv2d with the same shapes over and over, and a graph traced
+  # with an unknown batch needs every entry.
+  attrs = _args.attrs_from_key(attrs_key)
+  schedule = []
+  for batch in ROUTE_BATCHES:
+    passes = _CORE.plan([batch, *image_shape], list(f_shape), attrs["strides"],
+                        attrs["padding"], attrs["explicit_paddings"], attrs["data_format"],
+                        attrs["dilations"], algorithm="auto", allow_tf=True,
+                        workspace_limit=attrs["workspace_limit"], num_threads=threads,
+                        dtype=dtype_name)
+    routes = tuple(p["algorithm"] == "tf" for p in passes)
+    if not schedule or routes != schedule[-1][1]:
+      schedule.append((batch, routes))
+    if not any(routes):
+      break
+  return tuple(schedule)
+
+
+def routes_for(schedule, batch):
+  """The routes `schedule` (see `route_schedule`) gives `batch` images (0: the first)."""
+  return [routes for first, routes in schedule if first <= max(batch, 1)][-1]
+
+
 def tf_kernel_routes(x_shape, f_shape, dtype, placed, attrs):
-  """`tf_routes` where TensorFlow's kernels can run the convolution (`tf_kernel_runs`, same
-  arguments): (forward, backprop_input, backprop_filter), each True where that pass runs
-  TF's kernel; all False where TF's kernels cannot run it."""
+  """The routes of `tf_routes` where TensorFlow's kernels can run the convolution
+  (`tf_kernel_runs`, same arguments), by batch as `route_schedule` gives them: one entry
+  where the batch is known (or on a GPU, whose routes do not depend on it), all of them
+  where it is not; one entry, all False, where TF's kernels cannot run the convolution."""
+  none = ((1, (False,) * 3),)
   device = _tf_kernel_device(x_shape, f_shape, dtype, placed, attrs)
   if device is None:
-    return (False,) * 3
-  return tf_routes((1,) + tuple(x_shape[1:]), tuple(f_shape), _args.attrs_key(attrs),
-                   dtype.name, device)
+    return none
+  key = _args.attrs_key(attrs)
+  if device == "GPU" or attrs["algorithm"] == "tf":
+    return ((1, tf_routes(tuple(x_shape), tuple(f_shape), key, dtype.name, device)),)
+  try:
+    schedule = route_schedule(tuple(x_shape[1:]), tuple(f_shape), key, dtype.name,
+                              intra_op_threads())
+  except (ValueError, NotImplementedError):
+    return none  # bad arguments: our op raises the error, the same in every mode
+  if x_shape[0] is not None:
+    return ((1, routes_for(schedule, x_shape[0])),)
+  return schedule
 
 
 def prefers_tf_kernel(x_shape, f_shape, attrs_key, dtype_name, device="CPU"):
@@ -303,17 +353,18 @@ def prefers_tf_kernel(x_shape, f_shape, attrs_key, dtype_name, device="CPU"):
 @functools.lru_cache(maxsize=1024)
 def tf_routes(x_shape, f_shape, attrs_key, dtype_name, device="CPU"):
   """(forward, backprop_input, backprop_filter): whether each pass of this eligible
-  convolution runs TensorFlow's kernel on `device`, whatever its batch size (x_shape's is
-  ignored). On the CPU the planner weighs TF's kernel for each pass of one image; on a GPU
-  the CUDA planner weighs cuDNN's modelled time against its own choice for the forward
-  pass of a batch of GPU_ROUTE_BATCH images (the model is fitted on an H100: see the
-  README's GPU section), and every pass follows that choice."""
+  convolution runs TensorFlow's kernel on `device`: every pass where algorithm='tf'. On
+  the CPU the planner weighs TF's kernel for each pass of x_shape's batch (1 where it is
+  None), as `route_schedule` has it; on a GPU the CUDA planner weighs cuDNN's modelled
+  time against its own choice for the forward pass of a batch of GPU_ROUTE_BATCH images
+  (the model is fitted on an H100: see the README's GPU section), and every pass follows
+  that choice."""
   # Cached: eager code calls conv2d with the same shapes over and over, and the decision
   # depends only on these arguments (and the thread count, fixed once TF is initialised).
   attrs = _args.attrs_from_key(attrs_key)
+  if attrs["algorithm"] == "tf":
+    return (True,) * 3
   if device == "GPU":
-    if attrs["algorithm"] == "tf":
-      return (True,) * 3
     try:
       shape = [_CORE.GPU_ROUTE_BATCH] + list(x_shape[1:])
       forward = _CORE.cuda_plan(shape, list(f_shape), attrs["strides"],
@@ -324,7 +375,7 @@ def tf_routes(x_shape, f_shape, attrs_key, dtype_name, device="CPU"):
       return (False,) * 3  # bad arguments: our op raises the error, the same in every mode
     return (bool(forward["tf_faster"]),) * 3
   try:
-    p = plan_from_attrs([1] + list(x_shape[1:]), list(f_shape), attrs, dtype_name)
+    return routes_for(route_schedule(tuple(x_shape[1:]), tuple(f_shape), attrs_key, dtype_name,
+                                     intra_op_threads()), x_shape[0] or 1)
   except (ValueError, NotImplementedError):
     return (False,) * 3  # bad arguments: our op raises the error, the same in every mode
-  return tuple(pp.algorithm == "tf" for pp in p.passes)
