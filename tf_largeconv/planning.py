@@ -317,6 +317,14 @@ def route_schedule(image_shape, f_shape, attrs_key, dtype_name, threads):
   return tuple(schedule)
 
 
+@functools.lru_cache(maxsize=1024)
+def _cpu_schedule(image_shape, f_shape, attrs_key, dtype_name):
+  """`route_schedule` for TensorFlow's intra-op threads, cached: asking TF for its thread
+  count costs more than a small convolution, and the count is fixed once TF runs, which
+  it does once the convolution's tensors exist."""
+  return route_schedule(image_shape, f_shape, attrs_key, dtype_name, intra_op_threads())
+
+
 def routes_for(schedule, batch):
   """The routes `schedule` (see `route_schedule`) gives `batch` images (0: the first)."""
   return [routes for first, routes in schedule if first <= max(batch, 1)][-1]
@@ -335,8 +343,7 @@ def tf_kernel_routes(x_shape, f_shape, dtype, placed, attrs):
   if device == "GPU" or attrs["algorithm"] == "tf":
     return ((1, tf_routes(tuple(x_shape), tuple(f_shape), key, dtype.name, device)),)
   try:
-    schedule = route_schedule(tuple(x_shape[1:]), tuple(f_shape), key, dtype.name,
-                              intra_op_threads())
+    schedule = _cpu_schedule(tuple(x_shape[1:]), tuple(f_shape), key, dtype.name)
   except (ValueError, NotImplementedError):
     return none  # bad arguments: our op raises the error, the same in every mode
   if x_shape[0] is not None:
@@ -375,7 +382,7 @@ def tf_routes(x_shape, f_shape, attrs_key, dtype_name, device="CPU"):
       return (False,) * 3  # bad arguments: our op raises the error, the same in every mode
     return (bool(forward["tf_faster"]),) * 3
   try:
-    return routes_for(route_schedule(tuple(x_shape[1:]), tuple(f_shape), attrs_key, dtype_name,
-                                     intra_op_threads()), x_shape[0] or 1)
+    return routes_for(_cpu_schedule(tuple(x_shape[1:]), tuple(f_shape), attrs_key,
+                                    dtype_name), x_shape[0] or 1)
   except (ValueError, NotImplementedError):
     return (False,) * 3  # bad arguments: our op raises the error, the same in every mode
