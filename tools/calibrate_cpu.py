@@ -1,6 +1,6 @@
 """Fits the CPU planner's cost model (cc/core/plan.cc) to measurements on this machine.
 
-  PYTHONPATH=. python tools/calibrate_cpu.py [--seconds S] [--tf]
+  PYTHONPATH=. python tools/calibrate_cpu.py [--seconds S] [--tf | --direct]
 
 One intra-op thread, float32, warm times (min over repeats). The op's forward pass (two
 fits), or with --tf TensorFlow's three kernels (a third):
@@ -15,8 +15,11 @@ fits), or with --tf TensorFlow's three kernels (a third):
   the transforms' butterfly work shows at these sizes. Reads equal multiply-adds except in
   plans that run several tiles per item, so c and e separate only where the grid has such
   plans (large channel blocks); elsewhere their sum is what the fit determines.
-- Direct: GFLOP/s against the destination channels per group, the dimension the kernels'
-  inner loop runs over.
+- Direct (also alone, with --direct): each pass's kernels over a grid of filter sizes and
+  channel pairs (grouped and depthwise too), their rate fitted per pass as
+      min(peak, base * max(1, lanes / at_base))
+  with lanes the destination channels per group, the dimension the kernels' inner loop
+  runs over (a grid search for the least squared log error).
 - TensorFlow's kernels (`--tf`): tf.nn.conv2d and its two backprop ops, timed over filter
   sizes 1-15, channel pairs 1->1 to 128->128 and batch 1 and 8 (images sized for about
   0.4 GFLOP) and a few larger images with many channels, each pass fitted, relative error
@@ -51,8 +54,12 @@ FFT_PROBLEMS = [  # (input NHWC, filter HWIO, padding)
     ((8, 64, 64, 32), (15, 15, 32, 32), "SAME"),
 ]
 LIMITS = [int(256 * KiB * 2**(k / 2)) for k in range(17)]  # 256 KiB .. 64 MiB
-DIRECT_CHANNELS = [(1, 1, 1), (1, 3, 1), (3, 3, 1), (1, 16, 1), (16, 1, 1), (4, 8, 1),
-                   (16, 16, 1), (32, 32, 1), (32, 32, 32), (32, 32, 4), (8, 64, 1)]
+# (in channels, out channels, groups) and filter sides of the direct kernels' grid.
+DIRECT_CHANNELS = [(1, 1, 1), (1, 3, 1), (3, 3, 1), (1, 8, 1), (8, 1, 1), (1, 16, 1),
+                   (16, 1, 1), (4, 8, 1), (8, 8, 1), (8, 32, 1), (32, 8, 1), (16, 16, 1),
+                   (32, 32, 1), (32, 32, 32), (32, 32, 4), (8, 64, 1), (64, 64, 1),
+                   (128, 128, 1)]
+DIRECT_KS = (3, 7, 15)
 
 
 def _min_time(fn, seconds):
@@ -123,23 +130,61 @@ def fit_fft(rows):
           f"predicted/measured {r:.2f}")
 
 
-def direct_rates(seconds):
+def direct_rows(seconds):
+  """[(pass, lanes, flops, seconds)] of the direct kernels, each pass, SAME, float32, one
+  image: lanes are the destination channels per group its inner loop runs over."""
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
   import tf_largeconv as lc  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(0)
-  print("\nDirect (forward, 64x96 image, SAME): GFLOP/s against output channels per group")
-  for ci, co, groups in DIRECT_CHANNELS:
-    for k in (9, 31):
-      x_shape, w_shape = (1, 64, 96, ci), (k, k, ci // groups, co)
-      x = tf.constant(rng.random(x_shape, dtype=np.float32))
-      w = tf.constant(rng.random(w_shape, dtype=np.float32))
-      t = _min_time(lambda x=x, w=w: lc.conv2d(x, w, 1, "SAME", algorithm="direct").numpy(),
-                    seconds)
-      flops = 2.0 * 64 * 96 * k * k * (ci // groups) * co
-      print(f"  in {ci} out {co} groups {groups} ({co // groups} per group) {k}x{k}: "
-            f"{flops / t / 1e9:.1f} GFLOP/s")
+  rows = []
+  print("Direct kernels (one thread, SAME), ms per pass and GFLOP/s:")
+  for (ci, co, groups), k in itertools.product(DIRECT_CHANNELS, DIRECT_KS):
+    icpg, ocpg = ci // groups, co // groups
+    side = max(16, min(256, int(math.sqrt(2e8 / (2 * k * k * icpg * co)))))
+    x = tf.constant(rng.random((1, side, side, ci), dtype=np.float32))
+    w = tf.constant(rng.random((k, k, icpg, co), dtype=np.float32))
+    dy = tf.constant(rng.random((1, side, side, co), dtype=np.float32))
+    calls = (lambda x=x, w=w: lc.conv2d(x, w, 1, "SAME", algorithm="direct").numpy(),
+             lambda x=x, w=w, dy=dy: lc.conv2d_backprop_input(
+                 x.shape, w, dy, 1, "SAME", algorithm="direct").numpy(),
+             lambda x=x, w=w, dy=dy: lc.conv2d_backprop_filter(
+                 x, w.shape, dy, 1, "SAME", algorithm="direct").numpy())
+    flops = 2.0 * side * side * k * k * icpg * co
+    times = [_min_time(c, seconds) for c in calls]
+    for name, lanes, t in zip(TF_PASSES, (ocpg, icpg, ocpg), times):
+      rows.append((name, lanes, flops, t))
+    print(f"  {k}x{k} {ci}->{co} groups {groups} {side}x{side}: " + ", ".join(
+        f"{t * 1e3:.2f} ({flops / t / 1e9:.1f})" for t in times), flush=True)
+  return rows
+
+
+def direct_rate(lanes, base, at_base, peak):
+  """plan.cc's direct rate (FLOP/s) for `lanes` destination channels per group."""
+  return min(peak, base * max(1.0, lanes / at_base))
+
+
+def fit_direct(rows):
+  """Per pass, the (base, at_base, peak) of `direct_rate` with the least squared log
+  error over `rows` (a grid search)."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  print("\nDirect: rate = min(peak, base * max(1, lanes / at_base)) per pass")
+  for name in TF_PASSES:
+    mine = [r for r in rows if r[0] == name]
+    lanes = np.array([r[1] for r in mine], float)
+    rate = np.array([r[2] / r[3] for r in mine])
+    best = None
+    for base, at_base, peak in itertools.product(np.geomspace(1e9, 40e9, 60),
+                                                 (1, 2, 3, 4, 6, 8, 9, 12, 16, 24, 32),
+                                                 np.geomspace(5e9, 80e9, 40)):
+      err = np.log(np.minimum(peak, base * np.maximum(1.0, lanes / at_base)) / rate)
+      if best is None or (err**2).sum() < best[0]:
+        best = ((err**2).sum(), base, at_base, peak, np.abs(err))
+    _, base, at_base, peak, err = best
+    print(f"  {name}: base {base:.3g} FLOP/s, at_base {at_base}, peak {peak:.3g} FLOP/s; "
+          f"predicted/measured off by a factor of: median {np.exp(np.median(err)):.2f}, "
+          f"90th percentile {np.exp(np.percentile(err, 90)):.2f}, max {np.exp(err.max()):.2f}")
 
 
 TF_CHANNELS = [(1, 1), (1, 8), (8, 1), (3, 16), (8, 8), (8, 32), (32, 8), (16, 16), (32, 32),
@@ -232,6 +277,8 @@ def main():
                       help="time spent repeating each measurement")
   parser.add_argument("--tf", action="store_true",
                       help="fit the model of TensorFlow's kernels only")
+  parser.add_argument("--direct", action="store_true",
+                      help="fit the model of the direct kernels only")
   args = parser.parse_args()
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   tf.config.threading.set_intra_op_parallelism_threads(1)
@@ -239,9 +286,12 @@ def main():
     print("TensorFlow's kernels (one thread), forward, backprop_input, backprop_filter:")
     fit_tf(tf_rows(args.seconds), op_call_seconds(args.seconds))
     return
+  if args.direct:
+    fit_direct(direct_rows(args.seconds / 3))
+    return
   print("FFT configurations (one thread):")
   fit_fft(fft_rows(args.seconds))
-  direct_rates(args.seconds / 2)
+  fit_direct(direct_rows(args.seconds / 3))
 
 
 if __name__ == "__main__":

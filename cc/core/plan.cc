@@ -19,11 +19,23 @@ namespace {
 // and prints these constants. Used only to compare configurations and algorithms, never
 // reported as timing.
 //
-// Direct kernels: the inner loop runs over a group's destination channels, so the rate
-// grows with them (4-10 GFLOP/s with 1-8 channels, 25 with 32, 32-38 with 64).
-constexpr double kDirectFlopsPerSec = 7e9;
-constexpr double kDirectChannelsAtBaseRate = 9;
-constexpr double kDirectMaxFlopsPerSec = 40e9;
+// Direct kernels: the inner loop runs over a group's destination channels ("lanes"), so
+// the rate grows with them: rate = min(peak, base * max(1, lanes / at_base)), fitted per
+// pass, as each pass has kernels of its own (`python tools/calibrate_cpu.py --direct`,
+// 2026-11-26: filters 3x3-15x15, 1->1 to 128->128 channels, grouped and depthwise). The
+// forward kernels reach 27-50 GFLOP/s with 32-128 lanes, the input gradient's 13-31 and
+// the filter gradient's 5-9. Predicted/measured off by a median 1.26 / 1.54 / 1.30, 90th
+// percentile 1.44 / 2.94 / 1.48; the worst are 8 lanes (the forward and input-gradient
+// kernels 2-5x slower than the fit there: their channel loop is one vector long) and
+// depthwise filter gradients (4-5x slower).
+struct DirectRate {
+  double base, at_base, peak;  // FLOP/s, lanes, FLOP/s
+};
+constexpr DirectRate kDirectRates[3] = {
+    {6.13e9, 9, 36.6e9},   // forward
+    {4.21e9, 4, 13.5e9},   // backprop_input
+    {3.49e9, 12, 6.64e9},  // backprop_filter
+};
 // FFT kernels: DUCC's 2-D transforms of tiles that fit in cache cost about the same per
 // point whatever the size and radix (the log2 term fits to zero), plus a fixed cost per
 // transform, plus the spectral products (complex multiply-adds).
@@ -91,8 +103,8 @@ double TfSeconds(const Conv3dGeometry& g, ConvPass) {
 template <class Geometry>
 double DirectSeconds(const Geometry& g, ConvPass pass, double flops) {
   const double lanes = g.channels(pass).dst_per_group;
-  const double rate = std::min(
-      kDirectMaxFlopsPerSec, kDirectFlopsPerSec * std::max(1.0, lanes / kDirectChannelsAtBaseRate));
+  const DirectRate& r = kDirectRates[static_cast<int>(pass)];
+  const double rate = std::min(r.peak, r.base * std::max(1.0, lanes / r.at_base));
   return flops / rate;
 }
 
