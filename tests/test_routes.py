@@ -13,11 +13,15 @@ import tf_largeconv as lc
 from tf_largeconv import _args
 from tf_largeconv import planning
 
-# (input NHWC, filter HWIO): 7x7 filters over 8->32 channels, where TF's forward kernel
+# (input NHWC, filter HWIO): a 7x7 16->16 filter on two images, where TF's forward kernel
 # wins and its backprop kernels lose to the op's FFT passes.
-MIXED = ((2, 48, 48, 8), (7, 7, 8, 8))
-# TF's forward and input-gradient kernels, the op's filter gradient (for one image).
-MIXED_INPUT = ((1, 48, 48, 8), (5, 5, 8, 8))
+MIXED = ((2, 64, 64, 16), (7, 7, 16, 16))
+# TF's forward and input-gradient kernels, the op's filter gradient.
+MIXED_INPUT = ((1, 64, 64, 16), (7, 7, 16, 32))
+# A 5x5 16->16 filter on 48x48 images, whose routes change three times with the batch.
+BATCHED = ((48, 48, 16), (5, 5, 16, 16))
+BATCHED_SCHEDULE = ((1, (True, True, True)), (4, (True, True, False)),
+                    (8, (True, False, False)), (32, (False, False, False)))
 TF_OPS = {"Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter"}
 OUR_OPS = {"LargeConv>Conv2D", "LargeConv>Conv2DBackpropInput",
            "LargeConv>Conv2DBackpropFilter"}
@@ -74,28 +78,47 @@ def test_routes_follow_the_batch():
   for batch, want in ((1, True), (3, True), (4, False), (5, False), (1000, False)):
     assert _routes((batch,) + image, w_shape) == (want, False, False), batch
   attrs = _args.conv_attrs(1, "SAME", "NHWC", None, "auto", None)
-  schedule = planning.tf_kernel_routes([None, *image], list(w_shape), tf.float64,
-                                       tf.zeros(()), attrs)
-  assert schedule == ((1, (True, False, False)), (4, (False, False, False)))
-  assert planning.tf_kernel_routes([6, *image], list(w_shape), tf.float64, tf.zeros(()),
-                                   attrs) == ((1, (False, False, False)),)
+
+  def schedule(x_shape, f_shape):
+    return planning.tf_kernel_routes(list(x_shape), list(f_shape), tf.float64, tf.zeros(()),
+                                     attrs)
+
+  assert schedule([None, *image], w_shape) == ((1, (True, False, False)),
+                                               (4, (False, False, False)))
+  assert schedule([6, *image], w_shape) == ((1, (False, False, False)),)
+  assert schedule([None, *BATCHED[0]], BATCHED[1]) == BATCHED_SCHEDULE
   # Where TF's kernels win every pass of any batch, one entry.
-  assert planning.tf_kernel_routes([None, 32, 32, 32], [3, 3, 32, 64], tf.float64,
-                                   tf.zeros(()), attrs) == ((1, (True, True, True)),)
+  assert schedule([None, 32, 32, 32], [3, 3, 32, 64]) == ((1, (True, True, True)),)
+
+
+def test_a_mixed_route_must_pay_for_its_custom_gradient():
+  # Per pass TF's kernel wins the forward pass and the op the others, by less in all than
+  # a mixed route's own cost: every pass runs one way.
+  penalty = planning.MIXED_ROUTE_SECONDS * planning._CORE.REFERENCE_SLOTS
+  cost = lambda tf_s, ours: dict(cost_tf=tf_s, cost_fft=ours, cost_direct=10 * ours)  # noqa: E731
+  mixed = (True, False, False)
+  close = [cost(1.0e-3, 1.0e-3 + penalty / 4), cost(2e-3, 2e-3 - penalty / 4),
+           cost(3e-3, 3e-3 - penalty / 4)]
+  assert planning._unmixed(close, mixed) == (False, False, False)
+  close[0]["cost_fft"] = 1.0e-3 + penalty  # TF's forward kernel now saves enough over ours
+  assert planning._unmixed(close, mixed) == (True, True, True)
+  far = [cost(1e-3, 3e-3), cost(5e-3, 2e-3), cost(6e-3, 3e-3)]
+  assert planning._unmixed(far, mixed) == mixed
 
 
 def test_an_unknown_batch_runs_the_routes_of_the_batch_it_gets(rng):
-  # One graph for every batch holds both forward kernels and picks, at run time, the one
-  # an eager call with that batch runs: the same bits, to the second order, at either
-  # side of the boundary (3 and 4 images), and with an empty batch.
-  image, w_shape = MIXED[0][1:], MIXED[1]
+  # One graph for every batch holds every route's kernels and picks, at run time, the ones
+  # an eager call with that batch runs: the same bits, to the second order, either side of
+  # two boundaries (3 | 4 and 7 | 8 images), and with an empty batch.
+  image, w_shape = BATCHED
   w = tf.constant(rng.standard_normal(w_shape))
   auto = lambda a, b: lc.conv2d(a, b, 1, "SAME")  # noqa: E731
   fn = tf.function(lambda a, b, c: _step(auto, a, b, c), input_signature=[
       tf.TensorSpec([None, *image], tf.float64), tf.TensorSpec(w_shape, tf.float64),
       tf.TensorSpec([None, *image[:2], w_shape[3]], tf.float64)])
-  assert _conv_ops(fn) >= {"Conv2D", "LargeConv>Conv2D"}
-  for batch in (1, 3, 4, 8):
+  assert _conv_ops(fn) >= TF_OPS | {"LargeConv>Conv2DBackpropInput",
+                                    "LargeConv>Conv2DBackpropFilter"}
+  for batch in (1, 3, 4, 7, 8):
     x = tf.constant(rng.standard_normal((batch, *image)))
     dy = tf.constant(rng.standard_normal((batch, *image[:2], w_shape[3])))
     got, eager = fn(x, w, dy), _step(auto, x, w, dy)

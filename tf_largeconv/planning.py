@@ -289,15 +289,41 @@ def tf_kernel_runs(x_shape, f_shape, dtype, placed, attrs):
 ROUTE_BATCHES = tuple(2**i for i in range(7))  # 1 ... 64
 
 
+# A route that mixes TF's kernels with the op's runs under tf.custom_gradient, which costs
+# an eager call this much more than either alone (Python's time: a small conv2d took 66 us
+# through tf.nn.conv2d and 222 us wrapped in tf.custom_gradient, on this 2-core machine). A
+# pass is routed to the other side's kernel only where the mixed route saves more than
+# that over running every pass one way; the model's seconds are single-thread seconds on
+# REFERENCE_SLOTS threads, so the cost counts that many times.
+MIXED_ROUTE_SECONDS = 155e-6
+
+
+def _unmixed(passes, routes):
+  """`routes` (mixed), or every pass TF's kernel or every pass the op's where that is priced
+  within MIXED_ROUTE_SECONDS of them (`passes`: the planner's dicts, with each algorithm's
+  cost; the op's is the lower of direct and fft)."""
+  def ours(p):
+    return min(c for c in (p["cost_direct"], p["cost_fft"]) if c >= 0)
+
+  options = {routes: sum(p["cost_tf"] if r else ours(p) for p, r in zip(passes, routes)) +
+             MIXED_ROUTE_SECONDS * _CORE.REFERENCE_SLOTS,
+             (False,) * 3: sum(ours(p) for p in passes)}
+  if all(p["cost_tf"] >= 0 for p in passes):
+    options[(True,) * 3] = sum(p["cost_tf"] for p in passes)
+  return min(options, key=options.get)
+
+
 @functools.lru_cache(maxsize=1024)
 def route_schedule(image_shape, f_shape, attrs_key, dtype_name, threads):
   """The CPU planner's routes for an eligible convolution of images `image_shape` (height,
   width and channels in data_format order) by batch: ((first_batch, routes), ...),
   ascending from 1, each `routes` (forward, backprop_input, backprop_filter, True where
   that pass runs TF's kernel) holding from `first_batch` images up to the next entry's
-  first. In the cost model the op's time per image falls with the batch while TF's does
-  not, so a pass that leaves TF's kernel at some batch stays with the op at every larger
-  one: the batches are planned in turn until no pass runs TF's kernel. Raises ValueError or
+  first. Each is the planner's choice per pass, unless a route that mixes TF's kernels
+  with the op's saves less than its own cost (MIXED_ROUTE_SECONDS). In the cost model the
+  op's time per image falls with the batch while TF's does not, so a pass that leaves TF's
+  kernel at some batch stays with the op at every larger one: the batches are planned in
+  turn until no pass runs TF's kernel. Raises ValueError or
   NotImplementedError for arguments the planner refuses."""
   # Cached: eager code calls conv2d with the same shapes over and over, and a graph traced
   # with an unknown batch needs every entry.
@@ -310,6 +336,8 @@ def route_schedule(image_shape, f_shape, attrs_key, dtype_name, threads):
                         workspace_limit=attrs["workspace_limit"], num_threads=threads,
                         dtype=dtype_name)
     routes = tuple(p["algorithm"] == "tf" for p in passes)
+    if any(routes) and not all(routes):
+      routes = _unmixed(passes, routes)
     if not schedule or routes != schedule[-1][1]:
       schedule.append((batch, routes))
     if not any(routes):

@@ -25,12 +25,14 @@ fits), or with --tf TensorFlow's three kernels (a third):
   0.4 GFLOP) and a few larger images with many channels, each pass fitted, relative error
   weighted, non-negative, as
       a * flops + b * P K ci + c * P K co + d * P + e * P K
-        + f * P K ci [big] + g
+        + f * P K ci [big] + h * P [small] + g
   with P the output pixels (batch x height x width), K the filter's taps, ci and co the
-  channels, and [big] 1 where one image's patch matrix (its output pixels x K x ci values)
-  exceeds kTfBigPatchBytes: TF's backprop kernels slow down sharply there. g, the cost of a
-  call, is printed less the op's own (a 1x1 filter on one pixel, timed alike), which both
-  pay; plan.cc leaves it out (routes are decided per image).
+  channels, [big] 1 where one image's patch matrix (its output pixels x K x ci values)
+  exceeds kTfBigPatchBytes: TF's backprop kernels slow down sharply there; and [small] 1
+  for a 3x3 or 5x5 filter on fewer than 8 input channels, where TF's forward kernel pays
+  about 50 ns a pixel more (3x3 1->1 on 512x512: 16 ms, 3.6x the fit without it). g, the
+  cost of a call, is printed less the op's own (a 1x1 filter on one pixel, timed alike),
+  which both pay; plan.cc leaves it out (it prices passes, not calls).
 
 Prints the fitted constants and each configuration's predicted/measured ratio. Copy the
 constants into plan.cc with the date and machine.
@@ -197,6 +199,7 @@ TF_LARGE_IMAGES = [(7, 128, 128, 1, 64), (3, 8, 8, 1, 512), (7, 32, 32, 1, 128),
 TF_SMALL_CALLS = [(3, 8, 8, 1, 32), (1, 8, 8, 2, 32), (3, 32, 32, 1, 16), (1, 32, 32, 8, 64),
                   (5, 1, 1, 1, 32), (1, 1, 1, 1, 16)]
 TF_BIG_PATCH_BYTES = 64 * 2**20  # plan.cc's kTfBigPatchBytes
+TF_SMALL_FILTER, TF_FEW_CHANNELS = 5, 8  # plan.cc's kTfSmallFilter, kTfFewChannels
 TF_PASSES = ("forward", "backprop_input", "backprop_filter")
 
 
@@ -232,9 +235,10 @@ def tf_rows(seconds):
 def tf_features(k, ci, co, n, side):
   pixels, taps = n * side * side, k * k
   big = side * side * taps * ci * 4 > TF_BIG_PATCH_BYTES
+  small = 1 < k <= TF_SMALL_FILTER and ci < TF_FEW_CHANNELS
   flops = 2.0 * pixels * taps * ci * co
   return [flops, pixels * taps * ci, pixels * taps * co, pixels, pixels * taps,
-          pixels * taps * ci * big, 1.0]
+          pixels * taps * ci * big, pixels * small, 1.0]
 
 
 def op_call_seconds(seconds):
@@ -259,7 +263,8 @@ def fit_tf(rows, op_calls):
   from scipy.optimize import nnls  # pylint: disable=g-import-not-at-top
   x = np.array([tf_features(*r[:5]) for r in rows], float)
   print("\nTF: seconds = a * flops + b * P K ci + c * P K co + d * P + e * P K"
-        " + f * P K ci [big] + g; g is printed less the op's own cost of a call")
+        " + f * P K ci [big] + h * P [small] + g; g is printed less the op's own cost of a"
+        " call")
   for i, name in enumerate(TF_PASSES):
     y = np.array([r[5][i] for r in rows])
     coef, _ = nnls(x / y[:, None], np.ones_like(y))

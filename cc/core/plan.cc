@@ -65,25 +65,29 @@ double LinePointFactor(const FftConfig& c) {
 }
 // TensorFlow's CPU kernels, fitted per pass to single-thread warm times (float32, SAME,
 // filters 1x1-15x15, 1->1 to 128->128 channels, batch 1 and 8, a few larger images and a
-// few calls of tens of microseconds) by `python tools/calibrate_cpu.py --tf`. With P
-// output pixels (batch x height x width), K filter taps, ci and co channels:
-//   seconds = a flops + b P K ci + c P K co + d P + e P K + [big] f P K ci,
+// few calls of tens of microseconds) by `python tools/calibrate_cpu.py --tf --seconds 0.6`
+// (2026-11-26, this 2-core machine). With P output pixels (batch x height x width), K
+// filter taps, ci and co channels:
+//   seconds = a flops + b P K ci + c P K co + d P + e P K + [big] f P K ci + [small] h P,
 // [big] where one image's patch matrix (its output pixels x K x ci values, 4 bytes each)
-// exceeds kTfBigPatchBytes. The forward kernel peaks near 80 GFLOP/s with many channels but
-// pays per pixel and tap with few; the backprop kernels run 2-10x slower than the forward
-// one with few channels (an 8->8 3x3 filter on a 512x512 image: 14 ms forward, 64 and 68
-// ms backward) and slower again on large single images. Predicted/measured off by a median
-// 1.14-1.22x, 90th percentile 1.5-1.9x; the worst (up to 11x) are 1x1 filters on 512x512
-// images with few channels, whose times vary widely between channel counts. The fit's
-// constant, TF's cost of a call beyond the op's own (30 us forward, none backward), is
-// left out: routes are decided per image, where it would count once per image instead of
-// once per call.
+// exceeds kTfBigPatchBytes; [small] for a 3x3 or 5x5 filter on fewer than kTfFewChannels
+// input channels, where the forward kernel pays about 50 ns a pixel more (a 3x3 1->1
+// filter on 512x512: 16 ms, 3.6x the fit without the term; 4->8 on 256x256 2.7x). The
+// forward kernel peaks near 80 GFLOP/s with many channels but pays per pixel and tap with
+// few; the backprop kernels run 2-10x slower than the forward one with few channels (an
+// 8->8 3x3 filter on a 512x512 image: 14 ms forward, 105 and 103 ms backward) and slower
+// again on large single images. Predicted/measured off by a median 1.11-1.16x, 90th
+// percentile 1.45-1.87x; the worst (2.5-4.5x) are 1x1 filters on 512x512 images with few
+// channels, whose times vary widely between channel counts. The fit's constant, TF's cost
+// of a call beyond the op's own (31 us forward, none backward), is left out: passes are
+// priced, not calls (planning.py prices the call that mixes the two).
 constexpr double kTfBigPatchBytes = 64.0 * (1 << 20);
-constexpr double kTfCoefficients[3][6] = {
-    // a (s/flop), b, c, d, e, f
-    {1.28e-11, 2.46e-11, 4.67e-11, 7.64e-10, 1.85e-9, 0},      // forward
-    {1.4e-11, 3.42e-10, 9.52e-12, 8.24e-9, 2.83e-9, 1.03e-9},  // backprop_input
-    {1.66e-11, 7.71e-10, 0, 1.39e-9, 4.21e-9, 6.66e-10},       // backprop_filter
+constexpr int64_t kTfSmallFilter = 5, kTfFewChannels = 8;
+constexpr double kTfCoefficients[3][7] = {
+    // a (s/flop), b, c, d, e, f, h
+    {1.15e-11, 8.2e-11, 3.36e-11, 8.31e-10, 1.45e-9, 0, 5.18e-8},  // forward
+    {1.27e-11, 3.13e-10, 8.37e-13, 8.98e-9, 2.54e-9, 9e-10, 0},    // backprop_input
+    {1.45e-11, 7.16e-10, 0, 2.47e-9, 3.49e-9, 7.87e-10, 4.65e-9},  // backprop_filter
 };
 double TfSeconds(const ConvGeometry& g, ConvPass pass) {
   const double* k = kTfCoefficients[static_cast<int>(pass)];
@@ -91,8 +95,13 @@ double TfSeconds(const ConvGeometry& g, ConvPass pass) {
   const double pixels = image * g.batch, taps = static_cast<double>(g.filter_h) * g.filter_w;
   const double ci = g.in_c_per_group(), co = g.out_c_per_group();
   const double big = image * taps * ci * 4 > kTfBigPatchBytes ? 1 : 0;
+  const double small = taps > 1 && g.filter_h <= kTfSmallFilter && g.filter_w <= kTfSmallFilter &&
+                               g.in_c_per_group() < kTfFewChannels
+                           ? 1
+                           : 0;
   return k[0] * 2.0 * g.macs() + k[1] * pixels * taps * ci + k[2] * pixels * taps * co +
-         k[3] * pixels + k[4] * pixels * taps + big * k[5] * pixels * taps * ci;
+         k[3] * pixels + k[4] * pixels * taps + big * k[5] * pixels * taps * ci +
+         small * k[6] * pixels;
 }
 // Three spatial dimensions (priced only where algorithm='tf' asks for tf.nn.conv3d): the
 // forward fit's flop rate.
@@ -202,11 +211,10 @@ double FftCost(const Conv3dGeometry& g, ConvPass pass, const Fft3dConfig& c, dou
          kSecondsPerComplexMac * w.complex_macs + kSecondsPerFilterRead * w.filter_reads;
 }
 
-// The parallelism a transform size is chosen for (see PlanPass): two threads. Tiles cut
-// for more slots than that cost more in overlap than they gain on a 2-core machine (batch-2
-// 321x481 frames ran 15-30% slower with tiles cut for four), and a machine with more
-// threads still runs as many slots as its limit pays for.
-constexpr int64_t kReferenceSlots = 2;
+// kReferenceSlots (plan.h) is the parallelism a transform size is chosen for (see
+// PlanPass): two threads. Tiles cut for more slots than that cost more in overlap than they
+// gain on a 2-core machine (batch-2 321x481 frames ran 15-30% slower with tiles cut for
+// four), and a machine with more threads still runs as many slots as its limit pays for.
 
 // The single-thread seconds of the longest of `runs` contiguous runs that share a
 // configuration's parallel items.

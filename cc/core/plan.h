@@ -15,6 +15,10 @@
 
 namespace largeconv {
 
+// The parallelism the cost model prices every configuration and algorithm on: a cost is
+// the time on this many threads, in single-thread seconds (plan.cc, ReferenceCost).
+constexpr int64_t kReferenceSlots = 2;
+
 struct PlanRequest {
   Algorithm algorithm = Algorithm::kAuto;
   int64_t workspace_limit = kDefaultWorkspaceLimit;  // bytes; < 0 means the default

@@ -432,6 +432,7 @@ PYBIND11_MODULE(_core, m) {
   m.attr("DTYPES") = py::tuple(py::cast(DtypeNames()));
   m.attr("ALGORITHMS") = py::tuple(py::cast(AlgorithmNames()));
   m.attr("GPU_ROUTE_BATCH") = cuda::kRouteBatch;
+  m.attr("REFERENCE_SLOTS") = kReferenceSlots;
   // float64 first: overload resolution tries in order, and forcecast would otherwise turn
   // double arrays into float32.
   DefKernels<double, false>(m);
