@@ -7,8 +7,9 @@ Over filter sizes, input and output channels, batch and image sizes, forward pas
 training steps (forward + both gradients), with one and with every intra-op thread, it
 times "auto" against each algorithm it chooses between ("direct", "fft", and TensorFlow's
 own kernel, tf.nn.conv2d, which is also the baseline), float32, SAME, stride 1, warm times
-interleaved (min over rounds). Each thread setting runs in a fresh process (TensorFlow
-fixes its pools at start).
+interleaved (min over rounds, in an order that alternates: a call right after another runs
+slower while the threads of the one before still spin). Each thread setting runs in a
+fresh process (TensorFlow fixes its pools at start).
 
 An algorithm whose modelled time (`plan()`'s estimated_seconds, summed over the passes a
 step runs; for TF's kernel where the planner does not weigh it, as where TF's CPU kernels
@@ -49,6 +50,7 @@ MAX_INPUT_BYTES = 64 * 2**20
 # planner does not weigh TF's kernel (configurations TF's CPU kernels cannot run).
 TF_FLOPS_PER_S = 5e10
 SLOW_S = 0.5  # a call slower than this is timed once after its warm-up
+SETTLE_S = 0.05  # the pause before it, for the threads of the call before to go idle
 MAX_ROUNDS = 200
 
 
@@ -122,7 +124,14 @@ def _time_point(lc, tf, np, point, rounds=3):
       del calls[a]
   run = list(calls)
   fast = [a for a in run if times[a] < SLOW_S]
-  times.update({a: _once(calls[a]) for a in run if a not in fast})
+  # A call right after another runs slower while the pool threads of the one before still
+  # spin (a 31x31 1->1 FFT on 64x64: 0.54 ms right after TF's kernel, 0.27-0.34 ms after
+  # the op's). Slow calls are timed again after a pause; fast ones in rounds whose order
+  # alternates, so that no algorithm always follows the same one.
+  for a in run:
+    if a not in fast:
+      time.sleep(SETTLE_S)
+      times[a] = min(times[a], _once(calls[a]))
   # Interleaved rounds (a slow spell of the machine hits every algorithm alike): at least
   # `rounds`, more while they take under a second, at most MAX_ROUNDS (calls of a
   # millisecond or less need many for their minimum to settle).
@@ -130,7 +139,7 @@ def _time_point(lc, tf, np, point, rounds=3):
   for i in range(MAX_ROUNDS):
     if i >= rounds and time.perf_counter() - start > 1.0:
       break
-    for a in fast:
+    for a in (fast if i % 2 == 0 else fast[::-1]):
       times[a] = min(times[a], _once(calls[a]))
   plan = lc.plan((n, side, side, ci), (k, k, ci, co), 1, "SAME")
   picks = [p.algorithm for p in plan.passes][:3 if mode == "train" else 1]
