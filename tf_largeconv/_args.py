@@ -283,11 +283,12 @@ def as_tensors(input, filters):  # pylint: disable=redefined-builtin
   Raises:
     TypeError: input's dtype is not in `DTYPES`, or filters' differs from it.
   """
-  input = tf.convert_to_tensor(input, name="input")
+  if not isinstance(input, tf.Tensor):  # a tensor is taken as it is (a small call's cost)
+    input = tf.convert_to_tensor(input, name="input")
   dtype = input.dtype
-  if isinstance(filters, (tf.Tensor, tf.Variable)):
+  if isinstance(filters, tf.Variable):
     filters = tf.convert_to_tensor(filters, name="filters")
-  else:
+  elif not isinstance(filters, tf.Tensor):
     filters = tf.convert_to_tensor(filters, dtype=dtype, name="filters")
   check_dtype("input", dtype)
   if filters.dtype != dtype:

@@ -7,9 +7,9 @@ Over filter sizes, input and output channels, batch and image sizes, forward pas
 training steps (forward + both gradients), with one and with every intra-op thread, it
 times "auto" against each algorithm it chooses between ("direct", "fft", and TensorFlow's
 own kernel, tf.nn.conv2d, which is also the baseline), float32, SAME, stride 1, warm times
-interleaved (min over rounds, in an order that alternates: a call right after another runs
-slower while the threads of the one before still spin). Each thread setting runs in a
-fresh process (TensorFlow fixes its pools at start).
+interleaved (min over rounds; each timed call right after an untimed one of the same
+algorithm, as a call right after a different kernel's runs slower). Each thread setting
+runs in a fresh process (TensorFlow fixes its pools at start).
 
 An algorithm whose modelled time (`plan()`'s estimated_seconds, summed over the passes a
 step runs; for TF's kernel where the planner does not weigh it, as where TF's CPU kernels
@@ -49,8 +49,7 @@ MAX_INPUT_BYTES = 64 * 2**20
 # tf.nn.conv2d's rate on this machine's class of CPU, roughly, for the skip rule where the
 # planner does not weigh TF's kernel (configurations TF's CPU kernels cannot run).
 TF_FLOPS_PER_S = 5e10
-SLOW_S = 0.5  # a call slower than this is timed once after its warm-up
-SETTLE_S = 0.05  # the pause before it, for the threads of the call before to go idle
+SLOW_S = 0.5  # a call slower than this is timed once more, right after its warm-up
 MAX_ROUNDS = 200
 
 
@@ -115,23 +114,20 @@ def _time_point(lc, tf, np, point, rounds=3):
   run = ["auto"] + [a for a in ALGORITHMS if model[a] is not None and
                     model[a] <= max(SKIP_FACTOR * best_model, ALWAYS_TIMED_S)]
   calls = {a: _step(lc, tf, x, w, mode, a) for a in run}
+  # A call right after a different kernel's runs slower than one after its own (a 31x31
+  # 1->1 FFT on 64x64: 0.54 ms after TF's kernel, 0.27-0.34 ms after itself; TF's kernel
+  # 2.9 ms after the op's, 2.2 after itself), so each timed call follows a call of the same
+  # algorithm: a slow one its warm-up, a fast one an untimed call in each round.
   times, failed = {}, {}
   for a, fn in list(calls.items()):  # warm-up: plans, kernels, allocations
     try:
       times[a] = _once(fn)
+      if times[a] >= SLOW_S:
+        times[a] = min(times[a], _once(fn))
     except tf.errors.ResourceExhaustedError:  # TF's im2col buffers, mostly
       failed[a] = "out of memory"
       del calls[a]
-  run = list(calls)
-  fast = [a for a in run if times[a] < SLOW_S]
-  # A call right after another runs slower while the pool threads of the one before still
-  # spin (a 31x31 1->1 FFT on 64x64: 0.54 ms right after TF's kernel, 0.27-0.34 ms after
-  # the op's). Slow calls are timed again after a pause; fast ones in rounds whose order
-  # alternates, so that no algorithm always follows the same one.
-  for a in run:
-    if a not in fast:
-      time.sleep(SETTLE_S)
-      times[a] = min(times[a], _once(calls[a]))
+  fast = [a for a in calls if times[a] < SLOW_S]
   # Interleaved rounds (a slow spell of the machine hits every algorithm alike): at least
   # `rounds`, more while they take under a second, at most MAX_ROUNDS (calls of a
   # millisecond or less need many for their minimum to settle).
@@ -139,7 +135,8 @@ def _time_point(lc, tf, np, point, rounds=3):
   for i in range(MAX_ROUNDS):
     if i >= rounds and time.perf_counter() - start > 1.0:
       break
-    for a in (fast if i % 2 == 0 else fast[::-1]):
+    for a in fast:
+      calls[a]()
       times[a] = min(times[a], _once(calls[a]))
   plan = lc.plan((n, side, side, ci), (k, k, ci, co), 1, "SAME")
   picks = [p.algorithm for p in plan.passes][:3 if mode == "train" else 1]
