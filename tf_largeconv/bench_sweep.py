@@ -51,6 +51,7 @@ MAX_INPUT_BYTES = 64 * 2**20
 TF_FLOPS_PER_S = 5e10
 SLOW_S = 0.5  # a call slower than this is timed once more, right after its warm-up
 MAX_ROUNDS = 200
+ROUND_S = 2.0  # rounds continue while they have taken less than this (timings vary by ±30%)
 
 
 def grid(full=False):
@@ -103,7 +104,7 @@ def _step(lc, tf, x, w, mode, algorithm):
   return train
 
 
-def _time_point(lc, tf, np, point, rounds=3):
+def _time_point(lc, tf, np, point, rounds=5):
   """Times "auto" and every algorithm within SKIP_FACTOR of the fastest modelled one."""
   k, ci, co, n, side, mode = point
   rng = np.random.default_rng(0)
@@ -129,11 +130,11 @@ def _time_point(lc, tf, np, point, rounds=3):
       del calls[a]
   fast = [a for a in calls if times[a] < SLOW_S]
   # Interleaved rounds (a slow spell of the machine hits every algorithm alike): at least
-  # `rounds`, more while they take under a second, at most MAX_ROUNDS (calls of a
+  # `rounds`, more while they take under ROUND_S seconds, at most MAX_ROUNDS (calls of a
   # millisecond or less need many for their minimum to settle).
   start = time.perf_counter()
   for i in range(MAX_ROUNDS):
-    if i >= rounds and time.perf_counter() - start > 1.0:
+    if i >= rounds and time.perf_counter() - start > ROUND_S:
       break
     for a in fast:
       calls[a]()
