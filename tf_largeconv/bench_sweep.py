@@ -7,8 +7,9 @@ Over filter sizes, input and output channels, batch and image sizes, forward pas
 training steps (forward + both gradients), with one and with every intra-op thread, it
 times "auto" against each algorithm it chooses between ("direct", "fft", and TensorFlow's
 own kernel, tf.nn.conv2d, which is also the baseline), float32, SAME, stride 1, warm times
-interleaved (min over rounds; each timed call right after an untimed one of the same
-algorithm, as a call right after a different kernel's runs slower). Each thread setting
+interleaved (min over rounds, each in a seeded random order; each timed call right after
+an untimed one of the same algorithm, as a call right after a different kernel's runs
+slower). Each thread setting
 runs in a fresh process (TensorFlow fixes its pools at start).
 
 An algorithm whose modelled time (`plan()`'s estimated_seconds, summed over the passes a
@@ -30,6 +31,7 @@ import argparse
 import itertools
 import json
 import os
+import random
 import sys
 import time
 
@@ -132,11 +134,14 @@ def _time_point(lc, tf, np, point, rounds=5):
   # Interleaved rounds (a slow spell of the machine hits every algorithm alike): at least
   # `rounds`, more while they take under ROUND_S seconds, at most MAX_ROUNDS (calls of a
   # millisecond or less need many for their minimum to settle).
+  # Each round in its own order (seeded): the first call of a round still runs in the
+  # wake of the round before, whose last kernel would otherwise always be the same.
+  order = random.Random(0)
   start = time.perf_counter()
   for i in range(MAX_ROUNDS):
     if i >= rounds and time.perf_counter() - start > ROUND_S:
       break
-    for a in fast:
+    for a in order.sample(fast, len(fast)):
       calls[a]()
       times[a] = min(times[a], _once(calls[a]))
   plan = lc.plan((n, side, side, ci), (k, k, ci, co), 1, "SAME")

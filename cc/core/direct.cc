@@ -307,7 +307,9 @@ void DirectForward(const ConvGeometry& g, const T* input, const T* filter, T* ou
   if (g.output_elements() == 0) return;
   const double per_row = static_cast<double>(g.out_w) * g.out_c * g.filter_h * g.filter_w *
                          std::max<int64_t>(1, g.filter_in_c);
-  const bool many = g.out_c_per_group() >= kManyChannels;
+  // The channel loop takes over from 16 channels: with 8-15 a row of positions per filter
+  // value runs 1.2-2x faster (3x3 1->8 on 256x256: 2.89 -> 1.42 ms; 4->12: 8.06 -> 6.97).
+  const bool many = g.out_c_per_group() >= 2 * kManyChannels;
   pf(g.batch * g.out_h, CostHint(per_row), [&](int64_t b, int64_t e) {
     if (many) {
       ForwardRowsChannelInner(g, input, filter, output, b, e);

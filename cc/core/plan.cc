@@ -24,17 +24,16 @@ namespace {
 // pass, as each pass has kernels of its own (`python tools/calibrate_cpu.py --direct`,
 // 2026-11-26: filters 3x3-15x15, 1->1 to 128->128 channels, grouped and depthwise). The
 // forward kernels reach 27-50 GFLOP/s with 32-128 lanes, the input gradient's 13-31 and
-// the filter gradient's 5-9. Predicted/measured off by a median 1.26 / 1.54 / 1.30, 90th
-// percentile 1.44 / 2.94 / 1.48; the worst are 8 lanes (the forward and input-gradient
-// kernels 2-5x slower than the fit there: their channel loop is one vector long) and
-// depthwise filter gradients (4-5x slower).
+// the filter gradient's 5-9. Predicted/measured off by a median 1.16 / 1.47 / 1.25, 90th
+// percentile 1.51 / 2.18 / 1.48; the worst (4-5x) are 16 lanes from one input channel and
+// depthwise filter gradients.
 struct DirectRate {
   double base, at_base, peak;  // FLOP/s, lanes, FLOP/s
 };
 constexpr DirectRate kDirectRates[3] = {
-    {6.13e9, 9, 36.6e9},   // forward
-    {4.21e9, 4, 13.5e9},   // backprop_input
-    {3.49e9, 12, 6.64e9},  // backprop_filter
+    {7.87e9, 12, 39.3e9},  // forward
+    {4.77e9, 4, 14.5e9},   // backprop_input
+    {3.72e9, 12, 7.13e9},  // backprop_filter
 };
 // FFT kernels: DUCC's 2-D transforms of tiles that fit in cache cost about the same per
 // point whatever the size and radix (the log2 term fits to zero), plus a fixed cost per
