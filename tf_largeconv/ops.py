@@ -132,8 +132,9 @@ def by_batch(x, schedule, run):
   at run time, by one tf.switch_case on it (whose branches must hold no further condition:
   TensorFlow cannot take the second-order gradient of a custom gradient or a condition
   inside a condition)."""
-  if x.shape[0] is not None or len(schedule) == 1:
-    return run(schedule[0][1])
+  batch = x.shape[0] if x.shape.rank else None
+  if batch is not None or len(schedule) == 1:
+    return run(planning.routes_for(schedule, batch or 0))
   batch = tf.shape(x)[0]
   index = tf.constant(0)
   for first, _ in schedule[1:]:
