@@ -9,8 +9,8 @@ times "auto" against each algorithm it chooses between ("direct", "fft", and Ten
 own kernel, tf.nn.conv2d, which is also the baseline), float32, SAME, stride 1, warm times
 interleaved (min over rounds, each in a seeded random order; each timed call right after
 an untimed one of the same algorithm, as a call right after a different kernel's runs
-slower). Each thread setting
-runs in a fresh process (TensorFlow fixes its pools at start).
+slower). Each thread setting runs in a fresh process (TensorFlow fixes its pools at
+start).
 
 An algorithm whose modelled time (`plan()`'s estimated_seconds, summed over the passes a
 step runs; for TF's kernel where the planner does not weigh it, as where TF's CPU kernels

@@ -347,10 +347,14 @@ def route_schedule(image_shape, f_shape, attrs_key, dtype_name, threads):
 
 @functools.lru_cache(maxsize=1024)
 def _cpu_schedule(image_shape, f_shape, attrs_key, dtype_name):
-  """`route_schedule` for TensorFlow's intra-op threads, cached: asking TF for its thread
-  count costs more than a small convolution, and the count is fixed once TF runs, which
-  it does once the convolution's tensors exist."""
-  return route_schedule(image_shape, f_shape, attrs_key, dtype_name, intra_op_threads())
+  """`route_schedule` for TensorFlow's intra-op threads, or one entry, all False, for
+  arguments the planner refuses (the op raises the error then, the same in every mode).
+  Cached: asking TF for its thread count costs more than a small convolution, and the
+  count is fixed once TF runs, which it does once the convolution's tensors exist."""
+  try:
+    return route_schedule(image_shape, f_shape, attrs_key, dtype_name, intra_op_threads())
+  except (ValueError, NotImplementedError):
+    return ((1, (False,) * 3),)
 
 
 def routes_for(schedule, batch):
@@ -363,17 +367,13 @@ def tf_kernel_routes(x_shape, f_shape, dtype, placed, attrs):
   (`tf_kernel_runs`, same arguments), by batch as `route_schedule` gives them: one entry
   where the batch is known (or on a GPU, whose routes do not depend on it), all of them
   where it is not; one entry, all False, where TF's kernels cannot run the convolution."""
-  none = ((1, (False,) * 3),)
   device = _tf_kernel_device(x_shape, f_shape, dtype, placed, attrs)
   if device is None:
-    return none
+    return ((1, (False,) * 3),)
   key = _args.attrs_key(attrs)
   if device == "GPU" or attrs["algorithm"] == "tf":
     return ((1, tf_routes(tuple(x_shape), tuple(f_shape), key, dtype.name, device)),)
-  try:
-    schedule = _cpu_schedule(tuple(x_shape[1:]), tuple(f_shape), key, dtype.name)
-  except (ValueError, NotImplementedError):
-    return none  # bad arguments: our op raises the error, the same in every mode
+  schedule = _cpu_schedule(tuple(x_shape[1:]), tuple(f_shape), key, dtype.name)
   if x_shape[0] is not None:
     return ((1, routes_for(schedule, x_shape[0])),)
   return schedule
@@ -409,8 +409,5 @@ def tf_routes(x_shape, f_shape, attrs_key, dtype_name, device="CPU"):
     except (ValueError, NotImplementedError):
       return (False,) * 3  # bad arguments: our op raises the error, the same in every mode
     return (bool(forward["tf_faster"]),) * 3
-  try:
-    return routes_for(_cpu_schedule(tuple(x_shape[1:]), tuple(f_shape), attrs_key,
-                                    dtype_name), x_shape[0] or 1)
-  except (ValueError, NotImplementedError):
-    return (False,) * 3  # bad arguments: our op raises the error, the same in every mode
+  return routes_for(_cpu_schedule(tuple(x_shape[1:]), tuple(f_shape), attrs_key, dtype_name),
+                    x_shape[0] or 1)

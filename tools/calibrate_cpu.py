@@ -163,8 +163,10 @@ def direct_rows(seconds):
 
 
 def direct_rate(lanes, base, at_base, peak):
-  """plan.cc's direct rate (FLOP/s) for `lanes` destination channels per group."""
-  return min(peak, base * max(1.0, lanes / at_base))
+  """plan.cc's direct rate (FLOP/s) for `lanes` destination channels per group (an array
+  of them)."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  return np.minimum(peak, base * np.maximum(1.0, lanes / at_base))
 
 
 def fit_direct(rows):
@@ -180,7 +182,7 @@ def fit_direct(rows):
     for base, at_base, peak in itertools.product(np.geomspace(1e9, 40e9, 60),
                                                  (1, 2, 3, 4, 6, 8, 9, 12, 16, 24, 32),
                                                  np.geomspace(5e9, 80e9, 40)):
-      err = np.log(np.minimum(peak, base * np.maximum(1.0, lanes / at_base)) / rate)
+      err = np.log(direct_rate(lanes, base, at_base, peak) / rate)
       if best is None or (err**2).sum() < best[0]:
         best = ((err**2).sum(), base, at_base, peak, np.abs(err))
     _, base, at_base, peak, err = best

@@ -94,10 +94,8 @@ double TfSeconds(const ConvGeometry& g, ConvPass pass) {
   const double pixels = image * g.batch, taps = static_cast<double>(g.filter_h) * g.filter_w;
   const double ci = g.in_c_per_group(), co = g.out_c_per_group();
   const double big = image * taps * ci * 4 > kTfBigPatchBytes ? 1 : 0;
-  const double small = taps > 1 && g.filter_h <= kTfSmallFilter && g.filter_w <= kTfSmallFilter &&
-                               g.in_c_per_group() < kTfFewChannels
-                           ? 1
-                           : 0;
+  const bool small_filter = g.filter_h <= kTfSmallFilter && g.filter_w <= kTfSmallFilter;
+  const double small = taps > 1 && small_filter && ci < kTfFewChannels ? 1 : 0;
   return k[0] * 2.0 * g.macs() + k[1] * pixels * taps * ci + k[2] * pixels * taps * co +
          k[3] * pixels + k[4] * pixels * taps + big * k[5] * pixels * taps * ci +
          small * k[6] * pixels;
