@@ -34,6 +34,11 @@ BAD = [
     ("batch_stride", dict(strides=[2, 1, 1, 1]), Unimplemented, Unimplemented,
      "strides must be 1 in the batch and depth"),
     ("float_stride", dict(strides=1.5), ValueError, ValueError, "strides must"),
+    # Equal to 1 but not ints: they must not find the kernel of strides=1 (ops._eager_key).
+    ("float_one_stride", dict(strides=1.0), ValueError, ValueError, "strides must"),
+    ("bool_stride", dict(strides=True), ValueError, ValueError, "strides must contain only"),
+    ("bool_dilations", dict(dilations=[True, 1]), ValueError, ValueError,
+     "dilations must contain only"),
     ("zero_dilation", dict(dilations=[1, 0]), OpError, ValueError,
      "dilations must be positive"),
     ("depth_dilation", dict(dilations=[1, 1, 1, 2]), Unimplemented, Unimplemented,
@@ -76,6 +81,20 @@ def _call(overrides):
 def test_eager_errors(overrides, eager_exc, traced_exc, msg):
   with pytest.raises(eager_exc, match=msg):
     lc.conv2d(**_call(overrides))
+
+
+@pytest.mark.parametrize("overrides,eager_exc,traced_exc,msg", [b[1:] for b in BAD],
+                         ids=[b[0] for b in BAD])
+def test_eager_errors_after_a_good_call_of_the_same_tensors(overrides, eager_exc, traced_exc,
+                                                            msg):
+  # Eager calls of tensors look their kernel up (ops._eager_key); a good call of tensors of
+  # the same shapes first leaves its kernel there, which the bad one must not find.
+  kw = {k: tf.constant(v) if isinstance(v, np.ndarray) else v
+        for k, v in _call(overrides).items()}
+  lc.conv2d(**{k: tf.constant(v) if isinstance(v, np.ndarray) else v
+               for k, v in _call({}).items()})
+  with pytest.raises(eager_exc, match=msg):
+    lc.conv2d(**kw)
 
 
 @pytest.mark.parametrize("overrides,eager_exc,traced_exc,msg", [b[1:] for b in BAD],

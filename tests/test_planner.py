@@ -161,6 +161,20 @@ def test_plan_equals_what_the_op_does(rng):
   assert np.abs(got - want).max() < 1e-4 * np.abs(want).max()
 
 
+def test_a_small_pass_runs_on_one_slot():
+  # Waking a second thread costs a pass about 30 us (plan.cc, kSlotStartSeconds): a pass
+  # the model prices below that gain keeps one slot on two threads, a larger one takes
+  # both. Slots do not change the arithmetic, so the transform stays the same.
+  small = ((1, 64, 64, 1), (7, 7, 1, 1), 1, "SAME")
+  large = ((1, 128, 128, 1), (11, 11, 1, 1), 1, "SAME")
+  for case, slots in ((small, 1), (large, 2)):
+    two = lc.plan(*case, algorithm="fft", num_threads=2).forward
+    one = lc.plan(*case, algorithm="fft", num_threads=1).forward
+    assert two.slots == slots and one.slots == 1, (case, two)
+    assert (two.fft_size, two.tile, two.tiles) == (one.fft_size, one.tile, one.tiles)
+    assert two.tiles[0] * two.tiles[1] >= 2  # items enough for two slots
+
+
 def test_impossible_limit_names_the_minimum():
   with pytest.raises(ValueError, match=r"workspace_limit 1000 bytes is too small for the FFT "
                      r"algorithm: it needs at least \d+ bytes"):

@@ -211,6 +211,19 @@ def test_public_portable_runs_no_largeconv_op(rng):
   assert "LargeConv>Conv2D" in _op_types(make("direct"), x, w)
 
 
+def test_portable_only_reaches_eager_calls_made_before(rng):
+  # An eager call looks its kernel up by its tensors and arguments (ops._eager_key); inside
+  # portable_only() the same call must run the portable path all the same.
+  x = tf.constant(rng.standard_normal((1, 40, 40, 2)), tf.float32)
+  w = tf.constant(rng.standard_normal((21, 21, 2, 3)), tf.float32)
+  before = lc.conv2d(x, w, 1, "SAME", algorithm="fft").numpy()
+  with lc.ops.portable_only():
+    inside = lc.conv2d(x, w, 1, "SAME", algorithm="fft").numpy()
+  portable = lc.conv2d(x, w, 1, "SAME", algorithm="portable").numpy()
+  np.testing.assert_array_equal(inside, portable)
+  assert not np.array_equal(before, portable)  # the two paths' bits differ
+
+
 def test_public_depthwise_portable_matches_tf(rng):
   x = rng.standard_normal((2, 30, 34, 3))
   w = rng.standard_normal((11, 9, 3, 2))

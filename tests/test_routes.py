@@ -5,12 +5,15 @@ convolution runs TF's forward kernel and the op's gradients. These tests check t
 the plan reports are the kernels that run, and that every route gives TF's numbers, to the
 second order, through tf.function, a SavedModel and conv2d_transpose."""
 
+import functools
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import tf_largeconv as lc
 from tf_largeconv import _args
+from tf_largeconv import ops
 from tf_largeconv import planning
 
 # (input NHWC, filter HWIO): a 7x7 16->16 filter on two images, where TF's forward kernel
@@ -130,6 +133,37 @@ def test_an_unknown_batch_runs_the_routes_of_the_batch_it_gets(rng):
              tf.zeros((0, *image[:2], w_shape[3]), tf.float64))
   assert empty[0].shape == (0, *image[:2], w_shape[3]) and empty[1].shape == (0, *image)
   np.testing.assert_array_equal(empty[2].numpy(), 0)
+
+
+def test_an_eager_call_runs_the_kernel_the_full_path_picks(rng):
+  # Eager calls look their kernel up by shapes, dtypes, device and arguments
+  # (ops._eager_key). In this order each call finds the kernel of the call before it where
+  # a key left out a shape, a dtype or an argument: the op's kernel (BATCHED at 32 images),
+  # TF's (at one image; in float16 the op's again), routes per pass, other algorithms and
+  # layouts. A looked-up kernel must give the bits the full path gives, to second order.
+  image, w_shape = BATCHED
+  calls = [((32, *image), w_shape, tf.float32, {}),
+           ((1, *image), w_shape, tf.float32, {}),
+           ((1, *image), w_shape, tf.float16, {}),
+           (MIXED[0], MIXED[1], tf.float32, {}),
+           (MIXED[0], MIXED[1], tf.float32, {"algorithm": "fft"}),
+           (MIXED[0], MIXED[1], tf.float32, {"algorithm": "tf"}),
+           (MIXED[0], MIXED[1], tf.float32, {"dilations": 2}),
+           (MIXED[0], MIXED[1], tf.float32, {"dilations": [2, 1]}),
+           ((2, 16, 64, 64), MIXED[1], tf.float32, {"data_format": "NCHW"})]
+  for x_shape, w_shape, dtype, kwargs in calls:
+    x = tf.constant(rng.standard_normal(x_shape), dtype)
+    w = tf.constant(rng.standard_normal(w_shape) / w_shape[0], dtype)
+    conv = functools.partial(lc.conv2d, strides=1, padding="SAME", **kwargs)
+    dy = tf.ones(conv(x, w).shape, dtype)
+    first = _step(conv, x, w, dy)
+    ops._EAGER_KERNELS.clear()  # pylint: disable=protected-access
+    want = _step(conv, x, w, dy)
+    again = _step(conv, x, w, dy)
+    for f, t, a, name in zip(first, want, again, ("y", "dx", "dw", "d2x", "d2w")):
+      what = f"{x_shape} {w_shape} {dtype.name} {kwargs}: {name}"
+      np.testing.assert_array_equal(f.numpy(), t.numpy(), err_msg=what)
+      np.testing.assert_array_equal(a.numpy(), t.numpy(), err_msg=what)
 
 
 def test_each_pass_runs_the_kernel_its_route_names(rng):

@@ -8,6 +8,7 @@
 #include <array>
 #include <cmath>
 #include <functional>
+#include <type_traits>
 #include <vector>
 
 namespace largeconv {
@@ -537,20 +538,36 @@ int64_t FftBytes(const Pb& pb, const typename Pb::Plan&) {
   return FftWorkspaceBytes(pb.g, pb.pass, pb.fft.config, pb.req.real_bytes);
 }
 
-// Spends the limit on parallelism: as many slots as useful, the largest blocks that fit.
+// Handing a parallel phase to a second thread wakes it, which costs more than a small
+// pass gains: a 3x3 filter on one 8x8 image through the FFT took 54 us a call on one
+// thread and 88 us on two, a 7x7 filter on 32x32 72 and 103 us (this 2-core machine, the
+// op called from Python). Such a pass runs on one slot.
+constexpr double kSlotStartSeconds = 30e-6;
+
+// Spends the limit on parallelism: as many slots as useful, the largest blocks that fit,
+// unless one slot is faster by the model once the wake-up is counted. Slots and blocks do
+// not change the arithmetic, so this choice may depend on the thread count.
 template <class Pb>
 Status FftFinish(Pb& pb, typename Pb::Plan* p) {
   if (!pb.fft.found) return FftUnavailable(pb.limit, pb.fft.min_bytes, pb.pass);
   const auto& g = pb.g;
   const auto& best = pb.fft.config;
+  const auto finished = [&](int64_t slots, std::decay_t<decltype(best)>* trial) {
+    *trial = best;
+    trial->slots = slots;
+    if (!FinishBlocks(pb, slots, trial)) return false;
+    trial->slots = std::max<int64_t>(1, std::min(slots, ParallelItems(g, pb.pass, *trial)));
+    return true;
+  };
   auto c = best;
   for (int64_t slots = pb.threads; slots >= 1; --slots) {
-    auto trial = best;
-    trial.slots = slots;
-    if (!FinishBlocks(pb, slots, &trial)) continue;
-    trial.slots = std::max<int64_t>(1, std::min(slots, ParallelItems(g, pb.pass, trial)));
-    c = trial;
-    break;
+    if (finished(slots, &c)) break;
+  }
+  auto one = best;
+  if (c.slots > 1 && finished(1, &one) &&
+      LongestRunCost(g, pb.pass, one, 1) <
+          LongestRunCost(g, pb.pass, c, c.slots) + kSlotStartSeconds) {
+    c = one;
   }
   p->fft = c;
   p->workspace_bytes = FftWorkspaceBytes(g, pb.pass, c, pb.req.real_bytes);
