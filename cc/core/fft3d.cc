@@ -36,24 +36,80 @@ Layout MakeLayout(const Conv3dGeometry& g, ConvPass pass, const Fft3dConfig& c, 
   return FinishLayout(l, Volume(c.fft), c.slots, rb);
 }
 
-std::vector<size_t> RealShape(const Dims3& f) { return {size_t(f[0]), size_t(f[1]), size_t(f[2])}; }
 std::vector<size_t> SpectrumShape(const Dims3& f) {
   return {size_t(f[0]), size_t(f[1]), size_t(f[2] / 2 + 1)};
 }
 
-template <typename R>
-void ForwardTransform(const R* real, std::complex<R>* spec, const Dims3& f, R scale) {
-  ducc0::cfmav<R> in(real, RealShape(f));
-  ducc0::vfmav<std::complex<R>> out(spec, SpectrumShape(f));
-  ducc0::r2c(in, out, {0, 1, 2}, true, scale, 1);
+// A box of transform positions: [first[i], last[i]) along each dimension.
+struct Box {
+  Dims3 first, last;
+};
+bool IsEmpty(const Box& b) {
+  for (int i = 0; i < kSpatial3d; ++i) {
+    if (b.last[i] <= b.first[i]) return true;
+  }
+  return false;
 }
 
-// Destroys `spec` (the complex passes run in place, so no transform-sized temporary).
+// The forward transform of `real`, scaled, whose values outside `data` are all zero, pruned
+// to the lines that hold data: the width pass (real to complex) over the lines of `data`'s
+// depth x height, the height pass over `data`'s depth planes, then the depth pass over the
+// whole spectrum. An edge tile of a 31^3 SAME convolution on 96^3 transforms holds 81 of
+// 96 planes a dimension, so the first pass skips 29% of its lines and the second 16%.
 template <typename R>
-void InverseTransform(std::complex<R>* spec, R* real, const Dims3& f) {
-  ducc0::vfmav<std::complex<R>> in(spec, SpectrumShape(f));
-  ducc0::vfmav<R> out(real, RealShape(f));
-  ducc0::c2r_mut(in, out, {0, 1, 2}, false, R(1), 1);
+void ForwardTransform(const R* real, std::complex<R>* spec, const Dims3& f, R scale,
+                      const Box& data) {
+  const int64_t bins = f[2] / 2 + 1, plane = f[1] * bins;
+  if (IsEmpty(data)) {
+    std::fill(spec, spec + f[0] * plane, std::complex<R>(0));
+    return;
+  }
+  const int64_t d0 = data.first[0], d1 = data.last[0], h0 = data.first[1], h1 = data.last[1];
+  std::fill(spec, spec + d0 * plane, std::complex<R>(0));
+  std::fill(spec + d1 * plane, spec + f[0] * plane, std::complex<R>(0));
+  for (int64_t d = d0; d < d1; ++d) {
+    std::fill(spec + d * plane, spec + d * plane + h0 * bins, std::complex<R>(0));
+    std::fill(spec + d * plane + h1 * bins, spec + (d + 1) * plane, std::complex<R>(0));
+  }
+  ducc0::cfmav<R> in(real + (d0 * f[1] + h0) * f[2],
+                     {size_t(d1 - d0), size_t(h1 - h0), size_t(f[2])},
+                     {ptrdiff_t(f[1] * f[2]), ptrdiff_t(f[2]), 1});
+  ducc0::vfmav<std::complex<R>> lines(spec + d0 * plane + h0 * bins,
+                                      {size_t(d1 - d0), size_t(h1 - h0), size_t(bins)},
+                                      {ptrdiff_t(plane), ptrdiff_t(bins), 1});
+  ducc0::r2c(in, lines, size_t(2), true, scale, 1);
+  ducc0::vfmav<std::complex<R>> planes(spec + d0 * plane,
+                                       {size_t(d1 - d0), size_t(f[1]), size_t(bins)},
+                                       {ptrdiff_t(plane), ptrdiff_t(bins), 1});
+  ducc0::c2c(planes, planes, {1}, true, R(1), 1);
+  ducc0::vfmav<std::complex<R>> all(spec, SpectrumShape(f));
+  ducc0::c2c(all, all, {0}, true, R(1), 1);
+}
+
+// The inverse transform of `spec` into `real`, pruned to the positions `kept` (the caller
+// reads no others; the rest of `real` is left undefined): the depth pass over the whole
+// spectrum, the height pass over `kept`'s depth planes, the width pass (complex to real)
+// over `kept`'s depth x height lines. Keeping 66 of 96 positions a dimension (the 31^3
+// SAME forward pass) saves 31% of the second pass and 53% of the third. Destroys `spec`
+// (the complex passes run in place, so no transform-sized temporary).
+template <typename R>
+void InverseTransform(std::complex<R>* spec, R* real, const Dims3& f, const Box& kept) {
+  if (IsEmpty(kept)) return;
+  const int64_t bins = f[2] / 2 + 1, plane = f[1] * bins;
+  const int64_t d0 = kept.first[0], d1 = kept.last[0], h0 = kept.first[1], h1 = kept.last[1];
+  ducc0::vfmav<std::complex<R>> all(spec, SpectrumShape(f));
+  ducc0::c2c(all, all, {0}, false, R(1), 1);
+  ducc0::vfmav<std::complex<R>> planes(spec + d0 * plane,
+                                       {size_t(d1 - d0), size_t(f[1]), size_t(bins)},
+                                       {ptrdiff_t(plane), ptrdiff_t(bins), 1});
+  ducc0::c2c(planes, planes, {1}, false, R(1), 1);
+  ducc0::cfmav<std::complex<R>> lines(spec + d0 * plane + h0 * bins,
+                                      {size_t(d1 - d0), size_t(h1 - h0), size_t(bins)},
+                                      {ptrdiff_t(plane), ptrdiff_t(bins), 1});
+  ducc0::vfmav<R> out(real + (d0 * f[1] + h0) * f[2],
+                      {size_t(d1 - d0), size_t(h1 - h0), size_t(f[2])},
+                      {ptrdiff_t(f[1] * f[2]), ptrdiff_t(f[2]), 1});
+  ducc0::c2r(lines, out, size_t(2), false, R(1), 1);
 }
 
 // One (image, channel) volume of a tensor seen at dense positions q: the element at q is
@@ -66,6 +122,16 @@ struct DenseVolume {
   // The element index along dimension i of dense position q, or -1 for a zero.
   int64_t Index(int i, int64_t q) const {
     return q >= 0 && q % stuff[i] == 0 && q / stuff[i] < size[i] ? q / stuff[i] : -1;
+  }
+  // The positions r of a transform volume (extents f) loaded from origin + r, r < extent,
+  // that can hold data (LoadVolume zeroes the others).
+  Box Data(const Dims3& f, const Dims3& origin, const Dims3& extent) const {
+    Box b;
+    for (int i = 0; i < kSpatial3d; ++i) {
+      b.first[i] = std::max<int64_t>(0, -origin[i]);
+      b.last[i] = std::min({f[i], extent[i], stuff[i] * size[i] - origin[i]});
+    }
+    return b;
   }
 };
 
@@ -170,7 +236,7 @@ struct Correlation3d {
           }
         }
       }
-      ForwardTransform(real, ws.shared(idx), f, scale);
+      ForwardTransform(real, ws.shared(idx), f, scale, Box{{0, 0, 0}, ke});
     });
   }
 
@@ -193,31 +259,37 @@ struct Correlation3d {
     }
     for (int64_t k = 0; k < ob; ++k) std::fill_n(ws.spectrum(slot, 1 + k), ws.l.bins, C(0));
     for (int64_t sc = 0; sc < ch.src_per_group; ++sc) {
-      LoadVolume(ws.real(slot), f, SourceVolume(n, grp * ch.src_per_group + sc), origin, f);
-      ForwardTransform(ws.real(slot), ws.spectrum(slot, 0), f, R(1));
+      const DenseVolume<T> v = SourceVolume(n, grp * ch.src_per_group + sc);
+      LoadVolume(ws.real(slot), f, v, origin, f);
+      ForwardTransform(ws.real(slot), ws.spectrum(slot, 0), f, R(1), v.Data(f, origin, f));
       for (int64_t k = 0; k < ob; ++k) {
         MacConj(ws.spectrum(slot, 1 + k), ws.spectrum(slot, 0), ws.shared(sc * ob + k), ws.l.bins);
       }
     }
     for (int64_t k = 0; k < ob; ++k) {
-      InverseTransform(ws.spectrum(slot, 1 + k), ws.real(slot), f);
+      InverseTransform(ws.spectrum(slot, 1 + k), ws.real(slot), f, Box{{0, 0, 0}, TileRows(p0)});
       StoreTile(n, grp * ch.dst_per_group + ob0 + k, p0, ws.real(slot));
     }
+  }
+
+  // The dense positions of the tile at p0 that hold outputs, from the tile's origin.
+  Dims3 TileRows(const Dims3& p0) const {
+    Dims3 rows;
+    for (int i = 0; i < kSpatial3d; ++i)
+      rows[i] = std::min(c.tiling.tile[i], c.tiling.dense[i] - p0[i]);
+    return rows;
   }
 
   // Stores the tile's wanted outputs (every stride-th dense position, forward) of channel
   // `channel` of image n.
   void StoreTile(int64_t n, int64_t channel, const Dims3& p0, const R* real) const {
     const Dims3& f = c.fft;
-    const Fft3dTiling& t = c.tiling;
     const Dims3 keep = backprop_input() ? Dims3{1, 1, 1} : g.stride;
     const Strides5 s = backprop_input() ? g.input_strides() : g.output_strides();
     T* out = dst + n * s.n + channel * s.c;
-    Dims3 rows, first;
-    for (int i = 0; i < kSpatial3d; ++i) {
-      rows[i] = std::min(t.tile[i], t.dense[i] - p0[i]);
-      first[i] = Mod(-p0[i], keep[i]);  // the first kept position of the tile
-    }
+    const Dims3 rows = TileRows(p0);
+    Dims3 first;
+    for (int i = 0; i < kSpatial3d; ++i) first[i] = Mod(-p0[i], keep[i]);  // the tile's first kept
     for (int64_t r0 = first[0]; r0 < rows[0]; r0 += keep[0]) {
       for (int64_t r1 = first[1]; r1 < rows[1]; r1 += keep[1]) {
         const R* in = real + (r0 * f[1] + r1) * f[2];
@@ -296,16 +368,15 @@ struct FilterGradient3d {
     R* real = ws.real(slot);
     for (int64_t k = 0; k < u.no; ++k) {
       const int64_t channel = u.grp * g.out_c_per_group() + u.o0 + k;
-      LoadVolume(real, f,
-                 DenseVolume<T>{out_backprop + n * ys.n + channel * ys.c, ys.s, g.out, g.stride},
-                 p0, extent);
-      ForwardTransform(real, GradientSpectrum(slot, k), f, R(1));
+      const DenseVolume<T> v{out_backprop + n * ys.n + channel * ys.c, ys.s, g.out, g.stride};
+      LoadVolume(real, f, v, p0, extent);
+      ForwardTransform(real, GradientSpectrum(slot, k), f, R(1), v.Data(f, p0, extent));
     }
     for (int64_t i = 0; i < u.ni; ++i) {
       const int64_t channel = u.grp * g.in_c_per_group() + u.i0 + i;
-      LoadVolume(real, f, DenseVolume<T>{input + n * xs.n + channel * xs.c, xs.s, g.in, {1, 1, 1}},
-                 origin, f);
-      ForwardTransform(real, InputSpectrum(slot), f, R(1));
+      const DenseVolume<T> v{input + n * xs.n + channel * xs.c, xs.s, g.in, {1, 1, 1}};
+      LoadVolume(real, f, v, origin, f);
+      ForwardTransform(real, InputSpectrum(slot), f, R(1), v.Data(f, origin, f));
       for (int64_t k = 0; k < u.no; ++k) {
         MacConj(Accumulator(slot, i, k), InputSpectrum(slot), GradientSpectrum(slot, k), ws.l.bins);
       }
@@ -318,7 +389,7 @@ struct FilterGradient3d {
     R* real = ws.real(slot);
     for (int64_t i = 0; i < u.ni; ++i) {
       for (int64_t k = 0; k < u.no; ++k) {
-        InverseTransform(Accumulator(slot, i, k), real, f);
+        InverseTransform(Accumulator(slot, i, k), real, f, Box{{0, 0, 0}, DilatedExtents(g)});
         const int64_t ci = u.i0 + i, co = u.grp * g.out_c_per_group() + u.o0 + k;
         for (int64_t kd = 0; kd < g.filter[0]; ++kd) {
           for (int64_t kh = 0; kh < g.filter[1]; ++kh) {
