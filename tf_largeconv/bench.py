@@ -315,6 +315,9 @@ def main(argv=None):
   parser.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK)}")
   parser.add_argument("--out", default="bench_results")
   parser.add_argument("--timeout", type=int, default=900, help="seconds per measurement")
+  parser.add_argument("--impls", nargs="*", choices=IMPLS, default=list(IMPLS),
+                      help="implementations to time (default: all; tf_largeconv alone "
+                           "gives its time against the FFT floor without TF's minutes)")
   parser.add_argument("--worker", nargs=3, metavar=("CASE", "IMPL", "REPEATS"),
                       help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
@@ -342,7 +345,7 @@ def main(argv=None):
     x_shape, w_shape, _, _, mode = CASES[name][:5]
     row = {}
     for impl in IMPLS:
-      if impl != "tf_largeconv" and _kind(name) in BIG_KINDS:
+      if impl not in args.impls or (impl != "tf_largeconv" and _kind(name) in BIG_KINDS):
         continue
       if impl == "scipy" and (mode != "forward" or CASES[name][2] != 1 or
                               _kind(name) != "conv" or w_shape[2] != x_shape[3] or
