@@ -161,13 +161,14 @@ FftWork CountFftWork(const ConvGeometry& g, ConvPass pass, const FftConfig& c) {
   return w;
 }
 
-// A 2-D run of tiles per item (BatchesTiles) is priced 1 / kRunMargin of the model's
-// count. The model prices every transform size alike per point, which is off by more than
-// a small run saves: a 512x512x8 image with a 31x31x8x8 filter (1 thread) took 30-32 ms
-// through 160x288 transforms against 27.6 ms through 160x160, where the model counts 10%
-// fewer points, and without the margin runs moved its plan there (2 threads: 15 -> 18
-// ms). As a price rather than a test, a larger limit still never plans dearer.
-constexpr double kRunMargin = 0.9;
+// Runs of tiles per item (BatchesTiles) are priced as the model counts them. A margin that
+// raised their price by 1/0.9 (against 2-thread runs on 160x288 transforms that were
+// slower than 160x160 ones) no longer paid once the tiles' channels loaded in one pass:
+// without it (2 threads, builds alternated) a 512x512x8 image with a 31x31x8x8 filter went
+// from 13.4-13.6 to 12.2-12.7 ms (160x288 transforms in runs of 4), four 128x128x16 images
+// with a 63x63x16x16 filter from 11.8-12.0 to 8.7-10.3 ms (runs of 2, each filter value
+// read once per two images), two 512x512x8 images from 31.3-32.7 to 25.3-31.4 ms; one
+// thread 22.3-28.0 -> 21.3, 18.9-20.4 -> 14.6 and 49.0 -> 40.7-41.5 ms.
 
 // Single-thread seconds of a configuration; *flops: its arithmetic (a real 2-D transform
 // of N points costs about 2.5 N log2 N flops, a complex multiply-add 8).
@@ -175,11 +176,9 @@ double FftCost(const ConvGeometry& g, ConvPass pass, const FftConfig& c, double*
   const FftWork w = CountFftWork(g, pass, c);
   const double n = static_cast<double>(c.fft_h) * c.fft_w;
   *flops = w.transform_points * 2.5 * std::log2(std::max(n, 2.0)) + 8.0 * w.complex_macs;
-  const double seconds = kSecondsPerTransformPoint * LinePointFactor(c) * w.transform_points +
-                         kSecondsPerTransform * w.transforms +
-                         kSecondsPerComplexMac * w.complex_macs +
-                         kSecondsPerFilterRead * w.filter_reads;
-  return c.fft_h > 1 && BatchesTiles(g, c) ? seconds / kRunMargin : seconds;
+  return kSecondsPerTransformPoint * LinePointFactor(c) * w.transform_points +
+         kSecondsPerTransform * w.transforms + kSecondsPerComplexMac * w.complex_macs +
+         kSecondsPerFilterRead * w.filter_reads;
 }
 
 // --- Three spatial dimensions: the same cost model over 3-D transforms -------------------
@@ -371,8 +370,8 @@ bool FitBlocks(const ConvGeometry& g, ConvPass pass, int64_t limit, int real_byt
     // whole run: among destination blocks as large as fit or up to two blocks more
     // (smaller blocks leave room for longer runs), each with the whole source block, and
     // runs from two tiles up to a slot's share, the cheapest for the slots by the cost
-    // model (its filter reads against the transforms and the parallel items, a run's
-    // price raised by kRunMargin); one tile per item where none is cheaper. The lengths
+    // model (its filter reads against the transforms and the parallel items); one tile per
+    // item where none is cheaper. The lengths
     // tried grow by about half a step, to 32 (the reads then cost 1/32 of one per
     // multiply-add; longer runs gain little more, and each length tried is a pricing).
     constexpr int64_t kRunLengths[] = {2, 3, 4, 6, 8, 12, 16, 24, 32};
