@@ -560,7 +560,11 @@ Status FftFinish(Pb& pb, typename Pb::Plan* p) {
   };
   auto c = best;
   for (int64_t slots = pb.threads; slots >= 1; --slots) {
-    if (finished(slots, &c)) break;
+    auto trial = best;
+    if (finished(slots, &trial)) {
+      c = trial;
+      break;
+    }
   }
   auto one = best;
   if (c.slots > 1 && finished(1, &one) &&
