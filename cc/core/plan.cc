@@ -371,9 +371,9 @@ bool FitBlocks(const ConvGeometry& g, ConvPass pass, int64_t limit, int real_byt
     // (smaller blocks leave room for longer runs), each with the whole source block, and
     // runs from two tiles up to a slot's share, the cheapest for the slots by the cost
     // model (its filter reads against the transforms and the parallel items); one tile per
-    // item where none is cheaper. The lengths
-    // tried grow by about half a step, to 32 (the reads then cost 1/32 of one per
-    // multiply-add; longer runs gain little more, and each length tried is a pricing).
+    // item where none is cheaper. The lengths tried grow by about half a step, to 32 (the
+    // reads then cost 1/32 of one per multiply-add; longer runs gain little more, and each
+    // length tried is a pricing).
     constexpr int64_t kRunLengths[] = {2, 3, 4, 6, 8, 12, 16, 24, 32};
     const int64_t tiles = g.batch * c->tiling.tiles_h * c->tiling.tiles_w;
     const int64_t slots = std::max<int64_t>(1, c->slots);
@@ -551,8 +551,8 @@ Status FftFinish(Pb& pb, typename Pb::Plan* p) {
   if (!pb.fft.found) return FftUnavailable(pb.limit, pb.fft.min_bytes, pb.pass);
   const auto& g = pb.g;
   const auto& best = pb.fft.config;
+  // Blocks for `slots` slots on *trial (a copy of best); false where none fit.
   const auto finished = [&](int64_t slots, std::decay_t<decltype(best)>* trial) {
-    *trial = best;
     trial->slots = slots;
     if (!FinishBlocks(pb, slots, trial)) return false;
     trial->slots = std::max<int64_t>(1, std::min(slots, ParallelItems(g, pb.pass, *trial)));
