@@ -1,9 +1,15 @@
-"""Shared test set-up: quiet TF logging, make tests/ importable, seeded generators."""
+"""Shared test set-up: quiet TF logging, TF's Eigen kernels, make tests/ importable, seeded
+generators."""
 
 import os
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# TF's Eigen kernels, on every machine: they are the oracle of the contract tests, whose
+# errors TF's oneDNN kernels (on by default on CPUs with AVX512_VNNI, AVX512_BF16, AVX_VNNI
+# or AMX) do not raise: some return a result, some abort the process. Tests of the
+# planner's pricing of either set start children with the setting they need.
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import numpy as np  # noqa: E402

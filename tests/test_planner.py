@@ -1,8 +1,11 @@
 """The planner: workspace is a hard limit and exactly what the kernels take (as TF's step
 stats count it), impossible limits fail clearly, and choices are stable."""
 
+import json
 import os
+import platform
 import re
+import sys
 
 import numpy as np
 import pytest
@@ -280,6 +283,60 @@ def test_plan_prints_a_table():
   lines = text.splitlines()
   assert lines[1].split()[:2] == ["pass", "algorithm"]
   assert [line.split()[0] for line in lines[2:]] == ["forward", "backprop_input", "backprop_filter"]
+
+
+_TF_KERNELS_CHILD = """
+import json
+import tf_largeconv as lc
+from tf_largeconv import _loader
+p = lc.plan((1, 512, 512, 8), (3, 3, 8, 8), 1, "SAME")
+print(json.dumps({"kernels": _loader.core().tf_kernels(), "header": str(p).splitlines()[0],
+                  "algorithms": [pp.algorithm for pp in p.passes],
+                  "tf": [pp.estimated_seconds["tf"] for pp in p.passes]}))
+"""
+
+# The CPU features (as /proc/cpuinfo names them) for which TF turns oneDNN on by default on
+# Linux.
+_ONEDNN_CPU_FLAGS = {"avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile", "amx_int8",
+                     "amx_bf16"}
+
+
+def _cpu_flags():
+  with open("/proc/cpuinfo") as f:
+    for line in f:
+      if line.startswith("flags"):
+        return set(line.split(":", 1)[1].split())
+  return set()
+
+
+def _planned_in_child(setting):
+  env = subproc.child_env()
+  env.pop("TF_ENABLE_ONEDNN_OPTS", None)
+  if setting is not None:
+    env["TF_ENABLE_ONEDNN_OPTS"] = setting
+  return json.loads(subproc.run(_TF_KERNELS_CHILD, timeout=300, env=env).stdout)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or platform.machine() != "x86_64",
+                    reason="TF's default oneDNN policy checked here is Linux x86's")
+def test_tf_passes_are_priced_as_the_kernels_tf_runs():
+  """TF runs oneDNN's kernels or Eigen's, 2-15x apart on small filters (a 3x3 8->8 filter
+  on 512x512, one thread: 6.1, 6.2 and 6.6 ms against 14, 105 and 103 ms), so the planner
+  prices TF's passes with the fit of the set TF runs, decided as TF decides it."""
+  plans = {s: _planned_in_child(s) for s in (None, "0", "false", "TRUE")}
+  default = "onednn" if _cpu_flags() & _ONEDNN_CPU_FLAGS else "eigen"
+  expected = {None: default, "0": "eigen", "false": "eigen", "TRUE": "onednn"}
+  assert {s: p["kernels"] for s, p in plans.items()} == expected
+  names = {"onednn": "oneDNN's", "eigen": "Eigen's"}
+  for p in plans.values():
+    assert p["header"].endswith(f"TF priced as {names[p['kernels']]} kernels"), p["header"]
+  eigen, onednn = plans["0"], plans["TRUE"]
+  # Eigen's gradients of a 3x3 8->8 filter on a large image are slow: the op's FFT runs
+  # them; oneDNN's are as fast as its forward kernel, which is faster than the op's.
+  assert eigen["algorithms"] == ["tf", "fft", "fft"]
+  assert onednn["algorithms"] == ["tf", "tf", "tf"]
+  for e, o in zip(eigen["tf"], onednn["tf"]):
+    assert o < e
 
 
 def test_plan_argument_errors():

@@ -106,8 +106,9 @@ class Plan:
       return "".join(c.ljust(w) if i < 2 else c.rjust(w)
                      for i, (c, w) in enumerate(zip(row, widths)))
 
+    kernels = {"onednn": "oneDNN's", "eigen": "Eigen's"}[_CORE.tf_kernels()]
     rows = [f"output {self.output_shape}, workspace limit {self.workspace_limit / 2**20:.1f} "
-            f"MiB, {self.threads} thread(s)",
+            f"MiB, {self.threads} thread(s), TF priced as {kernels} kernels",
             line(header) + "  model ms (1 thread): " + " / ".join(_MODELLED)]
     for p, row in zip(self.passes, cells):
       rows.append(line(row) + "  " + " / ".join(

@@ -32,7 +32,13 @@ fits), or with --tf TensorFlow's three kernels (a third):
   for a 3x3 or 5x5 filter on fewer than 8 input channels, where TF's forward kernel pays
   about 50 ns a pixel more (3x3 1->1 on 512x512: 16 ms, 3.6x the fit without it). g, the
   cost of a call, is printed less the op's own (a 1x1 filter on one pixel, timed alike),
-  which both pay; plan.cc leaves it out (it prices passes, not calls).
+  which both pay; plan.cc adds it to each pass TF runs. TF runs one of two
+  sets of CPU kernels, oneDNN's or Eigen's (plan.h's TfKernels says which, as TF decides
+  it; TF_ENABLE_ONEDNN_OPTS=0 or 1 picks either), and each has its row of
+  kTfCoefficients: the fit is of the set this process runs. With oneDNN the filter
+  gradient of filters of 15x15 and more takes a slow path on some shapes (0.1-1 s an
+  image, where 13x13 takes milliseconds) that no term here describes: those rows are
+  printed and left out of that pass's fit.
 
 Prints the fitted constants and each configuration's predicted/measured ratio. Copy the
 constants into plan.cc with the date and machine.
@@ -203,6 +209,7 @@ TF_SMALL_CALLS = [(3, 8, 8, 1, 32), (1, 8, 8, 2, 32), (3, 32, 32, 1, 16), (1, 32
 TF_BIG_PATCH_BYTES = 64 * 2**20  # plan.cc's kTfBigPatchBytes
 TF_SMALL_FILTER, TF_FEW_CHANNELS = 5, 8  # plan.cc's kTfSmallFilter, kTfFewChannels
 TF_PASSES = ("forward", "backprop_input", "backprop_filter")
+ONEDNN_SLOW_FILTER = 15  # filter side from which oneDNN's filter gradient can run slow
 
 
 def tf_rows(seconds):
@@ -263,14 +270,23 @@ def op_call_seconds(seconds):
 def fit_tf(rows, op_calls):
   import numpy as np  # pylint: disable=g-import-not-at-top
   from scipy.optimize import nnls  # pylint: disable=g-import-not-at-top
+
+  from tf_largeconv import _loader  # pylint: disable=g-import-not-at-top
+  kernels = _loader.core().tf_kernels()
   x = np.array([tf_features(*r[:5]) for r in rows], float)
-  print("\nTF: seconds = a * flops + b * P K ci + c * P K co + d * P + e * P K"
-        " + f * P K ci [big] + h * P [small] + g; g is printed less the op's own cost of a"
-        " call")
+  print(f"\nTF ({kernels}'s kernels): seconds = a * flops + b * P K ci + c * P K co + d * P"
+        " + e * P K + f * P K ci [big] + h * P [small] + g; g is printed less the op's own"
+        " cost of a call")
   for i, name in enumerate(TF_PASSES):
     y = np.array([r[5][i] for r in rows])
-    coef, _ = nnls(x / y[:, None], np.ones_like(y))
-    err = np.abs(np.log(x @ coef / y))
+    fitted = np.array([not (kernels == "onednn" and name == "backprop_filter" and
+                            r[0] >= ONEDNN_SLOW_FILTER) for r in rows])
+    coef, _ = nnls(x[fitted] / y[fitted, None], np.ones(fitted.sum()))
+    err = np.abs(np.log(x[fitted] @ coef / y[fitted]))
+    for r, features, t, kept in zip(rows, x, y, fitted):
+      if not kept:
+        print(f"    left out: {r[0]}x{r[0]} {r[1]}->{r[2]} batch {r[3]} {r[4]}x{r[4]}: "
+              f"{t * 1e3:.1f} ms, the fit {features @ coef * 1e3:.1f} ms")
     coef[-1] = max(0.0, coef[-1] - op_calls[i])
     print(f"  {name}: " + ", ".join(f"{c:.3g}" for c in coef) +
           f"   predicted/measured off by a factor of: median {np.exp(np.median(err)):.2f}, "

@@ -6,8 +6,11 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <functional>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -65,32 +68,80 @@ double LinePointFactor(const FftConfig& c) {
 }
 // TensorFlow's CPU kernels, fitted per pass to single-thread warm times (float32, SAME,
 // filters 1x1-15x15, 1->1 to 128->128 channels, batch 1 and 8, a few larger images and a
-// few calls of tens of microseconds) by `python tools/calibrate_cpu.py --tf --seconds 0.6`
-// (2026-11-26, this 2-core machine). With P output pixels (batch x height x width), K
-// filter taps, ci and co channels:
+// few calls of tens of microseconds) by `python tools/calibrate_cpu.py --tf --seconds 0.6`,
+// once for each of TF's two sets of CPU kernels: Eigen's, which TF runs unless oneDNN is on
+// (2026-11-26, a 2-core x86 without AVX-512, where TF leaves oneDNN off), and oneDNN's
+// (2026-11-26, a 2-core AMD EPYC with AVX-512, VNNI and BF16, where TF turns it on). With
+// P output pixels (batch x height x width), K filter taps, ci and co channels:
 //   seconds = a flops + b P K ci + c P K co + d P + e P K + [big] f P K ci + [small] h P,
 // [big] where one image's patch matrix (its output pixels x K x ci values, 4 bytes each)
 // exceeds kTfBigPatchBytes; [small] for a 3x3 or 5x5 filter on fewer than kTfFewChannels
-// input channels, where the forward kernel pays about 50 ns a pixel more (a 3x3 1->1
-// filter on 512x512: 16 ms, 3.6x the fit without the term; 4->8 on 256x256 2.7x). The
-// forward kernel peaks near 80 GFLOP/s with many channels but pays per pixel and tap with
-// few; the backprop kernels run 2-10x slower than the forward one with few channels (an
-// 8->8 3x3 filter on a 512x512 image: 14 ms forward, 105 and 103 ms backward) and slower
-// again on large single images. Predicted/measured off by a median 1.11-1.16x, 90th
-// percentile 1.45-1.87x; the worst (2.5-4.5x) are 1x1 filters on 512x512 images with few
-// channels, whose times vary widely between channel counts. The fit's constant, TF's cost
-// of a call beyond the op's own (31 us forward, none backward), is left out: passes are
-// priced, not calls (planning.py prices the call that mixes the two).
+// input channels.
+// - Eigen's: the forward kernel peaks near 80 GFLOP/s with many channels but pays per pixel
+//   and tap with few, and about 50 ns a pixel more with [small] (a 3x3 1->1 filter on
+//   512x512: 16 ms, 3.6x the fit without the term); the backprop kernels run 2-10x slower
+//   than the forward one with few channels (an 8->8 3x3 filter on a 512x512 image: 14 ms
+//   forward, 105 and 103 ms backward) and slower again on large single images.
+//   Predicted/measured off by a median 1.11-1.16x, 90th percentile 1.45-1.87x; the worst
+//   (2.5-4.5x) are 1x1 filters on 512x512 images with few channels.
+// - oneDNN's: all three passes near 150 GFLOP/s with many channels, the backprop ones as
+//   fast as the forward one with few (that 8->8 3x3 filter on 512x512: 6.1, 6.2 and 6.6
+//   ms). Off by a median 1.14-1.18x, 90th percentile 1.36-1.48x; the worst (2-5x) are 1x1
+//   filters again. Its filter gradient takes a slow path for some filters of 15x15 and
+//   more (0.1-1 s an image: a 15x15 8->8 filter on one 117x117 image 1.07 s, a 13x13 one
+//   6 ms), left out of the fit: the FFT is far cheaper there whichever way it is priced.
+//   Where oneDNN is capped below AVX-512 (ONEDNN_MAX_CPU_ISA=AVX2) its forward kernel runs
+//   2-3x slower than this fit (that 3x3 filter: 14.2 ms; 7x7 128->128 on 64x64: 186
+//   against 58 ms), its backprop ones as fast: no fit of its own yet.
+// g, the fit's constant, is TF's cost of a call beyond the op's own (the calibration
+// subtracts the op's): on calls of tens of microseconds it decides between the two (a 7x7
+// 1->1 filter on one 64x64 image: 0.2 ms through oneDNN's forward kernel, 0.1 through the
+// op). Eigen's is left at 0: its forward fit's 31 us beyond the op's raw call is less than
+// conv2d's own Python costs the op (a 1x1 8->8 filter on 2x32x32: 32 us through Eigen's
+// kernel, 64 through the op's direct path; 178 through oneDNN's). planning.py adds what a
+// call that mixes the two pays besides.
 constexpr double kTfBigPatchBytes = 64.0 * (1 << 20);
 constexpr int64_t kTfSmallFilter = 5, kTfFewChannels = 8;
-constexpr double kTfCoefficients[3][7] = {
-    // a (s/flop), b, c, d, e, f, h
-    {1.15e-11, 8.2e-11, 3.36e-11, 8.31e-10, 1.45e-9, 0, 5.18e-8},  // forward
-    {1.27e-11, 3.13e-10, 8.37e-13, 8.98e-9, 2.54e-9, 9e-10, 0},    // backprop_input
-    {1.45e-11, 7.16e-10, 0, 2.47e-9, 3.49e-9, 7.87e-10, 4.65e-9},  // backprop_filter
+constexpr double kTfCoefficients[2][3][8] = {
+    {
+        // Eigen's. a (s/flop), b, c, d, e, f, h, g (s)
+        {1.15e-11, 8.2e-11, 3.36e-11, 8.31e-10, 1.45e-9, 0, 5.18e-8, 0},  // forward
+        {1.27e-11, 3.13e-10, 8.37e-13, 8.98e-9, 2.54e-9, 9e-10, 0, 0},    // backprop_input
+        {1.45e-11, 7.16e-10, 0, 2.47e-9, 3.49e-9, 7.87e-10, 4.65e-9, 0},  // backprop_filter
+    },
+    {
+        // oneDNN's.
+        {6.82e-12, 9.08e-11, 0, 1.56e-9, 1.02e-10, 1.04e-10, 6.14e-10, 49e-6},   // forward
+        {6.04e-12, 0, 1.74e-10, 1.35e-9, 9.62e-11, 0, 2.37e-11, 42e-6},          // backprop_input
+        {7.19e-12, 9.58e-11, 0, 1.94e-9, 9.53e-11, 1.22e-10, 3.78e-11, 108e-6},  // filter
+    },
 };
+// Whether TensorFlow runs its oneDNN kernels here, decided as TF decides it: the
+// TF_ENABLE_ONEDNN_OPTS environment variable where it is 0, 1, false or true (any case),
+// else, on Linux x86, on where the CPU has AVX512_VNNI, AVX512_BF16, AVX_VNNI or AMX.
+bool DecideOneDnn() {
+  if (const char* value = std::getenv("TF_ENABLE_ONEDNN_OPTS")) {
+    std::string v(value);
+    for (char& ch : v) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    if (v == "0" || v == "false") return false;
+    if (v == "1" || v == "true") return true;
+  }
+#if defined(__linux__) && (defined(__x86_64__) || defined(__i386__))
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512vnni") || __builtin_cpu_supports("avx512bf16") ||
+         __builtin_cpu_supports("avxvnni") || __builtin_cpu_supports("amx-tile") ||
+         __builtin_cpu_supports("amx-int8") || __builtin_cpu_supports("amx-bf16");
+#else
+  return false;
+#endif
+}
+bool OneDnn() {
+  static const bool on = DecideOneDnn();
+  return on;
+}
+
 double TfSeconds(const ConvGeometry& g, ConvPass pass) {
-  const double* k = kTfCoefficients[static_cast<int>(pass)];
+  const double* k = kTfCoefficients[OneDnn() ? 1 : 0][static_cast<int>(pass)];
   const double image = static_cast<double>(g.out_h) * g.out_w;
   const double pixels = image * g.batch, taps = static_cast<double>(g.filter_h) * g.filter_w;
   const double ci = g.in_c_per_group(), co = g.out_c_per_group();
@@ -99,12 +150,12 @@ double TfSeconds(const ConvGeometry& g, ConvPass pass) {
   const double small = taps > 1 && small_filter && ci < kTfFewChannels ? 1 : 0;
   return k[0] * 2.0 * g.macs() + k[1] * pixels * taps * ci + k[2] * pixels * taps * co +
          k[3] * pixels + k[4] * pixels * taps + big * k[5] * pixels * taps * ci +
-         small * k[6] * pixels;
+         small * k[6] * pixels + k[7];
 }
 // Three spatial dimensions (priced only where algorithm='tf' asks for tf.nn.conv3d): the
 // forward fit's flop rate.
 double TfSeconds(const Conv3dGeometry& g, ConvPass) {
-  return 2.0 * g.macs() * kTfCoefficients[0][0];
+  return 2.0 * g.macs() * kTfCoefficients[OneDnn() ? 1 : 0][0][0];
 }
 
 template <class Geometry>
@@ -630,6 +681,8 @@ Status PlanCpuPass(const AlgorithmDescriptor<Pb, typename Pb::Plan> (&algorithms
 }
 
 }  // namespace
+
+const char* TfKernels() { return OneDnn() ? "onednn" : "eigen"; }
 
 int64_t TfWorkspaceEstimate(const ConvGeometry& g, int64_t threads, int real_bytes) {
   return TfBytesOf(g, threads, real_bytes);

@@ -59,6 +59,12 @@ using Pass3dPlan = PassPlanOf<Fft3dConfig>;
 // per thread (oneDNN's gradient reductions). Used to keep kTf within the limit.
 int64_t TfWorkspaceEstimate(const ConvGeometry& g, int64_t threads, int real_bytes);
 
+// Which of TensorFlow's CPU kernels the planner prices TF's passes as: "onednn" where TF
+// runs its oneDNN kernels (TF_ENABLE_ONEDNN_OPTS, or by default on Linux x86 CPUs with
+// AVX512_VNNI, AVX512_BF16, AVX_VNNI or AMX), "eigen" otherwise. Decided once, on the
+// first call, as TF decides it once.
+const char* TfKernels();
+
 // Returns OK and fills `plan`, or an error (e.g. the FFT was requested but even its
 // smallest configuration needs more than the limit: the message names the minimum).
 Status PlanPass(const ConvGeometry& g, ConvPass pass, const PlanRequest& req, PassPlan* plan);

@@ -426,6 +426,9 @@ PYBIND11_MODULE(_core, m) {
       py::arg("fn"),
       "Test hook: fn(fft_h, fft_w, batch, inverse, real_bytes) -> bytes stands for cuFFT's "
       "work area in cuda_plan; None: none.");
+  m.def("tf_kernels", &TfKernels,
+        "Which of TensorFlow's CPU kernels the planner prices TF's passes as: 'onednn' or "
+        "'eigen' (plan.h).");
   m.def("_raise_status", &RaiseStatus, py::arg("kind"), py::arg("message"),
         "Test hook: raises what a core error of this kind becomes in Python.");
   m.attr("DEFAULT_WORKSPACE_LIMIT") = kDefaultWorkspaceLimit;
