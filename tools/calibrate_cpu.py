@@ -1,6 +1,6 @@
 """Fits the CPU planner's cost model (cc/core/plan.cc) to measurements on this machine.
 
-  PYTHONPATH=. python tools/calibrate_cpu.py [--seconds S] [--tf | --direct]
+  PYTHONPATH=. python tools/calibrate_cpu.py [--seconds S] [--tf | --direct | --model-ratio]
 
 One intra-op thread, float32, warm times (min over repeats). The op's forward pass (two
 fits), or with --tf TensorFlow's three kernels (a third):
@@ -42,6 +42,11 @@ fits), or with --tf TensorFlow's three kernels (a third):
 
 Prints the fitted constants and each configuration's predicted/measured ratio. Copy the
 constants into plan.cc with the date and machine.
+
+With --model-ratio, times the FFT configurations and the direct kernels as above and prints
+the shipped model's seconds over the measured (median): a TF fit made on a machine other
+than the one the op's constants were fitted on is scaled by it (kOneDnnFitToModelSeconds),
+so that the two compare as they ran there.
 """
 
 import argparse
@@ -139,8 +144,9 @@ def fit_fft(rows):
 
 
 def direct_rows(seconds):
-  """[(pass, lanes, flops, seconds)] of the direct kernels, each pass, SAME, float32, one
-  image: lanes are the destination channels per group its inner loop runs over."""
+  """[(pass, lanes, flops, seconds, modelled seconds)] of the direct kernels, each pass,
+  SAME, float32, one image: lanes are the destination channels per group its inner loop
+  runs over; the model's seconds are plan.cc's for the pass."""
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
@@ -161,8 +167,10 @@ def direct_rows(seconds):
                  x, w.shape, dy, 1, "SAME", algorithm="direct").numpy())
     flops = 2.0 * side * side * k * k * icpg * co
     times = [_min_time(c, seconds) for c in calls]
-    for name, lanes, t in zip(TF_PASSES, (ocpg, icpg, ocpg), times):
-      rows.append((name, lanes, flops, t))
+    modelled = [p.estimated_seconds["direct"] for p in lc.plan(
+        x.shape, w.shape, 1, "SAME", algorithm="direct").passes]
+    for name, lanes, t, m in zip(TF_PASSES, (ocpg, icpg, ocpg), times, modelled):
+      rows.append((name, lanes, flops, t, m))
     print(f"  {k}x{k} {ci}->{co} groups {groups} {side}x{side}: " + ", ".join(
         f"{t * 1e3:.2f} ({flops / t / 1e9:.1f})" for t in times), flush=True)
   return rows
@@ -294,6 +302,18 @@ def fit_tf(rows, op_calls):
           f" (the op's call: {op_calls[i] * 1e6:.0f} us)")
 
 
+def model_ratio(fft, direct):
+  """Prints how much faster than the shipped model prices them the op's kernels ran here
+  (the model's seconds over the measured, median over the FFT configurations and the
+  direct passes): plan.cc's kOneDnnFitToModelSeconds, on the machine a TF fit is made on."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  ffts = np.array([p.fft_work["seconds"] / t for _, _, p, t in fft])
+  directs = np.array([r[4] / r[3] for r in direct])
+  print(f"\nThe op's model over the measured: FFT median {np.median(ffts):.2f} over "
+        f"{len(ffts)} configurations, direct median {np.median(directs):.2f} over "
+        f"{len(directs)} passes; together {np.median(np.concatenate([ffts, directs])):.2f}")
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--seconds", type=float, default=1.5,
@@ -302,6 +322,9 @@ def main():
                       help="fit the model of TensorFlow's kernels only")
   parser.add_argument("--direct", action="store_true",
                       help="fit the model of the direct kernels only")
+  parser.add_argument("--model-ratio", action="store_true",
+                      help="time the op's kernels against the shipped model (for the "
+                           "scale of a TF fit made on this machine)")
   args = parser.parse_args()
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   tf.config.threading.set_intra_op_parallelism_threads(1)
@@ -311,6 +334,9 @@ def main():
     return
   if args.direct:
     fit_direct(direct_rows(args.seconds / 3))
+    return
+  if args.model_ratio:
+    model_ratio(fft_rows(args.seconds), direct_rows(args.seconds / 3))
     return
   print("FFT configurations (one thread):")
   fit_fft(fft_rows(args.seconds))

@@ -38,6 +38,7 @@ struct FftWork {
   // where an item's run of tiles shares each value read (BatchesTiles) and the block's
   // filter spectra are too large to stay in cache from one item to the next.
   double filter_reads = 0;
+  double seconds = 0;  // what the cost model prices this work at, on one thread
 };
 
 // A planned pass; Config is the FFT's configuration (FftConfig in 2-D, Fft3dConfig in 3-D).

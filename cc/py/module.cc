@@ -344,7 +344,8 @@ py::list PlanList(const std::vector<int64_t>& input_shape, const std::vector<int
     d["fft_work"] = py::dict(py::arg("transforms") = p.fft_work.transforms,
                              py::arg("transform_points") = p.fft_work.transform_points,
                              py::arg("complex_macs") = p.fft_work.complex_macs,
-                             py::arg("filter_reads") = p.fft_work.filter_reads);
+                             py::arg("filter_reads") = p.fft_work.filter_reads,
+                             py::arg("seconds") = p.fft_work.seconds);
     d["slots"] = p.fft.slots;
   });
 }
