@@ -6,6 +6,7 @@ the plan reports are the kernels that run, and that every route gives TF's numbe
 second order, through tf.function, a SavedModel and conv2d_transpose."""
 
 import functools
+import inspect
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ import tensorflow as tf
 
 import tf_largeconv as lc
 from tf_largeconv import _args
+from tf_largeconv import _loader
 from tf_largeconv import ops
 from tf_largeconv import planning
 
@@ -94,7 +96,7 @@ def test_routes_follow_the_batch():
   assert schedule([None, 32, 32, 32], [3, 3, 32, 64]) == ((1, (True, True, True)),)
 
 
-def test_a_mixed_route_must_pay_for_its_custom_gradient():
+def test_a_mixed_route_must_pay_for_its_own_cost():
   # Per pass TF's kernel wins the forward pass and the op the others, by less in all than
   # a mixed route's own cost: every pass runs one way.
   penalty = planning.MIXED_ROUTE_SECONDS * planning._CORE.REFERENCE_SLOTS
@@ -249,3 +251,77 @@ def test_conv2d_transpose_routes_its_passes_as_the_conv2d_it_transposes(rng):
                                      "LargeConv>Conv2DBackpropFilter"}
   want = _step(lambda p, q: tf.nn.conv2d_transpose(p, q, out_shape, 1), x, w, dy)
   _assert_close(fn(x, w, dy), want, "conv2d_transpose")
+
+
+def _recorded(fn, log, entry):
+  """fn, appending entry(its keyword arguments) to `log` on each call."""
+  def call(*args, **kwargs):
+    log.append(entry(kwargs))
+    return fn(*args, **kwargs)
+  return call
+
+
+def test_the_route_op_passes_its_input_on_and_routes_each_gradient(rng, monkeypatch):
+  # LargeConv>Conv2DRoute returns its first input as it is and gives it no gradient, so
+  # the kernel that computed it takes no part; the input's and filter's gradients run on
+  # the kernels its routes name.
+  x_shape, w_shape = MIXED_INPUT
+  x = tf.constant(rng.standard_normal(x_shape))
+  w = tf.constant(rng.standard_normal(w_shape))
+  dy = tf.constant(rng.standard_normal(x_shape[:3] + w_shape[3:]))
+  y = tf.nn.conv2d(x, w, 1, "SAME")
+  attrs = _args.conv_attrs(1, "SAME", "NHWC", None, "auto", None)
+  calls = []
+  for name in ("conv2d_backprop_input", "conv2d_backprop_filter"):
+    monkeypatch.setattr(ops, name, _recorded(getattr(ops, name), calls, lambda kwargs, name=name: (
+        name, kwargs["algorithm"])))
+  route = _loader.ops().large_conv_conv2d_route
+  with tf.GradientTape(persistent=True) as tape:
+    tape.watch([y, x, w])
+    out = route(y, x, w, routes=[True, True, False], **attrs)
+  np.testing.assert_array_equal(out.numpy(), y.numpy())
+  got = tape.gradient(out, [y, x, w], output_gradients=dy)
+  assert got[0] is None
+  assert calls == [("conv2d_backprop_input", "tf"), ("conv2d_backprop_filter", "auto")]
+  with tf.GradientTape() as t:
+    t.watch([x, w])
+    z = tf.nn.conv2d(x, w, 1, "SAME")
+  want = t.gradient(z, [x, w], output_gradients=dy)
+  for g, e, name in zip(got[1:], want, ("dx", "dw")):
+    np.testing.assert_allclose(g.numpy(), e.numpy(), rtol=1e-9,
+                               atol=1e-9 * np.abs(e.numpy()).max(), err_msg=name)
+  for routes in ([True, False], [True] * 4):
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match="routes must hold 3 booleans .*got " + str(len(routes))):
+      route(y, x, w, routes=routes, **attrs)
+
+
+def test_eager_mixed_routes_take_their_gradient_from_the_route_op(rng, monkeypatch):
+  # An eager call records the gradient as the route op's (which costs an eager call a
+  # fifth of what tf.custom_gradient costs); a traced one as tf.custom_gradient's, which
+  # costs a graph nothing at run time and keeps the op out of it.
+  x = tf.constant(rng.standard_normal(MIXED[0]))
+  w = tf.constant(rng.standard_normal(MIXED[1]))
+  dy = tf.constant(rng.standard_normal(MIXED[0][:3] + MIXED[1][3:]))
+  callers = []
+  for name in ("routed_input_gradient", "routed_filter_gradient"):
+    monkeypatch.setattr(ops, name, _recorded(getattr(ops, name), callers,
+                                             lambda _: inspect.stack()[2].function))
+  auto = lambda a, b: lc.conv2d(a, b, 1, "SAME")  # noqa: E731
+
+  def grads(a, b, c):
+    with tf.GradientTape() as tape:
+      tape.watch([a, b])
+      y = auto(a, b)
+    return tape.gradient(y, [a, b], output_gradients=c)
+
+  eager = grads(x, w, dy)
+  assert callers == ["_route_grad"] * 2
+  callers.clear()
+  fn = tf.function(grads)
+  traced = fn(x, w, dy)
+  assert callers == ["<lambda>"] * 2
+  assert "LargeConv>Conv2DRoute" not in _conv_ops(fn, x, w, dy) | {
+      op.type for op in fn.get_concrete_function(x, w, dy).graph.get_operations()}
+  for e, t, name in zip(eager, traced, ("dx", "dw")):
+    np.testing.assert_array_equal(e.numpy(), t.numpy(), err_msg=name)

@@ -9,6 +9,7 @@ call created.
 import tensorflow as tf
 
 from tf_largeconv import _loader
+from tf_largeconv import ops
 
 # The attributes each op family's ops share, passed on unchanged to the gradient's ops.
 _CONV2D_ATTRS = ("strides", "padding", "explicit_paddings", "data_format", "dilations",
@@ -63,3 +64,15 @@ def _register_family(op_name, wrapper, attr_names):
 
 _register_family("Conv2D", "conv2d", _CONV2D_ATTRS)
 _register_family("Conv3D", "conv3d", _CONV3D_ATTRS)
+
+
+@tf.RegisterGradient("LargeConv>Conv2DRoute")
+def _route_grad(op, grad):
+  """The input's and filter's gradients by the kernels the op's `routes` name; none for its
+  first input, the convolution's output, so that the kernel which computed it takes no
+  part in the gradient."""
+  attrs = _decode({k: op.get_attr(k) for k in _CONV2D_ATTRS})
+  routes = op.get_attr("routes")
+  _, x, w = op.inputs
+  return [None, ops.routed_input_gradient(x, w, grad, routes, attrs),
+          ops.routed_filter_gradient(x, w, grad, routes, attrs)]

@@ -202,46 +202,75 @@ def _routed(schedule, attrs_key):
   """conv2d as a function of (input, filters) whose passes run TensorFlow's kernel or the
   op's as the routes (forward, backprop_input, backprop_filter) that `schedule`
   (planning.tf_kernel_routes) gives the input's batch say (`by_batch`). Where they
-  differ, the gradients are the public backprop functions with algorithm 'tf' or 'auto',
-  whose own gradients give higher orders; the choice by batch stays outside
-  tf.custom_gradient's functions, as TensorFlow cannot take a second-order gradient
-  through a custom gradient inside a condition. Cached: eager code calls conv2d with the
-  same attributes over and over, and wrapping a function in tf.custom_gradient costs more
-  than a small call."""
-  attrs = _args.attrs_from_key(attrs_key)
+  differ, the gradients are the public backprop functions with algorithm 'tf' or 'auto'
+  (`routed_input_gradient`, `routed_filter_gradient`), whose own gradients give higher
+  orders. An eager call on the CPU records them as the gradient of one
+  LargeConv>Conv2DRoute op; a traced one wraps the passes in tf.custom_gradient, which costs
+  an eager call several times as much but a graph nothing at run time, and keeps the
+  graph free of the op (for serving and XLA where the forward pass is TensorFlow's). The
+  choice by batch stays outside tf.custom_gradient's functions, as TensorFlow cannot take
+  a second-order gradient through a custom gradient inside a condition. Cached: eager
+  code calls conv2d with the same attributes over and over, and wrapping a function in
+  tf.custom_gradient costs more than a small call."""
+  attrs = dict(_args.attrs_from_key(attrs_key), algorithm="auto")  # the op's own choice
   kwargs = dict(strides=attrs["strides"], padding=tf_padding(attrs),
                 data_format=attrs["data_format"], dilations=attrs["dilations"])
 
   def forward(x, w):
     def run(routes):
       if not routes[0]:
-        return _loader.ops().large_conv_conv2d(x, w, **dict(attrs, algorithm="auto"))
+        return _loader.ops().large_conv_conv2d(x, w, **attrs)
       return tf.nn.conv2d(x, w, **kwargs)
 
     return by_batch(x, schedule, run)
 
   if all(all(routes) for _, routes in schedule):  # TensorFlow's kernel and its own gradients
     return forward
-  limit = attrs["workspace_limit"]
-  backprop_kwargs = dict(kwargs, workspace_limit=None if limit < 0 else limit)
 
   @tf.custom_gradient
-  def run(x, w):
-    # Routed passes have static image sizes (TF's kernels need them); the batch may be
-    # unknown, so the input's gradient is sized by its height and width.
-    spatial = x.shape[2:4] if attrs["data_format"] == "NCHW" else x.shape[1:3]
-
+  def traced(x, w):
     def grad(dy):
-      dx = by_batch(x, schedule, lambda routes: conv2d_backprop_input(
-          spatial.as_list(), w, dy, algorithm="tf" if routes[1] else "auto",
-          **backprop_kwargs))
-      dw = by_batch(x, schedule, lambda routes: conv2d_backprop_filter(
-          x, tf.shape(w), dy, algorithm="tf" if routes[2] else "auto", **backprop_kwargs))
+      dx = by_batch(x, schedule, lambda routes: routed_input_gradient(x, w, dy, routes, attrs))
+      dw = by_batch(x, schedule, lambda routes: routed_filter_gradient(x, w, dy, routes, attrs))
       return dx, dw
 
     return forward(x, w), grad
 
+  def run(x, w):
+    if not tf.executing_eagerly() or planning.runs_on_gpu(x):
+      return traced(x, w)
+    routes = planning.routes_for(schedule, x.shape[0])
+    return _loader.ops().large_conv_conv2d_route(forward(x, w), x, w, routes=list(routes),
+                                                 **attrs)
+
   return run
+
+
+def _backprop_kwargs(attrs):
+  """The keyword arguments of the public backprop functions for normalised attributes."""
+  limit = attrs["workspace_limit"]
+  return dict(strides=attrs["strides"], padding=tf_padding(attrs),
+              data_format=attrs["data_format"], dilations=attrs["dilations"],
+              workspace_limit=None if limit < 0 else limit)
+
+
+def routed_input_gradient(x, w, dy, routes, attrs):
+  """conv2d's gradient with respect to its input x (whose height and width must be static,
+  as routed passes have them; the batch may be unknown), by TensorFlow's kernel where
+  routes[1] holds, otherwise by the op with attrs' algorithm (`routes`: forward,
+  backprop_input, backprop_filter; `attrs`: normalised)."""
+  spatial = x.shape[2:4] if attrs["data_format"] == "NCHW" else x.shape[1:3]
+  return conv2d_backprop_input(spatial.as_list(), w, dy,
+                               algorithm="tf" if routes[1] else attrs["algorithm"],
+                               **_backprop_kwargs(attrs))
+
+
+def routed_filter_gradient(x, w, dy, routes, attrs):
+  """conv2d's gradient with respect to its filter w, by TensorFlow's kernel where routes[2]
+  holds, otherwise by the op (as `routed_input_gradient`)."""
+  return conv2d_backprop_filter(x, tf.shape(w), dy,
+                                algorithm="tf" if routes[2] else attrs["algorithm"],
+                                **_backprop_kwargs(attrs))
 
 
 _TF_KERNEL_NEEDS = ("algorithm='tf' needs what TensorFlow's kernels support: no groups and "

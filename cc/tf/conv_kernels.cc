@@ -378,6 +378,22 @@ class Conv3dPassOp : public OpKernel {
   PlanCache<std::pair<Shape5, Shape5>, Pass3dPlan> plans_;
 };
 
+// LargeConv>Conv2DRoute: its output is its first input, forwarded without a copy; what it
+// adds is its registered gradient (see the op's doc).
+class RouteOp : public OpKernel {
+ public:
+  explicit RouteOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    std::vector<bool> routes;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("routes", &routes));
+    OP_REQUIRES(ctx, routes.size() == 3,
+                tensorflow::errors::InvalidArgument(
+                    "routes must hold 3 booleans (forward, backprop_input, backprop_filter), "
+                    "got ",
+                    routes.size()));
+  }
+  void Compute(OpKernelContext* ctx) override { ctx->set_output(0, ctx->input(0)); }
+};
+
 // Kernels are templated on the core storage type and registered for its TF type: OP's
 // three passes (OP: Conv2D or Conv3D) run by KERNEL (ConvPassOp or Conv3dPassOp).
 #define LARGECONV_REGISTER(OP, KERNEL, DEVICE, C, GPU)                                      \
@@ -398,6 +414,7 @@ class Conv3dPassOp : public OpKernel {
   LARGECONV_REGISTER("Conv3D", Conv3dPassOp, tensorflow::DEVICE_CPU, C, false)
 LARGECONV_FOR_EACH_DTYPE(LARGECONV_REGISTER_CPU)
 #undef LARGECONV_REGISTER_CPU
+REGISTER_KERNEL_BUILDER(Name("LargeConv>Conv2DRoute").Device(tensorflow::DEVICE_CPU), RouteOp);
 #ifdef LARGECONV_WITH_CUDA
 // The floating types only: the CUDA kernels take no integer type (TensorFlow keeps int32
 // tensors of GPU kernels in host memory), so an int32 call is placed on the CPU.
@@ -406,6 +423,7 @@ LARGECONV_FOR_EACH_DTYPE(LARGECONV_REGISTER_CPU)
   LARGECONV_REGISTER("Conv3D", Conv3dPassOp, tensorflow::DEVICE_GPU, C, true)
 LARGECONV_FOR_EACH_FLOAT_DTYPE(LARGECONV_REGISTER_GPU)
 #undef LARGECONV_REGISTER_GPU
+REGISTER_KERNEL_BUILDER(Name("LargeConv>Conv2DRoute").Device(tensorflow::DEVICE_GPU), RouteOp);
 #endif
 #undef LARGECONV_REGISTER
 

@@ -308,6 +308,21 @@ REGISTER_OP("LargeConv>Conv2DBackpropFilter")
     })
     .Doc("Gradient of LargeConv>Conv2D with respect to its filter.");
 
+REGISTER_OP("LargeConv>Conv2DRoute")
+    .Input("output: T")
+    .Input("input: T")
+    .Input("filter: T")
+    .Output("routed: T")
+    .LARGECONV_COMMON_ATTRS.Attr("routes: list(bool)")
+    .SetShapeFn(tensorflow::shape_inference::UnchangedShape)
+    .Doc(R"doc(
+`output`, the convolution of `input` and `filter`, passed on unchanged. What the op adds is
+its gradient: each backprop pass runs on the kernel `routes` names (forward, backprop_input,
+backprop_filter; true for TensorFlow's, false for LargeConv's with `algorithm`), and none
+reaches `output`. An eager call of a route that mixes TensorFlow's kernels with the op's
+runs one such op in place of a tf.custom_gradient, which costs several times as much.
+)doc");
+
 // TensorFlow's Conv3D attributes (no explicit padding), and the algorithm choice.
 #define LARGECONV_CONV3D_ATTRS                           \
   Attr(largeconv::DtypeAttr())                           \
