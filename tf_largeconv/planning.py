@@ -292,13 +292,13 @@ ROUTE_BATCHES = tuple(2**i for i in range(7))  # 1 ... 64
 
 # An eager call of a route that mixes TF's kernels with the op's runs one more op, the
 # LargeConv>Conv2DRoute that carries the gradient, and costs this much more than either
-# alone (Python's time, a 3x3 1->8 filter on one 8x8 image: 53 us through tf.nn.conv2d,
-# 57 us on the route of TF's kernels alone, 80-83 us on a mixed route, on a 2-core Zen 4;
-# under tf.custom_gradient it had been 148 us). A traced call costs nothing more at run
-# time, but eager and traced calls run the same routes (see ROUTE_BATCHES). A pass is routed
-# to the other side's kernel only where the mixed route saves more than that over running
-# every pass one way; the model's seconds are single-thread seconds on REFERENCE_SLOTS
-# threads, so the cost counts that many times.
+# alone (Python's time, a 3x3 1->8 filter on one 8x8 image: 42-49 us on the route of TF's
+# kernels alone, 65-68 us on a mixed route, 53-62 us through tf.nn.conv2d, on a 2-core
+# Zen 4; under tf.custom_gradient a mixed route took 148 us). A traced call costs nothing
+# more at run time, but eager and traced calls run the same routes (see ROUTE_BATCHES).
+# A pass is routed to the other side's kernel only where the mixed route saves more than
+# that over running every pass one way; the model's seconds are single-thread seconds on
+# REFERENCE_SLOTS threads, so the cost counts that many times.
 MIXED_ROUTE_SECONDS = 25e-6
 
 
