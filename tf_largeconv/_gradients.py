@@ -9,6 +9,7 @@ call created.
 import tensorflow as tf
 
 from tf_largeconv import _loader
+from tf_largeconv import _transpose
 from tf_largeconv import ops
 
 # The attributes each op family's ops share, passed on unchanged to the gradient's ops.
@@ -68,11 +69,12 @@ _register_family("Conv3D", "conv3d", _CONV3D_ATTRS)
 
 @tf.RegisterGradient("LargeConv>Conv2DRoute")
 def _route_grad(op, grad):
-  """The input's and filter's gradients by the kernels the op's `routes` name; none for its
-  first input, the convolution's output, so that the kernel which computed it takes no
-  part in the gradient."""
+  """The input's and filter's gradients by the kernels the op's `routes` name (of conv2d,
+  or with `transpose` of conv2d_transpose); none for its first input, the convolution's
+  output, so that the kernel which computed it takes no part in the gradient."""
   attrs = _decode({k: op.get_attr(k) for k in _CONV2D_ATTRS})
   routes = op.get_attr("routes")
+  module = _transpose if op.get_attr("transpose") else ops
   _, x, w = op.inputs
-  return [None, ops.routed_input_gradient(x, w, grad, routes, attrs),
-          ops.routed_filter_gradient(x, w, grad, routes, attrs)]
+  return [None, module.routed_input_gradient(x, w, grad, routes, attrs),
+          module.routed_filter_gradient(x, w, grad, routes, attrs)]

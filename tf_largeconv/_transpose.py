@@ -111,24 +111,44 @@ def _routed_passes(input, filters, ours, schedule, output_shape, static, attrs):
   if all(all(routes) for _, routes in schedule):  # TensorFlow's kernel and its own gradients
     return forward(input, filters)
   op_attrs = dict(attrs, algorithm="auto")  # the op's own choice between its algorithms
-  limit = attrs["workspace_limit"]
-  kwargs = dict(strides=attrs["strides"], padding=_ops.tf_padding(attrs),
-                data_format=attrs["data_format"], dilations=attrs["dilations"],
-                workspace_limit=None if limit < 0 else limit)
+  if tf.executing_eagerly() and not planning.runs_on_gpu(input):
+    # As conv2d's eager routes: the gradient is the route op's, which costs an eager call
+    # a fraction of tf.custom_gradient's.
+    routes = planning.routes_for(schedule, input.shape[0])
+    return _loader.ops().large_conv_conv2d_route(forward(input, filters), input, filters,
+                                                 routes=list(routes), transpose=True,
+                                                 **op_attrs)
 
   @tf.custom_gradient
   def run(x, w):
     def grad(dy):
-      dx = _ops.by_batch(x, schedule, lambda routes: (
-          _ops.conv2d(dy, w, algorithm="tf", **kwargs) if routes[0] else
-          _loader.ops().large_conv_conv2d(dy, w, **op_attrs)))
-      dw = _ops.by_batch(x, schedule, lambda routes: _ops.conv2d_backprop_filter(
-          dy, tf.shape(w), x, algorithm="tf" if routes[2] else "auto", **kwargs))
+      dx = _ops.by_batch(x, schedule,
+                         lambda routes: routed_input_gradient(x, w, dy, routes, op_attrs))
+      dw = _ops.by_batch(x, schedule,
+                         lambda routes: routed_filter_gradient(x, w, dy, routes, op_attrs))
       return dx, dw
 
     return forward(x, w), grad
 
   return run(input, filters)
+
+
+def routed_input_gradient(x, w, dy, routes, attrs):  # pylint: disable=unused-argument
+  """The transpose's gradient with respect to its input x: the conv2d it transposes, of
+  dy, by TensorFlow's kernel where routes[0] (that conv2d's forward pass) holds,
+  otherwise by the op with attrs' algorithm (`routes` and `attrs` of that conv2d, as
+  ops.routed_input_gradient takes them)."""
+  if routes[0]:
+    return _ops.conv2d(dy, w, algorithm="tf", **_ops.backprop_kwargs(attrs))
+  return _loader.ops().large_conv_conv2d(dy, w, **attrs)
+
+
+def routed_filter_gradient(x, w, dy, routes, attrs):
+  """The transpose's gradient with respect to its filter w: the backprop_filter pass of the
+  conv2d it transposes, for that conv2d's input dy and output gradient x."""
+  return _ops.conv2d_backprop_filter(dy, tf.shape(w), x,
+                                     algorithm="tf" if routes[2] else attrs["algorithm"],
+                                     **_ops.backprop_kwargs(attrs))
 
 
 def _tf_kernel(input, filters, output_shape, static, attrs):  # pylint: disable=redefined-builtin

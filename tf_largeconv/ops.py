@@ -248,7 +248,7 @@ def _routed(schedule, attrs_key):
   return run
 
 
-def _backprop_kwargs(attrs):
+def backprop_kwargs(attrs):
   """The keyword arguments of the public backprop functions for normalised attributes."""
   limit = attrs["workspace_limit"]
   return dict(strides=attrs["strides"], padding=tf_padding(attrs),
@@ -264,7 +264,7 @@ def routed_input_gradient(x, w, dy, routes, attrs):
   spatial = x.shape[2:4] if attrs["data_format"] == "NCHW" else x.shape[1:3]
   return conv2d_backprop_input(spatial.as_list(), w, dy,
                                algorithm="tf" if routes[1] else attrs["algorithm"],
-                               **_backprop_kwargs(attrs))
+                               **backprop_kwargs(attrs))
 
 
 def routed_filter_gradient(x, w, dy, routes, attrs):
@@ -272,7 +272,7 @@ def routed_filter_gradient(x, w, dy, routes, attrs):
   holds, otherwise by the op (as `routed_input_gradient`)."""
   return conv2d_backprop_filter(x, tf.shape(w), dy,
                                 algorithm="tf" if routes[2] else attrs["algorithm"],
-                                **_backprop_kwargs(attrs))
+                                **backprop_kwargs(attrs))
 
 
 _TF_KERNEL_NEEDS = ("algorithm='tf' needs what TensorFlow's kernels support: no groups and "
