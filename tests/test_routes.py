@@ -7,6 +7,7 @@ second order, through tf.function, a SavedModel and conv2d_transpose."""
 
 import functools
 import inspect
+import itertools
 
 import numpy as np
 import pytest
@@ -349,3 +350,25 @@ def test_an_eager_conv2d_transpose_takes_its_gradient_from_the_route_op(rng, mon
     np.testing.assert_array_equal(e.numpy(), t.numpy(), err_msg=name)
   want = _step(lambda p, q: tf.nn.conv2d_transpose(p, q, out_shape, 1), x, w, dy)
   _assert_close(eager, want, "eager conv2d_transpose")
+
+
+@pytest.mark.parametrize("routes", list(itertools.product([True, False], repeat=3)),
+                         ids=lambda r: "".join("t" if v else "o" for v in r))
+def test_every_route_gives_tensorflows_values_with_strides_and_padding(rng, routes):
+  # Each of the eight routes, whatever the planner would pick, eager (the route op) and
+  # traced (tf.custom_gradient): TF's values to the second order and the same bits, with
+  # strides, odd sizes and explicit padding.
+  x = tf.constant(rng.standard_normal((2, 11, 13, 3)))
+  w = tf.constant(rng.standard_normal((3, 4, 3, 5)))
+  for strides, padding in ((2, "SAME"), ([2, 1], [[0, 0], [1, 2], [3, 0], [0, 0]]),
+                           (1, "VALID")):
+    attrs = _args.conv_attrs(strides, padding, "NHWC", None, "auto", None)
+    conv = ops._routed(((1, routes),), _args.attrs_key(attrs))  # pylint: disable=protected-access
+    tf_conv = functools.partial(tf.nn.conv2d, strides=strides, padding=padding)
+    dy = tf.constant(rng.standard_normal(tf_conv(x, w).shape))
+    what = f"routes {routes}, strides {strides}, padding {padding}"
+    eager = _step(conv, x, w, dy)
+    _assert_close(eager, _step(tf_conv, x, w, dy), what)
+    traced = tf.function(lambda a, b, c, conv=conv: _step(conv, a, b, c))(x, w, dy)
+    for e, t, name in zip(eager, traced, ("y", "dx", "dw", "d2x", "d2w")):
+      np.testing.assert_array_equal(e.numpy(), t.numpy(), err_msg=f"{what}: {name}")
