@@ -83,7 +83,10 @@ MUTATIONS = [
      "input must be a 4-D tensor"),
     (lambda c: dict(filters=np.zeros(c["w"].shape[:3], np.float32)), (OpError, ValueError),
      "filter must be a 4-D tensor"),
-    (lambda c: dict(input=np.zeros(c["x"].shape[:3] + (c["x"].shape[3] + 1,), np.float32)),
+    # An input depth that is no multiple of the filters' in-depth (one deeper than the
+    # input: a deeper input would be a grouped convolution where the filters' is 1).
+    (lambda c: dict(filters=np.zeros(c["w"].shape[:2] + (c["x"].shape[3] + 1,) +
+                                     c["w"].shape[3:], np.float32)),
      (OpError, ValueError), "input depth"),
     (lambda c: dict(strides=[1, 0]), (OpError, ValueError), "strides must be positive"),
     (lambda c: dict(strides=[1, -2, 1, 1]), (OpError, ValueError), "strides must be positive"),
