@@ -39,12 +39,17 @@ def _routes(x_shape, w_shape, dtype=tf.float64):
   return tuple(pp.algorithm == "tf" for pp in p.passes)
 
 
-def _conv_ops(fn, *args):
+def _op_types(fn, *args):
+  """Every op type in fn's graph for args, its functions' (the gradient's) included."""
   graph = fn.get_concrete_function(*args).graph
   names = {op.type for op in graph.get_operations()}
-  for f in graph.as_graph_def().library.function:  # the gradient's function
+  for f in graph.as_graph_def().library.function:
     names |= {n.op for n in f.node_def}
-  return names & (TF_OPS | OUR_OPS)
+  return names
+
+
+def _conv_ops(fn, *args):
+  return _op_types(fn, *args) & (TF_OPS | OUR_OPS)
 
 
 def _step(conv, x, w, dy):
@@ -278,9 +283,10 @@ def test_the_route_op_passes_its_input_on_and_routes_each_gradient(rng, monkeypa
     monkeypatch.setattr(ops, name, _recorded(getattr(ops, name), calls, lambda kwargs, name=name: (
         name, kwargs["algorithm"])))
   route = _loader.ops().large_conv_conv2d_route
+  spec = ops.route_spec(_args.attrs_key(attrs), (True, True, False))
   with tf.GradientTape(persistent=True) as tape:
     tape.watch([y, x, w])
-    out = route(y, x, w, routes=[True, True, False], **attrs)
+    out = route(y, x, w, route=spec)
   np.testing.assert_array_equal(out.numpy(), y.numpy())
   got = tape.gradient(out, [y, x, w], output_gradients=dy)
   assert got[0] is None
@@ -292,10 +298,18 @@ def test_the_route_op_passes_its_input_on_and_routes_each_gradient(rng, monkeypa
   for g, e, name in zip(got[1:], want, ("dx", "dw")):
     np.testing.assert_allclose(g.numpy(), e.numpy(), rtol=1e-9,
                                atol=1e-9 * np.abs(e.numpy()).max(), err_msg=name)
-  for routes in ([True, False], [True] * 4):
-    with pytest.raises(tf.errors.InvalidArgumentError,
-                       match="routes must hold 3 booleans .*got " + str(len(routes))):
-      route(y, x, w, routes=routes, **attrs)
+  with pytest.raises(tf.errors.InvalidArgumentError, match="route must be the JSON"):
+    route(y, x, w, route="")
+  for bad, message in (("{", "route must be the JSON"),
+                       (spec.replace("true, true, false", "true, false"), "3 routes"),
+                       (spec.replace("true, true, false", "1, 1, 0"), "as booleans"),
+                       (spec.replace('"transpose": false', '"transpose": 0'), "as booleans")):
+    assert bad != spec
+    with tf.GradientTape() as tape:
+      tape.watch([y, x, w])
+      out = route(y, x, w, route=bad)
+    with pytest.raises(ValueError, match=message):
+      tape.gradient(out, [x, w], output_gradients=dy)
 
 
 def test_eager_mixed_routes_take_their_gradient_from_the_route_op(rng, monkeypatch):
@@ -323,8 +337,7 @@ def test_eager_mixed_routes_take_their_gradient_from_the_route_op(rng, monkeypat
   fn = tf.function(grads)
   traced = fn(x, w, dy)
   assert callers == ["<lambda>"] * 2
-  assert "LargeConv>Conv2DRoute" not in _conv_ops(fn, x, w, dy) | {
-      op.type for op in fn.get_concrete_function(x, w, dy).graph.get_operations()}
+  assert "LargeConv>Conv2DRoute" not in _op_types(fn, x, w, dy)
   for e, t, name in zip(eager, traced, ("dx", "dw")):
     np.testing.assert_array_equal(e.numpy(), t.numpy(), err_msg=name)
 

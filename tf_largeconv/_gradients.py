@@ -8,6 +8,7 @@ call created.
 
 import tensorflow as tf
 
+from tf_largeconv import _args
 from tf_largeconv import _loader
 from tf_largeconv import _transpose
 from tf_largeconv import ops
@@ -69,12 +70,12 @@ _register_family("Conv3D", "conv3d", _CONV3D_ATTRS)
 
 @tf.RegisterGradient("LargeConv>Conv2DRoute")
 def _route_grad(op, grad):
-  """The input's and filter's gradients by the kernels the op's `routes` name (of conv2d,
-  or with `transpose` of conv2d_transpose); none for its first input, the convolution's
-  output, so that the kernel which computed it takes no part in the gradient."""
-  attrs = _decode({k: op.get_attr(k) for k in _CONV2D_ATTRS})
-  routes = op.get_attr("routes")
-  module = _transpose if op.get_attr("transpose") else ops
+  """The input's and filter's gradients by the kernels the op's route names (of conv2d, or
+  of conv2d_transpose); none for its first input, the convolution's output, so that the
+  kernel which computed it takes no part in the gradient."""
+  key, routes, transpose = ops.parse_route(op.get_attr("route"))
+  attrs = _args.attrs_from_key(key)
+  module = _transpose if transpose else ops
   _, x, w = op.inputs
   return [None, module.routed_input_gradient(x, w, grad, routes, attrs),
           module.routed_filter_gradient(x, w, grad, routes, attrs)]

@@ -115,9 +115,9 @@ def _routed_passes(input, filters, ours, schedule, output_shape, static, attrs):
     # As conv2d's eager routes: the gradient is the route op's, which costs an eager call
     # a fraction of tf.custom_gradient's.
     routes = planning.routes_for(schedule, input.shape[0])
+    route = _ops.route_spec(_args.attrs_key(attrs), routes, transpose=True)
     return _loader.ops().large_conv_conv2d_route(forward(input, filters), input, filters,
-                                                 routes=list(routes), transpose=True,
-                                                 **op_attrs)
+                                                 route=route)
 
   @tf.custom_gradient
   def run(x, w):

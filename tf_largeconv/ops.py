@@ -5,6 +5,7 @@ package.
 """
 
 import functools
+import json
 
 import tensorflow as tf
 
@@ -242,10 +243,38 @@ def _routed(schedule, attrs_key):
     if not tf.executing_eagerly() or planning.runs_on_gpu(x):
       return traced(x, w)
     routes = planning.routes_for(schedule, x.shape[0])
-    return _loader.ops().large_conv_conv2d_route(forward(x, w), x, w, routes=list(routes),
-                                                 **attrs)
+    return _loader.ops().large_conv_conv2d_route(forward(x, w), x, w,
+                                                 route=route_spec(attrs_key, routes))
 
   return run
+
+
+@functools.lru_cache(maxsize=1024)
+def route_spec(attrs_key, routes, transpose=False):
+  """The `route` attribute of LargeConv>Conv2DRoute: JSON of the convolution's attributes
+  (`attrs_key`, as _args.attrs_key makes it; the op's own algorithm in 'algorithm'), its
+  routes (forward, backprop_input, backprop_filter; True for TensorFlow's kernel) and
+  whether it is transposed. `parse_route` reads it back."""
+  attrs = dict(_args.attrs_from_key(attrs_key), algorithm="auto")
+  return json.dumps({"attrs": attrs, "routes": [bool(r) for r in routes],
+                     "transpose": bool(transpose)}, sort_keys=True)
+
+
+@functools.lru_cache(maxsize=1024)
+def parse_route(route):
+  """(attrs key, routes, transpose) of a `route` attribute (str or bytes) written by
+  `route_spec`. Raises ValueError naming it where it is not such JSON."""
+  try:
+    spec = json.loads(route)
+    key = _args.attrs_key(spec["attrs"])
+    routes, transpose = tuple(spec["routes"]), spec["transpose"]
+  except (ValueError, KeyError, TypeError, AttributeError):
+    raise ValueError(f"route must be the JSON that tf_largeconv.ops.route_spec writes, got "
+                     f"{route!r}") from None
+  if len(routes) != 3 or not all(isinstance(r, bool) for r in routes + (transpose,)):
+    raise ValueError("route must hold 3 routes (forward, backprop_input, backprop_filter) "
+                     f"and transpose as booleans, got {route!r}")
+  return key, routes, transpose
 
 
 def backprop_kwargs(attrs):

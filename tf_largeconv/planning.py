@@ -291,14 +291,17 @@ ROUTE_BATCHES = tuple(2**i for i in range(7))  # 1 ... 64
 
 
 # An eager call of a route that mixes TF's kernels with the op's runs one more op, the
-# LargeConv>Conv2DRoute that carries the gradient, and costs this much more than either
-# alone (Python's time, a 3x3 1->8 filter on one 8x8 image: 42-49 us on the route of TF's
-# kernels alone, 65-68 us on a mixed route, 53-62 us through tf.nn.conv2d, on a 2-core
-# Zen 4; under tf.custom_gradient a mixed route took 148 us). A traced call costs nothing
-# more at run time, but eager and traced calls run the same routes (see ROUTE_BATCHES).
-# A pass is routed to the other side's kernel only where the mixed route saves more than
-# that over running every pass one way; the model's seconds are single-thread seconds on
-# REFERENCE_SLOTS threads, so the cost counts that many times.
+# LargeConv>Conv2DRoute that carries the gradient, whose gradient then calls the public
+# backprop functions. Python's time, a 3x3 1->8 filter on one 8x8 image, interleaved, on
+# a 2-core Zen 4: a forward call took 65 us on the route (TF, op, op), 49 on TF's kernels
+# alone and 19 on the op alone; a training step 579, 749 and 515 us (TF's own gradient
+# functions cost more than the route's); under tf.custom_gradient the mixed route had
+# taken 162 and 662. Each kernel's own per-call cost is in the model already, so what
+# mixing adds is the route op and its gradient's calls, about this much. A traced call
+# costs nothing more at run time, but eager and traced calls run the same routes (see
+# ROUTE_BATCHES). A pass is routed to the other side's kernel only where the mixed route
+# saves more than that over running every pass one way; the model's seconds are
+# single-thread seconds on REFERENCE_SLOTS threads, so the cost counts that many times.
 MIXED_ROUTE_SECONDS = 25e-6
 
 

@@ -379,17 +379,16 @@ class Conv3dPassOp : public OpKernel {
 };
 
 // LargeConv>Conv2DRoute: its output is its first input, forwarded without a copy; what it
-// adds is its registered gradient (see the op's doc).
+// adds is its registered gradient, which reads the route (see the op's doc).
 class RouteOp : public OpKernel {
  public:
   explicit RouteOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    std::vector<bool> routes;
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("routes", &routes));
-    OP_REQUIRES(ctx, routes.size() == 3,
+    std::string route;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("route", &route));
+    OP_REQUIRES(ctx, !route.empty(),
                 tensorflow::errors::InvalidArgument(
-                    "routes must hold 3 booleans (forward, backprop_input, backprop_filter), "
-                    "got ",
-                    routes.size()));
+                    "route must be the JSON of a convolution's attributes and routes, got an "
+                    "empty string"));
   }
   void Compute(OpKernelContext* ctx) override { ctx->set_output(0, ctx->input(0)); }
 };

@@ -313,17 +313,19 @@ REGISTER_OP("LargeConv>Conv2DRoute")
     .Input("input: T")
     .Input("filter: T")
     .Output("routed: T")
-    .LARGECONV_COMMON_ATTRS.Attr("routes: list(bool)")
-    .Attr("transpose: bool = false")
+    .Attr(largeconv::DtypeAttr())
+    .Attr("route: string")
     .SetShapeFn(tensorflow::shape_inference::UnchangedShape)
     .Doc(R"doc(
-`output`, the convolution of `input` and `filter` (with `transpose`, the transposed
-convolution), passed on unchanged. What the op adds is its gradient: each pass of that
-gradient runs on the kernel `routes` names (forward, backprop_input, backprop_filter of the
-conv2d, which conv2d_transpose's forward pass is the backprop_input pass of; true for
-TensorFlow's kernel, false for LargeConv's with `algorithm`), and none reaches `output`.
-An eager call of a route that mixes TensorFlow's kernels with the op's runs one such op in
-place of a tf.custom_gradient, which costs several times as much.
+`output`, the convolution of `input` and `filter` (or their transposed convolution),
+passed on unchanged. What the op adds is its gradient: each pass of that gradient runs on
+the kernel its route names, and none reaches `output`. `route` holds, as JSON written by
+the Python layer (tf_largeconv.ops.route_spec), the convolution's attributes, the routes
+of its forward, backprop_input and backprop_filter passes (true for TensorFlow's kernel,
+false for LargeConv's) and whether it is transposed: one attribute, as reading each
+attribute of an eager op in its gradient costs about 10 us. An eager call of a route that
+mixes TensorFlow's kernels with the op's runs one such op in place of a
+tf.custom_gradient, which costs several times as much.
 )doc");
 
 // TensorFlow's Conv3D attributes (no explicit padding), and the algorithm choice.
