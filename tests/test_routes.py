@@ -279,9 +279,11 @@ def test_the_route_op_passes_its_input_on_and_routes_each_gradient(rng, monkeypa
   y = tf.nn.conv2d(x, w, 1, "SAME")
   attrs = _args.conv_attrs(1, "SAME", "NHWC", None, "auto", None)
   calls = []
-  for name in ("conv2d_backprop_input", "conv2d_backprop_filter"):
-    monkeypatch.setattr(ops, name, _recorded(getattr(ops, name), calls, lambda kwargs, name=name: (
-        name, kwargs["algorithm"])))
+  for module, name in ((tf.raw_ops, "Conv2DBackpropInput"), (tf.raw_ops, "Conv2DBackpropFilter"),
+                       (_loader.ops(), "large_conv_conv2d_backprop_input"),
+                       (_loader.ops(), "large_conv_conv2d_backprop_filter")):
+    monkeypatch.setattr(module, name, _recorded(getattr(module, name), calls,
+                                                lambda _, name=name: name))
   route = _loader.ops().large_conv_conv2d_route
   spec = ops.route_spec(_args.attrs_key(attrs), (True, True, False))
   with tf.GradientTape(persistent=True) as tape:
@@ -290,7 +292,7 @@ def test_the_route_op_passes_its_input_on_and_routes_each_gradient(rng, monkeypa
   np.testing.assert_array_equal(out.numpy(), y.numpy())
   got = tape.gradient(out, [y, x, w], output_gradients=dy)
   assert got[0] is None
-  assert calls == [("conv2d_backprop_input", "tf"), ("conv2d_backprop_filter", "auto")]
+  assert calls == ["Conv2DBackpropInput", "large_conv_conv2d_backprop_filter"]
   with tf.GradientTape() as t:
     t.watch([x, w])
     z = tf.nn.conv2d(x, w, 1, "SAME")

@@ -139,16 +139,17 @@ def routed_input_gradient(x, w, dy, routes, attrs):  # pylint: disable=unused-ar
   otherwise by the op with attrs' algorithm (`routes` and `attrs` of that conv2d, as
   ops.routed_input_gradient takes them)."""
   if routes[0]:
-    return _ops.conv2d(dy, w, algorithm="tf", **_ops.backprop_kwargs(attrs))
+    return tf.raw_ops.Conv2D(input=dy, filter=w, **_ops.tf_attrs(attrs))
   return _loader.ops().large_conv_conv2d(dy, w, **attrs)
 
 
 def routed_filter_gradient(x, w, dy, routes, attrs):
   """The transpose's gradient with respect to its filter w: the backprop_filter pass of the
   conv2d it transposes, for that conv2d's input dy and output gradient x."""
-  return _ops.conv2d_backprop_filter(dy, tf.shape(w), x,
-                                     algorithm="tf" if routes[2] else attrs["algorithm"],
-                                     **_ops.backprop_kwargs(attrs))
+  if routes[2]:
+    return tf.raw_ops.Conv2DBackpropFilter(input=dy, filter_sizes=tf.shape(w), out_backprop=x,
+                                           **_ops.tf_attrs(attrs))
+  return _loader.ops().large_conv_conv2d_backprop_filter(dy, tf.shape(w), x, **attrs)
 
 
 def _tf_kernel(input, filters, output_shape, static, attrs):  # pylint: disable=redefined-builtin

@@ -203,9 +203,9 @@ def _routed(schedule, attrs_key):
   """conv2d as a function of (input, filters) whose passes run TensorFlow's kernel or the
   op's as the routes (forward, backprop_input, backprop_filter) that `schedule`
   (planning.tf_kernel_routes) gives the input's batch say (`by_batch`). Where they
-  differ, the gradients are the public backprop functions with algorithm 'tf' or 'auto'
-  (`routed_input_gradient`, `routed_filter_gradient`), whose own gradients give higher
-  orders. An eager call on the CPU records them as the gradient of one
+  differ, the gradients are TensorFlow's backprop ops or the LargeConv ones with algorithm
+  'auto' (`routed_input_gradient`, `routed_filter_gradient`), whose registered gradients
+  give higher orders. An eager call on the CPU records them as the gradient of one
   LargeConv>Conv2DRoute op; a traced one wraps the passes in tf.custom_gradient, which costs
   an eager call several times as much but a graph nothing at run time, and keeps the
   graph free of the op (for serving and XLA where the forward pass is TensorFlow's). The
@@ -214,16 +214,13 @@ def _routed(schedule, attrs_key):
   code calls conv2d with the same attributes over and over, and wrapping a function in
   tf.custom_gradient costs more than a small call."""
   attrs = dict(_args.attrs_from_key(attrs_key), algorithm="auto")  # the op's own choice
-  # TensorFlow's kernel through its raw op, with the attributes tf.nn.conv2d would give it
-  # (already normalised here): tf.nn.conv2d's own checks cost an eager call 15 us more.
-  tf_attrs = {k: attrs[k] for k in ("strides", "padding", "explicit_paddings", "data_format",
-                                    "dilations")}
+  raw = tf_attrs(attrs)
 
   def forward(x, w):
     def run(routes):
       if not routes[0]:
         return _loader.ops().large_conv_conv2d(x, w, **attrs)
-      return tf.raw_ops.Conv2D(input=x, filter=w, **tf_attrs)
+      return tf.raw_ops.Conv2D(input=x, filter=w, **raw)
 
     return by_batch(x, schedule, run)
 
@@ -277,12 +274,13 @@ def parse_route(route):
   return key, routes, transpose
 
 
-def backprop_kwargs(attrs):
-  """The keyword arguments of the public backprop functions for normalised attributes."""
-  limit = attrs["workspace_limit"]
-  return dict(strides=attrs["strides"], padding=tf_padding(attrs),
-              data_format=attrs["data_format"], dilations=attrs["dilations"],
-              workspace_limit=None if limit < 0 else limit)
+def tf_attrs(attrs):
+  """The attributes of TensorFlow's raw Conv2D ops for normalised ones. A routed pass calls
+  the raw op (or the LargeConv op with `attrs`) itself: its attributes are normalised and
+  the route says the kernel can run them, so the public functions' checks (15-20 us an
+  eager call each) would only repeat themselves; the ops are the ones those create."""
+  return {k: attrs[k] for k in ("strides", "padding", "explicit_paddings", "data_format",
+                                "dilations")}
 
 
 def routed_input_gradient(x, w, dy, routes, attrs):
@@ -290,18 +288,20 @@ def routed_input_gradient(x, w, dy, routes, attrs):
   as routed passes have them; the batch may be unknown), by TensorFlow's kernel where
   routes[1] holds, otherwise by the op with attrs' algorithm (`routes`: forward,
   backprop_input, backprop_filter; `attrs`: normalised)."""
-  spatial = x.shape[2:4] if attrs["data_format"] == "NCHW" else x.shape[1:3]
-  return conv2d_backprop_input(spatial.as_list(), w, dy,
-                               algorithm="tf" if routes[1] else attrs["algorithm"],
-                               **backprop_kwargs(attrs))
+  sizes = (x.shape[2:4] if attrs["data_format"] == "NCHW" else x.shape[1:3]).as_list()
+  if routes[1]:
+    return tf.raw_ops.Conv2DBackpropInput(input_sizes=sizes, filter=w, out_backprop=dy,
+                                          **tf_attrs(attrs))
+  return _loader.ops().large_conv_conv2d_backprop_input(sizes, w, dy, **attrs)
 
 
 def routed_filter_gradient(x, w, dy, routes, attrs):
   """conv2d's gradient with respect to its filter w, by TensorFlow's kernel where routes[2]
   holds, otherwise by the op (as `routed_input_gradient`)."""
-  return conv2d_backprop_filter(x, tf.shape(w), dy,
-                                algorithm="tf" if routes[2] else attrs["algorithm"],
-                                **backprop_kwargs(attrs))
+  if routes[2]:
+    return tf.raw_ops.Conv2DBackpropFilter(input=x, filter_sizes=tf.shape(w), out_backprop=dy,
+                                           **tf_attrs(attrs))
+  return _loader.ops().large_conv_conv2d_backprop_filter(x, tf.shape(w), dy, **attrs)
 
 
 _TF_KERNEL_NEEDS = ("algorithm='tf' needs what TensorFlow's kernels support: no groups and "

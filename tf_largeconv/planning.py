@@ -291,10 +291,10 @@ ROUTE_BATCHES = tuple(2**i for i in range(7))  # 1 ... 64
 
 
 # An eager call of a route that mixes TF's kernels with the op's runs one more op, the
-# LargeConv>Conv2DRoute that carries the gradient, whose gradient then calls the public
-# backprop functions. Python's time, a 3x3 1->8 filter on one 8x8 image, interleaved, on
-# a 2-core Zen 4: a forward call took 65 us on the route (TF, op, op), 49 on TF's kernels
-# alone and 19 on the op alone; a training step 579, 749 and 515 us (TF's own gradient
+# LargeConv>Conv2DRoute that carries the gradient, whose gradient then calls each pass's
+# op. Python's time, a 3x3 1->8 filter on one 8x8 image, interleaved, on a 2-core
+# Zen 4: a forward call took 65 us on the route (TF, op, op), 49 on TF's kernels
+# alone and 19 on the op alone; a training step 536, 702 and 509 us (TF's own gradient
 # functions cost more than the route's); under tf.custom_gradient the mixed route had
 # taken 162 and 662. Each kernel's own per-call cost is in the model already, so what
 # mixing adds is the route op and its gradient's calls, about this much. A traced call
