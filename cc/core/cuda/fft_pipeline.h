@@ -29,6 +29,7 @@
 
 #include <cstdint>
 
+#include "cc/core/cuda/divisor.h"
 #include "cc/core/cuda/fft_plan.h"
 #include "cc/core/cuda/tiles.h"
 #include "cc/core/dtypes.h"
@@ -44,14 +45,38 @@ struct alignas(2 * sizeof(R)) Cx {  // aligned as float2 / double2: one load per
   R re, im;
 };
 
-LC_HD inline int64_t ModHD(int64_t a, int64_t m) { return ((a % m) + m) % m; }
-
 // Launches with fewer elements than this index them as int32_t (room is left for a grid
 // stride of up to 2^28 on top of the last index).
 constexpr int64_t kNarrowCount = (int64_t{1} << 31) - (int64_t{1} << 28);
 
+// A plane element's position: column c, row r and depth slice z of plane p.
+struct PlanePos {
+  int64_t c, r, z, p;
+};
+// A tile's image and the dense position of its origin.
+struct TileOrigin {
+  int64_t image, d, h, w;
+};
+
+// e as (x, y, z, rest) of an array [rest][nz][ny][nx].
+template <typename I>
+LC_HD PlanePos Split3(I e, const Divisor& nx, const Divisor& ny, const Divisor& nz) {
+  const I row = nx.Quot(e), slab = ny.Quot(row), rest = nz.Quot(slab);
+  return {e - row * static_cast<I>(nx.value()), row - slab * static_cast<I>(ny.value()),
+          slab - rest * static_cast<I>(nz.value()), rest};
+}
+
+// The element at dense position q of `size` elements seen stuffed with stuff - 1 zeros
+// between them, or -1 for a zero.
+LC_HD inline int64_t StuffedIndex(int64_t q, const Divisor& stuff, int64_t size) {
+  if (q < 0) return -1;
+  const int64_t k = stuff.Quot(q);
+  return k * stuff.value() == q && k < size ? k : -1;
+}
+
 // Transform geometry the element kernels share. A plane is one transform's reals: fd
-// slices of fh rows of `pitch` reals (fd = 1 in 2-D).
+// slices of fh rows of `pitch` reals (fd = 1 in 2-D). The element kernels decode their
+// index with Divisors (divisor.h) of these sizes, set on the host.
 struct FftGeom {
   int64_t fd, fh, fw, pitch, slice, plane;  // pitch = 2 (fw / 2 + 1); slice = fh * pitch;
                                             // plane = fd * slice
@@ -59,14 +84,29 @@ struct FftGeom {
   FftTiling t;                              // height and width
   int64_t tile_d, dense_d;                  // depth
   int64_t tiles_hw, per_image;              // tiles per depth and per image
-  LC_HD int64_t Image(int64_t item) const { return item / per_image; }
-  LC_HD int64_t TileDepth(int64_t item) const { return item % per_image / tiles_hw * tile_d; }
-  LC_HD int64_t TileRow(int64_t item) const { return item % tiles_hw / t.tiles_w * t.tile_h; }
-  LC_HD int64_t TileCol(int64_t item) const { return item % t.tiles_w * t.tile_w; }
+  Divisor div_fd, div_fh, div_fw, div_pitch, div_tiles_w, div_tiles_hw, div_per_image;
+  Divisor div_tile_d, div_tile_h, div_tile_w;
+  // Plane element e: (column, row, slice, plane).
+  template <typename I>
+  LC_HD PlanePos Position(I e) const {
+    return Split3(e, div_pitch, div_fh, div_fd);
+  }
+  // Element e of a round's tiles, tile_d x tile_h x tile_w each: (column, row, slice, tile).
+  template <typename I>
+  LC_HD PlanePos TilePosition(I e) const {
+    return Split3(e, div_tile_w, div_tile_h, div_tile_d);
+  }
+  LC_HD TileOrigin Origin(int64_t item) const {
+    const int64_t image = div_per_image.Quot(item), in_image = item - image * per_image;
+    const int64_t depth = div_tiles_hw.Quot(in_image), in_depth = in_image - depth * tiles_hw;
+    const int64_t row = div_tiles_w.Quot(in_depth);
+    return {image, depth * tile_d, row * t.tile_h, (in_depth - row * t.tiles_w) * t.tile_w};
+  }
 };
 inline FftGeom MakeFftGeom(const GpuFftConfig& c, int64_t bins) {
   const int64_t pitch = 2 * (c.fft_w / 2 + 1);
   const FftTiling& t = c.tiling;
+  const int64_t tiles_hw = t.tiles_h * t.tiles_w, per_image = c.tiles_d * tiles_hw;
   return {c.fft_d,
           c.fft_h,
           c.fft_w,
@@ -77,8 +117,18 @@ inline FftGeom MakeFftGeom(const GpuFftConfig& c, int64_t bins) {
           t,
           c.tile_d,
           c.dense_d,
-          t.tiles_h * t.tiles_w,
-          c.tiles_d * t.tiles_h * t.tiles_w};
+          tiles_hw,
+          per_image,
+          Divisor(c.fft_d),
+          Divisor(c.fft_h),
+          Divisor(c.fft_w),
+          Divisor(pitch),
+          Divisor(t.tiles_w),
+          Divisor(tiles_hw),
+          Divisor(per_image),
+          Divisor(c.tile_d),
+          Divisor(t.tile_h),
+          Divisor(t.tile_w)};
 }
 
 struct SetFlag {
@@ -118,29 +168,25 @@ struct PlaceFilters {
   TileGeom g;
   FftGeom f;
   bool flip;
-  int64_t scpg, dcpg;
+  Divisor scpg, dcpg, dilation_d, dilation_h, dilation_w;
   R scale;
   const T* filter;
   R* dst;
   template <typename I>
   LC_HD void operator()(I e) const {
-    const I pitch = static_cast<I>(f.pitch), s = e / static_cast<I>(f.plane);
-    const I c = e % pitch, r = e / pitch % static_cast<I>(f.fh);
-    const I z = e / static_cast<I>(f.slice) % static_cast<I>(f.fd);
-    const I per_group = static_cast<I>(scpg * dcpg), dcs = static_cast<I>(dcpg);
-    const int64_t grp = s / per_group, sc = s / dcs % static_cast<I>(scpg), dc = s % dcs;
+    const PlanePos at = f.Position(e);
+    const int64_t pair = dcpg.Quot(at.p), grp = scpg.Quot(pair);
+    const int64_t sc = pair - grp * scpg.value(), dc = at.p - pair * dcpg.value();
     const int64_t ked = DilatedExtent(g.filter_d, g.dilation_d),
                   keh = DilatedExtent(g.filter_h, g.dilation_h),
                   kew = DilatedExtent(g.filter_w, g.dilation_w);
-    const int64_t q = flip ? ked - 1 - z : z, y = flip ? keh - 1 - r : r,
-                  x = flip ? kew - 1 - c : c;
+    const int64_t kd = StuffedIndex(flip ? ked - 1 - at.z : at.z, dilation_d, g.filter_d);
+    const int64_t kh = StuffedIndex(flip ? keh - 1 - at.r : at.r, dilation_h, g.filter_h);
+    const int64_t kw = StuffedIndex(flip ? kew - 1 - at.c : at.c, dilation_w, g.filter_w);
     R v = R(0);
-    if (c < f.fw && q >= 0 && y >= 0 && x >= 0 && q % g.dilation_d == 0 && y % g.dilation_h == 0 &&
-        x % g.dilation_w == 0 && q / g.dilation_d < g.filter_d && y / g.dilation_h < g.filter_h &&
-        x / g.dilation_w < g.filter_w) {
+    if (at.c < f.fw && kd >= 0 && kh >= 0 && kw >= 0) {
       const int64_t ci = flip ? dc : sc, co = grp * g.cout_g + (flip ? sc : dc);
-      const int64_t tap =
-          ((q / g.dilation_d) * g.filter_h + y / g.dilation_h) * g.filter_w + x / g.dilation_w;
+      const int64_t tap = (kd * g.filter_h + kh) * g.filter_w + kw;
       v = scale * static_cast<R>(Load(filter[(tap * g.cin_g + ci) * g.out_c + co]));
     }
     dst[e] = v;
@@ -151,11 +197,11 @@ struct PlaceFilters {
 // dense positions stuffed with stuff - 1 zeros (the stride of a gradient's source), and
 // the offset `org` of a tile's dense positions from the tile's origin.
 struct PackDim {
-  int64_t size, stuff, org, stride;
+  int64_t size;
+  Divisor stuff;
+  int64_t org, stride;
   // The element at dense position q, or -1 for a zero.
-  LC_HD int64_t Index(int64_t q) const {
-    return q >= 0 && q % stuff == 0 && q / stuff < size ? q / stuff : -1;
-  }
+  LC_HD int64_t Index(int64_t q) const { return StuffedIndex(q, stuff, size); }
 };
 
 // A round's source tiles as real planes (item, channel): tile pixel (z, r, c) of item it
@@ -167,27 +213,28 @@ template <typename T, typename R>
 struct PackTiles {
   FftGeom f;
   const T* base;
-  int64_t image_stride, channel_stride, channels;
+  int64_t image_stride, channel_stride;
+  Divisor channels;
   PackDim d, h, w;
   bool clip;
   int64_t item0;
   R* dst;
   template <typename I>
   LC_HD void operator()(I e) const {
-    const I pitch = static_cast<I>(f.pitch), plane = static_cast<I>(f.plane);
-    const I chs = static_cast<I>(channels);
-    const I c = e % pitch, r = e / pitch % static_cast<I>(f.fh), p = e / plane;
-    const I z = e / static_cast<I>(f.slice) % static_cast<I>(f.fd);
-    const int64_t ch = p % chs, item = item0 + p / chs;
-    const int64_t p0d = f.TileDepth(item), p0h = f.TileRow(item), p0w = f.TileCol(item);
+    const PlanePos at = f.Position(e);
+    const int64_t local = channels.Quot(at.p), ch = at.p - local * channels.value();
+    const TileOrigin o = f.Origin(item0 + local);
     R v = R(0);
-    const bool inside = !clip || (z < f.tile_d && p0d + z < f.dense_d && r < f.t.tile_h &&
-                                  p0h + r < f.t.dense_h && c < f.t.tile_w && p0w + c < f.t.dense_w);
-    const int64_t iz = d.Index(p0d + d.org + z), iy = h.Index(p0h + h.org + r),
-                  ix = w.Index(p0w + w.org + c);
-    if (c < f.fw && inside && iz >= 0 && iy >= 0 && ix >= 0) {
-      v = static_cast<R>(Load(base[f.Image(item) * image_stride + ch * channel_stride +
-                                   iz * d.stride + iy * h.stride + ix * w.stride]));
+    const bool inside =
+        !clip || (at.z < f.tile_d && o.d + at.z < f.dense_d && at.r < f.t.tile_h &&
+                  o.h + at.r < f.t.dense_h && at.c < f.t.tile_w && o.w + at.c < f.t.dense_w);
+    if (at.c < f.fw && inside) {
+      const int64_t iz = d.Index(o.d + d.org + at.z), iy = h.Index(o.h + h.org + at.r),
+                    ix = w.Index(o.w + w.org + at.c);
+      if (iz >= 0 && iy >= 0 && ix >= 0) {
+        v = static_cast<R>(Load(base[o.image * image_stride + ch * channel_stride + iz * d.stride +
+                                     iy * h.stride + ix * w.stride]));
+      }
     }
     dst[e] = v;
   }
@@ -198,29 +245,31 @@ struct PackTiles {
 // kChannelBlock consecutive dc of one bin (`dblocks` = ceil(dcpg / kChannelBlock)).
 template <typename R>
 struct MultiplyConj {
-  int64_t bins, groups, scpg, dcpg, dblocks;
+  Divisor bins;
+  int64_t groups, scpg, dcpg;
+  Divisor dblocks, group_blocks;  // group_blocks = groups * dblocks
   const Cx<R>* x;
   const Cx<R>* filters;
   Cx<R>* y;
   template <typename I>
-  LC_HD void operator()(I e) const {
-    const I nb = static_cast<I>(bins), nd = static_cast<I>(groups * dblocks), q = e / nb;
-    const int64_t bin = e % nb, d = q % nd, item = q / nd;
-    const int64_t grp = d / dblocks, dc0 = d % dblocks * kChannelBlock;
+  LC_HD void operator()(I ei) const {
+    const int64_t e = ei, nb = bins.value(), q = bins.Quot(e), bin = e - q * nb;
+    const int64_t item = group_blocks.Quot(q), d = q - item * group_blocks.value();
+    const int64_t grp = dblocks.Quot(d), dc0 = (d - grp * dblocks.value()) * kChannelBlock;
     const int n = static_cast<int>(MinOf(kChannelBlock, dcpg - dc0));
-    const Cx<R>* xs = x + (item * groups * scpg + grp * scpg) * bins + bin;
-    const Cx<R>* fs = filters + (grp * scpg * dcpg + dc0) * bins + bin;
+    const Cx<R>* xs = x + (item * groups * scpg + grp * scpg) * nb + bin;
+    const Cx<R>* fs = filters + (grp * scpg * dcpg + dc0) * nb + bin;
     R re[kChannelBlock] = {}, im[kChannelBlock] = {};
     for (int64_t sc = 0; sc < scpg; ++sc) {
-      const Cx<R> a = xs[sc * bins];
+      const Cx<R> a = xs[sc * nb];
       for (int k = 0; k < n; ++k) {
-        const Cx<R> b = fs[(sc * dcpg + k) * bins];
+        const Cx<R> b = fs[(sc * dcpg + k) * nb];
         re[k] += a.re * b.re + a.im * b.im;
         im[k] += a.im * b.re - a.re * b.im;
       }
     }
-    Cx<R>* ys = y + (item * groups * dcpg + grp * dcpg + dc0) * bins + bin;
-    for (int k = 0; k < n; ++k) ys[k * bins] = Cx<R>{re[k], im[k]};
+    Cx<R>* ys = y + (item * groups * dcpg + grp * dcpg + dc0) * nb + bin;
+    for (int k = 0; k < n; ++k) ys[k * nb] = Cx<R>{re[k], im[k]};
   }
 };
 
@@ -233,24 +282,24 @@ struct StoreTiles {
   FftGeom f;
   T* out;
   Strides4 ds;
-  int64_t dsd, channels, out_sd, out_sh, out_sw, item0;
+  int64_t dsd;
+  Divisor channels, out_sd, out_sh, out_sw;
+  int64_t item0;
   const R* real;
   template <typename I>
   LC_HD void operator()(I e) const {
-    const I tw = static_cast<I>(f.t.tile_w), th = static_cast<I>(f.t.tile_h);
-    const I td = static_cast<I>(f.tile_d);
-    const I chs = static_cast<I>(channels), row = e / tw, slab = row / th, p = slab / td;
-    const int64_t c = e % tw, r = row % th, z = slab % td, ch = p % chs;
-    const int64_t local = p / chs, item = item0 + local;
-    const int64_t pd = f.TileDepth(item) + z, ph = f.TileRow(item) + r, pw = f.TileCol(item) + c;
-    if (pd >= f.dense_d || ph >= f.t.dense_h || pw >= f.t.dense_w || pd % out_sd != 0 ||
-        ph % out_sh != 0 || pw % out_sw != 0) {
+    const PlanePos at = f.TilePosition(e);
+    const int64_t local = channels.Quot(at.p), ch = at.p - local * channels.value();
+    const TileOrigin o = f.Origin(item0 + local);
+    const int64_t pd = o.d + at.z, ph = o.h + at.r, pw = o.w + at.c;
+    if (pd >= f.dense_d || ph >= f.t.dense_h || pw >= f.t.dense_w) return;
+    const int64_t od = out_sd.Quot(pd), oh = out_sh.Quot(ph), ow = out_sw.Quot(pw);
+    if (od * out_sd.value() != pd || oh * out_sh.value() != ph || ow * out_sw.value() != pw) {
       return;
     }
-    const R v = real[(local * channels + ch) * f.plane + z * f.slice +
-                     ModHD(r - f.t.shift_h, f.fh) * f.pitch + ModHD(c - f.t.shift_w, f.fw)];
-    out[f.Image(item) * ds.n + ch * ds.c + (pd / out_sd) * dsd + (ph / out_sh) * ds.h +
-        (pw / out_sw) * ds.w] = Store<T>(v);
+    const R v = real[(local * channels.value() + ch) * f.plane + at.z * f.slice +
+                     f.div_fh.Mod(at.r - f.t.shift_h) * f.pitch + f.div_fw.Mod(at.c - f.t.shift_w)];
+    out[o.image * ds.n + ch * ds.c + od * dsd + oh * ds.h + ow * ds.w] = Store<T>(v);
   }
 };
 
@@ -260,34 +309,40 @@ struct StoreTiles {
 // over the items in order, so the gradient is the same whatever the round size.
 template <typename R>
 struct AccumulateConj {
-  int64_t bins, groups, icpg, ocpg, oblocks, items;
+  Divisor bins;
+  int64_t groups;
+  Divisor icpg;
+  int64_t ocpg;
+  Divisor oblocks;
+  int64_t items;
   bool first;
   const Cx<R>* x;
   const Cx<R>* dy;
   Cx<R>* acc;
   template <typename I>
-  LC_HD void operator()(I e) const {
-    const I nb = static_cast<I>(bins), s = e / nb, no = static_cast<I>(oblocks), so = s / no;
-    const int64_t bin = e % nb, o0 = s % no * kChannelBlock, i = so % static_cast<I>(icpg);
-    const int64_t grp = so / static_cast<I>(icpg);
+  LC_HD void operator()(I ei) const {
+    const int64_t e = ei, nb = bins.value(), s = bins.Quot(e), bin = e - s * nb;
+    const int64_t so = oblocks.Quot(s), o0 = (s - so * oblocks.value()) * kChannelBlock;
+    const int64_t grp = icpg.Quot(so), i = so - grp * icpg.value();
     const int n = static_cast<int>(MinOf(kChannelBlock, ocpg - o0));
-    Cx<R>* out = acc + ((grp * icpg + i) * ocpg + o0) * bins + bin;
+    const int64_t ni = icpg.value();
+    Cx<R>* out = acc + ((grp * ni + i) * ocpg + o0) * nb + bin;
     R re[kChannelBlock] = {}, im[kChannelBlock] = {};
     for (int k = 0; k < n && !first; ++k) {
-      re[k] = out[k * bins].re;
-      im[k] = out[k * bins].im;
+      re[k] = out[k * nb].re;
+      im[k] = out[k * nb].im;
     }
-    const Cx<R>* xs = x + (grp * icpg + i) * bins + bin;
-    const Cx<R>* ys = dy + (grp * ocpg + o0) * bins + bin;
+    const Cx<R>* xs = x + (grp * ni + i) * nb + bin;
+    const Cx<R>* ys = dy + (grp * ocpg + o0) * nb + bin;
     for (int64_t it = 0; it < items; ++it) {
-      const Cx<R> a = xs[it * groups * icpg * bins];
+      const Cx<R> a = xs[it * groups * ni * nb];
       for (int k = 0; k < n; ++k) {
-        const Cx<R> b = ys[(it * groups * ocpg + k) * bins];
+        const Cx<R> b = ys[(it * groups * ocpg + k) * nb];
         re[k] += a.re * b.re + a.im * b.im;
         im[k] += a.im * b.re - a.re * b.im;
       }
     }
-    for (int k = 0; k < n; ++k) out[k * bins] = Cx<R>{re[k], im[k]};
+    for (int k = 0; k < n; ++k) out[k * nb] = Cx<R>{re[k], im[k]};
   }
 };
 
@@ -308,8 +363,8 @@ struct ReadFilter {
                   kd = e / (g.out_c * g.cin_g * g.filter_w * g.filter_h);
     const int64_t s = ((co / g.cout_g) * g.cin_g + i) * g.cout_g + co % g.cout_g;
     out[e] = Store<T>(scale * real[s * f.plane + kd * g.dilation_d * f.slice +
-                                   ModHD(kh * g.dilation_h - f.t.shift_h, f.fh) * f.pitch +
-                                   ModHD(kw * g.dilation_w - f.t.shift_w, f.fw)]);
+                                   f.div_fh.Mod(kh * g.dilation_h - f.t.shift_h) * f.pitch +
+                                   f.div_fw.Mod(kw * g.dilation_w - f.t.shift_w)]);
   }
 };
 
@@ -365,14 +420,14 @@ struct FftPassRun {
   // The input / output as PackTiles reads them, its dense positions offset by `org`
   // (depth, height, width) and stuffed by `stuff`.
   PackDim InputDim(int i, int64_t org) const {
-    return i == 0   ? PackDim{g.in_d, 1, org, g.in_sd}
-           : i == 1 ? PackDim{g.in_h, 1, org, g.in.h}
-                    : PackDim{g.in_w, 1, org, g.in.w};
+    return i == 0   ? PackDim{g.in_d, Divisor(1), org, g.in_sd}
+           : i == 1 ? PackDim{g.in_h, Divisor(1), org, g.in.h}
+                    : PackDim{g.in_w, Divisor(1), org, g.in.w};
   }
   PackDim OutputDim(int i, int64_t org) const {
-    return i == 0   ? PackDim{g.out_d, g.stride_d, org, g.out_sd}
-           : i == 1 ? PackDim{g.out_h, g.stride_h, org, g.out.h}
-                    : PackDim{g.out_w, g.stride_w, org, g.out.w};
+    return i == 0   ? PackDim{g.out_d, Divisor(g.stride_d), org, g.out_sd}
+           : i == 1 ? PackDim{g.out_h, Divisor(g.stride_h), org, g.out.h}
+                    : PackDim{g.out_w, Divisor(g.stride_w), org, g.out.w};
   }
 
   // A pass that writes the filter: the gradient spectra accumulate over rounds of items
@@ -385,18 +440,19 @@ struct FftPassRun {
     for (int64_t item0 = 0; item0 < c.items; item0 += c.chunk) {
       const int64_t items = MinOf(c.chunk, c.items - item0);
       run.ForEach(items * g.cin_g * g.groups * f.plane,
-                  PackTiles<T, R>{f, a, g.in.n, g.in.c, g.cin_g * g.groups,
+                  PackTiles<T, R>{f, a, g.in.n, g.in.c, Divisor(g.cin_g * g.groups),
                                   InputDim(0, -g.pad_front), InputDim(1, t.shift_h - g.pad_top),
                                   InputDim(2, t.shift_w - g.pad_left), false, item0, src});
       Transform(false, items * l.src_channels, src);
       run.ForEach(items * g.out_c * f.plane,
-                  PackTiles<T, R>{f, b, g.out.n, g.out.c, g.out_c, OutputDim(0, 0), OutputDim(1, 0),
-                                  OutputDim(2, 0), true, item0, dst});
+                  PackTiles<T, R>{f, b, g.out.n, g.out.c, Divisor(g.out_c), OutputDim(0, 0),
+                                  OutputDim(1, 0), OutputDim(2, 0), true, item0, dst});
       Transform(false, items * l.dst_channels, dst);
       const int64_t oblocks = CeilDiv(g.cout_g, kChannelBlock);
-      run.ForEach(g.groups * g.cin_g * oblocks * l.bins,
-                  AccumulateConj<R>{l.bins, g.groups, g.cin_g, g.cout_g, oblocks, items, item0 == 0,
-                                    Spectra(src), Spectra(dst), Spectra(filters)});
+      run.ForEach(
+          g.groups * g.cin_g * oblocks * l.bins,
+          AccumulateConj<R>{Divisor(l.bins), g.groups, Divisor(g.cin_g), g.cout_g, Divisor(oblocks),
+                            items, item0 == 0, Spectra(src), Spectra(dst), Spectra(filters)});
     }
     Transform(true, l.filter_spectra, filters);
     run.ForEach(g.filter_elements(), ReadFilter<T, R>{g, f, scale, filters, out});
@@ -408,7 +464,9 @@ struct FftPassRun {
     const bool bpi = RolesOf(plan.pass).out == ConvTensor::kInput;
     const int64_t scpg = bpi ? g.cout_g : g.cin_g, dcpg = bpi ? g.cin_g : g.cout_g;
     run.ForEach(l.filter_spectra * f.plane,
-                PlaceFilters<T, R>{g, f, bpi, scpg, dcpg, scale, bpi ? a : b, filters});
+                PlaceFilters<T, R>{g, f, bpi, Divisor(scpg), Divisor(dcpg), Divisor(g.dilation_d),
+                                   Divisor(g.dilation_h), Divisor(g.dilation_w), scale, bpi ? a : b,
+                                   filters});
     Transform(false, l.filter_spectra, filters);
     const T* source = bpi ? b : a;
     const Strides4 ss = bpi ? g.out : g.in, ds = bpi ? g.in : g.out;
@@ -423,18 +481,19 @@ struct FftPassRun {
       const int64_t items = MinOf(c.chunk, c.items - item0);
       run.ForEach(
           items * l.src_channels * f.plane,
-          PackTiles<T, R>{f, source, ss.n, ss.c, l.src_channels, dim(0, off_d),
+          PackTiles<T, R>{f, source, ss.n, ss.c, Divisor(l.src_channels), dim(0, off_d),
                           dim(1, off_h + t.shift_h), dim(2, off_w + t.shift_w), false, item0, src});
       Transform(false, items * l.src_channels, src);
       const int64_t dblocks = CeilDiv(dcpg, kChannelBlock);
       run.ForEach(items * g.groups * dblocks * l.bins,
-                  MultiplyConj<R>{l.bins, g.groups, scpg, dcpg, dblocks, Spectra(src),
-                                  Spectra(filters), Spectra(dst)});
+                  MultiplyConj<R>{Divisor(l.bins), g.groups, scpg, dcpg, Divisor(dblocks),
+                                  Divisor(g.groups * dblocks), Spectra(src), Spectra(filters),
+                                  Spectra(dst)});
       Transform(true, items * l.dst_channels, dst);
       run.ForEach(items * l.dst_channels * c.tile_d * t.tile_h * t.tile_w,
-                  StoreTiles<T, R>{f, out, ds, bpi ? g.in_sd : g.out_sd, l.dst_channels,
-                                   bpi ? 1 : g.stride_d, bpi ? 1 : g.stride_h, bpi ? 1 : g.stride_w,
-                                   item0, dst});
+                  StoreTiles<T, R>{f, out, ds, bpi ? g.in_sd : g.out_sd, Divisor(l.dst_channels),
+                                   Divisor(bpi ? 1 : g.stride_d), Divisor(bpi ? 1 : g.stride_h),
+                                   Divisor(bpi ? 1 : g.stride_w), item0, dst});
     }
   }
 };

@@ -7,11 +7,42 @@
 #include <utility>
 #include <vector>
 
+#include "cc/core/cuda/divisor.h"
 #include "cc/core/plan_search.h"
 
 namespace largeconv {
 namespace cuda {
 namespace {
+
+// Divisor (divisor.h) against the plain division, checked as the library compiles: every
+// divisor up to 3000, those either side of each power of two, and dividends at the edges of
+// each quotient and of the fast range (2^31), both signs for Mod.
+constexpr bool DivisorAgrees(int64_t d) {
+  const Divisor div(d);
+  const int64_t top = (int64_t{1} << 31) - 1;
+  const int64_t ns[] = {0,       1,         d - 1,           d,
+                        d + 1,   2 * d - 1, 2 * d,           7 * d + 3,
+                        top,     top - 1,   top / d * d,     top / d * d - 1,
+                        top + 1, top + d,   int64_t{1} << 40};
+  for (int64_t n : ns) {
+    if (n < 0) continue;
+    if (div.Quot(n) != n / d || div.Mod(n) != n % d) return false;
+    if (div.Mod(-n - 1) != ((-n - 1) % d + d) % d) return false;
+    if (n <= top && div.Quot(static_cast<int32_t>(n)) != n / d) return false;
+  }
+  return true;
+}
+constexpr bool DivisorsAgree() {
+  for (int64_t d = 1; d <= 3000; ++d) {
+    if (!DivisorAgrees(d)) return false;
+  }
+  for (int k = 2; k <= 40; ++k) {
+    const int64_t p = int64_t{1} << k;
+    if (!DivisorAgrees(p - 1) || !DivisorAgrees(p) || !DivisorAgrees(p + 1)) return false;
+  }
+  return DivisorAgrees(641) && DivisorAgrees(46341) && DivisorAgrees(1000003);
+}
+static_assert(DivisorsAgree(), "Divisor disagrees with the plain division");
 
 // Cost-model rates fitted to step times measured on an H100 (80 GB HBM3; bench_gpu.py, see
 // docs/gpu/ and the README's GPU section): seed forward, 63x63x16x16, RepLKNet 31x31 and
