@@ -159,6 +159,52 @@ def test_emulated_kernels_propagate_non_finite_values(emu):
       x, np.ones((1, 4, 4, 1))).astype(np.float32))
 
 
+@pytest.mark.parametrize("value", [np.nan, np.inf])
+@pytest.mark.parametrize("operand", ["input", "filter", "out_backprop"])
+def test_fft_path_flags_non_finite_values_in_every_operand(operand, value):
+  """The FFT path's flag is raised by the loads into planes (PlaceFilters, PackTiles): a
+  non-finite value in any operand of any pass, the filter gradient's dy and a filter tap
+  included, sends the pass to the direct kernels, so the result's non-finite pattern and
+  its finite values are a direct sum's. Strides, SAME padding, 3x4 tiles in rounds of 2."""
+  rng = np.random.default_rng(3)
+  x = rng.standard_normal((2, 23, 40, 2)).astype(np.float32)
+  w = rng.standard_normal((9, 11, 2, 3)).astype(np.float32)
+  dy = rng.standard_normal((2, 12, 40, 3)).astype(np.float32)
+  tensors = {"input": x, "filter": w, "out_backprop": dy}
+  at = {"input": (1, 17, 25, 1), "filter": (4, 6, 1, 2), "out_backprop": (1, 7, 30, 0)}
+  tensors[operand][at[operand]] = value
+  conv = Conv(x.shape, w.shape, strides=(2, 1), padding="SAME")
+  strides, kw = [1, 2, 1, 1], dict(algorithm=FFT, workspace_limit=1 << 15)
+  plan = _core.cuda_plan(list(x.shape), list(w.shape), strides, "SAME", **kw)
+  assert [(p["algorithm"], p["tiles"], p["chunk"]) for p in plan] == [("fft", (3, 4), 2)] * 3
+  runs = {
+      "forward": (("input", "filter"),
+                  lambda: EMULATION.conv2d(x, w, strides, "SAME", **kw),
+                  lambda: conv.forward(x, w)),
+      "backprop_input": (("filter", "out_backprop"),
+                         lambda: EMULATION.conv2d_backprop_input(list(x.shape), w, dy, strides,
+                                                                 "SAME", **kw),
+                         lambda: conv.backprop_input(w, dy)),
+      "backprop_filter": (("input", "out_backprop"),
+                          lambda: EMULATION.conv2d_backprop_filter(x, list(w.shape), dy, strides,
+                                                                   "SAME", **kw),
+                          lambda: conv.backprop_filter(x, dy)),
+  }
+  for name, (operands, got_fn, want_fn) in runs.items():
+    if operand not in operands:
+      continue
+    with np.errstate(invalid="ignore", over="ignore"):
+      got, want = got_fn(), want_fn()
+      kw["algorithm"] = EMU
+      np.testing.assert_array_equal(got, got_fn(), err_msg=name)  # the direct kernels' bits
+      kw["algorithm"] = FFT
+    assert not np.isfinite(want).all(), name
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=name)
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(want), err_msg=name)
+    finite = np.isfinite(want)
+    np.testing.assert_allclose(got[finite], want[finite], rtol=1e-4, atol=1e-4, err_msg=name)
+
+
 def test_fft_finite_operands_are_not_redone(rng):
   """With finite operands the gated direct kernels must not run: the result is the FFT's
   own (it differs from the direct kernels' in the last bits)."""

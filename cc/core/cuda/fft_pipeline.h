@@ -21,9 +21,11 @@
 // otherwise. Addresses are always computed in 64 bits.
 //
 // A transform spreads one Inf or NaN over its whole tile, where a direct sum (and
-// TensorFlow) keeps it in place. So FlagNonFinite marks a workspace flag when an operand
-// holds one, and the direct kernels, gated on that flag, then redo the pass exactly; with
-// finite operands they exit at once. All of it is stream-ordered: nothing waits on the host.
+// TensorFlow) keeps it in place. So the kernels that load the operands into planes
+// (PlaceFilters, PackTiles) set a workspace flag when a value they load is not finite, and
+// the direct kernels, gated on that flag, then redo the pass exactly; with finite operands
+// they exit at once. A value no tile loads reaches no result of the FFT path either. All
+// of it is stream-ordered: nothing waits on the host.
 #ifndef TF_LARGECONV_CORE_CUDA_FFT_PIPELINE_H_
 #define TF_LARGECONV_CORE_CUDA_FFT_PIPELINE_H_
 
@@ -140,16 +142,13 @@ struct SetFlag {
   }
 };
 
-// Every writer stores the same value, so concurrent writes are benign.
-template <typename T>
-struct FlagNonFinite {
-  const T* p;
-  int* flag;
-  template <typename I>
-  LC_HD void operator()(I i) const {
-    if (!IsFinite(p[i])) *flag = 1;
-  }
-};
+// An operand value as a plane loads it; a value that is not finite sets *flag (every
+// writer stores the same value, so concurrent writes are benign).
+template <typename R, typename T>
+LC_HD R LoadChecked(const T& value, int* flag) {
+  if (!IsFinite(value)) *flag = 1;
+  return static_cast<R>(Load(value));
+}
 
 template <typename T>
 struct Fill {
@@ -172,6 +171,7 @@ struct PlaceFilters {
   R scale;
   const T* filter;
   R* dst;
+  int* flag;
   template <typename I>
   LC_HD void operator()(I e) const {
     const PlanePos at = f.Position(e);
@@ -187,7 +187,7 @@ struct PlaceFilters {
     if (at.c < f.fw && kd >= 0 && kh >= 0 && kw >= 0) {
       const int64_t ci = flip ? dc : sc, co = grp * g.cout_g + (flip ? sc : dc);
       const int64_t tap = (kd * g.filter_h + kh) * g.filter_w + kw;
-      v = scale * static_cast<R>(Load(filter[(tap * g.cin_g + ci) * g.out_c + co]));
+      v = scale * LoadChecked<R>(filter[(tap * g.cin_g + ci) * g.out_c + co], flag);
     }
     dst[e] = v;
   }
@@ -219,6 +219,7 @@ struct PackTiles {
   bool clip;
   int64_t item0;
   R* dst;
+  int* flag;
   template <typename I>
   LC_HD void operator()(I e) const {
     const PlanePos at = f.Position(e);
@@ -232,8 +233,9 @@ struct PackTiles {
       const int64_t iz = d.Index(o.d + d.org + at.z), iy = h.Index(o.h + h.org + at.r),
                     ix = w.Index(o.w + w.org + at.c);
       if (iz >= 0 && iy >= 0 && ix >= 0) {
-        v = static_cast<R>(Load(base[o.image * image_stride + ch * channel_stride + iz * d.stride +
-                                     iy * h.stride + ix * w.stride]));
+        v = LoadChecked<R>(base[o.image * image_stride + ch * channel_stride + iz * d.stride +
+                                iy * h.stride + ix * w.stride],
+                           flag);
       }
     }
     dst[e] = v;
@@ -391,6 +393,7 @@ struct FftPassRun {
   R* src;
   R* dst;
   void* work;
+  int* flag;  // set by the loads of a value that is not finite
   const R scale;
   Runner& run;
 
@@ -408,6 +411,7 @@ struct FftPassRun {
         src(reinterpret_cast<R*>(workspace + l.src)),
         dst(reinterpret_cast<R*>(workspace + l.dst)),
         work(workspace + l.fft_bytes),
+        flag(reinterpret_cast<int*>(workspace)),
         scale(R(1) / static_cast<R>(c.fft_d * c.fft_h * c.fft_w)),
         run(r) {}
 
@@ -442,11 +446,11 @@ struct FftPassRun {
       run.ForEach(items * g.cin_g * g.groups * f.plane,
                   PackTiles<T, R>{f, a, g.in.n, g.in.c, Divisor(g.cin_g * g.groups),
                                   InputDim(0, -g.pad_front), InputDim(1, t.shift_h - g.pad_top),
-                                  InputDim(2, t.shift_w - g.pad_left), false, item0, src});
+                                  InputDim(2, t.shift_w - g.pad_left), false, item0, src, flag});
       Transform(false, items * l.src_channels, src);
       run.ForEach(items * g.out_c * f.plane,
                   PackTiles<T, R>{f, b, g.out.n, g.out.c, Divisor(g.out_c), OutputDim(0, 0),
-                                  OutputDim(1, 0), OutputDim(2, 0), true, item0, dst});
+                                  OutputDim(1, 0), OutputDim(2, 0), true, item0, dst, flag});
       Transform(false, items * l.dst_channels, dst);
       const int64_t oblocks = CeilDiv(g.cout_g, kChannelBlock);
       run.ForEach(
@@ -466,7 +470,7 @@ struct FftPassRun {
     run.ForEach(l.filter_spectra * f.plane,
                 PlaceFilters<T, R>{g, f, bpi, Divisor(scpg), Divisor(dcpg), Divisor(g.dilation_d),
                                    Divisor(g.dilation_h), Divisor(g.dilation_w), scale, bpi ? a : b,
-                                   filters});
+                                   filters, flag});
     Transform(false, l.filter_spectra, filters);
     const T* source = bpi ? b : a;
     const Strides4 ss = bpi ? g.out : g.in, ds = bpi ? g.in : g.out;
@@ -479,10 +483,10 @@ struct FftPassRun {
     const auto dim = [&](int i, int64_t org) { return bpi ? OutputDim(i, org) : InputDim(i, org); };
     for (int64_t item0 = 0; item0 < c.items; item0 += c.chunk) {
       const int64_t items = MinOf(c.chunk, c.items - item0);
-      run.ForEach(
-          items * l.src_channels * f.plane,
-          PackTiles<T, R>{f, source, ss.n, ss.c, Divisor(l.src_channels), dim(0, off_d),
-                          dim(1, off_h + t.shift_h), dim(2, off_w + t.shift_w), false, item0, src});
+      run.ForEach(items * l.src_channels * f.plane,
+                  PackTiles<T, R>{f, source, ss.n, ss.c, Divisor(l.src_channels), dim(0, off_d),
+                                  dim(1, off_h + t.shift_h), dim(2, off_w + t.shift_w), false,
+                                  item0, src, flag});
       Transform(false, items * l.src_channels, src);
       const int64_t dblocks = CeilDiv(dcpg, kChannelBlock);
       run.ForEach(items * g.groups * dblocks * l.bins,
@@ -503,17 +507,14 @@ template <typename T, class Geometry, class Runner>
 void RunFftPass(const Geometry& geom, const CudaPlan& plan, const T* a, const T* b, T* out,
                 char* workspace, Runner& run) {
   const ConvPass pass = plan.pass;
-  int* flag = reinterpret_cast<int*>(workspace);
-  run.ForEach(1, SetFlag{flag, 0});
-  run.ForEach(geom.elements(RolesOf(pass).a), FlagNonFinite<T>{a, flag});
-  run.ForEach(geom.elements(RolesOf(pass).b), FlagNonFinite<T>{b, flag});
   const FftPassRun<T, Runner> phases(geom, plan, workspace, run);
+  run.ForEach(1, SetFlag{phases.flag, 0});
   if (WritesFilter(pass)) {
     phases.FilterGradient(a, b, out);
   } else {
     phases.Correlation(a, b, out);
   }
-  run.Direct(geom, pass, plan.direct, a, b, out, workspace + kFlagBytes, flag);
+  run.Direct(geom, pass, plan.direct, a, b, out, workspace + kFlagBytes, phases.flag);
 }
 
 }  // namespace cuda

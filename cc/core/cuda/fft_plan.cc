@@ -101,7 +101,9 @@ double FftSeconds(const Geometry& g, ConvPass pass, const GpuFftConfig& c, int r
   const double product_bytes =
       items * per_item * plane + (1.0 + 1.0 / block) * items * pairs * plane;
   const double rounds = std::ceil(items / std::max<int64_t>(c.chunk, 1));
-  const double launches = 4 + 7 * rounds;
+  // Launches per pass (as fitted, less the two scans of the operands for non-finite values,
+  // which the loads into planes now do) and per round.
+  const double launches = 2 + 7 * rounds;
   return transform_bytes / kTransformBytesPerSec + product_bytes / kProductBytesPerSec +
          launches * kLaunchSec;
 }

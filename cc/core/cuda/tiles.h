@@ -296,19 +296,23 @@ struct BackpropInputTiles {
     const int64_t kh0 = t.kh0, kw0 = t.kw0;
     int64_t oy0, ox0;
     PatchOrigin(p, k, t, &oy0, &ox0);
+    // Only taps that meet an out_backprop element add a product, as in TensorFlow's kernels:
+    // a non-finite filter value times the zero beyond the border would be NaN.
+    const int64_t od = OutDepth(g, k, t.kd);
+    if (od < 0 || od >= g.out_d) return;
     const int64_t iy = k.y0 + tid / c.tile_w, ix = k.x0 + tid % c.tile_w;
     const int64_t nh = MinOf(c.chunk_h, g.filter_h - kh0), nw = MinOf(c.chunk_w, g.filter_w - kw0);
     const A* filt = smem + c.patch_h * c.patch_w;
     for (int64_t i = 0; i < nh; ++i) {
       const int64_t t = iy + g.pad_top - (kh0 + i) * g.dilation_h;  // = oy * stride_h
       const int64_t oy = FloorDiv(t, g.stride_h);
-      if (oy * g.stride_h != t) continue;
+      if (oy * g.stride_h != t || oy < 0 || oy >= g.out_h) continue;
       const A* row = smem + (oy - oy0) * c.patch_w;
       const A* f = filt + i * c.chunk_w * C;
       for (int64_t j = 0; j < nw; ++j) {
         const int64_t u = ix + g.pad_left - (kw0 + j) * g.dilation_w;
         const int64_t ox = FloorDiv(u, g.stride_w);
-        if (ox * g.stride_w != u) continue;
+        if (ox * g.stride_w != u || ox < 0 || ox >= g.out_w) continue;
         const A v = row[ox - ox0];
         for (int o = 0; o < C; ++o) acc[o] += v * f[j * C + o];
       }
