@@ -114,10 +114,8 @@ def _routed_passes(input, filters, ours, schedule, output_shape, static, attrs):
   if tf.executing_eagerly() and not planning.runs_on_gpu(input):
     # As conv2d's eager routes: the gradient is the route op's, which costs an eager call
     # a fraction of tf.custom_gradient's.
-    routes = planning.routes_for(schedule, input.shape[0])
-    route = _ops.route_spec(_args.attrs_key(attrs), routes, transpose=True)
-    return _loader.ops().large_conv_conv2d_route(forward(input, filters), input, filters,
-                                                 route=route)
+    return _ops.route_op(forward(input, filters), input, filters, schedule,
+                         _args.attrs_key(attrs), transpose=True)
 
   @tf.custom_gradient
   def run(x, w):

@@ -239,11 +239,18 @@ def _routed(schedule, attrs_key):
   def run(x, w):
     if not tf.executing_eagerly() or planning.runs_on_gpu(x):
       return traced(x, w)
-    routes = planning.routes_for(schedule, x.shape[0])
-    return _loader.ops().large_conv_conv2d_route(forward(x, w), x, w,
-                                                 route=route_spec(attrs_key, routes))
+    return route_op(forward(x, w), x, w, schedule, attrs_key)
 
   return run
+
+
+def route_op(y, x, w, schedule, attrs_key, transpose=False):
+  """y, the forward pass of x and w (conv2d's, or conv2d_transpose's with `transpose`),
+  through a LargeConv>Conv2DRoute op whose gradient runs the routes `schedule` gives x's
+  batch: how eager calls on the CPU record a mixed route."""
+  routes = planning.routes_for(schedule, x.shape[0])
+  return _loader.ops().large_conv_conv2d_route(
+      y, x, w, route=route_spec(attrs_key, routes, transpose=transpose))
 
 
 @functools.lru_cache(maxsize=1024)

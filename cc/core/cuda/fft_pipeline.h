@@ -60,7 +60,7 @@ struct TileOrigin {
   int64_t image, d, h, w;
 };
 
-// e as (x, y, z, rest) of an array [rest][nz][ny][nx].
+// e as (c, r, z, p): its index in each dimension of an array [p][nz][ny][nx].
 template <typename I>
 LC_HD PlanePos Split3(I e, const Divisor& nx, const Divisor& ny, const Divisor& nz) {
   const I row = nx.Quot(e), slab = ny.Quot(row), rest = nz.Quot(slab);
@@ -247,19 +247,19 @@ struct PackTiles {
 // kChannelBlock consecutive dc of one bin (`dblocks` = ceil(dcpg / kChannelBlock)).
 template <typename R>
 struct MultiplyConj {
-  Divisor bins;
-  int64_t groups, scpg, dcpg;
-  Divisor dblocks, group_blocks;  // group_blocks = groups * dblocks
+  Divisor bins, dblocks, groups;
+  int64_t scpg, dcpg;
   const Cx<R>* x;
   const Cx<R>* filters;
   Cx<R>* y;
   template <typename I>
-  LC_HD void operator()(I ei) const {
-    const int64_t e = ei, nb = bins.value(), q = bins.Quot(e), bin = e - q * nb;
-    const int64_t item = group_blocks.Quot(q), d = q - item * group_blocks.value();
-    const int64_t grp = dblocks.Quot(d), dc0 = (d - grp * dblocks.value()) * kChannelBlock;
+  LC_HD void operator()(I e) const {
+    // e = ((item * groups + grp) * dblocks + block) * bins + bin
+    const PlanePos at = Split3(e, bins, dblocks, groups);
+    const int64_t nb = bins.value(), bin = at.c, dc0 = at.r * kChannelBlock, grp = at.z;
+    const int64_t item = at.p, ng = groups.value();
     const int n = static_cast<int>(MinOf(kChannelBlock, dcpg - dc0));
-    const Cx<R>* xs = x + (item * groups * scpg + grp * scpg) * nb + bin;
+    const Cx<R>* xs = x + (item * ng * scpg + grp * scpg) * nb + bin;
     const Cx<R>* fs = filters + (grp * scpg * dcpg + dc0) * nb + bin;
     R re[kChannelBlock] = {}, im[kChannelBlock] = {};
     for (int64_t sc = 0; sc < scpg; ++sc) {
@@ -270,7 +270,7 @@ struct MultiplyConj {
         im[k] += a.im * b.re - a.re * b.im;
       }
     }
-    Cx<R>* ys = y + (item * groups * dcpg + grp * dcpg + dc0) * nb + bin;
+    Cx<R>* ys = y + (item * ng * dcpg + grp * dcpg + dc0) * nb + bin;
     for (int k = 0; k < n; ++k) ys[k * nb] = Cx<R>{re[k], im[k]};
   }
 };
@@ -311,21 +311,18 @@ struct StoreTiles {
 // over the items in order, so the gradient is the same whatever the round size.
 template <typename R>
 struct AccumulateConj {
-  Divisor bins;
-  int64_t groups;
-  Divisor icpg;
-  int64_t ocpg;
-  Divisor oblocks;
-  int64_t items;
+  Divisor bins, oblocks, icpg;
+  int64_t groups, ocpg, items;
   bool first;
   const Cx<R>* x;
   const Cx<R>* dy;
   Cx<R>* acc;
   template <typename I>
-  LC_HD void operator()(I ei) const {
-    const int64_t e = ei, nb = bins.value(), s = bins.Quot(e), bin = e - s * nb;
-    const int64_t so = oblocks.Quot(s), o0 = (s - so * oblocks.value()) * kChannelBlock;
-    const int64_t grp = icpg.Quot(so), i = so - grp * icpg.value();
+  LC_HD void operator()(I e) const {
+    // e = ((grp * icpg + i) * oblocks + block) * bins + bin
+    const PlanePos at = Split3(e, bins, oblocks, icpg);
+    const int64_t nb = bins.value(), bin = at.c, o0 = at.r * kChannelBlock, i = at.z;
+    const int64_t grp = at.p;
     const int n = static_cast<int>(MinOf(kChannelBlock, ocpg - o0));
     const int64_t ni = icpg.value();
     Cx<R>* out = acc + ((grp * ni + i) * ocpg + o0) * nb + bin;
@@ -455,7 +452,7 @@ struct FftPassRun {
       const int64_t oblocks = CeilDiv(g.cout_g, kChannelBlock);
       run.ForEach(
           g.groups * g.cin_g * oblocks * l.bins,
-          AccumulateConj<R>{Divisor(l.bins), g.groups, Divisor(g.cin_g), g.cout_g, Divisor(oblocks),
+          AccumulateConj<R>{Divisor(l.bins), Divisor(oblocks), Divisor(g.cin_g), g.groups, g.cout_g,
                             items, item0 == 0, Spectra(src), Spectra(dst), Spectra(filters)});
     }
     Transform(true, l.filter_spectra, filters);
@@ -490,9 +487,8 @@ struct FftPassRun {
       Transform(false, items * l.src_channels, src);
       const int64_t dblocks = CeilDiv(dcpg, kChannelBlock);
       run.ForEach(items * g.groups * dblocks * l.bins,
-                  MultiplyConj<R>{Divisor(l.bins), g.groups, scpg, dcpg, Divisor(dblocks),
-                                  Divisor(g.groups * dblocks), Spectra(src), Spectra(filters),
-                                  Spectra(dst)});
+                  MultiplyConj<R>{Divisor(l.bins), Divisor(dblocks), Divisor(g.groups), scpg, dcpg,
+                                  Spectra(src), Spectra(filters), Spectra(dst)});
       Transform(true, items * l.dst_channels, dst);
       run.ForEach(items * l.dst_channels * c.tile_d * t.tile_h * t.tile_w,
                   StoreTiles<T, R>{f, out, ds, bpi ? g.in_sd : g.out_sd, Divisor(l.dst_channels),
