@@ -123,11 +123,12 @@ def test_direct_filter_gradient_slicing_is_exact_under_any_limit(rng, limit):
 
 
 def test_auto_follows_the_limit(rng):
-  """'auto' takes the FFT for an 11^3 filter under the default limit and the direct kernels
-  when the limit leaves the FFT no room, and runs what it planned."""
+  """'auto' takes the FFT for a 13^3 filter under the default limit and the direct kernels
+  when the limit leaves the FFT no room, and runs what it planned. (At 11^3 on this one
+  image the two are within the FFT's launch costs of each other.)"""
   attrs = dict(strides=ONES, padding="SAME", data_format="NDHWC", dilations=ONES)
   x = rng.standard_normal((1, 20, 20, 20, 2)).astype(np.float32)
-  w = rng.standard_normal((11, 11, 11, 2, 2)).astype(np.float32)
+  w = rng.standard_normal((13, 13, 13, 2, 2)).astype(np.float32)
   roomy = _plans(x.shape, w.shape, attrs)
   assert [p["algorithm"] for p in roomy] == ["fft"] * 3, roomy
   tight = _plans(x.shape, w.shape, attrs, workspace_limit=10_000)

@@ -193,6 +193,8 @@ py::list CudaPlansOf(const Geometry& g, const std::string& algorithm, int64_t wo
     py::dict d = k3d ? PlanFields(p) : PlanDict(p);
     d["tf_faster"] = cuda::TfFaster(p);
     if (p.algorithm == Algorithm::kFft) {
+      const cuda::FftModelTerms& m = p.fft_terms;
+      d["fft_terms"] = py::make_tuple(m.transform_bytes, m.product_bytes, m.launches);
       if (k3d) {
         const FftTiling& t = p.fft.tiling;
         d["fft"] = py::make_tuple(p.fft.fft_d, p.fft.fft_h, p.fft.fft_w);

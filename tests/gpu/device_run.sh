@@ -1,10 +1,12 @@
 #!/bin/bash
 # One call on a GPU machine (no TensorFlow needed): build _cuda, then the stages named as
 # arguments, each bounded in time, logs under $OUT (default ./gpu_out):
-#   test       the GPU tests (tests/gpu), in parallel
+#   test       the GPU tests (tests/gpu), in parallel (TEST_N workers, default 8)
 #   sanitize   compute-sanitizer memcheck, racecheck and synccheck over tests/gpu/sanitize_run.py
 #              (SAN_CASES: its --cases; SAN_ARGS: further options; TOOLS: which of the three;
 #              SAN_S: seconds each)
+#   steps      tests/gpu/fft_steps.py: the FFT path's steps, timed and profiled, with the cost
+#              model's terms, JSON in $OUT/fft_steps.json (STEPS_CASES: its --cases)
 #   bench      tests/gpu/bench_gpu.py, every algorithm, JSON in $OUT/bench_gpu.json
 #              (BENCH_CASES, BENCH_ARGS: its --cases and further options)
 # e.g.  OUT=/tmp/gpu bash tests/gpu/device_run.sh test sanitize bench
@@ -23,7 +25,7 @@ for s in "$@"; do
   test)
     stage test
     LARGECONV_REQUIRE_GPU=1 timeout "${TEST_S:-240}" $PY -m pytest -q -rs -p no:cacheprovider \
-      -n 8 --timeout 200 tests/gpu >"$OUT/test.log" 2>&1
+      -n "${TEST_N:-8}" --timeout 200 tests/gpu >"$OUT/test.log" 2>&1
     echo "rc=$?"; grep -E "passed|failed|error" "$OUT/test.log" | tail -3
     grep -E "^(FAILED|ERROR)" "$OUT/test.log" | head -40 ;;
   sanitize)
@@ -34,6 +36,10 @@ for s in "$@"; do
         >"$OUT/$tool.log" 2>&1
       echo "rc=$?"; tail -4 "$OUT/$tool.log"; grep -E "Invalid|Hazard|Barrier|Error" "$OUT/$tool.log" | head -6
     done ;;
+  steps)
+    stage steps
+    timeout "${STEPS_S:-240}" $PY tests/gpu/fft_steps.py --json "$OUT/fft_steps.json" \
+      ${STEPS_CASES:+--cases $STEPS_CASES} 2>&1 | tee "$OUT/steps.log" ;;
   bench)
     stage bench
     timeout "${BENCH_S:-240}" $PY tests/gpu/bench_gpu.py --algorithms auto direct fft \

@@ -58,6 +58,9 @@ struct HostEmulator {
 // with rows padded to 2 (fft_w / 2 + 1), spectra in the same bytes. After a complex-to-real
 // transform the padding columns (which cuFFT leaves undefined) are set to NaN.
 struct HostFftRunner {
+  // Few, so that the row kernels' lanes take several columns each on the tests' small
+  // shapes, as they do on the device's large launches (fft_pipeline.h, RowLanes).
+  static constexpr int64_t kRowThreads = 64;
   template <class F>
   void ForEach(int64_t count, const F& f) {
     if (count < kNarrowCount) {  // the index type the device would use

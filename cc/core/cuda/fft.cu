@@ -33,6 +33,7 @@ __global__ void __launch_bounds__(kThreads) ForEachKernel(I count, const F f) {
 
 // Keeps the first error and skips everything after it.
 struct DeviceRunner {
+  static constexpr int64_t kRowThreads = int64_t{1} << 18;  // a few waves on an H100
   cudaStream_t stream;
   int64_t work_bytes;  // cuFFT's work area as planned
   Status error;

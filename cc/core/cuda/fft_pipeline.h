@@ -1,6 +1,7 @@
 // The FFT path on the GPU, written once for the device and the host: element kernels (one
-// call per output element, no shared memory, no atomics) around batched in-place
-// transforms. The same overlap-save correlations as the CPU path (fft.cc):
+// call per output element, or per lane of a row for the row kernels; no shared memory, no
+// atomics) around batched in-place transforms. The same overlap-save correlations as the
+// CPU path (fft.cc):
 //   forward:         y[p]  = sum_k x_pad[p + k] w_dil[k]         (every stride-th p kept)
 //   backprop-input:  dx[p] = sum_k dy_z[p + pt - KE + 1 + k] w_dil[KE - 1 - k]
 //   backprop-filter: dw[k] = sum_p x_pad[p + k] dy_z[p]          (summed over batch, tiles)
@@ -87,16 +88,11 @@ struct FftGeom {
   int64_t tile_d, dense_d;                  // depth
   int64_t tiles_hw, per_image;              // tiles per depth and per image
   Divisor div_fd, div_fh, div_fw, div_pitch, div_tiles_w, div_tiles_hw, div_per_image;
-  Divisor div_tile_d, div_tile_h, div_tile_w;
+  Divisor div_tile_d, div_tile_h;
   // Plane element e: (column, row, slice, plane).
   template <typename I>
   LC_HD PlanePos Position(I e) const {
     return Split3(e, div_pitch, div_fh, div_fd);
-  }
-  // Element e of a round's tiles, tile_d x tile_h x tile_w each: (column, row, slice, tile).
-  template <typename I>
-  LC_HD PlanePos TilePosition(I e) const {
-    return Split3(e, div_tile_w, div_tile_h, div_tile_d);
   }
   LC_HD TileOrigin Origin(int64_t item) const {
     const int64_t image = div_per_image.Quot(item), in_image = item - image * per_image;
@@ -129,8 +125,7 @@ inline FftGeom MakeFftGeom(const GpuFftConfig& c, int64_t bins) {
           Divisor(tiles_hw),
           Divisor(per_image),
           Divisor(c.tile_d),
-          Divisor(t.tile_h),
-          Divisor(t.tile_w)};
+          Divisor(t.tile_h)};
 }
 
 struct SetFlag {
@@ -204,14 +199,45 @@ struct PackDim {
   LC_HD int64_t Index(int64_t q) const { return StuffedIndex(q, stuff, size); }
 };
 
+// Row kernels (PackTiles, StoreTiles) give each row of a plane or tile 2^bits consecutive
+// launch indices, lanes, which take its columns lane, lane + 2^bits, ...: a warp's loads
+// and stores run along rows, and the row is decoded into plane, slice, tile and source
+// address once per lane rather than once per element. A launch of few rows (one long row
+// per plane in conv1d, rounds of one tile under a tight workspace limit) spreads each row
+// over more lanes, up to one per column, so that it still has the runner's kRowThreads
+// lanes.
+struct RowLanes {
+  int bits;
+  LC_HD int64_t count(int64_t rows) const { return rows << bits; }
+  template <typename I>
+  LC_HD I Row(I e) const {
+    return e >> bits;
+  }
+  template <typename I>
+  LC_HD int Lane(I e) const {
+    return static_cast<int>(e & ((I{1} << bits) - 1));
+  }
+  LC_HD int width() const { return 1 << bits; }
+};
+// Lanes for `rows` rows of `length` columns: a warp per row (fewer lanes for rows shorter
+// than 32), more while the launch has fewer than `threads` lanes and a row has columns for
+// them.
+inline RowLanes MakeRowLanes(int64_t length, int64_t rows, int64_t threads) {
+  int bits = 0;
+  while ((int64_t{1} << bits) < length && (bits < 5 || (rows << bits) < threads)) ++bits;
+  return {bits};
+}
+
 // A round's source tiles as real planes (item, channel): tile pixel (z, r, c) of item it
 // holds the source at dense position (tile origin + org + (z, r, c)), where dense
 // position q is element q / stuff when q >= 0 and q % stuff == 0 (zero-stuffing by the
 // stride), zero outside the source. With clip, only the pixels inside the tile's own
-// extent are loaded (out_backprop in backprop-filter).
+// extent are loaded (out_backprop in backprop-filter). One call per lane of a plane row
+// (RowLanes), padding columns included.
 template <typename T, typename R>
 struct PackTiles {
   FftGeom f;
+  RowLanes lanes;
   const T* base;
   int64_t image_stride, channel_stride;
   Divisor channels;
@@ -222,23 +248,33 @@ struct PackTiles {
   int* flag;
   template <typename I>
   LC_HD void operator()(I e) const {
-    const PlanePos at = f.Position(e);
-    const int64_t local = channels.Quot(at.p), ch = at.p - local * channels.value();
+    const I row = lanes.Row(e);
+    const I slab = f.div_fh.Quot(row), p = f.div_fd.Quot(slab);
+    const int64_t r = row - slab * static_cast<I>(f.fh), z = slab - p * static_cast<I>(f.fd);
+    const int64_t local = channels.Quot(static_cast<int64_t>(p)), ch = p - local * channels.value();
     const TileOrigin o = f.Origin(item0 + local);
-    R v = R(0);
-    const bool inside =
-        !clip || (at.z < f.tile_d && o.d + at.z < f.dense_d && at.r < f.t.tile_h &&
-                  o.h + at.r < f.t.dense_h && at.c < f.t.tile_w && o.w + at.c < f.t.dense_w);
-    if (at.c < f.fw && inside) {
-      const int64_t iz = d.Index(o.d + d.org + at.z), iy = h.Index(o.h + h.org + at.r),
-                    ix = w.Index(o.w + w.org + at.c);
-      if (iz >= 0 && iy >= 0 && ix >= 0) {
-        v = LoadChecked<R>(base[o.image * image_stride + ch * channel_stride + iz * d.stride +
-                                iy * h.stride + ix * w.stride],
-                           flag);
-      }
+    R* out = dst + static_cast<int64_t>(row) * f.pitch;
+    // Columns [0, end) may hold source values; the rest of the row is zero.
+    int64_t end = f.fw;
+    if (clip) {
+      const bool row_inside =
+          z < f.tile_d && o.d + z < f.dense_d && r < f.t.tile_h && o.h + r < f.t.dense_h;
+      end = row_inside ? MinOf(f.t.tile_w, f.t.dense_w - o.w) : 0;
     }
-    dst[e] = v;
+    const int64_t iz = d.Index(o.d + d.org + z), iy = h.Index(o.h + h.org + r);
+    if (iz < 0 || iy < 0) end = 0;
+    const T* src = end > 0 ? base + o.image * image_stride + ch * channel_stride + iz * d.stride +
+                                 iy * h.stride
+                           : base;
+    const int64_t q0 = o.w + w.org;
+    for (int64_t c = lanes.Lane(e); c < f.pitch; c += lanes.width()) {
+      R v = R(0);
+      if (c < end) {
+        const int64_t ix = w.Index(q0 + c);
+        if (ix >= 0) v = LoadChecked<R>(src[ix * w.stride], flag);
+      }
+      out[c] = v;
+    }
   }
 };
 
@@ -278,10 +314,12 @@ struct MultiplyConj {
 // The wanted outputs of a round's result planes into the destination tensor: dense tile
 // position (z, r, c) of item it is output ((p0 + (z, r, c)) / out_stride) when on the
 // stride grid, read from the plane at (r, c) - shift modulo the transform size (depth has
-// no shift). ds: the destination's element strides, dsd its depth's.
+// no shift). ds: the destination's element strides, dsd its depth's. One call per lane of
+// a tile row (RowLanes).
 template <typename T, typename R>
 struct StoreTiles {
   FftGeom f;
+  RowLanes lanes;
   T* out;
   Strides4 ds;
   int64_t dsd;
@@ -290,18 +328,25 @@ struct StoreTiles {
   const R* real;
   template <typename I>
   LC_HD void operator()(I e) const {
-    const PlanePos at = f.TilePosition(e);
-    const int64_t local = channels.Quot(at.p), ch = at.p - local * channels.value();
+    const I row = lanes.Row(e);
+    const I slab = f.div_tile_h.Quot(row), p = f.div_tile_d.Quot(slab);
+    const int64_t r = row - slab * static_cast<I>(f.t.tile_h),
+                  z = slab - p * static_cast<I>(f.tile_d);
+    const int64_t local = channels.Quot(static_cast<int64_t>(p)), ch = p - local * channels.value();
     const TileOrigin o = f.Origin(item0 + local);
-    const int64_t pd = o.d + at.z, ph = o.h + at.r, pw = o.w + at.c;
-    if (pd >= f.dense_d || ph >= f.t.dense_h || pw >= f.t.dense_w) return;
-    const int64_t od = out_sd.Quot(pd), oh = out_sh.Quot(ph), ow = out_sw.Quot(pw);
-    if (od * out_sd.value() != pd || oh * out_sh.value() != ph || ow * out_sw.value() != pw) {
-      return;
+    const int64_t pd = o.d + z, ph = o.h + r;
+    if (pd >= f.dense_d || ph >= f.t.dense_h) return;
+    const int64_t od = out_sd.Quot(pd), oh = out_sh.Quot(ph);
+    if (od * out_sd.value() != pd || oh * out_sh.value() != ph) return;
+    const R* src = real + static_cast<int64_t>(p) * f.plane + z * f.slice +
+                   f.div_fh.Mod(r - f.t.shift_h) * f.pitch;
+    T* dst = out + o.image * ds.n + ch * ds.c + od * dsd + oh * ds.h;
+    const int64_t end = MinOf(f.t.tile_w, f.t.dense_w - o.w);
+    for (int64_t c = lanes.Lane(e); c < end; c += lanes.width()) {
+      const int64_t pw = o.w + c, ow = out_sw.Quot(pw);
+      if (ow * out_sw.value() != pw) continue;
+      dst[ow * ds.w] = Store<T>(src[f.div_fw.Mod(c - f.t.shift_w)]);
     }
-    const R v = real[(local * channels.value() + ch) * f.plane + at.z * f.slice +
-                     f.div_fh.Mod(at.r - f.t.shift_h) * f.pitch + f.div_fw.Mod(at.c - f.t.shift_w)];
-    out[o.image * ds.n + ch * ds.c + od * dsd + oh * ds.h + ow * ds.w] = Store<T>(v);
   }
 };
 
@@ -440,13 +485,17 @@ struct FftPassRun {
     }
     for (int64_t item0 = 0; item0 < c.items; item0 += c.chunk) {
       const int64_t items = MinOf(c.chunk, c.items - item0);
-      run.ForEach(items * g.cin_g * g.groups * f.plane,
-                  PackTiles<T, R>{f, a, g.in.n, g.in.c, Divisor(g.cin_g * g.groups),
+      const int64_t rows_a = items * g.cin_g * g.groups * f.fd * f.fh;
+      const RowLanes pack_a = MakeRowLanes(f.pitch, rows_a, Runner::kRowThreads);
+      run.ForEach(pack_a.count(rows_a),
+                  PackTiles<T, R>{f, pack_a, a, g.in.n, g.in.c, Divisor(g.cin_g * g.groups),
                                   InputDim(0, -g.pad_front), InputDim(1, t.shift_h - g.pad_top),
                                   InputDim(2, t.shift_w - g.pad_left), false, item0, src, flag});
       Transform(false, items * l.src_channels, src);
-      run.ForEach(items * g.out_c * f.plane,
-                  PackTiles<T, R>{f, b, g.out.n, g.out.c, Divisor(g.out_c), OutputDim(0, 0),
+      const int64_t rows_b = items * g.out_c * f.fd * f.fh;
+      const RowLanes pack_b = MakeRowLanes(f.pitch, rows_b, Runner::kRowThreads);
+      run.ForEach(pack_b.count(rows_b),
+                  PackTiles<T, R>{f, pack_b, b, g.out.n, g.out.c, Divisor(g.out_c), OutputDim(0, 0),
                                   OutputDim(1, 0), OutputDim(2, 0), true, item0, dst, flag});
       Transform(false, items * l.dst_channels, dst);
       const int64_t oblocks = CeilDiv(g.cout_g, kChannelBlock);
@@ -480,20 +529,25 @@ struct FftPassRun {
     const auto dim = [&](int i, int64_t org) { return bpi ? OutputDim(i, org) : InputDim(i, org); };
     for (int64_t item0 = 0; item0 < c.items; item0 += c.chunk) {
       const int64_t items = MinOf(c.chunk, c.items - item0);
-      run.ForEach(items * l.src_channels * f.plane,
-                  PackTiles<T, R>{f, source, ss.n, ss.c, Divisor(l.src_channels), dim(0, off_d),
-                                  dim(1, off_h + t.shift_h), dim(2, off_w + t.shift_w), false,
-                                  item0, src, flag});
+      const int64_t src_rows = items * l.src_channels * f.fd * f.fh;
+      const RowLanes pack = MakeRowLanes(f.pitch, src_rows, Runner::kRowThreads);
+      run.ForEach(pack.count(src_rows),
+                  PackTiles<T, R>{f, pack, source, ss.n, ss.c, Divisor(l.src_channels),
+                                  dim(0, off_d), dim(1, off_h + t.shift_h),
+                                  dim(2, off_w + t.shift_w), false, item0, src, flag});
       Transform(false, items * l.src_channels, src);
       const int64_t dblocks = CeilDiv(dcpg, kChannelBlock);
       run.ForEach(items * g.groups * dblocks * l.bins,
                   MultiplyConj<R>{Divisor(l.bins), Divisor(dblocks), Divisor(g.groups), scpg, dcpg,
                                   Spectra(src), Spectra(filters), Spectra(dst)});
       Transform(true, items * l.dst_channels, dst);
-      run.ForEach(items * l.dst_channels * c.tile_d * t.tile_h * t.tile_w,
-                  StoreTiles<T, R>{f, out, ds, bpi ? g.in_sd : g.out_sd, Divisor(l.dst_channels),
-                                   Divisor(bpi ? 1 : g.stride_d), Divisor(bpi ? 1 : g.stride_h),
-                                   Divisor(bpi ? 1 : g.stride_w), item0, dst});
+      const int64_t dst_rows = items * l.dst_channels * c.tile_d * t.tile_h;
+      const RowLanes store = MakeRowLanes(t.tile_w, dst_rows, Runner::kRowThreads);
+      run.ForEach(
+          store.count(dst_rows),
+          StoreTiles<T, R>{f, store, out, ds, bpi ? g.in_sd : g.out_sd, Divisor(l.dst_channels),
+                           Divisor(bpi ? 1 : g.stride_d), Divisor(bpi ? 1 : g.stride_h),
+                           Divisor(bpi ? 1 : g.stride_w), item0, dst});
     }
   }
 };

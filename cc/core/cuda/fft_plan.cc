@@ -44,19 +44,25 @@ constexpr bool DivisorsAgree() {
 }
 static_assert(DivisorsAgree(), "Divisor disagrees with the plain division");
 
-// Cost-model rates fitted to step times measured on an H100 (80 GB HBM3; bench_gpu.py, see
-// docs/gpu/ and the README's GPU section): seed forward, 63x63x16x16, RepLKNet 31x31 and
-// SLaK 51x51 depthwise and 3x3x64x64 training steps, each through both algorithms, and two
-// rounds-bound FFT runs under a tenth of cuDNN's workspace (least squares on relative
-// error). The FFT model lands within 11% of every one of those FFT steps, and within 4% of
-// the 7x7 and 15x15 float16 steps measured after it was fitted (15% under a tenth of
-// cuDNN's workspace); the direct model, refitted with those two, within a factor of 2 of
-// every direct step (step totals cannot tell its three passes apart).
-// Only used to compare the two algorithms, never reported as a timing.
+// Cost-model rates. The direct kernels' and cuDNN's are fitted to step times measured on
+// an H100 (80 GB HBM3; bench_gpu.py, see docs/gpu/ and the README's GPU section): seed
+// forward, 63x63x16x16, RepLKNet 31x31 and SLaK 51x51 depthwise and 3x3x64x64 training
+// steps, each through both algorithms; the direct model, refitted with the 7x7 and 15x15
+// float16 steps, lands within a factor of 2 of every direct step (step totals cannot tell
+// its three passes apart). Only used to compare the algorithms, never reported as a timing.
+//
 // FFT path: bytes moved by the transforms (cuFFT's passes and the plane loads), bytes moved
-// by the spectrum products, and a cost per launch.
-constexpr double kTransformBytesPerSec = 0.92e12;
-constexpr double kProductBytesPerSec = 3.8e12;
+// by the spectrum products, and a cost per launch (FftTerms). Fitted to the FFT steps of
+// every bench case the path runs (16 on an H200, 6 of them also on an H100, three also
+// under a tenth to a third of their workspace) after the row kernels (fft_pipeline.h):
+//   python tests/gpu/fft_steps.py --fit docs/gpu/fft_steps_h200_2026-11-27c_rows.json \
+//       docs/gpu/fft_steps_h100_2026-11-27c_same.json
+// Model / measured 0.73-1.24 (0.56-1.53 under the rates fitted before the element kernels'
+// divisors and row kernels).
+constexpr double kTransformBytesPerSec = 1.49e12;
+constexpr double kProductBytesPerSec = 3.69e12;
+constexpr double kFftLaunchSec = 4.8e-6;
+// The direct kernels' and cuDNN's cost per launch.
 constexpr double kLaunchSec = 2.9e-6;
 // Direct tile kernels: elements loaded into shared memory (patch and filter chunk per step)
 // and lane-taps (a thread's tap over its C channels, C = TileConfig::channels), in float;
@@ -82,9 +88,10 @@ int64_t Align256(int64_t b) { return AlignUp(b, 256); }
 // Every function below that takes a `Geometry` plans either dimensionality: ConvGeometry
 // or Conv3dGeometry (a 2-D pass is the depth-1 case of the same kernels).
 
-// Cost-model seconds of the FFT path (transforms, element kernels, launches).
+// The cost model's terms of the FFT path: bytes moved by the transforms (cuFFT's passes and
+// the plane loads), bytes moved by the spectrum products, and launches.
 template <class Geometry>
-double FftSeconds(const Geometry& g, ConvPass pass, const GpuFftConfig& c, int rb) {
+FftModelTerms FftTerms(const Geometry& g, ConvPass pass, const GpuFftConfig& c, int rb) {
   const GpuFftLayout l = MakeGpuFftLayout(g, pass, c, rb);
   const PassChannels ch = g.channels(pass);
   const double plane = static_cast<double>(l.spectrum_reals) * rb;
@@ -92,20 +99,26 @@ double FftSeconds(const Geometry& g, ConvPass pass, const GpuFftConfig& c, int r
   const double per_item = ch.src + ch.dst;
   const double transforms = l.filter_spectra + items * per_item;
   const double pairs = static_cast<double>(g.groups) * ch.src_per_group * ch.dst_per_group;
+  FftModelTerms m;
   // cuFFT's passes, plus placing / loading the planes.
-  const double transform_bytes = (kPassesPerDimension * c.rank() + 1) * transforms * plane;
+  m.transform_bytes = (kPassesPerDimension * c.rank() + 1) * transforms * plane;
   // The products: written and read back per item, plus their operands: each thread reads a
   // source value once for up to kChannelBlock destination channels, and their filter (or
   // gradient) values.
   const double block = std::min<double>(kChannelBlock, std::max<int64_t>(ch.dst_per_group, 1));
-  const double product_bytes =
-      items * per_item * plane + (1.0 + 1.0 / block) * items * pairs * plane;
+  m.product_bytes = items * per_item * plane + (1.0 + 1.0 / block) * items * pairs * plane;
   const double rounds = std::ceil(items / std::max<int64_t>(c.chunk, 1));
-  // Launches per pass (as fitted, less the two scans of the operands for non-finite values,
-  // which the loads into planes now do) and per round.
-  const double launches = 2 + 7 * rounds;
-  return transform_bytes / kTransformBytesPerSec + product_bytes / kProductBytesPerSec +
-         launches * kLaunchSec;
+  // Launches per pass (the flag's reset, the filters' placement or read-out) and per round.
+  m.launches = 2 + 7 * rounds;
+  return m;
+}
+
+// Cost-model seconds of the FFT path.
+template <class Geometry>
+double FftSeconds(const Geometry& g, ConvPass pass, const GpuFftConfig& c, int rb) {
+  const FftModelTerms m = FftTerms(g, pass, c, rb);
+  return m.transform_bytes / kTransformBytesPerSec + m.product_bytes / kProductBytesPerSec +
+         m.launches * kFftLaunchSec;
 }
 
 // Cost-model seconds of the direct tile kernels as `c` cuts the pass: every block step
@@ -422,6 +435,7 @@ Status FftFinish(GpuProblem<G>& pb, CudaPlan* p) {
     return FftUnavailable(pb.limit, pb.min_bytes, pb.pass);
   }
   p->fft = pb.best;
+  p->fft_terms = FftTerms(pb.g, pb.pass, pb.best, pb.real_bytes);
   p->fft_work_bytes = Align256(pb.work);
   // The exact redo for non-finite operands shares everything after the flag.
   p->direct =

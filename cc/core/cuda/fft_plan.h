@@ -82,12 +82,19 @@ std::vector<TransformShape> PassTransforms(const Conv3dGeometry& g, ConvPass pas
 // make that transform. The device asks cuFFT; the host emulation needs none.
 using WorkBytesFn = std::function<int64_t(const TransformShape&, Status* error)>;
 
+// The FFT path's cost-model terms (fft_plan.cc), for fitting its rates
+// (tests/gpu/fft_steps.py).
+struct FftModelTerms {
+  double transform_bytes = 0, product_bytes = 0, launches = 0;
+};
+
 struct CudaPlan {
   ConvPass pass = ConvPass::kForward;
   Algorithm algorithm = Algorithm::kDirect;  // kDirect or kFft
   TileConfig direct;           // the direct kernels; with kFft, the exact redo for non-finite input
   GpuFftConfig fft;            // with kFft
   int64_t fft_work_bytes = 0;  // cuFFT's work area (kFft)
+  FftModelTerms fft_terms;     // with kFft
   int64_t workspace_bytes = 0;
   // Cost-model seconds of each algorithm; < 0: not available. kTf's: cuDNN (TensorFlow's
   // GPU kernel) on the same pass, never run by these kernels, weighed by the caller that can
