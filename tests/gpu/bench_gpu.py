@@ -219,6 +219,11 @@ class TransposeCase:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
+def make_case(ext, name):
+  """The bench case `name` on the device: a TransposeCase or a Case."""
+  return (TransposeCase if CASES[name][3] == "transpose_train" else Case)(ext, name)
+
+
 def _ours(case, algorithm, repeats, limit=-1):
   plans = case.plans(algorithm, limit)
   ws = max(p["workspace_bytes"] for p in plans)
@@ -285,7 +290,7 @@ def main(argv=None):
         json.dump(results, f, indent=1)
 
   for name in args.cases:
-    case = (TransposeCase if CASES[name][3] == "transpose_train" else Case)(ext, name)
+    case = make_case(ext, name)
     base = _torch(case, False, args.repeats)
     base.update(case=name, cudnn_ms=base["ms"][1])
     show(base)

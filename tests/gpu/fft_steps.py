@@ -39,13 +39,6 @@ CASES = ("seed_forward", "seed_train", "k63_train", "replk31_train_f32", "replk3
 LIMITED = ("seed_forward", "k63_train", "replk31_train_f32")
 
 
-def _case(ext, name):
-  import bench_gpu  # pylint: disable=g-import-not-at-top
-  from bench_cases import CASES as ALL  # pylint: disable=g-import-not-at-top
-  return (bench_gpu.TransposeCase if ALL[name][3] == "transpose_train" else bench_gpu.Case)(
-      ext, name)
-
-
 def _kernels(step, repeats):
   """Each kernel's GPU ms per step under torch.profiler."""
   import torch  # pylint: disable=g-import-not-at-top
@@ -62,24 +55,28 @@ def _kernels(step, repeats):
 
 
 def short_name(kernel):
-  """A kernel's name as the tables show it: our functor's name, or cuFFT's kernel."""
+  """A kernel's name as the tables show it: our functor's name, cuFFT's kernel (cufft:) or
+  another (other:, say a memset)."""
   if "largeconv::cuda::" in kernel and "ForEachKernel" in kernel:
     return kernel.split("ForEachKernel<largeconv::cuda::")[-1].split("<")[0]
   if "largeconv" in kernel:
     return kernel.split("largeconv::cuda::")[-1].split("<")[0].split("(")[0]
-  return "cufft:" + kernel.replace("void ", "").split("<")[0]
+  name = kernel.replace("void ", "").split("<")[0]
+  return ("cufft:" if "fft" in kernel.lower() else "other:") + name
 
 
-def measure(cases, repeats):
+def measure(cases, repeats, limited=LIMITED):
+  """{"device", "rows"}: a row per case's step, and per case in `limited` one under a
+  smaller workspace limit."""
   import bench_gpu  # pylint: disable=g-import-not-at-top
   import torch  # pylint: disable=g-import-not-at-top
   from conftest import load_extension  # pylint: disable=g-import-not-at-top
   ext = load_extension("_cuda")
   rows = []
   for name in cases:
-    case = _case(ext, name)
+    case = bench_gpu.make_case(ext, name)
     limits = [-1]
-    if name in LIMITED:
+    if name in limited:
       planned = max(p["workspace_bytes"] for p in case.plans("fft"))
       for part in (10, 5, 3):  # the smallest part of it every pass can run in
         try:

@@ -14,8 +14,9 @@ min over repeats, in place, float32) a round's forward and inverse transforms:
   plane    cuFFT's batched 2-D R2C / C2R over contiguous planes (what the path runs now)
   split    row and column passes over interleaved planes, every row (the split's own cost)
   pruned   the same with the row pass over the kept rows only
-and, with --profile, each bench case's FFT step under torch.profiler: the share of its GPU
-time in cuFFT's kernels, which bounds what pruning can save.
+and, with --profile, each bench case's FFT step timed and under torch.profiler
+(tests/gpu/fft_steps.py): the share of its GPU time in cuFFT's kernels, which bounds what
+pruning can save.
 
   python tests/gpu/prune_probe.py [--repeats 20] [--profile] [--json PATH]
 
@@ -197,42 +198,6 @@ def _probe(lib, shape, repeats):
   return out
 
 
-def _profile(cases, repeats):
-  """Each bench case's FFT step under torch.profiler: total GPU ms per step and cuFFT's
-  share (kernels whose names cuFFT gives them)."""
-  import bench_gpu  # pylint: disable=g-import-not-at-top
-  from conftest import load_extension  # pylint: disable=g-import-not-at-top
-  ext = load_extension("_cuda")
-  rows = []
-  for name in cases:
-    case = bench_gpu.Case(ext, name)
-
-    def step(c=case):
-      c.ours_step("fft")
-
-    step()
-    torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-      for _ in range(repeats):
-        step()
-      torch.cuda.synchronize()
-    total = fft = 0.0
-    kernels = {}
-    for evt in prof.key_averages():
-      us = evt.device_time_total if hasattr(evt, "device_time_total") else evt.cuda_time_total
-      if us <= 0:
-        continue
-      total += us
-      is_fft = "largeconv" not in evt.key and "fft" in evt.key.lower()
-      fft += us if is_fft else 0.0
-      kernels[evt.key[:80]] = us / repeats / 1e3
-    top = sorted(kernels.items(), key=lambda kv: -kv[1])[:8]
-    rows.append({"case": name, "step ms": total / repeats / 1e3, "cufft share": fft / total,
-                 "top kernels ms": top})
-    print(json.dumps(rows[-1]), flush=True)
-  return rows
-
-
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--repeats", type=int, default=20)
@@ -255,7 +220,8 @@ def main(argv=None):
   if args.profile is not None:
     cases = args.profile or ["seed_forward", "k63_train", "replk31_train_f32",
                              "slak51_train_f32", "k21_c32_train"]
-    results["profile"] = _profile(cases, 3)
+    import fft_steps  # pylint: disable=g-import-not-at-top
+    results["profile"] = fft_steps.measure(cases, args.repeats, limited=())["rows"]
   if args.json:
     with open(args.json, "w") as f:
       json.dump(results, f, indent=1)

@@ -61,12 +61,20 @@ struct TileOrigin {
   int64_t image, d, h, w;
 };
 
+// Row `row` of an array [p][nz][ny][nx] as (0, r, z, p).
+template <typename I>
+LC_HD PlanePos SplitRow(I row, const Divisor& ny, const Divisor& nz) {
+  const I slab = ny.Quot(row), rest = nz.Quot(slab);
+  return {0, row - slab * static_cast<I>(ny.value()), slab - rest * static_cast<I>(nz.value()),
+          rest};
+}
 // e as (c, r, z, p): its index in each dimension of an array [p][nz][ny][nx].
 template <typename I>
 LC_HD PlanePos Split3(I e, const Divisor& nx, const Divisor& ny, const Divisor& nz) {
-  const I row = nx.Quot(e), slab = ny.Quot(row), rest = nz.Quot(slab);
-  return {e - row * static_cast<I>(nx.value()), row - slab * static_cast<I>(ny.value()),
-          slab - rest * static_cast<I>(nz.value()), rest};
+  const I row = nx.Quot(e);
+  PlanePos at = SplitRow(row, ny, nz);
+  at.c = e - row * static_cast<I>(nx.value());
+  return at;
 }
 
 // The element at dense position q of `size` elements seen stuffed with stuff - 1 zeros
@@ -93,6 +101,16 @@ struct FftGeom {
   template <typename I>
   LC_HD PlanePos Position(I e) const {
     return Split3(e, div_pitch, div_fh, div_fd);
+  }
+  // Plane row `row`: (0, row, slice, plane).
+  template <typename I>
+  LC_HD PlanePos PlaneRow(I row) const {
+    return SplitRow(row, div_fh, div_fd);
+  }
+  // Row `row` of a round's tiles, tile_d x tile_h rows each: (0, row, slice, tile).
+  template <typename I>
+  LC_HD PlanePos TileRow(I row) const {
+    return SplitRow(row, div_tile_h, div_tile_d);
   }
   LC_HD TileOrigin Origin(int64_t item) const {
     const int64_t image = div_per_image.Quot(item), in_image = item - image * per_image;
@@ -249,9 +267,9 @@ struct PackTiles {
   template <typename I>
   LC_HD void operator()(I e) const {
     const I row = lanes.Row(e);
-    const I slab = f.div_fh.Quot(row), p = f.div_fd.Quot(slab);
-    const int64_t r = row - slab * static_cast<I>(f.fh), z = slab - p * static_cast<I>(f.fd);
-    const int64_t local = channels.Quot(static_cast<int64_t>(p)), ch = p - local * channels.value();
+    const PlanePos at = f.PlaneRow(row);
+    const int64_t r = at.r, z = at.z;
+    const int64_t local = channels.Quot(at.p), ch = at.p - local * channels.value();
     const TileOrigin o = f.Origin(item0 + local);
     R* out = dst + static_cast<int64_t>(row) * f.pitch;
     // Columns [0, end) may hold source values; the rest of the row is zero.
@@ -328,18 +346,15 @@ struct StoreTiles {
   const R* real;
   template <typename I>
   LC_HD void operator()(I e) const {
-    const I row = lanes.Row(e);
-    const I slab = f.div_tile_h.Quot(row), p = f.div_tile_d.Quot(slab);
-    const int64_t r = row - slab * static_cast<I>(f.t.tile_h),
-                  z = slab - p * static_cast<I>(f.tile_d);
-    const int64_t local = channels.Quot(static_cast<int64_t>(p)), ch = p - local * channels.value();
+    const PlanePos at = f.TileRow(lanes.Row(e));
+    const int64_t r = at.r, z = at.z;
+    const int64_t local = channels.Quot(at.p), ch = at.p - local * channels.value();
     const TileOrigin o = f.Origin(item0 + local);
     const int64_t pd = o.d + z, ph = o.h + r;
     if (pd >= f.dense_d || ph >= f.t.dense_h) return;
     const int64_t od = out_sd.Quot(pd), oh = out_sh.Quot(ph);
     if (od * out_sd.value() != pd || oh * out_sh.value() != ph) return;
-    const R* src = real + static_cast<int64_t>(p) * f.plane + z * f.slice +
-                   f.div_fh.Mod(r - f.t.shift_h) * f.pitch;
+    const R* src = real + at.p * f.plane + z * f.slice + f.div_fh.Mod(r - f.t.shift_h) * f.pitch;
     T* dst = out + o.image * ds.n + ch * ds.c + od * dsd + oh * ds.h;
     const int64_t end = MinOf(f.t.tile_w, f.t.dense_w - o.w);
     for (int64_t c = lanes.Lane(e); c < end; c += lanes.width()) {
