@@ -110,7 +110,7 @@ def conv2d(input, filters, strides, padding, data_format="NHWC", dilations=None,
     if attrs["algorithm"] == _args.PORTABLE:
       return _merge_batch_dims(input, lambda x: _portable_conv2d(x, filters, attrs))
     if key is not None and input.shape.rank == 4:
-      kernel = _conv2d_kernel(input, filters, strides, padding, dilations, attrs)
+      kernel = _conv2d_kernel(input, filters, strides, padding, dilations, attrs, eager=True)
       if len(_EAGER_KERNELS) >= EAGER_KERNELS_MAX:
         _EAGER_KERNELS.clear()
       _EAGER_KERNELS[key] = kernel
@@ -138,7 +138,7 @@ def _frozen(value):
   return value if type(value) in _PLAIN else (type(value), value)
 
 
-_PLAIN = (int, str, type(None))
+_PLAIN = frozenset((int, str, type(None)))
 
 
 def _eager_key(input, filters, args):  # pylint: disable=redefined-builtin
@@ -149,7 +149,10 @@ def _eager_key(input, filters, args):  # pylint: disable=redefined-builtin
   if not (isinstance(input, tf.Tensor) and isinstance(filters, tf.Tensor) and
           tf.executing_eagerly()) or forced_portable():
     return None
-  key = (input.shape, filters.shape, input.dtype, filters.dtype, input.device, _frozen(args))
+  shapes = (input.shape, filters.shape, input.dtype, filters.dtype, input.device)
+  if _PLAIN.issuperset(map(type, args)):  # as _frozen leaves them; each part hashable
+    return shapes + (args,)
+  key = shapes + (_frozen(args),)
   try:
     hash(key)
   except TypeError:
@@ -157,10 +160,11 @@ def _eager_key(input, filters, args):  # pylint: disable=redefined-builtin
   return key
 
 
-def _conv2d_kernel(input, filters, strides, padding, dilations, attrs):  # pylint: disable=redefined-builtin
+def _conv2d_kernel(input, filters, strides, padding, dilations, attrs, eager=False):  # pylint: disable=redefined-builtin
   """The function (input, filters) -> output that runs conv2d of this 4-D (or unknown-rank)
   input: each pass TensorFlow's kernel where the planner prefers it for that pass
-  (planning.tf_routes), the op otherwise."""
+  (planning.tf_routes), the op otherwise. With `eager`, for eager calls of input's shape
+  and device alone (`_eager_routed`)."""
   if attrs["algorithm"] == "tf" and (_args.in_xla_context() or _loader.failure() is not None):
     # XLA compiles TensorFlow's own convolution, in every layout and grouping; without the
     # op library it is the only kernel 'tf' can name.
@@ -174,6 +178,8 @@ def _conv2d_kernel(input, filters, strides, padding, dilations, attrs):  # pylin
     if attrs["algorithm"] == "tf":
       raise ValueError(_TF_KERNEL_NEEDS)
     return functools.partial(_loader.ops().large_conv_conv2d, **attrs)
+  if eager and not planning.runs_on_gpu(input):
+    return _eager_routed(schedule, _args.attrs_key(attrs), input.shape[0])
   return _routed(schedule, _args.attrs_key(attrs))
 
 
@@ -239,9 +245,30 @@ def _routed(schedule, attrs_key):
   def run(x, w):
     if not tf.executing_eagerly() or planning.runs_on_gpu(x):
       return traced(x, w)
-    return route_op(forward(x, w), x, w, schedule, attrs_key)
+    return _eager_routed(schedule, attrs_key, x.shape[0])(x, w)
 
   return run
+
+
+@functools.lru_cache(maxsize=256)
+def _eager_routed(schedule, attrs_key, batch):
+  """`_routed`'s function for eager calls on the CPU with `batch` images: its routes
+  chosen once, the passes' attributes bound, and a mixed route recorded on one
+  LargeConv>Conv2DRoute op. An eager call that looks it up (conv2d's `_EAGER_KERNELS`)
+  runs little more Python than its ops' own calls: choosing the routes on every call cost
+  a small one 35 us (a 7x7 1->8 filter on one 128x128 image, 2 threads: 299 us, now 263,
+  its two ops called bare 261, tf.nn.conv2d 268)."""
+  routes = tuple(planning.routes_for(schedule, batch))
+  attrs = dict(_args.attrs_from_key(attrs_key), algorithm="auto")  # the op's own choice
+  if routes[0]:
+    raw, conv = tf_attrs(attrs), tf.raw_ops.Conv2D
+    forward = lambda x, w: conv(input=x, filter=w, **raw)  # noqa: E731
+  else:
+    forward = functools.partial(_loader.ops().large_conv_conv2d, **attrs)
+  if all(routes):  # TensorFlow's kernel and its own gradients
+    return forward
+  route, spec = _loader.ops().large_conv_conv2d_route, route_spec(attrs_key, routes)
+  return lambda x, w: route(forward(x, w), x, w, route=spec)
 
 
 def route_op(y, x, w, schedule, attrs_key, transpose=False):
