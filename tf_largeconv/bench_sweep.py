@@ -61,16 +61,18 @@ RETRY_ROUND_S = 4.0  # a missing point's rounds run again for this long
 
 def grid(full=False):
   """The sweep's points: (k, in channels, out channels, batch, side, mode). The default
-  takes one (batch, side) per (k, channels) cell, cycling through SIZES so that every size
-  appears; --full takes every combination. Inputs over MAX_INPUT_BYTES are left out."""
+  takes one (batch, side) per (k, channels) cell and mode, cycling through SIZES so that
+  every size appears, and where that size's input or output is over MAX_INPUT_BYTES the
+  next in the cycle that is not; --full takes every combination that is not."""
   ks, channels = (FULL_KS, FULL_CHANNELS) if full else (KS, CHANNELS)
   points = []
   for mode in MODES:
-    for i, (k, (ci, co)) in enumerate(itertools.product(ks, channels)):
-      sizes = SIZES if full else [SIZES[(i + MODES.index(mode)) % len(SIZES)]]
-      for n, side in sizes:
-        if n * side * side * max(ci, co) * 4 <= MAX_INPUT_BYTES:
-          points.append((k, ci, co, n, side, mode))
+    for (a, k), (b, (ci, co)) in itertools.product(enumerate(ks), enumerate(channels)):
+      first = a + b + MODES.index(mode)  # each channel pair at a different size per k
+      cycle = [SIZES[(first + j) % len(SIZES)] for j in range(len(SIZES))]
+      fits = [(n, side) for n, side in (SIZES if full else cycle)
+              if n * side * side * max(ci, co) * 4 <= MAX_INPUT_BYTES]
+      points += [(k, ci, co, n, side, mode) for n, side in (fits if full else fits[:1])]
   return points
 
 
