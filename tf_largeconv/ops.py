@@ -220,15 +220,9 @@ def _routed(schedule, attrs_key):
   code calls conv2d with the same attributes over and over, and wrapping a function in
   tf.custom_gradient costs more than a small call."""
   attrs = dict(_args.attrs_from_key(attrs_key), algorithm="auto")  # the op's own choice
-  raw = tf_attrs(attrs)
 
   def forward(x, w):
-    def run(routes):
-      if not routes[0]:
-        return _loader.ops().large_conv_conv2d(x, w, **attrs)
-      return tf.raw_ops.Conv2D(input=x, filter=w, **raw)
-
-    return by_batch(x, schedule, run)
+    return by_batch(x, schedule, lambda routes: _forward_pass(attrs_key, routes[0])(x, w))
 
   if all(all(routes) for _, routes in schedule):  # TensorFlow's kernel and its own gradients
     return forward
@@ -259,16 +253,22 @@ def _eager_routed(schedule, attrs_key, batch):
   a small one 35 us (a 7x7 1->8 filter on one 128x128 image, 2 threads: 299 us, now 263,
   its two ops called bare 261, tf.nn.conv2d 268)."""
   routes = tuple(planning.routes_for(schedule, batch))
-  attrs = dict(_args.attrs_from_key(attrs_key), algorithm="auto")  # the op's own choice
-  if routes[0]:
-    raw, conv = tf_attrs(attrs), tf.raw_ops.Conv2D
-    forward = lambda x, w: conv(input=x, filter=w, **raw)  # noqa: E731
-  else:
-    forward = functools.partial(_loader.ops().large_conv_conv2d, **attrs)
+  forward = _forward_pass(attrs_key, routes[0])
   if all(routes):  # TensorFlow's kernel and its own gradients
     return forward
   route, spec = _loader.ops().large_conv_conv2d_route, route_spec(attrs_key, routes)
   return lambda x, w: route(forward(x, w), x, w, route=spec)
+
+
+@functools.lru_cache(maxsize=256)
+def _forward_pass(attrs_key, on_tf):
+  """The routed forward pass (x, w) -> y with its attributes bound: TensorFlow's raw
+  Conv2D with `on_tf`, the op with algorithm 'auto' otherwise."""
+  attrs = dict(_args.attrs_from_key(attrs_key), algorithm="auto")  # the op's own choice
+  if on_tf:
+    raw = tf_attrs(attrs)
+    return lambda x, w: tf.raw_ops.Conv2D(input=x, filter=w, **raw)
+  return functools.partial(_loader.ops().large_conv_conv2d, **attrs)
 
 
 def route_op(y, x, w, schedule, attrs_key, transpose=False):
