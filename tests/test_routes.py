@@ -160,10 +160,13 @@ def test_an_eager_call_runs_the_kernel_the_full_path_picks(rng):
            (MIXED[0], MIXED[1], tf.float32, {"dilations": 2}),
            (MIXED[0], MIXED[1], tf.float32, {"dilations": [2, 1]}),
            ((2, 16, 64, 64), MIXED[1], tf.float32, {"data_format": "NCHW"})]
+  # Each call takes a filter tensor of its own: a filter tensor seen before may move a call
+  # to the op's FFT with kept spectra (test_a_filter_tensor_seen_again_...).
   for x_shape, w_shape, dtype, kwargs in calls:
     x = tf.constant(rng.standard_normal(x_shape), dtype)
     w = tf.constant(rng.standard_normal(w_shape) / w_shape[0], dtype)
-    conv = functools.partial(lc.conv2d, strides=1, padding="SAME", **kwargs)
+    conv = lambda a, b, kwargs=kwargs: lc.conv2d(  # noqa: E731
+        a, tf.identity(b), strides=1, padding="SAME", **kwargs)
     dy = tf.ones(conv(x, w).shape, dtype)
     first = _step(conv, x, w, dy)
     ops._EAGER_KERNELS.clear()  # pylint: disable=protected-access
@@ -387,3 +390,89 @@ def test_every_route_gives_tensorflows_values_with_strides_and_padding(rng, rout
     traced = tf.function(lambda a, b, c, conv=conv: _step(conv, a, b, c))(x, w, dy)
     for e, t, name in zip(eager, traced, ("y", "dx", "dw", "d2x", "d2w")):
       np.testing.assert_array_equal(e.numpy(), t.numpy(), err_msg=f"{what}: {name}")
+
+
+# A 9x9 16->16 filter on one 32x32 image: TF's kernels win every pass of a first call, and
+# the op's FFT wins the forward pass once the filter's spectra are kept.
+KEPT = ((1, 32, 32, 16), (9, 9, 16, 16))
+SPECTRUM_ENV = "LARGECONV_SPECTRUM_CACHE_MIB"
+
+
+def _kept_bytes(x_shape, w_shape, dtype, routes):
+  key = _args.attrs_key(_args.conv_attrs(1, "SAME", "NHWC", None, "auto", None))
+  return planning.kept_spectra_bytes(tuple(x_shape), tuple(w_shape), key, dtype.name, routes)
+
+
+@pytest.mark.parametrize("dtype", [tf.float32, tf.float64])
+def test_a_filter_tensor_seen_again_runs_the_ffts_kept_spectra(rng, dtype, monkeypatch):
+  # A first call runs TF's kernel; a call with a filter tensor seen among the last few
+  # (eager tensors are immutable) runs the op's FFT, whose spectra the op keeps: its bits,
+  # and TF's gradients (the route's), to the second order. A new tensor of the same values
+  # is a first sight again.
+  monkeypatch.setenv(SPECTRUM_ENV, "64")
+  x_shape, w_shape = KEPT
+  routes = _routes(x_shape, w_shape, dtype)
+  assert routes[0]
+  kept_bytes = _kept_bytes(x_shape, w_shape, dtype, routes)
+  assert 0 < kept_bytes < 64 * 2**20
+  x = tf.constant(rng.standard_normal(x_shape), dtype)
+  w = tf.constant(rng.standard_normal(w_shape) / 9, dtype)
+  dy = tf.constant(rng.standard_normal(x_shape[:3] + w_shape[3:]), dtype)
+  on_tf = tf.nn.conv2d(x, w, 1, "SAME").numpy()
+  on_fft = lc.conv2d(x, w, 1, "SAME", algorithm="fft").numpy()
+  assert not np.array_equal(on_tf, on_fft)  # the two kernels are told apart by their bits
+  np.testing.assert_allclose(on_fft, on_tf, rtol=1e-4 if dtype == tf.float32 else 1e-9,
+                             atol=(1e-4 if dtype == tf.float32 else 1e-9) * np.abs(on_tf).max())
+  auto = lambda a, b: lc.conv2d(a, b, 1, "SAME")  # noqa: E731
+  np.testing.assert_array_equal(auto(x, w).numpy(), on_tf)  # first sight
+  for _ in range(3):
+    np.testing.assert_array_equal(auto(x, w).numpy(), on_fft)
+  np.testing.assert_array_equal(auto(x, tf.identity(w)).numpy(), on_tf)
+  # The gradients are the route's, as a first sight's; the forward pass the FFT's.
+  got = _step(auto, x, w, dy)
+  want = _step(lambda a, b: auto(a, tf.identity(b)), x, w, dy)
+  np.testing.assert_array_equal(got[0].numpy(), on_fft)
+  np.testing.assert_array_equal(want[0].numpy(), on_tf)
+  for g, t, name in zip(got[1:], want[1:], ("dx", "dw", "d2x", "d2w")):
+    np.testing.assert_array_equal(g.numpy(), t.numpy(), err_msg=name)
+  # An explicit algorithm never moves: 'tf' runs TF's kernel on every call.
+  for _ in range(2):
+    np.testing.assert_array_equal(lc.conv2d(x, w, 1, "SAME", algorithm="tf").numpy(), on_tf)
+
+
+def test_kept_spectra_need_the_budget_and_a_recent_filter(rng, monkeypatch):
+  # The move needs the cache's budget (read on every call, as the op reads it) to hold the
+  # spectra, and the filter among the last FILTERS seen for the same shapes: a cycle of
+  # that many filters moves, one more does not.
+  x_shape, w_shape = KEPT
+  kept_bytes = _kept_bytes(x_shape, w_shape, tf.float32, _routes(x_shape, w_shape, tf.float32))
+  x = tf.constant(rng.standard_normal(x_shape), tf.float32)
+  filters = [tf.constant(rng.standard_normal(w_shape) / 9, tf.float32) for _ in range(5)]
+  on_tf = [tf.nn.conv2d(x, w, 1, "SAME").numpy() for w in filters]
+  auto = lambda w: lc.conv2d(x, w, 1, "SAME").numpy()  # noqa: E731
+  monkeypatch.setenv(SPECTRUM_ENV, str(kept_bytes // 2**20))  # whole MiB below the bytes
+  assert kept_bytes > (kept_bytes // 2**20) * 2**20
+  for _ in range(2):
+    np.testing.assert_array_equal(auto(filters[0]), on_tf[0])
+  monkeypatch.setenv(SPECTRUM_ENV, str(kept_bytes // 2**20 + 1))
+  assert not np.array_equal(auto(filters[0]), on_tf[0])
+  remembered = ops._KeptSpectraRoute.FILTERS  # pylint: disable=protected-access
+  assert remembered == 4
+  for rounds, cycle in ((2, range(1, 1 + remembered)), (3, range(len(filters)))):
+    for i in range(rounds * len(cycle)):
+      j = cycle[i % len(cycle)]
+      moved = not np.array_equal(auto(filters[j]), on_tf[j])
+      assert moved == (len(cycle) <= remembered and i >= len(cycle)), (len(cycle), i)
+
+
+def test_kept_spectra_are_weighed_against_the_forward_route():
+  # The move is priced against the route's forward pass: TF's kernel, or the op's direct
+  # kernels; where the op's own choice is the FFT its spectra are kept anyway.
+  for shape, moves in ((KEPT, True),
+                       # A 31x31 filter: the op's choice is its FFT, spectra kept or not.
+                       (((1, 64, 64, 8), (31, 31, 8, 8)), False),
+                       # A 3x3 filter on 32 channels: TF's kernel beats the FFT even with
+                       # kept spectra.
+                       (((4, 32, 32, 32), (3, 3, 32, 64)), False)):
+    routes = _routes(*shape, tf.float32)
+    assert (_kept_bytes(*shape, tf.float32, routes) > 0) == moves, shape

@@ -186,3 +186,33 @@ def test_threads_with_different_filters(cache_mib):
     t.join(timeout=120)
   assert not any(t.is_alive() for t in threads)
   assert not errors, errors
+
+
+def test_plan_prices_the_fft_with_kept_spectra():
+  # One input and one output channel: a forward pass of b images of one 80x80 tile takes
+  # one filter transform and 2b tile transforms, all the same size, so the reported work of
+  # b = 2 and b = 4 (5 and 9 transforms, the spectral products doubled) gives the price of
+  # one transform: twice the first, less the second. Kept spectra save exactly that one.
+  plans = {b: _core.plan([b, 64, 64, 1], [31, 31, 1, 1], ONES, "SAME", algorithm="fft",
+                         num_threads=2) for b in (2, 4)}
+  work = {b: p[0]["fft_work"] for b, p in plans.items()}
+  assert [plans[b][0]["fft"] for b in (2, 4)] == [(80, 80)] * 2
+  assert [work[b]["transforms"] for b in (2, 4)] == [5, 9]
+  one_transform = 2 * work[2]["seconds"] - work[4]["seconds"]
+  assert one_transform > 0
+  for b, passes in plans.items():
+    forward, backprop_input, backprop_filter = passes
+    # The plan's costs are reference-thread seconds: the single-thread work scaled alike.
+    scale = forward["cost_fft"] / work[b]["seconds"]
+    saved = forward["cost_fft"] - forward["cost_fft_kept"]
+    np.testing.assert_allclose(saved, one_transform * scale, rtol=1e-9, err_msg=str(b))
+    assert forward["kept_spectra_bytes"] == 80 * 41 * 8 + 31 * 31 * 4
+    assert 0 < backprop_input["cost_fft_kept"] < backprop_input["cost_fft"]
+    assert backprop_input["kept_spectra_bytes"] > 0
+    # The filter pass keeps no spectra.
+    assert backprop_filter["cost_fft_kept"] < 0 and backprop_filter["kept_spectra_bytes"] == 0
+  # Every channel pair's spectrum, in the element type's complex values.
+  p = _core.plan([1, 64, 64, 3], [31, 31, 3, 2], ONES, "SAME", algorithm="auto",
+                 dtype="float64")[0]
+  fh, fw = p["fft"]
+  assert p["kept_spectra_bytes"] == 3 * 2 * fh * (fw // 2 + 1) * 16 + 31 * 31 * 3 * 2 * 8

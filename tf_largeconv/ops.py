@@ -4,8 +4,10 @@ The gradients themselves are registered by `tf_largeconv._gradients`, imported w
 package.
 """
 
+import collections
 import functools
 import json
+import weakref
 
 import tensorflow as tf
 
@@ -174,13 +176,56 @@ def _conv2d_kernel(input, filters, strides, padding, dilations, attrs, eager=Fal
   if attrs["algorithm"] in ("auto", "tf") and input.shape.rank == 4:
     schedule = planning.tf_kernel_routes(input.shape.as_list(), known_shape(filters),
                                          input.dtype, input, attrs)
+  key = _args.attrs_key(attrs)
+  eager = eager and not planning.runs_on_gpu(input)
   if not any(any(routes) for _, routes in schedule):
     if attrs["algorithm"] == "tf":
       raise ValueError(_TF_KERNEL_NEEDS)
-    return functools.partial(_loader.ops().large_conv_conv2d, **attrs)
-  if eager and not planning.runs_on_gpu(input):
-    return _eager_routed(schedule, _args.attrs_key(attrs), input.shape[0])
-  return _routed(schedule, _args.attrs_key(attrs))
+    kernel = functools.partial(_loader.ops().large_conv_conv2d, **attrs)
+  elif eager:
+    kernel = _eager_routed(schedule, key, input.shape[0])
+  else:
+    return _routed(schedule, key)
+  if eager and attrs["algorithm"] == "auto":
+    routes = tuple(planning.routes_for(schedule, input.shape[0]))
+    kept_bytes = planning.kept_spectra_bytes(tuple(input.shape), tuple(filters.shape), key,
+                                             input.dtype.name, routes)
+    if kept_bytes:
+      return _KeptSpectraRoute(kernel, _kept_forward(key, routes), kept_bytes)
+  return kernel
+
+
+class _KeptSpectraRoute:
+  """An eager kernel that runs `first` for a filter tensor it has not seen among the last
+  few, and `again` (the op's FFT, `_kept_forward`) for one it has, while the cache budget
+  holds the `kept_bytes` of its spectra (see planning.kept_spectra_bytes). Deterministic:
+  which kernel a call runs depends only on the filter tensors of the calls before it."""
+
+  __slots__ = ("_first", "_again", "_kept_bytes", "_seen")
+  FILTERS = 4  # filter tensors remembered (weakly): a few layers' worth per shape
+
+  def __init__(self, first, again, kept_bytes):
+    self._first, self._again, self._kept_bytes = first, again, kept_bytes
+    self._seen = collections.deque(maxlen=self.FILTERS)
+
+  def __call__(self, x, w):
+    if any(ref() is w for ref in self._seen):
+      if self._kept_bytes <= _CORE.spectrum_cache_budget():
+        return self._again(x, w)
+    else:
+      self._seen.append(weakref.ref(w))
+    return self._first(x, w)
+
+
+@functools.lru_cache(maxsize=256)
+def _kept_forward(attrs_key, routes):
+  """conv2d as the op's FFT forward pass, whose filter spectra the op keeps from call to
+  call, recorded on a LargeConv>Conv2DRoute op whose gradient runs the passes `routes`
+  name, as the call without kept spectra would."""
+  attrs = dict(_args.attrs_from_key(attrs_key), algorithm="fft")
+  fft = functools.partial(_loader.ops().large_conv_conv2d, **attrs)
+  route, spec = _loader.ops().large_conv_conv2d_route, route_spec(attrs_key, routes)
+  return lambda x, w: route(fft(x, w), x, w, route=spec)
 
 
 def by_batch(x, schedule, run):

@@ -611,7 +611,7 @@ struct Correlation {
     SpectrumCache& cache = SpectrumCache::Global();
     k.hit = cache.Find(source, k.budget);
     if (!k.hit) {
-      const int64_t values = g.groups * f.scpg * f.dcpg * f.l.bins;  // every block's
+      const int64_t values = KeptSpectraValues(g, pass(), c);  // every block's
       k.fill = cache.Begin(source, size_t(values) * sizeof(C), k.budget);
     }
     return k;
@@ -946,19 +946,27 @@ double TransformCountOf(ConvPass pass, double tiles, int64_t groups, int64_t icp
   switch (pass) {
     case ConvPass::kForward: {
       const double blocks = CeilDiv(ocpg_count, out_block);
-      return groups * icpg * ocpg + tiles * (icpg * blocks + ocpg * strided);
+      return FilterTransformCount(groups, icpg_count, ocpg_count) +
+             tiles * (icpg * blocks + ocpg * strided);
     }
     case ConvPass::kBackpropInput: {
       const double blocks = CeilDiv(icpg_count, out_block);
-      return groups * icpg * ocpg + tiles * (ocpg * blocks * strided + icpg);
+      return FilterTransformCount(groups, icpg_count, ocpg_count) +
+             tiles * (ocpg * blocks * strided + icpg);
     }
     case ConvPass::kBackpropFilter: {
       const double ib = CeilDiv(icpg_count, in_block);
       const double ob = CeilDiv(ocpg_count, out_block);
-      return tiles * (icpg * ob + ocpg * ib * strided) + groups * icpg * ocpg;
+      return tiles * (icpg * ob + ocpg * ib * strided) +
+             FilterTransformCount(groups, icpg_count, ocpg_count);
     }
   }
   return 0;
+}
+
+int64_t KeptSpectraValues(const ConvGeometry& g, ConvPass pass, const FftConfig& c) {
+  const PassChannels ch = g.channels(pass);
+  return g.groups * ch.src_per_group * ch.dst_per_group * (c.fft_h * (c.fft_w / 2 + 1));
 }
 
 // Both count the pass's transforms with TransformCountOf: the points weigh the strided

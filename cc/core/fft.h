@@ -107,6 +107,14 @@ double FftTransformPoints(const ConvGeometry& g, ConvPass pass, const FftConfig&
 // of a full transform's points; 1 for a count of transforms).
 double TransformCountOf(ConvPass pass, double tiles, int64_t groups, int64_t icpg, int64_t ocpg,
                         int64_t in_block, int64_t out_block, double strided = 1.0);
+// The filter transforms among them: one per channel pair, whatever the blocks.
+inline double FilterTransformCount(int64_t groups, int64_t icpg, int64_t ocpg) {
+  return static_cast<double>(groups) * icpg * ocpg;
+}
+
+// Complex values of every channel pair's filter spectrum of a forward or backprop-input
+// pass: what the spectrum cache (spectrum_cache.h) keeps of a filter, besides its copy.
+int64_t KeptSpectraValues(const ConvGeometry& g, ConvPass pass, const FftConfig& c);
 
 // Runs `pass` by overlap-save transforms as `c` cuts it up (operands in the pass's order,
 // as DirectPass takes them). `workspace` must hold FftWorkspaceBytes(g, pass, c,

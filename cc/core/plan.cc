@@ -195,14 +195,21 @@ double FilterBlockValues(const ConvGeometry& g, ConvPass pass, const FftConfig& 
   return bins * c.group_block * g.channels(pass).src_per_group * c.out_block;
 }
 
-// The work of an FFT configuration as the cost model counts it.
-FftWork CountFftWork(const ConvGeometry& g, ConvPass pass, const FftConfig& c) {
+// The work of an FFT configuration as the cost model counts it; with `kept_filter`, for a
+// call whose filter spectra were kept from an earlier one (its filter transforms left out).
+FftWork CountFftWork(const ConvGeometry& g, ConvPass pass, const FftConfig& c,
+                     bool kept_filter = false) {
   const FftTiling& t = c.tiling;
   const double bins = static_cast<double>(c.fft_h) * (c.fft_w / 2 + 1);
   const double tiles = static_cast<double>(g.batch) * t.tiles_h * t.tiles_w * g.groups;
   FftWork w;
   w.transforms = FftTransformCount(g, pass, c);
   w.transform_points = FftTransformPoints(g, pass, c);
+  if (kept_filter) {
+    const double filters = FilterTransformCount(g.groups, g.in_c_per_group(), g.out_c_per_group());
+    w.transforms -= filters;
+    w.transform_points -= filters * c.fft_h * c.fft_w;
+  }
   w.complex_macs = tiles * bins * g.in_c_per_group() * g.out_c_per_group();
   w.filter_reads = w.complex_macs;
   if (WritesFilter(pass)) {
@@ -232,10 +239,12 @@ FftWork CountFftWork(const ConvGeometry& g, ConvPass pass, const FftConfig& c) {
 // read once per two images), two 512x512x8 images from 31.3-32.7 to 25.3-31.4 ms; one
 // thread 22.3-28.0 -> 21.3, 18.9-20.4 -> 14.6 and 49.0 -> 40.7-41.5 ms.
 
-// Single-thread seconds of a configuration; *flops: its arithmetic (a real 2-D transform
+// Single-thread seconds of a configuration (`kept_filter`: as CountFftWork); *flops: its
+// arithmetic (a real 2-D transform
 // of N points costs about 2.5 N log2 N flops, a complex multiply-add 8).
-double FftCost(const ConvGeometry& g, ConvPass pass, const FftConfig& c, double* flops) {
-  const FftWork w = CountFftWork(g, pass, c);
+double FftCost(const ConvGeometry& g, ConvPass pass, const FftConfig& c, double* flops,
+               bool kept_filter = false) {
+  const FftWork w = CountFftWork(g, pass, c, kept_filter);
   const double n = static_cast<double>(c.fft_h) * c.fft_w;
   *flops = w.transform_points * 2.5 * std::log2(std::max(n, 2.0)) + 8.0 * w.complex_macs;
   return kSecondsPerTransformPoint * LinePointFactor(c) * w.transform_points +
@@ -536,7 +545,7 @@ Status FftCanRun(const Pb& pb) {
 // larger limit only adds candidates and makes none dearer (larger blocks do fewer
 // transforms): the planned cost never increases with the limit. Not searched when the
 // direct kernels were asked for.
-double FftSearchCost(CpuProblem& pb, PassPlan*) {
+double FftSearchCost(CpuProblem& pb, PassPlan* p) {
   if (pb.requested == Algorithm::kDirect || pb.g.no_products()) return -1;
   const ConvGeometry& g = pb.g;
   const ConvPass pass = pb.pass;
@@ -557,6 +566,17 @@ double FftSearchCost(CpuProblem& pb, PassPlan*) {
     if (!pb.fft.found || (round.found && round.cost < pb.fft.cost)) pb.fft = round;
   }
   pb.fft.config.slots = 1;
+  if (pb.fft.found && !WritesFilter(pass)) {
+    // The same configuration with its filter spectra kept: its cost scaled by the share
+    // of the single-thread seconds the filter's transforms leave (they run on the slots
+    // as the tiles' do).
+    const FftConfig& c = pb.fft.config;
+    double flops;
+    p->fft_kept_seconds =
+        pb.fft.cost * FftCost(g, pass, c, &flops, true) / FftCost(g, pass, c, &flops);
+    p->kept_spectra_bytes =
+        KeptSpectraValues(g, pass, c) * 2 * real_bytes + g.filter_elements() * real_bytes;
+  }
   return pb.fft.cost;
 }
 

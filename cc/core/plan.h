@@ -51,6 +51,13 @@ struct PassPlanOf {
   double flops = 0;      // estimated floating-point operations
   AlgorithmCosts costs;  // cost-model seconds (one thread) of each algorithm; < 0: n/a
   FftWork fft_work;      // meaningful when algorithm == kFft
+  // The FFT's cost as `costs` has it, for a call whose filter spectra were kept from an
+  // earlier call of the same filter (spectrum_cache.h: the filter's transforms left out),
+  // and the bytes the cache holds for them (the spectra and the filter's copy, counted at
+  // real_bytes an element); < 0 and 0 where no spectra are kept (the filter pass, 3-D, or
+  // no FFT configuration fits).
+  double fft_kept_seconds = -1;
+  int64_t kept_spectra_bytes = 0;
 };
 using PassPlan = PassPlanOf<FftConfig>;
 using Pass3dPlan = PassPlanOf<Fft3dConfig>;

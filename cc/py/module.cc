@@ -336,7 +336,13 @@ py::list PlanList(const std::vector<int64_t>& input_shape, const std::vector<int
                AttrsFrom(strides, padding, explicit_paddings, data_format, dilations));
   const PlanRequest req =
       Request(algorithm, workspace_limit, ThreadCount(num_threads), InfoOf(dtype), allow_tf);
-  return PlansOf(g, req, PlanDict<PassPlan>, [](const PassPlan& p, py::dict& d) {
+  const auto describe = [](const PassPlan& p) {
+    py::dict d = PlanDict(p);
+    d["cost_fft_kept"] = p.fft_kept_seconds;  // whatever was chosen, as the other costs
+    d["kept_spectra_bytes"] = p.kept_spectra_bytes;
+    return d;
+  };
+  return PlansOf(g, req, describe, [](const PassPlan& p, py::dict& d) {
     d["in_block"] = p.fft.in_block;
     d["out_block"] = p.fft.out_block;
     d["group_block"] = p.fft.group_block;
@@ -422,6 +428,9 @@ PYBIND11_MODULE(_core, m) {
         return py::make_tuple(c.entries(), c.bytes_held());
       },
       "(entries, bytes) the filter-spectrum cache of this module holds (spectrum_cache.h).");
+  m.def("spectrum_cache_budget", &SpectrumCache::BudgetFromEnvironment,
+        "The filter-spectrum cache's budget in bytes, from LARGECONV_SPECTRUM_CACHE_MIB as the "
+        "op reads it on every call (default 64 MiB; 0: off).");
   m.def(
       "_emulate_cufft_work_area", [](py::object fn) { EmulatedWorkArea() = std::move(fn); },
       py::arg("fn"),
