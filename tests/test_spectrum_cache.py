@@ -211,6 +211,14 @@ def test_plan_prices_the_fft_with_kept_spectra():
     assert backprop_input["kept_spectra_bytes"] > 0
     # The filter pass keeps no spectra.
     assert backprop_filter["cost_fft_kept"] < 0 and backprop_filter["kept_spectra_bytes"] == 0
+  # What lc.plan reports and prints.
+  plan = lc.plan([4, 64, 64, 1], [31, 31, 1, 1], 1, "SAME", algorithm="fft", num_threads=2)
+  assert plan.forward.kept_spectra_seconds == plans[4][0]["cost_fft_kept"]
+  assert plan.forward.kept_spectra_bytes == plans[4][0]["kept_spectra_bytes"]
+  assert plan.backprop_filter.kept_spectra_seconds is None
+  header, forward_row = str(plan).splitlines()[1:3]
+  assert header.endswith("direct / fft / tf / fft kept")
+  assert forward_row.endswith(f" / {plan.forward.kept_spectra_seconds * 1e3:.4g}")
   # Every channel pair's spectrum, in the element type's complex values.
   p = _core.plan([1, 64, 64, 3], [31, 31, 3, 2], ONES, "SAME", algorithm="auto",
                  dtype="float64")[0]

@@ -22,7 +22,8 @@ the verdicts count only what ran. Steps modelled under ALWAYS_TIMED_S always run
 whose fastest modelled step is over MAX_MODEL_S are left out of the grid.
 
 A step that runs out of memory (TF's kernel, on large filters) is marked "oom" and counts
-as slower than auto. Prints one row per point (times, auto's choice per pass, auto /
+as slower than auto. Prints one row per point (times, auto's choice per pass by its first
+letter, "k" where an eager forward pass moves to the FFT with kept spectra, auto /
 fastest, auto / TF) and a summary; writes DIR/sweep.json and DIR/sweep.png (heat maps of
 the worst auto / fastest and auto / TF per filter size and channel pair, forward and
 training step).
@@ -155,6 +156,8 @@ def _time_point(lc, tf, np, point, rounds=5):
   run_rounds(ROUND_S)
   plan = lc.plan((n, side, side, ci), (k, k, ci, co), 1, "SAME")
   picks = [p.algorithm for p in plan.passes][:3 if mode == "train" else 1]
+  if _moves_to_kept_spectra(point, plan):
+    picks[0] = "kept"  # the op's FFT with the spectra kept from an earlier call
   row = {"point": list(point), "seconds": times, "failed": failed, "model": model,
          "picks": picks}
   # A miss may be a slow spell: the point's rounds run again, every algorithm alike, and
@@ -164,6 +167,20 @@ def _time_point(lc, tf, np, point, rounds=5):
     run_rounds(RETRY_ROUND_S)
     row["retimed"] = True
   return row
+
+
+def _moves_to_kept_spectra(point, plan):
+  """Whether "auto"'s forward pass moves to the op's FFT with kept filter spectra once the
+  filter tensor comes back (ops._KeptSpectraRoute): never in a training step, which runs
+  with the spectrum cache off (_measure.like_training_loop)."""
+  from tf_largeconv import _args  # pylint: disable=g-import-not-at-top
+  from tf_largeconv import planning  # pylint: disable=g-import-not-at-top
+  k, ci, co, n, side, _ = point
+  key = _args.attrs_key(_args.conv_attrs(1, "SAME", "NHWC", None, "auto", None))
+  routes = tuple(p.algorithm == "tf" for p in plan.passes)
+  kept = planning.kept_spectra_bytes((n, side, side, ci), (k, k, ci, co), key, "float32",
+                                     routes)
+  return 0 < kept <= planning._CORE.spectrum_cache_budget()  # pylint: disable=protected-access
 
 
 def _once(fn):

@@ -85,7 +85,10 @@ def conv2d(input, filters, strides, padding, data_format="NHWC", dilations=None,
       only), 'tf' or 'portable' (stock TF ops only: FFT overlap-save in `tf.signal`,
       floating dtypes, static image and filter shapes). Under XLA compilation
       (jit_compile=True) 'auto' runs 'portable' and 'direct'/'fft' raise ValueError.
-      Gradients use the same setting.
+      Gradients use the same setting. An eager 'auto' call whose filter tensor came in
+      one of the last few calls of the same shapes may run the forward pass through the
+      op's FFT with the filter spectra it kept (see `planning.kept_spectra_bytes`), where
+      the first call ran TensorFlow's kernel: results then differ in the last bits.
     workspace_limit: hard bound in bytes on the temporary memory of each pass (forward and
       both gradients); None means 64 MiB. See `tf_largeconv.plan`.
 

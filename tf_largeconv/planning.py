@@ -61,6 +61,13 @@ class PassPlan:
     # was made on.
     self.estimated_seconds = {a: d["cost_" + a] if d["cost_" + a] >= 0 else None
                               for a in _MODELLED}
+    # The FFT's estimated seconds, as estimated_seconds has them, for a call whose filter
+    # spectra were kept from an earlier call (its filter transforms left out), and the
+    # bytes the spectrum cache holds for them; None and 0 where none are kept (the filter
+    # pass, or no FFT configuration fits).
+    kept = d.get("cost_fft_kept", -1)
+    self.kept_spectra_seconds = kept if kept >= 0 else None
+    self.kept_spectra_bytes = int(d.get("kept_spectra_bytes", 0))
 
   def __repr__(self):
     return (f"PassPlan({self.name}: {self.algorithm}, workspace={self.workspace_bytes} B, "
@@ -109,11 +116,14 @@ class Plan:
     kernels = {"onednn": "oneDNN's", "eigen": "Eigen's"}[_CORE.tf_kernels()]
     rows = [f"output {self.output_shape}, workspace limit {self.workspace_limit / 2**20:.1f} "
             f"MiB, {self.threads} thread(s), TF priced as {kernels} kernels",
-            line(header) + "  model ms (1 thread): " + " / ".join(_MODELLED)]
+            line(header) + "  model ms (1 thread): " + " / ".join(_MODELLED) + " / fft kept"]
+
+    def ms(seconds):
+      return "-" if seconds is None else f"{seconds * 1e3:.4g}"
+
     for p, row in zip(self.passes, cells):
       rows.append(line(row) + "  " + " / ".join(
-          "-" if p.estimated_seconds[a] is None else f"{p.estimated_seconds[a] * 1e3:.4g}"
-          for a in _MODELLED))
+          [ms(p.estimated_seconds[a]) for a in _MODELLED] + [ms(p.kept_spectra_seconds)]))
     if self.unavailable is not None:
       rows.append("the op library could not be loaded, so every pass runs the portable path "
                   f"(stock TensorFlow ops) instead of the above: {self.unavailable}")
