@@ -6,8 +6,11 @@ the plan reports are the kernels that run, and that every route gives TF's numbe
 second order, through tf.function, a SavedModel and conv2d_transpose."""
 
 import functools
+import gc
 import inspect
 import itertools
+import sys
+import threading
 
 import numpy as np
 import pytest
@@ -456,13 +459,33 @@ def test_kept_spectra_need_the_budget_and_a_recent_filter(rng, monkeypatch):
     np.testing.assert_array_equal(auto(filters[0]), on_tf[0])
   monkeypatch.setenv(SPECTRUM_ENV, str(kept_bytes // 2**20 + 1))
   assert not np.array_equal(auto(filters[0]), on_tf[0])
+  # Filters that moved share the budget: while filters[0] lives, filters[1] does not fit
+  # beside it, and moves once filters[0] is gone.
+  for _ in range(3):
+    np.testing.assert_array_equal(auto(filters[1]), on_tf[1])
+  del filters[0], on_tf[0]
+  gc.collect()
+  auto(filters[0])
+  assert not np.array_equal(auto(filters[0]), on_tf[0])
+  # The last FILTERS distinct filter tensors: a cycle of that many moves from its second
+  # round, one more never does; a filter run again becomes the last.
+  monkeypatch.setenv(SPECTRUM_ENV, "64")
   remembered = ops._KeptSpectraRoute.FILTERS  # pylint: disable=protected-access
   assert remembered == 4
-  for rounds, cycle in ((2, range(1, 1 + remembered)), (3, range(len(filters)))):
-    for i in range(rounds * len(cycle)):
-      j = cycle[i % len(cycle)]
-      moved = not np.array_equal(auto(filters[j]), on_tf[j])
-      assert moved == (len(cycle) <= remembered and i >= len(cycle)), (len(cycle), i)
+
+  def fresh(count):
+    ws = [tf.constant(rng.standard_normal(w_shape) / 9, tf.float32) for _ in range(count)]
+    return ws, [tf.nn.conv2d(x, w, 1, "SAME").numpy() for w in ws]
+
+  for rounds, count in ((2, remembered), (3, remembered + 1)):
+    ws, want = fresh(count)
+    for i in range(rounds * count):
+      moved = not np.array_equal(auto(ws[i % count]), want[i % count])
+      assert moved == (count <= remembered and i >= count), (count, i)
+  ws, want = fresh(5)
+  sequence = [0, 4, 0, 1, 0, 2, 0, 3, 0]  # 0 stays among the last four throughout
+  moved = [not np.array_equal(auto(ws[j]), want[j]) for j in sequence]
+  assert moved == [False, False, True, False, True, False, True, False, True]
 
 
 def test_kept_spectra_are_weighed_against_the_forward_route():
@@ -476,3 +499,64 @@ def test_kept_spectra_are_weighed_against_the_forward_route():
                        (((4, 32, 32, 32), (3, 3, 32, 64)), False)):
     routes = _routes(*shape, tf.float32)
     assert (_kept_bytes(*shape, tf.float32, routes) > 0) == moves, shape
+
+
+def test_threads_share_a_kept_spectra_route(rng, monkeypatch):
+  # Threads serving one model call one eager kernel: each call runs one of the two kernels
+  # and gives TF's values to the FFT's accuracy, whatever the others do meanwhile.
+  monkeypatch.setenv(SPECTRUM_ENV, "64")
+  x_shape, w_shape = KEPT
+  x = tf.constant(rng.standard_normal(x_shape), tf.float32)
+  filters = [tf.constant(rng.standard_normal(w_shape) / 9, tf.float32) for _ in range(3)]
+  want = [tf.nn.conv2d(x, w, 1, "SAME").numpy() for w in filters]
+  errors = []
+
+  def serve(t):
+    try:
+      for i in range(40):
+        j = (t + i) % len(filters)
+        w = filters[j] if i % 2 else tf.identity(filters[j])  # first sights between
+        got = lc.conv2d(x, w, 1, "SAME").numpy()
+        np.testing.assert_allclose(got, want[j], rtol=1e-4, atol=1e-4 * np.abs(want[j]).max())
+    except Exception as e:  # pylint: disable=broad-except
+      errors.append(e)
+
+  threads = [threading.Thread(target=serve, args=(t,)) for t in range(4)]
+  interval = sys.getswitchinterval()
+  sys.setswitchinterval(1e-6)  # threads switch between any two bytecodes: races show
+  try:
+    for t in threads:
+      t.start()
+    for t in threads:
+      t.join(timeout=120)
+  finally:
+    sys.setswitchinterval(interval)
+  assert not any(t.is_alive() for t in threads)
+  assert not errors, errors[0]
+  # The route's own bookkeeping, alone and fast, so that threads collide in it: a filter
+  # seen for the first time always runs the first kernel.
+  route = ops._KeptSpectraRoute(lambda x, w: "first", lambda x, w: "again", 1)  # pylint: disable=protected-access
+
+  class Filter:  # a weakly referable stand-in
+    pass
+
+  def churn(_):
+    try:
+      kept = Filter()
+      for _ in range(2000):
+        assert route(None, Filter()) == "first"
+        route(None, kept)
+    except Exception as e:  # pylint: disable=broad-except
+      errors.append(e)
+
+  threads = [threading.Thread(target=churn, args=(t,)) for t in range(4)]
+  sys.setswitchinterval(1e-6)
+  try:
+    for t in threads:
+      t.start()
+    for t in threads:
+      t.join(timeout=120)
+  finally:
+    sys.setswitchinterval(interval)
+  assert not any(t.is_alive() for t in threads)
+  assert not errors, errors[0]

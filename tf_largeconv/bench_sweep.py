@@ -156,7 +156,7 @@ def _time_point(lc, tf, np, point, rounds=5):
   run_rounds(ROUND_S)
   plan = lc.plan((n, side, side, ci), (k, k, ci, co), 1, "SAME")
   picks = [p.algorithm for p in plan.passes][:3 if mode == "train" else 1]
-  if _moves_to_kept_spectra(point, plan):
+  if mode == "forward" and _moves_to_kept_spectra(point, plan):
     picks[0] = "kept"  # the op's FFT with the spectra kept from an earlier call
   row = {"point": list(point), "seconds": times, "failed": failed, "model": model,
          "picks": picks}
@@ -171,8 +171,9 @@ def _time_point(lc, tf, np, point, rounds=5):
 
 def _moves_to_kept_spectra(point, plan):
   """Whether "auto"'s forward pass moves to the op's FFT with kept filter spectra once the
-  filter tensor comes back (ops._KeptSpectraRoute): never in a training step, which runs
-  with the spectrum cache off (_measure.like_training_loop)."""
+  filter tensor comes back (ops._KeptSpectraRoute), with the spectrum cache's budget as
+  the forward steps run it (the training steps run with it off:
+  _measure.like_training_loop)."""
   from tf_largeconv import _args  # pylint: disable=g-import-not-at-top
   from tf_largeconv import planning  # pylint: disable=g-import-not-at-top
   k, ci, co, n, side, _ = point

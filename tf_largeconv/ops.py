@@ -4,9 +4,9 @@ The gradients themselves are registered by `tf_largeconv._gradients`, imported w
 package.
 """
 
-import collections
 import functools
 import json
+import threading
 import weakref
 
 import tensorflow as tf
@@ -85,10 +85,11 @@ def conv2d(input, filters, strides, padding, data_format="NHWC", dilations=None,
       only), 'tf' or 'portable' (stock TF ops only: FFT overlap-save in `tf.signal`,
       floating dtypes, static image and filter shapes). Under XLA compilation
       (jit_compile=True) 'auto' runs 'portable' and 'direct'/'fft' raise ValueError.
-      Gradients use the same setting. An eager 'auto' call whose filter tensor came in
-      one of the last few calls of the same shapes may run the forward pass through the
-      op's FFT with the filter spectra it kept (see `planning.kept_spectra_bytes`), where
-      the first call ran TensorFlow's kernel: results then differ in the last bits.
+      Gradients use the same setting. An eager 'auto' call whose filter tensor is among
+      the last few of calls with the same shapes and arguments may run the forward pass
+      through the op's FFT with the filter spectra it kept (see
+      `planning.kept_spectra_bytes`), where the first call ran TensorFlow's kernel or the
+      op's direct kernels: results then differ in the last bits.
     workspace_limit: hard bound in bytes on the temporary memory of each pass (forward and
       both gradients); None means 64 MiB. See `tf_largeconv.plan`.
 
@@ -199,25 +200,55 @@ def _conv2d_kernel(input, filters, strides, padding, dilations, attrs, eager=Fal
 
 
 class _KeptSpectraRoute:
-  """An eager kernel that runs `first` for a filter tensor it has not seen among the last
-  few, and `again` (the op's FFT, `_kept_forward`) for one it has, while the cache budget
-  holds the `kept_bytes` of its spectra (see planning.kept_spectra_bytes). Deterministic:
-  which kernel a call runs depends only on the filter tensors of the calls before it."""
+  """An eager kernel that runs `first` for a filter tensor that is not among the FILTERS
+  distinct filter tensors it ran last, and `again` (the op's FFT, `_kept_forward`) for one
+  that is, where the spectrum cache's budget holds its spectra (`kept_bytes`, see
+  planning.kept_spectra_bytes) beside those of every other filter that moved and is still
+  alive. Which kernel a call runs depends only on the calls before it (in the order they
+  took the lock, where threads share the kernel), never on timing.
+
+  The budget is shared as the cache is, process-wide: a filter that moved holds its share
+  while its tensor lives, and one that does not fit beside them stays on `first`, so that
+  moved filters never evict each other's spectra (two 40 MiB entries under a 64 MiB budget
+  would, and each call would then transform its filter again at the FFT's full price). The
+  op keeps a filter's spectra from its second sight of it, so the first two calls that
+  move still transform the filter."""
 
   __slots__ = ("_first", "_again", "_kept_bytes", "_seen")
   FILTERS = 4  # filter tensors remembered (weakly): a few layers' worth per shape
+  _LOCK = threading.Lock()
+  _MOVED = {}  # id(filter) -> (weak reference, kept bytes): every filter that moved
 
   def __init__(self, first, again, kept_bytes):
     self._first, self._again, self._kept_bytes = first, again, kept_bytes
-    self._seen = collections.deque(maxlen=self.FILTERS)
+    self._seen = []  # weak references, the filter run last at the end
 
   def __call__(self, x, w):
-    if any(ref() is w for ref in self._seen):
-      if self._kept_bytes <= _CORE.spectrum_cache_budget():
-        return self._again(x, w)
-    else:
-      self._seen.append(weakref.ref(w))
-    return self._first(x, w)
+    with self._LOCK:
+      again = self._saw(w) and self._fits(w)
+    return (self._again if again else self._first)(x, w)
+
+  def _saw(self, w):
+    """Whether w is among the FILTERS distinct filter tensors run last; makes it the last."""
+    live = [r for r in self._seen if r() is not None]
+    others = [r for r in live if r() is not w]
+    self._seen = (others + [weakref.ref(w)])[-self.FILTERS:]
+    return len(others) < len(live)
+
+  def _fits(self, w):
+    """Whether w's spectra fit the budget beside those of the other live filters that
+    moved (recording w among them if so)."""
+    moved = self._MOVED
+    for key in [k for k, (ref, _) in moved.items() if ref() is None]:
+      del moved[key]
+    held = sum(b for _, b in moved.values())
+    budget = _CORE.spectrum_cache_budget()
+    if id(w) in moved:
+      return held <= budget
+    if held + self._kept_bytes > budget:
+      return False
+    moved[id(w)] = (weakref.ref(w), self._kept_bytes)
+    return True
 
 
 @functools.lru_cache(maxsize=256)

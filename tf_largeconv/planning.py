@@ -63,8 +63,8 @@ class PassPlan:
                               for a in _MODELLED}
     # The FFT's estimated seconds, as estimated_seconds has them, for a call whose filter
     # spectra were kept from an earlier call (its filter transforms left out), and the
-    # bytes the spectrum cache holds for them; None and 0 where none are kept (the filter
-    # pass, or no FFT configuration fits).
+    # bytes the spectrum cache holds for them; None and 0 where the FFT was not priced or
+    # keeps none (the filter pass, 'direct', int32, or no FFT configuration fits).
     kept = d.get("cost_fft_kept", -1)
     self.kept_spectra_seconds = kept if kept >= 0 else None
     self.kept_spectra_bytes = int(d.get("kept_spectra_bytes", 0))

@@ -240,8 +240,8 @@ FftWork CountFftWork(const ConvGeometry& g, ConvPass pass, const FftConfig& c,
 // thread 22.3-28.0 -> 21.3, 18.9-20.4 -> 14.6 and 49.0 -> 40.7-41.5 ms.
 
 // Single-thread seconds of a configuration (`kept_filter`: as CountFftWork); *flops: its
-// arithmetic (a real 2-D transform
-// of N points costs about 2.5 N log2 N flops, a complex multiply-add 8).
+// arithmetic (a real 2-D transform of N points costs about 2.5 N log2 N flops, a complex
+// multiply-add 8).
 double FftCost(const ConvGeometry& g, ConvPass pass, const FftConfig& c, double* flops,
                bool kept_filter = false) {
   const FftWork w = CountFftWork(g, pass, c, kept_filter);

@@ -54,8 +54,9 @@ struct PassPlanOf {
   // The FFT's cost as `costs` has it, for a call whose filter spectra were kept from an
   // earlier call of the same filter (spectrum_cache.h: the filter's transforms left out),
   // and the bytes the cache holds for them (the spectra and the filter's copy, counted at
-  // real_bytes an element); < 0 and 0 where no spectra are kept (the filter pass, 3-D, or
-  // no FFT configuration fits).
+  // real_bytes an element: twice the copy of a float16 or bfloat16 filter); < 0 and 0
+  // where the FFT was not priced or keeps no spectra (the filter pass, 3-D, 'direct',
+  // int32, a pass with nothing to compute, or no FFT configuration fits).
   double fft_kept_seconds = -1;
   int64_t kept_spectra_bytes = 0;
 };
