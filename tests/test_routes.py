@@ -501,55 +501,19 @@ def test_kept_spectra_are_weighed_against_the_forward_route():
     assert (_kept_bytes(*shape, tf.float32, routes) > 0) == moves, shape
 
 
-def test_threads_share_a_kept_spectra_route(rng, monkeypatch):
-  # Threads serving one model call one eager kernel: each call runs one of the two kernels
-  # and gives TF's values to the FFT's accuracy, whatever the others do meanwhile.
-  monkeypatch.setenv(SPECTRUM_ENV, "64")
-  x_shape, w_shape = KEPT
-  x = tf.constant(rng.standard_normal(x_shape), tf.float32)
-  filters = [tf.constant(rng.standard_normal(w_shape) / 9, tf.float32) for _ in range(3)]
-  want = [tf.nn.conv2d(x, w, 1, "SAME").numpy() for w in filters]
+def _in_threads(work, count=4):
+  """Runs work(t) in `count` threads at once, switching between any two bytecodes so that
+  races show, each bounded in time; raises the first exception a thread raised."""
   errors = []
 
-  def serve(t):
+  def run(t):
     try:
-      for i in range(40):
-        j = (t + i) % len(filters)
-        w = filters[j] if i % 2 else tf.identity(filters[j])  # first sights between
-        got = lc.conv2d(x, w, 1, "SAME").numpy()
-        np.testing.assert_allclose(got, want[j], rtol=1e-4, atol=1e-4 * np.abs(want[j]).max())
+      work(t)
     except Exception as e:  # pylint: disable=broad-except
       errors.append(e)
 
-  threads = [threading.Thread(target=serve, args=(t,)) for t in range(4)]
+  threads = [threading.Thread(target=run, args=(t,)) for t in range(count)]
   interval = sys.getswitchinterval()
-  sys.setswitchinterval(1e-6)  # threads switch between any two bytecodes: races show
-  try:
-    for t in threads:
-      t.start()
-    for t in threads:
-      t.join(timeout=120)
-  finally:
-    sys.setswitchinterval(interval)
-  assert not any(t.is_alive() for t in threads)
-  assert not errors, errors[0]
-  # The route's own bookkeeping, alone and fast, so that threads collide in it: a filter
-  # seen for the first time always runs the first kernel.
-  route = ops._KeptSpectraRoute(lambda x, w: "first", lambda x, w: "again", 1)  # pylint: disable=protected-access
-
-  class Filter:  # a weakly referable stand-in
-    pass
-
-  def churn(_):
-    try:
-      kept = Filter()
-      for _ in range(2000):
-        assert route(None, Filter()) == "first"
-        route(None, kept)
-    except Exception as e:  # pylint: disable=broad-except
-      errors.append(e)
-
-  threads = [threading.Thread(target=churn, args=(t,)) for t in range(4)]
   sys.setswitchinterval(1e-6)
   try:
     for t in threads:
@@ -560,3 +524,36 @@ def test_threads_share_a_kept_spectra_route(rng, monkeypatch):
     sys.setswitchinterval(interval)
   assert not any(t.is_alive() for t in threads)
   assert not errors, errors[0]
+
+
+def test_threads_share_a_kept_spectra_route(rng, monkeypatch):
+  # Threads serving one model call one eager kernel: each call runs one of the two kernels
+  # and gives TF's values to the FFT's accuracy, whatever the others do meanwhile.
+  monkeypatch.setenv(SPECTRUM_ENV, "64")
+  x_shape, w_shape = KEPT
+  x = tf.constant(rng.standard_normal(x_shape), tf.float32)
+  filters = [tf.constant(rng.standard_normal(w_shape) / 9, tf.float32) for _ in range(3)]
+  want = [tf.nn.conv2d(x, w, 1, "SAME").numpy() for w in filters]
+
+  def serve(t):
+    for i in range(40):
+      j = (t + i) % len(filters)
+      w = filters[j] if i % 2 else tf.identity(filters[j])  # first sights between
+      got = lc.conv2d(x, w, 1, "SAME").numpy()
+      np.testing.assert_allclose(got, want[j], rtol=1e-4, atol=1e-4 * np.abs(want[j]).max())
+
+  _in_threads(serve)
+  # The route's own bookkeeping, alone and fast, so that threads collide in it: a filter
+  # seen for the first time always runs the first kernel.
+  route = ops._KeptSpectraRoute(lambda x, w: "first", lambda x, w: "again", 1)  # pylint: disable=protected-access
+
+  class Filter:  # a weakly referable stand-in
+    pass
+
+  def churn(_):
+    kept = Filter()
+    for _ in range(2000):
+      assert route(None, Filter()) == "first"
+      route(None, kept)
+
+  _in_threads(churn)
