@@ -34,7 +34,7 @@ BAD = [
     ("batch_stride", dict(strides=[2, 1, 1, 1]), Unimplemented, Unimplemented,
      "strides must be 1 in the batch and depth"),
     ("float_stride", dict(strides=1.5), ValueError, ValueError, "strides must"),
-    # Equal to 1 but not ints: they must not find the kernel of strides=1 (ops._eager_key).
+    # Equal to 1 but not ints: they must not find the kernel of strides=1 (ops._dispatch.eager_key).
     ("float_one_stride", dict(strides=1.0), ValueError, ValueError, "strides must"),
     ("bool_stride", dict(strides=True), ValueError, ValueError, "strides must contain only"),
     ("bool_dilations", dict(dilations=[True, 1]), ValueError, ValueError,
@@ -87,7 +87,7 @@ def test_eager_errors(overrides, eager_exc, traced_exc, msg):
                          ids=[b[0] for b in BAD])
 def test_eager_errors_after_a_good_call_of_the_same_tensors(overrides, eager_exc, traced_exc,
                                                             msg):
-  # Eager calls of tensors look their kernel up (ops._eager_key); a good call of tensors of
+  # Eager calls of tensors look their kernel up (ops._dispatch.eager_key); a good call of tensors of
   # the same shapes first leaves its kernel there, which the bad one must not find.
   kw = {k: tf.constant(v) if isinstance(v, np.ndarray) else v
         for k, v in _call(overrides).items()}
@@ -164,15 +164,15 @@ def test_rank3_input_does_not_kill_the_process():
 
 def test_missing_library_names_path_and_rebuild_command():
   with pytest.raises(ImportError, match=r"_no_such_lib\*\.so.*not found in .*make build"):
-    _loader._library_path("_no_such_lib")  # pylint: disable=protected-access
+    _loader._library_path("_no_such_lib")
 
 
 def test_stale_build_names_versions_and_rebuild_command(monkeypatch):
-  from tf_largeconv import _build_info  # pylint: disable=g-import-not-at-top
+  from tf_largeconv import _build_info
   monkeypatch.setattr(_build_info, "TF_VERSION", "1.0.0")
   with pytest.raises(ImportError, match=r"built against TensorFlow 1\.0\.0 but TensorFlow "
                      r"2\.\d+\.\d+ is installed.*make build"):
-    _loader._check_build_version()  # pylint: disable=protected-access
+    _loader._check_build_version()
 
 
 @pytest.mark.parametrize("kind,exception", [

@@ -10,8 +10,8 @@ import pytest
 import subproc
 import tensorflow as tf
 
-from tf_largeconv import _export
-from tf_largeconv import ops as lc_ops
+from tf_largeconv import _args
+from tf_largeconv.keras import export as _export
 from tf_largeconv.keras import FoldedBlock
 from tf_largeconv.keras import LargeConv2D
 from tf_largeconv.keras import LargeDepthwiseConv2D
@@ -85,7 +85,7 @@ def test_export_loads_without_package_and_matches(rng, tmp_path):
   assert spec[1]["input_0"].shape.as_list() == [None, H, W, C]
   # The model itself is unchanged: its layers keep 'auto', and the forcing is off.
   assert [l.algorithm for l in model.layers if hasattr(l, "algorithm")] == ["auto", "auto"]
-  assert not lc_ops.forced_portable()
+  assert not _args.forced_portable()
   np.testing.assert_allclose(model(x).numpy(), want, rtol=0, atol=1e-5 * np.abs(want).max())
   _check_child(path, x, want, tmp_path)
 
@@ -148,7 +148,7 @@ def test_export_argument_errors(tmp_path):
   free = keras.Sequential([keras.Input((None, None, C)), LargeConv2D(2, 15)])
   with pytest.raises(ValueError, match="static"):
     export_portable(free, str(tmp_path / "c"))
-  assert not lc_ops.forced_portable()
+  assert not _args.forced_portable()
 
 
 def test_tf_keras_export_loads_without_package(tmp_path):

@@ -41,9 +41,10 @@ def _route(name, algorithm="auto"):
   s = STRIDES.get(name, 1)
   attrs = _args.conv_attrs([1, 1, s, s], padding, "NCHW", None, algorithm)
   image = (1,) + tuple(x_shape[1:])
-  if not planning.tf_kernel_eligible(image, w_shape, attrs, tf.as_dtype(dtype), "GPU"):
+  if not planning.routing.tf_kernel_eligible(image, w_shape, attrs, tf.as_dtype(dtype), "GPU"):
     return None
-  return planning.prefers_tf_kernel(image, tuple(w_shape), _args.attrs_key(attrs), dtype, "GPU")
+  return planning.routing.device_routes(image, tuple(w_shape), _args.attrs_key(attrs), dtype,
+                                        "GPU").forward
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -79,21 +80,21 @@ class _Placed:
 
 
 def test_runs_on_gpu_follows_the_tensors_device():
-  assert planning.runs_on_gpu(_Placed("/job:localhost/replica:0/task:0/device:GPU:0"))
-  assert not planning.runs_on_gpu(_Placed("/job:localhost/replica:0/task:0/device:CPU:0"))
-  assert planning.runs_on_gpu(_Placed("")) == bool(tf.config.list_logical_devices("GPU"))
+  assert planning.device.runs_on_gpu(_Placed("/job:localhost/replica:0/task:0/device:GPU:0"))
+  assert not planning.device.runs_on_gpu(_Placed("/job:localhost/replica:0/task:0/device:CPU:0"))
+  assert planning.device.runs_on_gpu(_Placed("")) == bool(tf.config.list_logical_devices("GPU"))
   with tf.device("/CPU:0"):
-    assert not planning.runs_on_gpu(tf.constant(1.0))
+    assert not planning.device.runs_on_gpu(tf.constant(1.0))
 
 
 def test_gpu_eligibility():
   attrs = _args.conv_attrs(1, "SAME", "NCHW", 2)
   x, w = (1, 64, 56, 56), (3, 3, 64, 64)
   # NCHW, dilated, float16: cuDNN runs it; TF's CPU kernels do not.
-  assert planning.tf_kernel_eligible(x, w, attrs, tf.float16, "GPU")
-  assert not planning.tf_kernel_eligible(x, w, attrs, tf.float16, "CPU")
-  assert not planning.tf_kernel_eligible(x, w, attrs, tf.float64, "GPU")
-  assert not planning.tf_kernel_eligible(x, (3, 3, 32, 64), attrs, tf.float32, "GPU")
+  assert planning.routing.tf_kernel_eligible(x, w, attrs, tf.float16, "GPU")
+  assert not planning.routing.tf_kernel_eligible(x, w, attrs, tf.float16, "CPU")
+  assert not planning.routing.tf_kernel_eligible(x, w, attrs, tf.float64, "GPU")
+  assert not planning.routing.tf_kernel_eligible(x, (3, 3, 32, 64), attrs, tf.float32, "GPU")
 
 
 def _graph_kernels(w_shape, device):

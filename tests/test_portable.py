@@ -1,4 +1,4 @@
-"""The portable path (tf_largeconv/_portable.py): tf.nn.conv2d's results from stock TF ops,
+"""The portable path (tf_largeconv/ops/portable.py): tf.nn.conv2d's results from stock TF ops,
 under XLA too, with TF's own gradients, and one loop step within the workspace limit."""
 
 import numpy as np
@@ -7,7 +7,7 @@ import tensorflow as tf
 
 from tf_largeconv import _args
 from tf_largeconv import _loader
-from tf_largeconv import _portable
+from tf_largeconv.ops import portable as _portable
 
 CASES = [
     # (input NHWC, filter, strides, padding, dilations)
@@ -143,7 +143,7 @@ def test_one_step_fits_the_limit():
 _PEAK_CHILD = """
     import sys
     import tensorflow as tf, tf_largeconv as lc
-    from tf_largeconv import _portable
+    from tf_largeconv.ops import portable as _portable
     limit = int(sys.argv[1])
     x = tf.random.uniform((1, 1000, 1000, 1)); w = tf.random.uniform((101, 101, 1, 2))
     lc.conv2d(tf.ones((1, 8, 8, 1)), tf.ones((3, 3, 1, 1)), 1, "SAME", algorithm="portable")
@@ -164,7 +164,7 @@ def test_measured_peak_stays_within_the_stated_bound():
   padded input twice (padded, transposed), the dense output three times (the loop's
   tile array, its stack, the re-tiled result) and at most three steps' worth of loop
   buffers; a limit that is not honoured breaks the bound."""
-  import subproc  # pylint: disable=g-import-not-at-top
+  import subproc
   env = subproc.child_env(TF_CPU_ALLOCATOR_USE_BFC="true")
   rows = {}
   for limit in (1_000_000, 4_000_000, 64_000_000):
@@ -212,7 +212,7 @@ def test_public_portable_runs_no_largeconv_op(rng):
 
 
 def test_portable_only_reaches_eager_calls_made_before(rng):
-  # An eager call looks its kernel up by its tensors and arguments (ops._eager_key); inside
+  # An eager call looks its kernel up by its tensors and arguments (ops._dispatch.eager_key); inside
   # portable_only() the same call must run the portable path all the same.
   x = tf.constant(rng.standard_normal((1, 40, 40, 2)), tf.float32)
   w = tf.constant(rng.standard_normal((21, 21, 2, 3)), tf.float32)

@@ -84,7 +84,7 @@ tf.config.threading.set_intra_op_parallelism_threads(n)
 import tf_largeconv as lc
 import test_reliability as t
 results = t._run_all()
-got = (tf.config.threading.get_intra_op_parallelism_threads(), lc.planning.intra_op_threads())
+got = (tf.config.threading.get_intra_op_parallelism_threads(), lc.planning.device.intra_op_threads())
 assert got == (n, n), f"asked for {n} intra-op threads; TensorFlow, planner: {got}"
 np.savez(sys.argv[2], *results)
 print(json.dumps(t._plans()))
@@ -148,7 +148,7 @@ def test_eight_threads_at_once_match_serial():
       start.wait(timeout=60)
       for _ in range(ITERATIONS):
         runs[i].append(work(jobs[i]))
-    except Exception as e:  # pylint: disable=broad-except
+    except Exception as e:
       errors.append((i, e))
 
   # Daemon threads: a hung one fails this test instead of keeping pytest from exiting.

@@ -1,5 +1,5 @@
 """algorithm='auto' routes each pass on its own: TensorFlow's kernel where the planner prices
-it lower for that pass, the op's otherwise (planning.tf_routes). TF's forward kernel is
+it lower for that pass, the op's otherwise (tf_largeconv.planning.routing). TF's forward kernel is
 fast with small filters and many channels while its backprop kernels are not, so such a
 convolution runs TF's forward kernel and the op's gradients. These tests check the routes
 the plan reports are the kernels that run, and that every route gives TF's numbers, to the
@@ -19,9 +19,11 @@ import tensorflow as tf
 import tf_largeconv as lc
 from tf_largeconv import _args
 from tf_largeconv import _loader
-from tf_largeconv import _transpose
-from tf_largeconv import ops
 from tf_largeconv import planning
+from tf_largeconv._passes import PerPass
+from tf_largeconv.ops import _dispatch
+from tf_largeconv.ops import _routing
+from tf_largeconv.ops import _transpose
 
 # (input NHWC, filter HWIO): a 7x7 16->16 filter on two images, where TF's forward kernel
 # wins and its backprop kernels lose to the op's FFT passes.
@@ -39,7 +41,7 @@ OUR_OPS = {"LargeConv>Conv2D", "LargeConv>Conv2DBackpropInput",
 
 def _routes(x_shape, w_shape, dtype=tf.float64):
   p = lc.plan(x_shape, w_shape, 1, "SAME", dtype=dtype)
-  return tuple(pp.algorithm == "tf" for pp in p.passes)
+  return PerPass.of(pp.algorithm == "tf" for pp in p.passes)
 
 
 def _op_types(fn, *args):
@@ -95,8 +97,8 @@ def test_routes_follow_the_batch():
   attrs = _args.conv_attrs(1, "SAME", "NHWC", None, "auto", None)
 
   def schedule(x_shape, f_shape):
-    return planning.tf_kernel_routes(list(x_shape), list(f_shape), tf.float64, tf.zeros(()),
-                                     attrs)
+    return planning.routing.schedule(list(x_shape), list(f_shape), tf.float64, tf.zeros(()),
+                                    attrs)
 
   assert schedule([None, *image], w_shape) == ((1, (True, False, False)),
                                                (4, (False, False, False)))
@@ -109,16 +111,16 @@ def test_routes_follow_the_batch():
 def test_a_mixed_route_must_pay_for_its_own_cost():
   # Per pass TF's kernel wins the forward pass and the op the others, by less in all than
   # a mixed route's own cost: every pass runs one way.
-  penalty = planning.MIXED_ROUTE_SECONDS * planning._CORE.REFERENCE_SLOTS
+  penalty = planning.routing.MIXED_ROUTE_SECONDS * planning.routing._CORE.REFERENCE_SLOTS
   cost = lambda tf_s, ours: dict(cost_tf=tf_s, cost_fft=ours, cost_direct=10 * ours)  # noqa: E731
   mixed = (True, False, False)
   close = [cost(1.0e-3, 1.0e-3 + penalty / 4), cost(2e-3, 2e-3 - penalty / 4),
            cost(3e-3, 3e-3 - penalty / 4)]
-  assert planning._unmixed(close, mixed) == (False, False, False)
+  assert planning.routing._unmixed(close, mixed) == (False, False, False)
   close[0]["cost_fft"] = 1.0e-3 + penalty  # TF's forward kernel now saves enough over ours
-  assert planning._unmixed(close, mixed) == (True, True, True)
+  assert planning.routing._unmixed(close, mixed) == (True, True, True)
   far = [cost(1e-3, 3e-3), cost(5e-3, 2e-3), cost(6e-3, 3e-3)]
-  assert planning._unmixed(far, mixed) == mixed
+  assert planning.routing._unmixed(far, mixed) == mixed
 
 
 def test_an_unknown_batch_runs_the_routes_of_the_batch_it_gets(rng):
@@ -149,7 +151,7 @@ def test_an_unknown_batch_runs_the_routes_of_the_batch_it_gets(rng):
 
 def test_an_eager_call_runs_the_kernel_the_full_path_picks(rng):
   # Eager calls look their kernel up by shapes, dtypes, device and arguments
-  # (ops._eager_key). In this order each call finds the kernel of the call before it where
+  # (_dispatch.eager_key). In this order each call finds the kernel of the call before it where
   # a key left out a shape, a dtype or an argument: the op's kernel (BATCHED at 32 images),
   # TF's (at one image; in float16 the op's again), routes per pass, other algorithms and
   # layouts. A looked-up kernel must give the bits the full path gives, to second order.
@@ -172,7 +174,7 @@ def test_an_eager_call_runs_the_kernel_the_full_path_picks(rng):
         a, tf.identity(b), strides=1, padding="SAME", **kwargs)
     dy = tf.ones(conv(x, w).shape, dtype)
     first = _step(conv, x, w, dy)
-    ops._EAGER_KERNELS.clear()  # pylint: disable=protected-access
+    _dispatch.EAGER_KERNELS.clear()
     want = _step(conv, x, w, dy)
     again = _step(conv, x, w, dy)
     for f, t, a, name in zip(first, want, again, ("y", "dx", "dw", "d2x", "d2w")):
@@ -291,7 +293,7 @@ def test_the_route_op_passes_its_input_on_and_routes_each_gradient(rng, monkeypa
     monkeypatch.setattr(module, name, _recorded(getattr(module, name), calls,
                                                 lambda _, name=name: name))
   route = _loader.ops().large_conv_conv2d_route
-  spec = ops.route_spec(_args.attrs_key(attrs), (True, True, False))
+  spec = _routing.route_spec(_args.attrs_key(attrs), (True, True, False))
   with tf.GradientTape(persistent=True) as tape:
     tape.watch([y, x, w])
     out = route(y, x, w, route=spec)
@@ -309,7 +311,7 @@ def test_the_route_op_passes_its_input_on_and_routes_each_gradient(rng, monkeypa
   with pytest.raises(tf.errors.InvalidArgumentError, match="route must be the JSON"):
     route(y, x, w, route="")
   for bad, message in (("{", "route must be the JSON"),
-                       (spec.replace("true, true, false", "true, false"), "3 routes"),
+                       (spec.replace("true, true, false", "true, false"), "one route per pass"),
                        (spec.replace("true, true, false", "1, 1, 0"), "as booleans"),
                        (spec.replace('"transpose": false', '"transpose": 0'), "as booleans")):
     assert bad != spec
@@ -329,7 +331,7 @@ def test_eager_mixed_routes_take_their_gradient_from_the_route_op(rng, monkeypat
   dy = tf.constant(rng.standard_normal(MIXED[0][:3] + MIXED[1][3:]))
   callers = []
   for name in ("routed_input_gradient", "routed_filter_gradient"):
-    monkeypatch.setattr(ops, name, _recorded(getattr(ops, name), callers,
+    monkeypatch.setattr(_routing, name, _recorded(getattr(_routing, name), callers,
                                              lambda _: inspect.stack()[2].function))
   auto = lambda a, b: lc.conv2d(a, b, 1, "SAME")  # noqa: E731
 
@@ -384,7 +386,7 @@ def test_every_route_gives_tensorflows_values_with_strides_and_padding(rng, rout
   for strides, padding in ((2, "SAME"), ([2, 1], [[0, 0], [1, 2], [3, 0], [0, 0]]),
                            (1, "VALID")):
     attrs = _args.conv_attrs(strides, padding, "NHWC", None, "auto", None)
-    conv = ops._routed(((1, routes),), _args.attrs_key(attrs))  # pylint: disable=protected-access
+    conv = _routing.routed(((1, PerPass.of(routes)),), _args.attrs_key(attrs))
     tf_conv = functools.partial(tf.nn.conv2d, strides=strides, padding=padding)
     dy = tf.constant(rng.standard_normal(tf_conv(x, w).shape))
     what = f"routes {routes}, strides {strides}, padding {padding}"
@@ -403,7 +405,7 @@ SPECTRUM_ENV = "LARGECONV_SPECTRUM_CACHE_MIB"
 
 def _kept_bytes(x_shape, w_shape, dtype, routes):
   key = _args.attrs_key(_args.conv_attrs(1, "SAME", "NHWC", None, "auto", None))
-  return planning.kept_spectra_bytes(tuple(x_shape), tuple(w_shape), key, dtype.name, routes)
+  return planning.kept_spectra.kept_spectra_bytes(tuple(x_shape), tuple(w_shape), key, dtype.name, routes)
 
 
 @pytest.mark.parametrize("dtype", [tf.float32, tf.float64])
@@ -470,7 +472,7 @@ def test_kept_spectra_need_the_budget_and_a_recent_filter(rng, monkeypatch):
   # The last FILTERS distinct filter tensors: a cycle of that many moves from its second
   # round, one more never does; a filter run again becomes the last.
   monkeypatch.setenv(SPECTRUM_ENV, "64")
-  remembered = ops._KeptSpectraRoute.FILTERS  # pylint: disable=protected-access
+  remembered = _dispatch.KeptSpectraRoute.FILTERS
   assert remembered == 4
 
   def fresh(count):
@@ -509,7 +511,7 @@ def _in_threads(work, count=4):
   def run(t):
     try:
       work(t)
-    except Exception as e:  # pylint: disable=broad-except
+    except Exception as e:
       errors.append(e)
 
   threads = [threading.Thread(target=run, args=(t,)) for t in range(count)]
@@ -545,7 +547,7 @@ def test_threads_share_a_kept_spectra_route(rng, monkeypatch):
   _in_threads(serve)
   # The route's own bookkeeping, alone and fast, so that threads collide in it: a filter
   # seen for the first time always runs the first kernel.
-  route = ops._KeptSpectraRoute(lambda x, w: "first", lambda x, w: "again", 1)  # pylint: disable=protected-access
+  route = _dispatch.KeptSpectraRoute(lambda x, w: "first", lambda x, w: "again", 1)
 
   class Filter:  # a weakly referable stand-in
     pass

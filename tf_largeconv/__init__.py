@@ -5,20 +5,19 @@
 the LargeConv ops, so import it before loading a SavedModel or .keras file that uses them.
 """
 
-from tf_largeconv import _gradients  # noqa: F401  (registers the ops' gradients)
 from tf_largeconv import _loader
-from tf_largeconv._conv1d import conv1d
-from tf_largeconv._conv1d import plan_conv1d
-from tf_largeconv._conv3d import conv3d
-from tf_largeconv._conv3d import plan_conv3d
-from tf_largeconv._transpose import conv2d_transpose
-from tf_largeconv._transpose import plan_transpose
+from tf_largeconv.ops import conv1d
 from tf_largeconv.ops import conv2d
 from tf_largeconv.ops import conv2d_backprop_filter
 from tf_largeconv.ops import conv2d_backprop_input
+from tf_largeconv.ops import conv2d_transpose
+from tf_largeconv.ops import conv3d
 from tf_largeconv.ops import depthwise_conv2d
+from tf_largeconv.ops import plan_conv1d
+from tf_largeconv.ops import plan_transpose
 from tf_largeconv.planning import Plan
 from tf_largeconv.planning import plan
+from tf_largeconv.planning import plan_conv3d
 
 __version__ = "0.1.0"
 
@@ -29,10 +28,10 @@ _loader.load_or_fall_back()
 
 # Registers the Keras layers as serializable, so saved models load after this import.
 try:
-  from tf_largeconv import keras  # noqa: F401  pylint: disable=g-import-not-at-top
+  from tf_largeconv import keras
 except ImportError:  # Keras 3 not installed: the ops still work
   keras = None
 
-__all__ = ["conv2d", "conv2d_backprop_input", "conv2d_backprop_filter", "depthwise_conv2d",
-           "plan", "Plan", "conv1d", "plan_conv1d", "conv2d_transpose", "plan_transpose",
-           "conv3d", "plan_conv3d", "__version__"]
+__all__ = ["Plan", "__version__", "conv1d", "conv2d", "conv2d_backprop_filter",
+           "conv2d_backprop_input", "conv2d_transpose", "conv3d", "depthwise_conv2d", "plan",
+           "plan_conv1d", "plan_conv3d", "plan_transpose"]

@@ -295,3 +295,37 @@ def as_tensors(input, filters):  # pylint: disable=redefined-builtin
     raise TypeError(f"filters must have the same dtype as input ({dtype.name}), got "
                     f"{filters.dtype.name}")
   return input, filters
+
+
+# The 3-D convolution (tf.nn.conv3d): its layouts and paddings, and its op attributes.
+
+DATA_FORMATS_3D = ("NDHWC", "NCDHW")
+PADDINGS_3D = ("SAME", "VALID")
+
+
+def _window3d(value, name):
+  """strides or dilations as tf.nn.conv3d takes them: a list of 5 ints in data_format
+  order (None: all ones, for dilations)."""
+  if value is None:
+    return [1] * 5
+  values = window_values(value, name, "5")
+  if len(values) != 5:
+    raise ValueError(f"{name} must have 5 entries (one per dimension of input), got "
+                     f"{name}={value!r}")
+  return values
+
+
+def conv3d_attrs(strides, padding, data_format="NDHWC", dilations=None, algorithm="auto",
+                 workspace_limit=None):
+  """The LargeConv>Conv3D attributes for tf.nn.conv3d-style arguments (checked for form;
+  the op checks the values against the shapes)."""
+  if data_format not in DATA_FORMATS_3D:
+    raise ValueError(f"data_format must be 'NDHWC' or 'NCDHW', got data_format={data_format!r}")
+  if padding not in PADDINGS_3D:
+    raise ValueError(f"padding must be 'SAME' or 'VALID' (tf.nn.conv3d has no explicit "
+                     f"padding), got padding={padding!r}")
+  return dict(strides=_window3d(strides, "strides"), padding=padding, data_format=data_format,
+              dilations=_window3d(dilations, "dilations"),
+              algorithm=normalize_algorithm(algorithm),
+              workspace_limit=normalize_workspace_limit(workspace_limit))
+

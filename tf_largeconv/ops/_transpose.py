@@ -10,13 +10,17 @@ import tensorflow as tf
 
 from tf_largeconv import _args
 from tf_largeconv import _loader
-from tf_largeconv import ops as _ops
-from tf_largeconv import planning
+from tf_largeconv.ops import _portable2d
+from tf_largeconv.ops import _routing
+from tf_largeconv.ops import _conv2d
+from tf_largeconv.planning import _plan
+from tf_largeconv.planning import device
+from tf_largeconv.planning import routing
 
 _CORE = _loader.core()
 
 
-def conv2d_transpose(input, filters, output_shape, strides, padding="SAME",  # pylint: disable=redefined-builtin
+def conv2d_transpose(input, filters, output_shape, strides, padding="SAME",
                      data_format="NHWC", dilations=None, name=None, algorithm="auto",
                      workspace_limit=None):
   """The transpose of `conv2d`, with tf.nn.conv2d_transpose's semantics.
@@ -73,7 +77,7 @@ def conv2d_transpose(input, filters, output_shape, strides, padding="SAME",  # p
     resolved = _args.resolve_algorithm(attrs["algorithm"])
 
     def ours(x=input, w=filters):
-      return _ops.conv2d_backprop_input(
+      return _conv2d.conv2d_backprop_input(
           output_shape, w, x, attrs["strides"], padding, data_format=attrs["data_format"],
           dilations=attrs["dilations"], algorithm=attrs["algorithm"],
           workspace_limit=workspace_limit)
@@ -86,8 +90,8 @@ def conv2d_transpose(input, filters, output_shape, strides, padding="SAME",  # p
       # As conv2d: each pass runs TensorFlow's kernel where the planner prefers it for that
       # pass of the conv2d this transposes (whose backprop_input pass is this forward one,
       # and whose input, by its batch, is this result), the op otherwise.
-      schedule = planning.tf_kernel_routes(static, _ops.known_shape(filters), input.dtype,
-                                           input, attrs)
+      schedule = routing.schedule(static, _routing.known_shape(filters), input.dtype, input,
+                                  attrs)
       if any(any(routes) for _, routes in schedule):
         result = _routed_passes(input, filters, ours, schedule, output_shape, static, attrs)
       else:
@@ -98,32 +102,33 @@ def conv2d_transpose(input, filters, output_shape, strides, padding="SAME",  # p
     return result
 
 
-def _routed_passes(input, filters, ours, schedule, output_shape, static, attrs):  # pylint: disable=redefined-builtin
+def _routed_passes(input, filters, ours, schedule, output_shape, static, attrs):
   """The transpose with its passes routed as conv2d's are (`schedule`: the routes, forward,
-  backprop_input, backprop_filter of the transposed conv2d, by batch, as `_ops.by_batch`
-  takes them): this forward pass is that conv2d's backprop_input pass, the input's
+  backprop_input, backprop_filter of the transposed conv2d, by batch, as
+  `_routing.by_batch` takes them): this forward pass is that conv2d's backprop_input pass, the input's
   gradient its forward pass, the filter's its backprop_filter pass. `ours(x, w)` is the
   op's forward pass."""
   def forward(x, w):
-    return _ops.by_batch(x, schedule, lambda routes: (
-        _tf_kernel(x, w, output_shape, static, attrs) if routes[1] else ours(x, w)))
+    return _routing.by_batch(x, schedule, lambda routes: (
+        _tf_kernel(x, w, output_shape, static, attrs) if routes.backprop_input
+        else ours(x, w)))
 
   if all(all(routes) for _, routes in schedule):  # TensorFlow's kernel and its own gradients
     return forward(input, filters)
   op_attrs = dict(attrs, algorithm="auto")  # the op's own choice between its algorithms
-  if tf.executing_eagerly() and not planning.runs_on_gpu(input):
+  if tf.executing_eagerly() and not device.runs_on_gpu(input):
     # As conv2d's eager routes: the gradient is the route op's, which costs an eager call
     # a fraction of tf.custom_gradient's.
-    return _ops.route_op(forward(input, filters), input, filters, schedule,
-                         _args.attrs_key(attrs), transpose=True)
+    return _routing.route_op(forward(input, filters), input, filters, schedule,
+                             _args.attrs_key(attrs), transpose=True)
 
   @tf.custom_gradient
   def run(x, w):
     def grad(dy):
-      dx = _ops.by_batch(x, schedule,
-                         lambda routes: routed_input_gradient(x, w, dy, routes, op_attrs))
-      dw = _ops.by_batch(x, schedule,
-                         lambda routes: routed_filter_gradient(x, w, dy, routes, op_attrs))
+      dx = _routing.by_batch(x, schedule,
+                             lambda routes: routed_input_gradient(x, w, dy, routes, op_attrs))
+      dw = _routing.by_batch(x, schedule,
+                             lambda routes: routed_filter_gradient(x, w, dy, routes, op_attrs))
       return dx, dw
 
     return forward(x, w), grad
@@ -131,31 +136,32 @@ def _routed_passes(input, filters, ours, schedule, output_shape, static, attrs):
   return run(input, filters)
 
 
-def routed_input_gradient(x, w, dy, routes, attrs):  # pylint: disable=unused-argument
+def routed_input_gradient(x, w, dy, routes, attrs):
   """The transpose's gradient with respect to its input x: the conv2d it transposes, of
-  dy, by TensorFlow's kernel where routes[0] (that conv2d's forward pass) holds,
+  dy, by TensorFlow's kernel where routes.forward (that conv2d's forward pass) holds,
   otherwise by the op with attrs' algorithm (`routes` and `attrs` of that conv2d, as
   ops.routed_input_gradient takes them)."""
-  if routes[0]:
-    return tf.raw_ops.Conv2D(input=dy, filter=w, **_ops.tf_attrs(attrs))
+  if routes.forward:
+    return tf.raw_ops.Conv2D(input=dy, filter=w, **_routing.tf_attrs(attrs))
   return _loader.ops().large_conv_conv2d(dy, w, **attrs)
 
 
 def routed_filter_gradient(x, w, dy, routes, attrs):
   """The transpose's gradient with respect to its filter w: the backprop_filter pass of the
   conv2d it transposes, for that conv2d's input dy and output gradient x."""
-  if routes[2]:
+  if routes.backprop_filter:
     return tf.raw_ops.Conv2DBackpropFilter(input=dy, filter_sizes=tf.shape(w), out_backprop=x,
-                                           **_ops.tf_attrs(attrs))
+                                           **_routing.tf_attrs(attrs))
   return _loader.ops().large_conv_conv2d_backprop_filter(dy, tf.shape(w), x, **attrs)
 
 
-def _tf_kernel(input, filters, output_shape, static, attrs):  # pylint: disable=redefined-builtin
+def _tf_kernel(input, filters, output_shape, static, attrs):
   """tf.nn.conv2d_transpose, for algorithm='tf': under XLA or without the op library
   always (XLA compiles it in every layout), otherwise where TensorFlow's kernels on the
   device support the configuration."""
   if not (_args.in_xla_context() or _loader.failure() is not None):
-    if not planning.tf_kernel_runs(static, _ops.known_shape(filters), input.dtype, input, attrs):
+    if not routing.tf_kernel_runs(static, _routing.known_shape(filters), input.dtype, input,
+                                  attrs):
       raise ValueError(
           "algorithm='tf' runs tf.nn.conv2d_transpose, which needs what TensorFlow's "
           "kernels support: a static output_shape (the batch may be unknown), no groups, "
@@ -163,13 +169,13 @@ def _tf_kernel(input, filters, output_shape, static, attrs):  # pylint: disable=
           f"float16/bfloat16/float32); got output_shape {static}, filters shape "
           f"{filters.shape}, data_format={attrs['data_format']!r}, "
           f"dilations={attrs['dilations']}, dtype {input.dtype.name}")
-  padding = _ops.tf_padding(attrs)
+  padding = _routing.tf_padding(attrs)
   return tf.nn.conv2d_transpose(input, filters, output_shape, attrs["strides"], padding,
                                 data_format=attrs["data_format"],
                                 dilations=attrs["dilations"])
 
 
-def _portable(input, filters, output_shape, padding, attrs, workspace_limit):  # pylint: disable=redefined-builtin
+def _portable(input, filters, output_shape, padding, attrs, workspace_limit):
   """The portable path (stock TF ops), with the transpose's two gradients as portable
   passes of their own. The forward pass is a tf.GradientTape gradient of the portable
   conv2d (a loop over the images where the batch is unknown); differentiating it would take
@@ -182,7 +188,7 @@ def _portable(input, filters, output_shape, padding, attrs, workspace_limit):  #
   sizes = output_shape if value is None else [int(v) for v in value]
 
   def forward(x, w):
-    return _ops.conv2d_backprop_input(sizes, w, x, **kwargs)
+    return _conv2d.conv2d_backprop_input(sizes, w, x, **kwargs)
 
   if not tf.executing_eagerly():
     # Traced as a function of its own: an enclosing tape then records one call, not the
@@ -192,8 +198,8 @@ def _portable(input, filters, output_shape, padding, attrs, workspace_limit):  #
   @tf.custom_gradient
   def run(x, w):
     def grad(dy):
-      return (_ops.conv2d(dy, w, **kwargs),
-              _ops.conv2d_backprop_filter(dy, w.shape.as_list(), x, **kwargs))
+      return (_conv2d.conv2d(dy, w, **kwargs),
+              _conv2d.conv2d_backprop_filter(dy, w.shape.as_list(), x, **kwargs))
 
     return forward(x, w), grad
 
@@ -217,10 +223,10 @@ def _output_shape_tensor(output_shape):
 def _shape_error(message):
   """A shape mismatch, raised as TensorFlow raises it: InvalidArgumentError when eager,
   ValueError while tracing."""
-  return _ops._op_error(ValueError(message))  # pylint: disable=protected-access
+  return _portable2d.op_error(ValueError(message))
 
 
-def _check_shapes(input, filters, output_shape, attrs):  # pylint: disable=redefined-builtin
+def _check_shapes(input, filters, output_shape, attrs):
   """Checks what is known of the three shapes; returns the result's static shape (a list,
   None where unknown)."""
   fmt = attrs["data_format"]
@@ -276,7 +282,7 @@ def _check_shapes(input, filters, output_shape, attrs):  # pylint: disable=redef
   return out
 
 
-def _check_spatial(x, f, out, attrs, raised=_ops._op_error):  # pylint: disable=protected-access
+def _check_spatial(x, f, out, attrs, raised=_portable2d.op_error):
   """Where they are all known, checks that the conv2d of an output_shape tensor gives
   input's height and width; `raised` turns the ValueError into the error raised."""
   fmt = attrs["data_format"]
@@ -341,4 +347,4 @@ def plan_transpose(input_shape, filter_shape, output_shape, strides, padding="SA
                      f"{sizes}: the input depth must equal the filters' dimension 3 and the "
                      "batches must be equal")
   _check_spatial(x, f, sizes, attrs, raised=lambda e: e)
-  return planning.plan_from_attrs(sizes, f, attrs, dtype, num_threads)
+  return _plan.plan_from_attrs(sizes, f, attrs, dtype, num_threads)

@@ -7,9 +7,6 @@ their layers, and neither may depend on the other's Keras.
 import tensorflow as tf
 
 from tf_largeconv import _args
-from tf_largeconv import _conv1d
-from tf_largeconv import _conv3d
-from tf_largeconv import _transpose
 from tf_largeconv import ops as _ops
 
 
@@ -81,7 +78,7 @@ class LargeConv1DSettings(LargeConvSettings):
     if padding == "CAUSAL":
       left = self.dilation_rate[0] * (self.kernel_size[0] - 1)
       padding = "VALID" if causal_done else [[left, 0]]
-    return _conv1d.conv1d(inputs, kernel, list(self.strides), padding, **self._op_kwargs())
+    return _ops.conv1d(inputs, kernel, list(self.strides), padding, **self._op_kwargs())
 
 
 # Transposed convolutions (Conv2DTranspose)
@@ -121,7 +118,7 @@ class LargeConvTransposeSettings(LargeConvSettings):
     else:
       shape = tf.stack([size[0]] + spatial + [self.filters] if channels_last
                        else [size[0], self.filters] + spatial)
-    outputs = _transpose.conv2d_transpose(inputs, self.kernel, shape, list(self.strides),
+    outputs = _ops.conv2d_transpose(inputs, self.kernel, shape, list(self.strides),
                                           self.padding.upper(), **self._op_kwargs())
     return self._bias_and_activation(outputs)
 
@@ -144,5 +141,5 @@ class LargeConv3DSettings(LargeConvSettings):
     return dict(super()._op_kwargs(), dilations=op_window(self.data_format, self.dilation_rate))
 
   def convolution_op(self, inputs, kernel):
-    return _conv3d.conv3d(inputs, kernel, op_window(self.data_format, self.strides),
+    return _ops.conv3d(inputs, kernel, op_window(self.data_format, self.strides),
                           self.padding.upper(), **self._op_kwargs())

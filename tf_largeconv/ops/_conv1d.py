@@ -12,8 +12,8 @@ thousands of taps; `plan_conv1d` shows the plan.
 import tensorflow as tf
 
 from tf_largeconv import _args
-from tf_largeconv import ops
-from tf_largeconv import planning
+from tf_largeconv.ops import _conv2d
+from tf_largeconv.planning import _plan
 
 # The 1-D layouts and the 2-D layouts they run as (TF's conv1d also takes the 2-D names).
 _FORMATS = {"NWC": "NHWC", "NCW": "NCHW", "NHWC": "NHWC", "NCHW": "NCHW"}
@@ -71,7 +71,7 @@ def conv1d_attrs(stride, padding, data_format, dilations):
           _window(dilations, "dilations", format_2d))
 
 
-def conv1d(input, filters, stride, padding, data_format="NWC", dilations=None, name=None,  # pylint: disable=redefined-builtin
+def conv1d(input, filters, stride, padding, data_format="NWC", dilations=None, name=None,
            algorithm="auto", workspace_limit=None):
   """Computes a 1-D convolution with tf.nn.conv1d's semantics, lean for long filters.
 
@@ -117,7 +117,7 @@ def conv1d(input, filters, stride, padding, data_format="NWC", dilations=None, n
                        f"shape {filters.shape}")
     # The height axis sits just before the width: -3 from the end in NWC, -2 in NCW.
     height_axis = -3 if format_2d == "NHWC" else -2
-    result = ops.conv2d(tf.expand_dims(input, height_axis), tf.expand_dims(filters, 0),
+    result = _conv2d.conv2d(tf.expand_dims(input, height_axis), tf.expand_dims(filters, 0),
                         strides, padding, data_format=format_2d, dilations=dilations,
                         algorithm=algorithm, workspace_limit=workspace_limit)
     return tf.squeeze(result, [height_axis])
@@ -154,7 +154,7 @@ def plan_conv1d(input_shape, filter_shape, stride, padding, data_format="NWC", d
                      f"{filter_shape}")
   height_axis = len(input_shape) - (2 if format_2d == "NHWC" else 1)
   shape_2d = input_shape[:height_axis] + [1] + input_shape[height_axis:]
-  p = planning.plan(shape_2d, [1] + filter_shape, strides, padding, data_format=format_2d,
+  p = _plan.plan(shape_2d, [1] + filter_shape, strides, padding, data_format=format_2d,
                     dilations=dilations, dtype=dtype, algorithm=algorithm,
                     workspace_limit=workspace_limit, num_threads=num_threads)
   out = list(p.output_shape)

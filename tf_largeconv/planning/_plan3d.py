@@ -1,10 +1,4 @@
-"""`tf_largeconv.conv3d`: tf.nn.conv3d's semantics on the LargeConv 3-D ops.
-
-The ops run the core's 3-D kernels (direct, or FFT overlap-save over volumes, chosen per
-pass by the planner under a hard workspace limit); their gradients, to second order, are
-registered by `tf_largeconv._gradients`. `plan_conv3d` shows what the op will do for given
-shapes: the same C++ planner the kernels call, per pass.
-"""
+"""`tf_largeconv.plan_conv3d`: what the 3-D op will do for given shapes."""
 
 import numbers
 
@@ -12,86 +6,11 @@ import tensorflow as tf
 
 from tf_largeconv import _args
 from tf_largeconv import _loader
-from tf_largeconv import planning
+from tf_largeconv.planning import device
+from tf_largeconv.planning.types import PassPlan
+from tf_largeconv.planning.types import Plan
 
 _CORE = _loader.core()
-
-DATA_FORMATS = ("NDHWC", "NCDHW")
-PADDINGS = ("SAME", "VALID")
-
-
-def _window(value, name):
-  """strides or dilations as tf.nn.conv3d takes them: a list of 5 ints in data_format
-  order (None: all ones, for dilations)."""
-  if value is None:
-    return [1] * 5
-  values = _args.window_values(value, name, "5")
-  if len(values) != 5:
-    raise ValueError(f"{name} must have 5 entries (one per dimension of input), got "
-                     f"{name}={value!r}")
-  return values
-
-
-def conv3d_attrs(strides, padding, data_format="NDHWC", dilations=None, algorithm="auto",
-                 workspace_limit=None):
-  """The LargeConv>Conv3D attributes for tf.nn.conv3d-style arguments (checked for form;
-  the op checks the values against the shapes)."""
-  if data_format not in DATA_FORMATS:
-    raise ValueError(f"data_format must be 'NDHWC' or 'NCDHW', got data_format={data_format!r}")
-  if padding not in PADDINGS:
-    raise ValueError(f"padding must be 'SAME' or 'VALID' (tf.nn.conv3d has no explicit "
-                     f"padding), got padding={padding!r}")
-  return dict(strides=_window(strides, "strides"), padding=padding, data_format=data_format,
-              dilations=_window(dilations, "dilations"),
-              algorithm=_args.normalize_algorithm(algorithm),
-              workspace_limit=_args.normalize_workspace_limit(workspace_limit))
-
-
-def conv3d(input, filters, strides, padding, data_format="NDHWC", dilations=None,  # pylint: disable=redefined-builtin
-           name=None, algorithm="auto", workspace_limit=None):
-  """Computes a 3-D convolution with tf.nn.conv3d's semantics, lean for large filters.
-
-  Same arguments and result as `tf.nn.conv3d`; a grouped convolution is computed when the
-  filter's in-depth divides the input depth (depthwise when it is 1), and NCDHW, dilations
-  and their gradients work on the CPU.
-
-  Args:
-    input: 5-D tensor of dtype float16, bfloat16, float32, float64 or int32: [batch, depth,
-      height, width, channels] (NDHWC) or [batch, channels, depth, height, width] (NCDHW).
-      int32 is summed exactly (modulo 2^32) by the direct kernels.
-    filters: tensor of the same dtype, shape [depth, height, width, in_channels / groups,
-      out_channels].
-    strides: list of 5 ints in data_format order, batch and channel entries 1.
-    padding: 'SAME' or 'VALID'.
-    data_format: 'NDHWC' (default) or 'NCDHW'.
-    dilations: list of 5 ints in data_format order (batch and channel entries 1); None
-      means no dilation.
-    name: optional name for the operation.
-    algorithm: 'auto' (the planner's choice per pass), 'direct', 'fft' (floating dtypes
-      only), or 'tf' / 'portable' (TensorFlow's own tf.nn.conv3d). Gradients use the same
-      setting. Under XLA compilation 'auto' runs tf.nn.conv3d.
-    workspace_limit: hard bound in bytes on the temporary memory of each pass (forward and
-      both gradients); None means 64 MiB.
-
-  Returns:
-    A tensor of input's dtype: [batch, out_depth, out_height, out_width, out_channels] for
-    NDHWC.
-
-  Raises:
-    ValueError: malformed strides, dilations, padding, data_format, algorithm or
-      workspace_limit, or algorithm='fft' with int32.
-    TypeError: unsupported or mismatched dtypes.
-    tf.errors.InvalidArgumentError: shapes that do not fit together (eager execution).
-  """
-  attrs = conv3d_attrs(strides, padding, data_format, dilations, algorithm, workspace_limit)
-  attrs["algorithm"] = _args.resolve_algorithm(attrs["algorithm"])
-  with tf.name_scope(name or "LargeConv3D"):
-    input, filters = _args.as_tensors(input, filters)
-    if attrs["algorithm"] in ("tf", _args.PORTABLE):  # TensorFlow's own kernels
-      return tf.nn.conv3d(input, filters, attrs["strides"], padding, data_format=data_format,
-                          dilations=attrs["dilations"])
-    _args.check_algorithm(attrs["algorithm"], input.dtype)
-    return _loader.ops().large_conv_conv3d(input, filters, **attrs)
 
 
 def _shape(value, name, form):
@@ -152,7 +71,7 @@ def plan_conv3d(input_shape, filter_shape, strides, padding, data_format="NDHWC"
     NotImplementedError: strides or dilations other than 1 in the batch or channel
       dimension, as TensorFlow (the op raises UnimplementedError).
   """
-  attrs = conv3d_attrs(strides, padding, data_format, dilations, algorithm, workspace_limit)
+  attrs = _args.conv3d_attrs(strides, padding, data_format, dilations, algorithm, workspace_limit)
   if attrs["algorithm"] == _args.PORTABLE:
     raise ValueError("algorithm='portable' runs stock TensorFlow ops, not the LargeConv ops "
                      "that plan_conv3d() describes; plan with algorithm='auto', 'direct', "
@@ -162,7 +81,7 @@ def plan_conv3d(input_shape, filter_shape, strides, padding, data_format="NDHWC"
   f = _shape(filter_shape, "filter_shape",
              "[depth, height, width, in_channels / groups, out_channels]")
   dtype = _args.normalize_dtype(dtype)
-  threads = int(num_threads) if num_threads else planning.intra_op_threads()
+  threads = int(num_threads) if num_threads else device.intra_op_threads()
   args = (x, f, attrs["strides"], attrs["padding"], attrs["data_format"], attrs["dilations"])
   try:
     geometry = _CORE.geometry3d(*args)
@@ -184,5 +103,5 @@ def plan_conv3d(input_shape, filter_shape, strides, padding, data_format="NDHWC"
   limit = attrs["workspace_limit"]
   if limit < 0:
     limit = _CORE.DEFAULT_WORKSPACE_LIMIT
-  return planning.Plan([planning.PassPlan(d) for d in passes], geometry["output_shape"], limit,
-                       threads, _loader.failure())
+  return Plan([PassPlan(d) for d in passes], geometry["output_shape"], limit, threads,
+              _loader.failure())

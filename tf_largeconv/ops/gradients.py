@@ -10,8 +10,8 @@ import tensorflow as tf
 
 from tf_largeconv import _args
 from tf_largeconv import _loader
-from tf_largeconv import _transpose
-from tf_largeconv import ops
+from tf_largeconv.ops import _routing
+from tf_largeconv.ops import _transpose
 
 # The attributes each op family's ops share, passed on unchanged to the gradient's ops.
 _CONV2D_ATTRS = ("strides", "padding", "explicit_paddings", "data_format", "dilations",
@@ -73,9 +73,9 @@ def _route_grad(op, grad):
   """The input's and filter's gradients by the kernels the op's route names (of conv2d, or
   of conv2d_transpose); none for its first input, the convolution's output, so that the
   kernel which computed it takes no part in the gradient."""
-  key, routes, transpose = ops.parse_route(op.get_attr("route"))
+  key, routes, transposed = _routing.parse_route(op.get_attr("route"))
   attrs = _args.attrs_from_key(key)
-  module = _transpose if transpose else ops
+  module = _transpose if transposed else _routing
   _, x, w = op.inputs
   return [None, module.routed_input_gradient(x, w, grad, routes, attrs),
           module.routed_filter_gradient(x, w, grad, routes, attrs)]

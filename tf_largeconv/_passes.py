@@ -1,0 +1,36 @@
+"""The three passes of a convolution, by name.
+
+Every value kept per pass (a route, a pass plan) is a `PerPass`, so code reads
+`routes.backprop_input`, never `routes[1]`. The order of the fields is the order in which
+the C++ planner lists its passes (`cc/core/vocabulary.h`, `kPasses`).
+"""
+
+from typing import Any
+from typing import NamedTuple
+
+PASS_NAMES = ("forward", "backprop_input", "backprop_filter")
+
+
+class PerPass(NamedTuple):
+  """One value for each pass of a convolution: its forward pass and its two gradients.
+
+  A tuple (hashable where its values are), so it keys caches as the plain tuples it
+  replaces did.
+  """
+
+  forward: Any
+  backprop_input: Any
+  backprop_filter: Any
+
+  @classmethod
+  def every(cls, value: Any) -> "PerPass":
+    """`value` for every pass."""
+    return cls(value, value, value)
+
+  @classmethod
+  def of(cls, values) -> "PerPass":
+    """The values of a sequence in pass order; ValueError unless it has one per pass."""
+    values = tuple(values)
+    if len(values) != len(PASS_NAMES):
+      raise ValueError(f"expected one value per pass {PASS_NAMES}, got {len(values)}")
+    return cls(*values)

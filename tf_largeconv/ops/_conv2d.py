@@ -1,0 +1,254 @@
+"""conv2d, depthwise_conv2d and conv2d's two gradients: tf.nn's signatures on the
+LargeConv 2-D ops.
+
+Which kernel runs each pass is chosen in `_dispatch`; the registered gradients are in
+`tf_largeconv.ops.gradients`.
+"""
+
+import tensorflow as tf
+
+from tf_largeconv import _args
+from tf_largeconv import _loader
+from tf_largeconv.ops import _dispatch
+from tf_largeconv.ops import _portable2d
+from tf_largeconv.ops import _routing
+
+
+def _known(static, dynamic):
+  """The sizes of `static` (a TensorShape) as a list where all are known, else `dynamic`."""
+  return static.as_list() if static.is_fully_defined() else dynamic
+
+
+def _joined(*parts):
+  """Shape parts (lists or int32 tensors) as one list, or one tensor if any is a tensor."""
+  if all(isinstance(p, list) for p in parts):
+    return sum(parts, [])
+  return tf.concat(parts, 0)
+
+
+def _merge_batch_dims(input, op):
+  """Runs `op` on `input` with its batch dimensions merged into one.
+
+  tf.nn.conv2d takes inputs of rank >= 4: batch_shape + 3 inner dimensions ([H, W, C] in
+  NHWC, [C, H, W] in NCHW). The batch dimensions are merged by a reshape (no copy, and its
+  gradient is a reshape too), and split again in `op`'s result. Inputs of rank 4 or of
+  unknown rank go to `op` as they are.
+  """
+  rank = input.shape.rank
+  if rank is None or rank <= 4:
+    return op(input)
+  batch_shape = input.shape[:-3]
+  batch = _known(batch_shape, tf.shape(input)[:-3])
+  # The merged size is given, never -1, which a reshape cannot infer for empty inputs.
+  merged = [batch_shape.num_elements()] if isinstance(batch, list) else [tf.reduce_prod(batch)]
+  inner = _known(input.shape[-3:], tf.shape(input)[-3:])
+  output = op(tf.reshape(input, _joined(merged, inner)))
+  out_inner = _known(output.shape[1:], tf.shape(output)[1:])
+  result = tf.reshape(output, _joined(batch, out_inner))
+  result.set_shape(batch_shape.concatenate(output.shape[1:]))
+  return result
+
+
+def conv2d(input, filters, strides, padding, data_format="NHWC", dilations=None,
+           name=None, algorithm="auto", workspace_limit=None):
+  """Computes a 2-D convolution with tf.nn.conv2d's semantics, lean for large filters.
+
+  Same arguments and result as `tf.nn.conv2d`. Unlike TF's CPU kernels, NCHW and dilated
+  gradients work on the CPU too, and a grouped convolution is computed when the filter's
+  in-depth divides the input depth.
+
+  Args:
+    input: tensor of dtype float16, bfloat16, float32, float64 or int32 and rank >= 4:
+      batch_shape + [height, width, channels] (NHWC) or batch_shape + [channels, height,
+      width] (NCHW); extra leading batch dimensions are merged by a reshape, as
+      tf.nn.conv2d does. int32 is summed exactly, wrapping modulo 2^32 as TensorFlow's
+      kernel does, by the direct kernels.
+    filters: tensor of the same dtype, shape [height, width, in_channels / groups,
+      out_channels].
+    strides: int or list of 1, 2 or 4 ints: the window stride (4 ints in data_format order,
+      batch and depth entries 1).
+    padding: 'SAME', 'VALID', or a list of four [before, after] pairs in data_format order
+      (explicit padding; batch and depth pairs [0, 0]).
+    data_format: 'NHWC' (default) or 'NCHW'.
+    dilations: int or list of 1, 2 or 4 ints: the filter dilation; default 1.
+    name: optional name for the operation.
+    algorithm: 'auto' (the planner's choice per pass), 'direct', 'fft' (floating dtypes
+      only), 'tf' or 'portable' (stock TF ops only: FFT overlap-save in `tf.signal`,
+      floating dtypes, static image and filter shapes). Under XLA compilation
+      (jit_compile=True) 'auto' runs 'portable' and 'direct'/'fft' raise ValueError.
+      Gradients use the same setting. An eager 'auto' call whose filter tensor is among
+      the last few of calls with the same shapes and arguments may run the forward pass
+      through the op's FFT with the filter spectra it kept (see
+      `tf_largeconv.planning.kept_spectra`), where the first call ran TensorFlow's kernel or the
+      op's direct kernels: results then differ in the last bits.
+    workspace_limit: hard bound in bytes on the temporary memory of each pass (forward and
+      both gradients); None means 64 MiB. See `tf_largeconv.plan`.
+
+  Returns:
+    A tensor of input's dtype: batch_shape + [out_height, out_width, out_channels] for NHWC.
+
+  Raises:
+    ValueError: malformed strides, dilations, padding, data_format, algorithm or
+      workspace_limit, algorithm='fft' with int32, or (while tracing a graph) shapes that
+      do not fit together.
+    TypeError: unsupported or mismatched dtypes.
+    tf.errors.InvalidArgumentError: shapes that do not fit together (eager execution).
+  """
+  key = _dispatch.eager_key(input, filters, (strides, padding, data_format, dilations,
+                                             algorithm, workspace_limit))
+  kernel = _dispatch.EAGER_KERNELS.get(key) if key is not None else None
+  if kernel is not None:
+    return kernel(input, filters)
+  attrs = _args.conv_attrs(strides, padding, data_format, dilations, algorithm, workspace_limit)
+  attrs["algorithm"] = _args.resolve_algorithm(attrs["algorithm"])
+  with tf.name_scope(name or "LargeConv2D"):
+    input, filters = _args.as_tensors(input, filters)
+    _args.check_algorithm(attrs["algorithm"], input.dtype)
+    if attrs["algorithm"] == _args.PORTABLE:
+      return _merge_batch_dims(input, lambda x: _portable2d.conv2d(x, filters, attrs))
+    if key is not None and input.shape.rank == 4:
+      kernel = _dispatch.kernel_for(input, filters, strides, padding, dilations, attrs,
+                                    eager=True)
+      return _dispatch.remember(key, kernel)(input, filters)
+    return _merge_batch_dims(
+        input, lambda x: _dispatch.kernel_for(x, filters, strides, padding, dilations, attrs)(
+            x, filters))
+
+
+def _static_list(t):
+  value = tf.get_static_value(t)
+  return None if value is None else [int(v) for v in value]
+
+
+def depthwise_conv2d(input, filter, strides, padding, data_format=None, dilations=None,
+                     name=None, algorithm="auto", workspace_limit=None):
+  """Depthwise 2-D convolution with tf.nn.depthwise_conv2d's semantics.
+
+  Each input channel c is convolved with its own `channel_multiplier` filters; output
+  channel c * channel_multiplier + m comes from filter[:, :, c, m]. Unlike
+  tf.nn.depthwise_conv2d this also supports unequal strides, strides together with
+  dilations (which TF computes wrongly, with a warning) and extra leading batch dimensions
+  (as tf.nn.conv2d does), on the CPU in NHWC and NCHW. It is the grouped convolution with
+  one group per input channel.
+
+  Args:
+    input: tensor of rank >= 4 in data_format order (batch_shape + 3 dimensions),
+      float16/bfloat16/float32/float64 (as tf.nn.depthwise_conv2d, no int32).
+    filter: tensor of the same dtype, [height, width, in_channels, channel_multiplier].
+    strides: int or list of 1, 2 or 4 ints (4 in data_format order).
+    padding: 'SAME', 'VALID', or four [before, after] pairs in data_format order.
+    data_format: 'NHWC' (default when None) or 'NCHW'.
+    dilations: int or list of 1, 2 (TF's `rate`) or 4 ints; default 1.
+    name: optional name for the operation.
+    algorithm, workspace_limit: as for `conv2d`.
+
+  Returns:
+    A tensor with in_channels * channel_multiplier output channels.
+
+  Raises:
+    ValueError: malformed arguments, an input of rank < 4, or a filter whose in_channels
+      differs from the input's depth (or whose rank is not 4).
+    TypeError: a dtype tf.nn.depthwise_conv2d does not take, or mismatched dtypes.
+    tf.errors.InvalidArgumentError: the same mismatch found only at run time.
+  """
+  data_format = _args.normalize_data_format(data_format)
+  with tf.name_scope(name or "LargeDepthwiseConv2D"):
+    input, filter = _args.as_tensors(input, filter)
+    _args.check_dtype("input", input.dtype, _args.FLOAT_DTYPES)
+    if filter.shape.rank is not None and filter.shape.rank != 4:
+      raise ValueError("filter must be 4-D [height, width, in_channels, channel_multiplier], "
+                       f"got shape {filter.shape}")
+    if input.shape.rank is not None and input.shape.rank < 4:
+      raise ValueError("input must be 4-dimensional (or have more leading batch dimensions), "
+                       f"got shape {input.shape}")
+    axis = _args.channel_axis_from_end(data_format)
+    depth = input.shape[axis] if input.shape.rank is not None else None
+    if depth is not None and filter.shape[2] is not None and depth != filter.shape[2]:
+      raise ValueError(f"filter in_channels (dimension 2) {filter.shape[2]} must equal the "
+                       f"input depth {depth}")
+    shape = tf.shape(filter)
+    checks = []
+    if depth is None or filter.shape[2] is None:
+      checks.append(tf.debugging.assert_equal(
+          tf.shape(input)[axis], shape[2],
+          message="filter in_channels (dimension 2) must equal the input depth"))
+    with tf.control_dependencies(checks):
+      static = filter.shape.as_list()
+      if all(v is not None for v in static):
+        grouped = tf.reshape(filter, [static[0], static[1], 1, static[2] * static[3]])
+      else:
+        grouped = tf.reshape(filter, tf.stack([shape[0], shape[1], 1, shape[2] * shape[3]]))
+    return conv2d(input, grouped, strides, padding, data_format=data_format,
+                  dilations=dilations, algorithm=algorithm, workspace_limit=workspace_limit)
+
+
+def conv2d_backprop_input(input_sizes, filters, out_backprop, strides, padding,
+                          data_format="NHWC", dilations=None, name=None, algorithm="auto",
+                          workspace_limit=None):
+  """Gradient of `conv2d` with respect to its input (cf. tf.nn.conv2d_backprop_input).
+
+  Args:
+    input_sizes: int32 vector of 4: the shape of the convolution's input; or of 2, its
+      height and width (batch from out_backprop, depth from the filter's dimension 2), as
+      tf.nn.conv2d_backprop_input accepts.
+    filters: the convolution's filter (float16, bfloat16, float32, float64 or int32).
+    out_backprop: gradient with respect to the convolution's output.
+    strides, padding, data_format, dilations, algorithm, workspace_limit: as for `conv2d`.
+    name: optional name for the operation.
+
+  Returns:
+    Gradient with respect to the input, shaped `input_sizes`.
+  """
+  attrs = _args.conv_attrs(strides, padding, data_format, dilations, algorithm, workspace_limit)
+  attrs["algorithm"] = _args.resolve_algorithm(attrs["algorithm"])
+  with tf.name_scope(name or "LargeConv2DBackpropInput"):
+    out_backprop, filters = _args.as_tensors(out_backprop, filters)
+    _args.check_algorithm(attrs["algorithm"], out_backprop.dtype)
+    input_sizes = tf.convert_to_tensor(input_sizes, dtype=tf.int32, name="input_sizes")
+    if attrs["algorithm"] == _args.PORTABLE:
+      return _portable2d.backprop_input(input_sizes, filters, out_backprop, attrs)
+    if attrs["algorithm"] == "tf":
+      sizes = _static_list(input_sizes)
+      f_shape = filters.shape.as_list() if filters.shape.rank is not None else None
+      if sizes is not None and len(sizes) == 2 and f_shape:  # batch and depth implied
+        nchw = attrs["data_format"] == "NCHW"
+        sizes = ([0, f_shape[2]] + sizes) if nchw else ([0] + sizes + [f_shape[2]])
+      _routing.check_tf_kernel(sizes, f_shape, out_backprop.dtype, out_backprop, attrs)
+      return tf.compat.v1.nn.conv2d_backprop_input(
+          input_sizes, filters, out_backprop, attrs["strides"], _routing.tf_padding(attrs),
+          data_format=attrs["data_format"], dilations=attrs["dilations"])
+    return _loader.ops().large_conv_conv2d_backprop_input(input_sizes, filters, out_backprop,
+                                                          **attrs)
+
+
+def conv2d_backprop_filter(input, filter_sizes, out_backprop, strides, padding,
+                           data_format="NHWC", dilations=None, name=None, algorithm="auto",
+                           workspace_limit=None):
+  """Gradient of `conv2d` with respect to its filter (cf. tf.nn.conv2d_backprop_filter).
+
+  Args:
+    input: the convolution's input (float16, bfloat16, float32, float64 or int32).
+    filter_sizes: int32 vector of 4: the filter's shape.
+    out_backprop: gradient with respect to the convolution's output.
+    strides, padding, data_format, dilations, algorithm, workspace_limit: as for `conv2d`.
+    name: optional name for the operation.
+
+  Returns:
+    Gradient with respect to the filter, shaped `filter_sizes`.
+  """
+  attrs = _args.conv_attrs(strides, padding, data_format, dilations, algorithm, workspace_limit)
+  attrs["algorithm"] = _args.resolve_algorithm(attrs["algorithm"])
+  with tf.name_scope(name or "LargeConv2DBackpropFilter"):
+    input, out_backprop = _args.as_tensors(input, out_backprop)
+    _args.check_algorithm(attrs["algorithm"], input.dtype)
+    filter_sizes = tf.convert_to_tensor(filter_sizes, dtype=tf.int32, name="filter_sizes")
+    if attrs["algorithm"] == _args.PORTABLE:
+      return _portable2d.backprop_filter(input, filter_sizes, out_backprop, attrs)
+    if attrs["algorithm"] == "tf":
+      x_shape = input.shape.as_list() if input.shape.rank == 4 else None
+      _routing.check_tf_kernel(x_shape, _static_list(filter_sizes), input.dtype, input, attrs)
+      return tf.compat.v1.nn.conv2d_backprop_filter(
+          input, filter_sizes, out_backprop, attrs["strides"], _routing.tf_padding(attrs),
+          data_format=attrs["data_format"], dilations=attrs["dilations"])
+    return _loader.ops().large_conv_conv2d_backprop_filter(input, filter_sizes, out_backprop,
+                                                           **attrs)
