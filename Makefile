@@ -137,7 +137,7 @@ $(PKG)/_build_info.py: $(OPS_LIB)
 
 demo: $(VENV)/.ready
 	$(MAKE) --no-print-directory build PY=$(VENV)/bin/python
-	$(VENV)/bin/python -m $(PKG).demo
+	$(VENV)/bin/python -m benchmarks.demo
 
 test: $(VENV)/.ready
 	$(MAKE) --no-print-directory build PY=$(VENV)/bin/python
@@ -152,7 +152,7 @@ fuzz: $(VENV)/.ready
 bench: $(VENV)/.ready
 	$(MAKE) --no-print-directory build PY=$(VENV)/bin/python
 	$(VENV)/bin/python -m pip install -q matplotlib dask-image==2026.5.0
-	$(VENV)/bin/python -m $(PKG).bench
+	$(VENV)/bin/python -m benchmarks.cpu.bench
 
 # On a machine with a GPU, torch and pytest (no TensorFlow needed): build the CUDA module,
 # run the GPU tests, then time both algorithms and the planner's choice against cuDNN
@@ -161,7 +161,7 @@ GPU_OUT ?= .
 gpu-check:
 	$(MAKE) --no-print-directory cuda PY=$(PY)
 	LARGECONV_REQUIRE_GPU=1 $(PY) -m pytest -q -rs tests/gpu
-	$(PY) tests/gpu/bench_gpu.py --algorithms auto direct fft --json $(GPU_OUT)/bench_gpu.json
+	$(PY) -m benchmarks.gpu.bench --algorithms auto direct fft --json $(GPU_OUT)/bench_gpu.json
 
 clean:
 	rm -rf build $(PKG)/_large_conv_ops*.so $(PKG)/_core*.so $(PKG)/_cuda*.so $(PKG)/_build_info.py

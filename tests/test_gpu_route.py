@@ -1,23 +1,21 @@
 """'auto' on a GPU: the route between TensorFlow's own kernel (cuDNN) and the CUDA kernels,
 checked on the CPU against the step times measured on an H100 (docs/gpu/, from
-tests/gpu/bench_gpu.py), and the graph it builds for a tensor placed on a GPU."""
+benchmarks/gpu/bench.py), and the graph it builds for a tensor placed on a GPU."""
 
 import glob
 import json
 import os
-import sys
 
 import pytest
 import tensorflow as tf
 
 import tf_largeconv as lc
+from benchmarks.gpu.cases import CASES
+from benchmarks.gpu.cases import STRIDES
 from tf_largeconv import _args
 from tf_largeconv import planning
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "tests", "gpu"))
-from bench_cases import CASES  # noqa: E402  pylint: disable=g-import-not-at-top
-from bench_cases import STRIDES  # noqa: E402  pylint: disable=g-import-not-at-top
 
 
 def _measured():

@@ -1,7 +1,7 @@
 """Benchmark `slide`: a slide on disk larger than a dask.distributed cluster's memory,
 convolved with a 101x101 filter by tf_largeconv.dask, against the baselines.
 
-  python -m tf_largeconv.bench --cases slide [--size 34000] [--chunk 4096] [--out DIR]
+  python -m benchmarks.cpu.bench --cases slide [--size 34000] [--chunk 4096] [--out DIR]
 
 Writes a float32 zarr slide of size x size (34000^2: 4.3 GiB) to --dir (kept for later runs
 of the same size and chunk with --keep-slide), starts a LocalCluster of --workers processes
@@ -279,7 +279,7 @@ def _report(r):
 
 
 def main(argv=None):
-  p = argparse.ArgumentParser(prog="python -m tf_largeconv.bench --cases slide",
+  p = argparse.ArgumentParser(prog="python -m benchmarks.cpu.bench --cases slide",
                               description=__doc__.splitlines()[0])
   p.add_argument("--size", type=int, default=34000, help="slide rows = columns")
   p.add_argument("--chunk", type=int, default=4096, help="zarr and dask chunk rows/columns")

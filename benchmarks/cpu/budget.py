@@ -1,7 +1,7 @@
 """Budget sweep: forward time against `workspace_limit`, for the planner's choice ("auto")
 and each algorithm that fits the limit, one process, warm times.
 
-  python -m tf_largeconv.bench --cases budget [--out DIR]
+  python -m benchmarks.cpu.bench --cases budget [--out DIR]
 
 A larger limit must never make a plan slower (the planner only gains candidates), and at
 every limit "auto" should be as fast as the fastest algorithm that fits it. The direct
@@ -14,7 +14,7 @@ import json
 import os
 import time
 
-from tf_largeconv import _measure
+from benchmarks import measure
 
 KiB, MiB = 2**10, 2**20
 LIMITS = (256 * KiB, 384 * KiB, 512 * KiB, 768 * KiB, MiB, 3 * MiB // 2, 2 * MiB, 3 * MiB,
@@ -131,7 +131,7 @@ def _print_case(name, row):
 
 
 def _plot(results, path):
-  plt = _measure.pyplot()
+  plt = measure.pyplot()
   if plt is None:
     return
   fig, axes = plt.subplots(1, len(results), figsize=(5.5 * len(results), 4))

@@ -1,7 +1,7 @@
 """Planner sweep: does algorithm="auto" pick the fastest path across the space?
 
-  python -m tf_largeconv.bench --cases sweep [--out DIR]     # the default cells
-  python -m tf_largeconv.bench_sweep --full [--out DIR]      # every point of the grid
+  python -m benchmarks.cpu.bench --cases sweep [--out DIR]   # the default cells
+  python -m benchmarks.cpu.sweep --full [--out DIR]          # every point of the grid
 
 Over filter sizes, input and output channels, batch and image sizes, forward passes and
 training steps (forward + both gradients), with one and with every intra-op thread, it
@@ -37,7 +37,7 @@ import random
 import sys
 import time
 
-from tf_largeconv import _measure
+from benchmarks import measure
 
 KS = (3, 7, 15, 31, 63)
 CHANNELS = ((1, 1), (1, 8), (8, 8), (8, 32), (32, 32), (32, 128), (128, 32), (128, 128))
@@ -94,7 +94,7 @@ def _modelled(lc, point):
 
 def _step(lc, tf, x, w, mode, algorithm):
   """One call of the step: tf.nn.conv2d for "tf", the op with `algorithm` otherwise."""
-  _measure.like_training_loop(mode)
+  measure.like_training_loop(mode)
   if algorithm == "tf":
     conv = lambda a, b: tf.nn.conv2d(a, b, 1, "SAME")  # noqa: E731
   else:
@@ -173,7 +173,7 @@ def _moves_to_kept_spectra(point, plan):
   """Whether "auto"'s forward pass moves to the op's FFT with kept filter spectra once the
   filter tensor comes back (ops._KeptSpectraRoute), with the spectrum cache's budget as
   the forward steps run it (the training steps run with it off:
-  _measure.like_training_loop)."""
+  measure.like_training_loop)."""
   from tf_largeconv import _args  # pylint: disable=g-import-not-at-top
   from tf_largeconv import planning  # pylint: disable=g-import-not-at-top
   k, ci, co, n, side, _ = point
@@ -237,7 +237,7 @@ HEADER = (f"{'k':>4s}{'in':>5s}{'out':>5s}{'n':>4s}{'side':>5s}{'mode':>8s}{'th'
 
 
 def _plot(rows, path):
-  plt = _measure.pyplot()
+  plt = measure.pyplot()
   if plt is None:
     return
   import numpy as np  # pylint: disable=g-import-not-at-top
@@ -280,8 +280,8 @@ def main(out_dir, full=False, threads=None):
   rows = []
   print(HEADER)
   for n in threads or sorted({1, len(os.sched_getaffinity(0))}):
-    got = _measure.run_child(["-m", "tf_largeconv.bench_sweep", "--child", str(n)] +
-                             (["--full"] if full else []), timeout=6 * 3600)
+    got = measure.run_child(["-m", "benchmarks.cpu.sweep", "--child", str(n)] +
+                            (["--full"] if full else []), timeout=6 * 3600)
     if "error" in got:
       print(f"{n} thread(s): {got['error']}")
       continue

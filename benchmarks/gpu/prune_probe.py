@@ -15,10 +15,10 @@ min over repeats, in place, float32) a round's forward and inverse transforms:
   split    row and column passes over interleaved planes, every row (the split's own cost)
   pruned   the same with the row pass over the kept rows only
 and, with --profile, each bench case's FFT step timed and under torch.profiler
-(tests/gpu/fft_steps.py): the share of its GPU time in cuFFT's kernels, which bounds what
+(benchmarks/gpu/fft_steps.py): the share of its GPU time in cuFFT's kernels, which bounds what
 pruning can save.
 
-  python tests/gpu/prune_probe.py [--repeats 20] [--profile] [--json PATH]
+  python -m benchmarks.gpu.prune_probe [--repeats 20] [--profile] [--json PATH]
 
 Needs a CUDA device and torch (cuFFT is the one torch loads); --profile also needs _cuda.
 """
@@ -26,13 +26,8 @@ Needs a CUDA device and torch (cuFFT is the one torch loads); --profile also nee
 import argparse
 import ctypes
 import json
-import os
-import sys
 
 import torch
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [HERE, os.path.dirname(HERE)]
 
 R2C, C2R, C2C = 0x2A, 0x2C, 0x29
 FORWARD, INVERSE = -1, 1
@@ -220,7 +215,7 @@ def main(argv=None):
   if args.profile is not None:
     cases = args.profile or ["seed_forward", "k63_train", "replk31_train_f32",
                              "slak51_train_f32", "k21_c32_train"]
-    import fft_steps  # pylint: disable=g-import-not-at-top
+    from benchmarks.gpu import fft_steps  # pylint: disable=g-import-not-at-top
     results["profile"] = fft_steps.measure(cases, args.repeats, limited=())["rows"]
   if args.json:
     with open(args.json, "w") as f:

@@ -1,5 +1,5 @@
-"""The GPU bench's cases (tests/gpu/bench_gpu.py), free of torch so that CPU tests can read
-them next to the measurements in docs/gpu/."""
+"""The GPU bench's cases (benchmarks/gpu/bench.py), free of torch so that CPU tests can read
+them next to the measurements in benchmarks/results/gpu/."""
 
 # name: (input NCHW, filter HWIO, padding, mode, dtype). Depthwise: filter in-depth 1 with
 # as many output channels as input channels. Mode "transpose_train" is conv2d_transpose's
