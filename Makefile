@@ -157,7 +157,7 @@ bench: $(VENV)/.ready
 # On a machine with a GPU, torch and pytest (no TensorFlow needed): build the CUDA module,
 # run the GPU tests, then time both algorithms and the planner's choice against cuDNN
 # (results also as JSON in $(GPU_OUT)).
-GPU_OUT ?= .
+GPU_OUT ?= benchmarks/results/gpu
 gpu-check:
 	$(MAKE) --no-print-directory cuda PY=$(PY)
 	LARGECONV_REQUIRE_GPU=1 $(PY) -m pytest -q -rs tests/gpu

@@ -9,6 +9,10 @@ import time
 
 # The folder holding `benchmarks`: children find the benchmarks there wherever they start.
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Where the CPU benchmarks write their tables and plots by default (the results kept in the
+# repository), and their scratch data (the slide benchmark's zarr arrays; ignored by git).
+RESULTS_DIR = os.path.join(REPO_ROOT, "benchmarks", "results", "cpu")
+SCRATCH_DIR = os.path.join(REPO_ROOT, "benchmarks", "scratch")
 
 # The op's budget for filter spectra kept between calls (cc/core/spectrum_cache.h), and
 # the caller's own setting of it, which forward steps keep.

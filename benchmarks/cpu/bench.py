@@ -314,7 +314,8 @@ def main(argv=None):
   parser.add_argument("--cases", nargs="*",
                       help=f"subset of: {', '.join(CASES)}, budget, fold, portable")
   parser.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK)}")
-  parser.add_argument("--out", default="bench_results")
+  parser.add_argument("--out", default=measure.RESULTS_DIR,
+                      help="where the tables and plots go (default: benchmarks/results/cpu)")
   parser.add_argument("--timeout", type=int, default=900, help="seconds per measurement")
   parser.add_argument("--impls", nargs="*", choices=IMPLS, default=list(IMPLS),
                       help="implementations to time (default: all; tf_largeconv alone "

@@ -29,6 +29,8 @@ import time
 
 import numpy as np
 
+from benchmarks import measure
+
 MiB = 2**20
 GiB = 2**30
 FILTER = 101
@@ -289,10 +291,12 @@ def main(argv=None):
                  help="dask-image's crop (rows = columns); 0 skips it")
   p.add_argument("--in-memory-crop", type=int, default=4096)
   p.add_argument("--skip-map-overlap", action="store_true")
-  p.add_argument("--dir", default=os.path.join("bench_results", "slide"),
-                 help="where the slide and the outputs are written")
+  p.add_argument("--dir", default=os.path.join(measure.SCRATCH_DIR, "slide"),
+                 help="where the slide and the outputs are written (default: "
+                      "benchmarks/scratch/slide)")
   p.add_argument("--keep-slide", action="store_true", help="keep the slide for later runs")
-  p.add_argument("--out", default="bench_results")
+  p.add_argument("--out", default=measure.RESULTS_DIR,
+                 help="where bench_slide.json goes (default: benchmarks/results/cpu)")
   args = p.parse_args(argv)
   args.memory_limit = int(args.memory_limit * GiB)
   run(args)

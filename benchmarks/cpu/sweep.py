@@ -308,7 +308,8 @@ def main(out_dir, full=False, threads=None):
 if __name__ == "__main__":
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--full", action="store_true", help="every point of the grid")
-  parser.add_argument("--out", default="bench_out")
+  parser.add_argument("--out", default=measure.RESULTS_DIR,
+                      help="where sweep.json and sweep.png go (default: benchmarks/results/cpu)")
   parser.add_argument("--threads", type=int, nargs="*",
                       help="intra-op thread settings (default: 1 and every core)")
   parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
