@@ -20,7 +20,7 @@ FILTER = (135, 135, 1, 3)
 
 
 def _data(frames):
-  import numpy as np  # pylint: disable=g-import-not-at-top
+  import numpy as np
   rng = np.random.default_rng(0)
   x = rng.random((frames,) + FRAME, dtype=np.float32)
   w = (rng.standard_normal(FILTER) / FILTER[0]).astype(np.float32)
@@ -29,10 +29,10 @@ def _data(frames):
 
 def _worker(which, frames, out_path):
   """Runs one implementation in this (fresh) process and saves result and figures."""
-  import numpy as np  # pylint: disable=g-import-not-at-top
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import numpy as np
+  import tensorflow as tf
 
-  import tf_largeconv as lc  # pylint: disable=g-import-not-at-top
+  import tf_largeconv as lc
 
   x, w = _data(frames)
   x, w = tf.constant(x), tf.constant(w)
@@ -58,7 +58,7 @@ def main(argv=None):
     _worker(args.worker, args.frames, args.out)
     return 0
 
-  import numpy as np  # pylint: disable=g-import-not-at-top
+  import numpy as np
   print(f"Seed case: {args.frames} frame(s) of {FRAME[0]}x{FRAME[1]}x{FRAME[2]}, filter "
         f"{'x'.join(map(str, FILTER))}, VALID -> output "
         f"{args.frames}x{FRAME[0] - FILTER[0] + 1}x{FRAME[1] - FILTER[1] + 1}x{FILTER[3]}")

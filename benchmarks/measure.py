@@ -82,9 +82,9 @@ def pyplot():
   """matplotlib.pyplot on the file-only Agg backend, or None (with a note) when matplotlib
   is not installed; the benchmarks then skip their plots."""
   try:
-    import matplotlib  # pylint: disable=g-import-not-at-top
+    import matplotlib
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+    import matplotlib.pyplot as plt
   except ImportError:
     print("matplotlib not installed: no plot written")
     return None

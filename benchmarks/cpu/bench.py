@@ -96,8 +96,8 @@ SCIPY_MAX_CHANNEL_PAIRS = 16  # scipy convolves one channel pair at a time
 def _scipy_forward(x, w, padding):
   """Correlation via scipy.signal.oaconvolve, one (image, in, out) channel triple at a
   time; strides 1. Pads like TF for SAME."""
-  import numpy as np  # pylint: disable=g-import-not-at-top
-  from scipy import signal  # pylint: disable=g-import-not-at-top
+  import numpy as np
+  from scipy import signal
   kh, kw, ci, co = w.shape
   if padding == "SAME":
     ph, pw = kh - 1, kw - 1
@@ -114,7 +114,7 @@ def _scipy_forward(x, w, padding):
 def _worker(case, impl, repeats):
   """Runs in a fresh process: builds inputs, then measures one implementation."""
   os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-  import numpy as np  # pylint: disable=g-import-not-at-top
+  import numpy as np
 
   x_shape, w_shape, strides, padding, mode = CASES[case][:5]
   measure.like_training_loop(mode)
@@ -122,7 +122,7 @@ def _worker(case, impl, repeats):
   rng = np.random.default_rng(0)
   w = (rng.standard_normal(w_shape) / (w_shape[0] * w_shape[1])).astype(np.float32)
   if _kind(case) in BIG_KINDS:  # generated in TF's bfloat16 directly: no float32 copy
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf
     x = tf.random.uniform(x_shape, dtype=tf.bfloat16)
     w = tf.cast(w, tf.bfloat16)
   else:
@@ -131,9 +131,9 @@ def _worker(case, impl, repeats):
     def run():
       _scipy_forward(x, w, padding)
   else:
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf
 
-    import tf_largeconv as lc  # pylint: disable=g-import-not-at-top
+    import tf_largeconv as lc
     warm = (tf.ones((1, 8, 8, 1)), tf.ones((3, 3, 1, 1)))
     if depthwise:
       fn = lc.depthwise_conv2d if impl == "tf_largeconv" else tf.nn.depthwise_conv2d
@@ -192,10 +192,10 @@ def _fft_floor(case):
   the padded image per input channel, one inverse per output channel, each batch of planes
   in one scipy call, at the FFT size the planner picks), times tiles x images / cores: what
   no FFT method on this machine can beat."""
-  import numpy as np  # pylint: disable=g-import-not-at-top
-  from scipy import fft  # pylint: disable=g-import-not-at-top
+  import numpy as np
+  from scipy import fft
 
-  import tf_largeconv as lc  # pylint: disable=g-import-not-at-top
+  import tf_largeconv as lc
   x_shape, w_shape, strides, padding = CASES[case][:4]
   if _kind(case) == "gigapixel":
     return None
@@ -225,10 +225,10 @@ def _fft_floor(case):
 def _fft_floor_3d(case):
   """_fft_floor for a conv3d case: per tile, one real 3-D transform per input channel and
   one inverse per output channel, at the planner's transform size."""
-  import numpy as np  # pylint: disable=g-import-not-at-top
-  from scipy import fft  # pylint: disable=g-import-not-at-top
+  import numpy as np
+  from scipy import fft
 
-  import tf_largeconv as lc  # pylint: disable=g-import-not-at-top
+  import tf_largeconv as lc
   x_shape, w_shape, strides, padding = CASES[case][:4]
   dtype = "bfloat16" if _kind(case) in BIG_KINDS else "float32"
   p = lc.plan_conv3d(x_shape, w_shape, [1, strides, strides, strides, 1], padding,
@@ -308,7 +308,7 @@ def _plot(results, path):
 def main(argv=None):
   argv = sys.argv[1:] if argv is None else list(argv)
   if argv[:2] == ["--cases", "slide"]:  # tf_largeconv.dask on a slide: its own options
-    from benchmarks.cpu import slide  # pylint: disable=g-import-not-at-top
+    from benchmarks.cpu import slide
     return slide.main(argv[2:])
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--cases", nargs="*",

@@ -41,7 +41,7 @@ def _interleaved_min(calls, seconds, min_rounds=3):
   """Min time of each call over rounds that run every call once, in a new random order each
   round, until `seconds` are spent (at least `min_rounds`): a slow spell of the machine hits
   all calls alike instead of one limit."""
-  import random  # pylint: disable=g-import-not-at-top
+  import random
   for fn in calls.values():  # warm: plans, kernels, allocations
     fn()
   best = dict.fromkeys(calls, float("inf"))
@@ -60,8 +60,8 @@ def _interleaved_min(calls, seconds, min_rounds=3):
 def sweep(seconds_per_case=90):
   """Returns {case: {"limits": [...], "auto": [s], "fft": [s or None], "choice": [...],
   "direct": s, "tf": s, "tf_bytes": bytes}}."""
-  import numpy as np  # pylint: disable=g-import-not-at-top
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import numpy as np
+  import tensorflow as tf
   rng = np.random.default_rng(0)
   results = {}
   for name, (x_shape, w_shape, padding) in SWEEP_CASES.items():
@@ -74,9 +74,9 @@ def sweep(seconds_per_case=90):
 
 
 def _sweep_case(x, w, padding, seconds):
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
 
-  import tf_largeconv as lc  # pylint: disable=g-import-not-at-top
+  import tf_largeconv as lc
   x_shape, w_shape = tuple(x.shape), tuple(w.shape)
 
   def conv(limit=None, algorithm="auto"):

@@ -33,7 +33,7 @@ SLOW_S = 60
 
 def founding_block(k, channels=CHANNELS, size=SIZE):
   """The founding user's block, written as they wrote it."""
-  import keras  # pylint: disable=g-import-not-at-top
+  import keras
   layers = keras.layers
   x = keras.Input((size, size, channels))
   p = layers.Conv2D(channels, 1, use_bias=False)(x)
@@ -45,11 +45,11 @@ def founding_block(k, channels=CHANNELS, size=SIZE):
 def _worker(k, impl, mode, tensors=False):
   """Runs in a fresh process: builds the model, measures one implementation (with
   `tensors`, only the allocator peak of a warm run)."""
-  import keras  # pylint: disable=g-import-not-at-top
-  import numpy as np  # pylint: disable=g-import-not-at-top
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import keras
+  import numpy as np
+  import tensorflow as tf
 
-  import tf_largeconv.keras as lck  # pylint: disable=g-import-not-at-top
+  import tf_largeconv.keras as lck
   rng = np.random.default_rng(0)
   block = founding_block(k)
   x = rng.random((BATCH, SIZE, SIZE, CHANNELS), dtype=np.float32)

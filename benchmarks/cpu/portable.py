@@ -25,10 +25,10 @@ EXAMPLE = os.path.join(measure.REPO_ROOT, "examples", "train_large_kernel.py")
 
 def _worker(impl):
   """Runs in a fresh process: one implementation of the seed forward case."""
-  import numpy as np  # pylint: disable=g-import-not-at-top
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import numpy as np
+  import tensorflow as tf
 
-  import tf_largeconv as lc  # pylint: disable=g-import-not-at-top
+  import tf_largeconv as lc
   rng = np.random.default_rng(0)
   x = tf.constant(rng.random(SEED[0], dtype=np.float32))
   w = tf.constant((rng.standard_normal(SEED[1]) / 135**2).astype(np.float32))

@@ -123,10 +123,9 @@ def _time_point(lc, tf, np, point, rounds=5):
   run = ["auto"] + [a for a in ALGORITHMS if model[a] is not None and
                     model[a] <= max(SKIP_FACTOR * best_model, ALWAYS_TIMED_S)]
   calls = {a: _step(lc, tf, x, w, mode, a) for a in run}
-  # A call right after a different kernel's runs slower than one after its own (a 31x31
-  # 1->1 FFT on 64x64: 0.54 ms after TF's kernel, 0.27-0.34 ms after itself; TF's kernel
-  # 2.9 ms after the op's, 2.2 after itself), so each timed call follows a call of the same
-  # algorithm: a slow one its warm-up, a fast one an untimed call in each round.
+  # A call right after a different kernel's runs slower than one after its own (a small
+  # FFT up to twice as slow, TF's kernel by a third), so each timed call follows a call of
+  # the same algorithm: a slow one its warm-up, a fast one an untimed call in each round.
   times, failed = {}, {}
   for a, fn in list(calls.items()):  # warm-up: plans, kernels, allocations
     try:
@@ -161,8 +160,8 @@ def _time_point(lc, tf, np, point, rounds=5):
   row = {"point": list(point), "seconds": times, "failed": failed, "model": model,
          "picks": picks}
   # A miss may be a slow spell: the point's rounds run again, every algorithm alike, and
-  # each keeps its minimum over both (the machine's timings swing by 30-50%; two
-  # algorithms running the same kernels differed by up to 27% in one sweep).
+  # each keeps its minimum over both (a shared machine's timings swing by tens of percent,
+  # even between two algorithms that run the same kernels).
   if len(fast) > 1 and any(r is not None and r > MISS for r in _verdict(row)):
     run_rounds(RETRY_ROUND_S)
     row["retimed"] = True
@@ -174,14 +173,14 @@ def _moves_to_kept_spectra(point, plan):
   filter tensor comes back (ops._KeptSpectraRoute), with the spectrum cache's budget as
   the forward steps run it (the training steps run with it off:
   measure.like_training_loop)."""
-  from tf_largeconv import _args  # pylint: disable=g-import-not-at-top
-  from tf_largeconv import planning  # pylint: disable=g-import-not-at-top
+  from tf_largeconv import _args
+  from tf_largeconv import planning
   k, ci, co, n, side, _ = point
   key = _args.attrs_key(_args.conv_attrs(1, "SAME", "NHWC", None, "auto", None))
   routes = tuple(p.algorithm == "tf" for p in plan.passes)
   kept = planning.kept_spectra_bytes((n, side, side, ci), (k, k, ci, co), key, "float32",
                                      routes)
-  return 0 < kept <= planning._CORE.spectrum_cache_budget()  # pylint: disable=protected-access
+  return 0 < kept <= planning._CORE.spectrum_cache_budget()
 
 
 def _once(fn):
@@ -192,12 +191,12 @@ def _once(fn):
 
 def _child(full, threads):
   """Runs in a fresh process with `threads` intra-op threads: every point of the grid."""
-  import numpy as np  # pylint: disable=g-import-not-at-top
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import numpy as np
+  import tensorflow as tf
   tf.config.threading.set_intra_op_parallelism_threads(threads)
   tf.config.threading.set_inter_op_parallelism_threads(1)
 
-  import tf_largeconv as lc  # pylint: disable=g-import-not-at-top
+  import tf_largeconv as lc
   rows = []
   for point in grid(full):
     model = _modelled(lc, point)
@@ -240,7 +239,7 @@ def _plot(rows, path):
   plt = measure.pyplot()
   if plt is None:
     return
-  import numpy as np  # pylint: disable=g-import-not-at-top
+  import numpy as np
   ks = sorted({r["point"][0] for r in rows})
   chans = sorted({(r["point"][1], r["point"][2]) for r in rows})
   fig, axes = plt.subplots(2, 2, figsize=(11, 8))

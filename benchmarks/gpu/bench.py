@@ -261,7 +261,7 @@ def main(argv=None):
   parser.add_argument("--json", help="also write the results here")
   parser.add_argument("--cudnn-heuristics", action="store_true",
                       help="cuDNN's heuristic choice instead of benchmark mode (its exhaustive "
-                      "search over the seed case's 135x135 gradients ran past 200 s on an H100)")
+                      "search over the seed case's 135x135 gradients takes minutes)")
   args = parser.parse_args(argv)
   ext = load_extension("_cuda")
   if ext is None or not torch.cuda.is_available():

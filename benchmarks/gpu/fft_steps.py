@@ -36,7 +36,7 @@ LIMITED = ("seed_forward", "k63_train", "replk31_train_f32")
 
 def _kernels(step, repeats):
   """Each kernel's GPU ms per step under torch.profiler."""
-  import torch  # pylint: disable=g-import-not-at-top
+  import torch
   with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
     for _ in range(repeats):
       step()
@@ -63,9 +63,9 @@ def short_name(kernel):
 def measure(cases, repeats, limited=LIMITED):
   """{"device", "rows"}: a row per case's step, and per case in `limited` one under a
   smaller workspace limit."""
-  import torch  # pylint: disable=g-import-not-at-top
+  import torch
 
-  from benchmarks.gpu import bench  # pylint: disable=g-import-not-at-top
+  from benchmarks.gpu import bench
   ext = bench.load_extension("_cuda")
   rows = []
   for name in cases:
@@ -86,7 +86,7 @@ def measure(cases, repeats, limited=LIMITED):
       def step(c=case, lim=limit):
         c.ours_step("fft", lim)
 
-      event_ms = bench._time(step, repeats)[0]  # pylint: disable=protected-access
+      event_ms = bench._time(step, repeats)[0]
       kernels = _kernels(step, 3)
       total = sum(kernels.values())
       fft = sum(v for k, v in kernels.items() if short_name(k).startswith("cufft:"))
@@ -107,8 +107,8 @@ def measure(cases, repeats, limited=LIMITED):
 
 def fit(paths):
   """(rates, rows): the nonnegative least-squares rates of the steps in these files."""
-  import numpy as np  # pylint: disable=g-import-not-at-top
-  from scipy.optimize import nnls  # pylint: disable=g-import-not-at-top
+  import numpy as np
+  from scipy.optimize import nnls
   rows = []
   for path in paths:
     with open(path) as f:
