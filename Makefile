@@ -1,8 +1,14 @@
 # tf_largeconv build and developer entry points.
-#   make demo   - set up .venv (tensorflow-cpu + deps), build, run the seed-case demo
-#   make test   - set up .venv, build, run the test suite
-#   make build  - build the op library and the pybind11 module in place (uses $(PY))
-#   make lint   - ruff over the Python, clang-format (check only) over cc/; `make format` fixes
+#   make demo      - set up .venv (tensorflow-cpu + deps), build, run the seed-case demo
+#                    (benchmarks/demo.py)
+#   make test      - set up .venv, build, run the test suite
+#   make build     - build the op library and the pybind11 module in place (uses $(PY))
+#   make bench     - set up .venv, build, install BENCH_DEPS, run the CPU benchmark
+#                    (benchmarks/cpu/bench.py; results in benchmarks/results/cpu/)
+#   make gpu-check - on a GPU machine (torch, no TensorFlow): build the CUDA module, run
+#                    tests/gpu and the GPU benchmark (benchmarks/gpu/bench.py)
+#   make fuzz      - long property-based fuzzing and crash hunting
+#   make lint      - ruff over the Python, clang-format (check only) over cc/; `make format` fixes
 # Every TensorFlow compile/link flag comes from tf.sysconfig; nothing TF-specific is hand-written.
 
 VENV      ?= .venv
@@ -13,6 +19,9 @@ DASK_DEPS ?= "dask[array]==2026.8.0" distributed==2026.8.0 zarr==3.1.6 tifffile=
 # tf_keras (Keras 2, for the tf_keras layer tests) without its dependency on the full
 # tensorflow package, which would be installed over tensorflow-cpu.
 NODEP_DEPS ?= "tf_keras==2.21.*"
+# What benchmarks/ needs: the `bench` extra in pyproject.toml less its `dask` part, which the
+# venv has (DASK_DEPS). Keep the two alike (tests/test_packaging.py checks).
+BENCH_DEPS ?= matplotlib scipy dask-image==2026.5.0
 # Pinned so that every machine lints alike.
 LINT_DEPS ?= ruff==0.17.6 clang-format==23.1.5
 PY        ?= $(if $(wildcard $(VENV)/bin/python),$(VENV)/bin/python,python3)
@@ -63,7 +72,7 @@ $(VENV)/.lint-tools:
 	touch $@
 
 CC_FILES = $(wildcard cc/*/*.h cc/*/*.cc cc/*/*/*.h cc/*/*/*.cc cc/*/*/*.cu)
-PY_DIRS  = tf_largeconv tests examples tools
+PY_DIRS  = tf_largeconv tests examples tools benchmarks
 
 lint: $(VENV)/.lint-tools
 	$(VENV)/bin/ruff check $(PY_DIRS)
@@ -137,7 +146,7 @@ $(PKG)/_build_info.py: $(OPS_LIB)
 
 demo: $(VENV)/.ready
 	$(MAKE) --no-print-directory build PY=$(VENV)/bin/python
-	$(VENV)/bin/python -m $(PKG).demo
+	$(VENV)/bin/python -m benchmarks.demo
 
 test: $(VENV)/.ready
 	$(MAKE) --no-print-directory build PY=$(VENV)/bin/python
@@ -151,17 +160,17 @@ fuzz: $(VENV)/.ready
 
 bench: $(VENV)/.ready
 	$(MAKE) --no-print-directory build PY=$(VENV)/bin/python
-	$(VENV)/bin/python -m pip install -q matplotlib dask-image==2026.5.0
-	$(VENV)/bin/python -m $(PKG).bench
+	$(VENV)/bin/python -m pip install -q $(BENCH_DEPS)
+	$(VENV)/bin/python -m benchmarks.cpu.bench
 
 # On a machine with a GPU, torch and pytest (no TensorFlow needed): build the CUDA module,
 # run the GPU tests, then time both algorithms and the planner's choice against cuDNN
 # (results also as JSON in $(GPU_OUT)).
-GPU_OUT ?= .
+GPU_OUT ?= benchmarks/results/gpu
 gpu-check:
 	$(MAKE) --no-print-directory cuda PY=$(PY)
 	LARGECONV_REQUIRE_GPU=1 $(PY) -m pytest -q -rs tests/gpu
-	$(PY) tests/gpu/bench_gpu.py --algorithms auto direct fft --json $(GPU_OUT)/bench_gpu.json
+	$(PY) -m benchmarks.gpu.bench --algorithms auto direct fft --json $(GPU_OUT)/bench_gpu.json
 
 clean:
 	rm -rf build $(PKG)/_large_conv_ops*.so $(PKG)/_core*.so $(PKG)/_cuda*.so $(PKG)/_build_info.py

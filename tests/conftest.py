@@ -1,5 +1,5 @@
-"""Shared test set-up: quiet TF logging, TF's Eigen kernels, make tests/ importable, seeded
-generators."""
+"""Shared test set-up: quiet TF logging, TF's Eigen kernels, make tests/ and benchmarks/
+importable, seeded generators."""
 
 import os
 import sys
@@ -11,6 +11,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # planner's pricing of either set start children with the setting they need.
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# The repository root, for `benchmarks` (measurement helpers, and the benchmarks' own code
+# under test): last, so that it never puts the checkout's tf_largeconv before the one
+# under test.
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402

@@ -19,8 +19,9 @@ REPO_ROOT = os.path.dirname(TESTS_DIR)
 
 
 def child_env(**extra):
-  """The environment for a child: the package under test and tests/ first on its path."""
-  path = [PACKAGE_PARENT, TESTS_DIR, os.environ.get("PYTHONPATH")]
+  """The environment for a child: the package under test and tests/ first on its path, and
+  the repository root (for `benchmarks`) last."""
+  path = [PACKAGE_PARENT, TESTS_DIR, os.environ.get("PYTHONPATH"), REPO_ROOT]
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
              PYTHONPATH=os.pathsep.join(p for p in path if p))
   env.update({k: str(v) for k, v in extra.items()})

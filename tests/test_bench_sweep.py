@@ -1,4 +1,4 @@
-"""The planner sweep's grid (tf_largeconv/bench_sweep.py) covers what its goals are stated
+"""The planner sweep's grid (benchmarks/cpu/sweep.py) covers what its goals are stated
 over: every filter size, channel pair and mode, every batch and image size, and no input or
 output over the sweep's memory bound. Its verdicts count TF's out-of-memory as a win."""
 
@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from tf_largeconv import bench_sweep as sweep
+from benchmarks.cpu import sweep
 
 
 def _fits(n, side, ci, co):

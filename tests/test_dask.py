@@ -265,7 +265,7 @@ MEASURE_TASK = """
 import json, sys
 import numpy as np, dask, dask.array as da
 import tf_largeconv.dask as ldask
-from tf_largeconv import _measure
+from benchmarks import measure
 from tf_largeconv.dask import _tasks
 x = da.from_array(np.random.default_rng(0).random((1, 6000, 6000, 1), dtype=np.float32),
                   chunks=(1, 2000, 2000, 1))
@@ -278,9 +278,9 @@ y.blocks[0, 0, 1, 0].compute(scheduler="sync")       # warm-up: TF and the plan
 # the task and not the copy compute() returns.
 one = y.blocks[0, 1, 1, 0].map_blocks(lambda b: b[:1, :1, :1, :1].copy(), chunks=(1,) * 4)
 _tasks._thread_buffers.__dict__.clear()              # this thread's first window
-base = _measure.reset_peak_rss()
+base = measure.reset_peak_rss()
 one.compute(scheduler="sync")
-print(json.dumps(dict(growth=_measure.peak_rss() - base, window=m.window_bytes,
+print(json.dumps(dict(growth=measure.peak_rss() - base, window=m.window_bytes,
                       output=m.output_bytes, workspace=m.workspace_bytes)))
 """
 

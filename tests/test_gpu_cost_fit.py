@@ -1,19 +1,12 @@
-"""The GPU cost model's FFT terms and the fit of its rates (tests/gpu/fft_steps.py --fit),
+"""The GPU cost model's FFT terms and the fit of its rates (benchmarks/gpu/fft_steps.py --fit),
 on the host emulation's planner: no GPU needed."""
 
-import importlib.util
 import json
-import os
 
 import pytest
 
+from benchmarks.gpu import fft_steps
 from tf_largeconv import _core
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-spec = importlib.util.spec_from_file_location("fft_steps",
-                                              os.path.join(HERE, "gpu", "fft_steps.py"))
-fft_steps = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(fft_steps)
 
 pytest.importorskip("scipy")
 

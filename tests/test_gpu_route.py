@@ -1,29 +1,28 @@
 """'auto' on a GPU: the route between TensorFlow's own kernel (cuDNN) and the CUDA kernels,
-checked on the CPU against the step times measured on an H100 (docs/gpu/, from
-tests/gpu/bench_gpu.py), and the graph it builds for a tensor placed on a GPU."""
+checked on the CPU against the step times measured on an H100 (benchmarks/results/gpu/, from
+benchmarks/gpu/bench.py), and the graph it builds for a tensor placed on a GPU."""
 
 import glob
 import json
 import os
-import sys
 
 import pytest
 import tensorflow as tf
 
 import tf_largeconv as lc
+from benchmarks.gpu.cases import CASES
+from benchmarks.gpu.cases import STRIDES
 from tf_largeconv import _args
 from tf_largeconv import planning
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "tests", "gpu"))
-from bench_cases import CASES  # noqa: E402  pylint: disable=g-import-not-at-top
-from bench_cases import STRIDES  # noqa: E402  pylint: disable=g-import-not-at-top
+GPU_RESULTS = os.path.join(ROOT, "benchmarks", "results", "gpu")
 
 
 def _measured():
   """{case: {method: median ms}} from the latest run of each case (file names sort by run)."""
   rows = {}
-  for path in sorted(glob.glob(os.path.join(ROOT, "docs", "gpu", "bench_h100_*.json"))):
+  for path in sorted(glob.glob(os.path.join(GPU_RESULTS, "bench_h100_*.json"))):
     run = {}
     with open(path) as f:
       for r in json.load(f):

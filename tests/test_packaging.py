@@ -1,5 +1,6 @@
-"""The package installs with pip against the installed TensorFlow and runs from there;
-the demo runs end to end and the example trains, both on the package under test."""
+"""The package installs with pip against the installed TensorFlow and runs from there,
+without the benchmarks; the demo (benchmarks/demo.py) runs end to end and the example
+trains, both on the package under test."""
 
 import math
 import os
@@ -7,6 +8,8 @@ import re
 
 import pytest
 import subproc
+
+import tf_largeconv as lc
 
 EXAMPLE = os.path.join(subproc.REPO_ROOT, "examples", "train_large_kernel.py")
 
@@ -28,13 +31,15 @@ def test_pip_install_no_build_isolation(tmp_path):
   path, value = out.stdout.split()
   assert path.startswith(str(target)), out.stdout
   assert float(value) == 9.0
-  # the `dask` extra's subpackage and command line ship too
+  # the `dask` extra's subpackage and command line ship too; the benchmarks do not
   assert (target / "tf_largeconv" / "dask" / "__main__.py").is_file()
+  assert not (target / "benchmarks").exists()
 
 
 def test_demo_runs(tmp_path):
-  # From a directory outside the checkout: the child imports the package under test.
-  out = subproc.run("-m tf_largeconv.demo --frames 1", timeout=600, cwd=tmp_path)
+  # From a directory outside the checkout: the child imports the package under test, and
+  # `benchmarks` from the checkout (last on its path).
+  out = subproc.run("-m benchmarks.demo --frames 1", timeout=600, cwd=tmp_path)
   assert "tf_largeconv" in out.stdout and "tf.nn.conv2d" in out.stdout, out.stdout
   diff_line = [line for line in out.stdout.splitlines() if line.startswith("max |difference|")][0]
   diff = float(diff_line.split("=")[1].split()[0])
@@ -66,3 +71,31 @@ def test_example_trains(tmp_path):
   # other seeds); gradients of the wrong sign make it rise (2.504 then 2.879).
   assert len(losses) == 2 and all(math.isfinite(v) for v in losses), losses
   assert losses[1] < losses[0], losses
+
+
+def test_the_package_holds_no_benchmarks():
+  # Benchmarks, measurement helpers and the demo live in benchmarks/, beside the package.
+  pkg = os.path.dirname(os.path.abspath(lc.__file__))
+  modules = [os.path.relpath(os.path.join(d, f), pkg) for d, _, files in os.walk(pkg)
+             for f in files if f.endswith(".py")]
+  assert not [m for m in modules if re.search(r"(^|/)(bench\w*|_?measure|demo)\.py$", m)]
+  for m in modules:
+    with open(os.path.join(pkg, m), encoding="utf-8") as f:
+      assert not re.search(r"^\s*(from|import)\s+benchmarks\b", f.read(), re.M), m
+
+
+def test_the_bench_extra_is_what_make_bench_installs():
+  # One list: pyproject's `bench` extra, less the `dask` extra the Makefile's venv has
+  # (DASK_DEPS), is the Makefile's BENCH_DEPS; `pip install .` pulls none of it.
+  tomllib = pytest.importorskip("tomllib")
+  pyproject = os.path.join(subproc.REPO_ROOT, "pyproject.toml")
+  if not os.path.isfile(pyproject):
+    pytest.skip(f"{subproc.REPO_ROOT} is not a source checkout")
+  with open(pyproject, "rb") as f:
+    project = tomllib.load(f)["project"]
+  extra = project["optional-dependencies"]["bench"]
+  with open(os.path.join(subproc.REPO_ROOT, "Makefile"), encoding="utf-8") as f:
+    make_deps = re.search(r"^BENCH_DEPS\s*\?=(.*)$", f.read(), re.M).group(1).split()
+  assert sorted(d for d in extra if d != "tf_largeconv[dask]") == sorted(make_deps)
+  names = {re.split(r"[<>=\[ ]", d)[0] for d in project["dependencies"]}
+  assert not names & {re.split(r"[<>=\[ ]", d)[0] for d in extra}, names

@@ -386,17 +386,17 @@ def test_random_shapes_and_limits_stay_within_the_limit(n, h, w, c, k, cout, pad
 _RSS_CHILD = """
     import sys
     import tensorflow as tf, tf_largeconv as lc
-    from tf_largeconv import _measure
+    from benchmarks import measure
     limit = int(sys.argv[1])
     x = tf.random.uniform((1, 2000, 2000, 1)); w = tf.random.uniform((101, 101, 1, 1))
     lc.conv2d(tf.ones((1, 8, 8, 1)), tf.ones((3, 3, 1, 1)), 1, "SAME")  # load, warm up
     p = lc.plan(x.shape, w.shape, 1, "SAME", workspace_limit=limit)
-    base = _measure.reset_peak_rss()
+    base = measure.reset_peak_rss()
     with tf.GradientTape() as tape:
       tape.watch([x, w])
       y = lc.conv2d(x, w, 1, "SAME", workspace_limit=limit)
     dx, dw = tape.gradient(y, [x, w])
-    print(_measure.peak_rss() - base, p.workspace_bytes)
+    print(measure.peak_rss() - base, p.workspace_bytes)
     """
 
 

@@ -5,11 +5,12 @@
 #   sanitize   compute-sanitizer memcheck, racecheck and synccheck over tests/gpu/sanitize_run.py
 #              (SAN_CASES: its --cases; SAN_ARGS: further options; TOOLS: which of the three;
 #              SAN_S: seconds each)
-#   steps      tests/gpu/fft_steps.py: the FFT path's steps, timed and profiled, with the cost
-#              model's terms, JSON in $OUT/fft_steps.json (STEPS_CASES: its --cases)
-#   bench      tests/gpu/bench_gpu.py, every algorithm, JSON in $OUT/bench_gpu.json
+#   steps      benchmarks/gpu/fft_steps.py: the FFT path's steps, timed and profiled, with the
+#              cost model's terms, JSON in $OUT/fft_steps.json (STEPS_CASES: its --cases)
+#   bench      benchmarks/gpu/bench.py, every algorithm, JSON in $OUT/bench_gpu.json
 #              (BENCH_CASES, BENCH_ARGS: its --cases and further options)
-# e.g.  OUT=/tmp/gpu bash tests/gpu/device_run.sh test sanitize bench
+# Run from the repository root, e.g.  OUT=/tmp/gpu bash tests/gpu/device_run.sh test sanitize bench
+# The runs worth keeping go to benchmarks/results/gpu/.
 OUT=${OUT:-gpu_out}
 PY=${PY:-python3}
 mkdir -p "$OUT"
@@ -38,11 +39,11 @@ for s in "$@"; do
     done ;;
   steps)
     stage steps
-    timeout "${STEPS_S:-240}" $PY tests/gpu/fft_steps.py --json "$OUT/fft_steps.json" \
+    timeout "${STEPS_S:-240}" $PY -m benchmarks.gpu.fft_steps --json "$OUT/fft_steps.json" \
       ${STEPS_CASES:+--cases $STEPS_CASES} 2>&1 | tee "$OUT/steps.log" ;;
   bench)
     stage bench
-    timeout "${BENCH_S:-240}" $PY tests/gpu/bench_gpu.py --algorithms auto direct fft \
+    timeout "${BENCH_S:-240}" $PY -m benchmarks.gpu.bench --algorithms auto direct fft \
       --json "$OUT/bench_gpu.json" ${BENCH_CASES:+--cases $BENCH_CASES} $BENCH_ARGS 2>&1 | tee "$OUT/bench.log" ;;
   esac
 done

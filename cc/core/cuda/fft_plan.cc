@@ -45,7 +45,7 @@ constexpr bool DivisorsAgree() {
 static_assert(DivisorsAgree(), "Divisor disagrees with the plain division");
 
 // Cost-model rates. The direct kernels' and cuDNN's are fitted to step times measured on
-// an H100 (80 GB HBM3; bench_gpu.py, see docs/gpu/ and the README's GPU section): seed
+// an H100 (80 GB HBM3; benchmarks/gpu/bench.py, results in benchmarks/results/gpu/): seed
 // forward, 63x63x16x16, RepLKNet 31x31 and SLaK 51x51 depthwise and 3x3x64x64 training
 // steps, each through both algorithms; the direct model, refitted with the 7x7 and 15x15
 // float16 steps, lands within a factor of 2 of every direct step (step totals cannot tell
@@ -55,8 +55,9 @@ static_assert(DivisorsAgree(), "Divisor disagrees with the plain division");
 // by the spectrum products, and a cost per launch (FftTerms). Fitted to the FFT steps of
 // every bench case the path runs (16 on an H200, 6 of them also on an H100, three also
 // under a tenth to a third of their workspace) after the row kernels (fft_pipeline.h):
-//   python tests/gpu/fft_steps.py --fit docs/gpu/fft_steps_h200_2026-11-27c_rows.json \
-//       docs/gpu/fft_steps_h100_2026-11-27c_same.json
+//   python -m benchmarks.gpu.fft_steps --fit \
+//       benchmarks/results/gpu/fft_steps_h200_2026-11-27c_rows.json \
+//       benchmarks/results/gpu/fft_steps_h100_2026-11-27c_same.json
 // Model / measured 0.73-1.24 (0.56-1.53 under the rates fitted before the element kernels'
 // divisors and row kernels).
 constexpr double kTransformBytesPerSec = 1.49e12;

@@ -83,7 +83,7 @@ std::vector<TransformShape> PassTransforms(const Conv3dGeometry& g, ConvPass pas
 using WorkBytesFn = std::function<int64_t(const TransformShape&, Status* error)>;
 
 // The FFT path's cost-model terms (fft_plan.cc), for fitting its rates
-// (tests/gpu/fft_steps.py).
+// (benchmarks/gpu/fft_steps.py).
 struct FftModelTerms {
   double transform_bytes = 0, product_bytes = 0, launches = 0;
 };

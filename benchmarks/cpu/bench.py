@@ -2,11 +2,12 @@
 overlap-add FFT for 2-D forward passes), each case and implementation in a fresh process,
 same machine, same run.
 
-  python -m tf_largeconv.bench [--cases NAME ...] [--quick] [--out DIR]
-  python -m tf_largeconv.bench --cases budget     # time against workspace_limit
-  python -m tf_largeconv.bench --cases fold       # a folded linear block (bench_fold.py)
-  python -m tf_largeconv.bench --cases portable   # the portable path and XLA (bench_portable.py)
-  python -m tf_largeconv.bench --cases sweep      # does "auto" pick the fastest? (bench_sweep.py)
+  python -m benchmarks.cpu.bench [--cases NAME ...] [--quick] [--out DIR]
+  python -m benchmarks.cpu.bench --cases budget    # time against workspace_limit (budget.py)
+  python -m benchmarks.cpu.bench --cases fold      # a folded linear block (fold.py)
+  python -m benchmarks.cpu.bench --cases portable  # the portable path and XLA (portable.py)
+  python -m benchmarks.cpu.bench --cases sweep     # does "auto" pick the fastest? (sweep.py)
+  python -m benchmarks.cpu.bench --cases slide     # tf_largeconv.dask on a slide (slide.py)
 
 Prints a table of warm times (min over runs) and peak extra memory (process high-water
 mark above the inputs, /proc VmHWM), with ratios TF / tf_largeconv (the TF column is the
@@ -23,7 +24,7 @@ import os
 import sys
 import time
 
-from tf_largeconv import _measure
+from benchmarks import measure
 
 MiB = 2**20
 
@@ -95,8 +96,8 @@ SCIPY_MAX_CHANNEL_PAIRS = 16  # scipy convolves one channel pair at a time
 def _scipy_forward(x, w, padding):
   """Correlation via scipy.signal.oaconvolve, one (image, in, out) channel triple at a
   time; strides 1. Pads like TF for SAME."""
-  import numpy as np  # pylint: disable=g-import-not-at-top
-  from scipy import signal  # pylint: disable=g-import-not-at-top
+  import numpy as np
+  from scipy import signal
   kh, kw, ci, co = w.shape
   if padding == "SAME":
     ph, pw = kh - 1, kw - 1
@@ -113,15 +114,15 @@ def _scipy_forward(x, w, padding):
 def _worker(case, impl, repeats):
   """Runs in a fresh process: builds inputs, then measures one implementation."""
   os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-  import numpy as np  # pylint: disable=g-import-not-at-top
+  import numpy as np
 
   x_shape, w_shape, strides, padding, mode = CASES[case][:5]
-  _measure.like_training_loop(mode)
+  measure.like_training_loop(mode)
   depthwise = _kind(case) == "depthwise"
   rng = np.random.default_rng(0)
   w = (rng.standard_normal(w_shape) / (w_shape[0] * w_shape[1])).astype(np.float32)
   if _kind(case) in BIG_KINDS:  # generated in TF's bfloat16 directly: no float32 copy
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf
     x = tf.random.uniform(x_shape, dtype=tf.bfloat16)
     w = tf.cast(w, tf.bfloat16)
   else:
@@ -130,9 +131,9 @@ def _worker(case, impl, repeats):
     def run():
       _scipy_forward(x, w, padding)
   else:
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf
 
-    import tf_largeconv as lc  # pylint: disable=g-import-not-at-top
+    import tf_largeconv as lc
     warm = (tf.ones((1, 8, 8, 1)), tf.ones((3, 3, 1, 1)))
     if depthwise:
       fn = lc.depthwise_conv2d if impl == "tf_largeconv" else tf.nn.depthwise_conv2d
@@ -170,7 +171,7 @@ def _worker(case, impl, repeats):
           y = conv(xt, wt, strides, padding)
         for g in tape.gradient(y, [xt, wt]):
           g.numpy()
-  seconds, extra = _measure.measure(run, repeats=repeats, seconds=REPEAT_SECONDS)
+  seconds, extra = measure.measure(run, repeats=repeats, seconds=REPEAT_SECONDS)
   return {"seconds": seconds, "extra_bytes": extra}
 
 
@@ -191,10 +192,10 @@ def _fft_floor(case):
   the padded image per input channel, one inverse per output channel, each batch of planes
   in one scipy call, at the FFT size the planner picks), times tiles x images / cores: what
   no FFT method on this machine can beat."""
-  import numpy as np  # pylint: disable=g-import-not-at-top
-  from scipy import fft  # pylint: disable=g-import-not-at-top
+  import numpy as np
+  from scipy import fft
 
-  import tf_largeconv as lc  # pylint: disable=g-import-not-at-top
+  import tf_largeconv as lc
   x_shape, w_shape, strides, padding = CASES[case][:4]
   if _kind(case) == "gigapixel":
     return None
@@ -224,10 +225,10 @@ def _fft_floor(case):
 def _fft_floor_3d(case):
   """_fft_floor for a conv3d case: per tile, one real 3-D transform per input channel and
   one inverse per output channel, at the planner's transform size."""
-  import numpy as np  # pylint: disable=g-import-not-at-top
-  from scipy import fft  # pylint: disable=g-import-not-at-top
+  import numpy as np
+  from scipy import fft
 
-  import tf_largeconv as lc  # pylint: disable=g-import-not-at-top
+  import tf_largeconv as lc
   x_shape, w_shape, strides, padding = CASES[case][:4]
   dtype = "bfloat16" if _kind(case) in BIG_KINDS else "float32"
   p = lc.plan_conv3d(x_shape, w_shape, [1, strides, strides, strides, 1], padding,
@@ -250,8 +251,8 @@ def _fft_floor_3d(case):
 
 def _run_one(case, impl, timeout):
   repeats = CASES[case][5] if impl == "tf.nn.conv2d" else (1 if _kind(case) in BIG_KINDS else 5)
-  return _measure.run_child(["-m", "tf_largeconv.bench", "--worker", case, impl,
-                             str(repeats)], timeout)
+  return measure.run_child(["-m", "benchmarks.cpu.bench", "--worker", case, impl,
+                            str(repeats)], timeout)
 
 
 def _fmt_time(r):
@@ -274,7 +275,7 @@ def _ratio(a, b, key):
 
 
 def _plot(results, path):
-  plt = _measure.pyplot()
+  plt = measure.pyplot()
   if plt is None:
     return
   ks = [k for k in SWEEP if f"sweep_k{k}" in results]
@@ -307,13 +308,14 @@ def _plot(results, path):
 def main(argv=None):
   argv = sys.argv[1:] if argv is None else list(argv)
   if argv[:2] == ["--cases", "slide"]:  # tf_largeconv.dask on a slide: its own options
-    from tf_largeconv import bench_slide  # pylint: disable=g-import-not-at-top
-    return bench_slide.main(argv[2:])
+    from benchmarks.cpu import slide
+    return slide.main(argv[2:])
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--cases", nargs="*",
                       help=f"subset of: {', '.join(CASES)}, budget, fold, portable")
   parser.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK)}")
-  parser.add_argument("--out", default="bench_results")
+  parser.add_argument("--out", default=measure.RESULTS_DIR,
+                      help="where the tables and plots go (default: benchmarks/results/cpu)")
   parser.add_argument("--timeout", type=int, default=900, help="seconds per measurement")
   parser.add_argument("--impls", nargs="*", choices=IMPLS, default=list(IMPLS),
                       help="implementations to time (default: all; tf_largeconv alone "
@@ -327,10 +329,10 @@ def main(argv=None):
     return 0
 
   names = args.cases or (list(QUICK) if args.quick else list(CASES))
-  # Case sets with their own tables (bench_*.py).
+  # Case sets with their own tables (budget.py, fold.py, portable.py, sweep.py).
   for sweep in ("budget", "fold", "portable", "sweep"):
     if sweep in names:
-      importlib.import_module(f"tf_largeconv.bench_{sweep}").main(args.out)
+      importlib.import_module(f"benchmarks.cpu.{sweep}").main(args.out)
       names = [n for n in names if n != sweep]
       if not names:
         return 0

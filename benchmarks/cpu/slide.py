@@ -1,7 +1,7 @@
 """Benchmark `slide`: a slide on disk larger than a dask.distributed cluster's memory,
 convolved with a 101x101 filter by tf_largeconv.dask, against the baselines.
 
-  python -m tf_largeconv.bench --cases slide [--size 34000] [--chunk 4096] [--out DIR]
+  python -m benchmarks.cpu.bench --cases slide [--size 34000] [--chunk 4096] [--out DIR]
 
 Writes a float32 zarr slide of size x size (34000^2: 4.3 GiB) to --dir (kept for later runs
 of the same size and chunk with --keep-slide), starts a LocalCluster of --workers processes
@@ -29,13 +29,15 @@ import time
 
 import numpy as np
 
+from benchmarks import measure
+
 MiB = 2**20
 GiB = 2**30
 FILTER = 101
 # Every zarr array is written uncompressed and without zarr's check of each chunk against
-# the fill value (write_empty_chunks=False, zarr's default, reads every 64 MiB chunk once
-# more before writing it: 270-350 ms against 22 ms for the write itself, measured here), as
-# the command line writes; the same for every run, so the comparison is of the convolutions.
+# the fill value (write_empty_chunks=False, zarr's default, reads every chunk once more
+# before writing it, which takes many times as long as the write itself), as the command
+# line writes; the same for every run, so the comparison is of the convolutions.
 ZARR_OUT = dict(compressors=None, config={"write_empty_chunks": True})
 
 
@@ -48,9 +50,9 @@ def _slide_chunk(seed, block_info=None):
 def _make_slide(path, size, chunk):
   """The slide, uniform random float32 in uncompressed zarr chunks of chunk x chunk, made
   chunk by chunk (never whole in memory); reused when it exists."""
-  import dask  # pylint: disable=g-import-not-at-top
-  import dask.array as da  # pylint: disable=g-import-not-at-top
-  import zarr  # pylint: disable=g-import-not-at-top
+  import dask
+  import dask.array as da
+  import zarr
   if os.path.isdir(path):
     z = zarr.open(path, mode="r")
     if z.shape == (size, size) and z.chunks == (chunk, chunk):
@@ -93,9 +95,9 @@ def _run_on_cluster(client, fn):
 def _check_output(out_path, slide_path, weights, size):
   """Largest error of the output, relative to the largest |x| * |w| sum, on three bands of
   rows (top edge, middle, bottom edge) against tf_largeconv.conv2d on the padded rows."""
-  import zarr  # pylint: disable=g-import-not-at-top
+  import zarr
 
-  import tf_largeconv as lc  # pylint: disable=g-import-not-at-top
+  import tf_largeconv as lc
   out, src = zarr.open(out_path, mode="r"), zarr.open(slide_path, mode="r")
   half = FILTER // 2
   worst = 0.0
@@ -114,7 +116,7 @@ def _check_output(out_path, slide_path, weights, size):
 def _in_memory(weights, crop):
   """Seconds per megapixel of tf_largeconv.conv2d on a crop x crop image in this process,
   with TensorFlow's default threads (all cores); min of 3 warm runs."""
-  import tf_largeconv as lc  # pylint: disable=g-import-not-at-top
+  import tf_largeconv as lc
   x = np.random.default_rng(0).random((1, crop, crop, 1), dtype=np.float32)
   lc.conv2d(x, weights, 1, "SAME").numpy()
   best = float("inf")
@@ -126,7 +128,7 @@ def _in_memory(weights, crop):
 
 
 def _map_overlap_conv(block, weights):
-  import tf_largeconv as lc  # pylint: disable=g-import-not-at-top
+  import tf_largeconv as lc
   return lc.conv2d(block[None, :, :, None], weights, 1, "SAME").numpy()[0, :, :, 0]
 
 
@@ -139,17 +141,17 @@ def _fmt_workers(r):
 
 def run(args):
   """Runs the benchmark (see the module docstring); returns the results dict."""
-  import dask  # pylint: disable=g-import-not-at-top
-  import dask.array as da  # pylint: disable=g-import-not-at-top
-  import distributed  # pylint: disable=g-import-not-at-top
+  import dask
+  import dask.array as da
+  import distributed
 
-  import tf_largeconv.dask as ldask  # pylint: disable=g-import-not-at-top
+  import tf_largeconv.dask as ldask
   if args.crop:
     try:
-      import dask_image.ndfilters  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+      import dask_image.ndfilters
     except ImportError:
-      sys.exit("the dask-image baseline needs dask-image: pip install dask-image (or pass "
-               "--crop 0 to skip it)")
+      sys.exit("the dask-image baseline needs dask-image: pip install dask-image, or the "
+               "`bench` extra (or pass --crop 0 to skip it)")
   os.makedirs(args.dir, exist_ok=True)
   size, chunk = args.size, args.chunk
   slide_path = os.path.join(args.dir, f"slide_{size}_{chunk}.zarr")
@@ -185,8 +187,8 @@ def run(args):
         np.ones((1, 8, 8, 1), np.float32), np.ones((3, 3, 1, 1), np.float32), 1, "SAME"))
     x = da.from_zarr(slide_path)
     # A first copy, untimed, so that no timed run is the first to fault in the page cache
-    # its output needs (a fresh virtual machine backs memory at its first touch, measured
-    # here at 0.28 GB/s, which would charge whichever run went first).
+    # its output needs (a fresh virtual machine backs memory slowly at its first touch,
+    # which would charge whichever run went first).
     path = out_path("warm")
     results["zarr_copy_first"] = _run_on_cluster(client, lambda: x.to_zarr(path, **ZARR_OUT))
     shutil.rmtree(path)
@@ -220,7 +222,7 @@ def run(args):
       _row("map_overlap + conv2d", base, mpix)
 
     if args.crop:
-      import dask_image.ndfilters  # pylint: disable=g-import-not-at-top
+      import dask_image.ndfilters
       crop = x[:args.crop, :args.crop].rechunk(args.crop // 2)
       # convolve flips the weights: flipped back, it is the same correlation as ours.
       di = dask_image.ndfilters.convolve(crop, weights[::-1, ::-1, 0, 0], mode="constant",
@@ -279,7 +281,7 @@ def _report(r):
 
 
 def main(argv=None):
-  p = argparse.ArgumentParser(prog="python -m tf_largeconv.bench --cases slide",
+  p = argparse.ArgumentParser(prog="python -m benchmarks.cpu.bench --cases slide",
                               description=__doc__.splitlines()[0])
   p.add_argument("--size", type=int, default=34000, help="slide rows = columns")
   p.add_argument("--chunk", type=int, default=4096, help="zarr and dask chunk rows/columns")
@@ -289,10 +291,12 @@ def main(argv=None):
                  help="dask-image's crop (rows = columns); 0 skips it")
   p.add_argument("--in-memory-crop", type=int, default=4096)
   p.add_argument("--skip-map-overlap", action="store_true")
-  p.add_argument("--dir", default=os.path.join("bench_results", "slide"),
-                 help="where the slide and the outputs are written")
+  p.add_argument("--dir", default=os.path.join(measure.SCRATCH_DIR, "slide"),
+                 help="where the slide and the outputs are written (default: "
+                      "benchmarks/scratch/slide)")
   p.add_argument("--keep-slide", action="store_true", help="keep the slide for later runs")
-  p.add_argument("--out", default="bench_results")
+  p.add_argument("--out", default=measure.RESULTS_DIR,
+                 help="where bench_slide.json goes (default: benchmarks/results/cpu)")
   args = p.parse_args(argv)
   args.memory_limit = int(args.memory_limit * GiB)
   run(args)

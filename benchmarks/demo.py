@@ -3,7 +3,7 @@
 Runs tf_largeconv.conv2d and tf.nn.conv2d on the same frames, each in a fresh process, and
 prints time per call, peak extra memory and the largest difference between the two.
 
-  python -m tf_largeconv.demo [--frames N]
+  python -m benchmarks.demo [--frames N]
 """
 
 import argparse
@@ -13,12 +13,14 @@ import subprocess
 import sys
 import tempfile
 
+from benchmarks import measure
+
 FRAME = (321, 481, 1)
 FILTER = (135, 135, 1, 3)
 
 
 def _data(frames):
-  import numpy as np  # pylint: disable=g-import-not-at-top
+  import numpy as np
   rng = np.random.default_rng(0)
   x = rng.random((frames,) + FRAME, dtype=np.float32)
   w = (rng.standard_normal(FILTER) / FILTER[0]).astype(np.float32)
@@ -27,11 +29,10 @@ def _data(frames):
 
 def _worker(which, frames, out_path):
   """Runs one implementation in this (fresh) process and saves result and figures."""
-  import numpy as np  # pylint: disable=g-import-not-at-top
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import numpy as np
+  import tensorflow as tf
 
-  import tf_largeconv as lc  # pylint: disable=g-import-not-at-top
-  from tf_largeconv import _measure  # pylint: disable=g-import-not-at-top
+  import tf_largeconv as lc
 
   x, w = _data(frames)
   x, w = tf.constant(x), tf.constant(w)
@@ -41,7 +42,7 @@ def _worker(which, frames, out_path):
   def run():
     result["y"] = conv(x, w, 1, "VALID").numpy()
 
-  seconds, extra = _measure.measure(run, repeats=2)
+  seconds, extra = measure.measure(run, repeats=2)
   np.save(out_path + ".npy", result["y"])
   with open(out_path, "w", encoding="ascii") as f:
     json.dump({"seconds": seconds, "extra_bytes": extra}, f)
@@ -57,16 +58,16 @@ def main(argv=None):
     _worker(args.worker, args.frames, args.out)
     return 0
 
-  import numpy as np  # pylint: disable=g-import-not-at-top
+  import numpy as np
   print(f"Seed case: {args.frames} frame(s) of {FRAME[0]}x{FRAME[1]}x{FRAME[2]}, filter "
         f"{'x'.join(map(str, FILTER))}, VALID -> output "
         f"{args.frames}x{FRAME[0] - FILTER[0] + 1}x{FRAME[1] - FILTER[1] + 1}x{FILTER[3]}")
   figures, outputs = {}, {}
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+  env = measure.child_env(TF_CPP_MIN_LOG_LEVEL="2")
   with tempfile.TemporaryDirectory() as tmp:
     for which in ("tf_largeconv", "tf.nn.conv2d"):
       out = os.path.join(tmp, which)
-      subprocess.run([sys.executable, "-m", "tf_largeconv.demo", "--worker", which,
+      subprocess.run([sys.executable, "-m", "benchmarks.demo", "--worker", which,
                       "--frames", str(args.frames), "--out", out], check=True, env=env)
       with open(out, encoding="ascii") as f:
         figures[which] = json.load(f)

@@ -1,5 +1,5 @@
-"""The GPU bench's cases (tests/gpu/bench_gpu.py), free of torch so that CPU tests can read
-them next to the measurements in docs/gpu/."""
+"""The GPU bench's cases (benchmarks/gpu/bench.py), free of torch so that CPU tests can read
+them next to the measurements in benchmarks/results/gpu/."""
 
 # name: (input NCHW, filter HWIO, padding, mode, dtype). Depthwise: filter in-depth 1 with
 # as many output channels as input channels. Mode "transpose_train" is conv2d_transpose's
@@ -22,7 +22,7 @@ CASES = {
     "k21_c32_train": ((8, 32, 64, 64), (21, 21, 32, 32), "SAME", "train", "float32"),
     "k31_c64_train": ((8, 64, 64, 64), (31, 31, 64, 64), "SAME", "train", "float32"),
     "k31_c64_train_f16": ((8, 64, 64, 64), (31, 31, 64, 64), "SAME", "train", "float16"),
-    # conv1d's geometry (height 1): the issue's long-filter case, 4095 taps, 16 -> 16.
+    # conv1d's geometry (height 1): the long-filter case, 4095 taps, 16 -> 16.
     "conv1d_4095_train": ((8, 16, 1, 65536), (1, 4095, 16, 16), "SAME", "train", "float32"),
     # conv2d_transpose's bench case: (4, 128, 128, 32) -> (4, 256, 256, 16), 31x31, stride 2.
     "transpose31_train": ((4, 16, 256, 256), (31, 31, 16, 32), "SAME", "transpose_train",

@@ -1,8 +1,8 @@
 """GPU benchmark: tf_largeconv's CUDA kernels against torch.nn.functional.conv2d (cuDNN with
 benchmark mode on, so it picks its fastest algorithm), same device, same run.
 
-  python tests/gpu/bench_gpu.py [--cases NAME ...] [--algorithms auto direct fft]
-                                [--repeats N] [--json PATH]
+  python -m benchmarks.gpu.bench [--cases NAME ...] [--algorithms auto direct fft]
+                                 [--repeats N] [--json PATH]
 
 Needs a CUDA device, torch and tf_largeconv/_cuda (`make cuda`); no TensorFlow. Times are
 CUDA-event milliseconds (min and median over the repeats, after a warm-up). torch runs twice
@@ -21,18 +21,18 @@ TF32 on, or ours) and whether the measured times agree.
 
 import argparse
 import json
-import os
 import sys
 
 import torch
 import torch.nn.functional as F
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [HERE, os.path.dirname(HERE)]
-import torch_conv  # noqa: E402  pylint: disable=g-import-not-at-top
-from bench_cases import CASES  # noqa: E402  pylint: disable=g-import-not-at-top
-from bench_cases import STRIDES  # noqa: E402  pylint: disable=g-import-not-at-top
-from conftest import load_extension  # noqa: E402  pylint: disable=g-import-not-at-top
+from benchmarks import gpu
+from benchmarks.gpu.cases import CASES
+from benchmarks.gpu.cases import STRIDES
+
+gpu.use_test_helpers()
+import torch_conv  # noqa: E402
+from conftest import load_extension  # noqa: E402
 
 MiB = 2**20
 
@@ -261,7 +261,7 @@ def main(argv=None):
   parser.add_argument("--json", help="also write the results here")
   parser.add_argument("--cudnn-heuristics", action="store_true",
                       help="cuDNN's heuristic choice instead of benchmark mode (its exhaustive "
-                      "search over the seed case's 135x135 gradients ran past 200 s on an H100)")
+                      "search over the seed case's 135x135 gradients takes minutes)")
   args = parser.parse_args(argv)
   ext = load_extension("_cuda")
   if ext is None or not torch.cuda.is_available():

@@ -2,15 +2,13 @@
 transform sizes and batches the planner asks about: the data behind EstimatedBytes in
 cc/core/cuda/fft_plan.cc.
 
-  python tests/gpu/cufft_work.py
+  python -m benchmarks.gpu.cufft_work
 """
 
-import os
-import sys
+from benchmarks import gpu
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [HERE, os.path.dirname(HERE)]
-from conftest import load_extension  # noqa: E402  pylint: disable=g-import-not-at-top
+gpu.use_test_helpers()
+from conftest import load_extension  # noqa: E402
 
 SIZES = [(36, 36), (48, 48), (60, 60), (64, 64), (72, 72), (75, 75), (80, 80), (81, 81),
          (84, 105), (96, 96), (100, 100), (125, 125), (128, 128), (150, 150), (256, 256),

@@ -1,7 +1,7 @@
 """Budget sweep: forward time against `workspace_limit`, for the planner's choice ("auto")
 and each algorithm that fits the limit, one process, warm times.
 
-  python -m tf_largeconv.bench --cases budget [--out DIR]
+  python -m benchmarks.cpu.bench --cases budget [--out DIR]
 
 A larger limit must never make a plan slower (the planner only gains candidates), and at
 every limit "auto" should be as fast as the fastest algorithm that fits it. The direct
@@ -14,7 +14,7 @@ import json
 import os
 import time
 
-from tf_largeconv import _measure
+from benchmarks import measure
 
 KiB, MiB = 2**10, 2**20
 LIMITS = (256 * KiB, 384 * KiB, 512 * KiB, 768 * KiB, MiB, 3 * MiB // 2, 2 * MiB, 3 * MiB,
@@ -41,7 +41,7 @@ def _interleaved_min(calls, seconds, min_rounds=3):
   """Min time of each call over rounds that run every call once, in a new random order each
   round, until `seconds` are spent (at least `min_rounds`): a slow spell of the machine hits
   all calls alike instead of one limit."""
-  import random  # pylint: disable=g-import-not-at-top
+  import random
   for fn in calls.values():  # warm: plans, kernels, allocations
     fn()
   best = dict.fromkeys(calls, float("inf"))
@@ -60,8 +60,8 @@ def _interleaved_min(calls, seconds, min_rounds=3):
 def sweep(seconds_per_case=90):
   """Returns {case: {"limits": [...], "auto": [s], "fft": [s or None], "choice": [...],
   "direct": s, "tf": s, "tf_bytes": bytes}}."""
-  import numpy as np  # pylint: disable=g-import-not-at-top
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import numpy as np
+  import tensorflow as tf
   rng = np.random.default_rng(0)
   results = {}
   for name, (x_shape, w_shape, padding) in SWEEP_CASES.items():
@@ -74,9 +74,9 @@ def sweep(seconds_per_case=90):
 
 
 def _sweep_case(x, w, padding, seconds):
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
 
-  import tf_largeconv as lc  # pylint: disable=g-import-not-at-top
+  import tf_largeconv as lc
   x_shape, w_shape = tuple(x.shape), tuple(w.shape)
 
   def conv(limit=None, algorithm="auto"):
@@ -131,7 +131,7 @@ def _print_case(name, row):
 
 
 def _plot(results, path):
-  plt = _measure.pyplot()
+  plt = measure.pyplot()
   if plt is None:
     return
   fig, axes = plt.subplots(1, len(results), figsize=(5.5 * len(results), 4))

@@ -1,14 +1,14 @@
 """The GPU FFT path's steps on the bench cases, and the cost model's FFT rates fitted to them:
 a measurement, not a test.
 
-  python tests/gpu/fft_steps.py [--cases NAME ...] [--repeats N] [--json PATH]
-  python tests/gpu/fft_steps.py --fit PATH [PATH ...]
+  python -m benchmarks.gpu.fft_steps [--cases NAME ...] [--repeats N] [--json PATH]
+  python -m benchmarks.gpu.fft_steps --fit PATH [PATH ...]
 
-The first form runs each bench case's step (tests/gpu/bench_cases.py) with the FFT path
+The first form runs each bench case's step (benchmarks/gpu/cases.py) with the FFT path
 forced, at the default workspace limit and, for the cases in LIMITED, at a tenth of the
 workspace it plans there (a fifth or a third where a pass needs more): more, smaller
 rounds. It records per case:
-  event ms    CUDA-event time of the step, min over the repeats (as bench_gpu.py times)
+  event ms    CUDA-event time of the step, min over the repeats (as bench.py times)
   kernel ms   the step's kernels under torch.profiler, each kernel's time per step
   terms       the cost model's terms per pass (the plan's fft_terms: bytes moved by the
               transforms and plane loads, bytes moved by the spectrum products, launches)
@@ -24,11 +24,6 @@ under the rates it was measured with and under the fitted ones.
 
 import argparse
 import json
-import os
-import sys
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [HERE, os.path.dirname(HERE)]
 
 # The cases whose FFT step the fit sees: every bench case the FFT path can run, in both
 # dtypes where the bench has both.
@@ -41,7 +36,7 @@ LIMITED = ("seed_forward", "k63_train", "replk31_train_f32")
 
 def _kernels(step, repeats):
   """Each kernel's GPU ms per step under torch.profiler."""
-  import torch  # pylint: disable=g-import-not-at-top
+  import torch
   with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
     for _ in range(repeats):
       step()
@@ -68,13 +63,13 @@ def short_name(kernel):
 def measure(cases, repeats, limited=LIMITED):
   """{"device", "rows"}: a row per case's step, and per case in `limited` one under a
   smaller workspace limit."""
-  import bench_gpu  # pylint: disable=g-import-not-at-top
-  import torch  # pylint: disable=g-import-not-at-top
-  from conftest import load_extension  # pylint: disable=g-import-not-at-top
-  ext = load_extension("_cuda")
+  import torch
+
+  from benchmarks.gpu import bench
+  ext = bench.load_extension("_cuda")
   rows = []
   for name in cases:
-    case = bench_gpu.make_case(ext, name)
+    case = bench.make_case(ext, name)
     limits = [-1]
     if name in limited:
       planned = max(p["workspace_bytes"] for p in case.plans("fft"))
@@ -91,7 +86,7 @@ def measure(cases, repeats, limited=LIMITED):
       def step(c=case, lim=limit):
         c.ours_step("fft", lim)
 
-      event_ms = bench_gpu._time(step, repeats)[0]  # pylint: disable=protected-access
+      event_ms = bench._time(step, repeats)[0]
       kernels = _kernels(step, 3)
       total = sum(kernels.values())
       fft = sum(v for k, v in kernels.items() if short_name(k).startswith("cufft:"))
@@ -112,8 +107,8 @@ def measure(cases, repeats, limited=LIMITED):
 
 def fit(paths):
   """(rates, rows): the nonnegative least-squares rates of the steps in these files."""
-  import numpy as np  # pylint: disable=g-import-not-at-top
-  from scipy.optimize import nnls  # pylint: disable=g-import-not-at-top
+  import numpy as np
+  from scipy.optimize import nnls
   rows = []
   for path in paths:
     with open(path) as f:

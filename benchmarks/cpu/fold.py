@@ -1,7 +1,7 @@
 """Fold case set: the founding user's block (1x1 P; depthwise KxK on P minus P; dense KxK on
 P; concatenated), batch 4, 112x112, 64 channels, K = 7 and 31, float32.
 
-  python -m tf_largeconv.bench --cases fold [--out DIR]
+  python -m benchmarks.cpu.bench --cases fold [--out DIR]
 
 Training step (forward, loss, gradients for every weight, one SGD update, through
 `train_on_batch`): the Keras block as the user wrote it against `FoldedBlock(block)`, and
@@ -19,7 +19,7 @@ import os
 import sys
 import time
 
-from tf_largeconv import _measure
+from benchmarks import measure
 
 MiB = 2**20
 BATCH, SIZE, CHANNELS = 4, 112, 64
@@ -33,7 +33,7 @@ SLOW_S = 60
 
 def founding_block(k, channels=CHANNELS, size=SIZE):
   """The founding user's block, written as they wrote it."""
-  import keras  # pylint: disable=g-import-not-at-top
+  import keras
   layers = keras.layers
   x = keras.Input((size, size, channels))
   p = layers.Conv2D(channels, 1, use_bias=False)(x)
@@ -45,11 +45,11 @@ def founding_block(k, channels=CHANNELS, size=SIZE):
 def _worker(k, impl, mode, tensors=False):
   """Runs in a fresh process: builds the model, measures one implementation (with
   `tensors`, only the allocator peak of a warm run)."""
-  import keras  # pylint: disable=g-import-not-at-top
-  import numpy as np  # pylint: disable=g-import-not-at-top
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import keras
+  import numpy as np
+  import tensorflow as tf
 
-  import tf_largeconv.keras as lck  # pylint: disable=g-import-not-at-top
+  import tf_largeconv.keras as lck
   rng = np.random.default_rng(0)
   block = founding_block(k)
   x = rng.random((BATCH, SIZE, SIZE, CHANNELS), dtype=np.float32)
@@ -75,11 +75,11 @@ def _worker(k, impl, mode, tensors=False):
     tf.config.experimental.reset_memory_stats("CPU:0")
     run()
     return {"tensor_bytes": tf.config.experimental.get_memory_info("CPU:0")["peak"]}
-  base = _measure.reset_peak_rss()
+  base = measure.reset_peak_rss()
   start = time.perf_counter()
   run()
   first = time.perf_counter() - start
-  extra = max(_measure.peak_rss() - base, 0)
+  extra = max(measure.peak_rss() - base, 0)
   if first > SLOW_S:  # TF's large-kernel gradients: minutes a step
     return {"seconds": first, "extra_bytes": extra, "runs": 1}
   best = float("inf")
@@ -91,10 +91,10 @@ def _worker(k, impl, mode, tensors=False):
 
 
 def _run_one(k, impl, mode, timeout):
-  args = ["-m", "tf_largeconv.bench_fold", str(k), impl, mode]
-  result = _measure.run_child(args, timeout)
+  args = ["-m", "benchmarks.cpu.fold", str(k), impl, mode]
+  result = measure.run_child(args, timeout)
   if mode == "train" and "error" not in result:
-    tensors = _measure.run_child(args + ["tensors"], timeout, TF_CPU_ALLOCATOR_USE_BFC="true")
+    tensors = measure.run_child(args + ["tensors"], timeout, TF_CPU_ALLOCATOR_USE_BFC="true")
     result["tensor_bytes"] = tensors.get("tensor_bytes")
   return result
 

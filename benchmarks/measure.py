@@ -1,10 +1,18 @@
-"""Timing and peak-memory helpers shared by the demo and the benchmarks (Linux /proc)."""
+"""Timing and peak-memory helpers shared by the demo and the benchmarks (Linux /proc), and
+the children they run each measurement in."""
 
 import json
 import os
 import subprocess
 import sys
 import time
+
+# The folder holding `benchmarks`: children find the benchmarks there wherever they start.
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Where the CPU benchmarks write their tables and plots by default (the results kept in the
+# repository), and their scratch data (the slide benchmark's zarr arrays; ignored by git).
+RESULTS_DIR = os.path.join(REPO_ROOT, "benchmarks", "results", "cpu")
+SCRATCH_DIR = os.path.join(REPO_ROOT, "benchmarks", "scratch")
 
 # The op's budget for filter spectra kept between calls (cc/core/spectrum_cache.h), and
 # the caller's own setting of it, which forward steps keep.
@@ -74,13 +82,21 @@ def pyplot():
   """matplotlib.pyplot on the file-only Agg backend, or None (with a note) when matplotlib
   is not installed; the benchmarks then skip their plots."""
   try:
-    import matplotlib  # pylint: disable=g-import-not-at-top
+    import matplotlib
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+    import matplotlib.pyplot as plt
   except ImportError:
     print("matplotlib not installed: no plot written")
     return None
   return plt
+
+
+def child_env(**env_vars):
+  """This process's environment with `env_vars`, and REPO_ROOT last on PYTHONPATH: a child
+  finds `benchmarks` wherever it starts, and a tf_largeconv earlier on the path (an installed
+  copy) still comes first."""
+  path = [os.environ.get("PYTHONPATH"), REPO_ROOT]
+  return dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in path if p), **env_vars)
 
 
 def run_child(args, timeout, **env_vars):
@@ -90,7 +106,7 @@ def run_child(args, timeout, **env_vars):
   Returns:
     The parsed JSON, or {"error": why} for a timeout or a failure (the last stderr line).
   """
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", OPENBLAS_NUM_THREADS="1", **env_vars)
+  env = child_env(**{"TF_CPP_MIN_LOG_LEVEL": "3", "OPENBLAS_NUM_THREADS": "1", **env_vars})
   try:
     out = subprocess.run([sys.executable] + list(args), capture_output=True, text=True,
                          timeout=timeout, env=env, check=True)

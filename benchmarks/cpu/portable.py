@@ -1,4 +1,4 @@
-"""Benchmark of the portable path (`python -m tf_largeconv.bench --cases portable`).
+"""Benchmark of the portable path (`python -m benchmarks.cpu.bench --cases portable`).
 
 Two tables, every measurement in a fresh process:
 - the seed forward case (10 frames of 321x481, 135x135x1x3 VALID) through the op
@@ -15,21 +15,20 @@ import re
 import subprocess
 import sys
 
-from tf_largeconv import _measure
+from benchmarks import measure
 
 MiB = 2**20
 SEED = ((10, 321, 481, 1), (135, 135, 1, 3))
 IMPLS = ("op", "portable", "portable_xla", "tf.nn.conv2d")
-EXAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                       "examples", "train_large_kernel.py")
+EXAMPLE = os.path.join(measure.REPO_ROOT, "examples", "train_large_kernel.py")
 
 
 def _worker(impl):
   """Runs in a fresh process: one implementation of the seed forward case."""
-  import numpy as np  # pylint: disable=g-import-not-at-top
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import numpy as np
+  import tensorflow as tf
 
-  import tf_largeconv as lc  # pylint: disable=g-import-not-at-top
+  import tf_largeconv as lc
   rng = np.random.default_rng(0)
   x = tf.constant(rng.random(SEED[0], dtype=np.float32))
   w = tf.constant((rng.standard_normal(SEED[1]) / 135**2).astype(np.float32))
@@ -41,8 +40,8 @@ def _worker(impl):
     conv = tf.function(lambda: lc.conv2d(x, w, 1, "VALID"), jit_compile=True)
   else:
     conv = lambda: tf.nn.conv2d(x, w, 1, "VALID")  # noqa: E731
-  seconds, extra = _measure.measure(lambda: conv().numpy(),
-                                    repeats=2 if impl == "tf.nn.conv2d" else 5)
+  seconds, extra = measure.measure(lambda: conv().numpy(),
+                                   repeats=2 if impl == "tf.nn.conv2d" else 5)
   return {"seconds": seconds, "extra_bytes": extra}
 
 
@@ -50,7 +49,7 @@ def _example(jit, timeout):
   """examples/train_large_kernel.py in a child: its losses and seconds per epoch."""
   args = [sys.executable, EXAMPLE, "--steps", "20", "--epochs", "3"]
   args += ["--jit-compile"] if jit else []
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+  env = measure.child_env(TF_CPP_MIN_LOG_LEVEL="3")
   try:
     out = subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=env,
                          check=True).stdout
@@ -67,8 +66,8 @@ def main(out_dir, timeout=900):
   print("seed forward, 10 frames of 321x481, 135x135x1x3 VALID")
   print(f"{'implementation':16s}{'time':>10s}{'vs TF':>8s}{'vs op':>8s}{'MiB extra':>11s}")
   for impl in IMPLS:
-    results[impl] = _measure.run_child(
-        ["-c", f"import json; from tf_largeconv import bench_portable as b; "
+    results[impl] = measure.run_child(
+        ["-c", f"import json; from benchmarks.cpu import portable as b; "
                f"print(json.dumps(b._worker({impl!r})))"], timeout)
   tf_s = results["tf.nn.conv2d"].get("seconds")
   op_s = results["op"].get("seconds")

@@ -1,7 +1,7 @@
 """Planner sweep: does algorithm="auto" pick the fastest path across the space?
 
-  python -m tf_largeconv.bench --cases sweep [--out DIR]     # the default cells
-  python -m tf_largeconv.bench_sweep --full [--out DIR]      # every point of the grid
+  python -m benchmarks.cpu.bench --cases sweep [--out DIR]   # the default cells
+  python -m benchmarks.cpu.sweep --full [--out DIR]          # every point of the grid
 
 Over filter sizes, input and output channels, batch and image sizes, forward passes and
 training steps (forward + both gradients), with one and with every intra-op thread, it
@@ -37,7 +37,7 @@ import random
 import sys
 import time
 
-from tf_largeconv import _measure
+from benchmarks import measure
 
 KS = (3, 7, 15, 31, 63)
 CHANNELS = ((1, 1), (1, 8), (8, 8), (8, 32), (32, 32), (32, 128), (128, 32), (128, 128))
@@ -94,7 +94,7 @@ def _modelled(lc, point):
 
 def _step(lc, tf, x, w, mode, algorithm):
   """One call of the step: tf.nn.conv2d for "tf", the op with `algorithm` otherwise."""
-  _measure.like_training_loop(mode)
+  measure.like_training_loop(mode)
   if algorithm == "tf":
     conv = lambda a, b: tf.nn.conv2d(a, b, 1, "SAME")  # noqa: E731
   else:
@@ -123,10 +123,9 @@ def _time_point(lc, tf, np, point, rounds=5):
   run = ["auto"] + [a for a in ALGORITHMS if model[a] is not None and
                     model[a] <= max(SKIP_FACTOR * best_model, ALWAYS_TIMED_S)]
   calls = {a: _step(lc, tf, x, w, mode, a) for a in run}
-  # A call right after a different kernel's runs slower than one after its own (a 31x31
-  # 1->1 FFT on 64x64: 0.54 ms after TF's kernel, 0.27-0.34 ms after itself; TF's kernel
-  # 2.9 ms after the op's, 2.2 after itself), so each timed call follows a call of the same
-  # algorithm: a slow one its warm-up, a fast one an untimed call in each round.
+  # A call right after a different kernel's runs slower than one after its own (a small
+  # FFT up to twice as slow, TF's kernel by a third), so each timed call follows a call of
+  # the same algorithm: a slow one its warm-up, a fast one an untimed call in each round.
   times, failed = {}, {}
   for a, fn in list(calls.items()):  # warm-up: plans, kernels, allocations
     try:
@@ -161,8 +160,8 @@ def _time_point(lc, tf, np, point, rounds=5):
   row = {"point": list(point), "seconds": times, "failed": failed, "model": model,
          "picks": picks}
   # A miss may be a slow spell: the point's rounds run again, every algorithm alike, and
-  # each keeps its minimum over both (the machine's timings swing by 30-50%; two
-  # algorithms running the same kernels differed by up to 27% in one sweep).
+  # each keeps its minimum over both (a shared machine's timings swing by tens of percent,
+  # even between two algorithms that run the same kernels).
   if len(fast) > 1 and any(r is not None and r > MISS for r in _verdict(row)):
     run_rounds(RETRY_ROUND_S)
     row["retimed"] = True
@@ -173,15 +172,15 @@ def _moves_to_kept_spectra(point, plan):
   """Whether "auto"'s forward pass moves to the op's FFT with kept filter spectra once the
   filter tensor comes back (ops._KeptSpectraRoute), with the spectrum cache's budget as
   the forward steps run it (the training steps run with it off:
-  _measure.like_training_loop)."""
-  from tf_largeconv import _args  # pylint: disable=g-import-not-at-top
-  from tf_largeconv import planning  # pylint: disable=g-import-not-at-top
+  measure.like_training_loop)."""
+  from tf_largeconv import _args
+  from tf_largeconv import planning
   k, ci, co, n, side, _ = point
   key = _args.attrs_key(_args.conv_attrs(1, "SAME", "NHWC", None, "auto", None))
   routes = tuple(p.algorithm == "tf" for p in plan.passes)
   kept = planning.kept_spectra_bytes((n, side, side, ci), (k, k, ci, co), key, "float32",
                                      routes)
-  return 0 < kept <= planning._CORE.spectrum_cache_budget()  # pylint: disable=protected-access
+  return 0 < kept <= planning._CORE.spectrum_cache_budget()
 
 
 def _once(fn):
@@ -192,12 +191,12 @@ def _once(fn):
 
 def _child(full, threads):
   """Runs in a fresh process with `threads` intra-op threads: every point of the grid."""
-  import numpy as np  # pylint: disable=g-import-not-at-top
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import numpy as np
+  import tensorflow as tf
   tf.config.threading.set_intra_op_parallelism_threads(threads)
   tf.config.threading.set_inter_op_parallelism_threads(1)
 
-  import tf_largeconv as lc  # pylint: disable=g-import-not-at-top
+  import tf_largeconv as lc
   rows = []
   for point in grid(full):
     model = _modelled(lc, point)
@@ -237,10 +236,10 @@ HEADER = (f"{'k':>4s}{'in':>5s}{'out':>5s}{'n':>4s}{'side':>5s}{'mode':>8s}{'th'
 
 
 def _plot(rows, path):
-  plt = _measure.pyplot()
+  plt = measure.pyplot()
   if plt is None:
     return
-  import numpy as np  # pylint: disable=g-import-not-at-top
+  import numpy as np
   ks = sorted({r["point"][0] for r in rows})
   chans = sorted({(r["point"][1], r["point"][2]) for r in rows})
   fig, axes = plt.subplots(2, 2, figsize=(11, 8))
@@ -280,8 +279,8 @@ def main(out_dir, full=False, threads=None):
   rows = []
   print(HEADER)
   for n in threads or sorted({1, len(os.sched_getaffinity(0))}):
-    got = _measure.run_child(["-m", "tf_largeconv.bench_sweep", "--child", str(n)] +
-                             (["--full"] if full else []), timeout=6 * 3600)
+    got = measure.run_child(["-m", "benchmarks.cpu.sweep", "--child", str(n)] +
+                            (["--full"] if full else []), timeout=6 * 3600)
     if "error" in got:
       print(f"{n} thread(s): {got['error']}")
       continue
@@ -308,7 +307,8 @@ def main(out_dir, full=False, threads=None):
 if __name__ == "__main__":
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--full", action="store_true", help="every point of the grid")
-  parser.add_argument("--out", default="bench_out")
+  parser.add_argument("--out", default=measure.RESULTS_DIR,
+                      help="where sweep.json and sweep.png go (default: benchmarks/results/cpu)")
   parser.add_argument("--threads", type=int, nargs="*",
                       help="intra-op thread settings (default: 1 and every core)")
   parser.add_argument("--child", type=int, help=argparse.SUPPRESS)

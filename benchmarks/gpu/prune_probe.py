@@ -11,14 +11,14 @@ evenly spaced and the kept rows of all planes are one contiguous run.
 
 For the transform sizes the GPU planner picks on the bench cases, this times (CUDA events,
 min over repeats, in place, float32) a round's forward and inverse transforms:
-  plane    cuFFT's batched 2-D R2C / C2R over contiguous planes (what the path runs now)
+  plane    cuFFT's batched 2-D R2C / C2R over contiguous planes (what the path runs)
   split    row and column passes over interleaved planes, every row (the split's own cost)
   pruned   the same with the row pass over the kept rows only
 and, with --profile, each bench case's FFT step timed and under torch.profiler
-(tests/gpu/fft_steps.py): the share of its GPU time in cuFFT's kernels, which bounds what
+(benchmarks/gpu/fft_steps.py): the share of its GPU time in cuFFT's kernels, which bounds what
 pruning can save.
 
-  python tests/gpu/prune_probe.py [--repeats 20] [--profile] [--json PATH]
+  python -m benchmarks.gpu.prune_probe [--repeats 20] [--profile] [--json PATH]
 
 Needs a CUDA device and torch (cuFFT is the one torch loads); --profile also needs _cuda.
 """
@@ -26,13 +26,8 @@ Needs a CUDA device and torch (cuFFT is the one torch loads); --profile also nee
 import argparse
 import ctypes
 import json
-import os
-import sys
 
 import torch
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [HERE, os.path.dirname(HERE)]
 
 R2C, C2R, C2C = 0x2A, 0x2C, 0x29
 FORWARD, INVERSE = -1, 1
@@ -43,7 +38,7 @@ FORWARD, INVERSE = -1, 1
 # channels forward and the destination channels inverse; rows kept: the source tile's
 # rows that can hold data, the output tile's rows that are stored. The 21x21 case takes
 # 75x80, the size the planner settles on where cuFFT reports its work area (75x75 needs
-# twice its data there; see the README's GPU section).
+# twice its data there).
 SHAPES = [
     ("seed_forward", 324, 486, 14, 42, 321, 190),
     ("k63_train", 160, 160, 64, 64, 128, 128),
@@ -220,7 +215,7 @@ def main(argv=None):
   if args.profile is not None:
     cases = args.profile or ["seed_forward", "k63_train", "replk31_train_f32",
                              "slak51_train_f32", "k21_c32_train"]
-    import fft_steps  # pylint: disable=g-import-not-at-top
+    from benchmarks.gpu import fft_steps
     results["profile"] = fft_steps.measure(cases, args.repeats, limited=())["rows"]
   if args.json:
     with open(args.json, "w") as f:
