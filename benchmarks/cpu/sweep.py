@@ -170,17 +170,19 @@ def _time_point(lc, tf, np, point, rounds=5):
 
 def _moves_to_kept_spectra(point, plan):
   """Whether "auto"'s forward pass moves to the op's FFT with kept filter spectra once the
-  filter tensor comes back (ops._KeptSpectraRoute), with the spectrum cache's budget as
-  the forward steps run it (the training steps run with it off:
+  filter tensor comes back (tf_largeconv.ops._dispatch.KeptSpectraRoute), with the
+  spectrum cache's budget as the forward steps run it (the training steps run with it off:
   measure.like_training_loop)."""
   from tf_largeconv import _args
-  from tf_largeconv import planning
+  from tf_largeconv import _loader
+  from tf_largeconv._passes import PerPass
+  from tf_largeconv.planning import kept_spectra
   k, ci, co, n, side, _ = point
   key = _args.attrs_key(_args.conv_attrs(1, "SAME", "NHWC", None, "auto", None))
-  routes = tuple(p.algorithm == "tf" for p in plan.passes)
-  kept = planning.kept_spectra_bytes((n, side, side, ci), (k, k, ci, co), key, "float32",
-                                     routes)
-  return 0 < kept <= planning._CORE.spectrum_cache_budget()
+  routes = PerPass.of(p.algorithm == "tf" for p in plan.passes)
+  kept = kept_spectra.kept_spectra_bytes((n, side, side, ci), (k, k, ci, co), key, "float32",
+                                         routes)
+  return 0 < kept <= _loader.core().spectrum_cache_budget()
 
 
 def _once(fn):

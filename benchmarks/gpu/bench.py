@@ -132,7 +132,7 @@ class Case:
   def routes_to_cudnn(self):
     """Whether tf_largeconv's 'auto' under TensorFlow on this GPU would hand the case to
     TF's own kernel (cuDNN): the CUDA planner's forward plan as
-    tf_largeconv.planning.prefers_tf_kernel asks it (grouped cases stay ours)."""
+    tf_largeconv.planning.routing.device_routes asks it (grouped cases stay ours)."""
     if self.groups != 1:
       return False
     shape = [self.ext.GPU_ROUTE_BATCH] + list(self.x.shape[1:])

@@ -17,7 +17,7 @@ CASES = {
     # Medium filters in float16, where a tensor-core implicit GEMM would compete.
     "k7_train_f16": ((32, 64, 56, 56), (7, 7, 64, 64), "SAME", "train", "float16"),
     "k15_train_f16": ((32, 64, 56, 56), (15, 15, 64, 64), "SAME", "train", "float16"),
-    # Either side of the route's crossover between cuDNN and ours (planning.prefers_tf_kernel):
+    # Either side of the route's crossover between cuDNN and ours (planning.routing.device_routes):
     # 21x21 with 32 channels, 31x31 with 64.
     "k21_c32_train": ((8, 32, 64, 64), (21, 21, 32, 32), "SAME", "train", "float32"),
     "k31_c64_train": ((8, 64, 64, 64), (31, 31, 64, 64), "SAME", "train", "float32"),
