@@ -273,6 +273,27 @@ def test_bad_arguments_raise_keras_like_errors(kwargs, message):
     LargeConv2D(**kwargs)
 
 
+@pytest.mark.parametrize("make,shape", [
+    (lambda: LargeDepthwiseConv2D(5, strides=2), (2, 4, 4, 3)),
+    (lambda: LargeConv2D(4, (3, 5), strides=2), (2, 8, 4, 3)),
+    (lambda: lc.keras.LargeConv1D(2, 11, strides=5), (4, 10, 3)),
+    (lambda: lc.keras.LargeConv3D(2, 5), (1, 4, 6, 6, 1)),
+])
+def test_an_input_too_small_raises_keras_error_eager_and_traced(make, shape):
+  # Keras's own layers raise this ValueError for 'valid' padding where no output fits,
+  # eagerly and symbolically (its DepthwiseConv2D test looks for the message).
+  x = np.zeros(shape, np.float32)
+  message = "Computed output size would be zero or negative"
+  with pytest.raises(ValueError, match=message):
+    make()(x)
+  with pytest.raises(ValueError, match=message):
+    make()(keras.Input(shape[1:]))
+  fits = list(shape)
+  fits[1] = 11 if len(shape) == 3 else 5
+  fits[2:-1] = [max(v, 5) for v in fits[2:-1]]
+  assert make()(np.zeros(fits, np.float32)).shape[1] >= 1
+
+
 def test_layers_report_supports_jit():
   """'auto' (the portable path under XLA), 'portable' and 'tf' compile; the op's own
   algorithms do not."""

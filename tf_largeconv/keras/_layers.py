@@ -9,6 +9,7 @@ Each is registered under the package name "tf_largeconv", so models using them l
 """
 
 import keras
+import tensorflow as tf
 
 from tf_largeconv import _args
 from tf_largeconv import _fold
@@ -52,14 +53,25 @@ def conv_output_shape(input_shape, filter_shape, strides, padding, data_format,
   if shape[c] is None:
     probe[c] = filter_shape[rank]
   probe, filter_shape = [int(v) for v in probe], [int(v) for v in filter_shape]
-  if rank == 3:
-    geometry = _loader.core().geometry3d(probe, filter_shape, attrs["strides"],
-                                         attrs["padding"], attrs["data_format"],
-                                         attrs["dilations"])
-  else:
-    geometry = _loader.core().geometry(probe, filter_shape, attrs["strides"],
-                                       attrs["padding"], attrs["explicit_paddings"],
-                                       attrs["data_format"], attrs["dilations"])
+  try:
+    if rank == 3:
+      geometry = _loader.core().geometry3d(probe, filter_shape, attrs["strides"],
+                                           attrs["padding"], attrs["data_format"],
+                                           attrs["dilations"])
+    else:
+      geometry = _loader.core().geometry(probe, filter_shape, attrs["strides"],
+                                         attrs["padding"], attrs["explicit_paddings"],
+                                         attrs["data_format"], attrs["dilations"])
+  except ValueError as e:
+    too_small = attrs["padding"] == "VALID" and any(
+        shape[i] is not None and
+        shape[i] < _args.filter_extent(filter_shape[k], attrs["dilations"][i])
+        for k, i in enumerate(spatial))
+    if too_small:  # as Keras's own layers say it
+      raise ValueError(f"Computed output size would be zero or negative. Received "
+                       f"inputs shape={tuple(shape)}, kernel shape={tuple(filter_shape)}: "
+                       f"{e}") from None
+    raise
   out = list(geometry["output_shape"])
   for i, size in enumerate(shape):
     if size is None and i != c:
@@ -87,7 +99,19 @@ class _LargeConvSettings(_layer_settings.LargeConvSettings):
     tf.nn.bias_add with the channel axis guessed from sizes, so a channels_first output
     whose width equals `filters` gets its bias along the width (Keras 3.15; its own Conv1D,
     Conv2D and Conv3D do that too)."""
-    return self._bias_and_activation(self.convolution_op(inputs, self.kernel))
+    return self._bias_and_activation(
+        self._sized(inputs, lambda: self.convolution_op(inputs, self.kernel)))
+
+  def _sized(self, inputs, run):
+    """run(), the layer's convolution; where it fails on an input too small for any output,
+    the ValueError Keras's own layers raise then (from compute_output_shape), whose
+    message Keras's tests look for, as traced calls raise it."""
+    try:
+      return run()
+    except (ValueError, tf.errors.InvalidArgumentError):
+      if inputs.shape.rank is not None:
+        self.compute_output_shape(tuple(inputs.shape))
+      raise
 
   def _conv_output_shape(self, input_shape):
     """compute_output_shape of a (grouped) convolution: its kernel is kernel_size +
@@ -167,7 +191,7 @@ class LargeDepthwiseConv2D(_LargeConvSettings, keras.layers.DepthwiseConv2D):
     self.supports_jit = _args.compiles_under_xla(self.algorithm)
 
   def call(self, inputs):
-    return self._depthwise_call(inputs, self.kernel)
+    return self._sized(inputs, lambda: self._depthwise_call(inputs, self.kernel))
 
   def compute_output_shape(self, input_shape):
     c = -1 if self.data_format == "channels_last" else 1
