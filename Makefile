@@ -9,6 +9,7 @@
 #                    tests/gpu and the GPU benchmark (benchmarks/gpu/bench.py)
 #   make fuzz      - long property-based fuzzing and crash hunting
 #   make lint      - ruff over the Python, clang-format (check only) over cc/; `make format` fixes
+#   make docs      - the documentation site (MkDocs, strict: any warning fails) into site/
 # Every TensorFlow compile/link flag comes from tf.sysconfig; nothing TF-specific is hand-written.
 
 VENV      ?= .venv
@@ -24,6 +25,9 @@ NODEP_DEPS ?= "tf_keras==2.21.*"
 BENCH_DEPS ?= matplotlib scipy dask-image==2026.5.0
 # Pinned so that every machine lints alike.
 LINT_DEPS ?= ruff==0.17.6 clang-format==23.1.5
+# The documentation tools: the `docs` extra of pyproject.toml, pin for pin
+# (tests/test_docs.py checks that the two lists agree).
+DOCS_DEPS ?= mkdocs==1.6.1 mkdocs-material==9.8.1 "mkdocstrings[python]==1.0.8" mkdocstrings-python==2.0.11 pymdown-extensions==13.1
 PY        ?= $(if $(wildcard $(VENV)/bin/python),$(VENV)/bin/python,python3)
 CXX       ?= g++
 JOBS      ?= 2
@@ -53,7 +57,7 @@ CUDA_CC   := cc/core/geometry.cc cc/core/tiling.cc cc/core/cuda/tile_config.cc c
              cc/py/cuda/module.cc
 CUDA_OBJS = $(patsubst cc/%.cu,$(BUILD)/cuda/%.o,$(CU_SRCS)) $(patsubst cc/%.cc,$(BUILD)/cuda/%.o,$(CUDA_CC))
 
-.PHONY: all build cuda gpu-check demo test bench fuzz venv clean lint format
+.PHONY: all build cuda gpu-check demo test bench fuzz venv clean lint format docs
 all: build
 
 $(VENV)/.ready: Makefile
@@ -81,6 +85,16 @@ lint: $(VENV)/.lint-tools
 format: $(VENV)/.lint-tools
 	$(VENV)/bin/ruff check --fix $(PY_DIRS)
 	$(VENV)/bin/clang-format -i $(CC_FILES)
+
+# The docs tools only: the site is built from the Markdown and, by static analysis, the
+# docstrings, so neither TensorFlow nor a build is needed. Reinstalled when the pins change.
+$(VENV)/.docs-tools: Makefile
+	test -x $(VENV)/bin/python || python3 -m venv $(VENV)
+	$(VENV)/bin/python -m pip install -q $(DOCS_DEPS)
+	touch $@
+
+docs: $(VENV)/.docs-tools
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 build: $(HEADERS) $(CORE_SRCS) $(TF_SRCS) $(PY_SRCS)
 	@mkdir -p $(BUILD)
@@ -173,4 +187,4 @@ gpu-check:
 	$(PY) -m benchmarks.gpu.bench --algorithms auto direct fft --json $(GPU_OUT)/bench_gpu.json
 
 clean:
-	rm -rf build $(PKG)/_large_conv_ops*.so $(PKG)/_core*.so $(PKG)/_cuda*.so $(PKG)/_build_info.py
+	rm -rf build site $(PKG)/_large_conv_ops*.so $(PKG)/_core*.so $(PKG)/_cuda*.so $(PKG)/_build_info.py

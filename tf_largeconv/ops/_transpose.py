@@ -322,8 +322,8 @@ def plan_transpose(input_shape, filter_shape, output_shape, strides, padding="SA
     input_shape: the transpose's input shape (4 ints, data_format order).
     filter_shape: [height, width, output_channels / groups, in_channels].
     output_shape: the transpose's output shape, 4 ints (or 2: height and width).
-    strides, padding, data_format, dilations, dtype, algorithm, workspace_limit,
-      num_threads: as for `tf_largeconv.plan`.
+    strides, padding, data_format, dilations, dtype, algorithm, workspace_limit, num_threads:
+      as for `tf_largeconv.plan`.
 
   Returns:
     A `Plan`.
