@@ -27,7 +27,7 @@ def _names(dtypes):
 # 'auto', 'direct', 'fft', 'tf': the C++ vocabulary's list (cc/core/vocabulary.h), what the
 # ops take as their `algorithm` attribute.
 OP_ALGORITHMS = tuple(_loader.core().ALGORITHMS)
-# 'portable' is routed in Python (stock TF ops, `_portable`) and never reaches the ops.
+# 'portable' is routed in Python (stock TF ops, `ops.portable`) and never reaches the ops.
 PORTABLE = "portable"
 ALGORITHMS = OP_ALGORITHMS + (PORTABLE,)
 
@@ -274,7 +274,7 @@ def check_algorithm(algorithm, dtype):
                      "convolutions run the direct kernels; use algorithm='direct' or 'auto'")
 
 
-def as_tensors(input, filters):  # pylint: disable=redefined-builtin
+def as_tensors(input, filters):
   """Converts an op's two data operands to tensors of one supported dtype.
 
   `filters` takes input's dtype unless it already is a tensor or variable, whose dtype must

@@ -57,7 +57,7 @@ from tf_largeconv.dask._graph import TaskMemory
 from tf_largeconv.dask._slides import open_slide
 
 
-def conv2d(input, filters, strides, padding, data_format="NHWC", dilations=None,  # pylint: disable=redefined-builtin
+def conv2d(input, filters, strides, padding, data_format="NHWC", dilations=None,
            name=None, algorithm="auto", workspace_limit=None):
   """A 2-D convolution of a dask array: `tf_largeconv.conv2d`, chunk by chunk, lazily.
 
@@ -88,7 +88,7 @@ def conv2d(input, filters, strides, padding, data_format="NHWC", dilations=None,
                         workspace_limit, name=name or "largeconv-conv2d").array()
 
 
-def depthwise_conv2d(input, filter, strides, padding, data_format=None, dilations=None,  # pylint: disable=redefined-builtin
+def depthwise_conv2d(input, filter, strides, padding, data_format=None, dilations=None,
                      name=None, algorithm="auto", workspace_limit=None):
   """A depthwise 2-D convolution of a dask array: `tf_largeconv.depthwise_conv2d`, chunk by
   chunk, lazily (the grouped convolution with one group per input channel).
@@ -125,7 +125,7 @@ def depthwise_conv2d(input, filter, strides, padding, data_format=None, dilation
                         filter_name="filter").array()
 
 
-def conv2d_backprop_filter(input, filter_sizes, out_backprop, strides, padding,  # pylint: disable=redefined-builtin
+def conv2d_backprop_filter(input, filter_sizes, out_backprop, strides, padding,
                            data_format="NHWC", dilations=None, name=None, algorithm="auto",
                            workspace_limit=None):
   """The gradient of `conv2d` with respect to its filter, over dask arrays: what fitting a
@@ -163,7 +163,7 @@ def conv2d_backprop_filter(input, filter_sizes, out_backprop, strides, padding, 
   return grad.compute()
 
 
-def task_memory(input, filters, strides, padding, data_format="NHWC", dilations=None,  # pylint: disable=redefined-builtin
+def task_memory(input, filters, strides, padding, data_format="NHWC", dilations=None,
                 algorithm="auto", workspace_limit=None):
   """The memory of the largest task `conv2d` would run, for sizing chunks and workers.
 

@@ -62,14 +62,14 @@ class TiffLevel(FileArray):
     super().__init__(path)
 
   def _load(self):
-    import tifffile  # pylint: disable=g-import-not-at-top
-    import zarr  # pylint: disable=g-import-not-at-top
+    import tifffile
+    import zarr
     store = tifffile.imread(self.path, aszarr=True, series=self.series, level=self.level)
     return zarr.open(store, mode="r")
 
 
 def _zarr_array(path):
-  import zarr  # pylint: disable=g-import-not-at-top
+  import zarr
   node = zarr.open(path, mode="r")
   if isinstance(node, zarr.Array):
     return node

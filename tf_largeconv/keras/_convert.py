@@ -33,17 +33,17 @@ def convert(model, min_kernel_size=15, algorithm="auto", workspace_limit=None):
   def clone(layer):
     config = layer.get_config()
     large = max(getattr(layer, "kernel_size", (0,))) >= min_kernel_size
-    if type(layer) is keras.layers.Conv2D and large:  # pylint: disable=unidiomatic-typecheck
+    if type(layer) is keras.layers.Conv2D and large:
       return LargeConv2D(**config, algorithm=algorithm, workspace_limit=workspace_limit)
-    if type(layer) is keras.layers.DepthwiseConv2D and large:  # pylint: disable=unidiomatic-typecheck
+    if type(layer) is keras.layers.DepthwiseConv2D and large:
       return LargeDepthwiseConv2D(**config, algorithm=algorithm,
                                   workspace_limit=workspace_limit)
-    if type(layer) is keras.layers.Conv1D and large:  # pylint: disable=unidiomatic-typecheck
+    if type(layer) is keras.layers.Conv1D and large:
       return LargeConv1D(**config, algorithm=algorithm, workspace_limit=workspace_limit)
-    if type(layer) is keras.layers.Conv2DTranspose and large:  # pylint: disable=unidiomatic-typecheck
+    if type(layer) is keras.layers.Conv2DTranspose and large:
       return LargeConv2DTranspose(**config, algorithm=algorithm,
                                   workspace_limit=workspace_limit)
-    if type(layer) is keras.layers.Conv3D and large:  # pylint: disable=unidiomatic-typecheck
+    if type(layer) is keras.layers.Conv3D and large:
       return LargeConv3D(**config, algorithm=algorithm, workspace_limit=workspace_limit)
     return layer.__class__.from_config(config)
 
@@ -71,7 +71,7 @@ def export_portable(model, path, input_signature=None):
   (`{"output_0": ...}`), the entry point TensorFlow Serving uses. The batch dimension is
   free (None); the other dimensions and the dtypes are the model's inputs'. The portable
   path needs static image sizes, so every input's height and width must be known. TFLite
-  cannot run the export today (see the README, "Exporting for serving without the package").
+  cannot run the export (see the docs on exporting for serving).
 
   Args:
     model: a built Keras model with defined inputs (functional, or Sequential starting

@@ -12,7 +12,7 @@ from tf_largeconv import _args
 from tf_largeconv import _loader
 
 
-def conv3d(input, filters, strides, padding, data_format="NDHWC", dilations=None,  # pylint: disable=redefined-builtin
+def conv3d(input, filters, strides, padding, data_format="NDHWC", dilations=None,
            name=None, algorithm="auto", workspace_limit=None):
   """Computes a 3-D convolution with tf.nn.conv3d's semantics, lean for large filters.
 

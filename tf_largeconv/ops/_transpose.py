@@ -10,9 +10,9 @@ import tensorflow as tf
 
 from tf_largeconv import _args
 from tf_largeconv import _loader
+from tf_largeconv.ops import _conv2d
 from tf_largeconv.ops import _portable2d
 from tf_largeconv.ops import _routing
-from tf_largeconv.ops import _conv2d
 from tf_largeconv.planning import _plan
 from tf_largeconv.planning import device
 from tf_largeconv.planning import routing
@@ -104,10 +104,10 @@ def conv2d_transpose(input, filters, output_shape, strides, padding="SAME",
 
 def _routed_passes(input, filters, ours, schedule, output_shape, static, attrs):
   """The transpose with its passes routed as conv2d's are (`schedule`: the routes, forward,
-  backprop_input, backprop_filter of the transposed conv2d, by batch, as
-  `_routing.by_batch` takes them): this forward pass is that conv2d's backprop_input pass, the input's
-  gradient its forward pass, the filter's its backprop_filter pass. `ours(x, w)` is the
-  op's forward pass."""
+  backprop_input, backprop_filter of the transposed conv2d, by batch, as `_routing.by_batch`
+  takes them): this forward pass is that conv2d's backprop_input pass, the input's gradient
+  its forward pass, the filter's its backprop_filter pass. `ours(x, w)` is the op's
+  forward pass."""
   def forward(x, w):
     return _routing.by_batch(x, schedule, lambda routes: (
         _tf_kernel(x, w, output_shape, static, attrs) if routes.backprop_input
@@ -140,7 +140,7 @@ def routed_input_gradient(x, w, dy, routes, attrs):
   """The transpose's gradient with respect to its input x: the conv2d it transposes, of
   dy, by TensorFlow's kernel where routes.forward (that conv2d's forward pass) holds,
   otherwise by the op with attrs' algorithm (`routes` and `attrs` of that conv2d, as
-  ops.routed_input_gradient takes them)."""
+  _routing.routed_input_gradient takes them)."""
   if routes.forward:
     return tf.raw_ops.Conv2D(input=dy, filter=w, **_routing.tf_attrs(attrs))
   return _loader.ops().large_conv_conv2d(dy, w, **attrs)
