@@ -4,10 +4,13 @@ Turns tf.nn.conv2d-style arguments into the LargeConv ops' attributes and checks
 tensors' dtypes, raising the same errors whichever entry point was called.
 """
 
+from __future__ import annotations
+
 import collections.abc
 import contextlib
 import numbers
 import threading
+from collections.abc import Iterator
 
 import tensorflow as tf
 
@@ -44,7 +47,7 @@ _FORCED = threading.local()
 
 
 @contextlib.contextmanager
-def portable_only():
+def portable_only() -> Iterator[None]:
   """Within this context every public op called from this thread runs algorithm='portable'.
 
   For tracing a graph that must hold no LargeConv op (`tf_largeconv.keras.export_portable`)
