@@ -8,7 +8,8 @@
 #   make gpu-check - on a GPU machine (torch, no TensorFlow): build the CUDA module, run
 #                    tests/gpu and the GPU benchmark (benchmarks/gpu/bench.py)
 #   make fuzz      - long property-based fuzzing and crash hunting
-#   make lint      - ruff over the Python, clang-format (check only) over cc/; `make format` fixes
+#   make lint      - ruff over the Python, mypy over tf_largeconv/, clang-format (check only)
+#                    over cc/; `make format` fixes what ruff and clang-format can
 #   make docs      - the documentation site (MkDocs, strict: any warning fails) into site/
 # Every TensorFlow compile/link flag comes from tf.sysconfig; nothing TF-specific is hand-written.
 
@@ -23,8 +24,9 @@ NODEP_DEPS ?= "tf_keras==2.21.*"
 # What benchmarks/ needs: the `bench` extra in pyproject.toml less its `dask` part, which the
 # venv has (DASK_DEPS). Keep the two alike (tests/test_packaging.py checks).
 BENCH_DEPS ?= matplotlib scipy dask-image==2026.5.0
-# Pinned so that every machine lints alike.
-LINT_DEPS ?= ruff==0.17.6 clang-format==23.1.5
+# Pinned so that every machine lints alike. mypy resolves numpy's types, so numpy comes too,
+# unpinned: the venv may hold TensorFlow, whose numpy it must keep.
+LINT_DEPS ?= ruff==0.17.6 clang-format==23.1.5 mypy==2.4.1 numpy
 # The documentation tools: the `docs` extra of pyproject.toml, pin for pin
 # (tests/test_docs.py checks that the two lists agree).
 DOCS_DEPS ?= mkdocs==1.6.1 mkdocs-material==9.8.1 "mkdocstrings[python]==1.0.8" mkdocstrings-python==2.0.11 pymdown-extensions==13.1
@@ -70,7 +72,7 @@ $(VENV)/.ready: Makefile
 venv: $(VENV)/.ready
 
 # The lint tools only, so that `make lint` does not wait for TensorFlow to install.
-$(VENV)/.lint-tools:
+$(VENV)/.lint-tools: Makefile
 	test -x $(VENV)/bin/python || python3 -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q $(LINT_DEPS)
 	touch $@
@@ -80,6 +82,7 @@ PY_DIRS  = tf_largeconv tests examples tools benchmarks
 
 lint: $(VENV)/.lint-tools
 	$(VENV)/bin/ruff check $(PY_DIRS)
+	$(VENV)/bin/mypy tf_largeconv
 	$(VENV)/bin/clang-format --dry-run --Werror $(CC_FILES)
 
 format: $(VENV)/.lint-tools

@@ -18,7 +18,7 @@ except ModuleNotFoundError as e:
   if e.name != "tf_largeconv":
     raise
   sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-  import subproc  # pylint: disable=g-import-not-at-top
+  import subproc
 
 WORKER = r"""
 import sys, numpy as np, tensorflow as tf

@@ -2,7 +2,7 @@
 shared parts of the layers' reload tests (test_keras.py, test_keras3d.py).
 
 One SGD step on fixed data, in the test process and in the fresh one: the same ops on the
-same machine, so the results agree to float32 rounding (measured: bit-identical); the
+same machine, so the results agree to float32 rounding (in practice bit for bit); the
 LargeConv kernels move by 3e-3 or more, far beyond the tolerance.
 """
 

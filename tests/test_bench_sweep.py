@@ -41,9 +41,9 @@ def test_the_full_grid_takes_every_combination_that_fits():
 
 def test_verdicts():
   row = {"seconds": {"auto": 1.2, "fft": 1.0, "tf": 2.4, "direct": 3.0}, "failed": {}}
-  assert sweep._verdict(row) == pytest.approx((1.2, 0.5))  # pylint: disable=protected-access
+  assert sweep._verdict(row) == pytest.approx((1.2, 0.5))
   row = {"seconds": {"auto": 1.2, "fft": 1.5}, "failed": {"tf": "out of memory"}}
-  assert sweep._verdict(row) == pytest.approx((0.8, 0.0))  # pylint: disable=protected-access
+  assert sweep._verdict(row) == pytest.approx((0.8, 0.0))
   row = {"seconds": {"auto": 1.2, "fft": 1.5}, "failed": {}}
-  best, vs_tf = sweep._verdict(row)  # pylint: disable=protected-access
+  best, vs_tf = sweep._verdict(row)
   assert best == pytest.approx(0.8) and vs_tf is None

@@ -84,8 +84,8 @@ def _fft_sizes(ref, w_shape, s, pad, d, dtype_name, algorithm):
 
 
 def _check(ref, pass_name, got, a, b, dtype_name, fft, what):
-  """TF's tolerance where the pass summed directly; the README's FFT bound where it ran by
-  transforms (which no small problem of TF's tests is planned onto by 'auto')."""
+  """TF's tolerance where the pass summed directly; the FFT bound (reference.PassCheck)
+  where it ran by transforms (which no small problem of TF's tests is planned onto by 'auto')."""
   want = getattr(ref, pass_name)(np.asarray(a, np.float64), np.asarray(b, np.float64))
   got = np.asarray(tf.cast(got, tf.float64))
   assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
@@ -639,7 +639,7 @@ WORDING = [
 
 
 def _raises_with(call, x, w, phrase):
-  with pytest.raises(Exception) as info:  # noqa: PT011  the class is checked by the caller
+  with pytest.raises(Exception) as info:  # any class: the caller checks it
     call(tf.constant(x), tf.constant(w))
   assert re.search(phrase, str(info.value)), str(info.value)
   return info.type
@@ -680,7 +680,7 @@ GRADIENTS = [
 
 
 # TF's gradient checks hold the direct kernels, which is what 'auto' runs for such small
-# problems (checked here), to TF's tolerances. A forced FFT is held to the README's bound
+# problems (checked here), to TF's tolerances. A forced FFT is held to the FFT bound
 # instead (tests/test_gradients.py: float64 Jacobians to 1e-6): its error can exceed the
 # margins of numerical Jacobians (0.0022 against TF's 0.002 for the gradient of the filter
 # gradient in float32, 1.1e-12 against 1e-12 for depthwise Jacobians in float64).
@@ -792,7 +792,7 @@ def test_tf_depthwise_values(case, fmt):
         # TF's check: against the exact result of the unrounded data.
         tol = DEPTHWISE_TOL[dtype_name]
         np.testing.assert_allclose(got, want, rtol=tol, atol=tol, err_msg=what)
-      else:  # the README's bound, on the data as rounded to the dtype
+      else:  # the FFT bound, on the data as rounded to the dtype
         rounded = [np.asarray(tf.cast(v, tf.float64)) for v in (xt, ft)]
         PassCheck(ref, "forward", rounded[0], rounded[1].reshape(grouped.shape)).check(
             got, dtype_name, fft["forward"], what)

@@ -253,8 +253,8 @@ def test_gpu_planner_stays_within_the_limit(limit):
 @pytest.fixture
 def cufft_work_area():
   """Sets a stand-in for cuFFT's work area in the emulated GPU planner; cleared after."""
-  yield _core._emulate_cufft_work_area  # pylint: disable=protected-access
-  _core._emulate_cufft_work_area(None)  # pylint: disable=protected-access
+  yield _core._emulate_cufft_work_area
+  _core._emulate_cufft_work_area(None)
 
 
 def test_gpu_planner_skips_a_size_whose_cufft_work_area_does_not_fit(cufft_work_area):

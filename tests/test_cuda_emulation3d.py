@@ -259,7 +259,7 @@ def test_tf_gpu_kernels_and_the_cuda_module_run_the_3d_launch():
   """Both adapters reach the Conv3D launch for every GPU dtype: the TF kernels' RunOnGpu<T>
   and the _cuda module's RunArrays3d call RunCudaPass<T> on a Conv3dGeometry
   (test_cuda_emulation checks that nothing else calls the kernels' drivers)."""
-  from test_cuda_emulation import _launch_calls  # pylint: disable=g-import-not-at-top
+  from test_cuda_emulation import _launch_calls
   dtypes = {"float", "double", "largeconv::f16", "largeconv::bf16"}
   for library, adapter in (("_large_conv_ops", "RunOnGpu"), ("_cuda", "RunArrays3d")):
     calls = _launch_calls(library, geometry="largeconv::Conv3dGeometry")

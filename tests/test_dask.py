@@ -435,7 +435,7 @@ def test_scheduler_and_worker_processes(rng, tmp_path, scheduler_and_worker):
 
 # A slide of 172032 x 4096 float32 (2.63 GiB on disk) against a LocalCluster of 2 workers
 # with a memory_limit of 1.25 GiB each (2.5 GiB in all). TensorFlow and the op take about
-# 0.55 GiB of each worker, and the workers peak near 0.7 GiB (0.79 GiB seen once in CI):
+# 0.55 GiB of each worker, and the workers peak near 0.7-0.8 GiB:
 # below the 0.875 GiB (70%) from which distributed spills. Tall and narrow so that the test
 # stays short.
 SLIDE_SHAPE, SLIDE_CHUNKS, WORKER_LIMIT = (168 * 1024, 4096), (1024, 4096), 10 * 2**27
@@ -511,7 +511,7 @@ def test_slide_larger_than_cluster_memory(tmp_path):
 
 def _cli(capsys, *argv):
   """Runs the command line's main() in this process: (exit code, stdout, stderr)."""
-  from tf_largeconv.dask import __main__ as cli  # pylint: disable=g-import-not-at-top
+  from tf_largeconv.dask import __main__ as cli
   try:
     code = cli.main([str(a) for a in argv])
   except SystemExit as e:

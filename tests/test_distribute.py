@@ -22,7 +22,7 @@ import numpy as np
 import subproc
 
 # Distributed and single-device weights differ only by float32 summation order (a batch
-# of 8 summed as 4 + 4 across replicas): measured at most 2e-6 after the 16 steps, so 1e-5
+# of 8 summed as 4 + 4 across replicas): at most 2e-6 after the 16 steps, so 1e-5
 # leaves a margin of five while the convolution kernels move by 1e-2 or more; a layer
 # that does not train, or gradients reduced wrongly (summed, not averaged), miss it by
 # orders of magnitude.

@@ -11,10 +11,10 @@ import subproc
 import tensorflow as tf
 
 from tf_largeconv import _args
-from tf_largeconv.keras import export as _export
 from tf_largeconv.keras import FoldedBlock
 from tf_largeconv.keras import LargeConv2D
 from tf_largeconv.keras import LargeDepthwiseConv2D
+from tf_largeconv.keras import export as _export
 from tf_largeconv.keras import export_portable
 
 H, W, C = 40, 36, 3
@@ -187,8 +187,8 @@ def _tflite_converter(path, select):
 
 @pytest.mark.filterwarnings("ignore:.*tf.lite.Interpreter is deprecated")
 def test_tflite_status(rng, tmp_path):
-  # What TFLite makes of the export today (README, "Exporting for serving"). If this
-  # starts failing because TFLite learnt more, update the README and this test.
+  # What TFLite makes of the export, as the docs on exporting for serving describe it. If
+  # this starts failing because TFLite learnt more, update the docs and this test.
   model = _mixed_model(large=True)
   path = export_portable(model, str(tmp_path / "sm"))
   # Builtins only: TFLite has RFFT2D but not IRFFT2D, and no complex Conj, AddV2 or

@@ -36,7 +36,7 @@ CASES = [
 @pytest.mark.parametrize("data_format", ["NHWC", "NCHW"])
 @pytest.mark.parametrize("case", CASES)
 def test_ops_on_the_gpu_match_the_oracle(rng, case, data_format, dtype_name, algorithm):
-  from tf_largeconv import _cuda  # pylint: disable=g-import-not-at-top
+  from tf_largeconv import _cuda
   x_shape, w_shape, strides, padding, dilations = case
   if data_format == "NCHW":
     x_shape = (x_shape[0], x_shape[3], x_shape[1], x_shape[2])
@@ -85,11 +85,11 @@ def test_auto_on_the_gpu_routes_by_the_cuda_planner(rng, w_shape, kernel):
 @pytest.mark.parametrize("case", ["grouped_ncdhw", "strided_dilated_ncdhw", "same_strided"])
 def test_conv3d_ops_on_the_gpu_match_the_oracle(rng, case, algorithm):
   """The Conv3D ops placed on /GPU:0 run the CUDA kernels' 3-D passes."""
-  from reference3d import PASSES  # pylint: disable=g-import-not-at-top
-  from reference3d import check  # pylint: disable=g-import-not-at-top
-  from reference3d import problem  # pylint: disable=g-import-not-at-top
+  from reference3d import PASSES
+  from reference3d import check
+  from reference3d import problem
 
-  from tf_largeconv import _cuda  # pylint: disable=g-import-not-at-top
+  from tf_largeconv import _cuda
   oracle, x, w, dy, a = problem(case, rng, "float32")
   with tf.device("/GPU:0"):
     xt, wt, dyt = (tf.constant(v) for v in (x, w, dy))

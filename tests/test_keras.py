@@ -156,7 +156,7 @@ def test_saved_model_loads_and_differentiates_in_a_fresh_process(rng, tmp_path):
       np.savez(out + "/grads.npz", dx, *grads)
       np.savez(out + "/trained.npz", *[v.numpy() for v in variables])
       """
-  # Without the import, the failure names the op (the README says to import first). Both
+  # Without the import, the failure names the op (the docs say to import first). Both
   # children run at once: each spends most of its time importing TensorFlow.
   without = subproc.start(code.replace("{imp}", "pass"), tmp_path)
   try:
@@ -243,7 +243,7 @@ def test_tf_keras_grouped_layers_run_the_op(rng):
   """tf_keras compiles grouped convolutions with XLA; the Large layers run the op instead
   (algorithm='fft' raises under XLA), equal to tf_keras's layers."""
   tf_keras = pytest.importorskip("tf_keras")
-  from tf_largeconv import tf_keras as lc_tf_keras  # pylint: disable=g-import-not-at-top
+  from tf_largeconv import tf_keras as lc_tf_keras
   for ours, ref, shape in [
       (lc_tf_keras.LargeConv2D(4, 5, padding="same", groups=2, algorithm="fft"),
        tf_keras.layers.Conv2D(4, 5, padding="same", groups=2), (2, 12, 11, 4)),

@@ -223,7 +223,7 @@ def test_supports_jit_and_runs_under_xla(rng):
 
 def test_tf_keras_layer_equals_conv3d_and_trains(rng):
   tf_keras = pytest.importorskip("tf_keras")
-  from tf_largeconv import tf_keras as lc_tf_keras  # pylint: disable=g-import-not-at-top
+  from tf_largeconv import tf_keras as lc_tf_keras
   for kwargs, x_shape in (CASES[1], CASES[3], CASES[5]):
     first = kwargs.get("data_format") == "channels_first"
     x = rng.standard_normal(x_shape).astype(np.float32)

@@ -165,7 +165,7 @@ def test_2048_cubed_bfloat16_volume_plans_in_int64():
   start = time.perf_counter()
   p = lc.plan_conv3d(x_shape, w_shape, [1] * 5, "SAME", dtype=tf.bfloat16)
   seconds = time.perf_counter() - start
-  assert seconds < 10, seconds  # ~0.2 s on the 2-core dev machine
+  assert seconds < 10, seconds  # planning only: far below this on two cores
   assert p.output_shape == (1, n, n, n, 1) and math.prod(p.output_shape) == 8 * 2**30
   assert _core.geometry3d(list(x_shape), list(w_shape), [1] * 5, "SAME")["macs"] == n**3 * 31**3
   assert 0 < p.workspace_bytes <= p.workspace_limit == 64 * MiB

@@ -165,7 +165,7 @@ def test_plan_equals_what_the_op_does(rng):
 
 
 def test_a_small_pass_runs_on_one_slot():
-  # Waking a second thread costs a pass about 30 us (plan.cc, kSlotStartSeconds): a pass
+  # Waking a second thread costs a pass kSlotStartSeconds (plan.cc): a pass
   # the model prices below that gain keeps one slot on two threads, a larger one takes
   # both. Slots do not change the arithmetic, so the transform stays the same.
   small = ((1, 64, 64, 1), (7, 7, 1, 1), 1, "SAME")
@@ -320,9 +320,9 @@ def _planned_in_child(setting):
 @pytest.mark.skipif(not sys.platform.startswith("linux") or platform.machine() != "x86_64",
                     reason="TF's default oneDNN policy checked here is Linux x86's")
 def test_tf_passes_are_priced_as_the_kernels_tf_runs():
-  """TF runs oneDNN's kernels or Eigen's, 2-15x apart on small filters (a 3x3 8->8 filter
-  on 512x512, one thread: 6.1, 6.2 and 6.6 ms against 14, 105 and 103 ms), so the planner
-  prices TF's passes with the fit of the set TF runs, decided as TF decides it."""
+  """TF runs oneDNN's kernels or Eigen's, which are several times apart on small filters
+  (most of all in the gradients), so the planner prices TF's passes with the fit of the set
+  TF runs (plan.cc's kTfCoefficients), decided as TF decides it."""
   plans = {s: _planned_in_child(s) for s in (None, "0", "false", "TRUE")}
   default = "onednn" if _cpu_flags() & _ONEDNN_CPU_FLAGS else "eigen"
   expected = {None: default, "0": "eigen", "false": "eigen", "TRUE": "onednn"}
@@ -411,7 +411,7 @@ def test_process_memory_does_not_scale_with_input_times_filter():
   growth, workspace = map(int, out.stdout.split()[-2:])
   assert workspace == p.workspace_bytes  # the child planned what this process did
   # Live at once: y, its gradient seed and dx (16 MB each; dw is 40 KB) and one workspace.
-  # The slack (thread and transform scratch: 0.6 MiB measured on 2 threads) is less than the
+  # The slack (thread and transform scratch: under 1 MiB on 2 threads) is less than the
   # workspace the limit saves (15 MB on 2 threads; the whole step then grows 62 MiB, over
   # this bound's 53 MiB), so a run that ignored the limit fails.
   outputs = 3 * 2000 * 2000 * 4

@@ -84,7 +84,8 @@ tf.config.threading.set_intra_op_parallelism_threads(n)
 import tf_largeconv as lc
 import test_reliability as t
 results = t._run_all()
-got = (tf.config.threading.get_intra_op_parallelism_threads(), lc.planning.device.intra_op_threads())
+got = (tf.config.threading.get_intra_op_parallelism_threads(),
+       lc.planning.device.intra_op_threads())
 assert got == (n, n), f"asked for {n} intra-op threads; TensorFlow, planner: {got}"
 np.savez(sys.argv[2], *results)
 print(json.dumps(t._plans()))

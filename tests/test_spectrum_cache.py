@@ -176,7 +176,7 @@ def test_threads_with_different_filters(cache_mib):
         y = _core.conv2d(x, w, ONES, "SAME", algorithm="fft", num_threads=1)
         if not np.array_equal(y, want[(i + r) % 4]):
           errors.append((i, r))
-    except Exception as e:  # pylint: disable=broad-except
+    except Exception as e:
       errors.append(e)
 
   threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]

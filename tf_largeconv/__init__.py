@@ -30,7 +30,7 @@ _loader.load_or_fall_back()
 try:
   from tf_largeconv import keras
 except ImportError:  # Keras 3 not installed: the ops still work
-  keras = None
+  keras = None  # type: ignore[assignment]
 
 __all__ = ["Plan", "__version__", "conv1d", "conv2d", "conv2d_backprop_filter",
            "conv2d_backprop_input", "conv2d_transpose", "conv3d", "depthwise_conv2d", "plan",

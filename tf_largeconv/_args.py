@@ -4,10 +4,13 @@ Turns tf.nn.conv2d-style arguments into the LargeConv ops' attributes and checks
 tensors' dtypes, raising the same errors whichever entry point was called.
 """
 
+from __future__ import annotations
+
 import collections.abc
 import contextlib
 import numbers
 import threading
+from collections.abc import Iterator
 
 import tensorflow as tf
 
@@ -27,7 +30,7 @@ def _names(dtypes):
 # 'auto', 'direct', 'fft', 'tf': the C++ vocabulary's list (cc/core/vocabulary.h), what the
 # ops take as their `algorithm` attribute.
 OP_ALGORITHMS = tuple(_loader.core().ALGORITHMS)
-# 'portable' is routed in Python (stock TF ops, `_portable`) and never reaches the ops.
+# 'portable' is routed in Python (stock TF ops, `ops.portable`) and never reaches the ops.
 PORTABLE = "portable"
 ALGORITHMS = OP_ALGORITHMS + (PORTABLE,)
 
@@ -44,7 +47,7 @@ _FORCED = threading.local()
 
 
 @contextlib.contextmanager
-def portable_only():
+def portable_only() -> Iterator[None]:
   """Within this context every public op called from this thread runs algorithm='portable'.
 
   For tracing a graph that must hold no LargeConv op (`tf_largeconv.keras.export_portable`)
@@ -274,7 +277,7 @@ def check_algorithm(algorithm, dtype):
                      "convolutions run the direct kernels; use algorithm='direct' or 'auto'")
 
 
-def as_tensors(input, filters):  # pylint: disable=redefined-builtin
+def as_tensors(input, filters):
   """Converts an op's two data operands to tensors of one supported dtype.
 
   `filters` takes input's dtype unless it already is a tensor or variable, whose dtype must

@@ -13,7 +13,7 @@ REBUILD_HINT = (
 )
 _ops = None
 # Why the op library could not be loaded at import (None: it loaded). Then every op runs
-# the portable path (stock TensorFlow ops, `_portable`).
+# the portable path (stock TensorFlow ops, `tf_largeconv.ops.portable`).
 _failure = None
 
 
@@ -28,7 +28,7 @@ def _library_path(stem):
 
 def _check_build_version():
   try:
-    from tf_largeconv import _build_info  # pylint: disable=g-import-not-at-top
+    from tf_largeconv import _build_info
   except ImportError as e:
     raise ImportError(
         f"tf_largeconv: {_PKG_DIR}/_build_info.py is missing, so the op library's "
@@ -43,7 +43,7 @@ def _check_build_version():
 def core():
   """Returns the framework-free core module (planner, geometry, host kernels)."""
   _library_path("_core")  # a missing build gets the message above, not a bare ImportError
-  from tf_largeconv import _core  # pylint: disable=g-import-not-at-top
+  from tf_largeconv import _core
   return _core
 
 
@@ -64,7 +64,7 @@ def ops():
 def workspace_pool_stats():
   """The op library's pool of workspaces kept between calls (cc/tf/workspace_pool.h):
   (idle workspaces, their bytes, calls that reused one). For tests and diagnostics."""
-  import ctypes  # pylint: disable=g-import-not-at-top
+  import ctypes
   ops()
   lib = ctypes.CDLL(_library_path("_large_conv_ops"))
   values = [ctypes.c_int64() for _ in range(3)]

@@ -14,8 +14,7 @@ PASS_NAMES = ("forward", "backprop_input", "backprop_filter")
 class PerPass(NamedTuple):
   """One value for each pass of a convolution: its forward pass and its two gradients.
 
-  A tuple (hashable where its values are), so it keys caches as the plain tuples it
-  replaces did.
+  A tuple (hashable where its values are), so it keys caches as a plain tuple would.
   """
 
   forward: Any

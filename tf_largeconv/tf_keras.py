@@ -4,6 +4,13 @@ A Keras 3 layer inside a tf_keras model silently loses its weights, so tf_keras 
 layers built on tf_keras itself. Importing this module requires the tf_keras package.
 """
 
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import tensorflow as tf
 import tf_keras
 
 from tf_largeconv import _fold
@@ -20,7 +27,7 @@ class _GroupsUncompiled:
   'auto' back to TensorFlow's convolution and refuse 'direct' and 'fft'; the op computes
   groups itself, so the layers run it uncompiled."""
 
-  def _jit_compiled_convolution_op(self, inputs, kernel):
+  def _jit_compiled_convolution_op(self: Any, inputs: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
     return self.convolution_op(inputs, kernel)
 
 
@@ -33,11 +40,13 @@ class LargeConv2D(_GroupsUncompiled, _layer_settings.LargeConvSettings,
   `tf_largeconv.conv2d`).
   """
 
-  def __init__(self, filters, kernel_size, algorithm="auto", workspace_limit=None, **kwargs):
+  def __init__(self, filters: int, kernel_size: int | Sequence[int],
+               algorithm: str | None = "auto", workspace_limit: int | None = None,
+               **kwargs: Any) -> None:
     self._init_settings(algorithm, workspace_limit)
     super().__init__(filters, kernel_size, **kwargs)
 
-  def convolution_op(self, inputs, kernel):
+  def convolution_op(self, inputs: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
     return _ops.conv2d(inputs, kernel, list(self.strides), self.padding.upper(),
                        **self._op_kwargs())
 
@@ -51,11 +60,12 @@ class LargeDepthwiseConv2D(_layer_settings.LargeConvSettings,
   `workspace_limit` (see `tf_largeconv.conv2d`).
   """
 
-  def __init__(self, kernel_size, algorithm="auto", workspace_limit=None, **kwargs):
+  def __init__(self, kernel_size: int | Sequence[int], algorithm: str | None = "auto",
+               workspace_limit: int | None = None, **kwargs: Any) -> None:
     self._init_settings(algorithm, workspace_limit)
     super().__init__(kernel_size, **kwargs)
 
-  def call(self, inputs):
+  def call(self, inputs: tf.Tensor) -> tf.Tensor:
     return self._depthwise_call(inputs, self.depthwise_kernel)
 
 
@@ -65,20 +75,23 @@ FoldReport = _fold.FoldReport
 FoldWarning = _fold.FoldWarning
 
 
-def fold(block, exact=True, input_size=None, dtype=None, algorithm="auto",
-         workspace_limit=None, name=None):
+def fold(block: tf_keras.Model, exact: bool = True, input_size: Sequence[int] | None = None,
+         dtype: Any = None, algorithm: str | None = "auto", workspace_limit: int | None = None,
+         name: str | None = None) -> LargeConv2D | LargeDepthwiseConv2D:
   """`tf_largeconv.keras.fold` for a tf_keras block; returns tf_keras Large layers."""
   return _fold.fold(block, _FLAVOUR, exact=exact, input_size=input_size, dtype=dtype,
                     algorithm=algorithm, workspace_limit=workspace_limit, name=name)
 
 
-def reparameterize(model, algorithm="auto", workspace_limit=None):
+def reparameterize(model: tf_keras.Model, algorithm: str | None = "auto",
+                   workspace_limit: int | None = None) -> tf_keras.Model:
   """`tf_largeconv.keras.reparameterize` for a tf_keras model."""
   return _fold.reparameterize(model, _FLAVOUR, algorithm=algorithm,
                               workspace_limit=workspace_limit)
 
 
-def export_portable(model, path, input_signature=None):
+def export_portable(model: tf_keras.Model, path: str | os.PathLike[str],
+                    input_signature: Sequence[tf.TensorSpec] | None = None) -> str:
   """`tf_largeconv.keras.export_portable` for a tf_keras model (see there): a SavedModel
   with no LargeConv op; `tf.saved_model.load(path).serve(x)` runs it."""
   return _export.export(model, path, input_signature=input_signature)
@@ -104,11 +117,13 @@ class LargeConv1D(_GroupsUncompiled, _layer_settings.LargeConv1DSettings,
   `algorithm` and `workspace_limit` (see `tf_largeconv.conv2d`).
   """
 
-  def __init__(self, filters, kernel_size, algorithm="auto", workspace_limit=None, **kwargs):
+  def __init__(self, filters: int, kernel_size: int | Sequence[int],
+               algorithm: str | None = "auto", workspace_limit: int | None = None,
+               **kwargs: Any) -> None:
     self._init_settings(algorithm, workspace_limit)
     super().__init__(filters, kernel_size, **kwargs)
 
-  def convolution_op(self, inputs, kernel):
+  def convolution_op(self, inputs: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
     # tf_keras's call has already padded causal inputs.
     return self._conv1d_call(inputs, kernel, causal_done=True)
 
@@ -125,7 +140,9 @@ class LargeConv2DTranspose(_layer_settings.LargeConvTransposeSettings,
   `algorithm` and `workspace_limit` (see `tf_largeconv.conv2d`).
   """
 
-  def __init__(self, filters, kernel_size, algorithm="auto", workspace_limit=None, **kwargs):
+  def __init__(self, filters: int, kernel_size: int | Sequence[int],
+               algorithm: str | None = "auto", workspace_limit: int | None = None,
+               **kwargs: Any) -> None:
     self._init_settings(algorithm, workspace_limit)
     super().__init__(filters, kernel_size, **kwargs)
 
@@ -142,8 +159,9 @@ class LargeConv3D(_GroupsUncompiled, _layer_settings.LargeConv3DSettings,
   arguments `algorithm` and `workspace_limit` (see `tf_largeconv.conv3d`).
   """
 
-  def __init__(self, filters, kernel_size, *args, algorithm="auto", workspace_limit=None,
-               **kwargs):
+  def __init__(self, filters: int, kernel_size: int | Sequence[int], *args: Any,
+               algorithm: str | None = "auto", workspace_limit: int | None = None,
+               **kwargs: Any) -> None:
     self._init_settings(algorithm, workspace_limit)
     super().__init__(filters, kernel_size, *args, **kwargs)
     self._check_padding()

@@ -30,18 +30,19 @@ fits), or with --tf TensorFlow's three kernels (a third):
   channels, [big] 1 where one image's patch matrix (its output pixels x K x ci values)
   exceeds kTfBigPatchBytes: TF's backprop kernels slow down sharply there; and [small] 1
   for a 3x3 or 5x5 filter on fewer than 8 input channels, where TF's forward kernel pays
-  about 50 ns a pixel more (3x3 1->1 on 512x512: 16 ms, 3.6x the fit without it). g, the
+  a cost per pixel that the other terms miss by several times. g, the
   cost of a call, is printed less the op's own (a 1x1 filter on one pixel, timed alike),
   which both pay; plan.cc adds it to each pass TF runs. TF runs one of two
   sets of CPU kernels, oneDNN's or Eigen's (plan.h's TfKernels says which, as TF decides
   it; TF_ENABLE_ONEDNN_OPTS=0 or 1 picks either), and each has its row of
   kTfCoefficients: the fit is of the set this process runs. With oneDNN the filter
-  gradient of filters of 15x15 and more takes a slow path on some shapes (0.1-1 s an
-  image, where 13x13 takes milliseconds) that no term here describes: those rows are
+  gradient of filters of 15x15 and more takes a slow path on some shapes (orders of
+  magnitude slower than 13x13) that no term here describes: those rows are
   printed and left out of that pass's fit.
 
 Prints the fitted constants and each configuration's predicted/measured ratio. Copy the
-constants into plan.cc with the date and machine.
+constants into plan.cc, and the machine and the figures into the commit message and the
+benchmark results.
 
 With --model-ratio, times the FFT configurations and the direct kernels as above and prints
 the shipped model's seconds over the measured (median): a TF fit made on a machine other
@@ -91,10 +92,10 @@ def _fft_call(lc, x, w, padding, limit):
 
 
 def fft_rows(seconds):
-  import numpy as np  # pylint: disable=g-import-not-at-top
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import numpy as np
+  import tensorflow as tf
 
-  import tf_largeconv as lc  # pylint: disable=g-import-not-at-top
+  import tf_largeconv as lc
   rng = np.random.default_rng(0)
   rows = []
   for x_shape, w_shape, padding in FFT_PROBLEMS:
@@ -119,8 +120,8 @@ def fft_rows(seconds):
 
 
 def fit_fft(rows):
-  import numpy as np  # pylint: disable=g-import-not-at-top
-  from scipy.optimize import nnls  # pylint: disable=g-import-not-at-top
+  import numpy as np
+  from scipy.optimize import nnls
   def features(p):
     w = p.fft_work
     n = p.fft_size[0] * p.fft_size[1]
@@ -147,10 +148,10 @@ def direct_rows(seconds):
   """[(pass, lanes, flops, seconds, modelled seconds)] of the direct kernels, each pass,
   SAME, float32, one image: lanes are the destination channels per group its inner loop
   runs over; the model's seconds are plan.cc's for the pass."""
-  import numpy as np  # pylint: disable=g-import-not-at-top
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import numpy as np
+  import tensorflow as tf
 
-  import tf_largeconv as lc  # pylint: disable=g-import-not-at-top
+  import tf_largeconv as lc
   rng = np.random.default_rng(0)
   rows = []
   print("Direct kernels (one thread, SAME), ms per pass and GFLOP/s:")
@@ -179,14 +180,14 @@ def direct_rows(seconds):
 def direct_rate(lanes, base, at_base, peak):
   """plan.cc's direct rate (FLOP/s) for `lanes` destination channels per group (an array
   of them)."""
-  import numpy as np  # pylint: disable=g-import-not-at-top
+  import numpy as np
   return np.minimum(peak, base * np.maximum(1.0, lanes / at_base))
 
 
 def fit_direct(rows):
   """Per pass, the (base, at_base, peak) of `direct_rate` with the least squared log
   error over `rows` (a grid search)."""
-  import numpy as np  # pylint: disable=g-import-not-at-top
+  import numpy as np
   print("\nDirect: rate = min(peak, base * max(1, lanes / at_base)) per pass")
   for name in TF_PASSES:
     mine = [r for r in rows if r[0] == name]
@@ -222,8 +223,8 @@ ONEDNN_SLOW_FILTER = 15  # filter side from which oneDNN's filter gradient can r
 
 def tf_rows(seconds):
   """[(k, ci, co, batch, side, [seconds of each pass])] for TF's kernels, SAME, float32."""
-  import numpy as np  # pylint: disable=g-import-not-at-top
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import numpy as np
+  import tensorflow as tf
   rng = np.random.default_rng(0)
   rows = []
   grid = []
@@ -262,9 +263,9 @@ def op_call_seconds(seconds):
   """The op's own cost of a call, per pass, timed as tf_rows times TF's: a 1x1 filter on a
   single pixel (the direct kernels), so that the fit's constant is TF's cost per call beyond
   what the op pays too."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
 
-  from tf_largeconv import _loader  # pylint: disable=g-import-not-at-top
+  from tf_largeconv import _loader
   ops = _loader.ops()
   attrs = dict(strides=[1, 1, 1, 1], padding="SAME", explicit_paddings=[], data_format="NHWC",
                dilations=[1, 1, 1, 1], algorithm="direct", workspace_limit=-1)
@@ -276,10 +277,10 @@ def op_call_seconds(seconds):
 
 
 def fit_tf(rows, op_calls):
-  import numpy as np  # pylint: disable=g-import-not-at-top
-  from scipy.optimize import nnls  # pylint: disable=g-import-not-at-top
+  import numpy as np
+  from scipy.optimize import nnls
 
-  from tf_largeconv import _loader  # pylint: disable=g-import-not-at-top
+  from tf_largeconv import _loader
   kernels = _loader.core().tf_kernels()
   x = np.array([tf_features(*r[:5]) for r in rows], float)
   print(f"\nTF ({kernels}'s kernels): seconds = a * flops + b * P K ci + c * P K co + d * P"
@@ -306,7 +307,7 @@ def model_ratio(fft, direct):
   """Prints how much faster than the shipped model prices them the op's kernels ran here
   (the model's seconds over the measured, median over the FFT configurations and the
   direct passes): plan.cc's kOneDnnFitToModelSeconds, on the machine a TF fit is made on."""
-  import numpy as np  # pylint: disable=g-import-not-at-top
+  import numpy as np
   ffts = np.array([p.fft_work["seconds"] / t for _, _, p, t in fft])
   directs = np.array([r[4] / r[3] for r in direct])
   print(f"\nThe op's model over the measured: FFT median {np.median(ffts):.2f} over "
@@ -326,7 +327,7 @@ def main():
                       help="time the op's kernels against the shipped model (for the "
                            "scale of a TF fit made on this machine)")
   args = parser.parse_args()
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
   tf.config.threading.set_intra_op_parallelism_threads(1)
   if args.tf:
     print("TensorFlow's kernels (one thread), forward, backprop_input, backprop_filter:")

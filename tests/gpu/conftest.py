@@ -27,7 +27,7 @@ def load_extension(name):
 
 def _skip_reason():
   try:
-    import torch  # pylint: disable=g-import-not-at-top
+    import torch
   except ImportError:
     return "torch is not installed"
   if not torch.cuda.is_available():
@@ -75,7 +75,7 @@ def core_ext():
 def exact_torch():
   """Full-precision float32 in torch (no TF32), so it is a fair oracle."""
   try:
-    import torch  # pylint: disable=g-import-not-at-top
+    import torch
   except ImportError:
     yield
     return

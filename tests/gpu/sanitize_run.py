@@ -20,10 +20,10 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.dirname(HERE)]
-from cases import CASES  # noqa: E402  pylint: disable=g-import-not-at-top
-from cases import attrs  # noqa: E402  pylint: disable=g-import-not-at-top
-from conftest import load_extension  # noqa: E402  pylint: disable=g-import-not-at-top
-from reference import Conv  # noqa: E402  pylint: disable=g-import-not-at-top
+from cases import CASES  # noqa: E402
+from cases import attrs  # noqa: E402
+from conftest import load_extension  # noqa: E402
+from reference import Conv  # noqa: E402
 
 EXTRA = {
     "seed": ((1, 150, 170, 1), (135, 135, 1, 3), (1, 1), "VALID", (1, 1)),

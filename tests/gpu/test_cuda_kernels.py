@@ -18,9 +18,9 @@ from reference import planned_fft
 # Without torch every test here is skipped, each with its reason (conftest.py); the module
 # still imports, so the skips are counted and shown test by test.
 try:
-  import torch  # pylint: disable=g-import-not-at-top
-  import torch_conv  # pylint: disable=g-import-not-at-top
-  from torch_conv import to_device  # pylint: disable=g-import-not-at-top
+  import torch
+  import torch_conv
+  from torch_conv import to_device
 except ImportError:
   torch = torch_conv = to_device = None
 

@@ -17,9 +17,9 @@ from reference3d import problem
 
 # Without torch every test here is skipped, each with its reason (conftest.py).
 try:
-  import torch  # pylint: disable=g-import-not-at-top
-  import torch_conv  # pylint: disable=g-import-not-at-top
-  from torch_conv import to_device  # pylint: disable=g-import-not-at-top
+  import torch
+  import torch_conv
+  from torch_conv import to_device
 except ImportError:
   torch = torch_conv = to_device = None
 
@@ -76,8 +76,8 @@ def test_kernels_match_oracle_and_torch(cuda_ext, rng, case, dtype, algorithm):
 
 @pytest.mark.parametrize("algorithm", ["auto", "direct", "fft"])
 def test_large_filter_matches_torch(cuda_ext, rng, algorithm):
-  """A 31^3 filter over a 64^3 volume, SAME, 1 -> 4 channels (the README's conv3d case at
-  an eighth of its volume): 'auto' plans the FFT for every pass."""
+  """A 31^3 filter over a 64^3 volume, SAME, 1 -> 4 channels (the CPU benchmark's conv3d31
+  cases at an eighth of their volume): 'auto' plans the FFT for every pass."""
   attrs = dict(strides=[1] * 5, padding="SAME", data_format="NDHWC", dilations=[1] * 5)
   oracle = Oracle3d((1, 64, 64, 64, 1), (31, 31, 31, 1, 4), (1, 1, 1), "SAME", (1, 1, 1),
                     "NDHWC")

@@ -44,21 +44,32 @@ tasks share n threads and never oversubscribe the cores. tf_largeconv is importe
 worker process, when the first task's function is loaded.
 """
 
+from __future__ import annotations
+
+from collections.abc import Sequence
+
 try:
-  import dask.array  # noqa: F401
+  import dask.array
 except ImportError as e:  # pragma: no cover (the extra is installed where tests run)
   raise ImportError(
       "tf_largeconv.dask needs the optional dependencies: pip install 'tf_largeconv[dask]' "
       "(dask[array], distributed, zarr, tifffile)") from e
 
+import numpy as np
+
 from tf_largeconv import _args
+from tf_largeconv._types import Padding
+from tf_largeconv._types import TensorLike
+from tf_largeconv._types import Window
 from tf_largeconv.dask import _graph
 from tf_largeconv.dask._graph import TaskMemory
 from tf_largeconv.dask._slides import open_slide
 
 
-def conv2d(input, filters, strides, padding, data_format="NHWC", dilations=None,  # pylint: disable=redefined-builtin
-           name=None, algorithm="auto", workspace_limit=None):
+def conv2d(input: dask.array.Array, filters: TensorLike, strides: Window, padding: Padding,
+           data_format: str | None = "NHWC", dilations: Window | None = None,
+           name: str | None = None, algorithm: str | None = "auto",
+           workspace_limit: int | None = None) -> dask.array.Array:
   """A 2-D convolution of a dask array: `tf_largeconv.conv2d`, chunk by chunk, lazily.
 
   Args:
@@ -88,8 +99,11 @@ def conv2d(input, filters, strides, padding, data_format="NHWC", dilations=None,
                         workspace_limit, name=name or "largeconv-conv2d").array()
 
 
-def depthwise_conv2d(input, filter, strides, padding, data_format=None, dilations=None,  # pylint: disable=redefined-builtin
-                     name=None, algorithm="auto", workspace_limit=None):
+def depthwise_conv2d(input: dask.array.Array, filter: TensorLike, strides: Window,
+                     padding: Padding, data_format: str | None = None,
+                     dilations: Window | None = None, name: str | None = None,
+                     algorithm: str | None = "auto",
+                     workspace_limit: int | None = None) -> dask.array.Array:
   """A depthwise 2-D convolution of a dask array: `tf_largeconv.depthwise_conv2d`, chunk by
   chunk, lazily (the grouped convolution with one group per input channel).
 
@@ -125,9 +139,12 @@ def depthwise_conv2d(input, filter, strides, padding, data_format=None, dilation
                         filter_name="filter").array()
 
 
-def conv2d_backprop_filter(input, filter_sizes, out_backprop, strides, padding,  # pylint: disable=redefined-builtin
-                           data_format="NHWC", dilations=None, name=None, algorithm="auto",
-                           workspace_limit=None):
+def conv2d_backprop_filter(input: dask.array.Array, filter_sizes: Sequence[int],
+                           out_backprop: dask.array.Array | TensorLike, strides: Window,
+                           padding: Padding, data_format: str | None = "NHWC",
+                           dilations: Window | None = None, name: str | None = None,
+                           algorithm: str | None = "auto",
+                           workspace_limit: int | None = None) -> np.ndarray:
   """The gradient of `conv2d` with respect to its filter, over dask arrays: what fitting a
   large filter to a slide needs.
 
@@ -163,8 +180,10 @@ def conv2d_backprop_filter(input, filter_sizes, out_backprop, strides, padding, 
   return grad.compute()
 
 
-def task_memory(input, filters, strides, padding, data_format="NHWC", dilations=None,  # pylint: disable=redefined-builtin
-                algorithm="auto", workspace_limit=None):
+def task_memory(input: dask.array.Array, filters: TensorLike, strides: Window,
+                padding: Padding, data_format: str | None = "NHWC",
+                dilations: Window | None = None, algorithm: str | None = "auto",
+                workspace_limit: int | None = None) -> TaskMemory:
   """The memory of the largest task `conv2d` would run, for sizing chunks and workers.
 
   Args:

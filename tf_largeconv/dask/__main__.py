@@ -101,7 +101,7 @@ def _parser():
 
 def _connect(address, timeout):
   """A distributed Client for `address`, or SystemExit with a clear message."""
-  import distributed  # pylint: disable=g-import-not-at-top
+  import distributed
   try:
     return distributed.Client(address, timeout=timeout, set_as_default=True)
   except (OSError, TimeoutError, ValueError) as e:
@@ -122,9 +122,9 @@ def build(args):
   Returns:
     (result to write: 2-D or 3-D dask array, TaskMemory, number of tasks).
   """
-  import numpy as np  # pylint: disable=g-import-not-at-top
+  import numpy as np
 
-  import tf_largeconv.dask as ldask  # pylint: disable=g-import-not-at-top
+  import tf_largeconv.dask as ldask
   if args.strides < 1 or args.dilations < 1 or args.chunk < 1:
     raise ValueError("--strides, --dilations and --chunk must be positive")
   chunk = -(-args.chunk // args.strides) * args.strides
@@ -179,14 +179,14 @@ def main(argv=None):
   start = time.perf_counter()
   try:
     # Every chunk is written without zarr's check against the fill value first (its
-    # default), which reads each chunk again and cost more than the write itself here.
+    # default), which reads each chunk again and costs more than the write itself.
     store = y.to_zarr(args.output, compute=False, config={"write_empty_chunks": True})
     if client is None:
-      from dask.diagnostics import ProgressBar  # pylint: disable=g-import-not-at-top
+      from dask.diagnostics import ProgressBar
       with ProgressBar():
         store.compute()
     else:
-      import distributed  # pylint: disable=g-import-not-at-top
+      import distributed
       future = client.compute(store)
       distributed.progress(future)
       future.result()

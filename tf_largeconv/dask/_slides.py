@@ -1,5 +1,7 @@
 """Slides on disk as lazy dask arrays: TIFF (through tifffile's zarr store), zarr and .npy."""
 
+from __future__ import annotations
+
 import os
 
 import dask.array as da
@@ -62,14 +64,14 @@ class TiffLevel(FileArray):
     super().__init__(path)
 
   def _load(self):
-    import tifffile  # pylint: disable=g-import-not-at-top
-    import zarr  # pylint: disable=g-import-not-at-top
+    import tifffile
+    import zarr
     store = tifffile.imread(self.path, aszarr=True, series=self.series, level=self.level)
     return zarr.open(store, mode="r")
 
 
 def _zarr_array(path):
-  import zarr  # pylint: disable=g-import-not-at-top
+  import zarr
   node = zarr.open(path, mode="r")
   if isinstance(node, zarr.Array):
     return node
@@ -82,7 +84,8 @@ def _zarr_array(path):
                    f"one array (e.g. {path}/{sorted(arrays)[0] if arrays else 'NAME'})")
 
 
-def open_slide(path, chunk=2048, level=0, channels_first=False):
+def open_slide(path: str, chunk: int = 2048, level: int = 0,
+               channels_first: bool = False) -> da.Array:
   """Opens a slide on disk as a lazy dask array, chunked `chunk` x `chunk` in its image
   axes (all of a channel axis in one chunk). Nothing is read until it is computed.
 
@@ -106,6 +109,7 @@ def open_slide(path, chunk=2048, level=0, channels_first=False):
   if not os.path.exists(path):
     raise FileNotFoundError(f"no such slide: {path}")
   lower = path.lower().rstrip("/")
+  source: FileArray  # or a zarr array
   if lower.endswith(".npy"):
     source = NpyFile(path)
   elif lower.endswith(TIFF_SUFFIXES):
@@ -118,7 +122,7 @@ def open_slide(path, chunk=2048, level=0, channels_first=False):
   if len(source.shape) not in (2, 3):
     raise ValueError(f"{path} holds an array of shape {tuple(source.shape)}; a slide is 2-D "
                      f"(H x W) or 3-D (H x W x C, or C x H x W)")
-  chunks = (chunk, chunk)
+  chunks: tuple[int, ...] = (chunk, chunk)
   if len(source.shape) == 3:
     chunks = (-1,) + chunks if channels_first else chunks + (-1,)
   if isinstance(source, FileArray):

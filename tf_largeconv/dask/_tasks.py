@@ -23,7 +23,7 @@ _setup_done = False
 def _worker_threads():
   """The dask.distributed worker's thread count, or None outside a distributed worker."""
   try:
-    from distributed import get_worker  # pylint: disable=g-import-not-at-top
+    from distributed import get_worker
   except ImportError:
     return None
   try:
@@ -79,7 +79,7 @@ _thread_buffers = threading.local()
 def window_buffer(shape, dtype):
   """An aligned, uninitialised array for a task's window, in memory this thread keeps from
   one task to the next: a window is written once per task, and writing memory the process
-  has just been given (a fresh mapping, page by page) cost several times the copy itself
+  has just been given (a fresh mapping, page by page) costs several times the copy itself
   in dask workers. The buffer grows to the largest window the thread has assembled and is
   given up only when something still refers to it (a tensor made from it still alive)."""
   dtype = np.dtype(dtype)

@@ -3,7 +3,14 @@ folded into one convolution (`fold`, `reparameterize`), and an export that needs
 tf_largeconv to load (`export_portable`).
 """
 
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
 import keras
+import tensorflow as tf
 
 from tf_largeconv import _fold
 from tf_largeconv.keras import export as _export
@@ -14,7 +21,8 @@ from tf_largeconv.keras._layers import LargeConv3D
 from tf_largeconv.keras._layers import LargeDepthwiseConv2D
 
 
-def convert(model, min_kernel_size=15, algorithm="auto", workspace_limit=None):
+def convert(model: keras.Model, min_kernel_size: int = 15, algorithm: str | None = "auto",
+            workspace_limit: int | None = None) -> keras.Model:
   """Clones a Keras model with its large-kernel convolutions on tf_largeconv.
 
   Every `keras.layers.Conv2D` / `DepthwiseConv2D` / `Conv1D` / `Conv2DTranspose` /
@@ -30,20 +38,20 @@ def convert(model, min_kernel_size=15, algorithm="auto", workspace_limit=None):
   Returns:
     The converted clone (the input model is left as it was).
   """
-  def clone(layer):
+  def clone(layer: keras.layers.Layer) -> keras.layers.Layer:
     config = layer.get_config()
     large = max(getattr(layer, "kernel_size", (0,))) >= min_kernel_size
-    if type(layer) is keras.layers.Conv2D and large:  # pylint: disable=unidiomatic-typecheck
+    if type(layer) is keras.layers.Conv2D and large:
       return LargeConv2D(**config, algorithm=algorithm, workspace_limit=workspace_limit)
-    if type(layer) is keras.layers.DepthwiseConv2D and large:  # pylint: disable=unidiomatic-typecheck
+    if type(layer) is keras.layers.DepthwiseConv2D and large:
       return LargeDepthwiseConv2D(**config, algorithm=algorithm,
                                   workspace_limit=workspace_limit)
-    if type(layer) is keras.layers.Conv1D and large:  # pylint: disable=unidiomatic-typecheck
+    if type(layer) is keras.layers.Conv1D and large:
       return LargeConv1D(**config, algorithm=algorithm, workspace_limit=workspace_limit)
-    if type(layer) is keras.layers.Conv2DTranspose and large:  # pylint: disable=unidiomatic-typecheck
+    if type(layer) is keras.layers.Conv2DTranspose and large:
       return LargeConv2DTranspose(**config, algorithm=algorithm,
                                   workspace_limit=workspace_limit)
-    if type(layer) is keras.layers.Conv3D and large:  # pylint: disable=unidiomatic-typecheck
+    if type(layer) is keras.layers.Conv3D and large:
       return LargeConv3D(**config, algorithm=algorithm, workspace_limit=workspace_limit)
     return layer.__class__.from_config(config)
 
@@ -52,7 +60,8 @@ def convert(model, min_kernel_size=15, algorithm="auto", workspace_limit=None):
   return converted
 
 
-def export_portable(model, path, input_signature=None):
+def export_portable(model: keras.Model, path: str | os.PathLike[str],
+                    input_signature: Sequence[tf.TensorSpec] | None = None) -> str:
   """Saves `model` for inference as a SavedModel that needs no tf_largeconv to load.
 
   The model's forward pass (`training=False`) is traced with every tf_largeconv op on
@@ -71,7 +80,7 @@ def export_portable(model, path, input_signature=None):
   (`{"output_0": ...}`), the entry point TensorFlow Serving uses. The batch dimension is
   free (None); the other dimensions and the dtypes are the model's inputs'. The portable
   path needs static image sizes, so every input's height and width must be known. TFLite
-  cannot run the export today (see the README, "Exporting for serving without the package").
+  cannot run the export (see the docs on exporting for serving).
 
   Args:
     model: a built Keras model with defined inputs (functional, or Sequential starting
@@ -93,8 +102,9 @@ def export_portable(model, path, input_signature=None):
 
 # Folding linear blocks (the algebra is in _fold.py, shared with tf_keras)
 
-def fold(block, exact=True, input_size=None, dtype=None, algorithm="auto",
-         workspace_limit=None, name=None):
+def fold(block: keras.Model, exact: bool = True, input_size: Sequence[int] | None = None,
+         dtype: Any = None, algorithm: str | None = "auto", workspace_limit: int | None = None,
+         name: str | None = None) -> LargeConv2D | LargeDepthwiseConv2D:
   """Folds a block of linear layers into one `LargeConv2D` or `LargeDepthwiseConv2D`.
 
   The block is a built Keras model (functional, or Sequential with an Input) with one
@@ -135,7 +145,8 @@ def fold(block, exact=True, input_size=None, dtype=None, algorithm="auto",
                     algorithm=algorithm, workspace_limit=workspace_limit, name=name)
 
 
-def reparameterize(model, algorithm="auto", workspace_limit=None):
+def reparameterize(model: keras.Model, algorithm: str | None = "auto",
+                   workspace_limit: int | None = None) -> keras.Model:
   """A copy of `model` with every maximal foldable linear sub-graph as one Large layer.
 
   A sub-graph is foldable when it is the cone of linear layers (see `fold`) behind one

@@ -8,6 +8,12 @@ Each is registered under the package name "tf_largeconv", so models using them l
 (.keras or SavedModel) after `import tf_largeconv`.
 """
 
+from __future__ import annotations
+
+from collections.abc import Callable
+from collections.abc import Sequence
+from typing import Any
+
 import keras
 import tensorflow as tf
 
@@ -20,14 +26,15 @@ from tf_largeconv.keras import _settings as _layer_settings
 _PACKAGE = "tf_largeconv"
 
 
-def _check_backend():
+def _check_backend() -> None:
   if keras.backend.backend() != "tensorflow":
     raise ValueError("tf_largeconv layers need the TensorFlow backend, got "
                      f"keras.backend.backend()={keras.backend.backend()!r}")
 
 
-def conv_output_shape(input_shape, filter_shape, strides, padding, data_format,
-                      dilations):
+def conv_output_shape(input_shape: Sequence[int | None], filter_shape: Sequence[int],
+                      strides: Sequence[int], padding: str, data_format: str,
+                      dilations: Sequence[int]) -> tuple[int | None, ...]:
   """Static output shape from the package's one geometry (tf_largeconv._core), keeping
   unknown (None) dimensions unknown. data_format is 'NHWC' or 'NCHW' (filter_shape
   [height, width, in, out], strides and dilations as tf_largeconv.conv2d takes them) or
@@ -41,7 +48,7 @@ def conv_output_shape(input_shape, filter_shape, strides, padding, data_format,
   c = 1 if attrs["data_format"][1] == "C" else rank + 1
   spatial = [i for i in range(1, rank + 2) if i != c]
   shape = list(input_shape)
-  probe = list(shape)
+  probe: list[Any] = list(shape)
   # Each unknown dimension is computed with a stand-in as large as the largest dilated
   # filter (so valid for any padding), then reported unknown again: output sizes are
   # independent per dimension.
@@ -82,18 +89,31 @@ def conv_output_shape(input_shape, filter_shape, strides, padding, data_format,
 class _LargeConvSettings(_layer_settings.LargeConvSettings):
   """The shared settings, on the TensorFlow backend only, and the layers' output shape."""
 
-  def _init_settings(self, algorithm, workspace_limit):
+  # What the Keras convolution layer these settings are mixed into holds.
+  rank: int
+  filters: int
+  kernel_size: tuple[int, ...]
+  strides: tuple[int, ...]
+  padding: str
+  data_format: str
+  dilation_rate: tuple[int, ...]
+  groups: int
+  kernel: Any
+  convolution_op: Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
+
+  def _init_settings(self, algorithm: str | None, workspace_limit: int | None) -> None:
     _check_backend()
     super()._init_settings(algorithm, workspace_limit)
 
-  def _output_shape(self, input_shape, filter_shape):
+  def _output_shape(self, input_shape: Sequence[int | None],
+                    filter_shape: Sequence[int]) -> tuple[int | None, ...]:
     return conv_output_shape(input_shape, filter_shape,
                              _layer_settings.op_window(self.data_format, self.strides),
                              self.padding.upper(),
                              _layer_settings.op_data_format(self.data_format, self.rank),
                              _layer_settings.op_window(self.data_format, self.dilation_rate))
 
-  def _conv_call(self, inputs):
+  def _conv_call(self, inputs: tf.Tensor) -> tf.Tensor:
     """The convolution layers' call: keras's BaseConv.call, but with the bias added by
     tf.add. BaseConv.call uses keras.ops.add, which on the TensorFlow backend runs
     tf.nn.bias_add with the channel axis guessed from sizes, so a channels_first output
@@ -102,7 +122,7 @@ class _LargeConvSettings(_layer_settings.LargeConvSettings):
     return self._bias_and_activation(
         self._sized(inputs, lambda: self.convolution_op(inputs, self.kernel)))
 
-  def _sized(self, inputs, run):
+  def _sized(self, inputs: tf.Tensor, run: Callable[[], tf.Tensor]) -> tf.Tensor:
     """run(), the layer's convolution; where it fails on an input too small for any output,
     the ValueError Keras's own layers raise then (from compute_output_shape), whose
     message Keras's tests look for, as traced calls raise it."""
@@ -113,7 +133,7 @@ class _LargeConvSettings(_layer_settings.LargeConvSettings):
         self.compute_output_shape(tuple(inputs.shape))
       raise
 
-  def _conv_output_shape(self, input_shape):
+  def _conv_output_shape(self, input_shape: Sequence[int | None]) -> tuple[int | None, ...]:
     """compute_output_shape of a (grouped) convolution: its kernel is kernel_size +
     (input channels / groups, filters)."""
     c = -1 if self.data_format == "channels_last" else 1
@@ -135,12 +155,15 @@ class LargeConv2D(_LargeConvSettings, keras.layers.Conv2D):
   itself supports that combination; `tf_largeconv.conv2d` offers it).
   """
 
-  def __init__(self, filters, kernel_size, strides=(1, 1), padding="valid",
-               data_format=None, dilation_rate=(1, 1), groups=1, activation=None,
-               use_bias=True, kernel_initializer="glorot_uniform", bias_initializer="zeros",
-               kernel_regularizer=None, bias_regularizer=None, activity_regularizer=None,
-               kernel_constraint=None, bias_constraint=None, algorithm="auto",
-               workspace_limit=None, **kwargs):
+  def __init__(self, filters: int, kernel_size: int | Sequence[int],
+               strides: int | Sequence[int] = (1, 1), padding: str = "valid",
+               data_format: str | None = None, dilation_rate: int | Sequence[int] = (1, 1),
+               groups: int = 1, activation: Any = None, use_bias: bool = True,
+               kernel_initializer: Any = "glorot_uniform", bias_initializer: Any = "zeros",
+               kernel_regularizer: Any = None, bias_regularizer: Any = None,
+               activity_regularizer: Any = None, kernel_constraint: Any = None,
+               bias_constraint: Any = None, algorithm: str | None = "auto",
+               workspace_limit: int | None = None, **kwargs: Any) -> None:
     self._init_settings(algorithm, workspace_limit)
     super().__init__(filters=filters, kernel_size=kernel_size, strides=strides,
                      padding=padding, data_format=data_format, dilation_rate=dilation_rate,
@@ -152,14 +175,14 @@ class LargeConv2D(_LargeConvSettings, keras.layers.Conv2D):
                      **kwargs)
     self.supports_jit = _args.compiles_under_xla(self.algorithm)
 
-  def convolution_op(self, inputs, kernel):
+  def convolution_op(self, inputs: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
     return _ops.conv2d(inputs, kernel, list(self.strides), self.padding.upper(),
                        **self._op_kwargs())
 
-  def call(self, inputs):
+  def call(self, inputs: tf.Tensor) -> tf.Tensor:
     return self._conv_call(inputs)
 
-  def compute_output_shape(self, input_shape):
+  def compute_output_shape(self, input_shape: Sequence[int | None]) -> tuple[int | None, ...]:
     return self._conv_output_shape(input_shape)
 
 
@@ -171,12 +194,15 @@ class LargeDepthwiseConv2D(_LargeConvSettings, keras.layers.DepthwiseConv2D):
   as for `LargeConv2D`.
   """
 
-  def __init__(self, kernel_size, strides=(1, 1), padding="valid", depth_multiplier=1,
-               data_format=None, dilation_rate=(1, 1), activation=None, use_bias=True,
-               depthwise_initializer="glorot_uniform", bias_initializer="zeros",
-               depthwise_regularizer=None, bias_regularizer=None, activity_regularizer=None,
-               depthwise_constraint=None, bias_constraint=None, algorithm="auto",
-               workspace_limit=None, **kwargs):
+  def __init__(self, kernel_size: int | Sequence[int], strides: int | Sequence[int] = (1, 1),
+               padding: str = "valid", depth_multiplier: int = 1,
+               data_format: str | None = None, dilation_rate: int | Sequence[int] = (1, 1),
+               activation: Any = None, use_bias: bool = True,
+               depthwise_initializer: Any = "glorot_uniform", bias_initializer: Any = "zeros",
+               depthwise_regularizer: Any = None, bias_regularizer: Any = None,
+               activity_regularizer: Any = None, depthwise_constraint: Any = None,
+               bias_constraint: Any = None, algorithm: str | None = "auto",
+               workspace_limit: int | None = None, **kwargs: Any) -> None:
     self._init_settings(algorithm, workspace_limit)
     super().__init__(kernel_size=kernel_size, strides=strides, padding=padding,
                      depth_multiplier=depth_multiplier, data_format=data_format,
@@ -190,10 +216,10 @@ class LargeDepthwiseConv2D(_LargeConvSettings, keras.layers.DepthwiseConv2D):
                      bias_constraint=bias_constraint, **kwargs)
     self.supports_jit = _args.compiles_under_xla(self.algorithm)
 
-  def call(self, inputs):
+  def call(self, inputs: tf.Tensor) -> tf.Tensor:
     return self._sized(inputs, lambda: self._depthwise_call(inputs, self.kernel))
 
-  def compute_output_shape(self, input_shape):
+  def compute_output_shape(self, input_shape: Sequence[int | None]) -> tuple[int | None, ...]:
     c = -1 if self.data_format == "channels_last" else 1
     in_c = input_shape[c]
     if in_c is None:
@@ -232,7 +258,7 @@ class FoldedBlock(_fold.FoldedBlockBase, keras.layers.Layer):
   _serialize_block = staticmethod(keras.saving.serialize_keras_object)
   _deserialize_block = staticmethod(keras.saving.deserialize_keras_object)
 
-  def __init__(self, block, **kwargs):
+  def __init__(self, block: keras.Model, **kwargs: Any) -> None:
     _check_backend()
     super().__init__(block, **kwargs)
 
@@ -250,15 +276,17 @@ class LargeConv1D(_LargeConvSettings, _layer_settings.LargeConv1DSettings, keras
   is passed to the op as explicit padding rather than copied into a padded input.
   """
 
-  def __init__(self, filters, kernel_size, algorithm="auto", workspace_limit=None, **kwargs):
+  def __init__(self, filters: int, kernel_size: int | Sequence[int],
+               algorithm: str | None = "auto", workspace_limit: int | None = None,
+               **kwargs: Any) -> None:
     self._init_settings(algorithm, workspace_limit)
     super().__init__(filters, kernel_size, **kwargs)
     self.supports_jit = _args.compiles_under_xla(self.algorithm)
 
-  def convolution_op(self, inputs, kernel):
+  def convolution_op(self, inputs: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
     return self._conv1d_call(inputs, kernel)
 
-  def call(self, inputs):
+  def call(self, inputs: tf.Tensor) -> tf.Tensor:
     # Not keras.layers.Conv1D.call, which pads causal inputs itself and calls keras.ops.conv:
     # convolution_op passes causal padding to the op.
     return self._conv_call(inputs)
@@ -278,7 +306,9 @@ class LargeConv2DTranspose(_LargeConvSettings, _layer_settings.LargeConvTranspos
   Weights, output shape and checks are Keras's own.
   """
 
-  def __init__(self, filters, kernel_size, algorithm="auto", workspace_limit=None, **kwargs):
+  def __init__(self, filters: int, kernel_size: int | Sequence[int],
+               algorithm: str | None = "auto", workspace_limit: int | None = None,
+               **kwargs: Any) -> None:
     self._init_settings(algorithm, workspace_limit)
     super().__init__(filters, kernel_size, **kwargs)
     self.supports_jit = _args.compiles_under_xla(self.algorithm)
@@ -300,15 +330,16 @@ class LargeConv3D(_LargeConvSettings, _layer_settings.LargeConv3DSettings,
   it rejects a list `padding` when made (Keras fails only when called).
   """
 
-  def __init__(self, filters, kernel_size, *args, algorithm="auto", workspace_limit=None,
-               **kwargs):
+  def __init__(self, filters: int, kernel_size: int | Sequence[int], *args: Any,
+               algorithm: str | None = "auto", workspace_limit: int | None = None,
+               **kwargs: Any) -> None:
     self._init_settings(algorithm, workspace_limit)
     super().__init__(filters, kernel_size, *args, **kwargs)
     self._check_padding()
     self.supports_jit = _args.compiles_under_xla(self.algorithm)
 
-  def call(self, inputs):
+  def call(self, inputs: tf.Tensor) -> tf.Tensor:
     return self._conv_call(inputs)
 
-  def compute_output_shape(self, input_shape):
+  def compute_output_shape(self, input_shape: Sequence[int | None]) -> tuple[int | None, ...]:
     return self._conv_output_shape(input_shape)

@@ -1,7 +1,7 @@
 """The settings the LargeConv layers add to a Keras convolution, for Keras 3 and tf_keras.
 
-Imports no Keras: `keras.py` (Keras 3) and `tf_keras.py` (Keras 2) both mix this class into
-their layers, and neither may depend on the other's Keras.
+Imports no Keras: `keras/_layers.py` (Keras 3) and `tf_keras.py` (Keras 2) both mix these
+classes into their layers, and neither may depend on the other's Keras.
 """
 
 import tensorflow as tf

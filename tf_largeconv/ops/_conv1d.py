@@ -9,17 +9,29 @@ passes single-row transforms (height exactly 1) long enough for filters of tens 
 thousands of taps; `plan_conv1d` shows the plan.
 """
 
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
 import tensorflow as tf
 
 from tf_largeconv import _args
+from tf_largeconv._types import DTypeLike
+from tf_largeconv._types import Padding
+from tf_largeconv._types import Padding1d
+from tf_largeconv._types import ShapeLike
+from tf_largeconv._types import TensorLike
+from tf_largeconv._types import Window
 from tf_largeconv.ops import _conv2d
 from tf_largeconv.planning import _plan
+from tf_largeconv.planning.types import Plan
 
 # The 1-D layouts and the 2-D layouts they run as (TF's conv1d also takes the 2-D names).
 _FORMATS = {"NWC": "NHWC", "NCW": "NCHW", "NHWC": "NHWC", "NCHW": "NCHW"}
 
 
-def _format_2d(data_format):
+def _format_2d(data_format: str | None) -> str:
   """The conv2d data_format ('NHWC' or 'NCHW') of a conv1d one; None means NWC."""
   if data_format is None:
     return "NHWC"
@@ -29,7 +41,7 @@ def _format_2d(data_format):
   return _FORMATS[data_format.upper()]
 
 
-def _insert_height(values, format_2d, height_value):
+def _insert_height(values: Sequence[Any], format_2d: str, height_value: Any) -> list[Any]:
   """A list of 3 per-dimension entries in the 1-D layout's order (N, W, C or N, C, W) as
   the 4 entries of the 2-D layout, with `height_value` for the height axis."""
   if format_2d == "NHWC":  # [N, W, C] -> [N, H, W, C]
@@ -37,7 +49,7 @@ def _insert_height(values, format_2d, height_value):
   return [values[0], values[1], height_value, values[2]]  # [N, C, W] -> [N, C, H, W]
 
 
-def _window(value, name, format_2d):
+def _window(value: Window | None, name: str, format_2d: str) -> list[int]:
   """`stride` or `dilations` (an int, or a list of 1 or 3 ints as tf.nn.conv1d takes) as
   the 4 ints of conv2d, 1 on the height axis."""
   values = _args.window_values(1 if value is None else value, name, "1 or 3")
@@ -49,7 +61,7 @@ def _window(value, name, format_2d):
   return _insert_height(values, format_2d, 1)
 
 
-def _padding(padding, format_2d):
+def _padding(padding: Padding1d, format_2d: str) -> Any:
   """'SAME' / 'VALID' as they are; explicit padding (one [before, after] pair for the
   width, or three pairs in data_format order) as conv2d's four pairs."""
   if isinstance(padding, (list, tuple)):
@@ -64,15 +76,18 @@ def _padding(padding, format_2d):
   return padding  # strings (and malformed values) are conv2d's to check
 
 
-def conv1d_attrs(stride, padding, data_format, dilations):
+def conv1d_attrs(stride: Window, padding: Padding1d, data_format: str | None,
+                 dilations: Window | None) -> tuple[list[int], Padding, str, list[int]]:
   """(strides, padding, data_format, dilations) of the height-1 conv2d a conv1d runs."""
   format_2d = _format_2d(data_format)
   return (_window(stride, "stride", format_2d), _padding(padding, format_2d), format_2d,
           _window(dilations, "dilations", format_2d))
 
 
-def conv1d(input, filters, stride, padding, data_format="NWC", dilations=None, name=None,
-           algorithm="auto", workspace_limit=None):
+def conv1d(input: TensorLike, filters: TensorLike, stride: Window, padding: Padding1d,
+           data_format: str | None = "NWC", dilations: Window | None = None,
+           name: str | None = None, algorithm: str | None = "auto",
+           workspace_limit: int | None = None) -> tf.Tensor:
   """Computes a 1-D convolution with tf.nn.conv1d's semantics, lean for long filters.
 
   Same arguments and result as `tf.nn.conv1d`. The filter's in_channels may divide the
@@ -123,8 +138,11 @@ def conv1d(input, filters, stride, padding, data_format="NWC", dilations=None, n
     return tf.squeeze(result, [height_axis])
 
 
-def plan_conv1d(input_shape, filter_shape, stride, padding, data_format="NWC", dilations=None,
-                dtype=tf.float32, algorithm="auto", workspace_limit=None, num_threads=None):
+def plan_conv1d(input_shape: ShapeLike, filter_shape: ShapeLike, stride: Window,
+                padding: Padding1d, data_format: str | None = "NWC",
+                dilations: Window | None = None, dtype: DTypeLike = tf.float32,
+                algorithm: str | None = "auto", workspace_limit: int | None = None,
+                num_threads: int | None = None) -> Plan:
   """Plans `conv1d` without running it: `tf_largeconv.plan` of its height-1 conv2d.
 
   The FFT passes of a 1-D convolution plan single-row transforms: `fft_size` is

@@ -5,28 +5,35 @@ Which kernel runs each pass is chosen in `_dispatch`; the registered gradients a
 `tf_largeconv.ops.gradients`.
 """
 
+from __future__ import annotations
+
+from collections.abc import Callable
+
 import tensorflow as tf
 
 from tf_largeconv import _args
 from tf_largeconv import _loader
+from tf_largeconv._types import Padding
+from tf_largeconv._types import TensorLike
+from tf_largeconv._types import Window
 from tf_largeconv.ops import _dispatch
 from tf_largeconv.ops import _portable2d
 from tf_largeconv.ops import _routing
 
 
-def _known(static, dynamic):
+def _known(static: tf.TensorShape, dynamic: tf.Tensor) -> list[int] | tf.Tensor:
   """The sizes of `static` (a TensorShape) as a list where all are known, else `dynamic`."""
   return static.as_list() if static.is_fully_defined() else dynamic
 
 
-def _joined(*parts):
+def _joined(*parts: list[int] | tf.Tensor) -> list[int] | tf.Tensor:
   """Shape parts (lists or int32 tensors) as one list, or one tensor if any is a tensor."""
   if all(isinstance(p, list) for p in parts):
     return sum(parts, [])
   return tf.concat(parts, 0)
 
 
-def _merge_batch_dims(input, op):
+def _merge_batch_dims(input: tf.Tensor, op: Callable[[tf.Tensor], tf.Tensor]) -> tf.Tensor:
   """Runs `op` on `input` with its batch dimensions merged into one.
 
   tf.nn.conv2d takes inputs of rank >= 4: batch_shape + 3 inner dimensions ([H, W, C] in
@@ -49,8 +56,10 @@ def _merge_batch_dims(input, op):
   return result
 
 
-def conv2d(input, filters, strides, padding, data_format="NHWC", dilations=None,
-           name=None, algorithm="auto", workspace_limit=None):
+def conv2d(input: TensorLike, filters: TensorLike, strides: Window, padding: Padding,
+           data_format: str | None = "NHWC", dilations: Window | None = None,
+           name: str | None = None, algorithm: str | None = "auto",
+           workspace_limit: int | None = None) -> tf.Tensor:
   """Computes a 2-D convolution with tf.nn.conv2d's semantics, lean for large filters.
 
   Same arguments and result as `tf.nn.conv2d`. Unlike TF's CPU kernels, NCHW and dilated
@@ -115,13 +124,15 @@ def conv2d(input, filters, strides, padding, data_format="NHWC", dilations=None,
             x, filters))
 
 
-def _static_list(t):
+def _static_list(t: tf.Tensor) -> list[int] | None:
   value = tf.get_static_value(t)
   return None if value is None else [int(v) for v in value]
 
 
-def depthwise_conv2d(input, filter, strides, padding, data_format=None, dilations=None,
-                     name=None, algorithm="auto", workspace_limit=None):
+def depthwise_conv2d(input: TensorLike, filter: TensorLike, strides: Window, padding: Padding,
+                     data_format: str | None = None, dilations: Window | None = None,
+                     name: str | None = None, algorithm: str | None = "auto",
+                     workspace_limit: int | None = None) -> tf.Tensor:
   """Depthwise 2-D convolution with tf.nn.depthwise_conv2d's semantics.
 
   Each input channel c is convolved with its own `channel_multiplier` filters; output
@@ -182,9 +193,11 @@ def depthwise_conv2d(input, filter, strides, padding, data_format=None, dilation
                   dilations=dilations, algorithm=algorithm, workspace_limit=workspace_limit)
 
 
-def conv2d_backprop_input(input_sizes, filters, out_backprop, strides, padding,
-                          data_format="NHWC", dilations=None, name=None, algorithm="auto",
-                          workspace_limit=None):
+def conv2d_backprop_input(input_sizes: TensorLike, filters: TensorLike,
+                          out_backprop: TensorLike, strides: Window, padding: Padding,
+                          data_format: str | None = "NHWC", dilations: Window | None = None,
+                          name: str | None = None, algorithm: str | None = "auto",
+                          workspace_limit: int | None = None) -> tf.Tensor:
   """Gradient of `conv2d` with respect to its input (cf. tf.nn.conv2d_backprop_input).
 
   Args:
@@ -221,9 +234,11 @@ def conv2d_backprop_input(input_sizes, filters, out_backprop, strides, padding,
                                                           **attrs)
 
 
-def conv2d_backprop_filter(input, filter_sizes, out_backprop, strides, padding,
-                           data_format="NHWC", dilations=None, name=None, algorithm="auto",
-                           workspace_limit=None):
+def conv2d_backprop_filter(input: TensorLike, filter_sizes: TensorLike,
+                           out_backprop: TensorLike, strides: Window, padding: Padding,
+                           data_format: str | None = "NHWC", dilations: Window | None = None,
+                           name: str | None = None, algorithm: str | None = "auto",
+                           workspace_limit: int | None = None) -> tf.Tensor:
   """Gradient of `conv2d` with respect to its filter (cf. tf.nn.conv2d_backprop_filter).
 
   Args:

@@ -6,14 +6,21 @@ registered by `tf_largeconv.ops.gradients`. `tf_largeconv.plan_conv3d` shows wha
 will do for given shapes: the same C++ planner the kernels call, per pass.
 """
 
+from __future__ import annotations
+
+from collections.abc import Sequence
+
 import tensorflow as tf
 
 from tf_largeconv import _args
 from tf_largeconv import _loader
+from tf_largeconv._types import TensorLike
 
 
-def conv3d(input, filters, strides, padding, data_format="NDHWC", dilations=None,  # pylint: disable=redefined-builtin
-           name=None, algorithm="auto", workspace_limit=None):
+def conv3d(input: TensorLike, filters: TensorLike, strides: Sequence[int], padding: str,
+           data_format: str = "NDHWC", dilations: Sequence[int] | None = None,
+           name: str | None = None, algorithm: str | None = "auto",
+           workspace_limit: int | None = None) -> tf.Tensor:
   """Computes a 3-D convolution with tf.nn.conv3d's semantics, lean for large filters.
 
   Same arguments and result as `tf.nn.conv3d`; a grouped convolution is computed when the

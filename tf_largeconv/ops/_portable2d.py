@@ -72,8 +72,8 @@ def conv2d(input, filters, attrs):
 
   if input.shape[0] is not None:
     if tf.executing_eagerly():
-      # One traced function per argument set: eager dispatch of the path's ~40 ops cost as
-      # much as its transforms (the seed case: 53 ms eagerly, 31 ms traced).
+      # Traced once per argument set, as eager dispatch of the path's ~40 ops costs about
+      # as much as its transforms.
       return _traced_portable(_args.attrs_key(attrs))(input, filters)
     return _portable_call(input, filters, attrs)
   return tf.map_fn(lambda image: _portable_call(image[None], filters, attrs)[0], input,

@@ -142,8 +142,9 @@ def parse_route(route):
 def tf_attrs(attrs):
   """The attributes of TensorFlow's raw Conv2D ops for normalised ones. A routed pass calls
   the raw op (or the LargeConv op with `attrs`) itself: its attributes are normalised and
-  the route says the kernel can run them, so the public functions' checks (15-20 us an
-  eager call each) would only repeat themselves; the ops are the ones those create."""
+  the route says the kernel can run them, so the public functions' checks (a sizeable
+  share of a small eager call) would only repeat themselves; the ops are the ones those
+  create."""
   return {k: attrs[k] for k in ("strides", "padding", "explicit_paddings", "data_format",
                                 "dilations")}
 

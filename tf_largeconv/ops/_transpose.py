@@ -6,23 +6,38 @@ LargeConv>Conv2DBackpropInput op, whose registered gradients give both of the tr
 gradients to every order), after checks of its own that name the transpose's arguments.
 """
 
+from __future__ import annotations
+
+from collections.abc import Callable
+from collections.abc import Sequence
+from typing import Any
+
 import tensorflow as tf
 
 from tf_largeconv import _args
 from tf_largeconv import _loader
+from tf_largeconv._passes import PerPass
+from tf_largeconv._types import DTypeLike
+from tf_largeconv._types import Padding
+from tf_largeconv._types import ShapeLike
+from tf_largeconv._types import TensorLike
+from tf_largeconv._types import Window
+from tf_largeconv.ops import _conv2d
 from tf_largeconv.ops import _portable2d
 from tf_largeconv.ops import _routing
-from tf_largeconv.ops import _conv2d
 from tf_largeconv.planning import _plan
 from tf_largeconv.planning import device
 from tf_largeconv.planning import routing
+from tf_largeconv.planning.types import Plan
 
 _CORE = _loader.core()
 
 
-def conv2d_transpose(input, filters, output_shape, strides, padding="SAME",
-                     data_format="NHWC", dilations=None, name=None, algorithm="auto",
-                     workspace_limit=None):
+def conv2d_transpose(input: TensorLike, filters: TensorLike, output_shape: TensorLike,
+                     strides: Window, padding: Padding = "SAME",
+                     data_format: str | None = "NHWC", dilations: Window | None = None,
+                     name: str | None = None, algorithm: str | None = "auto",
+                     workspace_limit: int | None = None) -> tf.Tensor:
   """The transpose of `conv2d`, with tf.nn.conv2d_transpose's semantics.
 
   Same arguments and result as `tf.nn.conv2d_transpose`: the gradient of `conv2d` (input
@@ -76,7 +91,7 @@ def conv2d_transpose(input, filters, output_shape, strides, padding="SAME",
     static = _check_shapes(input, filters, output_shape, attrs)
     resolved = _args.resolve_algorithm(attrs["algorithm"])
 
-    def ours(x=input, w=filters):
+    def ours(x: tf.Tensor = input, w: tf.Tensor = filters) -> tf.Tensor:
       return _conv2d.conv2d_backprop_input(
           output_shape, w, x, attrs["strides"], padding, data_format=attrs["data_format"],
           dilations=attrs["dilations"], algorithm=attrs["algorithm"],
@@ -102,13 +117,15 @@ def conv2d_transpose(input, filters, output_shape, strides, padding="SAME",
     return result
 
 
-def _routed_passes(input, filters, ours, schedule, output_shape, static, attrs):
+def _routed_passes(input: tf.Tensor, filters: tf.Tensor, ours: Callable[..., tf.Tensor],
+                   schedule: Sequence[tuple[int, PerPass]], output_shape: tf.Tensor,
+                   static: list[int | None], attrs: dict[str, Any]) -> tf.Tensor:
   """The transpose with its passes routed as conv2d's are (`schedule`: the routes, forward,
-  backprop_input, backprop_filter of the transposed conv2d, by batch, as
-  `_routing.by_batch` takes them): this forward pass is that conv2d's backprop_input pass, the input's
-  gradient its forward pass, the filter's its backprop_filter pass. `ours(x, w)` is the
-  op's forward pass."""
-  def forward(x, w):
+  backprop_input, backprop_filter of the transposed conv2d, by batch, as `_routing.by_batch`
+  takes them): this forward pass is that conv2d's backprop_input pass, the input's gradient
+  its forward pass, the filter's its backprop_filter pass. `ours(x, w)` is the op's
+  forward pass."""
+  def forward(x: tf.Tensor, w: tf.Tensor) -> tf.Tensor:
     return _routing.by_batch(x, schedule, lambda routes: (
         _tf_kernel(x, w, output_shape, static, attrs) if routes.backprop_input
         else ours(x, w)))
@@ -123,8 +140,8 @@ def _routed_passes(input, filters, ours, schedule, output_shape, static, attrs):
                              _args.attrs_key(attrs), transpose=True)
 
   @tf.custom_gradient
-  def run(x, w):
-    def grad(dy):
+  def run(x: tf.Tensor, w: tf.Tensor) -> tuple[tf.Tensor, Callable[..., Any]]:
+    def grad(dy: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
       dx = _routing.by_batch(x, schedule,
                              lambda routes: routed_input_gradient(x, w, dy, routes, op_attrs))
       dw = _routing.by_batch(x, schedule,
@@ -136,17 +153,19 @@ def _routed_passes(input, filters, ours, schedule, output_shape, static, attrs):
   return run(input, filters)
 
 
-def routed_input_gradient(x, w, dy, routes, attrs):
+def routed_input_gradient(x: tf.Tensor, w: tf.Tensor, dy: tf.Tensor, routes: PerPass,
+                          attrs: dict[str, Any]) -> tf.Tensor:
   """The transpose's gradient with respect to its input x: the conv2d it transposes, of
   dy, by TensorFlow's kernel where routes.forward (that conv2d's forward pass) holds,
   otherwise by the op with attrs' algorithm (`routes` and `attrs` of that conv2d, as
-  ops.routed_input_gradient takes them)."""
+  _routing.routed_input_gradient takes them)."""
   if routes.forward:
     return tf.raw_ops.Conv2D(input=dy, filter=w, **_routing.tf_attrs(attrs))
   return _loader.ops().large_conv_conv2d(dy, w, **attrs)
 
 
-def routed_filter_gradient(x, w, dy, routes, attrs):
+def routed_filter_gradient(x: tf.Tensor, w: tf.Tensor, dy: tf.Tensor, routes: PerPass,
+                           attrs: dict[str, Any]) -> tf.Tensor:
   """The transpose's gradient with respect to its filter w: the backprop_filter pass of the
   conv2d it transposes, for that conv2d's input dy and output gradient x."""
   if routes.backprop_filter:
@@ -155,7 +174,8 @@ def routed_filter_gradient(x, w, dy, routes, attrs):
   return _loader.ops().large_conv_conv2d_backprop_filter(dy, tf.shape(w), x, **attrs)
 
 
-def _tf_kernel(input, filters, output_shape, static, attrs):
+def _tf_kernel(input: tf.Tensor, filters: tf.Tensor, output_shape: tf.Tensor,
+               static: list[int | None], attrs: dict[str, Any]) -> tf.Tensor:
   """tf.nn.conv2d_transpose, for algorithm='tf': under XLA or without the op library
   always (XLA compiles it in every layout), otherwise where TensorFlow's kernels on the
   device support the configuration."""
@@ -175,7 +195,9 @@ def _tf_kernel(input, filters, output_shape, static, attrs):
                                 dilations=attrs["dilations"])
 
 
-def _portable(input, filters, output_shape, padding, attrs, workspace_limit):
+def _portable(input: tf.Tensor, filters: tf.Tensor, output_shape: tf.Tensor,
+              padding: Padding, attrs: dict[str, Any],
+              workspace_limit: int | None) -> tf.Tensor:
   """The portable path (stock TF ops), with the transpose's two gradients as portable
   passes of their own. The forward pass is a tf.GradientTape gradient of the portable
   conv2d (a loop over the images where the batch is unknown); differentiating it would take
@@ -187,7 +209,7 @@ def _portable(input, filters, output_shape, padding, attrs, workspace_limit):
   value = tf.get_static_value(output_shape)
   sizes = output_shape if value is None else [int(v) for v in value]
 
-  def forward(x, w):
+  def forward(x: tf.Tensor, w: tf.Tensor) -> tf.Tensor:
     return _conv2d.conv2d_backprop_input(sizes, w, x, **kwargs)
 
   if not tf.executing_eagerly():
@@ -196,8 +218,8 @@ def _portable(input, filters, output_shape, padding, attrs, workspace_limit):
     forward = tf.function(forward, autograph=False)
 
   @tf.custom_gradient
-  def run(x, w):
-    def grad(dy):
+  def run(x: tf.Tensor, w: tf.Tensor) -> tuple[tf.Tensor, Callable[..., Any]]:
+    def grad(dy: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
       return (_conv2d.conv2d(dy, w, **kwargs),
               _conv2d.conv2d_backprop_filter(dy, w.shape.as_list(), x, **kwargs))
 
@@ -206,7 +228,7 @@ def _portable(input, filters, output_shape, padding, attrs, workspace_limit):
   return run(input, filters)
 
 
-def _output_shape_tensor(output_shape):
+def _output_shape_tensor(output_shape: TensorLike) -> tf.Tensor:
   """output_shape as an int32 tensor (ints, or an integer tensor)."""
   if isinstance(output_shape, (tf.Tensor, tf.Variable)) and output_shape.dtype != tf.int32:
     if not output_shape.dtype.is_integer:
@@ -220,13 +242,14 @@ def _output_shape_tensor(output_shape):
                     f"output_shape={output_shape!r} ({e})") from None
 
 
-def _shape_error(message):
+def _shape_error(message: str) -> Exception:
   """A shape mismatch, raised as TensorFlow raises it: InvalidArgumentError when eager,
   ValueError while tracing."""
   return _portable2d.op_error(ValueError(message))
 
 
-def _check_shapes(input, filters, output_shape, attrs):
+def _check_shapes(input: tf.Tensor, filters: tf.Tensor, output_shape: tf.Tensor,
+                  attrs: dict[str, Any]) -> list[int | None]:
   """Checks what is known of the three shapes; returns the result's static shape (a list,
   None where unknown)."""
   fmt = attrs["data_format"]
@@ -252,6 +275,7 @@ def _check_shapes(input, filters, output_shape, attrs):
         f"width), got shape {output_shape.shape}. Conv2DBackpropInput requires input_sizes "
         "to contain 4 values or 2 values")
   value = tf.get_static_value(output_shape, partial=True)
+  out: list[int | None]
   if value is None or value.ndim != 1:
     out = [None] * 4
   else:
@@ -282,7 +306,9 @@ def _check_shapes(input, filters, output_shape, attrs):
   return out
 
 
-def _check_spatial(x, f, out, attrs, raised=_portable2d.op_error):
+def _check_spatial(x: Sequence[int | None], f: Sequence[int | None],
+                   out: Sequence[int | None], attrs: dict[str, Any],
+                   raised: Callable[[Exception], Exception] = _portable2d.op_error) -> None:
   """Where they are all known, checks that the conv2d of an output_shape tensor gives
   input's height and width; `raised` turns the ValueError into the error raised."""
   fmt = attrs["data_format"]
@@ -307,9 +333,11 @@ def _check_spatial(x, f, out, attrs, raised=_portable2d.op_error):
         "computed"))
 
 
-def plan_transpose(input_shape, filter_shape, output_shape, strides, padding="SAME",
-                   data_format="NHWC", dilations=None, dtype=tf.float32, algorithm="auto",
-                   workspace_limit=None, num_threads=None):
+def plan_transpose(input_shape: ShapeLike, filter_shape: ShapeLike, output_shape: ShapeLike,
+                   strides: Window, padding: Padding = "SAME", data_format: str | None = "NHWC",
+                   dilations: Window | None = None, dtype: DTypeLike = tf.float32,
+                   algorithm: str | None = "auto", workspace_limit: int | None = None,
+                   num_threads: int | None = None) -> Plan:
   """Plans `conv2d_transpose` without running it: the plan of the conv2d it transposes.
 
   The transpose's forward pass is that conv2d's backprop_input pass, its gradient with

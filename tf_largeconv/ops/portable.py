@@ -197,8 +197,8 @@ def conv2d(x, w, strides, padding, explicit_paddings, data_format, dilations, gr
     spec = tf.signal.rfft2d(tf.reshape(window, [batch, groups, in_per_group, fh, fw]))
     if in_per_group <= _SUMMED_CHANNELS:
       # A few input channels: broadcast products summed one channel at a time. einsum
-      # would run a batched matmul of tiny [b x i] @ [i x o] blocks over every bin, 5x
-      # slower for the seed case's single channel.
+      # would run a batched matmul of tiny [b x i] @ [i x o] blocks over every bin, several
+      # times slower for a single channel.
       prod = spec[:, :, 0, None] * w_spec[None, :, 0]
       for i in range(1, in_per_group):
         prod += spec[:, :, i, None] * w_spec[None, :, i]

@@ -6,13 +6,20 @@ planner decides which passes of `conv2d` run TensorFlow's own kernel instead of 
 (`routing`).
 """
 
+from __future__ import annotations
+
 import math
+from typing import Any
 
 import tensorflow as tf
 
 from tf_largeconv import _args
 from tf_largeconv import _loader
 from tf_largeconv._passes import PerPass
+from tf_largeconv._types import DTypeLike
+from tf_largeconv._types import Padding
+from tf_largeconv._types import ShapeLike
+from tf_largeconv._types import Window
 from tf_largeconv.planning import _plan3d
 from tf_largeconv.planning import device
 from tf_largeconv.planning import routing
@@ -22,8 +29,10 @@ from tf_largeconv.planning.types import Plan
 _CORE = _loader.core()
 
 
-def plan(input_shape, filter_shape, strides, padding, data_format="NHWC", dilations=None,
-         dtype=tf.float32, algorithm="auto", workspace_limit=None, num_threads=None):
+def plan(input_shape: ShapeLike, filter_shape: ShapeLike, strides: Window, padding: Padding,
+         data_format: str | None = "NHWC", dilations: Window | None = None,
+         dtype: DTypeLike = tf.float32, algorithm: str | None = "auto",
+         workspace_limit: int | None = None, num_threads: int | None = None) -> Plan:
   """Plans a convolution without running it.
 
   Args:
@@ -60,8 +69,9 @@ def plan(input_shape, filter_shape, strides, padding, data_format="NHWC", dilati
       message gives the minimum).
   """
   if _rank(filter_shape) == 5:
-    return _plan3d.plan_conv3d(input_shape, filter_shape, strides, padding,
-                               _FORMATS_3D.get(data_format, data_format), dilations, dtype,
+    # plan_conv3d checks that these have its forms (narrower than plan's types).
+    return _plan3d.plan_conv3d(input_shape, filter_shape, strides, padding,  # type: ignore[arg-type]
+                               _FORMATS_3D.get(data_format, data_format), dilations, dtype,  # type: ignore[arg-type]
                                algorithm, workspace_limit, num_threads)
   attrs = _args.conv_attrs(strides, padding, data_format, dilations, algorithm,
                            workspace_limit)
@@ -72,7 +82,7 @@ def plan(input_shape, filter_shape, strides, padding, data_format="NHWC", dilati
 _FORMATS_3D = {"NHWC": "NDHWC", "NCHW": "NCDHW"}
 
 
-def _rank(shape):
+def _rank(shape: Any) -> int | None:
   """The number of entries of a shape given as a list, tuple, array or TensorShape (None
   where it has no length)."""
   try:
@@ -81,7 +91,8 @@ def _rank(shape):
     return None
 
 
-def plan_from_attrs(input_shape, filter_shape, attrs, dtype=tf.float32, num_threads=None):
+def plan_from_attrs(input_shape: ShapeLike, filter_shape: ShapeLike, attrs: dict[str, Any],
+                    dtype: DTypeLike = tf.float32, num_threads: int | None = None) -> Plan:
   """`plan` for already-normalised op attributes (see `_args.conv_attrs`)."""
   if attrs["algorithm"] == _args.PORTABLE:
     raise ValueError("algorithm='portable' runs stock TensorFlow ops, not the LargeConv ops "

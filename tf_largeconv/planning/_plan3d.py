@@ -1,11 +1,17 @@
 """`tf_largeconv.plan_conv3d`: what the 3-D op will do for given shapes."""
 
+from __future__ import annotations
+
 import numbers
+from collections.abc import Sequence
+from typing import Any
 
 import tensorflow as tf
 
 from tf_largeconv import _args
 from tf_largeconv import _loader
+from tf_largeconv._types import DTypeLike
+from tf_largeconv._types import ShapeLike
 from tf_largeconv.planning import device
 from tf_largeconv.planning.types import PassPlan
 from tf_largeconv.planning.types import Plan
@@ -13,7 +19,7 @@ from tf_largeconv.planning.types import Plan
 _CORE = _loader.core()
 
 
-def _shape(value, name, form):
+def _shape(value: Any, name: str, form: str) -> list[int]:
   """input_shape or filter_shape (a list, tuple, array or TensorShape) as 5 non-negative
   ints."""
   try:
@@ -21,22 +27,24 @@ def _shape(value, name, form):
   except (TypeError, ValueError):
     values = None
   if (values is None or len(values) != 5 or
-      not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 0
+      not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) and int(v) >= 0
               for v in values)):
     raise ValueError(f"{name} must be 5 non-negative ints, {form}, got {name}={value!r}")
   return [int(v) for v in values]
 
 
-def tf_kernel_eligible(input_shape, filter_shape, attrs, dtype):
+def tf_kernel_eligible(input_shape: Sequence[int], filter_shape: Sequence[int],
+                       attrs: dict[str, Any], dtype: tf.DType) -> bool:
   """Whether TensorFlow's CPU Conv3D kernels (and their gradients) run this convolution:
   NDHWC, dilations 1, floating dtypes, no groups (TF's CPU kernel refuses each of these)."""
   return (attrs["data_format"] == "NDHWC" and all(d == 1 for d in attrs["dilations"]) and
           dtype.is_floating and input_shape[4] == filter_shape[3])
 
 
-def plan_conv3d(input_shape, filter_shape, strides, padding, data_format="NDHWC",
-                dilations=None, dtype=tf.float32, algorithm="auto", workspace_limit=None,
-                num_threads=None):
+def plan_conv3d(input_shape: ShapeLike, filter_shape: ShapeLike, strides: Sequence[int],
+                padding: str, data_format: str = "NDHWC", dilations: Sequence[int] | None = None,
+                dtype: DTypeLike = tf.float32, algorithm: str | None = "auto",
+                workspace_limit: int | None = None, num_threads: int | None = None) -> Plan:
   """Plans `conv3d` without running it: what each of its three passes will do.
 
   The same C++ planner the LargeConv 3-D kernels call (on the CPU), so the plan is the

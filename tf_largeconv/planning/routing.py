@@ -71,8 +71,8 @@ ROUTE_BATCHES = tuple(2**i for i in range(7))  # 1 ... 64
 # An eager call of a route that mixes TF's kernels with the op's runs one more op, the
 # LargeConv>Conv2DRoute that carries the gradient, whose gradient then calls each pass's
 # op. Each kernel's own per-call cost is in the model already, so what mixing adds is the
-# route op and its gradient's calls: about this much, measured on the CPU (the figures are
-# in the benchmark results). A traced call costs nothing more at run time, but eager and
+# route op and its gradient's calls: about MIXED_ROUTE_SECONDS on the CPU (see
+# benchmarks/results). A traced call costs nothing more at run time, but eager and
 # traced calls run the same routes (see ROUTE_BATCHES). A pass is routed to the other
 # side's kernel only where the mixed route saves more than that over running every pass
 # one way; the model's seconds are single-thread seconds on REFERENCE_SLOTS threads, so

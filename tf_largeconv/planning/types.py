@@ -4,6 +4,11 @@
 `plan_conv3d` return.
 """
 
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
 from tf_largeconv import _args
 from tf_largeconv import _loader
 from tf_largeconv._passes import PerPass
@@ -14,9 +19,41 @@ _MODELLED = tuple(a for a in _args.OP_ALGORITHMS if a != "auto")
 
 
 class PassPlan:
-  """The plan of one pass (forward, backprop_input or backprop_filter)."""
+  """The plan of one pass (forward, backprop_input or backprop_filter).
 
-  def __init__(self, d):
+  Attributes:
+    name: 'forward', 'backprop_input' or 'backprop_filter'.
+    algorithm: 'direct', 'fft' or 'tf' (TensorFlow's own kernel).
+    workspace_bytes: the temporary memory the pass takes.
+    flops: the pass's floating-point operations as its algorithm runs them.
+    fft_size, tile, tiles: an FFT pass's transform size, the outputs each transform
+      yields and the tiles per spatial dimension (2 or 3 entries); None otherwise.
+    in_block, out_block, group_block, vec_block, slots: how an FFT pass is cut up.
+    fft_work: what the FFT cost model counts, by name; None where it is not priced.
+    estimated_seconds: the cost model's seconds of each algorithm, None where it cannot
+      run.
+    kept_spectra_seconds, kept_spectra_bytes: the FFT's seconds for a call whose filter
+      spectra are kept, and the bytes they take (None and 0 where none are kept).
+  """
+
+  name: str
+  algorithm: str
+  workspace_bytes: int
+  flops: float
+  fft_size: tuple[int, ...] | None
+  tile: tuple[int, ...] | None
+  tiles: tuple[int, ...] | None
+  in_block: int | None
+  out_block: int | None
+  group_block: int | None
+  vec_block: int | None
+  slots: int | None
+  fft_work: dict[str, float] | None
+  estimated_seconds: dict[str, float | None]
+  kept_spectra_seconds: float | None
+  kept_spectra_bytes: int
+
+  def __init__(self, d: dict[str, Any]) -> None:
     self.name = d["pass"]
     self.algorithm = d["algorithm"]
     self.workspace_bytes = int(d["workspace_bytes"])
@@ -51,7 +88,7 @@ class PassPlan:
     self.kept_spectra_seconds = kept if kept >= 0 else None
     self.kept_spectra_bytes = int(d.get("kept_spectra_bytes", 0))
 
-  def __repr__(self):
+  def __repr__(self) -> str:
     return (f"PassPlan({self.name}: {self.algorithm}, workspace={self.workspace_bytes} B, "
             f"fft={self.fft_size}, tile={self.tile}, tiles={self.tiles})")
 
@@ -68,7 +105,18 @@ class Plan:
       what the ops would do, and every call runs the portable path (stock TF ops) instead.
   """
 
-  def __init__(self, passes, output_shape, workspace_limit, threads, unavailable=None):
+  passes: PerPass
+  forward: PassPlan
+  backprop_input: PassPlan
+  backprop_filter: PassPlan
+  output_shape: tuple[int, ...]
+  workspace_limit: int
+  threads: int
+  workspace_bytes: int
+  unavailable: str | None
+
+  def __init__(self, passes: Sequence[PassPlan], output_shape: Sequence[int],
+               workspace_limit: int, threads: int, unavailable: str | None = None) -> None:
     self.passes = PerPass.of(passes)
     self.forward, self.backprop_input, self.backprop_filter = self.passes
     self.output_shape = tuple(output_shape)
@@ -77,8 +125,8 @@ class Plan:
     self.workspace_bytes = max(p.workspace_bytes for p in passes)
     self.unavailable = unavailable
 
-  def __str__(self):
-    def sizes(v):
+  def __str__(self) -> str:
+    def sizes(v: Sequence[int] | None) -> str:
       return "x".join(map(str, v)) if v else "-"
 
     cells = [(p.name, p.algorithm, sizes(p.fft_size), sizes(p.tile), sizes(p.tiles),
@@ -91,7 +139,7 @@ class Plan:
     widths = [max([w] + [len(row[i]) + (1 if i > 1 else 0) for row in cells])
               for i, w in enumerate((16, 10, 12, 12, 9, 9, 6, 13, 9))]
 
-    def line(row):
+    def line(row: Sequence[str]) -> str:
       return "".join(c.ljust(w) if i < 2 else c.rjust(w)
                      for i, (c, w) in enumerate(zip(row, widths)))
 
@@ -100,7 +148,7 @@ class Plan:
             f"MiB, {self.threads} thread(s), TF priced as {kernels} kernels",
             line(header) + "  model ms (1 thread): " + " / ".join(_MODELLED) + " / fft kept"]
 
-    def ms(seconds):
+    def ms(seconds: float | None) -> str:
       return "-" if seconds is None else f"{seconds * 1e3:.4g}"
 
     for p, row in zip(self.passes, cells):
@@ -111,6 +159,6 @@ class Plan:
                   f"(stock TensorFlow ops) instead of the above: {self.unavailable}")
     return "\n".join(rows)
 
-  def __repr__(self):
+  def __repr__(self) -> str:
     return f"Plan({self.passes!r})"
 

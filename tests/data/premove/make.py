@@ -18,9 +18,9 @@ OUT = os.path.dirname(os.path.abspath(__file__))
 
 
 def keras3_model():
-  import keras  # noqa: PLC0415
+  import keras
 
-  from tf_largeconv import keras as lk  # noqa: PLC0415
+  from tf_largeconv import keras as lk
 
   keras.utils.set_random_seed(1)
   x2 = keras.Input((12, 10, 2), name="x2")
@@ -38,9 +38,9 @@ def keras3_model():
 
 
 def tf_keras_model():
-  import tf_keras  # noqa: PLC0415
+  import tf_keras
 
-  from tf_largeconv import tf_keras as ltk  # noqa: PLC0415
+  from tf_largeconv import tf_keras as ltk
 
   tf_keras.utils.set_random_seed(2)
   x = tf_keras.Input((12, 10, 2))
@@ -68,7 +68,8 @@ class Ops(tf.Module):
     d = lc.depthwise_conv2d(x, self.wd, [1, 1, 1, 1], "VALID")
     t = lc.conv2d_transpose(y, self.w2, [2, 20, 18, 2], 1, "SAME")
     c1 = lc.conv1d(x[:, 0], self.w1, 1, "SAME")
-    c3 = lc.conv3d(tf.reshape(x[:, :16, :16, :], [2, 8, 8, 4, 2]), self.w3, [1, 1, 1, 1, 1], "VALID")
+    c3 = lc.conv3d(tf.reshape(x[:, :16, :16, :], [2, 8, 8, 4, 2]), self.w3, [1, 1, 1, 1, 1],
+                   "VALID")
     return {"conv2d": y, "filter_grad": g, "depthwise": d, "transpose": t, "conv1d": c1,
             "conv3d": c3}
 
