@@ -100,6 +100,7 @@ class _LargeConvSettings(_layer_settings.LargeConvSettings):
   groups: int
   kernel: Any
   convolution_op: Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
+  compute_output_shape: Callable[[tuple[int | None, ...]], tuple[int | None, ...]]
 
   def _init_settings(self, algorithm: str | None, workspace_limit: int | None) -> None:
     _check_backend()
