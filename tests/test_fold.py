@@ -1,4 +1,4 @@
-"""fold, reparameterize and FoldedBlock (tf_largeconv/_fold.py through tf_largeconv.keras):
+"""fold, reparameterize and FoldedBlock (tf_largeconv/fold/ through tf_largeconv.keras):
 the founding user's block (1x1 P; depthwise KxK on P minus P; dense KxK on P; concatenated)
 at K = 7 and 31 folds, reparameterizes and trains as FoldedBlock equal to the Keras block;
 the kernel algebra against a dense numpy reference; random linear blocks (hypothesis) fold
@@ -22,7 +22,7 @@ from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
 
-from tf_largeconv import _fold
+from tf_largeconv import fold as _fold
 from tf_largeconv.keras import FoldedBlock
 from tf_largeconv.keras import FoldWarning
 from tf_largeconv.keras import LargeConv2D

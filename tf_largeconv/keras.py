@@ -11,9 +11,9 @@ import keras
 from tf_largeconv import _args
 from tf_largeconv import _conv3d
 from tf_largeconv import _export
-from tf_largeconv import _fold
 from tf_largeconv import _layer_settings
 from tf_largeconv import _loader
+from tf_largeconv import fold as _fold
 from tf_largeconv import ops as _ops
 
 _PACKAGE = "tf_largeconv"

@@ -7,8 +7,8 @@ layers built on tf_keras itself. Importing this module requires the tf_keras pac
 import tf_keras
 
 from tf_largeconv import _export
-from tf_largeconv import _fold
 from tf_largeconv import _layer_settings
+from tf_largeconv import fold as _fold
 from tf_largeconv import ops as _ops
 
 _register = tf_keras.utils.register_keras_serializable(package="tf_largeconv")
