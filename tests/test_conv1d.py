@@ -222,6 +222,38 @@ def test_fft_batches_runs_of_tiles_across_images(rng, case):
   check_passes(ref, "float64", x, w, dy, y, dx, dw, "tile runs")
 
 
+def _plan_summary(p):
+  return [(a.name, a.algorithm, a.workspace_bytes, a.flops, a.fft_size, a.tile, a.tiles)
+          for a in p.passes]
+
+
+@pytest.mark.parametrize("fmt", ["NWC", "NCW"])
+@pytest.mark.parametrize("stride,padding,dilation", [
+    (1, "VALID", 3), (2, "VALID", 4), (1, "SAME", 5), (1, [[8, 0]], 4)])
+def test_plan_conv1d_plans_the_dilated_conv(rng, fmt, stride, padding, dilation):
+  """With dilation > 1, plan_conv1d reports the shape conv1d returns and the passes of
+  `plan` of the dilated height-1 conv2d."""
+  x_shape, w_shape = (2, 700, 3), (41, 3, 4)
+  shape = x_shape if fmt == "NWC" else (2, 3, 700)
+  p = lc.plan_conv1d(shape, w_shape, stride, padding, data_format=fmt, dilations=dilation)
+  y = lc.conv1d(tf.constant(rng.standard_normal(shape)), tf.constant(rng.standard_normal(
+      w_shape)), stride, padding, data_format=fmt, dilations=dilation)
+  assert p.output_shape == tuple(y.shape)
+  # The height-1 conv2d, built here: height inserted before the width, dilation and
+  # stride on the width only.
+  fmt_2d = {"NWC": "NHWC", "NCW": "NCHW"}[fmt]
+  shape_2d = (2, 1, 700, 3) if fmt == "NWC" else (2, 3, 1, 700)
+  pads = padding
+  if not isinstance(padding, str):
+    pads = ([[0, 0], [0, 0], padding[0], [0, 0]] if fmt == "NWC"
+            else [[0, 0], [0, 0], [0, 0], padding[0]])
+  q = lc.plan(shape_2d, (1,) + w_shape, (1, stride), pads, data_format=fmt_2d,
+              dilations=(1, dilation))
+  assert _plan_summary(p) == _plan_summary(q)
+  assert p.output_shape == tuple(s for i, s in enumerate(q.output_shape)
+                                 if i != (1 if fmt == "NWC" else 2))
+
+
 def test_1d_fft_refuses_a_limit_below_its_smallest_plan():
   with pytest.raises(ValueError, match="workspace_limit"):
     lc.plan_conv1d(*BENCH, algorithm="fft", workspace_limit=100_000)

@@ -1,4 +1,4 @@
-"""fold, reparameterize and FoldedBlock (tf_largeconv/_fold.py through tf_largeconv.keras):
+"""fold, reparameterize and FoldedBlock (tf_largeconv/fold/ through tf_largeconv.keras):
 the founding user's block (1x1 P; depthwise KxK on P minus P; dense KxK on P; concatenated)
 at K = 7 and 31 folds, reparameterizes and trains as FoldedBlock equal to the Keras block;
 the kernel algebra against a dense numpy reference; random linear blocks (hypothesis) fold
@@ -22,7 +22,7 @@ from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
 
-from tf_largeconv import _fold
+from tf_largeconv import fold as _fold
 from tf_largeconv.keras import FoldedBlock
 from tf_largeconv.keras import FoldWarning
 from tf_largeconv.keras import LargeConv2D
@@ -449,6 +449,92 @@ def test_refusals_name_the_layer_and_the_reason(build, message):
   if "after the stride" in message or "not linear" in message:
     with pytest.raises(ValueError, match=re.escape(message)):
       FoldedBlock(block)  # the same analysis
+
+
+# ---------------------------------------------------------------------------------------
+# The border check at its boundary: padding on one side only
+# ---------------------------------------------------------------------------------------
+
+SIDES = ("top", "bottom", "left", "right")
+# The output row or column that one row or column of padding on each side makes.
+EDGES = {"top": np.s_[0, :], "bottom": np.s_[-1, :], "left": np.s_[:, 0],
+         "right": np.s_[:, -1]}
+
+
+def _sides(pads):
+  """ZeroPadding2D's ((top, bottom), (left, right)) from {side: n}."""
+  return ((pads["top"], pads["bottom"]), (pads["left"], pads["right"]))
+
+
+def _pad_conv_pad(side, reach):
+  """ZeroPadding2D (`reach` on `side`, 1 elsewhere), a 3x3 'valid' convolution, then one
+  row or column of zeros on `side`. One step beyond `side` the convolution's formula is
+  zero only where the padding before it covers the kernel's reach (2): padding that side
+  again is exact at reach 2, and not at 1."""
+  pre = {s: 1 for s in SIDES}
+  pre[side] = reach
+  post = {s: 0 for s in SIDES}
+  post[side] = 1
+  return _one(L.ZeroPadding2D(_sides(pre), dtype=F64), _conv(3, 3, use_bias=False),
+              L.ZeroPadding2D(_sides(post), dtype=F64))
+
+
+def _even_kernel_same(axis, reach):
+  """A 3x3 convolution whose input is padded by `reach` below (or right of) it and 1
+  elsewhere, then a 2-tap 'same' convolution along `axis`: 'same' pads an even kernel
+  after the image only, where the first convolution's formula is zero at reach 2 only."""
+  pre = {s: 1 for s in SIDES}
+  pre["bottom" if axis == 0 else "right"] = reach
+  kernel = (2, 1) if axis == 0 else (1, 2)
+  return _one(L.ZeroPadding2D(_sides(pre), dtype=F64), _conv(3, 3, use_bias=False),
+              _conv(2, kernel, padding="same", use_bias=False))
+
+
+# (id, block builder, the side whose padding the check is about)
+BOUNDARY = ([(f"zero padding {s}", lambda reach, s=s: _pad_conv_pad(s, reach), s)
+             for s in SIDES] +
+            [("even kernel same, rows", lambda reach: _even_kernel_same(0, reach), "bottom"),
+             ("even kernel same, columns", lambda reach: _even_kernel_same(1, reach),
+              "right")])
+
+
+@pytest.mark.parametrize("build,side", [c[1:] for c in BOUNDARY], ids=[c[0] for c in BOUNDARY])
+def test_padding_one_side_folds_where_the_formula_is_zero_beyond_it(rng, build, side):
+  """Exactly at the boundary: reach 2 folds equal to the block; reach 1 is refused."""
+  x = rng.standard_normal((2, 9, 10, 4))
+  inside = randomize(build(2), rng)
+  want = inside(x).numpy()
+  assert_close(FoldedBlock(inside, dtype=F64)(x), want, EXACT)
+  assert FoldedBlock(inside, dtype=F64, exact=False).fold_report.differing_pixels == 0
+
+  outside = randomize(build(1), rng)
+  for make in (fold, FoldedBlock):
+    with pytest.raises(ValueError, match="at the border the block is not one convolution"):
+      make(outside, dtype=F64)
+  # exact=False: the fold differs from the block in exactly the padded row or column.
+  loose = FoldedBlock(outside, dtype=F64, exact=False)
+  want = outside(x).numpy()
+  got = loose(x).numpy()
+  differs = (np.abs(got - want) > EXACT * np.abs(want).max()).any(axis=(0, 3))
+  expected = np.zeros(differs.shape, bool)
+  expected[EDGES[side]] = True
+  np.testing.assert_array_equal(differs, expected)
+  assert loose.fold_report.differing_pixels == expected.sum()
+
+
+def test_a_2x1_same_kernel_after_a_3x3_same_one_is_refused(rng):
+  """Conv2D 3x3 'same', then Conv2D (2, 1) 'same', no bias: 'same' pads the second below
+  only, where the first is not zero."""
+  block = randomize(_one(_conv(3, 3, padding="same", use_bias=False),
+                         _conv(2, (2, 1), padding="same", use_bias=False, name="even")), rng)
+  with pytest.raises(ValueError, match="Conv2D layer 'even' pads its input"):
+    fold(block, dtype=F64)
+  with pytest.warns(FoldWarning, match="10 of 90 output pixels differ"):
+    folded = fold(block, dtype=F64, exact=False)
+  x = rng.standard_normal((2, 9, 10, 4))
+  got, want = folded(x).numpy(), block(x).numpy()
+  assert_close(got[:, :-1], want[:, :-1], EXACT)
+  assert (folded.fold_report.differing_pixels, _differing_pixels(got, want)) == (10, 10)
 
 
 def test_not_exact_folds_and_counts_the_differing_pixels(rng):

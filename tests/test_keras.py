@@ -202,6 +202,48 @@ def test_convert_replaces_large_kernels(rng):
                              atol=1e-4 * np.abs(want).max())
 
 
+# Each kind convert() swaps: (Large class, the Keras layer with kernel side k, input shape).
+CONVERT_KINDS = [
+    ("LargeConv2D", lambda k: keras.layers.Conv2D(3, (2, k), padding="same"), (20, 24, 2)),
+    ("LargeDepthwiseConv2D", lambda k: keras.layers.DepthwiseConv2D((k, 3), padding="same"),
+     (20, 24, 2)),
+    ("LargeConv1D", lambda k: keras.layers.Conv1D(3, k, padding="causal"), (40, 2)),
+    ("LargeConv2DTranspose", lambda k: keras.layers.Conv2DTranspose(
+        3, (k, 2), strides=2, padding="same"), (10, 12, 2)),
+    ("LargeConv3D", lambda k: keras.layers.Conv3D(3, (2, 3, k), padding="same"),
+     (6, 7, 16, 2)),
+]
+
+
+@pytest.mark.parametrize("kind,make,shape", CONVERT_KINDS, ids=[c[0] for c in CONVERT_KINDS])
+def test_convert_swaps_each_kind_with_the_given_settings(rng, kind, make, shape):
+  """A kernel whose longest side is min_kernel_size is swapped, one a tap shorter is
+  cloned; the swapped layer has the Keras layer's config plus the given algorithm and
+  workspace_limit, the clone computes what the model does, and the model is left as it was;
+  a second convert keeps the Large layer with its own settings."""
+  k, limit = 9, 8 << 20
+  inp = keras.Input(shape)
+  small, large = make(k - 1), make(k)
+  model = keras.Model(inp, large(small(inp)))
+  converted = lc.keras.convert(model, min_kernel_size=k, algorithm="direct",
+                               workspace_limit=limit)
+  kept, swapped = converted.layers[1:]
+  assert type(kept) is type(small) and type(swapped).__name__ == kind
+  assert (swapped.algorithm, swapped.workspace_limit) == ("direct", limit)
+  config = swapped.get_config()
+  assert (config.pop("algorithm"), config.pop("workspace_limit")) == ("direct", limit)
+  assert config == large.get_config()
+  x = rng.standard_normal((2,) + shape).astype(np.float32)
+  want = model(x).numpy()
+  np.testing.assert_allclose(converted(x).numpy(), want, rtol=1e-4,
+                             atol=1e-4 * np.abs(want).max())
+  for layer in converted.layers[1:]:
+    layer.set_weights([np.zeros_like(w) for w in layer.get_weights()])
+  np.testing.assert_array_equal(model(x).numpy(), want)
+  again = lc.keras.convert(converted, min_kernel_size=k, algorithm="fft")
+  assert type(again.layers[2]) is type(swapped) and again.layers[2].algorithm == "direct"
+
+
 def test_tf_keras_layer_trains_with_legacy_keras():
   # The same model with tf_keras.layers.Conv2D, from the same weights, trained the same way,
   # is the oracle: the two convolutions differ only by rounding (FFT against TF's kernel).

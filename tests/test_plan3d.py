@@ -6,6 +6,7 @@ the limit binding; a 2048^3 bfloat16 volume (8.6e9 elements) planned with int64 
 bad arguments named in the error."""
 
 import math
+import re
 import time
 
 import numpy as np
@@ -223,6 +224,79 @@ def test_algorithm_tf_plans_tensorflows_kernel_where_it_runs():
   assert [pp.algorithm for pp in p.passes] == ["tf"] * 3
   with pytest.raises(ValueError, match="tf.nn.conv3d"):
     lc.plan_conv3d((1, 16, 16, 16, 2), (3, 3, 3, 1, 4), [1] * 5, "SAME", algorithm="tf")
+
+
+def test_algorithm_tf_refuses_what_tensorflows_cpu_kernel_refuses():
+  """TensorFlow's Eigen CPU kernel refuses dilations ("only supports dilated rates of 1"),
+  NCDHW and groups; the message names the input's channels in either layout."""
+  x_shape, w_shape = (1, 16, 16, 16, 2), (3, 3, 3, 2, 4)
+  with pytest.raises(ValueError, match=re.escape("dilations=[1, 2, 1, 1, 1]")):
+    lc.plan_conv3d(x_shape, w_shape, [1] * 5, "SAME", dilations=[1, 2, 1, 1, 1],
+                   algorithm="tf")
+  with pytest.raises(ValueError, match="data_format='NCDHW'.* input channels 2 and filter "
+                     "in-channels 2"):
+    lc.plan_conv3d((1, 2, 16, 16, 16), w_shape, [1] * 5, "SAME", data_format="NCDHW",
+                   algorithm="tf")
+
+
+# A geometry where the FFT's plan changes with each argument of plan_conv3d.
+ARGS_CASE = ((1, 24, 22, 20, 2), (5, 5, 5, 2, 3))
+ARGS_BASE = dict(strides=[1] * 5, padding="SAME", data_format="NDHWC", dilations=[1] * 5,
+                 dtype=tf.float32, algorithm="fft", workspace_limit=MiB, num_threads=2)
+
+
+def _summary(passes):
+  return [(p.name, p.algorithm, p.workspace_bytes, p.flops, p.fft_size, p.tile, p.tiles)
+          for p in passes]
+
+
+@pytest.mark.parametrize("change", [
+    dict(strides=[1, 2, 2, 1, 1]), dict(dilations=[1, 2, 2, 1, 1]), dict(padding="VALID"),
+    dict(dtype=tf.float64), dict(num_threads=1), dict(num_threads=8),
+    dict(workspace_limit=MiB // 2)], ids=lambda c: "-".join(map(str, c.items())))
+def test_each_argument_reaches_the_planner(change):
+  """plan_conv3d is the C++ planner's plan for every argument it is given, and each
+  argument changes that plan here (so none can be dropped unnoticed)."""
+  x_shape, w_shape = ARGS_CASE
+  args = dict(ARGS_BASE, **change)
+  p = lc.plan_conv3d(x_shape, w_shape, **args)
+  want = _core.plan3d(list(x_shape), list(w_shape), args["strides"], args["padding"],
+                      args["data_format"], args["dilations"], algorithm=args["algorithm"],
+                      workspace_limit=args["workspace_limit"],
+                      num_threads=args["num_threads"], dtype=args["dtype"].name,
+                      allow_tf=False)
+  assert _summary(p.passes) == _summary([lc.planning.PassPlan(d) for d in want])
+  assert (p.threads, p.workspace_limit) == (args["num_threads"], args["workspace_limit"])
+  assert _summary(p.passes) != _summary(lc.plan_conv3d(x_shape, w_shape, **ARGS_BASE).passes)
+
+
+def test_strided_dilated_float64_plan_is_what_the_op_takes(rng):
+  """Each pass of the op, strided and dilated in float64, takes exactly the workspace
+  plan_conv3d gives it (TF's step stats)."""
+  x_shape, w_shape = ARGS_CASE
+  # Here the forward plan differs with each of strides, dilations and dtype.
+  kwargs = dict(dilations=[1, 2, 1, 2, 1], algorithm="fft", workspace_limit=MiB // 2)
+  strides = [1, 2, 2, 2, 1]
+  p = lc.plan_conv3d(x_shape, w_shape, strides, "SAME", dtype=tf.float64, **kwargs)
+
+  def build(xp, wp, dyp):
+    xp, wp, dyp = (tf.cast(t, tf.float64) for t in (xp, wp, dyp))
+    y = lc.conv3d(xp, wp, strides, "SAME", **kwargs)
+    return [y] + tf.gradients(y, [xp, wp], grad_ys=dyp)
+
+  arrays = [rng.standard_normal(s).astype(np.float32)
+            for s in (x_shape, w_shape, p.output_shape)]
+  values, temps = _traced_run(build, *arrays)
+  assert values[0].shape == p.output_shape
+  for pp in p.passes:
+    assert pp.algorithm == "fft"
+    assert temps[_OP_OF_PASS[pp.name]] == [pp.workspace_bytes], (pp, temps)
+
+
+def test_a_zero_limit_is_kept_and_plans_direct_sums():
+  p = lc.plan_conv3d(*ARGS_CASE, [1] * 5, "SAME", workspace_limit=0)
+  assert p.workspace_limit == 0
+  assert [(pp.algorithm, pp.workspace_bytes) for pp in p.passes] == [("direct", 0)] * 3
 
 
 @pytest.mark.parametrize("change,error,match", [

@@ -1,6 +1,8 @@
 """The portable path (tf_largeconv/ops/portable.py): tf.nn.conv2d's results from stock TF ops,
 under XLA too, with TF's own gradients, and one loop step within the workspace limit."""
 
+import re
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -135,6 +137,53 @@ def test_one_step_fits_the_limit():
   assert _portable.plan_tiles(*args, minimum).fft_h == 135
   with pytest.raises(ValueError, match=f"needs at least {minimum} bytes"):
     _portable.plan_tiles(*args, minimum - 1)
+
+
+def test_the_last_step_may_hold_fewer_tiles(rng):
+  """Three tiles, two to a step: the last step's spare slot repeats a tile (never reads
+  beyond the padded image), and the result is TensorFlow's."""
+  limit = 2 << 20
+  p = _portable.plan_tiles(1, 1, 2, 3, 3, 300, 307, limit)
+  assert (p.tiles_h * p.tiles_w, p.per_step, p.steps) == (3, 2, 2)
+  x = rng.standard_normal((1, 302, 309, 1)).astype(np.float32)
+  w = rng.standard_normal((3, 3, 1, 2)).astype(np.float32)
+  got = lc.conv2d(x, w, 1, "VALID", algorithm="portable", workspace_limit=limit).numpy()
+  want = tf.nn.conv2d(x, w, 1, "VALID").numpy()
+  np.testing.assert_allclose(got, want, rtol=0, atol=2e-5 * np.abs(want).max())
+
+
+def _minimum_limit(dtype, **kwargs):
+  """The bytes a portable call says it needs at least, from its refusal of a tiny limit."""
+  x, w = np.zeros((2, 40, 44, 3)), np.zeros((9, 9, 3, 4))
+  with pytest.raises(ValueError, match="too small for the portable path") as e:
+    lc.conv2d(tf.constant(x, dtype), tf.constant(w, dtype), 1, "SAME", algorithm="portable",
+              **kwargs)
+  return int(re.search(r"needs at least (\d+) bytes", str(e.value)).group(1))
+
+
+def test_a_step_counts_every_buffer_in_the_compute_dtype():
+  """The smallest step (9x9 transforms, one tile of both images): per image and channel
+  (3 in, 4 out) a real tile and its complex spectrum, 4-byte values in float32 (and
+  half precision, computed in float32), 8-byte ones in float64; a limit of 0 is refused
+  as too small, not read as the default."""
+  float32 = 2 * (3 + 4) * (9 * 9 * 4 + 9 * (9 // 2 + 1) * 2 * 4)
+  assert _minimum_limit(tf.float32, workspace_limit=1000) == float32
+  assert _minimum_limit(tf.float16, workspace_limit=1000) == float32
+  assert _minimum_limit(tf.float64, workspace_limit=1000) == 2 * float32
+  assert _minimum_limit(tf.float32, workspace_limit=0) == float32
+
+
+@pytest.mark.parametrize("dtype", [tf.float16, tf.bfloat16])
+@pytest.mark.parametrize("entry", [_run, _public_portable], ids=["module", "public"])
+def test_half_precision_keeps_its_dtype(rng, dtype, entry):
+  """Computed in float32 and returned in the input's dtype, as tf.nn.conv2d does."""
+  x = tf.cast(rng.standard_normal((2, 30, 34, 3)), dtype)
+  w = tf.cast(rng.standard_normal((9, 7, 3, 4)), dtype)
+  got = entry(x, w, 1, "SAME", "NHWC", None)
+  assert got.dtype == dtype
+  want = tf.nn.conv2d(tf.cast(x, tf.float32), tf.cast(w, tf.float32), 1, "SAME").numpy()
+  np.testing.assert_allclose(tf.cast(got, tf.float32).numpy(), want, rtol=0,
+                             atol=1e-2 * np.abs(want).max())
 
 
 # Runs a portable forward pass of a 1000x1000 image and a 101x101x1x2 filter under the limit
@@ -299,6 +348,25 @@ def test_public_portable_unknown_batch(rng):
   got5 = lc.conv2d(x.reshape(3, 1, 20, 24, 2), w, 1, "VALID", algorithm="portable").numpy()
   np.testing.assert_allclose(got5.reshape(want.shape), want, rtol=0,
                              atol=2e-5 * np.abs(want).max())
+
+
+def test_public_portable_backprop_filter_with_an_unknown_input_batch(rng):
+  """A traced input of unknown batch with an out_backprop of known batch: the batch the
+  geometry is planned with stands for the unknown one, not for a mismatch."""
+  x = rng.standard_normal((3, 20, 24, 2))
+  dy = rng.standard_normal((3, 12, 18, 3))
+  w_shape = (9, 7, 2, 3)
+  f = tf.function(lambda x, dy: lc.conv2d_backprop_filter(x, w_shape, dy, 1, "VALID",
+                                                          algorithm="portable"),
+                  input_signature=[tf.TensorSpec([None, 20, 24, 2], tf.float64),
+                                   tf.TensorSpec(dy.shape, tf.float64)])
+  w = tf.zeros(w_shape, tf.float64)
+  with tf.GradientTape() as tape:
+    tape.watch(w)
+    y = tf.nn.conv2d(x, w, 1, "VALID")
+  want = tape.gradient(y, w, output_gradients=dy).numpy()
+  got = f(x, dy).numpy()
+  np.testing.assert_allclose(got, want, rtol=0, atol=1e-12 * np.abs(want).max())
 
 
 def test_public_portable_refusals():

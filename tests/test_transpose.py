@@ -370,6 +370,28 @@ def test_plan_transpose_is_the_conv2d_plan():
     lc.plan_transpose((4, 32, 32, 5), w_shape, out, 2, "SAME")
 
 
+def _plan_summary(p):
+  return (p.output_shape, [(a.name, a.algorithm, a.workspace_bytes, a.flops, a.fft_size,
+                            a.tile, a.tiles) for a in p.passes])
+
+
+@pytest.mark.parametrize("fmt", ["NHWC", "NCHW"])
+@pytest.mark.parametrize("algorithm", ["auto", "direct", "fft"])
+def test_plan_transpose_takes_height_and_width_alone_in_either_layout(fmt, algorithm):
+  """The 2-value output_shape is (height, width) whatever data_format is: it plans as the
+  4-value form does, for a non-square output whose transposed order would not fit."""
+  x_shape, w_shape, out = (2, 12, 20, 6), (9, 5, 3, 6), (2, 24, 40, 3)
+  full = lc.plan_transpose(_shape(x_shape, fmt), w_shape, _shape(out, fmt), 2, "SAME",
+                           data_format=fmt, algorithm=algorithm)
+  alone = lc.plan_transpose(_shape(x_shape, fmt), w_shape, out[1:3], 2, "SAME",
+                            data_format=fmt, algorithm=algorithm)
+  assert full.output_shape == _shape(x_shape, fmt)
+  assert _plan_summary(alone) == _plan_summary(full)
+  # The conv2d it transposes, planned on its own, is the same plan.
+  conv = lc.plan(_shape(out, fmt), w_shape, 2, "SAME", data_format=fmt, algorithm=algorithm)
+  assert _plan_summary(alone) == _plan_summary(conv)
+
+
 def test_auto_routes_small_filters_to_tensorflow_as_conv2d_does(rng):
   """Where the planner prefers TensorFlow's kernel for the conv2d this transposes, 'auto'
   runs tf.nn.conv2d_transpose (TF's Conv2DBackpropInput op) and no LargeConv op."""

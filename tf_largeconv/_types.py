@@ -8,26 +8,25 @@ stubs the TensorFlow types are `Any`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Union
 
 import numpy as np
 import tensorflow as tf
 
 # A tensor operand: a tensor or variable, or what tf.convert_to_tensor takes (a numpy array,
 # nested lists of numbers, a number).
-TensorLike = Union[tf.Tensor, tf.Variable, np.ndarray, Sequence, float, int]
+TensorLike = tf.Tensor | tf.Variable | np.ndarray | Sequence | float | int
 
 # A shape given in full: a list or tuple of ints, a numpy array or a tf.TensorShape.
-ShapeLike = Union[Sequence[int], np.ndarray, tf.TensorShape]
+ShapeLike = Sequence[int] | np.ndarray | tf.TensorShape
 
 # strides or dilations: one int for every spatial dimension, or a list of them.
-Window = Union[int, Sequence[int]]
+Window = int | Sequence[int]
 
 # 'SAME', 'VALID', or explicit padding: one [before, after] pair per dimension.
-Padding = Union[str, Sequence[Sequence[int]]]
+Padding = str | Sequence[Sequence[int]]
 
 # conv1d's padding: 'SAME', 'VALID', one [before, after] pair for the width, or three pairs.
-Padding1d = Union[str, Sequence[int], Sequence[Sequence[int]]]
+Padding1d = str | Sequence[int] | Sequence[Sequence[int]]
 
 # A dtype as tf.as_dtype takes it: tf.float32, np.float32, "float32", ...
-DTypeLike = Union[tf.DType, np.dtype, type, str]
+DTypeLike = tf.DType | np.dtype | type | str

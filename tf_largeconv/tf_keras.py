@@ -13,7 +13,7 @@ from typing import Any
 import tensorflow as tf
 import tf_keras
 
-from tf_largeconv import _fold
+from tf_largeconv import fold as _fold
 from tf_largeconv import ops as _ops
 from tf_largeconv.keras import _settings as _layer_settings
 from tf_largeconv.keras import export as _export

@@ -12,7 +12,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from tf_largeconv import _fold
+from tf_largeconv import fold as _fold
 from tf_largeconv.keras import export as _export
 from tf_largeconv.keras._layers import LargeConv1D
 from tf_largeconv.keras._layers import LargeConv2D
@@ -100,7 +100,7 @@ def export_portable(model: keras.Model, path: str | os.PathLike[str],
   return _export.export(model, path, input_signature=input_signature)
 
 
-# Folding linear blocks (the algebra is in _fold.py, shared with tf_keras)
+# Folding linear blocks (the algebra is in tf_largeconv.fold, shared with tf_keras)
 
 def fold(block: keras.Model, exact: bool = True, input_size: Sequence[int] | None = None,
          dtype: Any = None, algorithm: str | None = "auto", workspace_limit: int | None = None,

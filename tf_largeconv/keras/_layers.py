@@ -18,8 +18,8 @@ import keras
 import tensorflow as tf
 
 from tf_largeconv import _args
-from tf_largeconv import _fold
 from tf_largeconv import _loader
+from tf_largeconv import fold as _fold
 from tf_largeconv import ops as _ops
 from tf_largeconv.keras import _settings as _layer_settings
 
