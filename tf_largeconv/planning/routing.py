@@ -176,10 +176,11 @@ def device_routes(x_shape, f_shape, attrs_key, dtype_name, where="CPU"):
   if where == "GPU":
     try:
       shape = [_CORE.GPU_ROUTE_BATCH] + list(x_shape[1:])
-      forward = _CORE.cuda_plan(shape, list(f_shape), attrs["strides"],
-                                attrs["padding"], attrs["explicit_paddings"],
-                                attrs["data_format"], attrs["dilations"], "auto",
-                                attrs["workspace_limit"], dtype_name)[0]
+      passes = _CORE.cuda_plan(shape, list(f_shape), attrs["strides"],
+                               attrs["padding"], attrs["explicit_paddings"],
+                               attrs["data_format"], attrs["dilations"], "auto",
+                               attrs["workspace_limit"], dtype_name)
+      forward = PerPass.of(passes).forward
     except (ValueError, NotImplementedError):
       return PerPass.every(False)  # bad arguments: the op raises the error, in every mode
     return PerPass.every(bool(forward["tf_faster"]))
