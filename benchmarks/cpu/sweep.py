@@ -98,7 +98,7 @@ def few_channel_grid(full=False):
           if n * hw[0] * hw[1] * max(ci, co) * 4 <= MAX_INPUT_BYTES]
 
 
-def _image(side):
+def image_hw(side):
   """(height, width) of a point's images: `side` is a square's side, or the pair."""
   return (side, side) if isinstance(side, int) else tuple(side)
 
@@ -106,7 +106,7 @@ def _image(side):
 def _modelled(lc, point):
   """{algorithm: modelled seconds of the step, or None where it cannot run}."""
   k, ci, co, n, side, mode = point
-  h, w = _image(side)
+  h, w = image_hw(side)
   passes = lc.plan((n, h, w, ci), (k, k, ci, co), 1, "SAME").passes
   passes = passes if mode == "train" else passes[:1]
   out = {}
@@ -142,7 +142,7 @@ def _step(lc, tf, x, w, mode, algorithm):
 def _time_point(lc, tf, np, point, rounds=5):
   """Times "auto" and every algorithm within SKIP_FACTOR of the fastest modelled one."""
   k, ci, co, n, side, mode = point
-  shape = (n,) + _image(side) + (ci,)
+  shape = (n,) + image_hw(side) + (ci,)
   rng = np.random.default_rng(0)
   x = tf.constant(rng.random(shape, dtype=np.float32))
   w = tf.constant((rng.standard_normal((k, k, ci, co)) / k).astype(np.float32))
@@ -208,7 +208,7 @@ def _moves_to_kept_spectra(point, plan):
   k, ci, co, n, side, _ = point
   key = _args.attrs_key(_args.conv_attrs(1, "SAME", "NHWC", None, "auto", None))
   routes = PerPass.of(p.algorithm == "tf" for p in plan.passes)
-  kept = kept_spectra.kept_spectra_bytes((n,) + _image(side) + (ci,), (k, k, ci, co), key,
+  kept = kept_spectra.kept_spectra_bytes((n,) + image_hw(side) + (ci,), (k, k, ci, co), key,
                                          "float32", routes)
   return 0 < kept <= _loader.core().spectrum_cache_budget()
 
