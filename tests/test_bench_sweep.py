@@ -47,3 +47,33 @@ def test_verdicts():
   row = {"seconds": {"auto": 1.2, "fft": 1.5}, "failed": {}}
   best, vs_tf = sweep._verdict(row)
   assert best == pytest.approx(0.8) and vs_tf is None
+
+
+def test_the_few_channel_grid_takes_large_photographs_with_few_channels():
+  # One- and few-channel images off the square sizes, where small filters are priced close
+  # to TF's kernel: every cell in every mode, on one size by default and all with --full,
+  # and the sweep runs them beside the square grid.
+  for full in (False, True):
+    points = sweep.few_channel_grid(full)
+    sizes = sweep.FEW_CHANNEL_SIZES if full else sweep.FEW_CHANNEL_SIZES[:1]
+    want = [(k, ci, co, n, hw, mode) for mode in sweep.MODES
+            for k, (ci, co), (n, hw) in itertools.product(sweep.FEW_CHANNEL_KS,
+                                                          sweep.FEW_CHANNELS, sizes)]
+    assert sorted(points) == sorted(want)
+    for k, ci, co, n, (h, w), _ in points:
+      assert n * h * w * max(ci, co) * 4 <= sweep.MAX_INPUT_BYTES, (k, ci, co, n, h, w)
+    assert sweep.points(full) == sweep.grid(full) + points
+    assert sweep.points(full, few_channel=True) == points
+  assert (5, 1, 3, 2, (321, 481), "forward") in sweep.few_channel_grid()
+  assert (1, 1) in sweep.FEW_CHANNELS and max(map(max, sweep.FEW_CHANNELS)) <= 8
+  squares = {(n, (side, side)) for n, side in sweep.SIZES}
+  assert not squares & set(sweep.FEW_CHANNEL_SIZES)
+
+
+def test_rows_name_their_images():
+  row = {"point": [5, 1, 3, 2, [321, 481], "forward"], "threads": 2, "picks": ["tf"],
+         "seconds": {"auto": 2e-3, "tf": 1e-3}, "failed": {}}
+  line = sweep._format(row)
+  assert " 321x481 forward" in line and line.endswith("2.00")
+  row["point"][4] = 64
+  assert "      64 forward" in sweep._format(row)

@@ -9,11 +9,13 @@ import functools
 import gc
 import inspect
 import itertools
+import json
 import sys
 import threading
 
 import numpy as np
 import pytest
+import subproc
 import tensorflow as tf
 
 import tf_largeconv as lc
@@ -405,7 +407,8 @@ SPECTRUM_ENV = "LARGECONV_SPECTRUM_CACHE_MIB"
 
 def _kept_bytes(x_shape, w_shape, dtype, routes):
   key = _args.attrs_key(_args.conv_attrs(1, "SAME", "NHWC", None, "auto", None))
-  return planning.kept_spectra.kept_spectra_bytes(tuple(x_shape), tuple(w_shape), key, dtype.name, routes)
+  return planning.kept_spectra.kept_spectra_bytes(tuple(x_shape), tuple(w_shape), key,
+                                                  dtype.name, routes)
 
 
 @pytest.mark.parametrize("dtype", [tf.float32, tf.float64])
@@ -501,6 +504,46 @@ def test_kept_spectra_are_weighed_against_the_forward_route():
                        (((4, 32, 32, 32), (3, 3, 32, 64)), False)):
     routes = _routes(*shape, tf.float32)
     assert (_kept_bytes(*shape, tf.float32, routes) > 0) == moves, shape
+
+
+# kept_spectra_bytes for each (input, filter, padding) of argv[1], priced as oneDNN's kernels
+# (TF's default on CPUs with AVX512_VNNI and the like) on two threads, with the routes an
+# eager call of that batch runs (routing.schedule).
+_KEPT_UNDER_ONEDNN_CHILD = """
+import json
+import sys
+import tensorflow as tf
+tf.config.threading.set_intra_op_parallelism_threads(2)
+from tf_largeconv import _args
+from tf_largeconv import _loader
+from tf_largeconv.planning import kept_spectra
+from tf_largeconv.planning import routing
+with tf.device("CPU:0"):
+  placed = tf.zeros(())
+kept = []
+for x_shape, f_shape, padding in json.loads(sys.argv[1]):
+  attrs = _args.conv_attrs(1, padding, "NHWC", None, "auto", None)
+  schedule = routing.schedule(x_shape, f_shape, tf.float32, placed, attrs)
+  kept.append(kept_spectra.kept_spectra_bytes(
+      tuple(x_shape), tuple(f_shape), _args.attrs_key(attrs), "float32",
+      routing.at_batch(schedule, x_shape[0])))
+print(json.dumps({"kernels": _loader.core().tf_kernels(), "kept": kept}))
+"""
+
+
+def test_kept_spectra_move_only_past_the_models_error():
+  # Priced as oneDNN's kernels, a small filter bank over a grayscale photograph (5x5 1->3
+  # on 2x321x481) has the op's FFT with kept spectra a few percent under TF's forward
+  # kernel: less than the model's own error (KEPT_SPECTRA_MARGIN), so the forward pass
+  # stays on TF's kernel. 7x7 128->128 on one 64x64 image, priced at half of it, moves.
+  cases = [(((2, 321, 481, 1), (5, 5, 1, 3), "VALID"), False),
+           (((2, 321, 481, 1), (5, 5, 1, 3), "SAME"), False),
+           (((1, 64, 64, 128), (7, 7, 128, 128), "SAME"), True)]
+  env = subproc.child_env(TF_ENABLE_ONEDNN_OPTS="1")
+  got = json.loads(subproc.run(_KEPT_UNDER_ONEDNN_CHILD, json.dumps([c for c, _ in cases]),
+                               timeout=300, env=env).stdout)
+  assert got["kernels"] == "onednn"
+  assert [kept > 0 for kept in got["kept"]] == [moves for _, moves in cases], got["kept"]
 
 
 def _in_threads(work, count=4):

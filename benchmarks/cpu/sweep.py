@@ -2,6 +2,7 @@
 
   python -m benchmarks.cpu.bench --cases sweep [--out DIR]   # the default cells
   python -m benchmarks.cpu.sweep --full [--out DIR]          # every point of the grid
+  python -m benchmarks.cpu.sweep --few-channel [--out DIR]   # the few-channel images only
 
 Over filter sizes, input and output channels, batch and image sizes, forward passes and
 training steps (forward + both gradients), with one and with every intra-op thread, it
@@ -20,6 +21,11 @@ fastest modelled one is not timed (a direct sum of a 63x63 filter over 128 chann
 take hours): the table marks it "-", and
 the verdicts count only what ran. Steps modelled under ALWAYS_TIMED_S always run. Points
 whose fastest modelled step is over MAX_MODEL_S are left out of the grid.
+
+Besides the square images of `grid`, `few_channel_grid` takes large photographs with one or
+a few channels (a grayscale or colour image through a small filter bank): small filters
+there are priced close to TensorFlow's kernel, and a choice on a thin margin shows. With
+--few-channel the sweep runs those points alone and writes sweep_few_channel.json/.png.
 
 A step that runs out of memory (TF's kernel, on large filters) is marked "oom" and counts
 as slower than auto. Prints one row per point (times, auto's choice per pass by its first
@@ -44,6 +50,10 @@ CHANNELS = ((1, 1), (1, 8), (8, 8), (8, 32), (32, 32), (32, 128), (128, 32), (12
 FULL_KS = (3, 5, 7, 9, 11, 15, 21, 31, 45, 63)
 FULL_CHANNELS = tuple(itertools.product((1, 8, 32, 128), repeat=2))
 SIZES = tuple(itertools.product((1, 8), (64, 128, 256, 512)))  # (batch, image side)
+# One- and few-channel photographs: (batch, (height, width)), the first the default's.
+FEW_CHANNEL_KS = (3, 5, 7)
+FEW_CHANNELS = ((1, 1), (1, 3), (3, 3), (3, 8))
+FEW_CHANNEL_SIZES = ((2, (321, 481)), (1, (321, 481)), (4, (321, 481)), (1, (1024, 1024)))
 MODES = ("forward", "train")
 ALGORITHMS = ("direct", "fft", "tf")
 SKIP_FACTOR = 6.0
@@ -77,16 +87,33 @@ def grid(full=False):
   return points
 
 
+def few_channel_grid(full=False):
+  """The few-channel points: (k, in channels, out channels, batch, (height, width), mode),
+  each FEW_CHANNEL_KS x FEW_CHANNELS cell on the first of FEW_CHANNEL_SIZES, or with --full
+  on each of them, in every mode; none over MAX_INPUT_BYTES."""
+  sizes = FEW_CHANNEL_SIZES if full else FEW_CHANNEL_SIZES[:1]
+  return [(k, ci, co, n, hw, mode)
+          for mode, k, (ci, co), (n, hw) in itertools.product(MODES, FEW_CHANNEL_KS,
+                                                              FEW_CHANNELS, sizes)
+          if n * hw[0] * hw[1] * max(ci, co) * 4 <= MAX_INPUT_BYTES]
+
+
+def image_hw(side):
+  """(height, width) of a point's images: `side` is a square's side, or the pair."""
+  return (side, side) if isinstance(side, int) else tuple(side)
+
+
 def _modelled(lc, point):
   """{algorithm: modelled seconds of the step, or None where it cannot run}."""
   k, ci, co, n, side, mode = point
-  passes = lc.plan((n, side, side, ci), (k, k, ci, co), 1, "SAME").passes
+  h, w = image_hw(side)
+  passes = lc.plan((n, h, w, ci), (k, k, ci, co), 1, "SAME").passes
   passes = passes if mode == "train" else passes[:1]
   out = {}
   for a in ALGORITHMS:
     times = [p.estimated_seconds[a] for p in passes]
     if a == "tf" and None in times:  # the planner does not weigh TF's kernel here
-      flops = 2.0 * n * side * side * k * k * ci * co  # a pass's, SAME at stride 1
+      flops = 2.0 * n * h * w * k * k * ci * co  # a pass's, SAME at stride 1
       times = [flops / TF_FLOPS_PER_S] * len(passes)
     out[a] = None if None in times else sum(times)
   return out
@@ -115,8 +142,9 @@ def _step(lc, tf, x, w, mode, algorithm):
 def _time_point(lc, tf, np, point, rounds=5):
   """Times "auto" and every algorithm within SKIP_FACTOR of the fastest modelled one."""
   k, ci, co, n, side, mode = point
+  shape = (n,) + image_hw(side) + (ci,)
   rng = np.random.default_rng(0)
-  x = tf.constant(rng.random((n, side, side, ci), dtype=np.float32))
+  x = tf.constant(rng.random(shape, dtype=np.float32))
   w = tf.constant((rng.standard_normal((k, k, ci, co)) / k).astype(np.float32))
   model = _modelled(lc, point)
   best_model = min(t for t in model.values() if t is not None)
@@ -153,7 +181,7 @@ def _time_point(lc, tf, np, point, rounds=5):
         times[a] = min(times[a], _once(calls[a]))
 
   run_rounds(ROUND_S)
-  plan = lc.plan((n, side, side, ci), (k, k, ci, co), 1, "SAME")
+  plan = lc.plan(shape, (k, k, ci, co), 1, "SAME")
   picks = [p.algorithm for p in plan.passes][:3 if mode == "train" else 1]
   if mode == "forward" and _moves_to_kept_spectra(point, plan):
     picks[0] = "kept"  # the op's FFT with the spectra kept from an earlier call
@@ -180,8 +208,8 @@ def _moves_to_kept_spectra(point, plan):
   k, ci, co, n, side, _ = point
   key = _args.attrs_key(_args.conv_attrs(1, "SAME", "NHWC", None, "auto", None))
   routes = PerPass.of(p.algorithm == "tf" for p in plan.passes)
-  kept = kept_spectra.kept_spectra_bytes((n, side, side, ci), (k, k, ci, co), key, "float32",
-                                         routes)
+  kept = kept_spectra.kept_spectra_bytes((n,) + image_hw(side) + (ci,), (k, k, ci, co), key,
+                                         "float32", routes)
   return 0 < kept <= _loader.core().spectrum_cache_budget()
 
 
@@ -191,8 +219,13 @@ def _once(fn):
   return time.perf_counter() - t0
 
 
-def _child(full, threads):
-  """Runs in a fresh process with `threads` intra-op threads: every point of the grid."""
+def points(full=False, few_channel=False):
+  """The points the sweep runs: `grid`'s and `few_channel_grid`'s, or the latter alone."""
+  return few_channel_grid(full) if few_channel else grid(full) + few_channel_grid(full)
+
+
+def _child(full, threads, few_channel=False):
+  """Runs in a fresh process with `threads` intra-op threads: every point of `points`."""
   import numpy as np
   import tensorflow as tf
   tf.config.threading.set_intra_op_parallelism_threads(threads)
@@ -200,7 +233,7 @@ def _child(full, threads):
 
   import tf_largeconv as lc
   rows = []
-  for point in grid(full):
+  for point in points(full, few_channel):
     model = _modelled(lc, point)
     if min(t for t in model.values() if t is not None) > MAX_MODEL_S:
       continue
@@ -223,16 +256,17 @@ def _verdict(row):
 
 def _format(row):
   k, ci, co, n, side, mode = row["point"]
+  image = str(side) if isinstance(side, int) else "x".join(map(str, side))
   s = row["seconds"]
   cells = "".join(f"{s[a] * 1e3:>10.1f}" if a in s else
                   f"{'oom' if a in row['failed'] else '-':>10s}" for a in ("auto",) + ALGORITHMS)
   best, vs_tf = _verdict(row)
   vs_tf = f"{vs_tf:>8.2f}" if vs_tf is not None else f"{'-':>8s}"
-  return (f"{k:>4d}{ci:>5d}{co:>5d}{n:>4d}{side:>5d}{mode:>8s}{row['threads']:>3d}{cells}"
+  return (f"{k:>4d}{ci:>5d}{co:>5d}{n:>4d}{image:>8s}{mode:>8s}{row['threads']:>3d}{cells}"
           f"{'/'.join(p[0] for p in row['picks']):>7s}{best:>9.2f}{vs_tf}")
 
 
-HEADER = (f"{'k':>4s}{'in':>5s}{'out':>5s}{'n':>4s}{'side':>5s}{'mode':>8s}{'th':>3s}"
+HEADER = (f"{'k':>4s}{'in':>5s}{'out':>5s}{'n':>4s}{'image':>8s}{'mode':>8s}{'th':>3s}"
           f"{'auto ms':>10s}{'direct':>10s}{'fft':>10s}{'tf':>10s}{'picks':>7s}"
           f"{'a/best':>9s}{'a/tf':>8s}")
 
@@ -276,13 +310,14 @@ def _plot(rows, path):
   print(f"wrote {path}")
 
 
-def main(out_dir, full=False, threads=None):
+def main(out_dir, full=False, threads=None, few_channel=False):
   """Runs the sweep with each thread setting (default: one thread and every core)."""
   rows = []
   print(HEADER)
   for n in threads or sorted({1, len(os.sched_getaffinity(0))}):
     got = measure.run_child(["-m", "benchmarks.cpu.sweep", "--child", str(n)] +
-                            (["--full"] if full else []), timeout=6 * 3600)
+                            (["--full"] if full else []) +
+                            (["--few-channel"] if few_channel else []), timeout=6 * 3600)
     if "error" in got:
       print(f"{n} thread(s): {got['error']}")
       continue
@@ -299,23 +334,27 @@ def main(out_dir, full=False, threads=None):
         f"{sum(t <= MISS for t in vs_tf)} (worst {max(vs_tf, default=0):.2f}); "
         f"{sum(r.get('retimed', False) for r in rows)} points timed again after a miss")
   os.makedirs(out_dir, exist_ok=True)
-  with open(os.path.join(out_dir, "sweep.json"), "w", encoding="ascii") as f:
+  name = os.path.join(out_dir, "sweep_few_channel" if few_channel else "sweep")
+  with open(name + ".json", "w", encoding="ascii") as f:
     json.dump(rows, f, indent=1)
-  print(f"wrote {os.path.join(out_dir, 'sweep.json')}")
-  _plot(rows, os.path.join(out_dir, "sweep.png"))
+  print(f"wrote {name}.json")
+  _plot(rows, name + ".png")
   return 0
 
 
 if __name__ == "__main__":
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--full", action="store_true", help="every point of the grid")
+  parser.add_argument("--few-channel", action="store_true",
+                      help="only the one- and few-channel large images (few_channel_grid)")
   parser.add_argument("--out", default=measure.RESULTS_DIR,
-                      help="where sweep.json and sweep.png go (default: benchmarks/results/cpu)")
+                      help="where sweep.json and sweep.png (with --few-channel, "
+                      "sweep_few_channel.json and .png) go (default: benchmarks/results/cpu)")
   parser.add_argument("--threads", type=int, nargs="*",
                       help="intra-op thread settings (default: 1 and every core)")
   parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
   args = parser.parse_args()
   if args.child:
-    print(json.dumps({"rows": _child(args.full, args.child)}))
+    print(json.dumps({"rows": _child(args.full, args.child, args.few_channel)}))
   else:
-    sys.exit(main(args.out, args.full, args.threads))
+    sys.exit(main(args.out, args.full, args.threads, args.few_channel))
