@@ -8,8 +8,9 @@
 #   make gpu-check - on a GPU machine (torch, no TensorFlow): build the CUDA module, run
 #                    tests/gpu and the GPU benchmark (benchmarks/gpu/bench.py)
 #   make fuzz      - long property-based fuzzing and crash hunting
-#   make lint      - ruff over the Python, mypy over tf_largeconv/, clang-format (check only)
-#                    over cc/; `make format` fixes what ruff and clang-format can
+#   make lint      - ruff (lint and format check) over the Python, mypy over tf_largeconv/,
+#                    clang-format (check only) over cc/; `make format` fixes what ruff and
+#                    clang-format can
 #   make docs      - the documentation site (MkDocs, strict: any warning fails) into site/
 # Every TensorFlow compile/link flag comes from tf.sysconfig; nothing TF-specific is hand-written.
 
@@ -82,11 +83,13 @@ PY_DIRS  = tf_largeconv tests examples tools benchmarks
 
 lint: $(VENV)/.lint-tools
 	$(VENV)/bin/ruff check $(PY_DIRS)
+	$(VENV)/bin/ruff format --check $(PY_DIRS)
 	$(VENV)/bin/mypy tf_largeconv
 	$(VENV)/bin/clang-format --dry-run --Werror $(CC_FILES)
 
 format: $(VENV)/.lint-tools
 	$(VENV)/bin/ruff check --fix $(PY_DIRS)
+	$(VENV)/bin/ruff format $(PY_DIRS)
 	$(VENV)/bin/clang-format -i $(CC_FILES)
 
 # The docs tools only: the site is built from the Markdown and, by static analysis, the

@@ -21,6 +21,7 @@ FILTER = (135, 135, 1, 3)
 
 def _data(frames):
   import numpy as np
+
   rng = np.random.default_rng(0)
   x = rng.random((frames,) + FRAME, dtype=np.float32)
   w = (rng.standard_normal(FILTER) / FILTER[0]).astype(np.float32)
@@ -59,29 +60,49 @@ def main(argv=None):
     return 0
 
   import numpy as np
-  print(f"Seed case: {args.frames} frame(s) of {FRAME[0]}x{FRAME[1]}x{FRAME[2]}, filter "
-        f"{'x'.join(map(str, FILTER))}, VALID -> output "
-        f"{args.frames}x{FRAME[0] - FILTER[0] + 1}x{FRAME[1] - FILTER[1] + 1}x{FILTER[3]}")
+
+  print(
+    f"Seed case: {args.frames} frame(s) of {FRAME[0]}x{FRAME[1]}x{FRAME[2]}, filter "
+    f"{'x'.join(map(str, FILTER))}, VALID -> output "
+    f"{args.frames}x{FRAME[0] - FILTER[0] + 1}x{FRAME[1] - FILTER[1] + 1}x{FILTER[3]}"
+  )
   figures, outputs = {}, {}
   env = measure.child_env(TF_CPP_MIN_LOG_LEVEL="2")
   with tempfile.TemporaryDirectory() as tmp:
     for which in ("tf_largeconv", "tf.nn.conv2d"):
       out = os.path.join(tmp, which)
-      subprocess.run([sys.executable, "-m", "benchmarks.demo", "--worker", which,
-                      "--frames", str(args.frames), "--out", out], check=True, env=env)
+      subprocess.run(
+        [
+          sys.executable,
+          "-m",
+          "benchmarks.demo",
+          "--worker",
+          which,
+          "--frames",
+          str(args.frames),
+          "--out",
+          out,
+        ],
+        check=True,
+        env=env,
+      )
       with open(out, encoding="ascii") as f:
         figures[which] = json.load(f)
       outputs[which] = np.load(out + ".npy")
   print(f"{'':14s}{'seconds/call':>14s}{'s/frame':>10s}{'peak extra MiB':>16s}")
   for which, fig in figures.items():
-    print(f"{which:14s}{fig['seconds']:14.3f}{fig['seconds'] / args.frames:10.3f}"
-          f"{fig['extra_bytes'] / 2**20:16.1f}")
+    print(
+      f"{which:14s}{fig['seconds']:14.3f}{fig['seconds'] / args.frames:10.3f}"
+      f"{fig['extra_bytes'] / 2**20:16.1f}"
+    )
   ours, theirs = outputs["tf_largeconv"], outputs["tf.nn.conv2d"]
   diff = float(np.max(np.abs(ours.astype(np.float64) - theirs)))
   scale = float(np.max(np.abs(theirs)))
-  print(f"max |difference| = {diff:.3e} (output magnitude {scale:.3e}); speed ratio "
-        f"tf.nn.conv2d / tf_largeconv = "
-        f"{figures['tf.nn.conv2d']['seconds'] / figures['tf_largeconv']['seconds']:.2f}x")
+  print(
+    f"max |difference| = {diff:.3e} (output magnitude {scale:.3e}); speed ratio "
+    f"tf.nn.conv2d / tf_largeconv = "
+    f"{figures['tf.nn.conv2d']['seconds'] / figures['tf_largeconv']['seconds']:.2f}x"
+  )
   return 0
 
 

@@ -83,6 +83,7 @@ def pyplot():
   is not installed; the benchmarks then skip their plots."""
   try:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
   except ImportError:
@@ -108,8 +109,14 @@ def run_child(args, timeout, **env_vars):
   """
   env = child_env(**{"TF_CPP_MIN_LOG_LEVEL": "3", "OPENBLAS_NUM_THREADS": "1", **env_vars})
   try:
-    out = subprocess.run([sys.executable] + list(args), capture_output=True, text=True,
-                         timeout=timeout, env=env, check=True)
+    out = subprocess.run(
+      [sys.executable] + list(args),
+      capture_output=True,
+      text=True,
+      timeout=timeout,
+      env=env,
+      check=True,
+    )
   except subprocess.TimeoutExpired:
     return {"error": f"timed out after {timeout} s"}
   except subprocess.CalledProcessError as e:

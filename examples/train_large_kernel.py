@@ -59,25 +59,27 @@ def main(argv=None):
   x = rng.random((args.steps * 8, args.size, args.size, 3), dtype=np.float32)
   labels = (x[:, ::8, ::8, 0].mean(axis=(1, 2)) * 10).astype(np.int64).clip(0, 9)
   model = build(args.size, args.channels)
-  model.compile(keras.optimizers.Adam(1e-3),
-                keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                jit_compile=args.jit_compile)
+  model.compile(
+    keras.optimizers.Adam(1e-3),
+    keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    jit_compile=args.jit_compile,
+  )
   print("Plan of the 31x31 depthwise layer for a batch of 8:")
-  print(lc.plan((8, args.size, args.size, args.channels), (31, 31, 1, args.channels), 1,
-                "SAME"))
+  print(lc.plan((8, args.size, args.size, args.channels), (31, 31, 1, args.channels), 1, "SAME"))
   base = reset_peak_rss()
   times = []
   timer = keras.callbacks.LambdaCallback(
-      on_epoch_begin=lambda epoch, logs: times.append(time.perf_counter()),
-      on_epoch_end=lambda epoch, logs: times.append(time.perf_counter() - times.pop()))
-  hist = model.fit(x, labels, batch_size=8, epochs=args.epochs, verbose=0,
-                   callbacks=[timer]).history["loss"]
+    on_epoch_begin=lambda epoch, logs: times.append(time.perf_counter()),
+    on_epoch_end=lambda epoch, logs: times.append(time.perf_counter() - times.pop()),
+  )
+  hist = model.fit(
+    x, labels, batch_size=8, epochs=args.epochs, verbose=0, callbacks=[timer]
+  ).history["loss"]
   print(f"jit_compile: {model.jit_compile}")
   print(f"loss per epoch: {', '.join(f'{v:.3f}' for v in hist)}")
   # The first epoch includes tracing (and, under XLA, compiling); the later ones do not.
   print(f"seconds per epoch: {', '.join(f'{t:.2f}' for t in times)}")
-  print(f"peak process memory above the start of training: "
-        f"{(peak_rss() - base) / 2**20:.1f} MiB")
+  print(f"peak process memory above the start of training: {(peak_rss() - base) / 2**20:.1f} MiB")
   return 0
 
 

@@ -85,8 +85,12 @@ def main(argv=None):
   parser.add_argument("--workers", type=int, default=4)
   parser.add_argument("--calls", type=int, default=500)
   parser.add_argument("--seed", type=int, default=0)
-  parser.add_argument("--timeout", type=float, default=1800,
-                      help="seconds after which a worker counts as hung (killed, a death)")
+  parser.add_argument(
+    "--timeout",
+    type=float,
+    default=1800,
+    help="seconds after which a worker counts as hung (killed, a death)",
+  )
   args = parser.parse_args(argv)
   print(f"workers import {subproc.PACKAGE_PARENT}", flush=True)
   deaths = 0

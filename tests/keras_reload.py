@@ -29,10 +29,14 @@ def assert_trained_alike(before, ours, theirs, names):
   """The child's trained weights equal ours, and the two Large layers' kernels moved."""
   assert len(ours) == len(theirs) == len(names)
   for name, a, b in zip(names, ours, theirs):
-    np.testing.assert_allclose(b, a, rtol=RELOAD_RTOL, atol=RELOAD_ATOL, equal_nan=False,
-                               err_msg=name)
-  kernels = [i for i, name in enumerate(names) if name.split("/")[-2].startswith("large_")
-             and name.endswith("/kernel")]
+    np.testing.assert_allclose(
+      b, a, rtol=RELOAD_RTOL, atol=RELOAD_ATOL, equal_nan=False, err_msg=name
+    )
+  kernels = [
+    i
+    for i, name in enumerate(names)
+    if name.split("/")[-2].startswith("large_") and name.endswith("/kernel")
+  ]
   assert len(kernels) == 2, names
   for i in kernels:
     moved = np.abs(ours[i] - before[i]).max()
@@ -47,7 +51,8 @@ def keras_file_trains_alike(model, x, t, tmp_path, checks):
   save_data(tmp_path, model, x, t)
   model.save(tmp_path / "m.keras")
   checks = "\n      ".join(checks)
-  subproc.run(f"""
+  subproc.run(
+    f"""
       import sys
       import numpy as np, keras
       import tf_largeconv  # registers the ops and layers
@@ -60,9 +65,16 @@ def keras_file_trains_alike(model, x, t, tmp_path, checks):
       m.compile(keras.optimizers.SGD({LR}), "mse")
       m.train_on_batch(x, np.load(out + "/t.npy"))
       np.savez(out + "/trained.npz", *m.get_weights())
-      """, tmp_path, timeout=300)
+      """,
+    tmp_path,
+    timeout=300,
+  )
   before = model.get_weights()
   model.compile(keras.optimizers.SGD(LR), "mse")
   model.train_on_batch(x, t)
-  assert_trained_alike(before, model.get_weights(), load_list(tmp_path / "trained.npz"),
-                       [w.path for w in model.weights])
+  assert_trained_alike(
+    before,
+    model.get_weights(),
+    load_list(tmp_path / "trained.npz"),
+    [w.path for w in model.weights],
+  )

@@ -35,8 +35,16 @@ def _back(a, data_format):
 class Conv:
   """One convolution problem: x/w/dy in float64, spatial strides/dilations as pairs."""
 
-  def __init__(self, x_shape, w_shape, strides=(1, 1), padding="VALID", dilations=(1, 1),
-               data_format="NHWC", dtype=np.float64):
+  def __init__(
+    self,
+    x_shape,
+    w_shape,
+    strides=(1, 1),
+    padding="VALID",
+    dilations=(1, 1),
+    data_format="NHWC",
+    dtype=np.float64,
+  ):
     self.fmt = data_format
     self.dtype = dtype
     xs = x_shape if data_format == "NHWC" else (x_shape[0], x_shape[2], x_shape[3], x_shape[1])
@@ -44,8 +52,9 @@ class Conv:
     self.kh, self.kw, self.ci, self.co = w_shape
     self.groups = self.c // self.ci
     self.s, self.d = tuple(strides), tuple(dilations)
-    (self.pt, self.pb), (self.pl, self.pr) = pads((self.h, self.w), (self.kh, self.kw),
-                                                  self.s, self.d, padding)
+    (self.pt, self.pb), (self.pl, self.pr) = pads(
+      (self.h, self.w), (self.kh, self.kw), self.s, self.d, padding
+    )
     eh = (self.kh - 1) * self.d[0] + 1
     ew = (self.kw - 1) * self.d[1] + 1
     self.oh = (self.h + self.pt + self.pb - eh) // self.s[0] + 1
@@ -68,8 +77,11 @@ class Conv:
   def check_passes(self, dtype_name, fft, x, w, dy, y=None, dx=None, dw=None, what=""):
     """Checks whichever of y, dx, dw is given; `fft` maps each pass to its transform size
     or None (see `planned_fft`)."""
-    for name, got, a, b in (("forward", y, x, w), ("backprop_input", dx, w, dy),
-                            ("backprop_filter", dw, x, dy)):
+    for name, got, a, b in (
+      ("forward", y, x, w),
+      ("backprop_input", dx, w, dy),
+      ("backprop_filter", dw, x, dy),
+    ):
       if got is not None:
         self.check(name, got, a, b, dtype_name, fft[name], f"{what}{name}")
 
@@ -93,14 +105,15 @@ class Conv:
   def backprop_input(self, w, dy):
     w = np.asarray(w, self.dtype)
     dy = _nhwc(np.asarray(dy, self.dtype), self.fmt)
-    dxp = np.zeros((self.n, self.h + self.pt + self.pb, self.w + self.pl + self.pr, self.c),
-                   self.dtype)
+    dxp = np.zeros(
+      (self.n, self.h + self.pt + self.pb, self.w + self.pl + self.pr, self.c), self.dtype
+    )
     for kh in range(self.kh):
       for kw in range(self.kw):
         hs, ws = self._window(kh, kw)
         for ci, co in self._groups():
           dxp[:, hs, ws, ci] += np.einsum("nhwo,co->nhwc", dy[..., co], w[kh, kw, :, co])
-    dx = dxp[:, self.pt:self.pt + self.h, self.pl:self.pl + self.w, :]
+    dx = dxp[:, self.pt : self.pt + self.h, self.pl : self.pl + self.w, :]
     return _back(dx, self.fmt)
 
   def backprop_filter(self, x, dy):
@@ -118,14 +131,11 @@ class Conv:
 
 
 # Unit roundoff of each dtype's storage, and of the accumulator the kernels use.
-STORE_EPS = {"float16": 2.0**-11, "bfloat16": 2.0**-8, "float32": 2.0**-24,
-             "float64": 2.0**-53}
+STORE_EPS = {"float16": 2.0**-11, "bfloat16": 2.0**-8, "float32": 2.0**-24, "float64": 2.0**-53}
 # Half the spacing of the subnormals: the absolute rounding error of a store below the
 # normal range, where STORE_EPS * |value| no longer bounds it.
-STORE_TINY = {"float16": 2.0**-25, "bfloat16": 2.0**-134, "float32": 2.0**-150,
-              "float64": 0.0}
-ACC_EPS = {"float16": 2.0**-24, "bfloat16": 2.0**-24, "float32": 2.0**-24,
-           "float64": 2.0**-53}
+STORE_TINY = {"float16": 2.0**-25, "bfloat16": 2.0**-134, "float32": 2.0**-150, "float64": 0.0}
+ACC_EPS = {"float16": 2.0**-24, "bfloat16": 2.0**-24, "float32": 2.0**-24, "float64": 2.0**-53}
 
 PASSES = ("forward", "backprop_input", "backprop_filter")
 
@@ -136,8 +146,11 @@ def tolerance(dtype_name, terms, magnitude):
   A sum of `terms` products whose absolute values sum to `magnitude` errs by at most one
   rounding on store plus a sqrt(n)-growth accumulation term.
   """
-  return ((STORE_EPS[dtype_name] + 4.0 * np.sqrt(max(terms, 1)) * ACC_EPS[dtype_name]) *
-          magnitude + STORE_TINY[dtype_name] + 1e-300)
+  return (
+    (STORE_EPS[dtype_name] + 4.0 * np.sqrt(max(terms, 1)) * ACC_EPS[dtype_name]) * magnitude
+    + STORE_TINY[dtype_name]
+    + 1e-300
+  )
 
 
 def assert_close(got, want, dtype_name, terms, magnitude, what="result", extra=0.0):
@@ -151,9 +164,10 @@ def assert_close(got, want, dtype_name, terms, magnitude, what="result", extra=0
   if bad.any():
     i = tuple(int(j) for j in np.unravel_index(np.argmax(np.where(bad, err / tol, 0)), err.shape))
     raise AssertionError(
-        f"{what}: {bad.sum()} of {bad.size} elements off; worst at {i}: got {got[i]:.9g}, "
-        f"want {want[i]:.9g}, error {err[i]:.3e} vs tolerance {tol[i]:.3e} (magnitude "
-        f"{np.broadcast_to(magnitude, err.shape)[i]:.3e})")
+      f"{what}: {bad.sum()} of {bad.size} elements off; worst at {i}: got {got[i]:.9g}, "
+      f"want {want[i]:.9g}, error {err[i]:.3e} vs tolerance {tol[i]:.3e} (magnitude "
+      f"{np.broadcast_to(magnitude, err.shape)[i]:.3e})"
+    )
 
 
 def _norms(a, axes):
@@ -175,9 +189,11 @@ class PassCheck:
     self.want = run(self.a, self.b)
     self.magnitude = run(np.abs(self.a), np.abs(self.b))
     c = conv
-    self.terms = {"forward": c.kh * c.kw * c.ci,
-                  "backprop_input": c.kh * c.kw * (c.co // max(c.groups, 1)),
-                  "backprop_filter": c.n * c.oh * c.ow}[pass_name]
+    self.terms = {
+      "forward": c.kh * c.kw * c.ci,
+      "backprop_input": c.kh * c.kw * (c.co // max(c.groups, 1)),
+      "backprop_filter": c.n * c.oh * c.ow,
+    }[pass_name]
 
   def plane_norms(self, a):
     """2-norms of `a` (shaped as the pass's result) over each output plane: (image,
@@ -204,18 +220,18 @@ class PassCheck:
     log_t = np.log2(max(int(np.prod(fft_size)), 2))
     if self.pass_name == "forward":
       x = _nhwc(self.a, c.fmt)
-      xn = _norms(x.reshape(c.n, c.h * c.w, g, cig), (1, 3))            # (n, g)
-      wn = _norms(self.b, (0, 1, 2))                                     # (co,)
-      bound = xn[:, np.arange(c.co) // cog] * wn[None, :]                # (n, co)
+      xn = _norms(x.reshape(c.n, c.h * c.w, g, cig), (1, 3))  # (n, g)
+      wn = _norms(self.b, (0, 1, 2))  # (co,)
+      bound = xn[:, np.arange(c.co) // cog] * wn[None, :]  # (n, co)
     elif self.pass_name == "backprop_input":
       dy = _nhwc(self.b, c.fmt)
-      dyn = _norms(dy.reshape(c.n, c.oh * c.ow, g, cog), (1, 3))         # (n, g)
+      dyn = _norms(dy.reshape(c.n, c.oh * c.ow, g, cog), (1, 3))  # (n, g)
       wn = _norms(self.a.reshape(c.kh * c.kw, cig, g, cog), (0, 3)).T.reshape(-1)  # (c,)
-      bound = dyn[:, np.arange(g * cig) // cig] * wn[None, :]            # (n, c)
+      bound = dyn[:, np.arange(g * cig) // cig] * wn[None, :]  # (n, c)
     else:
-      xn = _norms(_nhwc(self.a, c.fmt), (0, 1, 2))                       # (c,)
-      dyn = _norms(_nhwc(self.b, c.fmt), (0, 1, 2))                      # (co,)
-      first = (np.arange(c.co) // cog) * cig                             # (co,)
+      xn = _norms(_nhwc(self.a, c.fmt), (0, 1, 2))  # (c,)
+      dyn = _norms(_nhwc(self.b, c.fmt), (0, 1, 2))  # (co,)
+      first = (np.arange(c.co) // cog) * cig  # (co,)
       bound = xn[first[None, :] + np.arange(cig)[:, None]] * dyn[None, :]  # (ci, co)
     return 8.0 * ACC_EPS[dtype_name] * log_t * bound
 
@@ -239,8 +255,9 @@ class PassCheck:
     ref = self.want if want is None else np.asarray(want, np.float64)
     assert got.shape == ref.shape, f"{what}: shape {got.shape} != {ref.shape}"
     if fft_size is None:
-      assert_close(got, ref, dtype_name, self.terms, self.magnitude, f"{what} (direct)",
-                   want_tolerance)
+      assert_close(
+        got, ref, dtype_name, self.terms, self.magnitude, f"{what} (direct)", want_tolerance
+      )
       return None
     # Rounding on store (and the other side's own error) is elementwise: its 2-norm per
     # plane adds to the transform's.
@@ -248,8 +265,9 @@ class PassCheck:
     limit = self.plane_norms(store) + self.fft_bound(fft_size, dtype_name) + 1e-300
     ratio = self.plane_norms(got - ref) / limit
     assert (ratio <= 1).all(), (
-        f"{what} (fft {tuple(fft_size)}): {(ratio > 1).sum()} of {ratio.size} planes off; "
-        f"worst is {ratio.max():.2f}x its bound")
+      f"{what} (fft {tuple(fft_size)}): {(ratio > 1).sum()} of {ratio.size} planes off; "
+      f"worst is {ratio.max():.2f}x its bound"
+    )
     return ratio.max(initial=0.0)
 
 

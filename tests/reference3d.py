@@ -11,8 +11,7 @@ import numpy as np
 PASSES = ("forward", "backprop_input", "backprop_filter")
 # Unit roundoff of the stored results and of the type the kernels compute in, and (float16)
 # the absolute rounding error of a store below the normal range.
-STORE_EPS = {"float64": 2.0**-53, "float32": 2.0**-24, "float16": 2.0**-11,
-             "bfloat16": 2.0**-8}
+STORE_EPS = {"float64": 2.0**-53, "float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
 ACC_EPS = {"float64": 2.0**-53, "float32": 2.0**-24, "float16": 2.0**-24, "bfloat16": 2.0**-24}
 STORE_TINY = {"float64": 0.0, "float32": 0.0, "float16": 2.0**-25, "bfloat16": 0.0}
 
@@ -44,8 +43,11 @@ class Oracle3d:
       self.out.append(out)
 
   def to_last(self, a):
-    return np.asarray(a, np.float64) if self.fmt == "NDHWC" else np.transpose(
-        np.asarray(a, np.float64), (0, 2, 3, 4, 1))
+    return (
+      np.asarray(a, np.float64)
+      if self.fmt == "NDHWC"
+      else np.transpose(np.asarray(a, np.float64), (0, 2, 3, 4, 1))
+    )
 
   def from_last(self, a):
     return a if self.fmt == "NDHWC" else np.transpose(a, (0, 4, 1, 2, 3))
@@ -56,8 +58,13 @@ class Oracle3d:
   def taps(self):
     """(tap, window slices of the padded input it meets) for every filter tap."""
     for tap in itertools.product(*(range(k) for k in self.k)):
-      yield tap, tuple(slice(t * d, t * d + (o - 1) * s + 1, s)
-                       for t, d, o, s in zip(tap, self.d, self.out, self.s))
+      yield (
+        tap,
+        tuple(
+          slice(t * d, t * d + (o - 1) * s + 1, s)
+          for t, d, o, s in zip(tap, self.d, self.out, self.s)
+        ),
+      )
 
   def channel_groups(self):
     cog = self.co // self.groups
@@ -126,9 +133,11 @@ def check(oracle, pass_name, got, x, w, dy, dtype, fft_size):
   eps = ACC_EPS[dtype]
   tol = STORE_EPS[dtype] * np.abs(want) + STORE_TINY[dtype]
   if fft_size is None:
-    terms = {"forward": np.prod(oracle.k) * oracle.ci,
-             "backprop_input": np.prod(oracle.k) * oracle.co // oracle.groups,
-             "backprop_filter": oracle.n * np.prod(oracle.out)}[pass_name]
+    terms = {
+      "forward": np.prod(oracle.k) * oracle.ci,
+      "backprop_input": np.prod(oracle.k) * oracle.co // oracle.groups,
+      "backprop_filter": oracle.n * np.prod(oracle.out),
+    }[pass_name]
     tol = tol + 4.0 * np.sqrt(max(terms, 1)) * eps * run(np.abs(a), np.abs(b))
   else:
     log_n = np.log2(max(np.prod(fft_size), 2))
@@ -136,37 +145,78 @@ def check(oracle, pass_name, got, x, w, dy, dtype, fft_size):
   err = np.abs(got - want)
   worst = np.unravel_index(np.argmax(err - tol), err.shape) if err.size else None
   assert (err <= tol + 1e-300).all(), (
-      f"{pass_name} ({'fft ' + str(fft_size) if fft_size else 'direct'}): "
-      f"{(err > tol).sum()} of {err.size} off; at {worst}: got {got[worst]}, want {want[worst]}")
+    f"{pass_name} ({'fft ' + str(fft_size) if fft_size else 'direct'}): "
+    f"{(err > tol).sum()} of {err.size} off; at {worst}: got {got[worst]}, want {want[worst]}"
+  )
 
 
 # (input shape, filter shape, strides, padding, dilations, data_format)
 
 
 CASES = {
-    "valid": ((1, 6, 7, 8, 2), (3, 2, 4, 2, 3), (1, 1, 1, 1, 1), "VALID", (1, 1, 1, 1, 1),
-              "NDHWC"),
-    "same_strided": ((2, 7, 6, 9, 3), (3, 3, 4, 3, 2), (1, 2, 1, 3, 1), "SAME", (1, 1, 1, 1, 1),
-                     "NDHWC"),
-    "dilated": ((1, 9, 8, 10, 2), (2, 3, 3, 2, 2), (1, 1, 1, 1, 1), "SAME", (1, 2, 1, 3, 1),
-                "NDHWC"),
-    "grouped_ncdhw": ((2, 4, 5, 6, 7), (3, 2, 3, 2, 6), (1, 1, 1, 1, 1), "SAME",
-                      (1, 1, 1, 1, 1), "NCDHW"),
-    "depthwise": ((1, 6, 7, 5, 3), (4, 3, 2, 1, 3), (1, 1, 1, 1, 1), "SAME", (1, 1, 1, 1, 1),
-                  "NDHWC"),
-    "strided_dilated_ncdhw": ((1, 2, 11, 9, 10), (3, 2, 3, 2, 4), (1, 1, 2, 3, 2), "VALID",
-                              (1, 1, 2, 1, 2), "NCDHW"),
-    "filter_fills_input": ((2, 4, 5, 3, 2), (4, 5, 3, 2, 3), (1, 1, 1, 1, 1), "VALID",
-                           (1, 1, 1, 1, 1), "NDHWC"),
-    "many_channels": ((1, 5, 6, 7, 12), (3, 3, 3, 12, 40), (1, 1, 2, 1, 1), "SAME",
-                      (1, 1, 1, 1, 1), "NDHWC"),
+  "valid": ((1, 6, 7, 8, 2), (3, 2, 4, 2, 3), (1, 1, 1, 1, 1), "VALID", (1, 1, 1, 1, 1), "NDHWC"),
+  "same_strided": (
+    (2, 7, 6, 9, 3),
+    (3, 3, 4, 3, 2),
+    (1, 2, 1, 3, 1),
+    "SAME",
+    (1, 1, 1, 1, 1),
+    "NDHWC",
+  ),
+  "dilated": ((1, 9, 8, 10, 2), (2, 3, 3, 2, 2), (1, 1, 1, 1, 1), "SAME", (1, 2, 1, 3, 1), "NDHWC"),
+  "grouped_ncdhw": (
+    (2, 4, 5, 6, 7),
+    (3, 2, 3, 2, 6),
+    (1, 1, 1, 1, 1),
+    "SAME",
+    (1, 1, 1, 1, 1),
+    "NCDHW",
+  ),
+  "depthwise": (
+    (1, 6, 7, 5, 3),
+    (4, 3, 2, 1, 3),
+    (1, 1, 1, 1, 1),
+    "SAME",
+    (1, 1, 1, 1, 1),
+    "NDHWC",
+  ),
+  "strided_dilated_ncdhw": (
+    (1, 2, 11, 9, 10),
+    (3, 2, 3, 2, 4),
+    (1, 1, 2, 3, 2),
+    "VALID",
+    (1, 1, 2, 1, 2),
+    "NCDHW",
+  ),
+  "filter_fills_input": (
+    (2, 4, 5, 3, 2),
+    (4, 5, 3, 2, 3),
+    (1, 1, 1, 1, 1),
+    "VALID",
+    (1, 1, 1, 1, 1),
+    "NDHWC",
+  ),
+  "many_channels": (
+    (1, 5, 6, 7, 12),
+    (3, 3, 3, 12, 40),
+    (1, 1, 2, 1, 1),
+    "SAME",
+    (1, 1, 1, 1, 1),
+    "NDHWC",
+  ),
 }
 
 
 def problem(case, rng, dtype):
   x_shape, w_shape, strides, padding, dilations, fmt = CASES[case]
-  oracle = Oracle3d(x_shape, w_shape, [strides[i] for i in spatial(fmt)], padding,
-                    [dilations[i] for i in spatial(fmt)], fmt)
+  oracle = Oracle3d(
+    x_shape,
+    w_shape,
+    [strides[i] for i in spatial(fmt)],
+    padding,
+    [dilations[i] for i in spatial(fmt)],
+    fmt,
+  )
   x = rng.standard_normal(x_shape).astype(dtype)
   w = rng.standard_normal(w_shape).astype(dtype)
   dy = rng.standard_normal(oracle.output_shape()).astype(dtype)

@@ -42,7 +42,7 @@ class Conv1D:
   def _taps(self, xp, k):
     """The padded input each output reads at tap k: (N, out, G, C / G)."""
     start = k * self.dilation
-    cols = xp[:, start:start + (self.out - 1) * self.stride + 1:self.stride, :]
+    cols = xp[:, start : start + (self.out - 1) * self.stride + 1 : self.stride, :]
     return cols.reshape(self.n, self.out, self.groups, self.cig)
 
   def _pad(self, x):
@@ -64,9 +64,10 @@ class Conv1D:
     if self.out:
       for k in range(self.k):
         start = k * self.dilation
-        dxp[:, start:start + (self.out - 1) * self.stride + 1:self.stride, :] += np.einsum(
-            "nogc,igc->nogi", dy, w[k]).reshape(self.n, self.out, self.c)
-    return dxp[:, self.before:self.before + self.width, :]
+        dxp[:, start : start + (self.out - 1) * self.stride + 1 : self.stride, :] += np.einsum(
+          "nogc,igc->nogi", dy, w[k]
+        ).reshape(self.n, self.out, self.c)
+    return dxp[:, self.before : self.before + self.width, :]
 
   def backprop_filter(self, x, dy):
     xp = self._pad(x)
@@ -94,24 +95,32 @@ def assert_close(got, want, magnitude, dtype_name, terms, what):
   got = np.asarray(got, np.float64)
   assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
   scale = float(np.max(magnitude)) if magnitude.size else 0.0
-  tol = (STORE_EPS[dtype_name] * np.abs(want) +
-         8.0 * ACC_EPS[dtype_name] * np.sqrt(max(terms, 1)) * np.log2(terms + 2) * scale +
-         1e-300)
+  tol = (
+    STORE_EPS[dtype_name] * np.abs(want)
+    + 8.0 * ACC_EPS[dtype_name] * np.sqrt(max(terms, 1)) * np.log2(terms + 2) * scale
+    + 1e-300
+  )
   err = np.abs(got - want)
   bad = err > tol
   if bad.any():
     i = tuple(int(j) for j in np.unravel_index(np.argmax(err / tol), err.shape))
-    raise AssertionError(f"{what}: {bad.sum()} of {bad.size} elements off; worst at {i}: got "
-                         f"{got[i]:.9g}, want {want[i]:.9g}, error {err[i]:.3e} vs tolerance "
-                         f"{tol[i]:.3e}")
+    raise AssertionError(
+      f"{what}: {bad.sum()} of {bad.size} elements off; worst at {i}: got "
+      f"{got[i]:.9g}, want {want[i]:.9g}, error {err[i]:.3e} vs tolerance "
+      f"{tol[i]:.3e}"
+    )
 
 
 def check_passes(conv, dtype_name, x, w, dy, y, dx, dw, what=""):
   """All three passes of `conv` against the oracle."""
-  ax, aw, ady = np.abs(np.asarray(x, np.float64)), np.abs(np.asarray(w, np.float64)), np.abs(
-      np.asarray(dy, np.float64))
+  ax, aw, ady = (
+    np.abs(np.asarray(x, np.float64)),
+    np.abs(np.asarray(w, np.float64)),
+    np.abs(np.asarray(dy, np.float64)),
+  )
   for name, got, want, mag in (
-      ("forward", y, conv.forward(x, w), conv.forward(ax, aw)),
-      ("backprop_input", dx, conv.backprop_input(w, dy), conv.backprop_input(aw, ady)),
-      ("backprop_filter", dw, conv.backprop_filter(x, dy), conv.backprop_filter(ax, ady))):
+    ("forward", y, conv.forward(x, w), conv.forward(ax, aw)),
+    ("backprop_input", dx, conv.backprop_input(w, dy), conv.backprop_input(aw, ady)),
+    ("backprop_filter", dw, conv.backprop_filter(x, dy), conv.backprop_filter(ax, ady)),
+  ):
     assert_close(got, want, mag, dtype_name, conv.terms(name), f"{what} {name}")

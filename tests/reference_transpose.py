@@ -19,8 +19,7 @@ def conv_pads(size, k, s, d, padding):
   return tuple(padding)
 
 
-def conv2d_transpose(x, w, output_shape, strides, padding, dilations=(1, 1),
-                     data_format="NHWC"):
+def conv2d_transpose(x, w, output_shape, strides, padding, dilations=(1, 1), data_format="NHWC"):
   """The transpose, in float64.
 
   Args:
@@ -40,8 +39,10 @@ def conv2d_transpose(x, w, output_shape, strides, padding, dilations=(1, 1),
   kh, kw, ocg, c = w.shape
   groups = oc // ocg
   cg = c // groups
-  pads = [conv_pads(size, k, s, d, padding if isinstance(padding, str) else padding[i])
-          for i, (size, k, s, d) in enumerate(zip((oh, ow), (kh, kw), strides, dilations))]
+  pads = [
+    conv_pads(size, k, s, d, padding if isinstance(padding, str) else padding[i])
+    for i, (size, k, s, d) in enumerate(zip((oh, ow), (kh, kw), strides, dilations))
+  ]
   y = np.zeros((n, oh, ow, oc))
   for i in range(x.shape[1]):
     for j in range(x.shape[2]):
@@ -54,7 +55,7 @@ def conv2d_transpose(x, w, output_shape, strides, padding, dilations=(1, 1),
           if not 0 <= col < ow:
             continue
           for g in range(groups):
-            src = x[:, i, j, g * cg:(g + 1) * cg]                 # (n, cg)
-            taps = w[a, b, :, g * cg:(g + 1) * cg]                # (ocg, cg)
-            y[:, r, col, g * ocg:(g + 1) * ocg] += src @ taps.T
+            src = x[:, i, j, g * cg : (g + 1) * cg]  # (n, cg)
+            taps = w[a, b, :, g * cg : (g + 1) * cg]  # (ocg, cg)
+            y[:, r, col, g * ocg : (g + 1) * ocg] += src @ taps.T
   return y.transpose(0, 3, 1, 2) if data_format == "NCHW" else y

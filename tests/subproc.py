@@ -22,8 +22,7 @@ def child_env(**extra):
   """The environment for a child: the package under test and tests/ first on its path, and
   the repository root (for `benchmarks`) last."""
   path = [PACKAGE_PARENT, TESTS_DIR, os.environ.get("PYTHONPATH"), REPO_ROOT]
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
-             PYTHONPATH=os.pathsep.join(p for p in path if p))
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=os.pathsep.join(p for p in path if p))
   env.update({k: str(v) for k, v in extra.items()})
   return env
 
@@ -38,14 +37,22 @@ def _argv(code, args):
 
 def describe(proc, out, err):
   """A failure message with the child's exit code and the tails of its output."""
-  return (f"child exited with {proc.returncode}\n--- stdout (tail) ---\n{(out or '')[-3000:]}"
-          f"\n--- stderr (tail) ---\n{(err or '')[-5000:]}")
+  return (
+    f"child exited with {proc.returncode}\n--- stdout (tail) ---\n{(out or '')[-3000:]}"
+    f"\n--- stderr (tail) ---\n{(err or '')[-5000:]}"
+  )
 
 
 def start(code, *args, env=None, cwd=None):
   """Starts a child running `code` (source text, a script path, or '-m module')."""
-  return subprocess.Popen(_argv(code, args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True, env=env or child_env(), cwd=cwd or TESTS_DIR)
+  return subprocess.Popen(
+    _argv(code, args),
+    stdout=subprocess.PIPE,
+    stderr=subprocess.PIPE,
+    text=True,
+    env=env or child_env(),
+    cwd=cwd or TESTS_DIR,
+  )
 
 
 def wait(proc, timeout, check=True):
@@ -61,7 +68,8 @@ def wait(proc, timeout, check=True):
     proc.kill()
     out, err = proc.communicate()
     raise AssertionError(
-        f"child timed out after {timeout} s\n" + describe(proc, out, err)) from None
+      f"child timed out after {timeout} s\n" + describe(proc, out, err)
+    ) from None
   if check and proc.returncode != 0:
     raise AssertionError(describe(proc, out, err))
   return out, err

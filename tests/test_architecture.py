@@ -55,7 +55,13 @@ def test_every_file_and_symbol_named_exists():
 def test_a_stale_name_is_found():
   files = ["cc/core/plan.cc", "tf_largeconv/ops/_dispatch.py"]
   words = {"planning", "routing", "schedule", "kCpuAlgorithms"}
-  text = ("`planning.routing.schedule` in `plan.cc` and `ops/_dispatch.py`; gone: "
-          "`planning.use_tf_kernel`, `kCpu3dAlgorithms`, `_gradients.py`, `cuda/plan.cc`")
-  assert missing(text, files, words) == ["planning.use_tf_kernel", "kCpu3dAlgorithms",
-                                         "_gradients.py", "cuda/plan.cc"]
+  text = (
+    "`planning.routing.schedule` in `plan.cc` and `ops/_dispatch.py`; gone: "
+    "`planning.use_tf_kernel`, `kCpu3dAlgorithms`, `_gradients.py`, `cuda/plan.cc`"
+  )
+  assert missing(text, files, words) == [
+    "planning.use_tf_kernel",
+    "kCpu3dAlgorithms",
+    "_gradients.py",
+    "cuda/plan.cc",
+  ]

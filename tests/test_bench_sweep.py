@@ -16,25 +16,31 @@ def _fits(n, side, ci, co):
 def test_the_default_grid_has_one_point_per_cell_and_every_size():
   points = sweep.grid()
   cells = [p[:3] + p[5:] for p in points]
-  want = [(k, ci, co, mode) for mode in sweep.MODES
-          for k, (ci, co) in itertools.product(sweep.KS, sweep.CHANNELS)]
+  want = [
+    (k, ci, co, mode)
+    for mode in sweep.MODES
+    for k, (ci, co) in itertools.product(sweep.KS, sweep.CHANNELS)
+  ]
   assert sorted(cells) == sorted(want)  # every cell once, however many channels it has
   assert {(n, side) for _, _, _, n, side, _ in points} == set(sweep.SIZES)
   for k, ci, co, n, side, _ in points:
     assert _fits(n, side, ci, co), (k, ci, co, n, side)
   # A channel pair meets several sizes across the filter sizes, not one size throughout.
   for ci, co in sweep.CHANNELS:
-    sizes = {(n, side) for k, a, b, n, side, mode in points
-             if (a, b) == (ci, co) and mode == "forward"}
+    sizes = {
+      (n, side) for k, a, b, n, side, mode in points if (a, b) == (ci, co) and mode == "forward"
+    }
     assert len(sizes) > 1, (ci, co)
 
 
 def test_the_full_grid_takes_every_combination_that_fits():
   points = sweep.grid(full=True)
-  want = [(k, ci, co, n, side, mode) for mode in sweep.MODES
-          for k, (ci, co), (n, side) in itertools.product(sweep.FULL_KS, sweep.FULL_CHANNELS,
-                                                          sweep.SIZES)
-          if _fits(n, side, ci, co)]
+  want = [
+    (k, ci, co, n, side, mode)
+    for mode in sweep.MODES
+    for k, (ci, co), (n, side) in itertools.product(sweep.FULL_KS, sweep.FULL_CHANNELS, sweep.SIZES)
+    if _fits(n, side, ci, co)
+  ]
   assert sorted(points) == sorted(want)
   assert len(points) < len(sweep.FULL_KS) * len(sweep.FULL_CHANNELS) * len(sweep.SIZES) * 2
 
@@ -56,9 +62,11 @@ def test_the_few_channel_grid_takes_large_photographs_with_few_channels():
   for full in (False, True):
     points = sweep.few_channel_grid(full)
     sizes = sweep.FEW_CHANNEL_SIZES if full else sweep.FEW_CHANNEL_SIZES[:1]
-    want = [(k, ci, co, n, hw, mode) for mode in sweep.MODES
-            for k, (ci, co), (n, hw) in itertools.product(sweep.FEW_CHANNEL_KS,
-                                                          sweep.FEW_CHANNELS, sizes)]
+    want = [
+      (k, ci, co, n, hw, mode)
+      for mode in sweep.MODES
+      for k, (ci, co), (n, hw) in itertools.product(sweep.FEW_CHANNEL_KS, sweep.FEW_CHANNELS, sizes)
+    ]
     assert sorted(points) == sorted(want)
     for k, ci, co, n, (h, w), _ in points:
       assert n * h * w * max(ci, co) * 4 <= sweep.MAX_INPUT_BYTES, (k, ci, co, n, h, w)
@@ -71,8 +79,13 @@ def test_the_few_channel_grid_takes_large_photographs_with_few_channels():
 
 
 def test_rows_name_their_images():
-  row = {"point": [5, 1, 3, 2, [321, 481], "forward"], "threads": 2, "picks": ["tf"],
-         "seconds": {"auto": 2e-3, "tf": 1e-3}, "failed": {}}
+  row = {
+    "point": [5, 1, 3, 2, [321, 481], "forward"],
+    "threads": 2,
+    "picks": ["tf"],
+    "seconds": {"auto": 2e-3, "tf": 1e-3},
+    "failed": {},
+  }
   line = sweep._format(row)
   assert " 321x481 forward" in line and line.endswith("2.00")
   row["point"][4] = 64

@@ -22,12 +22,12 @@ MiB = 2**20
 
 # (input NWC, filter [K, C / G, O], stride, padding, dilation)
 CASES = [
-    ((2, 37, 3), (5, 3, 4), 1, "SAME", 1),
-    ((2, 40, 4), (7, 2, 6), 2, "VALID", 1),  # two groups
-    ((1, 50, 2), (9, 2, 3), 1, "SAME", 3),
-    ((3, 31, 6), (4, 3, 4), 3, "SAME", 2),  # stride with dilation, two groups
-    ((2, 300, 2), (101, 2, 2), 1, "VALID", 1),
-    ((1, 12, 1), (3, 1, 2), 1, [[4, 0]], 2),  # Keras's causal padding, explicit
+  ((2, 37, 3), (5, 3, 4), 1, "SAME", 1),
+  ((2, 40, 4), (7, 2, 6), 2, "VALID", 1),  # two groups
+  ((1, 50, 2), (9, 2, 3), 1, "SAME", 3),
+  ((3, 31, 6), (4, 3, 4), 3, "SAME", 2),  # stride with dilation, two groups
+  ((2, 300, 2), (101, 2, 2), 1, "VALID", 1),
+  ((1, 12, 1), (3, 1, 2), 1, [[4, 0]], 2),  # Keras's causal padding, explicit
 ]
 
 
@@ -41,14 +41,14 @@ def _passes(x, w, dy, stride, padding, fmt, dilation, algorithm):
   xt, wt = tf.constant(_to(fmt, x)), tf.constant(w)
   with tf.GradientTape() as tape:
     tape.watch([xt, wt])
-    y = lc.conv1d(xt, wt, stride, padding, data_format=fmt, dilations=dilation,
-                  algorithm=algorithm)
+    y = lc.conv1d(xt, wt, stride, padding, data_format=fmt, dilations=dilation, algorithm=algorithm)
   dx, dw = tape.gradient(y, [xt, wt], output_gradients=tf.constant(_to(fmt, dy)))
   return _to(fmt, y.numpy()), _to(fmt, dx.numpy()), dw.numpy()
 
 
-@pytest.mark.parametrize("case,fmt,algorithm", list(itertools.product(
-    CASES, ["NWC", "NCW"], ["direct", "fft"])))
+@pytest.mark.parametrize(
+  "case,fmt,algorithm", list(itertools.product(CASES, ["NWC", "NCW"], ["direct", "fft"]))
+)
 def test_passes_match_oracle(rng, case, fmt, algorithm):
   x_shape, w_shape, stride, padding, dilation = case
   ref = Conv1D(x_shape, w_shape, stride, padding if padding != [[4, 0]] else (4, 0), dilation)
@@ -84,18 +84,22 @@ def test_int32_is_exact(rng):
   np.testing.assert_array_equal(got, want.astype(np.int64))
 
 
-@pytest.mark.parametrize("x_shape,w_shape,stride,padding,dilation", [
+@pytest.mark.parametrize(
+  "x_shape,w_shape,stride,padding,dilation",
+  [
     ((2, 100, 3), (11, 3, 5), 1, "SAME", 1),
     ((3, 64, 4), (8, 4, 2), 3, "VALID", 1),
     ((1, 80, 2), (5, 2, 3), 1, "VALID", 4),
     ((2, 3, 50, 2), (7, 2, 2), 2, "SAME", 1),  # extra batch dimension
     ((2, 20, 1), (40, 1, 1), 1, "SAME", 1),  # filter longer than the input
-])
+  ],
+)
 def test_matches_tf_conv1d(rng, x_shape, w_shape, stride, padding, dilation):
   x = tf.constant(rng.standard_normal(x_shape), tf.float32)
   w = tf.constant(rng.standard_normal(w_shape), tf.float32)
-  dy = tf.constant(rng.standard_normal(
-      tf.nn.conv1d(x, w, stride, padding, dilations=dilation).shape), tf.float32)
+  dy = tf.constant(
+    rng.standard_normal(tf.nn.conv1d(x, w, stride, padding, dilations=dilation).shape), tf.float32
+  )
   results = []
   for conv in (lc.conv1d, tf.nn.conv1d):
     with tf.GradientTape() as tape:
@@ -106,8 +110,9 @@ def test_matches_tf_conv1d(rng, x_shape, w_shape, stride, padding, dilation):
     results.append([y.numpy()] + [g.numpy() for g in grads])
   for name, ours, theirs in zip(("forward", "dx", "dw"), *results):
     assert ours.shape == theirs.shape, name
-    np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-4 * np.abs(theirs).max(),
-                               err_msg=name)
+    np.testing.assert_allclose(
+      ours, theirs, rtol=1e-4, atol=1e-4 * np.abs(theirs).max(), err_msg=name
+    )
 
 
 def test_extra_batch_dims_and_ncw(rng):
@@ -117,17 +122,19 @@ def test_extra_batch_dims_and_ncw(rng):
   assert got.shape == (2, 3, 4, 20)
   flat = np.swapaxes(x.reshape(6, 5, 40), 1, 2)
   want = Conv1D(flat.shape, w.shape, 2, "SAME").forward(flat, w)
-  np.testing.assert_allclose(np.swapaxes(got.reshape(6, 4, 20), 1, 2), want, rtol=1e-10,
-                             atol=1e-10)
+  np.testing.assert_allclose(np.swapaxes(got.reshape(6, 4, 20), 1, 2), want, rtol=1e-10, atol=1e-10)
 
 
 def test_traced_with_unknown_batch_and_width(rng):
   w = tf.constant(rng.standard_normal((7, 2, 3)))
-  f = tf.function(lambda x: lc.conv1d(x, w, 1, "SAME"),
-                  input_signature=[tf.TensorSpec([None, None, 2], tf.float64)])
+  f = tf.function(
+    lambda x: lc.conv1d(x, w, 1, "SAME"),
+    input_signature=[tf.TensorSpec([None, None, 2], tf.float64)],
+  )
   x = rng.standard_normal((2, 30, 2))
-  np.testing.assert_allclose(f(x).numpy(), Conv1D(x.shape, w.shape, 1, "SAME").forward(
-      x, w.numpy()), rtol=1e-10, atol=1e-10)
+  np.testing.assert_allclose(
+    f(x).numpy(), Conv1D(x.shape, w.shape, 1, "SAME").forward(x, w.numpy()), rtol=1e-10, atol=1e-10
+  )
 
 
 @pytest.mark.parametrize("algorithm", ["direct", "fft"])
@@ -135,8 +142,7 @@ def test_second_order_matches_oracle(rng, algorithm):
   """g = d<conv(x, w), v>/dx is linear in (w, v); d<g, u>/dw = backprop_filter(u, v) and
   d<g, u>/dv = forward(u, w) by the oracle."""
   ref = Conv1D((2, 33, 4), (6, 2, 4), 2, "SAME", 2)
-  x, w = tf.constant(rng.standard_normal((2, 33, 4))), tf.constant(rng.standard_normal(
-      (6, 2, 4)))
+  x, w = tf.constant(rng.standard_normal((2, 33, 4))), tf.constant(rng.standard_normal((6, 2, 4)))
   v = tf.constant(rng.standard_normal(ref.output_shape()))
   u = rng.standard_normal((2, 33, 4))
   with tf.GradientTape(persistent=True) as outer:
@@ -148,14 +154,23 @@ def test_second_order_matches_oracle(rng, algorithm):
     s = tf.reduce_sum(g * u)
   dw, dv = outer.gradient(s, [w, v])
   mag_w = ref.backprop_filter(np.abs(u), np.abs(v.numpy()))
-  assert_close(dw.numpy(), ref.backprop_filter(u, v.numpy()), mag_w, "float64",
-               ref.terms("backprop_filter"), "d2/dw dx")
+  assert_close(
+    dw.numpy(),
+    ref.backprop_filter(u, v.numpy()),
+    mag_w,
+    "float64",
+    ref.terms("backprop_filter"),
+    "d2/dw dx",
+  )
   mag_v = ref.forward(np.abs(u), np.abs(w.numpy()))
-  assert_close(dv.numpy(), ref.forward(u, w.numpy()), mag_v, "float64", ref.terms("forward"),
-               "d2/dv dx")
+  assert_close(
+    dv.numpy(), ref.forward(u, w.numpy()), mag_v, "float64", ref.terms("forward"), "d2/dv dx"
+  )
 
 
-@pytest.mark.parametrize("kwargs,message", [
+@pytest.mark.parametrize(
+  "kwargs,message",
+  [
     (dict(stride=[1, 2]), "stride"),
     (dict(stride="2"), "stride"),
     (dict(dilations=[1, 2, 3, 4]), "dilations"),
@@ -164,7 +179,8 @@ def test_second_order_matches_oracle(rng, algorithm):
     (dict(padding=[[1, 1], [0, 0]]), "padding"),
     (dict(algorithm="fast"), "algorithm"),
     (dict(workspace_limit=-1), "workspace_limit"),
-])
+  ],
+)
 def test_bad_arguments_raise_value_error_naming_them(kwargs, message):
   args = dict(stride=1, padding="SAME")
   args.update(kwargs)
@@ -200,11 +216,14 @@ def test_1d_plans_single_row_transforms_with_large_tiles(limit):
   assert [pp.algorithm for pp in auto.passes] == ["fft"] * 3, auto
 
 
-@pytest.mark.parametrize("case", [
+@pytest.mark.parametrize(
+  "case",
+  [
     ((3, 5000, 2), (301, 2, 3), 1, "SAME", 1),
     ((3, 5000, 2), (301, 2, 3), 2, "VALID", 2),
     ((3, 6000, 2), (257, 2, 3), 2, "SAME", 1),
-])
+  ],
+)
 def test_fft_batches_runs_of_tiles_across_images(rng, case):
   """Rows of height 1 are transformed several tiles per call (vec_block), runs that cross
   from one image into the next and a shorter last run included (9 tiles in runs of 8),
@@ -223,21 +242,29 @@ def test_fft_batches_runs_of_tiles_across_images(rng, case):
 
 
 def _plan_summary(p):
-  return [(a.name, a.algorithm, a.workspace_bytes, a.flops, a.fft_size, a.tile, a.tiles)
-          for a in p.passes]
+  return [
+    (a.name, a.algorithm, a.workspace_bytes, a.flops, a.fft_size, a.tile, a.tiles) for a in p.passes
+  ]
 
 
 @pytest.mark.parametrize("fmt", ["NWC", "NCW"])
-@pytest.mark.parametrize("stride,padding,dilation", [
-    (1, "VALID", 3), (2, "VALID", 4), (1, "SAME", 5), (1, [[8, 0]], 4)])
+@pytest.mark.parametrize(
+  "stride,padding,dilation", [(1, "VALID", 3), (2, "VALID", 4), (1, "SAME", 5), (1, [[8, 0]], 4)]
+)
 def test_plan_conv1d_plans_the_dilated_conv(rng, fmt, stride, padding, dilation):
   """With dilation > 1, plan_conv1d reports the shape conv1d returns and the passes of
   `plan` of the dilated height-1 conv2d."""
   x_shape, w_shape = (2, 700, 3), (41, 3, 4)
   shape = x_shape if fmt == "NWC" else (2, 3, 700)
   p = lc.plan_conv1d(shape, w_shape, stride, padding, data_format=fmt, dilations=dilation)
-  y = lc.conv1d(tf.constant(rng.standard_normal(shape)), tf.constant(rng.standard_normal(
-      w_shape)), stride, padding, data_format=fmt, dilations=dilation)
+  y = lc.conv1d(
+    tf.constant(rng.standard_normal(shape)),
+    tf.constant(rng.standard_normal(w_shape)),
+    stride,
+    padding,
+    data_format=fmt,
+    dilations=dilation,
+  )
   assert p.output_shape == tuple(y.shape)
   # The height-1 conv2d, built here: height inserted before the width, dilation and
   # stride on the width only.
@@ -245,13 +272,16 @@ def test_plan_conv1d_plans_the_dilated_conv(rng, fmt, stride, padding, dilation)
   shape_2d = (2, 1, 700, 3) if fmt == "NWC" else (2, 3, 1, 700)
   pads = padding
   if not isinstance(padding, str):
-    pads = ([[0, 0], [0, 0], padding[0], [0, 0]] if fmt == "NWC"
-            else [[0, 0], [0, 0], [0, 0], padding[0]])
-  q = lc.plan(shape_2d, (1,) + w_shape, (1, stride), pads, data_format=fmt_2d,
-              dilations=(1, dilation))
+    pads = (
+      [[0, 0], [0, 0], padding[0], [0, 0]] if fmt == "NWC" else [[0, 0], [0, 0], [0, 0], padding[0]]
+    )
+  q = lc.plan(
+    shape_2d, (1,) + w_shape, (1, stride), pads, data_format=fmt_2d, dilations=(1, dilation)
+  )
   assert _plan_summary(p) == _plan_summary(q)
-  assert p.output_shape == tuple(s for i, s in enumerate(q.output_shape)
-                                 if i != (1 if fmt == "NWC" else 2))
+  assert p.output_shape == tuple(
+    s for i, s in enumerate(q.output_shape) if i != (1 if fmt == "NWC" else 2)
+  )
 
 
 def test_1d_fft_refuses_a_limit_below_its_smallest_plan():
@@ -265,15 +295,14 @@ def test_gpu_planner_plans_single_rows_for_1d():
   plans = _core.cuda_plan([8, 1, 65536, 16], [1, 4095, 16, 16], [1, 1, 1, 1], "SAME")
   for p in plans:
     assert p["algorithm"] == "fft" and p["fft"][0] == 1 and p["fft"][1] > 8192, p
-  for p in _core.cuda_plan([2, 40, 300, 2], [1, 101, 2, 2], [1, 1, 1, 1], "SAME",
-                           algorithm="fft"):
+  for p in _core.cuda_plan([2, 40, 300, 2], [1, 101, 2, 2], [1, 1, 1, 1], "SAME", algorithm="fft"):
     assert min(p["fft"]) >= 2, p
 
 
 def _spot_dots(xp, w, positions, stride=1):
   """Exact float64 correlation outputs at `positions` of a padded single-channel row."""
   k = len(w)
-  return np.array([np.dot(xp[o * stride:o * stride + k], w) for o in positions])
+  return np.array([np.dot(xp[o * stride : o * stride + k], w) for o in positions])
 
 
 def test_65536_tap_filter_plans_fft_and_matches_oracle(rng):
@@ -306,10 +335,13 @@ def test_65536_tap_filter_plans_fft_and_matches_oracle(rng):
   # dw[k] = sum_b sum_o xp[o + k] dy[o]
   taps_at = np.concatenate([[0, taps - 1], rng.integers(0, taps, 40)])
   xps = [np.pad(x[b, :, 0].astype(np.float64), (before, taps - 1 - before)) for b in range(n)]
-  want = sum(np.array([np.dot(xps[b][k:k + width], dy[b, :, 0]) for k in taps_at])
-             for b in range(n))
-  mag = sum(np.array([np.dot(np.abs(xps[b][k:k + width]), np.abs(dy[b, :, 0]))
-                      for k in taps_at]) for b in range(n))
+  want = sum(
+    np.array([np.dot(xps[b][k : k + width], dy[b, :, 0]) for k in taps_at]) for b in range(n)
+  )
+  mag = sum(
+    np.array([np.dot(np.abs(xps[b][k : k + width]), np.abs(dy[b, :, 0])) for k in taps_at])
+    for b in range(n)
+  )
   assert_close(dw.numpy()[taps_at, 0, 0], want, mag, "float32", n * width, "dw")
 
 
@@ -340,13 +372,26 @@ def _keras_pair(rng, **kwargs):
   return ours, theirs
 
 
-@pytest.mark.parametrize("kwargs,shape", [
+@pytest.mark.parametrize(
+  "kwargs,shape",
+  [
     (dict(filters=4, kernel_size=9, padding="causal", dilation_rate=2), (2, 40, 3)),
     (dict(filters=6, kernel_size=5, padding="causal", groups=3), (2, 30, 6)),
-    (dict(filters=4, kernel_size=7, strides=2, padding="same", groups=2,
-          data_format="channels_first", activation="relu"), (2, 4, 33)),
+    (
+      dict(
+        filters=4,
+        kernel_size=7,
+        strides=2,
+        padding="same",
+        groups=2,
+        data_format="channels_first",
+        activation="relu",
+      ),
+      (2, 4, 33),
+    ),
     (dict(filters=2, kernel_size=31, padding="valid", algorithm="fft"), (3, 64, 2)),
-])
+  ],
+)
 def test_large_conv1d_equals_keras_conv1d(rng, kwargs, shape):
   ours, theirs = _keras_pair(rng, **kwargs)
   x = rng.standard_normal(shape).astype(np.float32)
@@ -371,19 +416,29 @@ def test_large_conv1d_channels_first_bias(rng):
   theirs.build((2, 6, 3))
   theirs.set_weights(ours.get_weights())
   want = theirs(np.transpose(x, (0, 2, 1))).numpy()
-  np.testing.assert_allclose(np.transpose(ours(x).numpy(), (0, 2, 1)), want, rtol=1e-4,
-                             atol=1e-4 * np.abs(want).max())
+  np.testing.assert_allclose(
+    np.transpose(ours(x).numpy(), (0, 2, 1)), want, rtol=1e-4, atol=1e-4 * np.abs(want).max()
+  )
 
 
 def test_large_conv1d_round_trips(rng, tmp_path):
-  layer = LargeConv1D(3, 21, padding="causal", dilation_rate=2, groups=1, algorithm="fft",
-                      workspace_limit=1 << 20, name="big")
+  layer = LargeConv1D(
+    3,
+    21,
+    padding="causal",
+    dilation_rate=2,
+    groups=1,
+    algorithm="fft",
+    workspace_limit=1 << 20,
+    name="big",
+  )
   config = layer.get_config()
   assert config["algorithm"] == "fft" and config["workspace_limit"] == 1 << 20
   assert set(keras.layers.Conv1D(3, 21).get_config()) <= set(config)
   assert LargeConv1D.from_config(config).get_config() == config
   assert keras.saving.serialize_keras_object(layer)["registered_name"] == (
-      "tf_largeconv>LargeConv1D")
+    "tf_largeconv>LargeConv1D"
+  )
   inp = keras.Input((50, 2))
   model = keras.Model(inp, layer(inp))
   x = rng.standard_normal((2, 50, 2)).astype(np.float32)
@@ -403,12 +458,12 @@ def test_convert_swaps_large_conv1d(rng):
   assert [type(l).__name__ for l in converted.layers[1:]] == ["Conv1D", "LargeConv1D"]
   x = rng.standard_normal((2, 100, 3)).astype(np.float32)
   want = model(x).numpy()
-  np.testing.assert_allclose(converted(x).numpy(), want, rtol=1e-4,
-                             atol=1e-4 * np.abs(want).max())
+  np.testing.assert_allclose(converted(x).numpy(), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
 
 
 def test_tf_keras_large_conv1d_equals_tf_keras_conv1d():
-  subproc.run("""
+  subproc.run(
+    """
       import numpy as np
       import tensorflow as tf
       import tf_keras
@@ -432,4 +487,7 @@ def test_tf_keras_large_conv1d_equals_tf_keras_conv1d():
       assert config["algorithm"] == "fft" and config["padding"] == "causal"
       assert LargeConv1D.from_config(config).get_config() == config
       assert tf_keras.utils.get_registered_name(LargeConv1D) == "tf_largeconv>LargeConv1D"
-      """, timeout=300, env=subproc.child_env(TF_USE_LEGACY_KERAS=1))
+      """,
+    timeout=300,
+    env=subproc.child_env(TF_USE_LEGACY_KERAS=1),
+  )

@@ -61,14 +61,16 @@ def test_workspace_limit_binds_and_fft_tiles(rng):
   several tiles per pass, takes no more than the limit, and is still exact."""
   x = rng.standard_normal((2, 30, 28, 26, 3))
   w = rng.standard_normal((5, 6, 4, 3, 4))
-  attrs = dict(strides=[1, 1, 1, 1, 1], padding="SAME", data_format="NDHWC",
-               dilations=[1, 1, 1, 1, 1])
+  attrs = dict(
+    strides=[1, 1, 1, 1, 1], padding="SAME", data_format="NDHWC", dilations=[1, 1, 1, 1, 1]
+  )
   oracle = Oracle3d(x.shape, w.shape, (1, 1, 1), "SAME", (1, 1, 1), "NDHWC")
   dy = rng.standard_normal(oracle.output_shape())
   # A quarter of one transform covering the padded volume (34 x 33 x 29 points) in float64.
   limit = (30 + 5 - 1) * (28 + 6 - 1) * (26 + 4 - 1) * 8 // 4
-  plans = _core.plan3d(list(x.shape), list(w.shape), **attrs, algorithm="fft", dtype="float64",
-                       workspace_limit=limit)
+  plans = _core.plan3d(
+    list(x.shape), list(w.shape), **attrs, algorithm="fft", dtype="float64", workspace_limit=limit
+  )
   for plan in plans:
     assert plan["algorithm"] == "fft"
     assert plan["workspace_bytes"] <= limit
@@ -115,32 +117,33 @@ def test_empty_batch():
   assert _core.conv3d(x, w, **attrs).shape == (0, 3, 3, 3, 3)
   dy = np.zeros((0, 3, 3, 3, 3))
   np.testing.assert_array_equal(
-      _core.conv3d_backprop_filter(x, list(w.shape), dy, **attrs, algorithm="fft"),
-      np.zeros(w.shape))
+    _core.conv3d_backprop_filter(x, list(w.shape), dy, **attrs, algorithm="fft"), np.zeros(w.shape)
+  )
   assert _core.conv3d_backprop_input(list(x.shape), w, dy, **attrs).shape == x.shape
 
 
 BAD = [
-    (dict(strides=[1, 1, 1, 1]), ValueError, "5 entries"),
-    (dict(strides=[2, 1, 1, 1, 1]), NotImplementedError, "batch and depth"),
-    (dict(strides=[1, 1, 0, 1, 1]), ValueError, "positive"),
-    (dict(dilations=[1, 1, 1, 1, 2]), NotImplementedError, "batch and depth"),
-    (dict(padding="EXPLICIT"), ValueError, "SAME or VALID"),
-    (dict(padding="FULL"), ValueError, "padding"),
-    (dict(data_format="NHWC"), ValueError, "NDHWC or NCDHW"),
-    (dict(filter_shape=(7, 2, 2, 2, 3)), ValueError, "depth"),
-    (dict(filter_shape=(2, 2, 2, 3, 3)), ValueError, "multiple of filters in-depth"),
-    (dict(filter_shape=(2, 2, 2, 1, 3)), ValueError, "divisible by the number of groups"),
-    (dict(algorithm="fast"), ValueError, "algorithm"),
-    (dict(algorithm="fft", workspace_limit=100), ValueError, "needs at least"),
-    (dict(algorithm="tf"), ValueError, "not available"),
+  (dict(strides=[1, 1, 1, 1]), ValueError, "5 entries"),
+  (dict(strides=[2, 1, 1, 1, 1]), NotImplementedError, "batch and depth"),
+  (dict(strides=[1, 1, 0, 1, 1]), ValueError, "positive"),
+  (dict(dilations=[1, 1, 1, 1, 2]), NotImplementedError, "batch and depth"),
+  (dict(padding="EXPLICIT"), ValueError, "SAME or VALID"),
+  (dict(padding="FULL"), ValueError, "padding"),
+  (dict(data_format="NHWC"), ValueError, "NDHWC or NCDHW"),
+  (dict(filter_shape=(7, 2, 2, 2, 3)), ValueError, "depth"),
+  (dict(filter_shape=(2, 2, 2, 3, 3)), ValueError, "multiple of filters in-depth"),
+  (dict(filter_shape=(2, 2, 2, 1, 3)), ValueError, "divisible by the number of groups"),
+  (dict(algorithm="fast"), ValueError, "algorithm"),
+  (dict(algorithm="fft", workspace_limit=100), ValueError, "needs at least"),
+  (dict(algorithm="tf"), ValueError, "not available"),
 ]
 
 
 @pytest.mark.parametrize("change,error,match", BAD, ids=[b[2] for b in BAD])
 def test_bad_input(change, error, match):
-  args = dict(strides=[1] * 5, padding="VALID", data_format="NDHWC", dilations=[1] * 5,
-              algorithm="auto")
+  args = dict(
+    strides=[1] * 5, padding="VALID", data_format="NDHWC", dilations=[1] * 5, algorithm="auto"
+  )
   filter_shape = change.pop("filter_shape", (2, 2, 2, 2, 3))
   args.update(change)
   x = np.ones((1, 5, 4, 4, 2))
@@ -190,8 +193,7 @@ def test_op_matches_tf_conv3d(case, algorithm, rng):
 
 
 @pytest.mark.parametrize("algorithm", ["direct", "fft"])
-@pytest.mark.parametrize("case", ["grouped_ncdhw", "depthwise", "dilated",
-                                  "strided_dilated_ncdhw"])
+@pytest.mark.parametrize("case", ["grouped_ncdhw", "depthwise", "dilated", "strided_dilated_ncdhw"])
 def test_op_gradients_match_oracle(case, algorithm, rng):
   """What TF's CPU conv3d does not compute (groups, NCDHW, dilations): the op and its
   registered gradients against the oracle."""
@@ -260,7 +262,9 @@ def test_op_workspace_limit_is_a_hard_bound(rng):
     lc.conv3d(x, w, **attrs, algorithm="fft", workspace_limit=1000)
 
 
-@pytest.mark.parametrize("change,error", [
+@pytest.mark.parametrize(
+  "change,error",
+  [
     (dict(strides=[1, 1, 1, 1]), ValueError),
     (dict(strides=[2, 1, 1, 1, 1]), tf.errors.UnimplementedError),
     (dict(padding="EXPLICIT"), ValueError),
@@ -268,13 +272,13 @@ def test_op_workspace_limit_is_a_hard_bound(rng):
     (dict(data_format="NHWC"), ValueError),
     (dict(algorithm="fast"), ValueError),
     (dict(workspace_limit=-5), ValueError),
-])
+  ],
+)
 def test_op_bad_arguments(change, error):
   args = dict(strides=[1] * 5, padding="VALID")
   args.update(change)
   with pytest.raises(error):
-    lc.conv3d(np.ones((1, 5, 4, 4, 2), np.float32), np.ones((2, 2, 2, 2, 3), np.float32),
-              **args)
+    lc.conv3d(np.ones((1, 5, 4, 4, 2), np.float32), np.ones((2, 2, 2, 2, 3), np.float32), **args)
 
 
 def test_op_shape_errors_match_tf():

@@ -31,8 +31,10 @@ EMU, FFT, AUTO = "direct", "fft", "auto"
 SEED = ((2, 161, 241, 1), (67, 67, 1, 3))  # the seed case at half size, two frames
 
 
-@pytest.mark.parametrize("case,fmt,dtype,emu", list(itertools.product(
-    CASES, ["NHWC", "NCHW"], [np.float32, np.float64], [EMU, FFT])))
+@pytest.mark.parametrize(
+  "case,fmt,dtype,emu",
+  list(itertools.product(CASES, ["NHWC", "NCHW"], [np.float32, np.float64], [EMU, FFT])),
+)
 def test_emulated_kernels_match_oracle(rng, case, fmt, dtype, emu):
   x_shape, w_shape, strides, padding, dilations = case
   x = rng.standard_normal(x_shape)
@@ -45,10 +47,17 @@ def test_emulated_kernels_match_oracle(rng, case, fmt, dtype, emu):
   kwargs = dict(explicit_paddings=ex, data_format=fmt, dilations=d, algorithm=emu)
   # The oracle gets exactly the values the kernels get (rounded to the dtype under test).
   wf = w.astype(dtype)
-  plans = _core.cuda_plan(list(xf.shape), list(w_shape), s, pad, explicit_paddings=ex,
-                          data_format=fmt, dilations=d,
-                          algorithm="fft" if emu == FFT else "direct",
-                          dtype=np.dtype(dtype).name)
+  plans = _core.cuda_plan(
+    list(xf.shape),
+    list(w_shape),
+    s,
+    pad,
+    explicit_paddings=ex,
+    data_format=fmt,
+    dilations=d,
+    algorithm="fft" if emu == FFT else "direct",
+    dtype=np.dtype(dtype).name,
+  )
   fft = planned_fft(plans)
   # A problem without products (an empty operand) has nothing to transform: direct.
   empty = 0 in x_shape + w_shape + ref.output_shape()
@@ -67,8 +76,9 @@ def test_backprop_filter_slicing_is_exact_under_any_limit(rng, limit):
   w_shape = (6, 5, 2, 3)
   ref = Conv(x.shape, w_shape, (1, 1), "SAME")
   dy = rng.standard_normal(ref.output_shape())
-  dw = EMULATION.conv2d_backprop_filter(x, list(w_shape), dy, [1, 1, 1, 1], "SAME", algorithm=EMU,
-                                    workspace_limit=limit)
+  dw = EMULATION.conv2d_backprop_filter(
+    x, list(w_shape), dy, [1, 1, 1, 1], "SAME", algorithm=EMU, workspace_limit=limit
+  )
   ref.check("backprop_filter", dw, x, dy, "float64")
 
 
@@ -76,10 +86,10 @@ def test_backprop_filter_slicing_is_exact_under_any_limit(rng, limit):
 # kernels give as zeros: an out_backprop emptied by a filter larger than the input, a
 # filter without taps, an empty batch.
 DEGENERATE = [
-    ((1, 4, 4, 2), (5, 1, 2, 3), (1, 0, 4, 3), [1, 1, 1, 1]),
-    ((1, 2, 4, 2), (5, 1, 2, 3), (1, 0, 4, 3), [1, 2, 1, 1]),
-    ((1, 2, 3, 1), (0, 2, 1, 2), (1, 3, 2, 2), [1, 1, 1, 1]),
-    ((0, 5, 5, 2), (3, 3, 2, 2), (0, 3, 3, 2), [1, 1, 1, 1]),
+  ((1, 4, 4, 2), (5, 1, 2, 3), (1, 0, 4, 3), [1, 1, 1, 1]),
+  ((1, 2, 4, 2), (5, 1, 2, 3), (1, 0, 4, 3), [1, 2, 1, 1]),
+  ((1, 2, 3, 1), (0, 2, 1, 2), (1, 3, 2, 2), [1, 1, 1, 1]),
+  ((0, 5, 5, 2), (3, 3, 2, 2), (0, 3, 3, 2), [1, 1, 1, 1]),
 ]
 
 
@@ -109,8 +119,9 @@ def test_fft_rounds_match_oracle_under_any_limit(rng, limit):
   """The FFT path in one round or many (the limit sets the round size), every pass."""
   x, w, ref, dy = _seed_operands(rng)
   kw = dict(algorithm=FFT, workspace_limit=limit)
-  plans = _core.cuda_plan(list(x.shape), list(w.shape), [1, 1, 1, 1], "VALID",
-                          algorithm="fft", workspace_limit=limit)
+  plans = _core.cuda_plan(
+    list(x.shape), list(w.shape), [1, 1, 1, 1], "VALID", algorithm="fft", workspace_limit=limit
+  )
   for p in plans:
     assert p["algorithm"] == "fft" and p["workspace_bytes"] <= (limit if limit > 0 else 64 << 20)
   if limit == 1 << 20:
@@ -129,10 +140,17 @@ def test_fft_filter_gradient_is_the_same_in_any_round_size(rng):
   dy = rng.standard_normal(ref.output_shape()).astype(np.float32)
   outs = []
   for limit in (1 << 18, 400_000, -1):
-    plan = _core.cuda_plan(list(x.shape), [17, 15, 2, 3], [1, 1, 1, 1], "SAME",
-                           algorithm="fft", workspace_limit=limit)[2]
-    outs.append((plan["chunk"], EMULATION.conv2d_backprop_filter(
-        x, [17, 15, 2, 3], dy, [1, 1, 1, 1], "SAME", algorithm=FFT, workspace_limit=limit)))
+    plan = _core.cuda_plan(
+      list(x.shape), [17, 15, 2, 3], [1, 1, 1, 1], "SAME", algorithm="fft", workspace_limit=limit
+    )[2]
+    outs.append(
+      (
+        plan["chunk"],
+        EMULATION.conv2d_backprop_filter(
+          x, [17, 15, 2, 3], dy, [1, 1, 1, 1], "SAME", algorithm=FFT, workspace_limit=limit
+        ),
+      )
+    )
   assert [c for c, _ in outs] == [2, 4, 6]
   np.testing.assert_array_equal(outs[0][1], outs[1][1])
   np.testing.assert_array_equal(outs[0][1], outs[2][1])
@@ -151,12 +169,15 @@ def test_emulated_kernels_propagate_non_finite_values(emu):
   dy = np.ones((1, 4, 4, 1), np.float32)
   dy[0, 1, 1, 0] = np.nan
   dx = EMULATION.conv2d_backprop_input([1, 6, 6, 1], w, dy, [1, 1, 1, 1], "VALID", algorithm=emu)
-  np.testing.assert_array_equal(np.isnan(dx), np.isnan(
-      Conv(x.shape, (3, 3, 1, 1)).backprop_input(w, dy)))
-  dw = EMULATION.conv2d_backprop_filter(x, [3, 3, 1, 1], np.ones((1, 4, 4, 1), np.float32),
-                                    [1, 1, 1, 1], "VALID", algorithm=emu)
-  np.testing.assert_array_equal(dw, Conv(x.shape, (3, 3, 1, 1)).backprop_filter(
-      x, np.ones((1, 4, 4, 1))).astype(np.float32))
+  np.testing.assert_array_equal(
+    np.isnan(dx), np.isnan(Conv(x.shape, (3, 3, 1, 1)).backprop_input(w, dy))
+  )
+  dw = EMULATION.conv2d_backprop_filter(
+    x, [3, 3, 1, 1], np.ones((1, 4, 4, 1), np.float32), [1, 1, 1, 1], "VALID", algorithm=emu
+  )
+  np.testing.assert_array_equal(
+    dw, Conv(x.shape, (3, 3, 1, 1)).backprop_filter(x, np.ones((1, 4, 4, 1))).astype(np.float32)
+  )
 
 
 @pytest.mark.parametrize("value", [np.nan, np.inf])
@@ -178,17 +199,21 @@ def test_fft_path_flags_non_finite_values_in_every_operand(operand, value):
   plan = _core.cuda_plan(list(x.shape), list(w.shape), strides, "SAME", **kw)
   assert [(p["algorithm"], p["tiles"], p["chunk"]) for p in plan] == [("fft", (3, 4), 2)] * 3
   runs = {
-      "forward": (("input", "filter"),
-                  lambda: EMULATION.conv2d(x, w, strides, "SAME", **kw),
-                  lambda: conv.forward(x, w)),
-      "backprop_input": (("filter", "out_backprop"),
-                         lambda: EMULATION.conv2d_backprop_input(list(x.shape), w, dy, strides,
-                                                                 "SAME", **kw),
-                         lambda: conv.backprop_input(w, dy)),
-      "backprop_filter": (("input", "out_backprop"),
-                          lambda: EMULATION.conv2d_backprop_filter(x, list(w.shape), dy, strides,
-                                                                   "SAME", **kw),
-                          lambda: conv.backprop_filter(x, dy)),
+    "forward": (
+      ("input", "filter"),
+      lambda: EMULATION.conv2d(x, w, strides, "SAME", **kw),
+      lambda: conv.forward(x, w),
+    ),
+    "backprop_input": (
+      ("filter", "out_backprop"),
+      lambda: EMULATION.conv2d_backprop_input(list(x.shape), w, dy, strides, "SAME", **kw),
+      lambda: conv.backprop_input(w, dy),
+    ),
+    "backprop_filter": (
+      ("input", "out_backprop"),
+      lambda: EMULATION.conv2d_backprop_filter(x, list(w.shape), dy, strides, "SAME", **kw),
+      lambda: conv.backprop_filter(x, dy),
+    ),
   }
   for name, (operands, got_fn, want_fn) in runs.items():
     if operand not in operands:
@@ -232,21 +257,24 @@ def test_gpu_planner_picks_fft_for_large_filters_and_direct_for_small():
 def test_gpu_planner_auto_runs_its_choice(rng):
   """cuda_auto_emulation runs exactly what the planner picks: the FFT path for eight
   half-size seed frames, the direct kernels for a small filter."""
-  for x_shape, w_shape, choice, emu in (((8, 161, 241, 1), (67, 67, 1, 3), "fft", FFT),
-                                         ((2, 20, 20, 3), (3, 3, 3, 4), "direct", EMU)):
+  for x_shape, w_shape, choice, emu in (
+    ((8, 161, 241, 1), (67, 67, 1, 3), "fft", FFT),
+    ((2, 20, 20, 3), (3, 3, 3, 4), "direct", EMU),
+  ):
     x = rng.random(x_shape).astype(np.float32)
     w = rng.standard_normal(w_shape).astype(np.float32)
     plan = _core.cuda_plan(list(x_shape), list(w_shape), [1, 1, 1, 1], "VALID")
     assert plan[0]["algorithm"] == choice, plan
-    np.testing.assert_array_equal(EMULATION.conv2d(x, w, [1, 1, 1, 1], "VALID", algorithm=AUTO),
-                                  EMULATION.conv2d(x, w, [1, 1, 1, 1], "VALID", algorithm=emu))
+    np.testing.assert_array_equal(
+      EMULATION.conv2d(x, w, [1, 1, 1, 1], "VALID", algorithm=AUTO),
+      EMULATION.conv2d(x, w, [1, 1, 1, 1], "VALID", algorithm=emu),
+    )
 
 
 @pytest.mark.parametrize("limit", [0, 100_000, 1 << 20, 16 << 20])
 def test_gpu_planner_stays_within_the_limit(limit):
   for shape, filt in (((4, 100, 90, 3), (31, 31, 3, 5)), ((2, 64, 64, 32), (31, 31, 1, 32))):
-    for p in _core.cuda_plan(list(shape), list(filt), [1, 1, 1, 1], "SAME",
-                             workspace_limit=limit):
+    for p in _core.cuda_plan(list(shape), list(filt), [1, 1, 1, 1], "SAME", workspace_limit=limit):
       assert p["workspace_bytes"] <= limit, p
 
 
@@ -283,17 +311,27 @@ def test_gpu_planner_skips_a_size_whose_cufft_work_area_does_not_fit(cufft_work_
 
 
 def test_gpu_planner_errors_name_the_problem():
-  with pytest.raises(ValueError, match=r"workspace_limit 1000 bytes is too small for the FFT "
-                                       r"algorithm: it needs at least \d+ bytes"):
-    _core.cuda_plan([1, 64, 64, 1], [31, 31, 1, 1], [1, 1, 1, 1], "VALID", algorithm="fft",
-                    workspace_limit=1000)
+  with pytest.raises(
+    ValueError,
+    match=r"workspace_limit 1000 bytes is too small for the FFT "
+    r"algorithm: it needs at least \d+ bytes",
+  ):
+    _core.cuda_plan(
+      [1, 64, 64, 1], [31, 31, 1, 1], [1, 1, 1, 1], "VALID", algorithm="fft", workspace_limit=1000
+    )
   with pytest.raises(ValueError, match="algorithm='tf' is not available on the GPU"):
     _core.cuda_plan([1, 64, 64, 1], [31, 31, 1, 1], [1, 1, 1, 1], "VALID", algorithm="tf")
   with pytest.raises(ValueError, match="dtype must be"):
     _core.cuda_plan([1, 64, 64, 1], [31, 31, 1, 1], [1, 1, 1, 1], "VALID", dtype="int8")
   with pytest.raises(ValueError, match="workspace_limit 1000 bytes"):
-    EMULATION.conv2d(np.ones((1, 64, 64, 1)), np.ones((31, 31, 1, 1)), [1, 1, 1, 1], "VALID",
-                 algorithm=FFT, workspace_limit=1000)
+    EMULATION.conv2d(
+      np.ones((1, 64, 64, 1)),
+      np.ones((31, 31, 1, 1)),
+      [1, 1, 1, 1],
+      "VALID",
+      algorithm=FFT,
+      workspace_limit=1000,
+    )
 
 
 def test_cuda_module_loads_and_plans_without_a_device():
@@ -330,18 +368,25 @@ def _launch_calls(library, geometry="largeconv::Conv"):
   paths = glob.glob(os.path.join(pkg, library + "*.so"))
   if not paths:
     pytest.skip(f"{library} is not built (no nvcc)")
-  text = subprocess.run(["objdump", "-d", "-C", "--no-show-raw-insn", paths[0]],
-                        capture_output=True, text=True, check=True).stdout
+  text = subprocess.run(
+    ["objdump", "-d", "-C", "--no-show-raw-insn", paths[0]],
+    capture_output=True,
+    text=True,
+    check=True,
+  ).stdout
   calls, function = {}, ""
   for line in text.splitlines():
     head = re.match(r"^[0-9a-f]+ <(.*)>:$", line)
     if head:
       function = head.group(1)
       continue
-    target = re.search(r"call.*<(largeconv::Status largeconv::cuda::RunCudaPass<([\w:]+)>"
-                       r"\(([\w:]+)|"
-                       r"largeconv::cuda::PlanCudaPass|"
-                       r"largeconv::Status largeconv::cuda::DirectPass<)", line)
+    target = re.search(
+      r"call.*<(largeconv::Status largeconv::cuda::RunCudaPass<([\w:]+)>"
+      r"\(([\w:]+)|"
+      r"largeconv::cuda::PlanCudaPass|"
+      r"largeconv::Status largeconv::cuda::DirectPass<)",
+      line,
+    )
     if target and target.group(2) and not target.group(3).startswith(geometry):
       continue
     if target:
@@ -386,6 +431,7 @@ def test_emulated_kernels_compute_the_transpose(rng, fmt, emu):
   out = (2, 11, 7, 2) if fmt == "NHWC" else (2, 2, 11, 7)
   want = reference_transpose.conv2d_transpose(x, w, out, (2, 2), "SAME", data_format=fmt)
   s, pad, ex, d = attrs((2, 2), "SAME", (1, 1), fmt)
-  got = EMULATION.conv2d_backprop_input(list(out), w, x, s, pad, explicit_paddings=ex,
-                                        data_format=fmt, dilations=d, algorithm=emu)
+  got = EMULATION.conv2d_backprop_input(
+    list(out), w, x, s, pad, explicit_paddings=ex, data_format=fmt, dilations=d, algorithm=emu
+  )
   np.testing.assert_allclose(got, want, rtol=0, atol=1e-12 * np.abs(want).max())

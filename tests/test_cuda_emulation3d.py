@@ -46,8 +46,10 @@ def _check_all(oracle, got, x, w, dy, dtype, fft):
     check(oracle, pass_name, got[pass_name], x, w, dy, dtype, fft[pass_name])
 
 
-@pytest.mark.parametrize("case,algorithm,dtype", list(itertools.product(
-    sorted(CASES), ["direct", "fft"], ["float32", "float64"])))
+@pytest.mark.parametrize(
+  "case,algorithm,dtype",
+  list(itertools.product(sorted(CASES), ["direct", "fft"], ["float32", "float64"])),
+)
 def test_emulated_passes_match_oracle(case, algorithm, dtype, rng):
   oracle, x, w, dy, attrs = problem(case, rng, dtype)
   plans = _plans(x.shape, w.shape, attrs, algorithm=algorithm, dtype=dtype)
@@ -74,8 +76,7 @@ def test_fft_rounds_and_tiles_match_oracle_under_any_limit(rng, limit):
   """The FFT path in one round or many, with one tile per image or many (the limit sets
   both), every pass within the limit and exact."""
   oracle, x, w, dy, attrs = _big_problem(rng)
-  plans = _plans(x.shape, w.shape, attrs, algorithm="fft", dtype="float64",
-                 workspace_limit=limit)
+  plans = _plans(x.shape, w.shape, attrs, algorithm="fft", dtype="float64", workspace_limit=limit)
   for p in plans:
     assert p["algorithm"] == "fft"
     assert p["workspace_bytes"] <= (limit if limit > 0 else LIMIT), p
@@ -99,8 +100,11 @@ def test_fft_filter_gradient_is_the_same_in_any_round_size(rng):
     plan = _plans(x.shape, w_shape, attrs, algorithm="fft", workspace_limit=limit)[2]
     assert plan["fft"] == (12, 12, 12), plan
     chunks.append(plan["chunk"])
-    outs.append(EMULATION.conv3d_backprop_filter(x, w_shape, dy, **attrs, algorithm="fft",
-                                                 workspace_limit=limit))
+    outs.append(
+      EMULATION.conv3d_backprop_filter(
+        x, w_shape, dy, **attrs, algorithm="fft", workspace_limit=limit
+      )
+    )
   assert chunks == [1, 2, 3, 6]
   for out in outs[1:]:
     np.testing.assert_array_equal(outs[0], out)
@@ -117,8 +121,9 @@ def test_direct_filter_gradient_slicing_is_exact_under_any_limit(rng, limit):
     assert plan["workspace_bytes"] == 0
   else:
     assert plan["workspace_bytes"] > 0, plan  # sliced: partial sums in the workspace
-  got = EMULATION.conv3d_backprop_filter(x, list(w.shape), dy, **attrs, algorithm="direct",
-                                         workspace_limit=limit)
+  got = EMULATION.conv3d_backprop_filter(
+    x, list(w.shape), dy, **attrs, algorithm="direct", workspace_limit=limit
+  )
   check(oracle, "backprop_filter", got, x, w, dy, "float64", None)
 
 
@@ -137,14 +142,17 @@ def test_auto_follows_the_limit(rng):
     assert p["workspace_bytes"] <= 10_000, p
   for limit, algorithm in ((-1, "fft"), (10_000, "direct")):
     np.testing.assert_array_equal(
-        EMULATION.conv3d(x, w, **attrs, workspace_limit=limit),
-        EMULATION.conv3d(x, w, **attrs, algorithm=algorithm, workspace_limit=limit))
+      EMULATION.conv3d(x, w, **attrs, workspace_limit=limit),
+      EMULATION.conv3d(x, w, **attrs, algorithm=algorithm, workspace_limit=limit),
+    )
 
 
 @pytest.mark.parametrize("limit", [0, 50_000, 1 << 20, 16 << 20])
 def test_gpu_plans_stay_within_the_limit(limit):
-  for shape, filt in (((2, 40, 36, 30, 3), (15, 15, 15, 3, 4)),
-                      ((1, 32, 32, 32, 16), (7, 7, 7, 1, 16))):
+  for shape, filt in (
+    ((2, 40, 36, 30, 3), (15, 15, 15, 3, 4)),
+    ((1, 32, 32, 32, 16), (7, 7, 7, 1, 16)),
+  ):
     for p in _plans(shape, filt, dict(strides=ONES, padding="SAME"), workspace_limit=limit):
       assert p["workspace_bytes"] <= limit, p
 
@@ -163,12 +171,20 @@ def test_gpu_planner_picks_fft_for_large_filters_and_direct_for_small():
 
 def test_gpu_planner_errors_name_the_problem():
   attrs = dict(strides=ONES, padding="VALID")
-  with pytest.raises(ValueError, match=r"workspace_limit 1000 bytes is too small for the FFT "
-                                       r"algorithm: it needs at least \d+ bytes"):
+  with pytest.raises(
+    ValueError,
+    match=r"workspace_limit 1000 bytes is too small for the FFT "
+    r"algorithm: it needs at least \d+ bytes",
+  ):
     _plans((1, 20, 20, 20, 1), (9, 9, 9, 1, 1), attrs, algorithm="fft", workspace_limit=1000)
   with pytest.raises(ValueError, match="workspace_limit 1000 bytes"):
-    EMULATION.conv3d(np.ones((1, 20, 20, 20, 1)), np.ones((9, 9, 9, 1, 1)), **attrs,
-                     algorithm="fft", workspace_limit=1000)
+    EMULATION.conv3d(
+      np.ones((1, 20, 20, 20, 1)),
+      np.ones((9, 9, 9, 1, 1)),
+      **attrs,
+      algorithm="fft",
+      workspace_limit=1000,
+    )
   with pytest.raises(ValueError, match="algorithm='tf' is not available on the GPU"):
     _plans((1, 20, 20, 20, 1), (9, 9, 9, 1, 1), attrs, algorithm="tf")
   with pytest.raises(ValueError, match="dtype must be"):
@@ -185,9 +201,9 @@ def test_gpu_planner_errors_name_the_problem():
 # an out_backprop emptied by a filter deeper than the input, a filter without taps in depth,
 # an empty batch.
 DEGENERATE = [
-    ((1, 3, 4, 4, 2), (4, 1, 1, 2, 3), (1, 0, 4, 4, 3), ONES),
-    ((1, 2, 3, 3, 1), (0, 2, 2, 1, 2), (1, 3, 2, 2, 2), ONES),
-    ((0, 4, 5, 5, 2), (3, 3, 3, 2, 2), (0, 2, 3, 3, 2), ONES),
+  ((1, 3, 4, 4, 2), (4, 1, 1, 2, 3), (1, 0, 4, 4, 3), ONES),
+  ((1, 2, 3, 3, 1), (0, 2, 2, 1, 2), (1, 3, 2, 2, 2), ONES),
+  ((0, 4, 5, 5, 2), (3, 3, 3, 2, 2), (0, 2, 3, 3, 2), ONES),
 ]
 
 
@@ -248,11 +264,13 @@ def test_3d_of_depth_one_is_the_2d_convolution(rng):
   np.testing.assert_array_equal(y3[:, 0], EMULATION.conv2d(x[:, 0], w[0], s2, "SAME", **kw))
   dy = rng.standard_normal(y3.shape).astype(np.float32)
   np.testing.assert_array_equal(
-      EMULATION.conv3d_backprop_input(list(x.shape), w, dy, s3, "SAME", **kw)[:, 0],
-      EMULATION.conv2d_backprop_input(list(x[:, 0].shape), w[0], dy[:, 0], s2, "SAME", **kw))
+    EMULATION.conv3d_backprop_input(list(x.shape), w, dy, s3, "SAME", **kw)[:, 0],
+    EMULATION.conv2d_backprop_input(list(x[:, 0].shape), w[0], dy[:, 0], s2, "SAME", **kw),
+  )
   np.testing.assert_array_equal(
-      EMULATION.conv3d_backprop_filter(x, list(w.shape), dy, s3, "SAME", **kw)[0],
-      EMULATION.conv2d_backprop_filter(x[:, 0], list(w[0].shape), dy[:, 0], s2, "SAME", **kw))
+    EMULATION.conv3d_backprop_filter(x, list(w.shape), dy, s3, "SAME", **kw)[0],
+    EMULATION.conv2d_backprop_filter(x[:, 0], list(w[0].shape), dy[:, 0], s2, "SAME", **kw),
+  )
 
 
 def test_tf_gpu_kernels_and_the_cuda_module_run_the_3d_launch():
@@ -260,6 +278,7 @@ def test_tf_gpu_kernels_and_the_cuda_module_run_the_3d_launch():
   and the _cuda module's RunArrays3d call RunCudaPass<T> on a Conv3dGeometry
   (test_cuda_emulation checks that nothing else calls the kernels' drivers)."""
   from test_cuda_emulation import _launch_calls
+
   dtypes = {"float", "double", "largeconv::f16", "largeconv::bf16"}
   for library, adapter in (("_large_conv_ops", "RunOnGpu"), ("_cuda", "RunArrays3d")):
     calls = _launch_calls(library, geometry="largeconv::Conv3dGeometry")

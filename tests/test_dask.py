@@ -55,18 +55,18 @@ def _oracle_check(got, ref, x, w, dtype_name="float32", what="forward"):
 
 # Chunkings of a 2 x 23 x 19 x 3 input, NHWC (batch, rows, columns, channels):
 CHUNKINGS = {
-    "one_chunk": (2, 23, 19, 3),
-    "smaller_than_halo": (1, 2, 3, 3),       # the 5x4 filter's halo spans several chunks
-    "misaligned": (2, 5, 7, 3),              # chunk edges not multiples of the strides
-    "batch_and_channels": (1, 9, 19, 1),     # chunked batch and channel axes
-    "irregular": ((1, 1), (4, 1, 11, 7), (8, 8, 3), (2, 1)),
+  "one_chunk": (2, 23, 19, 3),
+  "smaller_than_halo": (1, 2, 3, 3),  # the 5x4 filter's halo spans several chunks
+  "misaligned": (2, 5, 7, 3),  # chunk edges not multiples of the strides
+  "batch_and_channels": (1, 9, 19, 1),  # chunked batch and channel axes
+  "irregular": ((1, 1), (4, 1, 11, 7), (8, 8, 3), (2, 1)),
 }
 # padding as the oracle takes it ('SAME', 'VALID' or ((t, b), (l, r)))
 PADDINGS = {
-    "same": "SAME",
-    "valid": "VALID",
-    "explicit": ((2, 5), (0, 3)),
-    "explicit_wide": ((9, 1), (0, 8)),       # windows entirely in the padding
+  "same": "SAME",
+  "valid": "VALID",
+  "explicit": ((2, 5), (0, 3)),
+  "explicit_wide": ((9, 1), (0, 8)),  # windows entirely in the padding
 }
 # (strides, dilations) run for every padding and chunking
 WINDOWS = [((1, 1), (1, 1)), ((2, 3), (1, 1)), ((3, 2), (2, 1)), ((1, 2), (1, 3))]
@@ -87,17 +87,32 @@ def test_conv2d_equals_in_memory_op(rng, chunking, padding, data_format):
   pad_arg = pad if isinstance(pad, str) else _explicit(pad, data_format)
   xd = da.from_array(x, chunks=chunks)
   for strides, dilations in WINDOWS:
-    y = ldask.conv2d(xd, w, list(strides), pad_arg, data_format=data_format,
-                     dilations=list(dilations), algorithm="direct")
+    y = ldask.conv2d(
+      xd,
+      w,
+      list(strides),
+      pad_arg,
+      data_format=data_format,
+      dilations=list(dilations),
+      algorithm="direct",
+    )
     assert isinstance(y, da.Array)
     got = y.compute(scheduler="sync")
-    want = lc.conv2d(x, w, list(strides), pad_arg, data_format=data_format,
-                     dilations=list(dilations), algorithm="direct").numpy()
+    want = lc.conv2d(
+      x,
+      w,
+      list(strides),
+      pad_arg,
+      data_format=data_format,
+      dilations=list(dilations),
+      algorithm="direct",
+    ).numpy()
     what = f"strides {strides} dilations {dilations}"
     assert got.shape == want.shape, what
     np.testing.assert_array_equal(got, want, err_msg=what)
-    _oracle_check(got, Conv(x.shape, w.shape, strides, pad, dilations, data_format),
-                  x, w, what=what)
+    _oracle_check(
+      got, Conv(x.shape, w.shape, strides, pad, dilations, data_format), x, w, what=what
+    )
 
 
 @pytest.mark.parametrize("algorithm", ["auto", "fft"])
@@ -121,10 +136,10 @@ def test_conv2d_large_filter_fft_matches_oracle(rng, algorithm):
 
 # (input NHWC, chunks, (kh, kw), multiplier, strides, padding, dilations, data_format)
 DEPTHWISE = [
-    ((1, 20, 17, 3), (1, 4, 5, 1), (7, 7), 1, (1, 1), "SAME", (1, 1), "NHWC"),
-    ((2, 19, 21, 2), (1, 3, 2, 2), (5, 4), 2, (2, 3), "VALID", (1, 1), "NHWC"),
-    ((1, 18, 18, 4), (1, 6, 6, 2), (3, 3), 3, (2, 2), "SAME", (2, 2), "NCHW"),
-    ((1, 16, 15, 2), (1, 7, 4, 1), (4, 5), 1, (1, 2), ((1, 6), (3, 0)), (2, 1), "NCHW"),
+  ((1, 20, 17, 3), (1, 4, 5, 1), (7, 7), 1, (1, 1), "SAME", (1, 1), "NHWC"),
+  ((2, 19, 21, 2), (1, 3, 2, 2), (5, 4), 2, (2, 3), "VALID", (1, 1), "NHWC"),
+  ((1, 18, 18, 4), (1, 6, 6, 2), (3, 3), 3, (2, 2), "SAME", (2, 2), "NCHW"),
+  ((1, 16, 15, 2), (1, 7, 4, 1), (4, 5), 1, (1, 2), ((1, 6), (3, 0)), (2, 1), "NCHW"),
 ]
 
 
@@ -136,11 +151,19 @@ def test_depthwise_equals_in_memory_op(rng, case):
   if fmt == "NCHW":
     x, chunks = _nchw(x), _chunks_nchw(chunks)
   pad_arg = pad if isinstance(pad, str) else _explicit(pad, fmt)
-  y = ldask.depthwise_conv2d(da.from_array(x, chunks=chunks), f, list(strides), pad_arg,
-                             data_format=fmt, dilations=list(dilations), algorithm="direct")
+  y = ldask.depthwise_conv2d(
+    da.from_array(x, chunks=chunks),
+    f,
+    list(strides),
+    pad_arg,
+    data_format=fmt,
+    dilations=list(dilations),
+    algorithm="direct",
+  )
   got = y.compute(scheduler="sync")
-  want = lc.depthwise_conv2d(x, f, list(strides), pad_arg, data_format=fmt,
-                             dilations=list(dilations), algorithm="direct").numpy()
+  want = lc.depthwise_conv2d(
+    x, f, list(strides), pad_arg, data_format=fmt, dilations=list(dilations), algorithm="direct"
+  ).numpy()
   np.testing.assert_array_equal(got, want)
   grouped = f.reshape(kh, kw, 1, -1)
   _oracle_check(got, Conv(x.shape, grouped.shape, strides, pad, dilations, fmt), x, grouped)
@@ -149,14 +172,50 @@ def test_depthwise_equals_in_memory_op(rng, case):
 # (input NHWC, input chunks, out_backprop chunks or None (an in-memory array), filter,
 #  strides, padding, dilations, data_format, dtype)
 BACKPROP = [
-    ((2, 23, 19, 3), (1, 4, 5, 2), (1, 3, 2, 1), (5, 4, 3, 2), (1, 1), "SAME", (1, 1),
-     "NHWC", "float32"),
-    ((2, 23, 19, 3), (2, 23, 19, 3), (1, 2, 3, 2), (5, 4, 3, 2), (2, 3), "VALID", (2, 1),
-     "NHWC", "float32"),
-    ((1, 21, 20, 4), (1, 8, 3, 4), None, (3, 5, 2, 6), (3, 2), ((2, 5), (0, 3)), (1, 2),
-     "NCHW", "float64"),
-    ((3, 17, 16, 2), (2, 5, 16, 1), (1, 4, 4, 3), (9, 9, 2, 3), (1, 1), "SAME", (1, 1),
-     "NHWC", "float16"),
+  (
+    (2, 23, 19, 3),
+    (1, 4, 5, 2),
+    (1, 3, 2, 1),
+    (5, 4, 3, 2),
+    (1, 1),
+    "SAME",
+    (1, 1),
+    "NHWC",
+    "float32",
+  ),
+  (
+    (2, 23, 19, 3),
+    (2, 23, 19, 3),
+    (1, 2, 3, 2),
+    (5, 4, 3, 2),
+    (2, 3),
+    "VALID",
+    (2, 1),
+    "NHWC",
+    "float32",
+  ),
+  (
+    (1, 21, 20, 4),
+    (1, 8, 3, 4),
+    None,
+    (3, 5, 2, 6),
+    (3, 2),
+    ((2, 5), (0, 3)),
+    (1, 2),
+    "NCHW",
+    "float64",
+  ),
+  (
+    (3, 17, 16, 2),
+    (2, 5, 16, 1),
+    (1, 4, 4, 3),
+    (9, 9, 2, 3),
+    (1, 1),
+    "SAME",
+    (1, 1),
+    "NHWC",
+    "float16",
+  ),
 ]
 
 
@@ -164,8 +223,14 @@ BACKPROP = [
 def test_backprop_filter_tree_reduction_matches_oracle(rng, case):
   x_shape, x_chunks, dy_chunks, w_shape, strides, pad, dilations, fmt, dtype_name = case
   dtype = np.dtype(dtype_name)
-  ref = Conv(x_shape if fmt == "NHWC" else (x_shape[0], x_shape[3]) + x_shape[1:3],
-             w_shape, strides, pad, dilations, fmt)
+  ref = Conv(
+    x_shape if fmt == "NHWC" else (x_shape[0], x_shape[3]) + x_shape[1:3],
+    w_shape,
+    strides,
+    pad,
+    dilations,
+    fmt,
+  )
   x = rng.standard_normal(x_shape).astype(dtype)
   if fmt == "NCHW":
     x, x_chunks = _nchw(x), _chunks_nchw(x_chunks)
@@ -176,16 +241,30 @@ def test_backprop_filter_tree_reduction_matches_oracle(rng, case):
     dy_arg = da.from_array(dy, chunks=dy_chunks)
   else:
     dy_arg = dy
-  got = ldask.conv2d_backprop_filter(da.from_array(x, chunks=x_chunks), w_shape, dy_arg,
-                                     list(strides), pad_arg, data_format=fmt,
-                                     dilations=list(dilations), algorithm="direct")
+  got = ldask.conv2d_backprop_filter(
+    da.from_array(x, chunks=x_chunks),
+    w_shape,
+    dy_arg,
+    list(strides),
+    pad_arg,
+    data_format=fmt,
+    dilations=list(dilations),
+    algorithm="direct",
+  )
   assert isinstance(got, np.ndarray) and got.dtype == dtype and got.shape == w_shape
   want = ref.backprop_filter(x.astype(np.float64), dy.astype(np.float64))
   magnitude = ref.backprop_filter(np.abs(x.astype(np.float64)), np.abs(dy.astype(np.float64)))
   assert_close(got, want, dtype_name, ref.n * ref.oh * ref.ow, magnitude, "backprop_filter")
-  in_memory = lc.conv2d_backprop_filter(x, w_shape, dy, list(strides), pad_arg,
-                                        data_format=fmt, dilations=list(dilations),
-                                        algorithm="direct").numpy()
+  in_memory = lc.conv2d_backprop_filter(
+    x,
+    w_shape,
+    dy,
+    list(strides),
+    pad_arg,
+    data_format=fmt,
+    dilations=list(dilations),
+    algorithm="direct",
+  ).numpy()
   assert_close(in_memory, want, dtype_name, ref.n * ref.oh * ref.ow, magnitude, "in-memory")
 
 
@@ -193,8 +272,9 @@ def test_backprop_filter_is_a_tree_reduction():
   # 2 x 12 x 10 out_backprop chunks = 240 shares: 30 sums of 8, then 4, then 1.
   x = da.zeros((2, 24, 20, 1), chunks=(1, 2, 2, 1), dtype=np.float32)
   dy = da.zeros((2, 24, 20, 1), chunks=(1, 2, 2, 1), dtype=np.float32)
-  grad = ldask._graph.backprop_filter(x, [3, 3, 1, 1], dy, 1, "SAME", "NHWC", None, "auto",
-                                      None, "g")
+  grad = ldask._graph.backprop_filter(
+    x, [3, 3, 1, 1], dy, 1, "SAME", "NHWC", None, "auto", None, "g"
+  )
   layer = grad.dask.layers[grad.name]
   sums = {}
   for key in layer:
@@ -240,14 +320,16 @@ def test_output_chunks_follow_the_input_chunks_over_the_stride():
 
 # --- memory ------------------------------------------------------------------------------
 
+
 def test_task_memory_formula():
   # An independent count of the largest task: 1 x 40 x 40 x 3 input in 16 x 16 chunks,
   # 7x5 filter dilated 2 (extent 13 x 9), stride 1, SAME: the largest output chunk is
   # 16 x 16 x 4 and reads a (16 + 12) x (16 + 8) x 3 window. The interior one's window lies
   # inside the image: its inputs are its own chunk and halo strips, as large as the window.
   x = da.zeros((1, 40, 40, 3), chunks=(1, 16, 16, 3), dtype=np.float32)
-  m = ldask.task_memory(x, np.ones((7, 5, 3, 4), np.float32), 1, "SAME", dilations=2,
-                        workspace_limit=3 << 20)
+  m = ldask.task_memory(
+    x, np.ones((7, 5, 3, 4), np.float32), 1, "SAME", dilations=2, workspace_limit=3 << 20
+  )
   assert m.window_bytes == 28 * 24 * 3 * 4
   assert m.output_bytes == 16 * 16 * 4 * 4
   assert m.workspace_bytes == 3 << 20
@@ -298,21 +380,24 @@ def test_task_peak_memory_within_formula():
 
 def test_window_buffer_is_reused_only_when_free(rng):
   from tf_largeconv.dask import _tasks
+
   chunk = rng.random((1, 6, 7, 2), dtype=np.float32)
-  window = _tasks.Window((1, 8, 7, 2), [((slice(None),) * 4,
-                                         (slice(None), slice(1, 7), slice(None), slice(None)))],
-                         [slice(0, 1), slice(1, 7), slice(0, 7), slice(0, 2)])
+  window = _tasks.Window(
+    (1, 8, 7, 2),
+    [((slice(None),) * 4, (slice(None), slice(1, 7), slice(None), slice(None)))],
+    [slice(0, 1), slice(1, 7), slice(0, 7), slice(0, 2)],
+  )
   a = window.assemble([chunk], np.float32)
   want = np.pad(chunk, ((0, 0), (1, 1), (0, 0), (0, 0)))
   np.testing.assert_array_equal(a, want)
   address = a.ctypes.data
   assert address % 64 == 0
-  assert np.shares_memory(a, _tasks._thread_buffers.raw)   # the thread's buffer
+  assert np.shares_memory(a, _tasks._thread_buffers.raw)  # the thread's buffer
   del a
-  b = window.assemble([chunk * 2], np.float32)       # nothing refers to the first: reused
+  b = window.assemble([chunk * 2], np.float32)  # nothing refers to the first: reused
   assert b.ctypes.data == address and np.shares_memory(b, _tasks._thread_buffers.raw)
   np.testing.assert_array_equal(b, 2 * want)
-  held = _tasks.as_tensor(b)                         # a tensor sharing the buffer is alive
+  held = _tasks.as_tensor(b)  # a tensor sharing the buffer is alive
   del b
   c = window.assemble([chunk * 3], np.float32)
   assert c.ctypes.data != address
@@ -322,11 +407,12 @@ def test_window_buffer_is_reused_only_when_free(rng):
 
 def test_output_chunks_share_the_ops_memory(rng):
   from tf_largeconv.dask import _tasks
+
   t = tf.constant(rng.random((1, 5, 4, 3), dtype=np.float32))
   a = _tasks.as_array(t)
   assert a.ctypes.data == np.from_dlpack(t).ctypes.data and not a.flags.writeable
   np.testing.assert_array_equal(a, t.numpy())
-  b = tf.constant(rng.random((1, 5, 4, 3)), dtype=tf.bfloat16)   # no DLPack in numpy
+  b = tf.constant(rng.random((1, 5, 4, 3)), dtype=tf.bfloat16)  # no DLPack in numpy
   np.testing.assert_array_equal(_tasks.as_array(b), b.numpy())
   # What compute() returns is writeable all the same (dask assembles the chunks).
   x = da.from_array(rng.random((1, 9, 8, 2), dtype=np.float32), chunks=(1, 9, 8, 2))
@@ -335,6 +421,7 @@ def test_output_chunks_share_the_ops_memory(rng):
 
 
 # --- dask.distributed --------------------------------------------------------------------
+
 
 def _threads(client):
   return client.run(tf.config.threading.get_intra_op_parallelism_threads)
@@ -347,26 +434,40 @@ def test_local_cluster_two_worker_processes(rng):
   dy = rng.standard_normal((2, 30, 17, 4)).astype(np.float32)
   xd = da.from_array(x, chunks=(1, 16, 16, 3))
   start = time.monotonic()
-  with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                memory_limit="1GiB", host="127.0.0.1",
-                                dashboard_address=None) as cluster, \
-      distributed.Client(cluster, timeout=CLUSTER_TIMEOUT) as client:
+  with (
+    distributed.LocalCluster(
+      n_workers=2,
+      threads_per_worker=1,
+      processes=True,
+      memory_limit="1GiB",
+      host="127.0.0.1",
+      dashboard_address=None,
+    ) as cluster,
+    distributed.Client(cluster, timeout=CLUSTER_TIMEOUT) as client,
+  ):
     y = ldask.conv2d(xd, w, [2, 3], "SAME", algorithm="direct")
     dw = ldask.depthwise_conv2d(xd, f, 1, "VALID", algorithm="direct")
     got_y, got_dw = client.compute([y, dw], sync=True)
-    grad = ldask.conv2d_backprop_filter(xd, w.shape, da.from_array(dy, chunks=(1, 8, 8, 4)),
-                                        [2, 3], "SAME", algorithm="direct")
+    grad = ldask.conv2d_backprop_filter(
+      xd, w.shape, da.from_array(dy, chunks=(1, 8, 8, 4)), [2, 3], "SAME", algorithm="direct"
+    )
     # every task ran on the workers, each with TF's intra-op pool set to its one thread
     assert _threads(client) == {a: 1 for a in client.scheduler_info()["workers"]}
     assert len(client.scheduler_info()["workers"]) == 2
   assert time.monotonic() - start < CLUSTER_TIMEOUT
-  np.testing.assert_array_equal(got_y, lc.conv2d(x, w, [2, 3], "SAME",
-                                                 algorithm="direct").numpy())
-  np.testing.assert_array_equal(got_dw, lc.depthwise_conv2d(x, f, [1, 1, 1, 1], "VALID",
-                                                            algorithm="direct").numpy())
+  np.testing.assert_array_equal(got_y, lc.conv2d(x, w, [2, 3], "SAME", algorithm="direct").numpy())
+  np.testing.assert_array_equal(
+    got_dw, lc.depthwise_conv2d(x, f, [1, 1, 1, 1], "VALID", algorithm="direct").numpy()
+  )
   ref = Conv(x.shape, w.shape, (2, 3), "SAME")
-  assert_close(grad, ref.backprop_filter(x, dy), "float32", ref.n * ref.oh * ref.ow,
-               ref.backprop_filter(np.abs(x), np.abs(dy)), "backprop_filter")
+  assert_close(
+    grad,
+    ref.backprop_filter(x, dy),
+    "float32",
+    ref.n * ref.oh * ref.ow,
+    ref.backprop_filter(np.abs(x), np.abs(dy)),
+    "backprop_filter",
+  )
 
 
 @pytest.fixture
@@ -377,9 +478,14 @@ def scheduler_and_worker(tmp_path):
   env = subproc.child_env()
   procs = []
   try:
-    procs.append(subproc.start(
+    procs.append(
+      subproc.start(
         f"-m distributed.cli.dask_scheduler --host 127.0.0.1 --port 0 --no-dashboard "
-        f"--scheduler-file {scheduler_file}", env=env, cwd=tmp_path))
+        f"--scheduler-file {scheduler_file}",
+        env=env,
+        cwd=tmp_path,
+      )
+    )
     deadline = time.monotonic() + CLUSTER_TIMEOUT
     while not scheduler_file.exists():
       assert procs[0].poll() is None, subproc.describe(procs[0], *procs[0].communicate())
@@ -388,9 +494,14 @@ def scheduler_and_worker(tmp_path):
     time.sleep(0.2)  # the file is written in one go, but let it close
     address = json.loads(scheduler_file.read_text())["address"]
     assert address.startswith("tcp://127.0.0.1:")
-    procs.append(subproc.start(
+    procs.append(
+      subproc.start(
         f"-m distributed.cli.dask_worker {address} --nthreads 2 --nworkers 1 "
-        f"--memory-limit 1GiB --host 127.0.0.1 --no-dashboard", env=env, cwd=tmp_path))
+        f"--memory-limit 1GiB --host 127.0.0.1 --no-dashboard",
+        env=env,
+        cwd=tmp_path,
+      )
+    )
     yield address
   finally:
     for p in reversed(procs):  # the worker first; SIGTERM lets its nanny stop its process
@@ -413,23 +524,41 @@ def test_scheduler_and_worker_processes(rng, tmp_path, scheduler_and_worker):
   w = rng.standard_normal((11, 11, 2, 3)).astype(np.float32)
   with distributed.Client(scheduler_and_worker, timeout=CLUSTER_TIMEOUT) as client:
     client.wait_for_workers(1, timeout=CLUSTER_TIMEOUT)
-    y = ldask.conv2d(da.from_array(x, chunks=(1, 8, 20, 1)), w, 1,
-                     [[0, 0], [3, 7], [5, 0], [0, 0]], dilations=2, algorithm="direct")
+    y = ldask.conv2d(
+      da.from_array(x, chunks=(1, 8, 20, 1)),
+      w,
+      1,
+      [[0, 0], [3, 7], [5, 0], [0, 0]],
+      dilations=2,
+      algorithm="direct",
+    )
     got = client.compute(y, sync=True)
     assert list(_threads(client).values()) == [2]
-  want = lc.conv2d(x, w, 1, [[0, 0], [3, 7], [5, 0], [0, 0]], dilations=2,
-                   algorithm="direct").numpy()
+  want = lc.conv2d(
+    x, w, 1, [[0, 0], [3, 7], [5, 0], [0, 0]], dilations=2, algorithm="direct"
+  ).numpy()
   np.testing.assert_array_equal(got, want)
   # The command line on the same cluster (distributed's progress bar path).
   slide = _small_tiff(tmp_path / "slide.tif", rng)
   f = rng.standard_normal((9, 9)).astype(np.float32)
   np.save(tmp_path / "f.npy", f)
-  subproc.run("-m tf_largeconv.dask", tmp_path / "slide.tif", tmp_path / "out.zarr",
-              "--filter", tmp_path / "f.npy", "--chunk", 40, "--scheduler",
-              scheduler_and_worker, timeout=CLUSTER_TIMEOUT, cwd=tmp_path)
+  subproc.run(
+    "-m tf_largeconv.dask",
+    tmp_path / "slide.tif",
+    tmp_path / "out.zarr",
+    "--filter",
+    tmp_path / "f.npy",
+    "--chunk",
+    40,
+    "--scheduler",
+    scheduler_and_worker,
+    timeout=CLUSTER_TIMEOUT,
+    cwd=tmp_path,
+  )
   out = zarr.open(str(tmp_path / "out.zarr"), mode="r")[:]
-  want = lc.depthwise_conv2d(slide[None].astype(np.float32),
-                             np.repeat(f[:, :, None, None], 3, axis=2), 1, "SAME").numpy()[0]
+  want = lc.depthwise_conv2d(
+    slide[None].astype(np.float32), np.repeat(f[:, :, None, None], 3, axis=2), 1, "SAME"
+  ).numpy()[0]
   np.testing.assert_allclose(out, want, rtol=0, atol=1e-5 * np.abs(want).max())
 
 
@@ -443,17 +572,18 @@ SLIDE_SHAPE, SLIDE_CHUNKS, WORKER_LIMIT = (168 * 1024, 4096), (1024, 4096), 10 *
 
 def _slide_chunk(block_info=None):
   info = block_info[None]
-  return np.random.default_rng(info["chunk-location"]).random(info["chunk-shape"],
-                                                             dtype=np.float32)
+  return np.random.default_rng(info["chunk-location"]).random(info["chunk-shape"], dtype=np.float32)
 
 
 def _worker_report(dask_worker):
   """What distributed itself records on a worker: its memory_limit, its peak process
   memory (the system monitor's samples), how often it spilled to disk, its process id."""
-  return dict(limit=dask_worker.memory_manager.memory_limit,
-              peak=max(dask_worker.monitor.quantities["memory"]),
-              spilled=dask_worker.data.cumulative_metrics.get(("disk-write", "count"), 0),
-              pid=os.getpid())
+  return dict(
+    limit=dask_worker.memory_manager.memory_limit,
+    peak=max(dask_worker.monitor.quantities["memory"]),
+    spilled=dask_worker.data.cumulative_metrics.get(("disk-write", "count"), 0),
+    pid=os.getpid(),
+  )
 
 
 def test_slide_larger_than_cluster_memory(tmp_path):
@@ -463,18 +593,24 @@ def test_slide_larger_than_cluster_memory(tmp_path):
   source = da.map_blocks(_slide_chunk, chunks=grid, dtype=np.float32)
   with dask.config.set(scheduler="threads", num_workers=2):
     source.to_zarr(slide_path, compressors=None)
-  on_disk = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(slide_path)
-                for f in fs)
+  on_disk = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(slide_path) for f in fs)
   assert on_disk > 2 * WORKER_LIMIT
   w = np.random.default_rng(1).standard_normal((15, 15, 1, 1)).astype(np.float32)
   start = time.monotonic()
   # distributed's default memory policy (spill from 70% of the limit, pause at 80%); the
   # system monitor samples every 50 ms instead of 500 ms.
-  with dask.config.set({"distributed.admin.system-monitor.interval": "50ms"}), \
-      distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                               memory_limit=WORKER_LIMIT, host="127.0.0.1",
-                               dashboard_address=None) as cluster, \
-      distributed.Client(cluster, timeout=CLUSTER_TIMEOUT) as client:
+  with (
+    dask.config.set({"distributed.admin.system-monitor.interval": "50ms"}),
+    distributed.LocalCluster(
+      n_workers=2,
+      threads_per_worker=1,
+      processes=True,
+      memory_limit=WORKER_LIMIT,
+      host="127.0.0.1",
+      dashboard_address=None,
+    ) as cluster,
+    distributed.Client(cluster, timeout=CLUSTER_TIMEOUT) as client,
+  ):
     before = client.run(_worker_report)
     x = da.from_zarr(slide_path)[None, :, :, None]
     y = ldask.conv2d(x, w, 2, "SAME", workspace_limit=16 << 20)
@@ -487,8 +623,10 @@ def test_slide_larger_than_cluster_memory(tmp_path):
     assert r["limit"] == WORKER_LIMIT
     assert r["peak"] < r["limit"], (address, r)
     assert r["spilled"] == 0, (address, r)
-  print(f"slide {on_disk / 2**30:.2f} GiB; {elapsed:.1f} s; worker peaks "
-        f"{[round(r['peak'] / 2**20) for r in after.values()]} MiB")
+  print(
+    f"slide {on_disk / 2**30:.2f} GiB; {elapsed:.1f} s; worker peaks "
+    f"{[round(r['peak'] / 2**20) for r in after.values()]} MiB"
+  )
   # The output, checked in three bands (the top edge with its padding, the middle across
   # a chunk edge, the bottom edge) against tf.nn.conv2d on the zero-padded input rows.
   out = zarr.open(out_path, mode="r")
@@ -498,10 +636,11 @@ def test_slide_larger_than_cluster_memory(tmp_path):
   for r0, r1 in ((0, 300), (ref.oh // 2 - 150, ref.oh // 2 + 150), (ref.oh - 300, ref.oh)):
     a, b = 2 * r0 - ref.pt, 2 * (r1 - 1) - ref.pt + 15
     band = np.zeros((b - a, cols + ref.pl + ref.pr), np.float32)
-    band[max(-a, 0):min(b, rows) - a, ref.pl:ref.pl + cols] = source[max(a, 0):min(b, rows)]
+    band[max(-a, 0) : min(b, rows) - a, ref.pl : ref.pl + cols] = source[max(a, 0) : min(b, rows)]
     want = tf.nn.conv2d(band[None, :, :, None], w, 2, "VALID").numpy()[0, :, :, 0]
-    magnitude = tf.nn.conv2d(np.abs(band)[None, :, :, None], np.abs(w), 2,
-                             "VALID").numpy()[0, :, :, 0]
+    magnitude = tf.nn.conv2d(np.abs(band)[None, :, :, None], np.abs(w), 2, "VALID").numpy()[
+      0, :, :, 0
+    ]
     got = out[r0:r1]
     assert got.shape == want.shape
     assert (np.abs(got - want) <= 1e-5 * magnitude).all(), (r0, r1)
@@ -509,9 +648,11 @@ def test_slide_larger_than_cluster_memory(tmp_path):
 
 # --- command line ------------------------------------------------------------------------
 
+
 def _cli(capsys, *argv):
   """Runs the command line's main() in this process: (exit code, stdout, stderr)."""
   from tf_largeconv.dask import __main__ as cli
+
   try:
     code = cli.main([str(a) for a in argv])
   except SystemExit as e:
@@ -523,8 +664,19 @@ def _cli(capsys, *argv):
 def test_cli_help_explains_shapes(capsys):
   code, text, _ = _cli(capsys, "--help")
   assert code == 0
-  for phrase in ("H x W", "H x W x C", "h x w x C x OUT", "--padding", "--strides",
-                 "--scheduler", "--chunk", "NHWC", "zarr", "TIFF", ".npy"):
+  for phrase in (
+    "H x W",
+    "H x W x C",
+    "h x w x C x OUT",
+    "--padding",
+    "--strides",
+    "--scheduler",
+    "--chunk",
+    "NHWC",
+    "zarr",
+    "TIFF",
+    ".npy",
+  ):
     assert phrase in text, phrase
 
 
@@ -532,9 +684,21 @@ def test_cli_tiff_end_to_end(rng, tmp_path):
   slide = _small_tiff(tmp_path / "slide.tif", rng, (170, 140, 3))
   w = rng.standard_normal((15, 15, 3, 2)).astype(np.float32)
   np.save(tmp_path / "w.npy", w)
-  out = subproc.run("-m tf_largeconv.dask", tmp_path / "slide.tif", tmp_path / "out.zarr",
-                    "--filter", tmp_path / "w.npy", "--padding", "valid", "--strides", 2,
-                    "--chunk", 45, timeout=300, cwd=tmp_path)
+  out = subproc.run(
+    "-m tf_largeconv.dask",
+    tmp_path / "slide.tif",
+    tmp_path / "out.zarr",
+    "--filter",
+    tmp_path / "w.npy",
+    "--padding",
+    "valid",
+    "--strides",
+    2,
+    "--chunk",
+    45,
+    timeout=300,
+    cwd=tmp_path,
+  )
   assert "memory per task" in out.stdout and "100%" in out.stdout, out.stdout
   assert "irregular chunk sizes" not in out.stderr, out.stderr  # to_zarr had to rechunk
   z = zarr.open(str(tmp_path / "out.zarr"), mode="r")
@@ -546,8 +710,17 @@ def test_cli_tiff_end_to_end(rng, tmp_path):
   gray = rng.standard_normal((64, 50)).astype(np.float32)
   np.save(tmp_path / "gray.npy", gray)
   np.save(tmp_path / "f.npy", w[:, :, 0, 0])
-  subproc.run("-m tf_largeconv.dask", tmp_path / "gray.npy", tmp_path / "gray.zarr",
-              "--filter", tmp_path / "f.npy", "--chunk", 16, timeout=300, cwd=tmp_path)
+  subproc.run(
+    "-m tf_largeconv.dask",
+    tmp_path / "gray.npy",
+    tmp_path / "gray.zarr",
+    "--filter",
+    tmp_path / "f.npy",
+    "--chunk",
+    16,
+    timeout=300,
+    cwd=tmp_path,
+  )
   got = zarr.open(str(tmp_path / "gray.zarr"), mode="r")[:]
   want = lc.conv2d(gray[None, :, :, None], w[:, :, :1, :1], 1, "SAME").numpy()[0, :, :, 0]
   np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * np.abs(want).max())
@@ -568,8 +741,17 @@ def test_cli_bad_input(rng, tmp_path, capsys):
   assert code == 2 and "--strides" in err, err
   # nothing listens on this port: a clear error within the --timeout, no output written
   start = time.monotonic()
-  code, _, err = _cli(capsys, slide, out, "--filter", tmp_path / "f.npy", "--scheduler",
-                      "tcp://127.0.0.1:9", "--timeout", 2)
+  code, _, err = _cli(
+    capsys,
+    slide,
+    out,
+    "--filter",
+    tmp_path / "f.npy",
+    "--scheduler",
+    "tcp://127.0.0.1:9",
+    "--timeout",
+    2,
+  )
   assert time.monotonic() - start < 30
   message = str(code) + err
   assert "could not reach a dask scheduler" in message, message
@@ -578,6 +760,7 @@ def test_cli_bad_input(rng, tmp_path, capsys):
 
 
 # --- inputs from disk --------------------------------------------------------------------
+
 
 def test_open_slide_zarr_tiff_and_memmap(rng, tmp_path):
   slide = rng.standard_normal((90, 70, 2)).astype(np.float32)
@@ -605,12 +788,14 @@ def test_open_slide_zarr_tiff_and_memmap(rng, tmp_path):
 
 # --- bad input ---------------------------------------------------------------------------
 
+
 def _untouchable(shape, chunks):
   """A dask array whose chunks fail if computed: errors must come before any task runs."""
+
   def boom(block_info=None):
     raise AssertionError("a task ran before the arguments were checked")
-  return da.map_blocks(boom, chunks=chunks, dtype=np.float32, meta=np.empty((0,) * 4,
-                                                                             np.float32))
+
+  return da.map_blocks(boom, chunks=chunks, dtype=np.float32, meta=np.empty((0,) * 4, np.float32))
 
 
 def test_bad_input_raises_before_any_task():
@@ -643,21 +828,21 @@ def test_bad_input_raises_before_any_task():
   with pytest.raises(ValueError, match="unknown chunk sizes"):
     ldask.conv2d(x[x[:, 0, 0, 0] > 0], good, 1, "SAME")
   with pytest.raises(ValueError, match="out_backprop must have the convolution's output"):
-    ldask.conv2d_backprop_filter(x, [3, 3, 3, 2], np.ones((1, 20, 19, 2), np.float32), 1,
-                                 "SAME")
+    ldask.conv2d_backprop_filter(x, [3, 3, 3, 2], np.ones((1, 20, 19, 2), np.float32), 1, "SAME")
   with pytest.raises(ValueError, match="filter_sizes"):
-    ldask.conv2d_backprop_filter(x, [3, 3, 3], np.ones((1, 20, 20, 2), np.float32), 1,
-                                 "SAME")
+    ldask.conv2d_backprop_filter(x, [3, 3, 3], np.ones((1, 20, 20, 2), np.float32), 1, "SAME")
   # and nothing was computed: the same arguments with a good filter build a graph fine
   assert ldask.conv2d(x, good, 1, "SAME").shape == (1, 20, 20, 2)
 
 
 def test_import_tf_largeconv_does_not_import_dask():
-  code = ("import sys, tf_largeconv\n"
-          "bad = sorted(m for m in sys.modules if m.split('.')[0] in "
-          "('dask', 'distributed', 'zarr', 'tifffile'))\n"
-          "print(bad)\n"
-          "import tf_largeconv.dask\n"
-          "print('dask' in sys.modules)\n")
+  code = (
+    "import sys, tf_largeconv\n"
+    "bad = sorted(m for m in sys.modules if m.split('.')[0] in "
+    "('dask', 'distributed', 'zarr', 'tifffile'))\n"
+    "print(bad)\n"
+    "import tf_largeconv.dask\n"
+    "print('dask' in sys.modules)\n"
+  )
   out = subproc.run(code, timeout=120)
   assert out.stdout.split() == ["[]", "True"], out.stdout

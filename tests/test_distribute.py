@@ -75,19 +75,30 @@ def _load(folder, name):
 def _assert_matches_single_device(folder, distributed="dist"):
   """Distributed weights equal single-device ones; the convolution kernels trained."""
   init, dist, ref = (_load(folder, n) for n in ("init", distributed, "ref"))
-  assert sorted(dist) == sorted(ref) == sorted(init) == [
-      "Dense.bias", "Dense.kernel", "LargeConv2D.bias", "LargeConv2D.kernel",
-      "LargeDepthwiseConv2D.bias", "LargeDepthwiseConv2D.kernel"]
+  assert (
+    sorted(dist)
+    == sorted(ref)
+    == sorted(init)
+    == [
+      "Dense.bias",
+      "Dense.kernel",
+      "LargeConv2D.bias",
+      "LargeConv2D.kernel",
+      "LargeDepthwiseConv2D.bias",
+      "LargeDepthwiseConv2D.kernel",
+    ]
+  )
   for k in ref:
-    np.testing.assert_allclose(dist[k], ref[k], rtol=RTOL, atol=ATOL, equal_nan=False,
-                               err_msg=k)
+    np.testing.assert_allclose(dist[k], ref[k], rtol=RTOL, atol=ATOL, equal_nan=False, err_msg=k)
   for k in ("LargeConv2D.kernel", "LargeDepthwiseConv2D.kernel"):
     moved = np.abs(dist[k] - init[k]).max()
     assert moved > MIN_MOVE, f"{k} moved by only {moved} in training"
 
 
 def test_mirrored_strategy_on_two_logical_cpus(tmp_path):
-  out = subproc.run(TRAIN + """
+  out = subproc.run(
+    TRAIN
+    + """
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
@@ -110,7 +121,10 @@ ref.set_weights(init)
 ref.fit(x, y, **fit)
 save("ref", weights(ref))
 print("ok")
-""", tmp_path, timeout=240)
+""",
+    tmp_path,
+    timeout=240,
+  )
   assert out.stdout.startswith("ok")
   _assert_matches_single_device(tmp_path)
 
@@ -152,7 +166,9 @@ def _wait_workers(procs, timeout):
   return results
 
 
-WORKER = TRAIN + """
+WORKER = (
+  TRAIN
+  + """
 index = int(sys.argv[2])
 strategy = tf.distribute.MultiWorkerMirroredStrategy()
 assert strategy.num_replicas_in_sync == 2
@@ -199,13 +215,23 @@ if index == 0:
   save("ref", weights(ref))
 print("ok")
 """
+)
 
 
 def test_multi_worker_mirrored_strategy_two_local_workers(tmp_path):
   ports = _free_ports(2)
   cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
-  procs = [subproc.start(WORKER, tmp_path, index, env=subproc.child_env(TF_CONFIG=json.dumps(
-      {"cluster": cluster, "task": {"type": "worker", "index": index}}))) for index in range(2)]
+  procs = [
+    subproc.start(
+      WORKER,
+      tmp_path,
+      index,
+      env=subproc.child_env(
+        TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
+      ),
+    )
+    for index in range(2)
+  ]
   outs = _wait_workers(procs, timeout=240)
   assert all(o.startswith("ok") for o in outs)
   w0, w1 = (_load(tmp_path, f"dist{i}") for i in range(2))

@@ -46,8 +46,7 @@ def _mixed_model(large):
   depthwise = LargeDepthwiseConv2D if large else keras.layers.DepthwiseConv2D
   inp = keras.Input((H, W, C))
   x = conv(4, 17, padding="same", bias_initializer="random_normal")(inp)
-  x = depthwise(15, depth_multiplier=2, activation="relu",
-                bias_initializer="random_normal")(x)
+  x = depthwise(15, depth_multiplier=2, activation="relu", bias_initializer="random_normal")(x)
   x = keras.layers.Conv2D(3, 3)(x)
   return keras.Model(inp, keras.layers.Dense(2)(x))
 
@@ -56,8 +55,7 @@ def _large_op_types(path):
   """The LargeConv op types in the exported graph (functions included), loaded here where
   the op library is registered."""
   graph = tf.saved_model.load(path).signatures["serving_default"].graph
-  return sorted(t for t in _export.op_types(graph.as_graph_def())
-                if t.startswith("LargeConv"))
+  return sorted(t for t in _export.op_types(graph.as_graph_def()) if t.startswith("LargeConv"))
 
 
 def _check_child(path, x, want, tmp_path):
@@ -73,8 +71,7 @@ def _check_child(path, x, want, tmp_path):
 def test_export_loads_without_package_and_matches(rng, tmp_path):
   model = _mixed_model(large=True)
   twin = _mixed_model(large=False)
-  model.set_weights([rng.standard_normal(w.shape).astype(np.float32)
-                     for w in model.get_weights()])
+  model.set_weights([rng.standard_normal(w.shape).astype(np.float32) for w in model.get_weights()])
   twin.set_weights(model.get_weights())
   x = rng.standard_normal((3, H, W, C)).astype(np.float32)
   want = twin(x).numpy()  # stock tf.nn convolutions
@@ -92,9 +89,13 @@ def test_export_loads_without_package_and_matches(rng, tmp_path):
 
 def test_export_of_op_only_algorithms_holds_no_op(rng, tmp_path):
   # 'direct' layers need the op everywhere else; the export still has none.
-  model = keras.Sequential([keras.Input((H, W, C)),
-                            LargeConv2D(2, 21, padding="same", algorithm="direct"),
-                            LargeDepthwiseConv2D(9, algorithm="fft")])
+  model = keras.Sequential(
+    [
+      keras.Input((H, W, C)),
+      LargeConv2D(2, 21, padding="same", algorithm="direct"),
+      LargeDepthwiseConv2D(9, algorithm="fft"),
+    ]
+  )
   path = str(tmp_path / "sm")
   export_portable(model, path)
   assert _large_op_types(path) == []
@@ -153,7 +154,8 @@ def test_export_argument_errors(tmp_path):
 
 def test_tf_keras_export_loads_without_package(tmp_path):
   # The same export for a tf_keras model; oracle: tf_keras.layers.Conv2D with its weights.
-  subproc.run("""
+  subproc.run(
+    """
       import sys
       import numpy as np
       import tensorflow as tf
@@ -170,8 +172,13 @@ def test_tf_keras_export_loads_without_package(tmp_path):
       np.save(sys.argv[2], ref(x).numpy())
       np.save(sys.argv[3], x)
       export_portable(model, sys.argv[1])
-      """, tmp_path / "sm", tmp_path / "want.npy", tmp_path / "x.npy", timeout=240,
-              env=subproc.child_env(TF_USE_LEGACY_KERAS=1))
+      """,
+    tmp_path / "sm",
+    tmp_path / "want.npy",
+    tmp_path / "x.npy",
+    timeout=240,
+    env=subproc.child_env(TF_USE_LEGACY_KERAS=1),
+  )
   want = np.load(tmp_path / "want.npy")
   assert _large_op_types(str(tmp_path / "sm")) == []
   _check_child(str(tmp_path / "sm"), np.load(tmp_path / "x.npy"), want, tmp_path)
@@ -180,8 +187,10 @@ def test_tf_keras_export_loads_without_package(tmp_path):
 def _tflite_converter(path, select):
   converter = tf.lite.TFLiteConverter.from_saved_model(path)
   if select:
-    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS,
-                                           tf.lite.OpsSet.SELECT_TF_OPS]
+    converter.target_spec.supported_ops = [
+      tf.lite.OpsSet.TFLITE_BUILTINS,
+      tf.lite.OpsSet.SELECT_TF_OPS,
+    ]
   return converter
 
 
@@ -216,10 +225,13 @@ def test_tflite_interpreter_has_no_flex_delegate(tmp_path):
   # The reason the Select-ops conversion cannot run here, shown on one stock TF op
   # (tf.math.conj of a complex tensor is a Select op).
   module = tf.Module()
-  module.f = tf.function(lambda x: tf.math.real(tf.math.conj(tf.complex(x, x))),
-                         input_signature=[tf.TensorSpec([4], tf.float32)])
-  tf.saved_model.save(module, str(tmp_path / "conj"),
-                      signatures={"serving_default": module.f.get_concrete_function()})
+  module.f = tf.function(
+    lambda x: tf.math.real(tf.math.conj(tf.complex(x, x))),
+    input_signature=[tf.TensorSpec([4], tf.float32)],
+  )
+  tf.saved_model.save(
+    module, str(tmp_path / "conj"), signatures={"serving_default": module.f.get_concrete_function()}
+  )
   flat = _tflite_converter(str(tmp_path / "conj"), select=True).convert()
   interpreter = tf.lite.Interpreter(model_content=flat)
   with pytest.raises(RuntimeError, match="not supported by this interpreter.*FlexComplex"):
@@ -229,11 +241,10 @@ def test_tflite_interpreter_has_no_flex_delegate(tmp_path):
 def test_export_of_folded_block(rng, tmp_path):
   # FoldedBlock's 'auto' calls the op library itself; under the export it goes portable.
   # Oracle: the block (stock Keras layers) it folds.
-  block = keras.Sequential([keras.Input((20, 20, 2)),
-                            keras.layers.Conv2D(3, 7),
-                            keras.layers.Conv2D(3, 9)])
-  block.set_weights([rng.standard_normal(w.shape).astype(np.float32)
-                     for w in block.get_weights()])
+  block = keras.Sequential(
+    [keras.Input((20, 20, 2)), keras.layers.Conv2D(3, 7), keras.layers.Conv2D(3, 9)]
+  )
+  block.set_weights([rng.standard_normal(w.shape).astype(np.float32) for w in block.get_weights()])
   model = keras.Sequential([keras.Input((20, 20, 2)), FoldedBlock(block)])
   path = export_portable(model, str(tmp_path / "sm"))
   assert _large_op_types(path) == []
@@ -255,8 +266,13 @@ def test_export_of_two_input_model(rng, tmp_path):
   xa = rng.standard_normal((2, 20, 20, 1)).astype(np.float32)
   xb = rng.standard_normal((2, 20, 20, 2)).astype(np.float32)
   (ka,), (kb,) = model.layers[2].get_weights(), model.layers[3].get_weights()
-  want = np.concatenate([tf.nn.conv2d(xa, ka, 1, "SAME").numpy(),
-                         tf.nn.depthwise_conv2d(xb, kb, [1, 1, 1, 1], "SAME").numpy()], -1)
+  want = np.concatenate(
+    [
+      tf.nn.conv2d(xa, ka, 1, "SAME").numpy(),
+      tf.nn.depthwise_conv2d(xb, kb, [1, 1, 1, 1], "SAME").numpy(),
+    ],
+    -1,
+  )
   loaded = tf.saved_model.load(path)
   got = loaded.serve(xa, xb).numpy()
   np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * np.abs(want).max())

@@ -101,10 +101,13 @@ def _broken_copy(tmp_path, breakage):
   return str(tmp_path)
 
 
-@pytest.mark.parametrize("breakage,reason", [
+@pytest.mark.parametrize(
+  "breakage,reason",
+  [
     ("stale", r"built against TensorFlow 1\.0\.0"),
     ("not_a_library", r"could not load .*_large_conv_ops"),
-])
+  ],
+)
 def test_ops_run_the_portable_path_when_the_library_cannot_load(tmp_path, breakage, reason):
   parent = _broken_copy(tmp_path, breakage)
   env = subproc.child_env()

@@ -33,8 +33,9 @@ from tf_largeconv.keras import reparameterize
 L = keras.layers
 F64 = "float64"
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "25"))
-SETTINGS = settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
-                    suppress_health_check=list(HealthCheck))
+SETTINGS = settings(
+  max_examples=EXAMPLES, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck)
+)
 # float64 folds: a few hundred roundings of O(1) terms, FFT included, stay far below this.
 EXACT = 1e-9
 # float32 against Keras's own float32 layers: the op's FFT rounding (tests/test_keras.py).
@@ -64,8 +65,9 @@ def randomize(model, rng):
 def assert_close(got, want, rtol, err_msg=""):
   got, want = np.asarray(got), np.asarray(want)
   assert got.shape == want.shape, (got.shape, want.shape, err_msg)
-  np.testing.assert_allclose(got, want, rtol=0, atol=rtol * max(np.abs(want).max(), 1.0),
-                             err_msg=err_msg)
+  np.testing.assert_allclose(
+    got, want, rtol=0, atol=rtol * max(np.abs(want).max(), 1.0), err_msg=err_msg
+  )
 
 
 def gradients(fn, x, variables, dy):
@@ -113,8 +115,10 @@ def test_folded_block_trains_like_the_block(rng):
   randomize(ours, rng)
   theirs.set_weights(ours.get_weights())
   before = ours.get_weights()
-  models = (keras.Sequential([keras.Input((16, 16, 3)), FoldedBlock(ours)]),
-            keras.Sequential([keras.Input((16, 16, 3)), theirs]))
+  models = (
+    keras.Sequential([keras.Input((16, 16, 3)), FoldedBlock(ours)]),
+    keras.Sequential([keras.Input((16, 16, 3)), theirs]),
+  )
   for m in models:
     m.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")
     m.fit(x, t, batch_size=2, epochs=2, shuffle=False, verbose=0)
@@ -134,8 +138,10 @@ def test_folded_block_trains_under_jit_compile_like_the_block(rng):
   folded = FoldedBlock(ours)
   assert folded.supports_jit
   assert not FoldedBlock(founding_block(7, size=16), algorithm="fft").supports_jit
-  models = (keras.Sequential([keras.Input((16, 16, 3)), folded]),
-            keras.Sequential([keras.Input((16, 16, 3)), theirs]))
+  models = (
+    keras.Sequential([keras.Input((16, 16, 3)), folded]),
+    keras.Sequential([keras.Input((16, 16, 3)), theirs]),
+  )
   for m in models:
     m.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse", jit_compile=True)
     m.fit(x, t, batch_size=2, epochs=2, shuffle=False, verbose=0)
@@ -148,20 +154,33 @@ def test_folded_block_trains_under_jit_compile_like_the_block(rng):
 # The kernel algebra
 # ---------------------------------------------------------------------------------------
 
+
 def _dense(kernel, groups):
   """A grouped kernel [h, w, C0/g, C] as the dense [h, w, C0, C] block-diagonal one."""
   h, w, n, c = kernel.shape
   out = np.zeros((h, w, n * groups, c))
   for g in range(groups):
-    out[:, :, g * n:(g + 1) * n, g * (c // groups):(g + 1) * (c // groups)] = \
-        kernel[:, :, :, g * (c // groups):(g + 1) * (c // groups)]
+    out[:, :, g * n : (g + 1) * n, g * (c // groups) : (g + 1) * (c // groups)] = kernel[
+      :, :, :, g * (c // groups) : (g + 1) * (c // groups)
+    ]
   return out
 
 
-@pytest.mark.parametrize("ga,gb,ka,kb", [(1, 1, 3, 2), (2, 3, 2, 3), (2, 3, 1, 3),
-                                         (2, 3, 3, 1), (4, 6, 2, 2), (12, 1, 1, 4),
-                                         (1, 12, 3, 1), (12, 12, 2, 3), (6, 4, 1, 1),
-                                         (3, 12, 4, 2)])
+@pytest.mark.parametrize(
+  "ga,gb,ka,kb",
+  [
+    (1, 1, 3, 2),
+    (2, 3, 2, 3),
+    (2, 3, 1, 3),
+    (2, 3, 3, 1),
+    (4, 6, 2, 2),
+    (12, 1, 1, 4),
+    (1, 12, 3, 1),
+    (12, 12, 2, 3),
+    (6, 4, 1, 1),
+    (3, 12, 4, 2),
+  ],
+)
 def test_composed_kernels_equal_the_dense_composition(rng, ga, gb, ka, kb):
   c0, c, c2 = 12, 12, 24
   a = rng.standard_normal((ka, ka + 1, c0 // ga, c))
@@ -197,46 +216,92 @@ def _dw(*args, **kwargs):
 
 # Every supported layer and setting once, biases on: (id, block builder, folded type).
 SETTINGS_TABLE = [
-    ("even kernel same", lambda: _one(_conv(3, (2, 4), padding="same")), LargeConv2D),
-    ("dilated same", lambda: _one(_conv(3, 3, padding="same", dilation_rate=2)), LargeConv2D),
-    ("dilated valid", lambda: _one(_conv(2, (3, 2), dilation_rate=(2, 1))), LargeConv2D),
-    ("grouped", lambda: _one(_conv(6, 3, groups=2)), LargeConv2D),
-    ("strided same", lambda: _one(_conv(3, 3, strides=2, padding="same")), LargeConv2D),
-    ("strided valid then 1x1", lambda: _one(_conv(3, 4, strides=(2, 3), use_bias=False),
-                                            _conv(2, 1, strides=2)), LargeConv2D),
-    ("depthwise multiplier", lambda: _one(_dw(4, padding="same", depth_multiplier=2)),
-     LargeDepthwiseConv2D),
-    ("depthwise dilated", lambda: _one(_dw(3, padding="same", dilation_rate=2)),
-     LargeDepthwiseConv2D),
-    ("separable", lambda: _one(L.SeparableConv2D(3, 3, padding="same", dtype=F64)),
-     LargeConv2D),
-    ("groups 2 then 3 (valid)", lambda: _one(_conv(6, 3, groups=2), _conv(6, 2, groups=3)),
-     LargeConv2D),
-    ("depthwise plus grouped", lambda: _one(branches=lambda x, y: L.Add(dtype=F64)(
-        [_dw(3, padding="same", use_bias=False)(x),
-         _conv(4, 3, padding="same", groups=2)(x)])), LargeConv2D),
-    ("concat of biased branches", lambda: _one(branches=lambda x, y: L.Concatenate(
-        dtype=F64)([_conv(2, 1)(x), L.BatchNormalization(dtype=F64)(x),
-                    _dw(3, padding="same")(x), _conv(4, 1, groups=2)(x)])), LargeConv2D),
-    ("padding then valid", lambda: _one(L.ZeroPadding2D(((1, 1), (2, 0)), dtype=F64),
-                                        _conv(3, 3, use_bias=False)), LargeConv2D),
-    ("crop then valid", lambda: _one(L.Cropping2D(((1, 0), (0, 1)), dtype=F64),
-                                     _conv(3, 2)), LargeConv2D),
-    ("rescaling then 1x1", lambda: _one(L.Rescaling(0.5, 0.25, dtype=F64), _conv(3, 1)),
-     LargeConv2D),
-    ("bn, 1x1, bn, minus x", lambda: _one(
-        L.BatchNormalization(dtype=F64), _conv(4, 1), L.BatchNormalization(dtype=F64),
-        branches=lambda x, y: L.Subtract(dtype=F64)([y, x])), LargeConv2D),
-    ("operators", lambda: _one(branches=lambda x, y: 2.0 * x - (-x) / 4.0),
-     LargeDepthwiseConv2D),
-    ("nested model", lambda: _one(branches=lambda x, y: _one(
-        _conv(4, 3, padding="same", use_bias=False), L.BatchNormalization(dtype=F64))(x)),
-     LargeConv2D),
+  ("even kernel same", lambda: _one(_conv(3, (2, 4), padding="same")), LargeConv2D),
+  ("dilated same", lambda: _one(_conv(3, 3, padding="same", dilation_rate=2)), LargeConv2D),
+  ("dilated valid", lambda: _one(_conv(2, (3, 2), dilation_rate=(2, 1))), LargeConv2D),
+  ("grouped", lambda: _one(_conv(6, 3, groups=2)), LargeConv2D),
+  ("strided same", lambda: _one(_conv(3, 3, strides=2, padding="same")), LargeConv2D),
+  (
+    "strided valid then 1x1",
+    lambda: _one(_conv(3, 4, strides=(2, 3), use_bias=False), _conv(2, 1, strides=2)),
+    LargeConv2D,
+  ),
+  (
+    "depthwise multiplier",
+    lambda: _one(_dw(4, padding="same", depth_multiplier=2)),
+    LargeDepthwiseConv2D,
+  ),
+  (
+    "depthwise dilated",
+    lambda: _one(_dw(3, padding="same", dilation_rate=2)),
+    LargeDepthwiseConv2D,
+  ),
+  ("separable", lambda: _one(L.SeparableConv2D(3, 3, padding="same", dtype=F64)), LargeConv2D),
+  (
+    "groups 2 then 3 (valid)",
+    lambda: _one(_conv(6, 3, groups=2), _conv(6, 2, groups=3)),
+    LargeConv2D,
+  ),
+  (
+    "depthwise plus grouped",
+    lambda: _one(
+      branches=lambda x, y: L.Add(dtype=F64)(
+        [_dw(3, padding="same", use_bias=False)(x), _conv(4, 3, padding="same", groups=2)(x)]
+      )
+    ),
+    LargeConv2D,
+  ),
+  (
+    "concat of biased branches",
+    lambda: _one(
+      branches=lambda x, y: L.Concatenate(dtype=F64)(
+        [
+          _conv(2, 1)(x),
+          L.BatchNormalization(dtype=F64)(x),
+          _dw(3, padding="same")(x),
+          _conv(4, 1, groups=2)(x),
+        ]
+      )
+    ),
+    LargeConv2D,
+  ),
+  (
+    "padding then valid",
+    lambda: _one(L.ZeroPadding2D(((1, 1), (2, 0)), dtype=F64), _conv(3, 3, use_bias=False)),
+    LargeConv2D,
+  ),
+  (
+    "crop then valid",
+    lambda: _one(L.Cropping2D(((1, 0), (0, 1)), dtype=F64), _conv(3, 2)),
+    LargeConv2D,
+  ),
+  ("rescaling then 1x1", lambda: _one(L.Rescaling(0.5, 0.25, dtype=F64), _conv(3, 1)), LargeConv2D),
+  (
+    "bn, 1x1, bn, minus x",
+    lambda: _one(
+      L.BatchNormalization(dtype=F64),
+      _conv(4, 1),
+      L.BatchNormalization(dtype=F64),
+      branches=lambda x, y: L.Subtract(dtype=F64)([y, x]),
+    ),
+    LargeConv2D,
+  ),
+  ("operators", lambda: _one(branches=lambda x, y: 2.0 * x - (-x) / 4.0), LargeDepthwiseConv2D),
+  (
+    "nested model",
+    lambda: _one(
+      branches=lambda x, y: _one(
+        _conv(4, 3, padding="same", use_bias=False), L.BatchNormalization(dtype=F64)
+      )(x)
+    ),
+    LargeConv2D,
+  ),
 ]
 
 
-@pytest.mark.parametrize("build,kind", [c[1:] for c in SETTINGS_TABLE],
-                         ids=[c[0] for c in SETTINGS_TABLE])
+@pytest.mark.parametrize(
+  "build,kind", [c[1:] for c in SETTINGS_TABLE], ids=[c[0] for c in SETTINGS_TABLE]
+)
 def test_each_layer_and_setting_folds_exactly(rng, build, kind):
   block = randomize(build(), rng)
   x = rng.standard_normal((2, 9, 10, 4))
@@ -251,12 +316,28 @@ def test_each_layer_and_setting_folds_exactly(rng, build, kind):
 # Random linear blocks
 # ---------------------------------------------------------------------------------------
 
-KINDS = ("conv", "depthwise", "separable", "bn", "pad", "crop", "add", "subtract",
-         "average", "concat", "identity", "rescaling", "ops", "nested")
+KINDS = (
+  "conv",
+  "depthwise",
+  "separable",
+  "bn",
+  "pad",
+  "crop",
+  "add",
+  "subtract",
+  "average",
+  "concat",
+  "identity",
+  "rescaling",
+  "ops",
+  "nested",
+)
 # The refusals that may meet a random block; each names the layer.
-REASONS = ("at the border the block is not one convolution",
-           "a stride before a spatial kernel is not one convolution",
-           "no convolution with padding 'same' or 'valid' computes it")
+REASONS = (
+  "at the border the block is not one convolution",
+  "a stride before a spatial kernel is not one convolution",
+  "no convolution with padding 'same' or 'valid' computes it",
+)
 
 
 def _random_layer(draw, kind, src, tensors):
@@ -268,44 +349,70 @@ def _random_layer(draw, kind, src, tensors):
   if kind == "conv":
     groups = draw(st.sampled_from([g for g in (1, 2, 3) if cin % g == 0]))
     dilation = draw(st.sampled_from([1, 2])) if stride == 1 else 1
-    return L.Conv2D(groups * draw(st.integers(1, 2)), (draw(small), draw(small)),
-                    strides=stride, padding=draw(padding), dilation_rate=dilation,
-                    groups=groups, use_bias=bias, dtype=F64)(src)
+    return L.Conv2D(
+      groups * draw(st.integers(1, 2)),
+      (draw(small), draw(small)),
+      strides=stride,
+      padding=draw(padding),
+      dilation_rate=dilation,
+      groups=groups,
+      use_bias=bias,
+      dtype=F64,
+    )(src)
   if kind == "depthwise":
-    return L.DepthwiseConv2D(draw(small), strides=stride, padding=draw(padding),
-                             depth_multiplier=draw(st.integers(1, 2)), use_bias=bias,
-                             dtype=F64)(src)
+    return L.DepthwiseConv2D(
+      draw(small),
+      strides=stride,
+      padding=draw(padding),
+      depth_multiplier=draw(st.integers(1, 2)),
+      use_bias=bias,
+      dtype=F64,
+    )(src)
   if kind == "separable":
-    return L.SeparableConv2D(draw(st.integers(1, 3)), draw(st.integers(1, 3)),
-                             padding=draw(padding), use_bias=bias, dtype=F64)(src)
+    return L.SeparableConv2D(
+      draw(st.integers(1, 3)),
+      draw(st.integers(1, 3)),
+      padding=draw(padding),
+      use_bias=bias,
+      dtype=F64,
+    )(src)
   if kind == "bn":
-    return L.BatchNormalization(center=draw(st.booleans()), scale=draw(st.booleans()),
-                                epsilon=draw(st.sampled_from([1e-3, 0.5])), dtype=F64)(src)
+    return L.BatchNormalization(
+      center=draw(st.booleans()),
+      scale=draw(st.booleans()),
+      epsilon=draw(st.sampled_from([1e-3, 0.5])),
+      dtype=F64,
+    )(src)
   if kind in ("pad", "crop"):
     n = st.integers(0, 2 if kind == "pad" else 1)
     pairs = ((draw(n), draw(n)), (draw(n), draw(n)))
-    return (L.ZeroPadding2D(pairs, dtype=F64) if kind == "pad"
-            else L.Cropping2D(pairs, dtype=F64))(src)
+    return (L.ZeroPadding2D(pairs, dtype=F64) if kind == "pad" else L.Cropping2D(pairs, dtype=F64))(
+      src
+    )
   if kind in ("add", "subtract", "average", "concat"):
-    fits = [t for t in tensors if tuple(t.shape[1:3]) == tuple(src.shape[1:3]) and
-            (kind == "concat" or t.shape[-1] == cin)]
+    fits = [
+      t
+      for t in tensors
+      if tuple(t.shape[1:3]) == tuple(src.shape[1:3]) and (kind == "concat" or t.shape[-1] == cin)
+    ]
     other = draw(st.sampled_from(fits))  # src itself fits: t - t cancels
-    cls = {"add": L.Add, "subtract": L.Subtract, "average": L.Average,
-           "concat": L.Concatenate}[kind]
+    cls = {"add": L.Add, "subtract": L.Subtract, "average": L.Average, "concat": L.Concatenate}[
+      kind
+    ]
     return cls(dtype=F64)([src, other])
   if kind == "identity":
     return draw(st.sampled_from([L.Identity, lambda **kw: L.Activation("linear", **kw)]))(
-        dtype=F64)(src)
+      dtype=F64
+    )(src)
   if kind == "rescaling":  # constants exact in float32: Keras casts them through it
-    return L.Rescaling(draw(st.sampled_from([0.5, -1.25, 3.0])),
-                       draw(st.sampled_from([0.0, 0.75])), dtype=F64)(src)
+    return L.Rescaling(
+      draw(st.sampled_from([0.5, -1.25, 3.0])), draw(st.sampled_from([0.0, 0.75])), dtype=F64
+    )(src)
   if kind == "ops":
     op = draw(st.sampled_from(["scale", "negative", "divide"]))
-    return {"scale": lambda: 2.5 * src, "negative": lambda: -src,
-            "divide": lambda: src / 4.0}[op]()
+    return {"scale": lambda: 2.5 * src, "negative": lambda: -src, "divide": lambda: src / 4.0}[op]()
   inner = keras.Input(tuple(src.shape[1:]), dtype=F64)  # nested: a 3x3 conv + BN model
-  body = L.BatchNormalization(dtype=F64)(L.Conv2D(cin, 3, padding=draw(padding), dtype=F64)(
-      inner))
+  body = L.BatchNormalization(dtype=F64)(L.Conv2D(cin, 3, padding=draw(padding), dtype=F64)(inner))
   return keras.Model(inner, body)(src)
 
 
@@ -324,8 +431,7 @@ def linear_block(draw):
 
 
 def _differing_pixels(got, want):
-  return int((np.abs(got - want) > EXACT * max(np.abs(want).max(), 1.0)).any(axis=(0, 3))
-             .sum())
+  return int((np.abs(got - want) > EXACT * max(np.abs(want).max(), 1.0)).any(axis=(0, 3)).sum())
 
 
 def _check_gradients(block, folded, x, rng):
@@ -382,6 +488,7 @@ def test_random_linear_blocks_fold_exactly_or_are_refused_with_a_reason(data):
 # Refusals
 # ---------------------------------------------------------------------------------------
 
+
 def _chain(*layers, shape=(12, 12, 3), name=None):
   x = keras.Input(shape)
   y = x
@@ -401,43 +508,70 @@ def _two_inputs():
 
 
 REFUSALS = [
-    (lambda: _chain(L.Conv2D(3, 3, padding="same", name="c"), L.ReLU(name="relu")),
-     "ReLU layer 'relu' is not linear"),
-    (lambda: _chain(L.Activation("tanh", name="act")),
-     "Activation layer 'act' (tanh) is not linear"),
-    (lambda: _chain(L.Conv2D(3, 3, activation="relu", name="c")),
-     "Conv2D layer 'c' has activation 'relu': not linear"),
-    (lambda: _chain(L.Dropout(0.5, name="drop")),
-     "Dropout layer 'drop' is not linear (random in training)"),
-    (lambda: _chain(L.Conv2D(3, 1, name="p"), L.Conv2D(3, 3, padding="same", name="c")),
-     "Conv2D layer 'c' pads its input (padding='same'), but its input carries a bias (added "
-     "by Conv2D layer 'p'): at the border the block is not one convolution"),
-    (lambda: _chain(L.Conv2D(3, 3, padding="same", use_bias=False, name="a"),
-                    L.DepthwiseConv2D(5, padding="same", use_bias=False, name="b")),
-     "DepthwiseConv2D layer 'b' pads its input (padding='same'), but its input is not zero "
-     "beyond its border (it comes from Conv2D layer 'a')"),
-    (lambda: _chain(L.BatchNormalization(name="bn"), L.ZeroPadding2D(1, name="pad")),
-     "ZeroPadding2D layer 'pad' pads its input (by (1, 1, 1, 1)), but its input carries a "
-     "bias (added by BatchNormalization layer 'bn')"),
-    (lambda: _chain(L.Cropping2D(1, name="crop"),
-                    L.Conv2D(3, 3, padding="same", use_bias=False, name="c")),
-     "it comes from Cropping2D layer 'crop'"),
-    (lambda: _chain(L.Conv2D(3, 1, strides=2, use_bias=False, name="s"),
-                    L.Conv2D(3, 3, use_bias=False, name="c")),
-     "Conv2D layer 'c' has a 3x3 kernel after the stride of Conv2D layer 's': a stride "
-     "before a spatial kernel is not one convolution"),
-    (lambda: _chain(L.ZeroPadding2D(2), L.Conv2D(3, 3, use_bias=False), name="padded"),
-     "output of block 'padded' is +2 rows and +2 columns the size of its input, reading "
-     "from offset (-2, -2): no convolution with padding 'same' or 'valid' computes it"),
-    (_two_tensor_multiply, "multiplies 2 tensors: not linear"),
-    (lambda: _chain(L.Dense(3, name="dense")),
-     "Dense layer 'dense' is not a linear layer fold supports"),
-    (lambda: _chain(L.BatchNormalization(axis=1, name="bn")),
-     "BatchNormalization layer 'bn' normalises axis 1: fold needs the channel axis"),
-    (lambda: _chain(L.Conv2D(3, 3, strides=2, name="s"), shape=(None, None, 3)),
-     "a strided fold needs the block's input height and width"),
-    (_two_inputs, "fold needs a model with one input and one output"),
-    (lambda: keras.Sequential([L.Conv2D(2, 3)]), "is not built"),
+  (
+    lambda: _chain(L.Conv2D(3, 3, padding="same", name="c"), L.ReLU(name="relu")),
+    "ReLU layer 'relu' is not linear",
+  ),
+  (lambda: _chain(L.Activation("tanh", name="act")), "Activation layer 'act' (tanh) is not linear"),
+  (
+    lambda: _chain(L.Conv2D(3, 3, activation="relu", name="c")),
+    "Conv2D layer 'c' has activation 'relu': not linear",
+  ),
+  (
+    lambda: _chain(L.Dropout(0.5, name="drop")),
+    "Dropout layer 'drop' is not linear (random in training)",
+  ),
+  (
+    lambda: _chain(L.Conv2D(3, 1, name="p"), L.Conv2D(3, 3, padding="same", name="c")),
+    "Conv2D layer 'c' pads its input (padding='same'), but its input carries a bias (added "
+    "by Conv2D layer 'p'): at the border the block is not one convolution",
+  ),
+  (
+    lambda: _chain(
+      L.Conv2D(3, 3, padding="same", use_bias=False, name="a"),
+      L.DepthwiseConv2D(5, padding="same", use_bias=False, name="b"),
+    ),
+    "DepthwiseConv2D layer 'b' pads its input (padding='same'), but its input is not zero "
+    "beyond its border (it comes from Conv2D layer 'a')",
+  ),
+  (
+    lambda: _chain(L.BatchNormalization(name="bn"), L.ZeroPadding2D(1, name="pad")),
+    "ZeroPadding2D layer 'pad' pads its input (by (1, 1, 1, 1)), but its input carries a "
+    "bias (added by BatchNormalization layer 'bn')",
+  ),
+  (
+    lambda: _chain(
+      L.Cropping2D(1, name="crop"), L.Conv2D(3, 3, padding="same", use_bias=False, name="c")
+    ),
+    "it comes from Cropping2D layer 'crop'",
+  ),
+  (
+    lambda: _chain(
+      L.Conv2D(3, 1, strides=2, use_bias=False, name="s"), L.Conv2D(3, 3, use_bias=False, name="c")
+    ),
+    "Conv2D layer 'c' has a 3x3 kernel after the stride of Conv2D layer 's': a stride "
+    "before a spatial kernel is not one convolution",
+  ),
+  (
+    lambda: _chain(L.ZeroPadding2D(2), L.Conv2D(3, 3, use_bias=False), name="padded"),
+    "output of block 'padded' is +2 rows and +2 columns the size of its input, reading "
+    "from offset (-2, -2): no convolution with padding 'same' or 'valid' computes it",
+  ),
+  (_two_tensor_multiply, "multiplies 2 tensors: not linear"),
+  (
+    lambda: _chain(L.Dense(3, name="dense")),
+    "Dense layer 'dense' is not a linear layer fold supports",
+  ),
+  (
+    lambda: _chain(L.BatchNormalization(axis=1, name="bn")),
+    "BatchNormalization layer 'bn' normalises axis 1: fold needs the channel axis",
+  ),
+  (
+    lambda: _chain(L.Conv2D(3, 3, strides=2, name="s"), shape=(None, None, 3)),
+    "a strided fold needs the block's input height and width",
+  ),
+  (_two_inputs, "fold needs a model with one input and one output"),
+  (lambda: keras.Sequential([L.Conv2D(2, 3)]), "is not built"),
 ]
 
 
@@ -457,8 +591,7 @@ def test_refusals_name_the_layer_and_the_reason(build, message):
 
 SIDES = ("top", "bottom", "left", "right")
 # The output row or column that one row or column of padding on each side makes.
-EDGES = {"top": np.s_[0, :], "bottom": np.s_[-1, :], "left": np.s_[:, 0],
-         "right": np.s_[:, -1]}
+EDGES = {"top": np.s_[0, :], "bottom": np.s_[-1, :], "left": np.s_[:, 0], "right": np.s_[:, -1]}
 
 
 def _sides(pads):
@@ -475,8 +608,11 @@ def _pad_conv_pad(side, reach):
   pre[side] = reach
   post = {s: 0 for s in SIDES}
   post[side] = 1
-  return _one(L.ZeroPadding2D(_sides(pre), dtype=F64), _conv(3, 3, use_bias=False),
-              L.ZeroPadding2D(_sides(post), dtype=F64))
+  return _one(
+    L.ZeroPadding2D(_sides(pre), dtype=F64),
+    _conv(3, 3, use_bias=False),
+    L.ZeroPadding2D(_sides(post), dtype=F64),
+  )
 
 
 def _even_kernel_same(axis, reach):
@@ -486,16 +622,18 @@ def _even_kernel_same(axis, reach):
   pre = {s: 1 for s in SIDES}
   pre["bottom" if axis == 0 else "right"] = reach
   kernel = (2, 1) if axis == 0 else (1, 2)
-  return _one(L.ZeroPadding2D(_sides(pre), dtype=F64), _conv(3, 3, use_bias=False),
-              _conv(2, kernel, padding="same", use_bias=False))
+  return _one(
+    L.ZeroPadding2D(_sides(pre), dtype=F64),
+    _conv(3, 3, use_bias=False),
+    _conv(2, kernel, padding="same", use_bias=False),
+  )
 
 
 # (id, block builder, the side whose padding the check is about)
-BOUNDARY = ([(f"zero padding {s}", lambda reach, s=s: _pad_conv_pad(s, reach), s)
-             for s in SIDES] +
-            [("even kernel same, rows", lambda reach: _even_kernel_same(0, reach), "bottom"),
-             ("even kernel same, columns", lambda reach: _even_kernel_same(1, reach),
-              "right")])
+BOUNDARY = [(f"zero padding {s}", lambda reach, s=s: _pad_conv_pad(s, reach), s) for s in SIDES] + [
+  ("even kernel same, rows", lambda reach: _even_kernel_same(0, reach), "bottom"),
+  ("even kernel same, columns", lambda reach: _even_kernel_same(1, reach), "right"),
+]
 
 
 @pytest.mark.parametrize("build,side", [c[1:] for c in BOUNDARY], ids=[c[0] for c in BOUNDARY])
@@ -525,8 +663,13 @@ def test_padding_one_side_folds_where_the_formula_is_zero_beyond_it(rng, build, 
 def test_a_2x1_same_kernel_after_a_3x3_same_one_is_refused(rng):
   """Conv2D 3x3 'same', then Conv2D (2, 1) 'same', no bias: 'same' pads the second below
   only, where the first is not zero."""
-  block = randomize(_one(_conv(3, 3, padding="same", use_bias=False),
-                         _conv(2, (2, 1), padding="same", use_bias=False, name="even")), rng)
+  block = randomize(
+    _one(
+      _conv(3, 3, padding="same", use_bias=False),
+      _conv(2, (2, 1), padding="same", use_bias=False, name="even"),
+    ),
+    rng,
+  )
   with pytest.raises(ValueError, match="Conv2D layer 'even' pads its input"):
     fold(block, dtype=F64)
   with pytest.warns(FoldWarning, match="10 of 90 output pixels differ"):
@@ -540,8 +683,7 @@ def test_a_2x1_same_kernel_after_a_3x3_same_one_is_refused(rng):
 def test_not_exact_folds_and_counts_the_differing_pixels(rng):
   x = keras.Input((10, 9, 2), dtype=F64)
   h = L.Conv2D(3, 3, padding="same", name="a", dtype=F64)(x)  # bias, then 'same' again
-  block = randomize(keras.Model(x, L.Conv2D(2, 3, padding="same", name="b", dtype=F64)(h)),
-                    rng)
+  block = randomize(keras.Model(x, L.Conv2D(2, 3, padding="same", name="b", dtype=F64)(h)), rng)
   xs = rng.standard_normal((3, 10, 9, 2))
   with pytest.warns(FoldWarning, match="34 of 90 output pixels differ"):
     folded = fold(block, exact=False, dtype=F64)
@@ -552,13 +694,16 @@ def test_not_exact_folds_and_counts_the_differing_pixels(rng):
   assert _differing_pixels(got, want) == 34
   assert_close(got[:, 1:-1, 1:-1], want[:, 1:-1, 1:-1], EXACT)  # the inside is exact
   with pytest.raises(ValueError, match="pass input_size"):
-    fold(_chain(L.Conv2D(3, 3, padding="same"), L.Conv2D(3, 3, padding="same"),
-                shape=(None, None, 3)), exact=False)
+    fold(
+      _chain(L.Conv2D(3, 3, padding="same"), L.Conv2D(3, 3, padding="same"), shape=(None, None, 3)),
+      exact=False,
+    )
 
 
 # ---------------------------------------------------------------------------------------
 # reparameterize
 # ---------------------------------------------------------------------------------------
+
 
 def replknet_stage(channels=4, size=40):
   """1x1 conv + BN + ReLU, then 31x31 depthwise + BN beside 5x5 depthwise + BN, summed,
@@ -581,19 +726,25 @@ def repvgg_stage(channels=4, size=12):
   x = keras.Input((size, size, 3), dtype=F64)
   y = x
   for identity in (False, True):
-    branches = [L.BatchNormalization(dtype=F64)(
-        L.Conv2D(channels, k, padding="same", use_bias=False, dtype=F64)(y)) for k in (3, 1)]
+    branches = [
+      L.BatchNormalization(dtype=F64)(
+        L.Conv2D(channels, k, padding="same", use_bias=False, dtype=F64)(y)
+      )
+      for k in (3, 1)
+    ]
     if identity:
       branches.append(L.BatchNormalization(dtype=F64)(y))
     y = L.ReLU(dtype=F64)(L.Add(dtype=F64)(branches))
   return keras.Model(x, y)
 
 
-@pytest.mark.parametrize("build,kinds", [
-    (replknet_stage, ["LargeConv2D", "ReLU", "LargeDepthwiseConv2D", "ReLU", "LargeConv2D",
-                      "Add"]),
+@pytest.mark.parametrize(
+  "build,kinds",
+  [
+    (replknet_stage, ["LargeConv2D", "ReLU", "LargeDepthwiseConv2D", "ReLU", "LargeConv2D", "Add"]),
     (repvgg_stage, ["LargeConv2D", "ReLU", "LargeConv2D", "ReLU"]),
-])
+  ],
+)
 def test_reparameterize_merges_branches_and_batch_norms(rng, build, kinds):
   model = randomize(build(), rng)
   rep = reparameterize(model)
@@ -627,7 +778,10 @@ def test_reparameterize_deploys_a_model_trained_with_folded_blocks(rng):
   model = keras.Model(x, L.GlobalAveragePooling2D(dtype=F64)(L.ReLU(dtype=F64)(h)))
   rep = reparameterize(model)
   assert [type(layer).__name__ for layer in rep.layers[1:]] == [
-      "LargeConv2D", "ReLU", "GlobalAveragePooling2D"]
+    "LargeConv2D",
+    "ReLU",
+    "GlobalAveragePooling2D",
+  ]
   xs = rng.standard_normal((2, 16, 16, 3))
   assert_close(rep(xs), model(xs), EXACT)
 
@@ -636,7 +790,8 @@ def test_folded_block_training_keeps_no_activations():
   # TensorFlow's allocator peak over a gradient step (BFC, so TF counts it): the block
   # keeps its activations (and TF's kernels their temporaries); FoldedBlock only the input,
   # the output, their gradients and kernel-sized tensors. Measured: 67-83 MiB vs 3.2 MiB.
-  subproc.run("""
+  subproc.run(
+    """
       import numpy as np, tensorflow as tf, keras
       import tf_largeconv
       from tf_largeconv.keras import FoldedBlock
@@ -665,12 +820,16 @@ def test_folded_block_training_keeps_no_activations():
       input_bytes = xs.numpy().nbytes
       assert folded < unfolded / 2, (folded, unfolded)
       assert folded < 4 * input_bytes, (folded, input_bytes)  # the output is 2 inputs
-      """, timeout=300, env=subproc.child_env(TF_CPU_ALLOCATOR_USE_BFC="true"))
+      """,
+    timeout=300,
+    env=subproc.child_env(TF_CPU_ALLOCATOR_USE_BFC="true"),
+  )
 
 
 # ---------------------------------------------------------------------------------------
 # Serialisation, tf_keras
 # ---------------------------------------------------------------------------------------
+
 
 def _folded_model(rng):
   block = randomize(founding_block(7, size=16), rng)
@@ -696,7 +855,8 @@ def test_folded_block_config_and_keras_file_round_trip(rng, tmp_path):
   np.save(tmp_path / "y.npy", model(x).numpy())
   model.export(str(tmp_path / "sm"), verbose=False)
   # A fresh process that imports only tf_largeconv loads both and computes the same.
-  subproc.run("""
+  subproc.run(
+    """
       import sys
       import numpy as np, keras, tensorflow as tf
       import tf_largeconv  # registers the ops and layers
@@ -707,11 +867,15 @@ def test_folded_block_config_and_keras_file_round_trip(rng, tmp_path):
       np.testing.assert_array_equal(m(x).numpy(), y)
       served = tf.saved_model.load(out + "/sm")  # kept: its variables die with it
       np.testing.assert_array_equal(served.serve(x).numpy(), y)
-      """, tmp_path, timeout=300)
+      """,
+    tmp_path,
+    timeout=300,
+  )
 
 
 def test_tf_keras_fold_reparameterize_and_folded_block(tmp_path):
-  subproc.run("""
+  subproc.run(
+    """
       import sys
       import numpy as np, tensorflow as tf, tf_keras
       import tf_largeconv
@@ -762,5 +926,8 @@ def test_tf_keras_fold_reparameterize_and_folded_block(tmp_path):
       loaded = tf_keras.models.load_model(sys.argv[1] + "/m.keras")
       assert type(loaded.layers[0]) is FoldedBlock
       np.testing.assert_array_equal(loaded(xs).numpy(), model(xs).numpy())
-      """, tmp_path, timeout=300, env=subproc.child_env(TF_USE_LEGACY_KERAS=1))
-
+      """,
+    tmp_path,
+    timeout=300,
+    env=subproc.child_env(TF_USE_LEGACY_KERAS=1),
+  )

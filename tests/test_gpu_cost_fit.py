@@ -12,23 +12,36 @@ pytest.importorskip("scipy")
 
 # (input NCHW, filter HWIO, padding, workspace limit): steps of different shapes and rounds.
 GEOMETRIES = [
-    ((4, 1, 161, 241), (67, 67, 1, 3), "VALID", -1),
-    ((4, 1, 161, 241), (67, 67, 1, 3), "VALID", 1 << 20),
-    ((8, 16, 64, 64), (31, 31, 16, 16), "SAME", -1),
-    ((8, 32, 28, 28), (31, 31, 1, 32), "SAME", -1),
-    ((8, 32, 28, 28), (31, 31, 1, 32), "SAME", 2 << 20),
-    ((2, 8, 1, 4096), (1, 511, 8, 8), "SAME", -1),
+  ((4, 1, 161, 241), (67, 67, 1, 3), "VALID", -1),
+  ((4, 1, 161, 241), (67, 67, 1, 3), "VALID", 1 << 20),
+  ((8, 16, 64, 64), (31, 31, 16, 16), "SAME", -1),
+  ((8, 32, 28, 28), (31, 31, 1, 32), "SAME", -1),
+  ((8, 32, 28, 28), (31, 31, 1, 32), "SAME", 2 << 20),
+  ((2, 8, 1, 4096), (1, 511, 8, 8), "SAME", -1),
 ]
 
 
 def _rows():
   rows = []
   for x, w, padding, limit in GEOMETRIES:
-    plans = _core.cuda_plan(list(x), list(w), [1, 1, 1, 1], padding, data_format="NCHW",
-                            algorithm="fft", workspace_limit=limit)
+    plans = _core.cuda_plan(
+      list(x),
+      list(w),
+      [1, 1, 1, 1],
+      padding,
+      data_format="NCHW",
+      algorithm="fft",
+      workspace_limit=limit,
+    )
     assert all(p["algorithm"] == "fft" for p in plans)
-    rows.append({"case": f"{x}*{w}", "limit": limit, "terms": [p["fft_terms"] for p in plans],
-                 "model ms": 1e3 * sum(p["cost_fft"] for p in plans)})
+    rows.append(
+      {
+        "case": f"{x}*{w}",
+        "limit": limit,
+        "terms": [p["fft_terms"] for p in plans],
+        "model ms": 1e3 * sum(p["cost_fft"] for p in plans),
+      }
+    )
   return rows
 
 
@@ -63,10 +76,12 @@ def test_fit_recovers_known_rates(tmp_path):
 def test_terms_scale_with_the_work():
   # Twice the batch: twice the bytes of the per-item terms (the filter spectra's share
   # aside), and more launches only where rounds are added.
-  one = _core.cuda_plan([8, 16, 64, 64], [31, 31, 16, 16], [1, 1, 1, 1], "SAME",
-                        data_format="NCHW", algorithm="fft")[0]
-  two = _core.cuda_plan([16, 16, 64, 64], [31, 31, 16, 16], [1, 1, 1, 1], "SAME",
-                        data_format="NCHW", algorithm="fft")[0]
+  one = _core.cuda_plan(
+    [8, 16, 64, 64], [31, 31, 16, 16], [1, 1, 1, 1], "SAME", data_format="NCHW", algorithm="fft"
+  )[0]
+  two = _core.cuda_plan(
+    [16, 16, 64, 64], [31, 31, 16, 16], [1, 1, 1, 1], "SAME", data_format="NCHW", algorithm="fft"
+  )[0]
   assert one["fft"] == two["fft"]
   t1, p1, _ = one["fft_terms"]
   t2, p2, _ = two["fft_terms"]

@@ -42,8 +42,9 @@ def _route(name, algorithm="auto"):
   image = (1,) + tuple(x_shape[1:])
   if not planning.routing.tf_kernel_eligible(image, w_shape, attrs, tf.as_dtype(dtype), "GPU"):
     return None
-  return planning.routing.device_routes(image, tuple(w_shape), _args.attrs_key(attrs), dtype,
-                                        "GPU").forward
+  return planning.routing.device_routes(
+    image, tuple(w_shape), _args.attrs_key(attrs), dtype, "GPU"
+  ).forward
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -57,15 +58,27 @@ def test_gpu_route_takes_the_faster_of_cudnn_and_ours_as_measured(name):
     assert CASES[name][1][2] != CASES[name][0][1]
     assert ours < cudnn, (name, ours, cudnn)
     return
-  assert route == (cudnn < ours), (name, "routes to", "cuDNN" if route else "ours",
-                                    "measured ms: cuDNN", cudnn, "ours", ours)
+  assert route == (cudnn < ours), (
+    name,
+    "routes to",
+    "cuDNN" if route else "ours",
+    "measured ms: cuDNN",
+    cudnn,
+    "ours",
+    ours,
+  )
 
 
 def test_the_measurements_cover_both_routes():
   routes = {name: _route(name) for name in CASES}
-  assert {n for n, r in routes.items() if r} == {"k3_train", "k7_train_f16", "k15_train_f16",
-                                                 "k31_c64_train", "k31_c64_train_f16",
-                                                 "transpose31_train"}
+  assert {n for n, r in routes.items() if r} == {
+    "k3_train",
+    "k7_train_f16",
+    "k15_train_f16",
+    "k31_c64_train",
+    "k31_c64_train_f16",
+    "transpose31_train",
+  }
   assert routes["seed_forward"] is False and routes["k63_train"] is False
 
 

@@ -11,12 +11,12 @@ from reference import planned_fft
 import tf_largeconv as lc
 
 JACOBIAN_CASES = [
-    # (input NHWC, filter, strides, padding, dilations)
-    ((1, 6, 7, 2), (3, 3, 2, 3), (1, 1), "SAME", (1, 1)),
-    ((2, 7, 6, 2), (3, 2, 2, 2), (2, 1), "VALID", (1, 1)),
-    ((1, 8, 8, 1), (3, 3, 1, 2), (1, 2), "SAME", (2, 2)),
-    ((1, 7, 6, 2), (2, 3, 2, 9), (1, 1), [[0, 0], [1, 2], [0, 1], [0, 0]], (1, 1)),
-    ((1, 5, 5, 4), (3, 3, 2, 4), (1, 1), "SAME", (1, 1)),  # grouped, 2 groups
+  # (input NHWC, filter, strides, padding, dilations)
+  ((1, 6, 7, 2), (3, 3, 2, 3), (1, 1), "SAME", (1, 1)),
+  ((2, 7, 6, 2), (3, 2, 2, 2), (2, 1), "VALID", (1, 1)),
+  ((1, 8, 8, 1), (3, 3, 1, 2), (1, 2), "SAME", (2, 2)),
+  ((1, 7, 6, 2), (2, 3, 2, 9), (1, 1), [[0, 0], [1, 2], [0, 1], [0, 0]], (1, 1)),
+  ((1, 5, 5, 4), (3, 3, 2, 4), (1, 1), "SAME", (1, 1)),  # grouped, 2 groups
 ]
 
 
@@ -36,8 +36,9 @@ def test_jacobians_both_inputs(rng, case, data_format, algorithm):
   w = tf.constant(rng.standard_normal(w_shape))
 
   def f(a, b):
-    return lc.conv2d(a, b, list(s), p, data_format=data_format, dilations=list(d),
-                     algorithm=algorithm)
+    return lc.conv2d(
+      a, b, list(s), p, data_format=data_format, dilations=list(d), algorithm=algorithm
+    )
 
   theoretical, numerical = tf.test.compute_gradient(f, [x, w])
   assert len(theoretical) == 2
@@ -47,14 +48,14 @@ def test_jacobians_both_inputs(rng, case, data_format, algorithm):
 
 
 BACKPROP_CASES = [
-    ((2, 12, 11, 3), (3, 4, 3, 5), (1, 1), "SAME", (1, 1)),
-    ((1, 15, 16, 2), (5, 5, 2, 16), (2, 3), "VALID", (1, 1)),
-    ((2, 14, 13, 4), (3, 3, 4, 12), (2, 2), "SAME", (2, 3)),
-    ((1, 13, 12, 2), (4, 3, 2, 2), (3, 2), ((1, 2), (3, 0)), (2, 1)),
-    ((1, 30, 31, 1), (21, 20, 1, 3), (1, 1), "SAME", (1, 1)),
-    ((1, 9, 10, 6), (3, 3, 2, 9), (1, 2), "SAME", (1, 2)),    # 3 groups, 3 out per group
-    ((1, 9, 10, 8), (3, 3, 2, 40), (2, 1), "VALID", (1, 1)),  # 4 groups, 10 out per group
-    ((2, 11, 9, 3), (41, 41, 3, 2), (1, 1), "SAME", (1, 1)),
+  ((2, 12, 11, 3), (3, 4, 3, 5), (1, 1), "SAME", (1, 1)),
+  ((1, 15, 16, 2), (5, 5, 2, 16), (2, 3), "VALID", (1, 1)),
+  ((2, 14, 13, 4), (3, 3, 4, 12), (2, 2), "SAME", (2, 3)),
+  ((1, 13, 12, 2), (4, 3, 2, 2), (3, 2), ((1, 2), (3, 0)), (2, 1)),
+  ((1, 30, 31, 1), (21, 20, 1, 3), (1, 1), "SAME", (1, 1)),
+  ((1, 9, 10, 6), (3, 3, 2, 9), (1, 2), "SAME", (1, 2)),  # 3 groups, 3 out per group
+  ((1, 9, 10, 8), (3, 3, 2, 40), (2, 1), "VALID", (1, 1)),  # 4 groups, 10 out per group
+  ((2, 11, 9, 3), (41, 41, 3, 2), (1, 1), "SAME", (1, 1)),
 ]
 
 
@@ -72,23 +73,45 @@ def test_backprop_ops_match_oracle(rng, case, data_format, dtype_name, algorithm
     pad_arg = p
   else:
     (t, b), (l, r) = p
-    pad_arg = ([[0, 0], [t, b], [l, r], [0, 0]] if data_format == "NHWC"
-               else [[0, 0], [0, 0], [t, b], [l, r]])
+    pad_arg = (
+      [[0, 0], [t, b], [l, r], [0, 0]]
+      if data_format == "NHWC"
+      else [[0, 0], [0, 0], [t, b], [l, r]]
+    )
   x = tf.cast(rng.standard_normal(x_shape), dtype)
   w = tf.cast(rng.standard_normal(w_shape), dtype)
   dy = tf.cast(rng.standard_normal(ref.output_shape()), dtype)
   with tf.GradientTape() as tape:
     tape.watch([x, w])
-    y = lc.conv2d(x, w, list(s), pad_arg, data_format=data_format, dilations=list(d),
-                  algorithm=algorithm)
+    y = lc.conv2d(
+      x, w, list(s), pad_arg, data_format=data_format, dilations=list(d), algorithm=algorithm
+    )
   dx, dw = tape.gradient(y, [x, w], output_gradients=dy)
   assert dx.dtype == dtype and dw.dtype == dtype
   xd, wd, dyd = (tf.cast(t, tf.float64).numpy() for t in (x, w, dy))
-  fft = planned_fft(lc.plan(x_shape, w_shape, list(s), pad_arg, data_format=data_format,
-                            dilations=list(d), dtype=dtype, algorithm=algorithm).passes)
+  fft = planned_fft(
+    lc.plan(
+      x_shape,
+      w_shape,
+      list(s),
+      pad_arg,
+      data_format=data_format,
+      dilations=list(d),
+      dtype=dtype,
+      algorithm=algorithm,
+    ).passes
+  )
   assert all((f is not None) == (algorithm == "fft") for f in fft.values()), fft
-  ref.check_passes(dtype_name, fft, xd, wd, dyd, dx=tf.cast(dx, tf.float64),
-                   dw=tf.cast(dw, tf.float64), what=f"({algorithm}) ")
+  ref.check_passes(
+    dtype_name,
+    fft,
+    xd,
+    wd,
+    dyd,
+    dx=tf.cast(dx, tf.float64),
+    dw=tf.cast(dw, tf.float64),
+    what=f"({algorithm}) ",
+  )
 
 
 @pytest.mark.parametrize("algorithm", ["direct", "fft"])

@@ -23,16 +23,16 @@ def _to_last(a):
 
 # (filters, kernel, strides, padding, data_format, dilation, groups, input NHWC)
 CONV = [
-    (4, 3, 1, "valid", "channels_last", 1, 1, (2, 12, 12, 3)),
-    (6, (5, 4), (2, 1), "same", "channels_last", 1, 1, (2, 15, 14, 2)),
-    (4, 7, 1, "SAME", "channels_last", 2, 1, (1, 20, 20, 3)),
-    (8, 9, 1, "same", "channels_last", 1, 4, (1, 16, 16, 8)),
-    (3, 31, 1, "same", "channels_last", 1, 1, (1, 40, 36, 2)),
-    (3, 31, 1, "valid", "channels_first", 1, 1, (1, 40, 36, 2)),
-    (4, 5, 2, "same", "channels_first", 1, 2, (2, 12, 13, 4)),
-    # Output width equal to `filters`: keras.layers.Conv2D adds the bias along the width
-    # there (see _conv_call); the reference is the channels_last layer.
-    (4, 3, 1, "valid", "channels_first", 1, 1, (1, 9, 6, 3)),
+  (4, 3, 1, "valid", "channels_last", 1, 1, (2, 12, 12, 3)),
+  (6, (5, 4), (2, 1), "same", "channels_last", 1, 1, (2, 15, 14, 2)),
+  (4, 7, 1, "SAME", "channels_last", 2, 1, (1, 20, 20, 3)),
+  (8, 9, 1, "same", "channels_last", 1, 4, (1, 16, 16, 8)),
+  (3, 31, 1, "same", "channels_last", 1, 1, (1, 40, 36, 2)),
+  (3, 31, 1, "valid", "channels_first", 1, 1, (1, 40, 36, 2)),
+  (4, 5, 2, "same", "channels_first", 1, 2, (2, 12, 13, 4)),
+  # Output width equal to `filters`: keras.layers.Conv2D adds the bias along the width
+  # there (see _conv_call); the reference is the channels_last layer.
+  (4, 3, 1, "valid", "channels_first", 1, 1, (1, 9, 6, 3)),
 ]
 
 
@@ -40,8 +40,16 @@ CONV = [
 def test_large_conv2d_equals_keras_conv2d(rng, case):
   filters, k, s, p, fmt, d, groups, x_shape = case
   x = rng.standard_normal(x_shape).astype(np.float32)
-  ours = LargeConv2D(filters, k, strides=s, padding=p, data_format=fmt, dilation_rate=d,
-                     groups=groups, bias_initializer="random_normal")
+  ours = LargeConv2D(
+    filters,
+    k,
+    strides=s,
+    padding=p,
+    data_format=fmt,
+    dilation_rate=d,
+    groups=groups,
+    bias_initializer="random_normal",
+  )
   xin = x if fmt == "channels_last" else np.transpose(x, (0, 3, 1, 2))
   y = ours(xin).numpy()
   # Keras's own layer, channels_last (TF's CPU kernels lack NCHW), same weights.
@@ -56,18 +64,28 @@ def test_large_conv2d_equals_keras_conv2d(rng, case):
   assert [w.name for w in ours.weights] == [w.name for w in ref.weights]
 
 
-@pytest.mark.parametrize("multiplier,k,s,fmt", [(1, 3, 1, "channels_last"),
-                                                (2, 13, 2, "channels_last"),
-                                                (1, 31, 1, "channels_last"),
-                                                (3, 5, 1, "channels_first")])
+@pytest.mark.parametrize(
+  "multiplier,k,s,fmt",
+  [
+    (1, 3, 1, "channels_last"),
+    (2, 13, 2, "channels_last"),
+    (1, 31, 1, "channels_last"),
+    (3, 5, 1, "channels_first"),
+  ],
+)
 def test_large_depthwise_equals_keras_depthwise(rng, multiplier, k, s, fmt):
   x = rng.standard_normal((2, 34, 33, 4)).astype(np.float32)
-  ours = LargeDepthwiseConv2D(k, strides=s, padding="same", depth_multiplier=multiplier,
-                              data_format=fmt, bias_initializer="random_normal")
+  ours = LargeDepthwiseConv2D(
+    k,
+    strides=s,
+    padding="same",
+    depth_multiplier=multiplier,
+    data_format=fmt,
+    bias_initializer="random_normal",
+  )
   xin = x if fmt == "channels_last" else np.transpose(x, (0, 3, 1, 2))
   y = ours(xin).numpy()
-  ref = keras.layers.DepthwiseConv2D(k, strides=s, padding="same",
-                                     depth_multiplier=multiplier)
+  ref = keras.layers.DepthwiseConv2D(k, strides=s, padding="same", depth_multiplier=multiplier)
   ref.build(x.shape)
   ref.set_weights(ours.get_weights())
   want = ref(x).numpy()
@@ -77,8 +95,14 @@ def test_large_depthwise_equals_keras_depthwise(rng, multiplier, k, s, fmt):
 
 
 def _model(layer_cls, **kw):
-  return keras.Sequential([keras.Input((32, 32, 3)), layer_cls(**kw),
-                           keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(2)])
+  return keras.Sequential(
+    [
+      keras.Input((32, 32, 3)),
+      layer_cls(**kw),
+      keras.layers.GlobalAveragePooling2D(),
+      keras.layers.Dense(2),
+    ]
+  )
 
 
 def test_training_equals_keras(rng):
@@ -95,8 +119,16 @@ def test_training_equals_keras(rng):
 
 
 def test_config_round_trip():
-  layer = LargeConv2D(5, (7, 9), strides=2, padding="same", activation="relu",
-                      kernel_regularizer="l2", algorithm="fft", workspace_limit=1 << 20)
+  layer = LargeConv2D(
+    5,
+    (7, 9),
+    strides=2,
+    padding="same",
+    activation="relu",
+    kernel_regularizer="l2",
+    algorithm="fft",
+    workspace_limit=1 << 20,
+  )
   config = layer.get_config()
   assert config["algorithm"] == "fft" and config["workspace_limit"] == 1 << 20
   clone = LargeConv2D.from_config(config)
@@ -120,15 +152,24 @@ def _functional():
 
 def _reload_inputs(rng):
   """The input and training target of the reload tests."""
-  return (rng.standard_normal((2, 40, 40, 3)).astype(np.float32),
-          rng.standard_normal((2, 40, 40, 2)).astype(np.float32))
+  return (
+    rng.standard_normal((2, 40, 40, 3)).astype(np.float32),
+    rng.standard_normal((2, 40, 40, 2)).astype(np.float32),
+  )
 
 
 def test_keras_file_loads_and_trains_in_a_fresh_process(rng, tmp_path):
   x, t = _reload_inputs(rng)
-  keras_reload.keras_file_trains_alike(_functional(), x, t, tmp_path, [
+  keras_reload.keras_file_trains_alike(
+    _functional(),
+    x,
+    t,
+    tmp_path,
+    [
       'assert type(m.layers[1]).__name__ == "LargeConv2D", m.layers',
-      'assert m.layers[1].algorithm == "direct"'])
+      'assert m.layers[1].algorithm == "direct"',
+    ],
+  )
 
 
 def test_saved_model_loads_and_differentiates_in_a_fresh_process(rng, tmp_path):
@@ -163,8 +204,7 @@ def test_saved_model_loads_and_differentiates_in_a_fresh_process(rng, tmp_path):
     subproc.run(code.replace("{imp}", "import tf_largeconv"), tmp_path, timeout=300)
   finally:
     _, err = subproc.wait(without, timeout=300, check=False)
-  assert without.returncode != 0 and "LargeConv>Conv2D" in err, subproc.describe(
-      without, "", err)
+  assert without.returncode != 0 and "LargeConv>Conv2D" in err, subproc.describe(without, "", err)
   xt = tf.constant(x)
   variables = model.trainable_variables
   before = [v.numpy() for v in variables]
@@ -179,11 +219,17 @@ def test_saved_model_loads_and_differentiates_in_a_fresh_process(rng, tmp_path):
   want = [dx.numpy()] + [g.numpy() for g in grads]
   assert [a.shape for a in got] == [a.shape for a in want]
   for name, a, b in zip(["input"] + names, want, got):
-    np.testing.assert_allclose(b, a, rtol=keras_reload.RELOAD_RTOL,
-                               atol=keras_reload.RELOAD_ATOL * np.abs(a).max(),
-                               equal_nan=False, err_msg=f"gradient for {name}")
-  keras_reload.assert_trained_alike(before, [v.numpy() for v in variables],
-                                    keras_reload.load_list(tmp_path / "trained.npz"), names)
+    np.testing.assert_allclose(
+      b,
+      a,
+      rtol=keras_reload.RELOAD_RTOL,
+      atol=keras_reload.RELOAD_ATOL * np.abs(a).max(),
+      equal_nan=False,
+      err_msg=f"gradient for {name}",
+    )
+  keras_reload.assert_trained_alike(
+    before, [v.numpy() for v in variables], keras_reload.load_list(tmp_path / "trained.npz"), names
+  )
 
 
 def test_convert_replaces_large_kernels(rng):
@@ -198,20 +244,24 @@ def test_convert_replaces_large_kernels(rng):
   assert converted.layers[3].algorithm == "fft"
   x = rng.standard_normal((2, 48, 48, 3)).astype(np.float32)
   want = model(x).numpy()
-  np.testing.assert_allclose(converted(x).numpy(), want, rtol=1e-4,
-                             atol=1e-4 * np.abs(want).max())
+  np.testing.assert_allclose(converted(x).numpy(), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
 
 
 # Each kind convert() swaps: (Large class, the Keras layer with kernel side k, input shape).
 CONVERT_KINDS = [
-    ("LargeConv2D", lambda k: keras.layers.Conv2D(3, (2, k), padding="same"), (20, 24, 2)),
-    ("LargeDepthwiseConv2D", lambda k: keras.layers.DepthwiseConv2D((k, 3), padding="same"),
-     (20, 24, 2)),
-    ("LargeConv1D", lambda k: keras.layers.Conv1D(3, k, padding="causal"), (40, 2)),
-    ("LargeConv2DTranspose", lambda k: keras.layers.Conv2DTranspose(
-        3, (k, 2), strides=2, padding="same"), (10, 12, 2)),
-    ("LargeConv3D", lambda k: keras.layers.Conv3D(3, (2, 3, k), padding="same"),
-     (6, 7, 16, 2)),
+  ("LargeConv2D", lambda k: keras.layers.Conv2D(3, (2, k), padding="same"), (20, 24, 2)),
+  (
+    "LargeDepthwiseConv2D",
+    lambda k: keras.layers.DepthwiseConv2D((k, 3), padding="same"),
+    (20, 24, 2),
+  ),
+  ("LargeConv1D", lambda k: keras.layers.Conv1D(3, k, padding="causal"), (40, 2)),
+  (
+    "LargeConv2DTranspose",
+    lambda k: keras.layers.Conv2DTranspose(3, (k, 2), strides=2, padding="same"),
+    (10, 12, 2),
+  ),
+  ("LargeConv3D", lambda k: keras.layers.Conv3D(3, (2, 3, k), padding="same"), (6, 7, 16, 2)),
 ]
 
 
@@ -225,8 +275,7 @@ def test_convert_swaps_each_kind_with_the_given_settings(rng, kind, make, shape)
   inp = keras.Input(shape)
   small, large = make(k - 1), make(k)
   model = keras.Model(inp, large(small(inp)))
-  converted = lc.keras.convert(model, min_kernel_size=k, algorithm="direct",
-                               workspace_limit=limit)
+  converted = lc.keras.convert(model, min_kernel_size=k, algorithm="direct", workspace_limit=limit)
   kept, swapped = converted.layers[1:]
   assert type(kept) is type(small) and type(swapped).__name__ == kind
   assert (swapped.algorithm, swapped.workspace_limit) == ("direct", limit)
@@ -235,8 +284,7 @@ def test_convert_swaps_each_kind_with_the_given_settings(rng, kind, make, shape)
   assert config == large.get_config()
   x = rng.standard_normal((2,) + shape).astype(np.float32)
   want = model(x).numpy()
-  np.testing.assert_allclose(converted(x).numpy(), want, rtol=1e-4,
-                             atol=1e-4 * np.abs(want).max())
+  np.testing.assert_allclose(converted(x).numpy(), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
   for layer in converted.layers[1:]:
     layer.set_weights([np.zeros_like(w) for w in layer.get_weights()])
   np.testing.assert_array_equal(model(x).numpy(), want)
@@ -247,7 +295,8 @@ def test_convert_swaps_each_kind_with_the_given_settings(rng, kind, make, shape)
 def test_tf_keras_layer_trains_with_legacy_keras():
   # The same model with tf_keras.layers.Conv2D, from the same weights, trained the same way,
   # is the oracle: the two convolutions differ only by rounding (FFT against TF's kernel).
-  subproc.run("""
+  subproc.run(
+    """
       import numpy as np, tensorflow as tf
       import tf_largeconv
       from tf_largeconv.tf_keras import LargeConv2D
@@ -278,7 +327,10 @@ def test_tf_keras_layer_trains_with_legacy_keras():
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, equal_nan=False)
       moved = np.abs(m.layers[0].get_weights()[0] - before[0]).max()
       assert moved > 1e-3, moved  # the kernel trained, far beyond the tolerance
-      """, timeout=300, env=subproc.child_env(TF_USE_LEGACY_KERAS=1))
+      """,
+    timeout=300,
+    env=subproc.child_env(TF_USE_LEGACY_KERAS=1),
+  )
 
 
 def test_tf_keras_grouped_layers_run_the_op(rng):
@@ -286,41 +338,56 @@ def test_tf_keras_grouped_layers_run_the_op(rng):
   (algorithm='fft' raises under XLA), equal to tf_keras's layers."""
   tf_keras = pytest.importorskip("tf_keras")
   from tf_largeconv import tf_keras as lc_tf_keras
+
   for ours, ref, shape in [
-      (lc_tf_keras.LargeConv2D(4, 5, padding="same", groups=2, algorithm="fft"),
-       tf_keras.layers.Conv2D(4, 5, padding="same", groups=2), (2, 12, 11, 4)),
-      (lc_tf_keras.LargeConv1D(6, 9, padding="causal", groups=3, algorithm="fft"),
-       tf_keras.layers.Conv1D(6, 9, padding="causal", groups=3), (2, 30, 6))]:
+    (
+      lc_tf_keras.LargeConv2D(4, 5, padding="same", groups=2, algorithm="fft"),
+      tf_keras.layers.Conv2D(4, 5, padding="same", groups=2),
+      (2, 12, 11, 4),
+    ),
+    (
+      lc_tf_keras.LargeConv1D(6, 9, padding="causal", groups=3, algorithm="fft"),
+      tf_keras.layers.Conv1D(6, 9, padding="causal", groups=3),
+      (2, 30, 6),
+    ),
+  ]:
     x = rng.standard_normal(shape).astype(np.float32)
     ref(x)
     ours(x)
     ours.set_weights([rng.standard_normal(w.shape).astype(np.float32) for w in ref.weights])
     ref.set_weights(ours.get_weights())
     want = ref(x).numpy()
-    np.testing.assert_allclose(ours(x).numpy(), want, rtol=1e-4,
-                               atol=1e-4 * np.abs(want).max())
+    np.testing.assert_allclose(ours(x).numpy(), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
 
 
-@pytest.mark.parametrize("kwargs,message", [
-    (dict(filters=4, kernel_size=3, strides=2, dilation_rate=2),
-     "`strides > 1` not supported in conjunction with `dilation_rate > 1`"),
+@pytest.mark.parametrize(
+  "kwargs,message",
+  [
+    (
+      dict(filters=4, kernel_size=3, strides=2, dilation_rate=2),
+      "`strides > 1` not supported in conjunction with `dilation_rate > 1`",
+    ),
     (dict(filters=5, kernel_size=3, groups=2), "number of groups"),
     (dict(filters=4, kernel_size=3, padding="full"), "padding"),
     (dict(filters=4, kernel_size=3, algorithm="winograd"), "algorithm must be one of"),
     (dict(filters=4, kernel_size=3, workspace_limit=-1), "workspace_limit must be"),
     (dict(filters=4, kernel_size=(3, 3, 3)), "kernel_size"),
-])
+  ],
+)
 def test_bad_arguments_raise_keras_like_errors(kwargs, message):
   with pytest.raises(ValueError, match=message):
     LargeConv2D(**kwargs)
 
 
-@pytest.mark.parametrize("make,shape", [
+@pytest.mark.parametrize(
+  "make,shape",
+  [
     (lambda: LargeDepthwiseConv2D(5, strides=2), (2, 4, 4, 3)),
     (lambda: LargeConv2D(4, (3, 5), strides=2), (2, 8, 4, 3)),
     (lambda: lc.keras.LargeConv1D(2, 11, strides=5), (4, 10, 3)),
     (lambda: lc.keras.LargeConv3D(2, 5), (1, 4, 6, 6, 1)),
-])
+  ],
+)
 def test_an_input_too_small_raises_keras_error_eager_and_traced(make, shape):
   # Keras's own layers raise this ValueError for 'valid' padding where no output fits,
   # eagerly and symbolically (its DepthwiseConv2D test looks for the message).
@@ -339,8 +406,13 @@ def test_an_input_too_small_raises_keras_error_eager_and_traced(make, shape):
 def test_layers_report_supports_jit():
   """'auto' (the portable path under XLA), 'portable' and 'tf' compile; the op's own
   algorithms do not."""
-  for algorithm, jit in (("auto", True), ("portable", True), ("tf", True), ("direct", False),
-                         ("fft", False)):
+  for algorithm, jit in (
+    ("auto", True),
+    ("portable", True),
+    ("tf", True),
+    ("direct", False),
+    ("fft", False),
+  ):
     assert LargeConv2D(2, 3, algorithm=algorithm).supports_jit is jit
     assert LargeDepthwiseConv2D(3, algorithm=algorithm).supports_jit is jit
 
@@ -381,7 +453,8 @@ def test_tf_keras_layer_trains_under_jit_compile():
   # tf_keras compiles the train step with jit_compile=True and never asks the layers; the
   # shared 'auto' routing takes the portable path there. Oracle: tf_keras.layers.Conv2D
   # from the same weights, compiled the same way.
-  subproc.run("""
+  subproc.run(
+    """
       import numpy as np, tensorflow as tf
       import tf_largeconv
       from tf_largeconv.tf_keras import LargeConv2D
@@ -410,4 +483,7 @@ def test_tf_keras_layer_trains_under_jit_compile():
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
       moved = np.abs(m.layers[0].get_weights()[0] - before[0]).max()
       assert moved > 1e-3, moved
-      """, timeout=300, env=subproc.child_env(TF_USE_LEGACY_KERAS=1))
+      """,
+    timeout=300,
+    env=subproc.child_env(TF_USE_LEGACY_KERAS=1),
+  )

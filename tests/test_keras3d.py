@@ -18,8 +18,7 @@ RTOL = 1e-4
 
 
 def _assert_close(got, want, what):
-  np.testing.assert_allclose(got, want, rtol=RTOL, atol=RTOL * np.abs(want).max(),
-                             err_msg=what)
+  np.testing.assert_allclose(got, want, rtol=RTOL, atol=RTOL * np.abs(want).max(), err_msg=what)
 
 
 def _to_last(a):
@@ -32,18 +31,32 @@ def _to_first(a):
 
 # (layer arguments, input NDHWC)
 CASES = [
-    (dict(filters=4, kernel_size=3), (2, 7, 8, 6, 3)),
-    (dict(filters=3, kernel_size=(5, 4, 3), strides=(2, 1, 2), padding="same",
-          activation="relu"), (1, 9, 8, 7, 2)),
-    (dict(filters=2, kernel_size=3, padding="same", dilation_rate=(2, 1, 3)), (1, 8, 7, 9, 2)),
-    (dict(filters=6, kernel_size=3, groups=3), (1, 6, 7, 6, 6)),
-    (dict(filters=2, kernel_size=9, padding="SAME", use_bias=False), (1, 10, 11, 9, 1)),
-    # Its output width equals `filters`: keras.layers.Conv3D adds the bias along the width
-    # there (see LargeConv3D.call), so the reference is the channels_last layer.
-    (dict(filters=4, kernel_size=(3, 5, 3), strides=2, padding="same", groups=2,
-          data_format="channels_first", activation="tanh"), (2, 7, 9, 8, 4)),
-    (dict(filters=2, kernel_size=(3, 2, 3), dilation_rate=2, data_format="channels_first"),
-     (1, 9, 8, 10, 2)),
+  (dict(filters=4, kernel_size=3), (2, 7, 8, 6, 3)),
+  (
+    dict(filters=3, kernel_size=(5, 4, 3), strides=(2, 1, 2), padding="same", activation="relu"),
+    (1, 9, 8, 7, 2),
+  ),
+  (dict(filters=2, kernel_size=3, padding="same", dilation_rate=(2, 1, 3)), (1, 8, 7, 9, 2)),
+  (dict(filters=6, kernel_size=3, groups=3), (1, 6, 7, 6, 6)),
+  (dict(filters=2, kernel_size=9, padding="SAME", use_bias=False), (1, 10, 11, 9, 1)),
+  # Its output width equals `filters`: keras.layers.Conv3D adds the bias along the width
+  # there (see LargeConv3D.call), so the reference is the channels_last layer.
+  (
+    dict(
+      filters=4,
+      kernel_size=(3, 5, 3),
+      strides=2,
+      padding="same",
+      groups=2,
+      data_format="channels_first",
+      activation="tanh",
+    ),
+    (2, 7, 9, 8, 4),
+  ),
+  (
+    dict(filters=2, kernel_size=(3, 2, 3), dilation_rate=2, data_format="channels_first"),
+    (1, 9, 8, 10, 2),
+  ),
 ]
 
 
@@ -93,21 +106,36 @@ def test_unknown_sizes_give_keras_output_shape():
   """Unknown dimensions stay unknown, and a dilated filter longer than any stand-in size
   (the 2-D layer's shape came from the same helper) still gives the known ones."""
   for layer, ref, shape in [
-      (LargeConv3D(2, (3, 2, 5), dilation_rate=(1, 200, 2)),
-       keras.layers.Conv3D(2, (3, 2, 5), dilation_rate=(1, 200, 2)), (None, 9, None, 12, 3)),
-      (LargeConv3D(4, 3, strides=(1, 2, 3), padding="same", groups=2,
-                   data_format="channels_first"),
-       keras.layers.Conv3D(4, 3, strides=(1, 2, 3), padding="same", groups=2,
-                           data_format="channels_first"), (2, 4, None, 11, None)),
-      (LargeConv2D(2, 3, dilation_rate=200), keras.layers.Conv2D(2, 3, dilation_rate=200),
-       (None, None, 450, 2)),
+    (
+      LargeConv3D(2, (3, 2, 5), dilation_rate=(1, 200, 2)),
+      keras.layers.Conv3D(2, (3, 2, 5), dilation_rate=(1, 200, 2)),
+      (None, 9, None, 12, 3),
+    ),
+    (
+      LargeConv3D(4, 3, strides=(1, 2, 3), padding="same", groups=2, data_format="channels_first"),
+      keras.layers.Conv3D(
+        4, 3, strides=(1, 2, 3), padding="same", groups=2, data_format="channels_first"
+      ),
+      (2, 4, None, 11, None),
+    ),
+    (
+      LargeConv2D(2, 3, dilation_rate=200),
+      keras.layers.Conv2D(2, 3, dilation_rate=200),
+      (None, None, 450, 2),
+    ),
   ]:
     assert layer.compute_output_shape(shape) == ref.compute_output_shape(shape), layer
 
 
 def test_regularizers_and_constraints_act_as_keras(rng):
-  kwargs = dict(filters=2, kernel_size=3, kernel_regularizer="l2", bias_regularizer="l1",
-                activity_regularizer="l2", kernel_constraint=keras.constraints.NonNeg())
+  kwargs = dict(
+    filters=2,
+    kernel_size=3,
+    kernel_regularizer="l2",
+    bias_regularizer="l1",
+    activity_regularizer="l2",
+    kernel_constraint=keras.constraints.NonNeg(),
+  )
   ours = LargeConv3D(**kwargs, bias_initializer="random_normal")
   theirs = keras.layers.Conv3D(**kwargs)
   x = rng.standard_normal((1, 5, 6, 5, 2)).astype(np.float32)
@@ -122,9 +150,18 @@ def test_regularizers_and_constraints_act_as_keras(rng):
 
 
 def test_config_round_trip():
-  layer = LargeConv3D(5, (7, 9, 3), strides=2, padding="same", activation="relu",
-                      groups=1, kernel_regularizer="l2", data_format="channels_first",
-                      algorithm="fft", workspace_limit=1 << 20)
+  layer = LargeConv3D(
+    5,
+    (7, 9, 3),
+    strides=2,
+    padding="same",
+    activation="relu",
+    groups=1,
+    kernel_regularizer="l2",
+    data_format="channels_first",
+    algorithm="fft",
+    workspace_limit=1 << 20,
+  )
   config = layer.get_config()
   assert config["algorithm"] == "fft" and config["workspace_limit"] == 1 << 20
   clone = LargeConv3D.from_config(config)
@@ -136,8 +173,12 @@ def test_config_round_trip():
   assert type(copy) is LargeConv3D and copy.get_config() == config
   # Positional arguments go where keras.layers.Conv3D takes them.
   positional = LargeConv3D(4, 3, 2, "same", "channels_first", 1, 2)
-  assert (positional.strides, positional.padding, positional.data_format,
-          positional.groups) == ((2, 2, 2), "same", "channels_first", 2)
+  assert (positional.strides, positional.padding, positional.data_format, positional.groups) == (
+    (2, 2, 2),
+    "same",
+    "channels_first",
+    2,
+  )
 
 
 def _functional():
@@ -152,9 +193,16 @@ def _functional():
 def test_keras_file_loads_and_trains_in_a_fresh_process(rng, tmp_path):
   x = rng.standard_normal((2, 8, 9, 10, 2)).astype(np.float32)
   t = rng.standard_normal((2, 8, 9, 10, 2)).astype(np.float32)
-  keras_reload.keras_file_trains_alike(_functional(), x, t, tmp_path, [
+  keras_reload.keras_file_trains_alike(
+    _functional(),
+    x,
+    t,
+    tmp_path,
+    [
       'kinds = [(type(l).__name__, getattr(l, "algorithm", None)) for l in m.layers[1:3]]',
-      'assert kinds == [("LargeConv3D", "direct"), ("LargeConv3D", "fft")], kinds'])
+      'assert kinds == [("LargeConv3D", "direct"), ("LargeConv3D", "fft")], kinds',
+    ],
+  )
 
 
 def test_convert_swaps_large_conv3d(rng):
@@ -172,9 +220,13 @@ def test_convert_swaps_large_conv3d(rng):
   _assert_close(converted(x).numpy(), want, "converted output")
 
 
-@pytest.mark.parametrize("kwargs,message", [
-    (dict(strides=2, dilation_rate=2),
-     "`strides > 1` not supported in conjunction with `dilation_rate > 1`"),
+@pytest.mark.parametrize(
+  "kwargs,message",
+  [
+    (
+      dict(strides=2, dilation_rate=2),
+      "`strides > 1` not supported in conjunction with `dilation_rate > 1`",
+    ),
     (dict(filters=5, groups=2), "number of filters must be evenly divisible"),
     (dict(padding="causal"), "padding"),
     (dict(kernel_size=(3, 3)), "kernel_size"),
@@ -182,7 +234,8 @@ def test_convert_swaps_large_conv3d(rng):
     (dict(padding=((1, 1), (1, 1), (1, 1))), "padding"),
     (dict(algorithm="winograd"), "algorithm must be one of"),
     (dict(workspace_limit=-1), "workspace_limit must be"),
-])
+  ],
+)
 def test_bad_arguments_raise_keras_like_errors(kwargs, message):
   kwargs = dict(dict(filters=4, kernel_size=3), **kwargs)
   with pytest.raises(ValueError, match=message):
@@ -196,10 +249,13 @@ def test_bad_arguments_raise_keras_like_errors(kwargs, message):
     keras.layers.Conv3D(**keras_kwargs)(np.zeros((1, 4, 4, 4, 2), np.float32))
 
 
-@pytest.mark.parametrize("kwargs,shape", [
+@pytest.mark.parametrize(
+  "kwargs,shape",
+  [
     (dict(filters=2, kernel_size=5), (1, 4, 6, 6, 2)),  # too small for the kernel
     (dict(filters=4, kernel_size=3, groups=2), (1, 5, 5, 5, 3)),  # 3 channels, 2 groups
-])
+  ],
+)
 def test_bad_inputs_raise_as_keras(kwargs, shape):
   x = np.zeros(shape, np.float32)
   with pytest.raises(ValueError):
@@ -209,8 +265,13 @@ def test_bad_inputs_raise_as_keras(kwargs, shape):
 
 
 def test_supports_jit_and_runs_under_xla(rng):
-  for algorithm, jit in (("auto", True), ("portable", True), ("tf", True), ("direct", False),
-                         ("fft", False)):
+  for algorithm, jit in (
+    ("auto", True),
+    ("portable", True),
+    ("tf", True),
+    ("direct", False),
+    ("fft", False),
+  ):
     assert LargeConv3D(2, 3, algorithm=algorithm).supports_jit is jit
   layer = LargeConv3D(3, 5, padding="same", groups=1)
   x = rng.standard_normal((1, 6, 7, 8, 2)).astype(np.float32)
@@ -224,12 +285,12 @@ def test_supports_jit_and_runs_under_xla(rng):
 def test_tf_keras_layer_equals_conv3d_and_trains(rng):
   tf_keras = pytest.importorskip("tf_keras")
   from tf_largeconv import tf_keras as lc_tf_keras
+
   for kwargs, x_shape in (CASES[1], CASES[3], CASES[5]):
     first = kwargs.get("data_format") == "channels_first"
     x = rng.standard_normal(x_shape).astype(np.float32)
     # algorithm='fft': groups run the op too (tf_keras compiles them with XLA otherwise).
-    ours = lc_tf_keras.LargeConv3D(**kwargs, algorithm="fft",
-                                   bias_initializer="random_normal")
+    ours = lc_tf_keras.LargeConv3D(**kwargs, algorithm="fft", bias_initializer="random_normal")
     ref = tf_keras.layers.Conv3D(**dict(kwargs, data_format="channels_last"))
     xin = _to_first(x) if first else x
     ours(xin)
@@ -244,15 +305,19 @@ def test_tf_keras_layer_equals_conv3d_and_trains(rng):
   assert config["algorithm"] == "direct"
   copy = tf_keras.layers.deserialize(tf_keras.layers.serialize(layer))
   assert type(copy) is lc_tf_keras.LargeConv3D and copy.get_config() == config
-  assert tf_keras.utils.get_registered_name(lc_tf_keras.LargeConv3D) == (
-      "tf_largeconv>LargeConv3D")
+  assert tf_keras.utils.get_registered_name(lc_tf_keras.LargeConv3D) == ("tf_largeconv>LargeConv3D")
 
   # Training: the same model with tf_keras.layers.Conv3D from the same weights is the
   # oracle; the two differ by float32 rounding while the kernel moves by far more.
   def model(conv):
-    return tf_keras.Sequential([tf_keras.Input((6, 7, 8, 2)), conv,
-                                tf_keras.layers.GlobalAveragePooling3D(),
-                                tf_keras.layers.Dense(1)])
+    return tf_keras.Sequential(
+      [
+        tf_keras.Input((6, 7, 8, 2)),
+        conv,
+        tf_keras.layers.GlobalAveragePooling3D(),
+        tf_keras.layers.Dense(1),
+      ]
+    )
 
   x = rng.random((8, 6, 7, 8, 2)).astype(np.float32)
   y = 3.0 * x.mean(axis=(1, 2, 3, 4))[:, None] + 1.0

@@ -40,16 +40,15 @@ def _imports(path, name, modules):
     elif isinstance(node, ast.ImportFrom):
       base = node.module or ""
       if node.level:
-        base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1] +
-                        ([base] if base else []))
-      targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base
-                 for a in node.names]
+        base = ".".join(
+          package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else [])
+        )
+      targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
     else:
       continue
     # A package that contains the importer is initialised before it, so naming it (as in
     # `from tf_largeconv import _core`, a compiled module) closes no circle.
-    found.update(t for t in targets if t in modules and t != name
-                 and not name.startswith(t + "."))
+    found.update(t for t in targets if t in modules and t != name and not name.startswith(t + "."))
   return found
 
 
@@ -67,7 +66,7 @@ def _cycle(graph):
     stack.append(node)
     for nxt in sorted(graph[node]):
       if state.get(nxt) == "open":
-        return stack[stack.index(nxt):] + [nxt]
+        return stack[stack.index(nxt) :] + [nxt]
       if nxt not in state:
         found = visit(nxt, stack)
         if found:
@@ -94,7 +93,8 @@ def test_the_circle_finder_finds_a_circle():
   graph = _graph()
   # A function-level import of the ops from the planner would close a circle.
   graph["tf_largeconv.planning.routing"] = graph["tf_largeconv.planning.routing"] | {
-      "tf_largeconv.ops._conv2d"}
+    "tf_largeconv.ops._conv2d"
+  }
   found = _cycle(graph)
   assert found is not None and found[0] == found[-1]
   assert _cycle({"a": {"b"}, "b": set()}) is None
@@ -118,6 +118,9 @@ def test_no_module_is_too_long(name):
 
 
 def test_nothing_that_measures_ships_in_the_package():
-  bad = [n for n in _modules() if any(word in n.rpartition(".")[2]
-                                      for word in ("bench", "measure", "demo"))]
+  bad = [
+    n
+    for n in _modules()
+    if any(word in n.rpartition(".")[2] for word in ("bench", "measure", "demo"))
+  ]
   assert bad == []

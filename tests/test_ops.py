@@ -10,8 +10,12 @@ from reference import tolerance
 
 import tf_largeconv as lc
 
-DTYPES = {"float16": tf.float16, "bfloat16": tf.bfloat16, "float32": tf.float32,
-          "float64": tf.float64}
+DTYPES = {
+  "float16": tf.float16,
+  "bfloat16": tf.bfloat16,
+  "float32": tf.float32,
+  "float64": tf.float64,
+}
 
 
 def _explicit(pairs, data_format):
@@ -21,8 +25,9 @@ def _explicit(pairs, data_format):
   return [[0, 0], [0, 0], [t, b], [l, r]]
 
 
-def _run(rng, x_shape, w_shape, strides, padding, dilations, data_format, dtype_name,
-         algorithm="auto"):
+def _run(
+  rng, x_shape, w_shape, strides, padding, dilations, data_format, dtype_name, algorithm="auto"
+):
   """Runs our op and the oracle on the same (dtype-rounded) data; checks the bound of the
   path the plan says the op took (per-plane norm-wise for the FFT, elementwise otherwise)."""
   ref = Conv(x_shape, w_shape, strides, padding, dilations, data_format)
@@ -34,8 +39,9 @@ def _run(rng, x_shape, w_shape, strides, padding, dilations, data_format, dtype_
   kwargs = dict(data_format=data_format, dilations=list(dilations), algorithm=algorithm)
   y = lc.conv2d(x, w, list(strides), pad_arg, **kwargs)
   assert y.dtype == dtype
-  fft = planned_fft(lc.plan(x_shape, w_shape, list(strides), pad_arg, dtype=dtype,
-                            **kwargs).passes)["forward"]
+  fft = planned_fft(
+    lc.plan(x_shape, w_shape, list(strides), pad_arg, dtype=dtype, **kwargs).passes
+  )["forward"]
   assert (fft is not None) == (algorithm == "fft") or algorithm == "auto"
   check = PassCheck(ref, "forward", xd, wd)
   check.check(y, dtype_name, fft, f"forward ({algorithm})")
@@ -44,25 +50,25 @@ def _run(rng, x_shape, w_shape, strides, padding, dilations, data_format, dtype_
 
 # (input NHWC, filter, strides, padding, dilations)
 GRID = [
-    ((2, 9, 11, 3), (1, 1, 3, 4), (1, 1), "VALID", (1, 1)),
-    ((2, 9, 11, 3), (2, 2, 3, 5), (1, 1), "SAME", (1, 1)),
-    ((1, 12, 10, 2), (3, 3, 2, 3), (1, 1), "SAME", (1, 1)),
-    ((2, 13, 9, 3), (4, 3, 3, 2), (2, 3), "SAME", (1, 1)),
-    ((1, 15, 17, 2), (5, 6, 2, 9), (3, 2), "VALID", (1, 1)),
-    ((1, 16, 16, 4), (3, 3, 4, 16), (1, 1), "VALID", (2, 3)),
-    ((2, 14, 15, 3), (3, 2, 3, 8), (2, 2), "SAME", (3, 2)),
-    ((1, 11, 12, 2), (4, 5, 2, 3), (1, 2), ((2, 1), (0, 3)), (1, 1)),
-    ((1, 12, 12, 3), (3, 3, 3, 10), (3, 1), ((0, 4), (5, 1)), (2, 1)),
-    ((1, 8, 7, 1), (11, 9, 1, 2), (1, 1), "SAME", (1, 1)),      # filter > input, SAME
-    ((1, 6, 5, 2), (13, 12, 2, 9), (2, 3), "SAME", (1, 1)),     # filter > input, strided
-    ((1, 20, 18, 1), (20, 18, 1, 3), (1, 1), "VALID", (1, 1)),  # filter == input
-    ((1, 40, 44, 1), (31, 31, 1, 3), (1, 1), "VALID", (1, 1)),
-    ((1, 36, 33, 2), (41, 41, 2, 2), (1, 1), "SAME", (1, 1)),
-    ((1, 30, 34, 1), (21, 20, 1, 1), (2, 2), "SAME", (1, 1)),   # even and non-square
-    ((1, 24, 24, 16), (9, 9, 16, 24), (1, 1), "SAME", (1, 1)),  # many channels
-    ((3, 10, 9, 32), (3, 3, 32, 70), (1, 1), "SAME", (1, 1)),   # channel tile edge
-    ((1, 300, 5, 2), (3, 1, 2, 3), (1, 1), "SAME", (1, 1)),     # position tile edge
-    ((1, 5, 300, 2), (1, 3, 2, 9), (1, 1), "VALID", (1, 1)),
+  ((2, 9, 11, 3), (1, 1, 3, 4), (1, 1), "VALID", (1, 1)),
+  ((2, 9, 11, 3), (2, 2, 3, 5), (1, 1), "SAME", (1, 1)),
+  ((1, 12, 10, 2), (3, 3, 2, 3), (1, 1), "SAME", (1, 1)),
+  ((2, 13, 9, 3), (4, 3, 3, 2), (2, 3), "SAME", (1, 1)),
+  ((1, 15, 17, 2), (5, 6, 2, 9), (3, 2), "VALID", (1, 1)),
+  ((1, 16, 16, 4), (3, 3, 4, 16), (1, 1), "VALID", (2, 3)),
+  ((2, 14, 15, 3), (3, 2, 3, 8), (2, 2), "SAME", (3, 2)),
+  ((1, 11, 12, 2), (4, 5, 2, 3), (1, 2), ((2, 1), (0, 3)), (1, 1)),
+  ((1, 12, 12, 3), (3, 3, 3, 10), (3, 1), ((0, 4), (5, 1)), (2, 1)),
+  ((1, 8, 7, 1), (11, 9, 1, 2), (1, 1), "SAME", (1, 1)),  # filter > input, SAME
+  ((1, 6, 5, 2), (13, 12, 2, 9), (2, 3), "SAME", (1, 1)),  # filter > input, strided
+  ((1, 20, 18, 1), (20, 18, 1, 3), (1, 1), "VALID", (1, 1)),  # filter == input
+  ((1, 40, 44, 1), (31, 31, 1, 3), (1, 1), "VALID", (1, 1)),
+  ((1, 36, 33, 2), (41, 41, 2, 2), (1, 1), "SAME", (1, 1)),
+  ((1, 30, 34, 1), (21, 20, 1, 1), (2, 2), "SAME", (1, 1)),  # even and non-square
+  ((1, 24, 24, 16), (9, 9, 16, 24), (1, 1), "SAME", (1, 1)),  # many channels
+  ((3, 10, 9, 32), (3, 3, 32, 70), (1, 1), "SAME", (1, 1)),  # channel tile edge
+  ((1, 300, 5, 2), (3, 1, 2, 3), (1, 1), "SAME", (1, 1)),  # position tile edge
+  ((1, 5, 300, 2), (1, 3, 2, 9), (1, 1), "VALID", (1, 1)),
 ]
 
 
@@ -85,9 +91,9 @@ def test_forward_float64_matches_oracle(rng, case, data_format, algorithm):
 # group: every filter value read serves the run): runs that cross from one image into the
 # next, a shorter last run, strides (the input gradient's zero-stuffed tiles) and NCHW.
 RUNS = [
-    ((3, 120, 100, 32), (15, 15, 32, 32), (1, 1), "SAME", "NHWC"),  # 9 tiles, runs of 5
-    ((2, 16, 128, 128), (31, 31, 16, 32), (2, 2), "SAME", "NCHW"),  # 8 tiles, runs of 4
-    ((3, 70, 100, 32), (21, 21, 32, 32), (2, 1), "SAME", "NHWC"),   # 9 tiles, runs of 5
+  ((3, 120, 100, 32), (15, 15, 32, 32), (1, 1), "SAME", "NHWC"),  # 9 tiles, runs of 5
+  ((2, 16, 128, 128), (31, 31, 16, 32), (2, 2), "SAME", "NCHW"),  # 8 tiles, runs of 4
+  ((3, 70, 100, 32), (21, 21, 32, 32), (2, 1), "SAME", "NHWC"),  # 9 tiles, runs of 5
 ]
 
 
@@ -107,27 +113,36 @@ def test_fft_runs_of_tiles_match_oracle(rng, case):
   kwargs = dict(data_format=fmt, algorithm="fft")
   y = lc.conv2d(x, w, list(strides), padding, **kwargs)
   dx = lc.conv2d_backprop_input(x_shape, w, dy, list(strides), padding, **kwargs)
-  ref.check_passes("float32", planned_fft(plan.passes), x, w, dy, y=y.numpy(), dx=dx.numpy(),
-                   what=f"runs {runs}: ")
+  ref.check_passes(
+    "float32", planned_fft(plan.passes), x, w, dy, y=y.numpy(), dx=dx.numpy(), what=f"runs {runs}: "
+  )
 
 
 @pytest.mark.parametrize("algorithm", ["direct", "fft"])
 @pytest.mark.parametrize("case", GRID, ids=[_id(c) for c in GRID])
 def test_forward_float32_matches_tf(rng, case, algorithm):
   x_shape, w_shape, s, p, d = case
-  x, w, y, pad_arg, check, fft = _run(rng, x_shape, w_shape, s, p, d, "NHWC", "float32",
-                                      algorithm)
+  x, w, y, pad_arg, check, fft = _run(rng, x_shape, w_shape, s, p, d, "NHWC", "float32", algorithm)
   want = tf.nn.conv2d(x, w, list(s), pad_arg, dilations=list(d))
   # TF sums directly in float32: its own elementwise bound adds to ours.
-  check.check(y, "float32", fft, "vs tf.nn.conv2d", want=want.numpy(),
-              want_tolerance=tolerance("float32", check.terms, check.magnitude))
+  check.check(
+    y,
+    "float32",
+    fft,
+    "vs tf.nn.conv2d",
+    want=want.numpy(),
+    want_tolerance=tolerance("float32", check.terms, check.magnitude),
+  )
 
 
 @pytest.mark.parametrize("algorithm", ["direct", "fft"])
 @pytest.mark.parametrize("dtype_name", ["float16", "bfloat16", "float32", "float64"])
 @pytest.mark.parametrize("data_format", ["NHWC", "NCHW"])
-@pytest.mark.parametrize("case", [GRID[3], GRID[6], GRID[8], GRID[12], GRID[15]],
-                         ids=[_id(c) for c in (GRID[3], GRID[6], GRID[8], GRID[12], GRID[15])])
+@pytest.mark.parametrize(
+  "case",
+  [GRID[3], GRID[6], GRID[8], GRID[12], GRID[15]],
+  ids=[_id(c) for c in (GRID[3], GRID[6], GRID[8], GRID[12], GRID[15])],
+)
 def test_forward_dtypes(rng, case, data_format, dtype_name, algorithm):
   x_shape, w_shape, s, p, d = case
   if data_format == "NCHW":
@@ -136,12 +151,15 @@ def test_forward_dtypes(rng, case, data_format, dtype_name, algorithm):
 
 
 @pytest.mark.parametrize("fmt", ["NHWC", "NCHW"])
-@pytest.mark.parametrize("shape,padding,expected", [
+@pytest.mark.parametrize(
+  "shape,padding,expected",
+  [
     ((0, 8, 8, 3), "SAME", (0, 8, 8, 4)),
     ((2, 0, 8, 3), "SAME", (2, 0, 8, 4)),
     ((2, 8, 0, 3), "SAME", (2, 8, 0, 4)),
     ((0, 8, 8, 3), "VALID", (0, 6, 6, 4)),
-])
+  ],
+)
 def test_empty_tensors(shape, padding, expected, fmt):
   if fmt == "NCHW":
     shape = (shape[0], shape[3], shape[1], shape[2])
@@ -220,19 +238,24 @@ def test_auto_routes_small_filters_to_tensorflow_where_the_plan_says_so(rng):
   w = rng.standard_normal((3, 3, 32, 64)).astype(np.float32)
   p = lc.plan(x.shape, w.shape, 1, "SAME")
   assert [pp.algorithm for pp in p.passes] == ["tf", "tf", "tf"]
-  np.testing.assert_array_equal(lc.conv2d(x, w, 1, "SAME").numpy(),
-                                tf.nn.conv2d(x, w, 1, "SAME").numpy())
+  np.testing.assert_array_equal(
+    lc.conv2d(x, w, 1, "SAME").numpy(), tf.nn.conv2d(x, w, 1, "SAME").numpy()
+  )
   # Where TF's CPU kernels cannot go (NCHW, dilated gradients), auto stays on ours.
-  assert lc.plan((4, 32, 32, 32), w.shape, 1, "SAME", data_format="NCHW").forward.algorithm \
-      != "tf"
+  assert lc.plan((4, 32, 32, 32), w.shape, 1, "SAME", data_format="NCHW").forward.algorithm != "tf"
   assert lc.plan(x.shape, w.shape, 1, "SAME", dilations=2).forward.algorithm != "tf"
+
   # The graph shows which kernel runs: TensorFlow's where auto routes to it, ours (with
   # the requested algorithm) where one is asked for explicitly.
   def kernels(algorithm):
     fn = tf.function(lambda a, b: lc.conv2d(a, b, 1, "SAME", algorithm=algorithm))
     ops = fn.get_concrete_function(x, w).graph.get_operations()
-    return sorted((op.type, op.get_attr("algorithm") if op.type.startswith("LargeConv>")
-                   else None) for op in ops if "Conv2D" in op.type)
+    return sorted(
+      (op.type, op.get_attr("algorithm") if op.type.startswith("LargeConv>") else None)
+      for op in ops
+      if "Conv2D" in op.type
+    )
+
   assert kernels("auto") == [("Conv2D", None)]
   assert kernels("direct") == [("LargeConv>Conv2D", b"direct")]
   with pytest.raises(ValueError, match="algorithm='tf' needs"):
@@ -260,8 +283,13 @@ def test_the_oracle_matches_tf_in_float64(rng, case):
   for name, (got, a, b) in results.items():
     # TF sums directly in float64: the elementwise bound, doubled for the oracle's own.
     check = PassCheck(ref, name, a.numpy(), b.numpy())
-    check.check(got.numpy(), "float64", None, f"oracle vs TF {name}",
-                want_tolerance=tolerance("float64", check.terms, check.magnitude))
+    check.check(
+      got.numpy(),
+      "float64",
+      None,
+      f"oracle vs TF {name}",
+      want_tolerance=tolerance("float64", check.terms, check.magnitude),
+    )
 
 
 def test_backprops_with_algorithm_tf_run_tensorflows_kernels(rng):
@@ -277,15 +305,26 @@ def test_backprops_with_algorithm_tf_run_tensorflows_kernels(rng):
 
   for got, want in zip(run("tf"), run("direct")):
     np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-10, atol=1e-10)
-  fn = tf.function(lambda a, b, c: (
+  fn = tf.function(
+    lambda a, b, c: (
       lc.conv2d_backprop_input(tf.shape(a), b, c, 2, pad, algorithm="tf"),
-      lc.conv2d_backprop_filter(a, tf.shape(b), c, 2, pad, algorithm="tf")))
+      lc.conv2d_backprop_filter(a, tf.shape(b), c, 2, pad, algorithm="tf"),
+    )
+  )
   ops = fn.get_concrete_function(x, w, dy).graph.get_operations()
   assert sorted(op.type for op in ops if "Conv2D" in op.type) == [
-      "Conv2DBackpropFilter", "Conv2DBackpropInput"]
+    "Conv2DBackpropFilter",
+    "Conv2DBackpropInput",
+  ]
   with pytest.raises(ValueError, match="algorithm='tf' needs"):  # grouped: not TF's
     lc.conv2d_backprop_input([2, 17, 19, 6], w, dy, 2, pad, algorithm="tf")
   with pytest.raises(ValueError, match="algorithm='tf' needs"):  # NCHW on the CPU
-    lc.conv2d_backprop_filter(tf.transpose(x, [0, 3, 1, 2]), w.shape,
-                              tf.transpose(dy, [0, 3, 1, 2]), 2, "SAME",
-                              data_format="NCHW", algorithm="tf")
+    lc.conv2d_backprop_filter(
+      tf.transpose(x, [0, 3, 1, 2]),
+      w.shape,
+      tf.transpose(dy, [0, 3, 1, 2]),
+      2,
+      "SAME",
+      data_format="NCHW",
+      algorithm="tf",
+    )

@@ -20,12 +20,20 @@ def test_pip_install_no_build_isolation(tmp_path):
   if not os.path.isfile(os.path.join(subproc.REPO_ROOT, "pyproject.toml")):
     pytest.skip(f"{subproc.REPO_ROOT} is not a source checkout")
   target = tmp_path / "site"
-  subproc.run("-m pip install --no-build-isolation --no-deps --target", target,
-              subproc.REPO_ROOT, timeout=900, env=dict(os.environ), cwd=tmp_path)
-  code = ("import numpy as np, tf_largeconv as lc\n"
-          "print(lc.__file__)\n"
-          "print(float(lc.conv2d(np.ones((1, 4, 4, 1), np.float32),"
-          " np.ones((3, 3, 1, 1), np.float32), 1, 'VALID')[0, 0, 0, 0]))\n")
+  subproc.run(
+    "-m pip install --no-build-isolation --no-deps --target",
+    target,
+    subproc.REPO_ROOT,
+    timeout=900,
+    env=dict(os.environ),
+    cwd=tmp_path,
+  )
+  code = (
+    "import numpy as np, tf_largeconv as lc\n"
+    "print(lc.__file__)\n"
+    "print(float(lc.conv2d(np.ones((1, 4, 4, 1), np.float32),"
+    " np.ones((3, 3, 1, 1), np.float32), 1, 'VALID')[0, 0, 0, 0]))\n"
+  )
   env = dict(os.environ, PYTHONPATH=str(target), TF_CPP_MIN_LOG_LEVEL="2")
   out = subproc.run(code, timeout=300, env=env, cwd=tmp_path)
   path, value = out.stdout.split()
@@ -61,8 +69,9 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 def test_example_trains(tmp_path):
   if not os.path.isfile(EXAMPLE):
     pytest.skip(f"{EXAMPLE} not found: the examples are not installed with the package")
-  out = subproc.run(RUN_EXAMPLE, EXAMPLE, "--steps", 3, "--size", 40, "--channels", 8,
-                    timeout=600, cwd=tmp_path)
+  out = subproc.run(
+    RUN_EXAMPLE, EXAMPLE, "--steps", 3, "--size", 40, "--channels", 8, timeout=600, cwd=tmp_path
+  )
   assert "backprop_filter" in out.stdout, out.stdout
   match = re.search(r"^loss per epoch: (.*)$", out.stdout, re.M)
   assert match, out.stdout
@@ -76,8 +85,12 @@ def test_example_trains(tmp_path):
 def test_the_package_holds_no_benchmarks():
   # Benchmarks, measurement helpers and the demo live in benchmarks/, beside the package.
   pkg = os.path.dirname(os.path.abspath(lc.__file__))
-  modules = [os.path.relpath(os.path.join(d, f), pkg) for d, _, files in os.walk(pkg)
-             for f in files if f.endswith(".py")]
+  modules = [
+    os.path.relpath(os.path.join(d, f), pkg)
+    for d, _, files in os.walk(pkg)
+    for f in files
+    if f.endswith(".py")
+  ]
   assert not [m for m in modules if re.search(r"(^|/)(bench\w*|_?measure|demo)\.py$", m)]
   for m in modules:
     with open(os.path.join(pkg, m), encoding="utf-8") as f:

@@ -23,9 +23,11 @@ from tf_largeconv import _loader
 MiB = 2**20
 POOL_ENV = "LARGECONV_WORKSPACE_POOL_MIB"
 
-_OP_OF_PASS = {"forward": "LargeConv>Conv2D",
-               "backprop_input": "LargeConv>Conv2DBackpropInput",
-               "backprop_filter": "LargeConv>Conv2DBackpropFilter"}
+_OP_OF_PASS = {
+  "forward": "LargeConv>Conv2D",
+  "backprop_input": "LargeConv>Conv2DBackpropInput",
+  "backprop_filter": "LargeConv>Conv2DBackpropFilter",
+}
 
 
 def _traced_run(build, *arrays):
@@ -55,8 +57,9 @@ def _traced_run(build, *arrays):
   os.environ[POOL_ENV] = "0"
   try:
     with tf.compat.v1.Session(graph=graph) as session:
-      values = session.run(fetches, dict(zip(inputs, arrays)), options=options,
-                           run_metadata=metadata)
+      values = session.run(
+        fetches, dict(zip(inputs, arrays)), options=options, run_metadata=metadata
+      )
   finally:
     if saved is None:
       os.environ.pop(POOL_ENV)
@@ -66,8 +69,7 @@ def _traced_run(build, *arrays):
   temps = {}
   for device in metadata.step_stats.dev_stats:
     for node in device.node_stats:
-      temps.setdefault(op_types.get(node.node_name), []).append(
-          node.memory_stats.temp_memory_size)
+      temps.setdefault(op_types.get(node.node_name), []).append(node.memory_stats.temp_memory_size)
   return values, temps
 
 
@@ -81,15 +83,18 @@ def _check_passes(plan, x_shape, w_shape, strides, padding, rng, **kwargs):
   x = rng.standard_normal(x_shape).astype(np.float32)
   w = rng.standard_normal(w_shape).astype(np.float32)
   dy = rng.standard_normal(plan.output_shape).astype(np.float32)
-  values, temps = _traced_run(lambda x, w, dy: {
+  values, temps = _traced_run(
+    lambda x, w, dy: {
       "forward": lc.conv2d(x, w, strides, padding, **kwargs),
       "backprop_input": lc.conv2d_backprop_input(x_shape, w, dy, strides, padding, **kwargs),
-      "backprop_filter": lc.conv2d_backprop_filter(x, w_shape, dy, strides, padding,
-                                                   **kwargs),
-  }, x, w, dy)
+      "backprop_filter": lc.conv2d_backprop_filter(x, w_shape, dy, strides, padding, **kwargs),
+    },
+    x,
+    w,
+    dy,
+  )
   for pass_plan in plan.passes:
-    assert temps[_OP_OF_PASS[pass_plan.name]] == [pass_plan.workspace_bytes], (pass_plan,
-                                                                              temps)
+    assert temps[_OP_OF_PASS[pass_plan.name]] == [pass_plan.workspace_bytes], (pass_plan, temps)
     assert pass_plan.workspace_bytes <= plan.workspace_limit
     if pass_plan.algorithm == "fft":
       assert pass_plan.workspace_bytes > 0
@@ -108,15 +113,20 @@ def _assert_binds(plan, unconstrained):
 # Each case goes FFT at each of its limits, each of which binds; `None` (the 64 MiB default)
 # is the unconstrained reference, the largest workspace of each case.
 CASES = [
-    (((2, 100, 90, 3), (31, 31, 3, 4), 1, "SAME"), [MiB // 4, MiB // 2, 7 * MiB // 8]),
-    (((1, 150, 140, 2), (41, 35, 2, 4), (2, 1), "VALID"), [MiB // 2, 7 * MiB // 8]),
-    (((1, 200, 210, 1), (61, 61, 1, 2), 1, "SAME"), [MiB // 2, MiB]),
+  (((2, 100, 90, 3), (31, 31, 3, 4), 1, "SAME"), [MiB // 4, MiB // 2, 7 * MiB // 8]),
+  (((1, 150, 140, 2), (41, 35, 2, 4), (2, 1), "VALID"), [MiB // 2, 7 * MiB // 8]),
+  (((1, 200, 210, 1), (61, 61, 1, 2), 1, "SAME"), [MiB // 2, MiB]),
 ]
 
 
-@pytest.mark.parametrize("case,limit", [
+@pytest.mark.parametrize(
+  "case,limit",
+  [
     pytest.param(case, limit, id=f"{'x'.join(map(str, case[0]))}-{limit or 'none'}")
-    for case, limits in CASES for limit in limits + [None]])
+    for case, limits in CASES
+    for limit in limits + [None]
+  ],
+)
 def test_each_pass_takes_exactly_the_planned_workspace(rng, case, limit):
   p = lc.plan(*case, workspace_limit=limit)
   assert all(pp.algorithm == "fft" for pp in p.passes), p
@@ -142,13 +152,15 @@ def test_gradient_step_stays_within_limit(rng):
     # y is fetched too: nothing else needs its value, so the session would not run it.
     return y, tape.gradient(y, [x, w], output_gradients=tf.ones_like(y))
 
-  _, temps = _traced_run(step, rng.standard_normal(x_shape).astype(np.float32),
-                         rng.standard_normal(w_shape).astype(np.float32))
+  _, temps = _traced_run(
+    step,
+    rng.standard_normal(x_shape).astype(np.float32),
+    rng.standard_normal(w_shape).astype(np.float32),
+  )
   # Each pass ran once and took exactly its planned workspace; no node of the step took
   # more than the limit.
   for pass_plan in p.passes:
-    assert temps[_OP_OF_PASS[pass_plan.name]] == [pass_plan.workspace_bytes], (pass_plan,
-                                                                              temps)
+    assert temps[_OP_OF_PASS[pass_plan.name]] == [pass_plan.workspace_bytes], (pass_plan, temps)
   assert max(max(t) for t in temps.values()) <= limit, temps
 
 
@@ -179,13 +191,21 @@ def test_a_small_pass_runs_on_one_slot():
 
 
 def test_impossible_limit_names_the_minimum():
-  with pytest.raises(ValueError, match=r"workspace_limit 1000 bytes is too small for the FFT "
-                     r"algorithm: it needs at least \d+ bytes"):
-    lc.plan((1, 100, 100, 1), (31, 31, 1, 1), 1, "SAME", algorithm="fft",
-            workspace_limit=1000)
+  with pytest.raises(
+    ValueError,
+    match=r"workspace_limit 1000 bytes is too small for the FFT "
+    r"algorithm: it needs at least \d+ bytes",
+  ):
+    lc.plan((1, 100, 100, 1), (31, 31, 1, 1), 1, "SAME", algorithm="fft", workspace_limit=1000)
   with pytest.raises(tf.errors.InvalidArgumentError, match="needs at least"):
-    lc.conv2d(tf.ones((1, 100, 100, 1)), tf.ones((31, 31, 1, 1)), 1, "SAME",
-              algorithm="fft", workspace_limit=1000)
+    lc.conv2d(
+      tf.ones((1, 100, 100, 1)),
+      tf.ones((31, 31, 1, 1)),
+      1,
+      "SAME",
+      algorithm="fft",
+      workspace_limit=1000,
+    )
   # With algorithm='auto' the planner falls back to the direct path, which needs none.
   p = lc.plan((1, 100, 100, 1), (31, 31, 1, 1), 1, "SAME", workspace_limit=1000)
   assert p.forward.algorithm == "direct" and p.workspace_bytes == 0
@@ -204,11 +224,13 @@ def test_minimum_reported_is_sufficient(rng):
   x, w, dy, got = _check_passes(p, *case, rng, algorithm="fft", workspace_limit=minimum)
   _, w_shape, strides, padding = case
   want = {
-      "forward": lc.conv2d(x, w, strides, padding, algorithm="direct"),
-      "backprop_input": lc.conv2d_backprop_input(x.shape, w, dy, strides, padding,
-                                                 algorithm="direct"),
-      "backprop_filter": lc.conv2d_backprop_filter(x, w_shape, dy, strides, padding,
-                                                   algorithm="direct"),
+    "forward": lc.conv2d(x, w, strides, padding, algorithm="direct"),
+    "backprop_input": lc.conv2d_backprop_input(
+      x.shape, w, dy, strides, padding, algorithm="direct"
+    ),
+    "backprop_filter": lc.conv2d_backprop_filter(
+      x, w_shape, dy, strides, padding, algorithm="direct"
+    ),
   }
   for name, value in want.items():
     value = value.numpy()
@@ -221,7 +243,9 @@ def test_minimum_reported_is_sufficient(rng):
     lc.conv2d(x, w, strides, padding, algorithm="fft", workspace_limit=minimum - 1)
 
 
-@pytest.mark.parametrize("x_shape,w_shape,padding,expected", [
+@pytest.mark.parametrize(
+  "x_shape,w_shape,padding,expected",
+  [
     # The seed case: one transform covers a whole frame.
     ((10, 321, 481, 1), (135, 135, 1, 3), "VALID", ("fft", (324, 486), (1, 1))),
     ((4, 128, 128, 16), (63, 63, 16, 16), "SAME", ("fft", None, None)),
@@ -229,7 +253,8 @@ def test_minimum_reported_is_sufficient(rng):
     # kernel does it best.
     ((2, 32, 32, 8), (1, 1, 8, 8), "SAME", ("tf", None, None)),
     ((4, 32, 32, 32), (3, 3, 32, 64), "SAME", ("tf", None, None)),
-])
+  ],
+)
 def test_reference_choices_are_stable(x_shape, w_shape, padding, expected):
   p = lc.plan(x_shape, w_shape, 1, padding)
   algorithm, fft_size, tiles = expected
@@ -242,14 +267,16 @@ def test_reference_choices_are_stable(x_shape, w_shape, padding, expected):
     assert p.forward.estimated_seconds["fft"] < p.forward.estimated_seconds["direct"]
 
 
-BUDGETS = [int(256 * 1024 * 2**(k / 2)) for k in range(21)]  # 256 KiB .. 256 MiB
+BUDGETS = [int(256 * 1024 * 2 ** (k / 2)) for k in range(21)]  # 256 KiB .. 256 MiB
 
 
 def _planned_seconds(pass_plan):
   return pass_plan.estimated_seconds[pass_plan.algorithm]
 
 
-@pytest.mark.parametrize("case", [
+@pytest.mark.parametrize(
+  "case",
+  [
     ((4, 321, 481, 1), (135, 135, 1, 3), 1, "VALID"),  # the seed case
     ((1, 128, 128, 16), (63, 63, 16, 16), 1, "SAME"),
     ((4, 64, 64, 32), (31, 31, 8, 32), 1, "SAME"),  # grouped
@@ -257,7 +284,9 @@ def _planned_seconds(pass_plan):
     ((1, 150, 140, 2), (41, 35, 2, 4), (2, 1), "VALID"),
     ((2, 90, 100, 3), (21, 21, 3, 5), 1, "SAME", "NHWC", 2),  # dilated
     ((16, 64, 64, 32), (3, 3, 32, 64), 1, "SAME"),
-], ids=lambda case: "x".join(map(str, case[1])))
+  ],
+  ids=lambda case: "x".join(map(str, case[1])),
+)
 def test_more_workspace_never_plans_slower(case):
   """Over budgets from 256 KiB to 256 MiB, every pass's planned cost never increases with
   the budget, under auto and under algorithm="fft" (from the first budget the FFT fits):
@@ -297,8 +326,7 @@ print(json.dumps({"kernels": _loader.core().tf_kernels(), "header": str(p).split
 
 # The CPU features (as /proc/cpuinfo names them) for which TF turns oneDNN on by default on
 # Linux.
-_ONEDNN_CPU_FLAGS = {"avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile", "amx_int8",
-                     "amx_bf16"}
+_ONEDNN_CPU_FLAGS = {"avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile", "amx_int8", "amx_bf16"}
 
 
 def _cpu_flags():
@@ -317,8 +345,10 @@ def _planned_in_child(setting):
   return json.loads(subproc.run(_TF_KERNELS_CHILD, timeout=300, env=env).stdout)
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux") or platform.machine() != "x86_64",
-                    reason="TF's default oneDNN policy checked here is Linux x86's")
+@pytest.mark.skipif(
+  not sys.platform.startswith("linux") or platform.machine() != "x86_64",
+  reason="TF's default oneDNN policy checked here is Linux x86's",
+)
 def test_tf_passes_are_priced_as_the_kernels_tf_runs():
   """TF runs oneDNN's kernels or Eigen's, which are several times apart on small filters
   (most of all in the gradients), so the planner prices TF's passes with the fit of the set
@@ -353,10 +383,16 @@ def test_gradient_uses_forward_settings(rng):
   w = tf.Variable(rng.standard_normal((21, 21, 1, 1)), dtype=tf.float32)
   fn = tf.function(lambda: _grads(x, w))
   graph = fn.get_concrete_function().graph
-  algos = {op.type: op.get_attr("algorithm") for op in graph.get_operations()
-           if op.type.startswith("LargeConv>")}
-  assert algos == {"LargeConv>Conv2D": b"direct", "LargeConv>Conv2DBackpropInput": b"direct",
-                   "LargeConv>Conv2DBackpropFilter": b"direct"}
+  algos = {
+    op.type: op.get_attr("algorithm")
+    for op in graph.get_operations()
+    if op.type.startswith("LargeConv>")
+  }
+  assert algos == {
+    "LargeConv>Conv2D": b"direct",
+    "LargeConv>Conv2DBackpropInput": b"direct",
+    "LargeConv>Conv2DBackpropFilter": b"direct",
+  }
   assert _loader.ops() is _loader.ops()
 
 
@@ -366,19 +402,38 @@ def _grads(x, w):
   return tape.gradient(y, [x, w])
 
 
-@settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", "12")), deadline=None,
-          derandomize=True, suppress_health_check=list(HealthCheck))
-@given(st.integers(1, 2), st.integers(20, 90), st.integers(20, 90), st.integers(1, 3),
-       st.integers(5, 41), st.integers(1, 4), st.sampled_from(["SAME", "VALID"]),
-       st.sampled_from([MiB // 4, MiB, 4 * MiB, 16 * MiB]))
+@settings(
+  max_examples=int(os.environ.get("FUZZ_EXAMPLES", "12")),
+  deadline=None,
+  derandomize=True,
+  suppress_health_check=list(HealthCheck),
+)
+@given(
+  st.integers(1, 2),
+  st.integers(20, 90),
+  st.integers(20, 90),
+  st.integers(1, 3),
+  st.integers(5, 41),
+  st.integers(1, 4),
+  st.sampled_from(["SAME", "VALID"]),
+  st.sampled_from([MiB // 4, MiB, 4 * MiB, 16 * MiB]),
+)
 def test_random_shapes_and_limits_stay_within_the_limit(n, h, w, c, k, cout, padding, limit):
   assume(padding == "SAME" or (h >= k and w >= k))
   x_shape, w_shape = (n, h, w, c), (k, k, c, cout)
   p = lc.plan(x_shape, w_shape, 1, padding, workspace_limit=limit, algorithm="fft")
   assert p.workspace_limit == limit  # the limit _check_passes holds the passes to
   # Every draw is an FFT plan, so each pass takes a workspace > 0, checked to the byte.
-  _check_passes(p, x_shape, w_shape, 1, padding, np.random.default_rng(h * w + k),
-                workspace_limit=limit, algorithm="fft")
+  _check_passes(
+    p,
+    x_shape,
+    w_shape,
+    1,
+    padding,
+    np.random.default_rng(h * w + k),
+    workspace_limit=limit,
+    algorithm="fft",
+  )
 
 
 # Runs the forward pass and both gradients of a 2000x2000 input and a 101x101 filter under

@@ -12,16 +12,16 @@ from tf_largeconv import _loader
 from tf_largeconv.ops import portable as _portable
 
 CASES = [
-    # (input NHWC, filter, strides, padding, dilations)
-    ((2, 40, 50, 3), (7, 9, 3, 4), 1, "SAME", None),
-    ((2, 40, 50, 3), (7, 9, 3, 4), (2, 3), "VALID", None),
-    ((1, 40, 50, 4), (5, 5, 2, 6), 1, "SAME", None),  # grouped
-    ((2, 40, 50, 3), (7, 9, 3, 4), 1, "SAME", (2, 3)),
-    ((2, 40, 50, 3), (7, 9, 3, 4), 1, [[0, 0], [3, 1], [0, 5], [0, 0]], None),
-    ((1, 23, 31, 2), (31, 5, 2, 2), (3, 1), "SAME", None),  # filter taller than the image
-    ((1, 60, 70, 1), (41, 41, 1, 3), 1, "VALID", None),
-    # More input channels per group than _portable sums one by one: the einsum contraction.
-    ((1, 30, 34, 24), (9, 7, 12, 6), 1, "SAME", None),
+  # (input NHWC, filter, strides, padding, dilations)
+  ((2, 40, 50, 3), (7, 9, 3, 4), 1, "SAME", None),
+  ((2, 40, 50, 3), (7, 9, 3, 4), (2, 3), "VALID", None),
+  ((1, 40, 50, 4), (5, 5, 2, 6), 1, "SAME", None),  # grouped
+  ((2, 40, 50, 3), (7, 9, 3, 4), 1, "SAME", (2, 3)),
+  ((2, 40, 50, 3), (7, 9, 3, 4), 1, [[0, 0], [3, 1], [0, 5], [0, 0]], None),
+  ((1, 23, 31, 2), (31, 5, 2, 2), (3, 1), "SAME", None),  # filter taller than the image
+  ((1, 60, 70, 1), (41, 41, 1, 3), 1, "VALID", None),
+  # More input channels per group than _portable sums one by one: the einsum contraction.
+  ((1, 30, 34, 24), (9, 7, 12, 6), 1, "SAME", None),
 ]
 
 
@@ -30,19 +30,27 @@ def _to_nchw(shape):
 
 
 def _nchw_padding(padding):
-  return padding if isinstance(padding, str) else [padding[0], padding[3], padding[1],
-                                                   padding[2]]
+  return padding if isinstance(padding, str) else [padding[0], padding[3], padding[1], padding[2]]
 
 
 def _run(x, w, strides, padding, data_format, dilations, limit=None):
   a = _args.conv_attrs(strides, padding, data_format, dilations)
-  return _portable.conv2d(x, w, a["strides"], a["padding"], a["explicit_paddings"],
-                          a["data_format"], a["dilations"], workspace_limit=limit)
+  return _portable.conv2d(
+    x,
+    w,
+    a["strides"],
+    a["padding"],
+    a["explicit_paddings"],
+    a["data_format"],
+    a["dilations"],
+    workspace_limit=limit,
+  )
 
 
 def _public_portable(x, w, strides, padding, data_format, dilations):
-  return lc.conv2d(x, w, strides, padding, data_format=data_format, dilations=dilations,
-                   algorithm="portable")
+  return lc.conv2d(
+    x, w, strides, padding, data_format=data_format, dilations=dilations, algorithm="portable"
+  )
 
 
 # The portable module itself, and the public conv2d with algorithm='portable'.
@@ -81,14 +89,20 @@ def test_geometry_agrees_with_the_package(rng):
               continue
             flat = [0, 0, *explicit, 0, 0, 0, 0] if padding == "EXPLICIT" else []
             try:
-              g = core.geometry([1, size, 7, 1], [k, 1, 1, 1], [1, stride, 1, 1], padding,
-                                flat, "NHWC", [1, dilation, 1, 1])
+              g = core.geometry(
+                [1, size, 7, 1],
+                [k, 1, 1, 1],
+                [1, stride, 1, 1],
+                padding,
+                flat,
+                "NHWC",
+                [1, dilation, 1, 1],
+              )
             except ValueError:
               with pytest.raises(ValueError):
                 _portable.axis_geometry(size, k, stride, dilation, padding, explicit)
               continue
-            out, before, _ = _portable.axis_geometry(size, k, stride, dilation, padding,
-                                                     explicit)
+            out, before, _ = _portable.axis_geometry(size, k, stride, dilation, padding, explicit)
             assert out == g["output_shape"][1], (size, k, stride, dilation, padding)
             assert before == g["pad_top"], (size, k, stride, dilation, padding)
 
@@ -111,15 +125,18 @@ def test_gradients_are_tfs(rng):
   w = tf.constant(rng.standard_normal((9, 7, 2, 3)))
   dy = tf.constant(rng.standard_normal((1, 15, 13, 3)))
   grads = []
-  for fn in (lambda x, w: _run(x, w, 2, "SAME", "NHWC", None),
-             lambda x, w: tf.nn.conv2d(x, w, 2, "SAME")):
+  for fn in (
+    lambda x, w: _run(x, w, 2, "SAME", "NHWC", None),
+    lambda x, w: tf.nn.conv2d(x, w, 2, "SAME"),
+  ):
     with tf.GradientTape() as tape:
       tape.watch([x, w])
       y = fn(x, w)
     grads.append(tape.gradient(y, [x, w], output_gradients=dy))
   for got, want in zip(*grads):
-    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=0,
-                               atol=1e-11 * np.abs(want.numpy()).max())
+    np.testing.assert_allclose(
+      got.numpy(), want.numpy(), rtol=0, atol=1e-11 * np.abs(want.numpy()).max()
+    )
 
 
 def test_one_step_fits_the_limit():
@@ -156,8 +173,9 @@ def _minimum_limit(dtype, **kwargs):
   """The bytes a portable call says it needs at least, from its refusal of a tiny limit."""
   x, w = np.zeros((2, 40, 44, 3)), np.zeros((9, 9, 3, 4))
   with pytest.raises(ValueError, match="too small for the portable path") as e:
-    lc.conv2d(tf.constant(x, dtype), tf.constant(w, dtype), 1, "SAME", algorithm="portable",
-              **kwargs)
+    lc.conv2d(
+      tf.constant(x, dtype), tf.constant(w, dtype), 1, "SAME", algorithm="portable", **kwargs
+    )
   return int(re.search(r"needs at least (\d+) bytes", str(e.value)).group(1))
 
 
@@ -182,8 +200,9 @@ def test_half_precision_keeps_its_dtype(rng, dtype, entry):
   got = entry(x, w, 1, "SAME", "NHWC", None)
   assert got.dtype == dtype
   want = tf.nn.conv2d(tf.cast(x, tf.float32), tf.cast(w, tf.float32), 1, "SAME").numpy()
-  np.testing.assert_allclose(tf.cast(got, tf.float32).numpy(), want, rtol=0,
-                             atol=1e-2 * np.abs(want).max())
+  np.testing.assert_allclose(
+    tf.cast(got, tf.float32).numpy(), want, rtol=0, atol=1e-2 * np.abs(want).max()
+  )
 
 
 # Runs a portable forward pass of a 1000x1000 image and a 101x101x1x2 filter under the limit
@@ -214,13 +233,16 @@ def test_measured_peak_stays_within_the_stated_bound():
   tile array, its stack, the re-tiled result) and at most three steps' worth of loop
   buffers; a limit that is not honoured breaks the bound."""
   import subproc
+
   env = subproc.child_env(TF_CPU_ALLOCATOR_USE_BFC="true")
   rows = {}
   for limit in (1_000_000, 4_000_000, 64_000_000):
     out = subproc.run(_PEAK_CHILD, limit, timeout=300, env=env)
     rows[limit] = [int(v) for v in out.stdout.split()[-4:]]
-  bound = {limit: 2 * padded + 3 * dense + 3 * step + (1 << 20)
-           for limit, (_, step, padded, dense) in rows.items()}
+  bound = {
+    limit: 2 * padded + 3 * dense + 3 * step + (1 << 20)
+    for limit, (_, step, padded, dense) in rows.items()
+  }
   for limit in (1_000_000, 4_000_000):
     assert rows[limit][0] <= bound[limit], (limit, rows[limit], bound[limit])
   # The bound binds: with room for the whole image in one step the peak is far above it.
@@ -251,9 +273,13 @@ def test_public_portable_runs_no_largeconv_op(rng):
         tape.watch([x, w])
         y = lc.conv2d(x, w, 1, "SAME", algorithm=algorithm)
       dy = tf.ones_like(y)
-      return (y, tape.gradient(y, [x, w], output_gradients=dy),
-              lc.conv2d_backprop_input(tf.shape(x), w, dy, 1, "SAME", algorithm=algorithm),
-              lc.conv2d_backprop_filter(x, tf.shape(w), dy, 1, "SAME", algorithm=algorithm))
+      return (
+        y,
+        tape.gradient(y, [x, w], output_gradients=dy),
+        lc.conv2d_backprop_input(tf.shape(x), w, dy, 1, "SAME", algorithm=algorithm),
+        lc.conv2d_backprop_filter(x, tf.shape(w), dy, 1, "SAME", algorithm=algorithm),
+      )
+
     return f
 
   assert not any(t.startswith("LargeConv") for t in _op_types(make("portable"), x, w))
@@ -317,37 +343,42 @@ def test_public_portable_gradients_match_tf(rng):
   dy = tf.constant(rng.standard_normal((2, 11, 10, 3)))
   results = []
   for conv, backprop in (
-      (lambda x, w: lc.conv2d(x, w, 2, "SAME", algorithm="portable"),
-       lambda w, dy: lc.conv2d_backprop_input(x.shape, w, dy, 2, "SAME",
-                                              algorithm="portable")),
-      (lambda x, w: tf.nn.conv2d(x, w, 2, "SAME"),
-       lambda w, dy: tf.nn.conv2d_transpose(dy, w, x.shape, 2, "SAME"))):
+    (
+      lambda x, w: lc.conv2d(x, w, 2, "SAME", algorithm="portable"),
+      lambda w, dy: lc.conv2d_backprop_input(x.shape, w, dy, 2, "SAME", algorithm="portable"),
+    ),
+    (
+      lambda x, w: tf.nn.conv2d(x, w, 2, "SAME"),
+      lambda w, dy: tf.nn.conv2d_transpose(dy, w, x.shape, 2, "SAME"),
+    ),
+  ):
     with tf.GradientTape(persistent=True) as tape:
       tape.watch([x, w, dy])
       y = conv(x, w)
       dx = backprop(w, dy)
       loss = tf.reduce_sum(dx * dx)
-    results.append(tape.gradient(y, [x, w], output_gradients=dy) +
-                   tape.gradient(loss, [w, dy]))
+    results.append(tape.gradient(y, [x, w], output_gradients=dy) + tape.gradient(loss, [w, dy]))
   for got, want in zip(*results):
-    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=0,
-                               atol=1e-11 * np.abs(want.numpy()).max())
+    np.testing.assert_allclose(
+      got.numpy(), want.numpy(), rtol=0, atol=1e-11 * np.abs(want.numpy()).max()
+    )
 
 
 def test_public_portable_unknown_batch(rng):
   """An unknown batch size (Keras' traces) runs image by image and gives the same result."""
   x = rng.standard_normal((3, 20, 24, 2)).astype(np.float32)
   w = rng.standard_normal((9, 7, 2, 3)).astype(np.float32)
-  f = tf.function(lambda x: lc.conv2d(x, w, 1, "VALID", algorithm="portable"),
-                  input_signature=[tf.TensorSpec([None, 20, 24, 2], tf.float32)])
+  f = tf.function(
+    lambda x: lc.conv2d(x, w, 1, "VALID", algorithm="portable"),
+    input_signature=[tf.TensorSpec([None, 20, 24, 2], tf.float32)],
+  )
   got = f(x).numpy()
   want = tf.nn.conv2d(x, w, 1, "VALID").numpy()
   np.testing.assert_allclose(got, want, rtol=0, atol=2e-5 * np.abs(want).max())
   assert f(x[:0]).shape == (0, 12, 18, 3)
   # Extra leading batch dimensions are merged as for the op.
   got5 = lc.conv2d(x.reshape(3, 1, 20, 24, 2), w, 1, "VALID", algorithm="portable").numpy()
-  np.testing.assert_allclose(got5.reshape(want.shape), want, rtol=0,
-                             atol=2e-5 * np.abs(want).max())
+  np.testing.assert_allclose(got5.reshape(want.shape), want, rtol=0, atol=2e-5 * np.abs(want).max())
 
 
 def test_public_portable_backprop_filter_with_an_unknown_input_batch(rng):
@@ -356,10 +387,13 @@ def test_public_portable_backprop_filter_with_an_unknown_input_batch(rng):
   x = rng.standard_normal((3, 20, 24, 2))
   dy = rng.standard_normal((3, 12, 18, 3))
   w_shape = (9, 7, 2, 3)
-  f = tf.function(lambda x, dy: lc.conv2d_backprop_filter(x, w_shape, dy, 1, "VALID",
-                                                          algorithm="portable"),
-                  input_signature=[tf.TensorSpec([None, 20, 24, 2], tf.float64),
-                                   tf.TensorSpec(dy.shape, tf.float64)])
+  f = tf.function(
+    lambda x, dy: lc.conv2d_backprop_filter(x, w_shape, dy, 1, "VALID", algorithm="portable"),
+    input_signature=[
+      tf.TensorSpec([None, 20, 24, 2], tf.float64),
+      tf.TensorSpec(dy.shape, tf.float64),
+    ],
+  )
   w = tf.zeros(w_shape, tf.float64)
   with tf.GradientTape() as tape:
     tape.watch(w)
@@ -375,9 +409,10 @@ def test_public_portable_refusals():
     lc.conv2d(x, w, 1, "SAME", algorithm="portable")
   with pytest.raises(ValueError, match="algorithm='portable' runs stock TensorFlow ops"):
     lc.plan((1, 8, 8, 2), (3, 3, 2, 1), 1, "SAME", algorithm="portable")
-  f = tf.function(lambda x: lc.conv2d(x, w.astype(np.float32), 1, "SAME",
-                                      algorithm="portable"),
-                  input_signature=[tf.TensorSpec([1, None, 8, 2], tf.float32)])
+  f = tf.function(
+    lambda x: lc.conv2d(x, w.astype(np.float32), 1, "SAME", algorithm="portable"),
+    input_signature=[tf.TensorSpec([1, None, 8, 2], tf.float32)],
+  )
   with pytest.raises(ValueError, match="needs static image and filter shapes"):
     f.get_concrete_function()
   with pytest.raises(ValueError, match="algorithm must be one of"):
@@ -415,8 +450,9 @@ def test_xla_auto_runs_portable(rng):
 
   def ours(x, w, wd, dy):
     return run(lc.conv2d, lc.depthwise_conv2d, x, w, wd, dy) + (
-        lc.conv2d_backprop_input(tf.shape(x), w, dy, 2, "SAME"),
-        lc.conv2d_backprop_filter(x, tf.shape(w), dy, 2, "SAME"))
+      lc.conv2d_backprop_input(tf.shape(x), w, dy, 2, "SAME"),
+      lc.conv2d_backprop_filter(x, tf.shape(w), dy, 2, "SAME"),
+    )
 
   def tf_algorithm(x, w):
     with tf.GradientTape() as tape:
@@ -431,9 +467,11 @@ def test_xla_auto_runs_portable(rng):
     _close32(g, v)
   # algorithm='tf' compiles too (TensorFlow's own convolution and its gradients), also
   # with an unknown batch, where outside XLA an empty batch falls back to the op.
-  got = tf.function(tf_algorithm, jit_compile=True,
-                    input_signature=[tf.TensorSpec([None, *x.shape[1:]], x.dtype),
-                                     tf.TensorSpec(w.shape, w.dtype)])(x, w)
+  got = tf.function(
+    tf_algorithm,
+    jit_compile=True,
+    input_signature=[tf.TensorSpec([None, *x.shape[1:]], x.dtype), tf.TensorSpec(w.shape, w.dtype)],
+  )(x, w)
   for g, v in zip(got, (want[0],) + want[2:4]):
     _close32(g, v)
 
@@ -444,17 +482,24 @@ def test_plain_function_still_runs_the_op(rng):
   types = _op_types(tf.function(lambda x, w: lc.conv2d(x, w, 1, "SAME")), x, w)
   assert "LargeConv>Conv2D" in types
   assert "RFFT2D" not in types
-  xla_types = _op_types(tf.function(lambda x, w: lc.conv2d(x, w, 1, "SAME"),
-                                    jit_compile=True), x, w)
+  xla_types = _op_types(
+    tf.function(lambda x, w: lc.conv2d(x, w, 1, "SAME"), jit_compile=True), x, w
+  )
   assert not any(t.startswith("LargeConv") for t in xla_types)
 
 
 @pytest.mark.parametrize("algorithm", ["direct", "fft"])
 def test_xla_refuses_op_algorithms(rng, algorithm):
   x, w = _xla_operands(rng)
-  for fn in (lambda x, w: lc.conv2d(x, w, 1, "SAME", algorithm=algorithm),
-             lambda x, w: lc.conv2d_backprop_filter(x, tf.shape(w), x[..., :1], 1, "SAME",
-                                                    algorithm=algorithm)):
-    with pytest.raises(ValueError, match=f"algorithm='{algorithm}' needs the LargeConv op "
-                                         r"library.*use algorithm='auto' or 'portable'"):
+  for fn in (
+    lambda x, w: lc.conv2d(x, w, 1, "SAME", algorithm=algorithm),
+    lambda x, w: lc.conv2d_backprop_filter(
+      x, tf.shape(w), x[..., :1], 1, "SAME", algorithm=algorithm
+    ),
+  ):
+    with pytest.raises(
+      ValueError,
+      match=f"algorithm='{algorithm}' needs the LargeConv op "
+      r"library.*use algorithm='auto' or 'portable'",
+    ):
       tf.function(fn, jit_compile=True)(x, w)

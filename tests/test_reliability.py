@@ -17,16 +17,16 @@ import tf_largeconv as lc
 
 # (input, filter, strides, padding, algorithm): FFT and direct, grouped, strided.
 CASES = [
-    ((3, 60, 70, 2), (21, 21, 2, 3), 1, "SAME", "fft"),
-    ((2, 40, 44, 8), (9, 9, 2, 8), 2, "VALID", "fft"),
-    ((2, 30, 31, 4), (5, 5, 4, 6), 1, "SAME", "direct"),
-    ((4, 56, 56, 16), (31, 31, 1, 16), 1, "SAME", "auto"),
-    # Runs of tiles per item in the forward and input-gradient passes, as long as the
-    # slots leave them (8, 4, 3 and 1 tiles at 1, 2, 3 and 16 threads).
-    ((8, 64, 64, 32), (15, 15, 32, 32), 1, "SAME", "fft"),
-    # conv3d: 3-D FFT tiles over several channels, and grouped, strided direct sums.
-    ((2, 14, 15, 16, 2), (9, 9, 9, 2, 3), 1, "SAME", "fft"),
-    ((2, 12, 13, 11, 4), (3, 3, 3, 2, 4), 2, "VALID", "direct"),
+  ((3, 60, 70, 2), (21, 21, 2, 3), 1, "SAME", "fft"),
+  ((2, 40, 44, 8), (9, 9, 2, 8), 2, "VALID", "fft"),
+  ((2, 30, 31, 4), (5, 5, 4, 6), 1, "SAME", "direct"),
+  ((4, 56, 56, 16), (31, 31, 1, 16), 1, "SAME", "auto"),
+  # Runs of tiles per item in the forward and input-gradient passes, as long as the
+  # slots leave them (8, 4, 3 and 1 tiles at 1, 2, 3 and 16 threads).
+  ((8, 64, 64, 32), (15, 15, 32, 32), 1, "SAME", "fft"),
+  # conv3d: 3-D FFT tiles over several channels, and grouped, strided direct sums.
+  ((2, 14, 15, 16, 2), (9, 9, 9, 2, 3), 1, "SAME", "fft"),
+  ((2, 12, 13, 11, 4), (3, 3, 3, 2, 4), 2, "VALID", "direct"),
 ]
 
 
@@ -34,6 +34,7 @@ def _conv(x, w, s, p, alg):
   if len(w.shape) == 5:
     return lc.conv3d(x, w, [1, s, s, s, 1], p, algorithm=alg)
   return lc.conv2d(x, w, s, p, algorithm=alg)
+
 
 # Intra-op thread counts of the determinism children: serial, two, a count that divides
 # none of the work evenly, and more threads than the machine has cores.
@@ -62,8 +63,13 @@ def _plans():
   for x_shape, w_shape, s, p, alg in CASES:
     strides = [1, s, s, s, 1] if len(w_shape) == 5 else s
     plan = lc.plan(x_shape, w_shape, strides, p, algorithm=alg)
-    out.append([plan.threads] + [[q.algorithm, q.fft_size, q.in_block, q.out_block,
-                                  q.group_block, q.vec_block, q.slots] for q in plan.passes])
+    out.append(
+      [plan.threads]
+      + [
+        [q.algorithm, q.fft_size, q.in_block, q.out_block, q.group_block, q.vec_block, q.slots]
+        for q in plan.passes
+      ]
+    )
   return out
 
 
@@ -95,13 +101,15 @@ print(json.dumps(t._plans()))
 def test_bitwise_identical_across_thread_counts(tmp_path):
   # Started together: each child is mostly TensorFlow's start-up, so they overlap well.
   procs = {n: subproc.start(THREADS_CHILD, n, tmp_path / f"r{n}.npz") for n in THREAD_COUNTS}
-  plans = {n: json.loads(subproc.wait(p, timeout=300)[0].splitlines()[-1])
-           for n, p in procs.items()}
+  plans = {
+    n: json.loads(subproc.wait(p, timeout=300)[0].splitlines()[-1]) for n, p in procs.items()
+  }
   for n in THREAD_COUNTS:
     assert all(case[0] == n for case in plans[n]), (n, plans[n])
     # The transform sizes change the arithmetic; only slots and blocks may follow threads.
-    assert [[q[:2] for q in case[1:]] for case in plans[n]] == \
-        [[q[:2] for q in case[1:]] for case in plans[1]], (n, plans[n], plans[1])
+    assert [[q[:2] for q in case[1:]] for case in plans[n]] == [
+      [q[:2] for q in case[1:]] for case in plans[1]
+    ], (n, plans[n], plans[1])
   # Each count must split the work differently, or the comparison below compares like
   # with like.
   distinct = {json.dumps([case[1:] for case in plans[n]]) for n in THREAD_COUNTS}
@@ -197,24 +205,32 @@ def _pass_sums(values, dtype, algorithm):
   row = tf.reshape(block, (1, 1, n, 1))
   attrs = dict(strides=1, padding="VALID", algorithm=algorithm)
   sums = {
-      "forward": lc.conv2d(block, tf.ones((h, w, 1, 1), dtype), **attrs)[0, 0, 0, 0],
-      "backprop_input": lc.conv2d_backprop_input(
-          [1, 2 * h - 1, 2 * w - 1, 1], tf.reshape(block, (h, w, 1, 1)),
-          tf.ones((1, h, w, 1), dtype), **attrs)[0, h - 1, w - 1, 0],
-      "backprop_filter": lc.conv2d_backprop_filter(row, [1, 1, 1, 1], tf.ones_like(row),
-                                                   **attrs)[0, 0, 0, 0],
+    "forward": lc.conv2d(block, tf.ones((h, w, 1, 1), dtype), **attrs)[0, 0, 0, 0],
+    "backprop_input": lc.conv2d_backprop_input(
+      [1, 2 * h - 1, 2 * w - 1, 1],
+      tf.reshape(block, (h, w, 1, 1)),
+      tf.ones((1, h, w, 1), dtype),
+      **attrs,
+    )[0, h - 1, w - 1, 0],
+    "backprop_filter": lc.conv2d_backprop_filter(row, [1, 1, 1, 1], tf.ones_like(row), **attrs)[
+      0, 0, 0, 0
+    ],
   }
-  geometry = {"forward": ((1, h, w, 1), (h, w, 1, 1)),
-              "backprop_input": ((1, 2 * h - 1, 2 * w - 1, 1), (h, w, 1, 1)),
-              "backprop_filter": ((1, 1, n, 1), (1, 1, 1, 1))}
+  geometry = {
+    "forward": ((1, h, w, 1), (h, w, 1, 1)),
+    "backprop_input": ((1, 2 * h - 1, 2 * w - 1, 1), (h, w, 1, 1)),
+    "backprop_filter": ((1, 1, n, 1), (1, 1, 1, 1)),
+  }
   norms = float(np.linalg.norm(tf.cast(block, tf.float64).numpy())) * math.sqrt(n)
   bounds = {}
   for name in PASSES:
-    plan = getattr(lc.plan(*geometry[name], 1, "VALID", dtype=dtype, algorithm=algorithm),
-                   name)
+    plan = getattr(lc.plan(*geometry[name], 1, "VALID", dtype=dtype, algorithm=algorithm), name)
     assert plan.algorithm == algorithm, (name, plan)
-    bounds[name] = (8 * 2.0**-24 * math.log2(max(math.prod(plan.fft_size), 2)) * norms
-                    if algorithm == "fft" else 0.0)
+    bounds[name] = (
+      8 * 2.0**-24 * math.log2(max(math.prod(plan.fft_size), 2)) * norms
+      if algorithm == "fft"
+      else 0.0
+    )
   return {k: float(v) for k, v in sums.items()}, bounds
 
 
@@ -246,6 +262,6 @@ def test_half_accumulates_in_float32(dtype, algorithm):
   sums, bounds = _pass_sums(np.ones(SHAPES[dtype]), dtype, algorithm)
   # The FFT's float32 error (under 0.2 here) is far below half the storage spacing at n,
   # so rounding on store gives n exactly on either path.
-  half_spacing = 2.0**(math.floor(math.log2(n)) - MANTISSA_BITS[dtype]) / 2
+  half_spacing = 2.0 ** (math.floor(math.log2(n)) - MANTISSA_BITS[dtype]) / 2
   assert max(bounds.values()) < half_spacing / 8, bounds
   assert sums == {name: float(n) for name in PASSES}

@@ -34,11 +34,14 @@ MIXED = ((2, 64, 64, 16), (7, 7, 16, 16))
 MIXED_INPUT = ((1, 64, 64, 16), (7, 7, 16, 32))
 # A 5x5 16->16 filter on 48x48 images, whose routes change three times with the batch.
 BATCHED = ((48, 48, 16), (5, 5, 16, 16))
-BATCHED_SCHEDULE = ((1, (True, True, True)), (4, (True, True, False)),
-                    (8, (True, False, False)), (32, (False, False, False)))
+BATCHED_SCHEDULE = (
+  (1, (True, True, True)),
+  (4, (True, True, False)),
+  (8, (True, False, False)),
+  (32, (False, False, False)),
+)
 TF_OPS = {"Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter"}
-OUR_OPS = {"LargeConv>Conv2D", "LargeConv>Conv2DBackpropInput",
-           "LargeConv>Conv2DBackpropFilter"}
+OUR_OPS = {"LargeConv>Conv2D", "LargeConv>Conv2DBackpropInput", "LargeConv>Conv2DBackpropFilter"}
 
 
 def _routes(x_shape, w_shape, dtype=tf.float64):
@@ -75,8 +78,9 @@ def _step(conv, x, w, dy):
 def _assert_close(got, want, what):
   for g, t, name in zip(got, want, ("y", "dx", "dw", "d2x", "d2w")):
     g, t = g.numpy(), t.numpy()
-    np.testing.assert_allclose(g, t, rtol=1e-9, atol=1e-9 * np.abs(t).max(),
-                               err_msg=f"{what}: {name}")
+    np.testing.assert_allclose(
+      g, t, rtol=1e-9, atol=1e-9 * np.abs(t).max(), err_msg=f"{what}: {name}"
+    )
 
 
 def test_the_mixed_case_is_routed_per_pass():
@@ -99,11 +103,12 @@ def test_routes_follow_the_batch():
   attrs = _args.conv_attrs(1, "SAME", "NHWC", None, "auto", None)
 
   def schedule(x_shape, f_shape):
-    return planning.routing.schedule(list(x_shape), list(f_shape), tf.float64, tf.zeros(()),
-                                    attrs)
+    return planning.routing.schedule(list(x_shape), list(f_shape), tf.float64, tf.zeros(()), attrs)
 
-  assert schedule([None, *image], w_shape) == ((1, (True, False, False)),
-                                               (4, (False, False, False)))
+  assert schedule([None, *image], w_shape) == (
+    (1, (True, False, False)),
+    (4, (False, False, False)),
+  )
   assert schedule([6, *image], w_shape) == ((1, (False, False, False)),)
   assert schedule([None, *BATCHED[0]], BATCHED[1]) == BATCHED_SCHEDULE
   # Where TF's kernels win every pass of any batch, one entry.
@@ -116,8 +121,11 @@ def test_a_mixed_route_must_pay_for_its_own_cost():
   penalty = planning.routing.MIXED_ROUTE_SECONDS * planning.routing._CORE.REFERENCE_SLOTS
   cost = lambda tf_s, ours: dict(cost_tf=tf_s, cost_fft=ours, cost_direct=10 * ours)  # noqa: E731
   mixed = (True, False, False)
-  close = [cost(1.0e-3, 1.0e-3 + penalty / 4), cost(2e-3, 2e-3 - penalty / 4),
-           cost(3e-3, 3e-3 - penalty / 4)]
+  close = [
+    cost(1.0e-3, 1.0e-3 + penalty / 4),
+    cost(2e-3, 2e-3 - penalty / 4),
+    cost(3e-3, 3e-3 - penalty / 4),
+  ]
   assert planning.routing._unmixed(close, mixed) == (False, False, False)
   close[0]["cost_fft"] = 1.0e-3 + penalty  # TF's forward kernel now saves enough over ours
   assert planning.routing._unmixed(close, mixed) == (True, True, True)
@@ -132,21 +140,30 @@ def test_an_unknown_batch_runs_the_routes_of_the_batch_it_gets(rng):
   image, w_shape = BATCHED
   w = tf.constant(rng.standard_normal(w_shape))
   auto = lambda a, b: lc.conv2d(a, b, 1, "SAME")  # noqa: E731
-  fn = tf.function(lambda a, b, c: _step(auto, a, b, c), input_signature=[
-      tf.TensorSpec([None, *image], tf.float64), tf.TensorSpec(w_shape, tf.float64),
-      tf.TensorSpec([None, *image[:2], w_shape[3]], tf.float64)])
-  assert _conv_ops(fn) >= TF_OPS | {"LargeConv>Conv2DBackpropInput",
-                                    "LargeConv>Conv2DBackpropFilter"}
+  fn = tf.function(
+    lambda a, b, c: _step(auto, a, b, c),
+    input_signature=[
+      tf.TensorSpec([None, *image], tf.float64),
+      tf.TensorSpec(w_shape, tf.float64),
+      tf.TensorSpec([None, *image[:2], w_shape[3]], tf.float64),
+    ],
+  )
+  assert _conv_ops(fn) >= TF_OPS | {
+    "LargeConv>Conv2DBackpropInput",
+    "LargeConv>Conv2DBackpropFilter",
+  }
   for batch in (1, 3, 4, 7, 8):
     x = tf.constant(rng.standard_normal((batch, *image)))
     dy = tf.constant(rng.standard_normal((batch, *image[:2], w_shape[3])))
     got, eager = fn(x, w, dy), _step(auto, x, w, dy)
     for g, e, name in zip(got, eager, ("y", "dx", "dw", "d2x", "d2w")):
       np.testing.assert_array_equal(g.numpy(), e.numpy(), err_msg=f"batch {batch}: {name}")
-    _assert_close(got, _step(lambda a, b: tf.nn.conv2d(a, b, 1, "SAME"), x, w, dy),
-                  f"batch {batch}")
-  empty = fn(tf.zeros((0, *image), tf.float64), w,
-             tf.zeros((0, *image[:2], w_shape[3]), tf.float64))
+    _assert_close(
+      got, _step(lambda a, b: tf.nn.conv2d(a, b, 1, "SAME"), x, w, dy), f"batch {batch}"
+    )
+  empty = fn(
+    tf.zeros((0, *image), tf.float64), w, tf.zeros((0, *image[:2], w_shape[3]), tf.float64)
+  )
   assert empty[0].shape == (0, *image[:2], w_shape[3]) and empty[1].shape == (0, *image)
   np.testing.assert_array_equal(empty[2].numpy(), 0)
 
@@ -158,22 +175,25 @@ def test_an_eager_call_runs_the_kernel_the_full_path_picks(rng):
   # TF's (at one image; in float16 the op's again), routes per pass, other algorithms and
   # layouts. A looked-up kernel must give the bits the full path gives, to second order.
   image, w_shape = BATCHED
-  calls = [((32, *image), w_shape, tf.float32, {}),
-           ((1, *image), w_shape, tf.float32, {}),
-           ((1, *image), w_shape, tf.float16, {}),
-           (MIXED[0], MIXED[1], tf.float32, {}),
-           (MIXED[0], MIXED[1], tf.float32, {"algorithm": "fft"}),
-           (MIXED[0], MIXED[1], tf.float32, {"algorithm": "tf"}),
-           (MIXED[0], MIXED[1], tf.float32, {"dilations": 2}),
-           (MIXED[0], MIXED[1], tf.float32, {"dilations": [2, 1]}),
-           ((2, 16, 64, 64), MIXED[1], tf.float32, {"data_format": "NCHW"})]
+  calls = [
+    ((32, *image), w_shape, tf.float32, {}),
+    ((1, *image), w_shape, tf.float32, {}),
+    ((1, *image), w_shape, tf.float16, {}),
+    (MIXED[0], MIXED[1], tf.float32, {}),
+    (MIXED[0], MIXED[1], tf.float32, {"algorithm": "fft"}),
+    (MIXED[0], MIXED[1], tf.float32, {"algorithm": "tf"}),
+    (MIXED[0], MIXED[1], tf.float32, {"dilations": 2}),
+    (MIXED[0], MIXED[1], tf.float32, {"dilations": [2, 1]}),
+    ((2, 16, 64, 64), MIXED[1], tf.float32, {"data_format": "NCHW"}),
+  ]
   # Each call takes a filter tensor of its own: a filter tensor seen before may move a call
   # to the op's FFT with kept spectra (test_a_filter_tensor_seen_again_...).
   for x_shape, w_shape, dtype, kwargs in calls:
     x = tf.constant(rng.standard_normal(x_shape), dtype)
     w = tf.constant(rng.standard_normal(w_shape) / w_shape[0], dtype)
     conv = lambda a, b, kwargs=kwargs: lc.conv2d(  # noqa: E731
-        a, tf.identity(b), strides=1, padding="SAME", **kwargs)
+      a, tf.identity(b), strides=1, padding="SAME", **kwargs
+    )
     dy = tf.ones(conv(x, w).shape, dtype)
     first = _step(conv, x, w, dy)
     _dispatch.EAGER_KERNELS.clear()
@@ -196,10 +216,14 @@ def test_each_pass_runs_the_kernel_its_route_names(rng):
         tape.watch([a, b])
         y = lc.conv2d(a, b, 1, "SAME", algorithm=algorithm)
       return tape.gradient(y, [a, b], output_gradients=c)
+
     return tf.function(fn)
 
   assert _conv_ops(grads("auto"), x, w, dy) == {
-      "Conv2D", "LargeConv>Conv2DBackpropInput", "LargeConv>Conv2DBackpropFilter"}
+    "Conv2D",
+    "LargeConv>Conv2DBackpropInput",
+    "LargeConv>Conv2DBackpropFilter",
+  }
   assert _conv_ops(grads("tf"), x, w, dy) == TF_OPS
   assert _conv_ops(grads("fft"), x, w, dy) == OUR_OPS
 
@@ -213,13 +237,17 @@ def test_mixed_routes_give_tensorflows_values_to_the_second_order(rng, case):
   want = _step(lambda a, b: tf.nn.conv2d(a, b, 1, "SAME"), x, w, dy)
   auto = lambda a, b: lc.conv2d(a, b, 1, "SAME")  # noqa: E731
   _assert_close(_step(auto, x, w, dy), want, "eager")
-  _assert_close(tf.function(lambda a, b, c: _step(auto, a, b, c))(x, w, dy), want,
-                "tf.function")
+  _assert_close(tf.function(lambda a, b, c: _step(auto, a, b, c))(x, w, dy), want, "tf.function")
   # Unknown batch size: the routes are chosen at run time, by the batch; an empty one too.
   spec = tf.TensorSpec([None] + list(x_shape[1:]), tf.float64)
-  fn = tf.function(lambda a, b, c: _step(auto, a, b, c),
-                   input_signature=[spec, tf.TensorSpec(w_shape, tf.float64),
-                                    tf.TensorSpec([None] + list(dy.shape[1:]), tf.float64)])
+  fn = tf.function(
+    lambda a, b, c: _step(auto, a, b, c),
+    input_signature=[
+      spec,
+      tf.TensorSpec(w_shape, tf.float64),
+      tf.TensorSpec([None] + list(dy.shape[1:]), tf.float64),
+    ],
+  )
   _assert_close(fn(x, w, dy), want, "unknown batch")
   empty = fn(x[:0], w, dy[:0])
   assert empty[0].shape == (0,) + tuple(dy.shape[1:]) and empty[1].shape == (0,) + x_shape[1:]
@@ -251,8 +279,9 @@ def test_mixed_routes_through_a_savedmodel(rng, tmp_path):
 
   want = grads(lambda a: tf.nn.conv2d(a, w, 1, "SAME"))
   for got, ref, name in zip(grads(loaded), want, ("y", "dx", "dw")):
-    np.testing.assert_allclose(got.numpy(), ref.numpy(), rtol=1e-9,
-                               atol=1e-9 * np.abs(ref.numpy()).max(), err_msg=name)
+    np.testing.assert_allclose(
+      got.numpy(), ref.numpy(), rtol=1e-9, atol=1e-9 * np.abs(ref.numpy()).max(), err_msg=name
+    )
 
 
 def test_conv2d_transpose_routes_its_passes_as_the_conv2d_it_transposes(rng):
@@ -262,19 +291,25 @@ def test_conv2d_transpose_routes_its_passes_as_the_conv2d_it_transposes(rng):
   x = tf.constant(rng.standard_normal(out_shape[:3] + MIXED[1][3:]))
   w = tf.constant(rng.standard_normal(MIXED[1]))
   dy = tf.constant(rng.standard_normal(out_shape))
-  fn = tf.function(lambda a, b, c: _step(
-      lambda p, q: lc.conv2d_transpose(p, q, out_shape, 1), a, b, c))
-  assert _conv_ops(fn, x, w, dy) >= {"Conv2D", "LargeConv>Conv2DBackpropInput",
-                                     "LargeConv>Conv2DBackpropFilter"}
+  fn = tf.function(
+    lambda a, b, c: _step(lambda p, q: lc.conv2d_transpose(p, q, out_shape, 1), a, b, c)
+  )
+  assert _conv_ops(fn, x, w, dy) >= {
+    "Conv2D",
+    "LargeConv>Conv2DBackpropInput",
+    "LargeConv>Conv2DBackpropFilter",
+  }
   want = _step(lambda p, q: tf.nn.conv2d_transpose(p, q, out_shape, 1), x, w, dy)
   _assert_close(fn(x, w, dy), want, "conv2d_transpose")
 
 
 def _recorded(fn, log, entry):
   """fn, appending entry(its keyword arguments) to `log` on each call."""
+
   def call(*args, **kwargs):
     log.append(entry(kwargs))
     return fn(*args, **kwargs)
+
   return call
 
 
@@ -289,11 +324,15 @@ def test_the_route_op_passes_its_input_on_and_routes_each_gradient(rng, monkeypa
   y = tf.nn.conv2d(x, w, 1, "SAME")
   attrs = _args.conv_attrs(1, "SAME", "NHWC", None, "auto", None)
   calls = []
-  for module, name in ((tf.raw_ops, "Conv2DBackpropInput"), (tf.raw_ops, "Conv2DBackpropFilter"),
-                       (_loader.ops(), "large_conv_conv2d_backprop_input"),
-                       (_loader.ops(), "large_conv_conv2d_backprop_filter")):
-    monkeypatch.setattr(module, name, _recorded(getattr(module, name), calls,
-                                                lambda _, name=name: name))
+  for module, name in (
+    (tf.raw_ops, "Conv2DBackpropInput"),
+    (tf.raw_ops, "Conv2DBackpropFilter"),
+    (_loader.ops(), "large_conv_conv2d_backprop_input"),
+    (_loader.ops(), "large_conv_conv2d_backprop_filter"),
+  ):
+    monkeypatch.setattr(
+      module, name, _recorded(getattr(module, name), calls, lambda _, name=name: name)
+    )
   route = _loader.ops().large_conv_conv2d_route
   spec = _routing.route_spec(_args.attrs_key(attrs), (True, True, False))
   with tf.GradientTape(persistent=True) as tape:
@@ -308,14 +347,17 @@ def test_the_route_op_passes_its_input_on_and_routes_each_gradient(rng, monkeypa
     z = tf.nn.conv2d(x, w, 1, "SAME")
   want = t.gradient(z, [x, w], output_gradients=dy)
   for g, e, name in zip(got[1:], want, ("dx", "dw")):
-    np.testing.assert_allclose(g.numpy(), e.numpy(), rtol=1e-9,
-                               atol=1e-9 * np.abs(e.numpy()).max(), err_msg=name)
+    np.testing.assert_allclose(
+      g.numpy(), e.numpy(), rtol=1e-9, atol=1e-9 * np.abs(e.numpy()).max(), err_msg=name
+    )
   with pytest.raises(tf.errors.InvalidArgumentError, match="route must be the JSON"):
     route(y, x, w, route="")
-  for bad, message in (("{", "route must be the JSON"),
-                       (spec.replace("true, true, false", "true, false"), "one route per pass"),
-                       (spec.replace("true, true, false", "1, 1, 0"), "as booleans"),
-                       (spec.replace('"transpose": false', '"transpose": 0'), "as booleans")):
+  for bad, message in (
+    ("{", "route must be the JSON"),
+    (spec.replace("true, true, false", "true, false"), "one route per pass"),
+    (spec.replace("true, true, false", "1, 1, 0"), "as booleans"),
+    (spec.replace('"transpose": false', '"transpose": 0'), "as booleans"),
+  ):
     assert bad != spec
     with tf.GradientTape() as tape:
       tape.watch([y, x, w])
@@ -333,8 +375,11 @@ def test_eager_mixed_routes_take_their_gradient_from_the_route_op(rng, monkeypat
   dy = tf.constant(rng.standard_normal(MIXED[0][:3] + MIXED[1][3:]))
   callers = []
   for name in ("routed_input_gradient", "routed_filter_gradient"):
-    monkeypatch.setattr(_routing, name, _recorded(getattr(_routing, name), callers,
-                                             lambda _: inspect.stack()[2].function))
+    monkeypatch.setattr(
+      _routing,
+      name,
+      _recorded(getattr(_routing, name), callers, lambda _: inspect.stack()[2].function),
+    )
   auto = lambda a, b: lc.conv2d(a, b, 1, "SAME")  # noqa: E731
 
   def grads(a, b, c):
@@ -363,8 +408,11 @@ def test_an_eager_conv2d_transpose_takes_its_gradient_from_the_route_op(rng, mon
   dy = tf.constant(rng.standard_normal(out_shape))
   callers = []
   for name in ("routed_input_gradient", "routed_filter_gradient"):
-    monkeypatch.setattr(_transpose, name, _recorded(getattr(_transpose, name), callers,
-                                                    lambda _: inspect.stack()[2].function))
+    monkeypatch.setattr(
+      _transpose,
+      name,
+      _recorded(getattr(_transpose, name), callers, lambda _: inspect.stack()[2].function),
+    )
   conv = lambda p, q: lc.conv2d_transpose(p, q, out_shape, 1)  # noqa: E731
   eager = _step(conv, x, w, dy)
   assert callers == ["_route_grad"] * 2
@@ -377,16 +425,18 @@ def test_an_eager_conv2d_transpose_takes_its_gradient_from_the_route_op(rng, mon
   _assert_close(eager, want, "eager conv2d_transpose")
 
 
-@pytest.mark.parametrize("routes", list(itertools.product([True, False], repeat=3)),
-                         ids=lambda r: "".join("t" if v else "o" for v in r))
+@pytest.mark.parametrize(
+  "routes",
+  list(itertools.product([True, False], repeat=3)),
+  ids=lambda r: "".join("t" if v else "o" for v in r),
+)
 def test_every_route_gives_tensorflows_values_with_strides_and_padding(rng, routes):
   # Each of the eight routes, whatever the planner would pick, eager (the route op) and
   # traced (tf.custom_gradient): TF's values to the second order and the same bits, with
   # strides, odd sizes and explicit padding.
   x = tf.constant(rng.standard_normal((2, 11, 13, 3)))
   w = tf.constant(rng.standard_normal((3, 4, 3, 5)))
-  for strides, padding in ((2, "SAME"), ([2, 1], [[0, 0], [1, 2], [3, 0], [0, 0]]),
-                           (1, "VALID")):
+  for strides, padding in ((2, "SAME"), ([2, 1], [[0, 0], [1, 2], [3, 0], [0, 0]]), (1, "VALID")):
     attrs = _args.conv_attrs(strides, padding, "NHWC", None, "auto", None)
     conv = _routing.routed(((1, PerPass.of(routes)),), _args.attrs_key(attrs))
     tf_conv = functools.partial(tf.nn.conv2d, strides=strides, padding=padding)
@@ -407,8 +457,9 @@ SPECTRUM_ENV = "LARGECONV_SPECTRUM_CACHE_MIB"
 
 def _kept_bytes(x_shape, w_shape, dtype, routes):
   key = _args.attrs_key(_args.conv_attrs(1, "SAME", "NHWC", None, "auto", None))
-  return planning.kept_spectra.kept_spectra_bytes(tuple(x_shape), tuple(w_shape), key,
-                                                  dtype.name, routes)
+  return planning.kept_spectra.kept_spectra_bytes(
+    tuple(x_shape), tuple(w_shape), key, dtype.name, routes
+  )
 
 
 @pytest.mark.parametrize("dtype", [tf.float32, tf.float64])
@@ -429,8 +480,12 @@ def test_a_filter_tensor_seen_again_runs_the_ffts_kept_spectra(rng, dtype, monke
   on_tf = tf.nn.conv2d(x, w, 1, "SAME").numpy()
   on_fft = lc.conv2d(x, w, 1, "SAME", algorithm="fft").numpy()
   assert not np.array_equal(on_tf, on_fft)  # the two kernels are told apart by their bits
-  np.testing.assert_allclose(on_fft, on_tf, rtol=1e-4 if dtype == tf.float32 else 1e-9,
-                             atol=(1e-4 if dtype == tf.float32 else 1e-9) * np.abs(on_tf).max())
+  np.testing.assert_allclose(
+    on_fft,
+    on_tf,
+    rtol=1e-4 if dtype == tf.float32 else 1e-9,
+    atol=(1e-4 if dtype == tf.float32 else 1e-9) * np.abs(on_tf).max(),
+  )
   auto = lambda a, b: lc.conv2d(a, b, 1, "SAME")  # noqa: E731
   np.testing.assert_array_equal(auto(x, w).numpy(), on_tf)  # first sight
   for _ in range(3):
@@ -496,12 +551,14 @@ def test_kept_spectra_need_the_budget_and_a_recent_filter(rng, monkeypatch):
 def test_kept_spectra_are_weighed_against_the_forward_route():
   # The move is priced against the route's forward pass: TF's kernel, or the op's direct
   # kernels; where the op's own choice is the FFT its spectra are kept anyway.
-  for shape, moves in ((KEPT, True),
-                       # A 31x31 filter: the op's choice is its FFT, spectra kept or not.
-                       (((1, 64, 64, 8), (31, 31, 8, 8)), False),
-                       # A 3x3 filter on 32 channels: TF's kernel beats the FFT even with
-                       # kept spectra.
-                       (((4, 32, 32, 32), (3, 3, 32, 64)), False)):
+  for shape, moves in (
+    (KEPT, True),
+    # A 31x31 filter: the op's choice is its FFT, spectra kept or not.
+    (((1, 64, 64, 8), (31, 31, 8, 8)), False),
+    # A 3x3 filter on 32 channels: TF's kernel beats the FFT even with
+    # kept spectra.
+    (((4, 32, 32, 32), (3, 3, 32, 64)), False),
+  ):
     routes = _routes(*shape, tf.float32)
     assert (_kept_bytes(*shape, tf.float32, routes) > 0) == moves, shape
 
@@ -536,12 +593,17 @@ def test_kept_spectra_move_only_past_the_models_error():
   # on 2x321x481) has the op's FFT with kept spectra a few percent under TF's forward
   # kernel: less than the model's own error (KEPT_SPECTRA_MARGIN), so the forward pass
   # stays on TF's kernel. 7x7 128->128 on one 64x64 image, priced at half of it, moves.
-  cases = [(((2, 321, 481, 1), (5, 5, 1, 3), "VALID"), False),
-           (((2, 321, 481, 1), (5, 5, 1, 3), "SAME"), False),
-           (((1, 64, 64, 128), (7, 7, 128, 128), "SAME"), True)]
+  cases = [
+    (((2, 321, 481, 1), (5, 5, 1, 3), "VALID"), False),
+    (((2, 321, 481, 1), (5, 5, 1, 3), "SAME"), False),
+    (((1, 64, 64, 128), (7, 7, 128, 128), "SAME"), True),
+  ]
   env = subproc.child_env(TF_ENABLE_ONEDNN_OPTS="1")
-  got = json.loads(subproc.run(_KEPT_UNDER_ONEDNN_CHILD, json.dumps([c for c, _ in cases]),
-                               timeout=300, env=env).stdout)
+  got = json.loads(
+    subproc.run(
+      _KEPT_UNDER_ONEDNN_CHILD, json.dumps([c for c, _ in cases]), timeout=300, env=env
+    ).stdout
+  )
   assert got["kernels"] == "onednn"
   assert [kept > 0 for kept in got["kept"]] == [moves for _, moves in cases], got["kept"]
 

@@ -23,8 +23,7 @@ def _close(got, want, name):
   """Equal to the saved output up to float32 rounding of a possibly other algorithm."""
   got = np.asarray(got)
   assert got.shape == want.shape, name
-  np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * np.abs(want).max(),
-                             err_msg=name)
+  np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * np.abs(want).max(), err_msg=name)
 
 
 def _arrays(name):
@@ -34,10 +33,17 @@ def _arrays(name):
 
 def test_keras3_file_loads_and_matches():
   m = keras.saving.load_model(os.path.join(DATA, "keras3.keras"))
-  kinds = sorted(type(layer).__name__ for layer in m.layers if type(layer).__module__
-                 .startswith("tf_largeconv"))
-  assert kinds == ["FoldedBlock", "LargeConv1D", "LargeConv2D", "LargeConv2DTranspose",
-                   "LargeConv3D", "LargeDepthwiseConv2D"]
+  kinds = sorted(
+    type(layer).__name__ for layer in m.layers if type(layer).__module__.startswith("tf_largeconv")
+  )
+  assert kinds == [
+    "FoldedBlock",
+    "LargeConv1D",
+    "LargeConv2D",
+    "LargeConv2DTranspose",
+    "LargeConv3D",
+    "LargeDepthwiseConv2D",
+  ]
   io = _arrays("keras3_io.npz")
   n = len(m.inputs)
   xs = [io[f"arr_{i}"] for i in range(n)]
@@ -50,8 +56,7 @@ def test_tf_keras_file_loads_and_matches():
   from tf_largeconv import tf_keras as ltk  # noqa: F401  (registers the tf_keras layers)
 
   m = tf_keras.models.load_model(os.path.join(DATA, "tf_keras.keras"))
-  assert [type(layer).__name__ for layer in m.layers[1:]] == ["LargeConv2D",
-                                                              "LargeDepthwiseConv2D"]
+  assert [type(layer).__name__ for layer in m.layers[1:]] == ["LargeConv2D", "LargeDepthwiseConv2D"]
   io = _arrays("tf_keras_io.npz")
   _close(m(io["arr_0"]), io["arr_1"], "tf_keras")
 

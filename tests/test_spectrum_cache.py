@@ -18,16 +18,23 @@ ONES = [1, 1, 1, 1]
 
 def _touch():
   """An FFT call, after which the cache is within the current budget."""
-  _core.conv2d(np.ones((1, 8, 8, 1), np.float32), np.ones((5, 5, 1, 1), np.float32), ONES,
-               "SAME", algorithm="fft")
+  _core.conv2d(
+    np.ones((1, 8, 8, 1), np.float32),
+    np.ones((5, 5, 1, 1), np.float32),
+    ONES,
+    "SAME",
+    algorithm="fft",
+  )
 
 
 @pytest.fixture
 def cache_mib(monkeypatch):
   """Sets the budget (read by the kernels on every call); each test starts with an empty
   cache and 64 MiB."""
+
   def set_mib(mib):
     monkeypatch.setenv(ENV, str(mib))
+
   set_mib(0)
   _touch()
   set_mib(64)
@@ -193,8 +200,10 @@ def test_plan_prices_the_fft_with_kept_spectra():
   # one filter transform and 2b tile transforms, all the same size, so the reported work of
   # b = 2 and b = 4 (5 and 9 transforms, the spectral products doubled) gives the price of
   # one transform: twice the first, less the second. Kept spectra save exactly that one.
-  plans = {b: _core.plan([b, 64, 64, 1], [31, 31, 1, 1], ONES, "SAME", algorithm="fft",
-                         num_threads=2) for b in (2, 4)}
+  plans = {
+    b: _core.plan([b, 64, 64, 1], [31, 31, 1, 1], ONES, "SAME", algorithm="fft", num_threads=2)
+    for b in (2, 4)
+  }
   work = {b: p[0]["fft_work"] for b, p in plans.items()}
   assert [plans[b][0]["fft"] for b in (2, 4)] == [(80, 80)] * 2
   assert [work[b]["transforms"] for b in (2, 4)] == [5, 9]
@@ -220,7 +229,6 @@ def test_plan_prices_the_fft_with_kept_spectra():
   assert header.endswith("direct / fft / tf / fft kept")
   assert forward_row.endswith(f" / {plan.forward.kept_spectra_seconds * 1e3:.4g}")
   # Every channel pair's spectrum, in the element type's complex values.
-  p = _core.plan([1, 64, 64, 3], [31, 31, 3, 2], ONES, "SAME", algorithm="auto",
-                 dtype="float64")[0]
+  p = _core.plan([1, 64, 64, 3], [31, 31, 3, 2], ONES, "SAME", algorithm="auto", dtype="float64")[0]
   fh, fw = p["fft"]
   assert p["kept_spectra_bytes"] == 3 * 2 * fh * (fw // 2 + 1) * 16 + 31 * 31 * 3 * 2 * 8

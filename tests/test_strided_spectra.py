@@ -16,31 +16,104 @@ import tf_largeconv as lc
 # (name, x_shape, w_shape, strides, padding, workspace_limit, data_format, dtype, expect):
 # `expect` names what the plan must show (see _check_plan).
 CASES = [
-    # Even filters leave odd tiles, so tile origins alternate between residues 0 and 1.
-    ("odd_tiles", (2, 70, 64, 3), (10, 10, 3, 4), (2, 2), "SAME", 400_000, "NHWC", "float32",
-     {"divides": (True, True), "odd_tiles": True}),
-    # Explicit padding moves the origins of the stuffed tiles off the stride.
-    ("explicit_pad", (1, 61, 57, 2), (9, 8, 2, 3), (2, 2), [[0, 0], [3, 2], [1, 4], [0, 0]],
-     300_000, "NHWC", "float32", {"divides": (True, True)}),
-    ("stride_2x3", (2, 66, 75, 2), (11, 12, 2, 3), (2, 3), "SAME", 500_000, "NCHW", "float32",
-     {"divides": (True, True)}),
-    # The forward and filter passes' transforms are divided by the stride in height only.
-    ("stride_3", (1, 80, 80, 2), (13, 13, 2, 2), (3, 3), "VALID", 600_000, "NHWC", "float64",
-     {"divides": {"forward": (True, False), "backprop_input": (True, True),
-                  "backprop_filter": (True, False)}}),
-    ("stride_4", (1, 97, 90, 1), (15, 15, 1, 2), (4, 4), "SAME", None, "NHWC", "float32", {}),
-    # One wrap-around tile covering the whole image.
-    ("wrap_tile", (2, 40, 36, 2), (9, 9, 2, 2), (2, 2), "SAME", None, "NHWC", "float64",
-     {"single_tile": True}),
-    # Many groups: batched transforms of several groups at one tile.
-    ("depthwise", (2, 48, 50, 8), (11, 11, 1, 8), (2, 2), "SAME", 2_000_000, "NHWC", "float32",
-     {"batched_groups": True}),
-    # One group: several tiles an item (forward, backprop_input), and sweeps of tiles over
-    # accumulators beyond the cache (filter, its transforms divided in height only).
-    ("runs_and_sweeps", (4, 60, 60, 64), (7, 7, 64, 64), (2, 2), "SAME", None, "NHWC",
-     "float32", {"runs": True, "divides": {"forward": (True, True),
-                                          "backprop_input": (True, True),
-                                          "backprop_filter": (True, False)}}),
+  # Even filters leave odd tiles, so tile origins alternate between residues 0 and 1.
+  (
+    "odd_tiles",
+    (2, 70, 64, 3),
+    (10, 10, 3, 4),
+    (2, 2),
+    "SAME",
+    400_000,
+    "NHWC",
+    "float32",
+    {"divides": (True, True), "odd_tiles": True},
+  ),
+  # Explicit padding moves the origins of the stuffed tiles off the stride.
+  (
+    "explicit_pad",
+    (1, 61, 57, 2),
+    (9, 8, 2, 3),
+    (2, 2),
+    [[0, 0], [3, 2], [1, 4], [0, 0]],
+    300_000,
+    "NHWC",
+    "float32",
+    {"divides": (True, True)},
+  ),
+  (
+    "stride_2x3",
+    (2, 66, 75, 2),
+    (11, 12, 2, 3),
+    (2, 3),
+    "SAME",
+    500_000,
+    "NCHW",
+    "float32",
+    {"divides": (True, True)},
+  ),
+  # The forward and filter passes' transforms are divided by the stride in height only.
+  (
+    "stride_3",
+    (1, 80, 80, 2),
+    (13, 13, 2, 2),
+    (3, 3),
+    "VALID",
+    600_000,
+    "NHWC",
+    "float64",
+    {
+      "divides": {
+        "forward": (True, False),
+        "backprop_input": (True, True),
+        "backprop_filter": (True, False),
+      }
+    },
+  ),
+  ("stride_4", (1, 97, 90, 1), (15, 15, 1, 2), (4, 4), "SAME", None, "NHWC", "float32", {}),
+  # One wrap-around tile covering the whole image.
+  (
+    "wrap_tile",
+    (2, 40, 36, 2),
+    (9, 9, 2, 2),
+    (2, 2),
+    "SAME",
+    None,
+    "NHWC",
+    "float64",
+    {"single_tile": True},
+  ),
+  # Many groups: batched transforms of several groups at one tile.
+  (
+    "depthwise",
+    (2, 48, 50, 8),
+    (11, 11, 1, 8),
+    (2, 2),
+    "SAME",
+    2_000_000,
+    "NHWC",
+    "float32",
+    {"batched_groups": True},
+  ),
+  # One group: several tiles an item (forward, backprop_input), and sweeps of tiles over
+  # accumulators beyond the cache (filter, its transforms divided in height only).
+  (
+    "runs_and_sweeps",
+    (4, 60, 60, 64),
+    (7, 7, 64, 64),
+    (2, 2),
+    "SAME",
+    None,
+    "NHWC",
+    "float32",
+    {
+      "runs": True,
+      "divides": {
+        "forward": (True, True),
+        "backprop_input": (True, True),
+        "backprop_filter": (True, False),
+      },
+    },
+  ),
 ]
 
 
@@ -72,8 +145,9 @@ def test_strided_fft_passes_match_oracle(rng, case):
   pad = padding
   if isinstance(padding, list) and nchw:
     pad = [padding[0], padding[3], padding[1], padding[2]]
-  plan = lc.plan(x_shape, w_shape, list(strides), pad, data_format=fmt, algorithm="fft",
-                 workspace_limit=limit)
+  plan = lc.plan(
+    x_shape, w_shape, list(strides), pad, data_format=fmt, algorithm="fft", workspace_limit=limit
+  )
   # The cases are sized for the two threads of the project's machines.
   if plan.threads <= 2:
     _check_plan(plan, strides, expect)
@@ -86,8 +160,9 @@ def test_strided_fft_passes_match_oracle(rng, case):
   y = lc.conv2d(x, w, list(strides), pad, **kwargs)
   dx = lc.conv2d_backprop_input(x_shape, w, dy, list(strides), pad, **kwargs)
   dw = lc.conv2d_backprop_filter(x, w_shape, dy, list(strides), pad, **kwargs)
-  ref.check_passes(dtype, planned_fft(plan.passes), x, w, dy, y=y.numpy(), dx=dx.numpy(),
-                   dw=dw.numpy())
+  ref.check_passes(
+    dtype, planned_fft(plan.passes), x, w, dy, y=y.numpy(), dx=dx.numpy(), dw=dw.numpy()
+  )
 
 
 def test_plan_counts_the_decimated_transforms():

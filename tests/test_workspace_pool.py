@@ -36,6 +36,7 @@ def pool_mib(monkeypatch):
 
   def set_mib(mib):
     monkeypatch.setenv(ENV, str(mib))
+
   set_mib(0)
   _forward(_rand((1, 8, 8, 1), 0), _rand((5, 5, 1, 1), 1))  # a budget of 0 empties it
   assert _loader.workspace_pool_stats()[:2] == (0, 0)
@@ -67,11 +68,15 @@ def test_every_pass_gives_fresh_bits_in_another_problems_workspace(pool_mib):
   dyb = _rand(conv.output_shape(), 8)
   dya = _rand(reference.Conv(xa.shape, wa.shape, padding="SAME").output_shape(), 9, 1e3)
   passes = {
-      "forward": (lambda x, w, dy: lc.conv2d(x, w, 1, "SAME", algorithm="fft"), "forward"),
-      "backprop_input": (lambda x, w, dy: lc.conv2d_backprop_input(
-          x.shape, w, dy, 1, "SAME", algorithm="fft"), "backprop_input"),
-      "backprop_filter": (lambda x, w, dy: lc.conv2d_backprop_filter(
-          x, w.shape, dy, 1, "SAME", algorithm="fft"), "backprop_filter"),
+    "forward": (lambda x, w, dy: lc.conv2d(x, w, 1, "SAME", algorithm="fft"), "forward"),
+    "backprop_input": (
+      lambda x, w, dy: lc.conv2d_backprop_input(x.shape, w, dy, 1, "SAME", algorithm="fft"),
+      "backprop_input",
+    ),
+    "backprop_filter": (
+      lambda x, w, dy: lc.conv2d_backprop_filter(x, w.shape, dy, 1, "SAME", algorithm="fft"),
+      "backprop_filter",
+    ),
   }
   for name, (run, _) in passes.items():
     big, small = _workspace(xa.shape, wa.shape, name), _workspace(xb.shape, wb.shape, name)
@@ -84,8 +89,7 @@ def test_every_pass_gives_fresh_bits_in_another_problems_workspace(pool_mib):
     got = run(xb, wb, dyb).numpy()
     assert _loader.workspace_pool_stats()[2] == reuses + 1, name
     np.testing.assert_array_equal(got, fresh, err_msg=name)
-    a, b = {"forward": (xb, wb), "backprop_input": (wb, dyb),
-            "backprop_filter": (xb, dyb)}[name]
+    a, b = {"forward": (xb, wb), "backprop_input": (wb, dyb), "backprop_filter": (xb, dyb)}[name]
     conv.check(name, got, a, b, "float32")
 
 
@@ -142,8 +146,10 @@ def test_conv3d_passes_give_fresh_bits_in_another_problems_workspace(pool_mib):
   xb, wb = _rand((1, 12, 13, 12, 2), 42), _rand((7, 7, 7, 2, 3), 43)
   ones = [1, 1, 1, 1, 1]
   for name in ("forward", "backprop_input", "backprop_filter"):
-    sizes = [getattr(lc.plan_conv3d(x.shape, w.shape, ones, "SAME", algorithm="fft"),
-                     name).workspace_bytes for x, w in ((xa, wa), (xb, wb))]
+    sizes = [
+      getattr(lc.plan_conv3d(x.shape, w.shape, ones, "SAME", algorithm="fft"), name).workspace_bytes
+      for x, w in ((xa, wa), (xb, wb))
+    ]
     assert sizes[1] <= sizes[0] <= 2 * sizes[1], (name, sizes)
 
   def step(x, w):

@@ -32,6 +32,18 @@ try:
 except ImportError:  # Keras 3 not installed: the ops still work
   keras = None  # type: ignore[assignment]
 
-__all__ = ["Plan", "__version__", "conv1d", "conv2d", "conv2d_backprop_filter",
-           "conv2d_backprop_input", "conv2d_transpose", "conv3d", "depthwise_conv2d", "plan",
-           "plan_conv1d", "plan_conv3d", "plan_transpose"]
+__all__ = [
+  "Plan",
+  "__version__",
+  "conv1d",
+  "conv2d",
+  "conv2d_backprop_filter",
+  "conv2d_backprop_input",
+  "conv2d_transpose",
+  "conv3d",
+  "depthwise_conv2d",
+  "plan",
+  "plan_conv1d",
+  "plan_conv3d",
+  "plan_transpose",
+]

@@ -27,6 +27,7 @@ FLOAT_DTYPES = tuple(d for d in DTYPES if d.is_floating)
 def _names(dtypes):
   return ", ".join(d.name for d in dtypes[:-1]) + " or " + dtypes[-1].name
 
+
 # 'auto', 'direct', 'fft', 'tf': the C++ vocabulary's list (cc/core/vocabulary.h), what the
 # ops take as their `algorithm` attribute.
 OP_ALGORITHMS = tuple(_loader.core().ALGORITHMS)
@@ -93,8 +94,9 @@ def resolve_algorithm(algorithm):
   if _loader.failure() is not None:
     if algorithm in ("direct", "fft"):
       raise ValueError(
-          f"algorithm={algorithm!r} needs the LargeConv op library, which could not be "
-          f"loaded ({_loader.failure()}); use algorithm='auto' or 'portable'")
+        f"algorithm={algorithm!r} needs the LargeConv op library, which could not be "
+        f"loaded ({_loader.failure()}); use algorithm='auto' or 'portable'"
+      )
     return PORTABLE if algorithm == "auto" else algorithm
   if not in_xla_context():
     return algorithm
@@ -102,8 +104,9 @@ def resolve_algorithm(algorithm):
     return PORTABLE
   if algorithm in ("direct", "fft"):
     raise ValueError(
-        f"algorithm={algorithm!r} needs the LargeConv op library, and XLA (jit_compile=True) "
-        "cannot compile custom ops; use algorithm='auto' or 'portable' under XLA")
+      f"algorithm={algorithm!r} needs the LargeConv op library, and XLA (jit_compile=True) "
+      "cannot compile custom ops; use algorithm='auto' or 'portable' under XLA"
+    )
   return algorithm
 
 
@@ -123,8 +126,7 @@ def normalize_data_format(data_format):
   if data_format is None:
     return "NHWC"
   if not isinstance(data_format, str) or data_format.upper() not in ("NHWC", "NCHW"):
-    raise ValueError(
-        f"data_format must be 'NHWC' or 'NCHW', got data_format={data_format!r}")
+    raise ValueError(f"data_format must be 'NHWC' or 'NCHW', got data_format={data_format!r}")
   return data_format.upper()
 
 
@@ -136,8 +138,7 @@ def window_values(value, name, lengths):
   elif isinstance(value, collections.abc.Sized) and not isinstance(value, (str, bytes)):
     values = list(value)
   else:
-    raise ValueError(
-        f"{name} must be an int or a list of {lengths} ints, got {name}={value!r}")
+    raise ValueError(f"{name} must be an int or a list of {lengths} ints, got {name}={value!r}")
   for v in values:
     if not isinstance(v, numbers.Integral) or isinstance(v, bool):
       raise ValueError(f"{name} must contain only ints, got {name}={value!r}")
@@ -160,8 +161,8 @@ def normalize_window(value, name, data_format):
   elif len(values) != 2:
     # tf.nn.conv2d's own words.
     raise ValueError(
-        f"{name} should be of length 1, 2 or 4. Received: {name}={values} of length "
-        f"{len(values)}")
+      f"{name} should be of length 1, 2 or 4. Received: {name}={values} of length {len(values)}"
+    )
   if channel_index(data_format) == 1:
     return [1, 1] + values
   return [1] + values + [1]
@@ -184,31 +185,40 @@ def normalize_padding(padding):
     if upper in ("SAME", "VALID"):
       return upper, []
     if upper == "EXPLICIT":
-      raise ValueError("'EXPLICIT' is not a valid value for `padding`. To use explicit "
-                       "padding, `padding` must be a list.")
+      raise ValueError(
+        "'EXPLICIT' is not a valid value for `padding`. To use explicit "
+        "padding, `padding` must be a list."
+      )
     raise ValueError(
-        f"padding must be 'SAME', 'VALID' or a list of four [before, after] pairs, "
-        f"got padding={padding!r}")
+      f"padding must be 'SAME', 'VALID' or a list of four [before, after] pairs, "
+      f"got padding={padding!r}"
+    )
   if isinstance(padding, (list, tuple)):
     flat = []
     for i, pair in enumerate(padding):
       if not isinstance(pair, (list, tuple)) or len(pair) != 2:
-        what = (f"of size {len(pair)}" if isinstance(pair, (list, tuple))
-                else f"of type {type(pair)}")
-        raise ValueError("When `padding` is a list, each element of `padding` must be a "
-                         f"list/tuple of size 2. Received: padding={padding} with element at "
-                         f"index {i} {what}")
+        what = (
+          f"of size {len(pair)}" if isinstance(pair, (list, tuple)) else f"of type {type(pair)}"
+        )
+        raise ValueError(
+          "When `padding` is a list, each element of `padding` must be a "
+          f"list/tuple of size 2. Received: padding={padding} with element at "
+          f"index {i} {what}"
+        )
       for p in pair:
         if not isinstance(p, numbers.Integral) or isinstance(p, bool):
           raise ValueError(f"padding must contain only ints, got padding={padding!r}")
         flat.append(int(p))
     if len(padding) != 4:
-      raise ValueError(f"When padding is a list, it must be of size 4. Received: "
-                       f"padding={padding} of size {len(padding)}")
+      raise ValueError(
+        f"When padding is a list, it must be of size 4. Received: "
+        f"padding={padding} of size {len(padding)}"
+      )
     return "EXPLICIT", flat
   raise ValueError(
-      f"padding must be 'SAME', 'VALID' or a list of four [before, after] pairs, got "
-      f"padding={padding!r}")
+    f"padding must be 'SAME', 'VALID' or a list of four [before, after] pairs, got "
+    f"padding={padding!r}"
+  )
 
 
 def normalize_algorithm(algorithm):
@@ -224,26 +234,30 @@ def normalize_workspace_limit(workspace_limit):
   """Returns the limit in bytes as the op takes it (-1: the default, 64 MiB)."""
   if workspace_limit is None:
     return -1
-  if (not isinstance(workspace_limit, numbers.Integral) or isinstance(workspace_limit, bool)
-      or workspace_limit < 0):
-    raise ValueError("workspace_limit must be None or a non-negative number of bytes, got "
-                     f"workspace_limit={workspace_limit!r}")
+  if (
+    not isinstance(workspace_limit, numbers.Integral)
+    or isinstance(workspace_limit, bool)
+    or workspace_limit < 0
+  ):
+    raise ValueError(
+      "workspace_limit must be None or a non-negative number of bytes, got "
+      f"workspace_limit={workspace_limit!r}"
+    )
   return int(workspace_limit)
 
 
-def conv_attrs(strides, padding, data_format, dilations, algorithm="auto",
-               workspace_limit=None):
+def conv_attrs(strides, padding, data_format, dilations, algorithm="auto", workspace_limit=None):
   """The op attributes for tf.nn.conv2d-style arguments (validated for form only)."""
   data_format = normalize_data_format(data_format)
   padding, explicit_paddings = normalize_padding(padding)
   return dict(
-      strides=normalize_window(strides, "strides", data_format),
-      padding=padding,
-      explicit_paddings=explicit_paddings,
-      data_format=data_format,
-      dilations=normalize_window(dilations, "dilations", data_format),
-      algorithm=normalize_algorithm(algorithm),
-      workspace_limit=normalize_workspace_limit(workspace_limit),
+    strides=normalize_window(strides, "strides", data_format),
+    padding=padding,
+    explicit_paddings=explicit_paddings,
+    data_format=data_format,
+    dilations=normalize_window(dilations, "dilations", data_format),
+    algorithm=normalize_algorithm(algorithm),
+    workspace_limit=normalize_workspace_limit(workspace_limit),
   )
 
 
@@ -264,17 +278,20 @@ def check_dtype(name, dtype, allowed=DTYPES):
   own message for an op input of a dtype outside its list."""
   if dtype not in allowed:
     raise TypeError(
-        f"{name} must have dtype {_names(allowed)}, got {dtype.name}. Value passed to "
-        f"parameter '{name}' has DataType {dtype.name} not in list of allowed values: "
-        f"{', '.join(d.name for d in allowed)}")
+      f"{name} must have dtype {_names(allowed)}, got {dtype.name}. Value passed to "
+      f"parameter '{name}' has DataType {dtype.name} not in list of allowed values: "
+      f"{', '.join(d.name for d in allowed)}"
+    )
 
 
 def check_algorithm(algorithm, dtype):
   """Raises ValueError where `algorithm` cannot compute `dtype`: integers are summed
   exactly, which only the direct kernels do."""
   if algorithm in ("fft", PORTABLE) and dtype.is_integer:
-    raise ValueError(f"algorithm={algorithm!r} cannot compute {dtype.name} exactly: integer "
-                     "convolutions run the direct kernels; use algorithm='direct' or 'auto'")
+    raise ValueError(
+      f"algorithm={algorithm!r} cannot compute {dtype.name} exactly: integer "
+      "convolutions run the direct kernels; use algorithm='direct' or 'auto'"
+    )
 
 
 def as_tensors(input, filters):
@@ -295,8 +312,9 @@ def as_tensors(input, filters):
     filters = tf.convert_to_tensor(filters, dtype=dtype, name="filters")
   check_dtype("input", dtype)
   if filters.dtype != dtype:
-    raise TypeError(f"filters must have the same dtype as input ({dtype.name}), got "
-                    f"{filters.dtype.name}")
+    raise TypeError(
+      f"filters must have the same dtype as input ({dtype.name}), got {filters.dtype.name}"
+    )
   return input, filters
 
 
@@ -313,22 +331,29 @@ def _window3d(value, name):
     return [1] * 5
   values = window_values(value, name, "5")
   if len(values) != 5:
-    raise ValueError(f"{name} must have 5 entries (one per dimension of input), got "
-                     f"{name}={value!r}")
+    raise ValueError(
+      f"{name} must have 5 entries (one per dimension of input), got {name}={value!r}"
+    )
   return values
 
 
-def conv3d_attrs(strides, padding, data_format="NDHWC", dilations=None, algorithm="auto",
-                 workspace_limit=None):
+def conv3d_attrs(
+  strides, padding, data_format="NDHWC", dilations=None, algorithm="auto", workspace_limit=None
+):
   """The LargeConv>Conv3D attributes for tf.nn.conv3d-style arguments (checked for form;
   the op checks the values against the shapes)."""
   if data_format not in DATA_FORMATS_3D:
     raise ValueError(f"data_format must be 'NDHWC' or 'NCDHW', got data_format={data_format!r}")
   if padding not in PADDINGS_3D:
-    raise ValueError(f"padding must be 'SAME' or 'VALID' (tf.nn.conv3d has no explicit "
-                     f"padding), got padding={padding!r}")
-  return dict(strides=_window3d(strides, "strides"), padding=padding, data_format=data_format,
-              dilations=_window3d(dilations, "dilations"),
-              algorithm=normalize_algorithm(algorithm),
-              workspace_limit=normalize_workspace_limit(workspace_limit))
-
+    raise ValueError(
+      f"padding must be 'SAME' or 'VALID' (tf.nn.conv3d has no explicit "
+      f"padding), got padding={padding!r}"
+    )
+  return dict(
+    strides=_window3d(strides, "strides"),
+    padding=padding,
+    data_format=data_format,
+    dilations=_window3d(dilations, "dilations"),
+    algorithm=normalize_algorithm(algorithm),
+    workspace_limit=normalize_workspace_limit(workspace_limit),
+  )

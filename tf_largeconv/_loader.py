@@ -8,8 +8,8 @@ import tensorflow as tf
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 REBUILD_HINT = (
-    "Rebuild it against the installed TensorFlow with 'make build' in a source checkout, "
-    "or 'pip install --no-build-isolation --force-reinstall .'"
+  "Rebuild it against the installed TensorFlow with 'make build' in a source checkout, "
+  "or 'pip install --no-build-isolation --force-reinstall .'"
 )
 _ops = None
 # Why the op library could not be loaded at import (None: it loaded). Then every op runs
@@ -21,8 +21,8 @@ def _library_path(stem):
   matches = sorted(glob.glob(os.path.join(_PKG_DIR, stem + "*.so")))
   if not matches:
     raise ImportError(
-        f"tf_largeconv: compiled library '{stem}*.so' not found in {_PKG_DIR}. "
-        + REBUILD_HINT)
+      f"tf_largeconv: compiled library '{stem}*.so' not found in {_PKG_DIR}. " + REBUILD_HINT
+    )
   return matches[0]
 
 
@@ -31,19 +31,22 @@ def _check_build_version():
     from tf_largeconv import _build_info
   except ImportError as e:
     raise ImportError(
-        f"tf_largeconv: {_PKG_DIR}/_build_info.py is missing, so the op library's "
-        "TensorFlow version is unknown. " + REBUILD_HINT) from e
+      f"tf_largeconv: {_PKG_DIR}/_build_info.py is missing, so the op library's "
+      "TensorFlow version is unknown. " + REBUILD_HINT
+    ) from e
   if _build_info.TF_VERSION != tf.__version__:
     raise ImportError(
-        f"tf_largeconv was built against TensorFlow {_build_info.TF_VERSION} but "
-        f"TensorFlow {tf.__version__} is installed; the op library would not load "
-        "safely. " + REBUILD_HINT)
+      f"tf_largeconv was built against TensorFlow {_build_info.TF_VERSION} but "
+      f"TensorFlow {tf.__version__} is installed; the op library would not load "
+      "safely. " + REBUILD_HINT
+    )
 
 
 def core():
   """Returns the framework-free core module (planner, geometry, host kernels)."""
   _library_path("_core")  # a missing build gets the message above, not a bare ImportError
   from tf_largeconv import _core
+
   return _core
 
 
@@ -56,8 +59,7 @@ def ops():
     try:
       _ops = tf.load_op_library(path)
     except tf.errors.NotFoundError as e:
-      raise ImportError(
-          f"tf_largeconv: could not load {path}: {e.message}. " + REBUILD_HINT) from e
+      raise ImportError(f"tf_largeconv: could not load {path}: {e.message}. " + REBUILD_HINT) from e
   return _ops
 
 
@@ -65,6 +67,7 @@ def workspace_pool_stats():
   """The op library's pool of workspaces kept between calls (cc/tf/workspace_pool.h):
   (idle workspaces, their bytes, calls that reused one). For tests and diagnostics."""
   import ctypes
+
   ops()
   lib = ctypes.CDLL(_library_path("_large_conv_ops"))
   values = [ctypes.c_int64() for _ in range(3)]
@@ -84,9 +87,12 @@ def load_or_fall_back():
   except ImportError as e:
     _failure = str(e)
     warnings.warn(
-        "tf_largeconv: the LargeConv op library could not be loaded, so every op runs the "
-        "portable path (stock TensorFlow ops: the same results, more time and memory). "
-        f"Reason: {_failure}", RuntimeWarning, stacklevel=3)
+      "tf_largeconv: the LargeConv op library could not be loaded, so every op runs the "
+      "portable path (stock TensorFlow ops: the same results, more time and memory). "
+      f"Reason: {_failure}",
+      RuntimeWarning,
+      stacklevel=3,
+    )
 
 
 def failure():

@@ -32,36 +32,45 @@ class _GroupsUncompiled:
 
 
 @_register
-class LargeConv2D(_GroupsUncompiled, _layer_settings.LargeConvSettings,
-                  tf_keras.layers.Conv2D):
+class LargeConv2D(_GroupsUncompiled, _layer_settings.LargeConvSettings, tf_keras.layers.Conv2D):
   """`tf_keras.layers.Conv2D` computed by `tf_largeconv.conv2d`.
 
   Args: those of `tf_keras.layers.Conv2D`, plus `algorithm` and `workspace_limit` (see
   `tf_largeconv.conv2d`).
   """
 
-  def __init__(self, filters: int, kernel_size: int | Sequence[int],
-               algorithm: str | None = "auto", workspace_limit: int | None = None,
-               **kwargs: Any) -> None:
+  def __init__(
+    self,
+    filters: int,
+    kernel_size: int | Sequence[int],
+    algorithm: str | None = "auto",
+    workspace_limit: int | None = None,
+    **kwargs: Any,
+  ) -> None:
     self._init_settings(algorithm, workspace_limit)
     super().__init__(filters, kernel_size, **kwargs)
 
   def convolution_op(self, inputs: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
-    return _ops.conv2d(inputs, kernel, list(self.strides), self.padding.upper(),
-                       **self._op_kwargs())
+    return _ops.conv2d(
+      inputs, kernel, list(self.strides), self.padding.upper(), **self._op_kwargs()
+    )
 
 
 @_register
-class LargeDepthwiseConv2D(_layer_settings.LargeConvSettings,
-                           tf_keras.layers.DepthwiseConv2D):
+class LargeDepthwiseConv2D(_layer_settings.LargeConvSettings, tf_keras.layers.DepthwiseConv2D):
   """`tf_keras.layers.DepthwiseConv2D` computed by `tf_largeconv.depthwise_conv2d`.
 
   Args: those of `tf_keras.layers.DepthwiseConv2D`, plus `algorithm` and
   `workspace_limit` (see `tf_largeconv.conv2d`).
   """
 
-  def __init__(self, kernel_size: int | Sequence[int], algorithm: str | None = "auto",
-               workspace_limit: int | None = None, **kwargs: Any) -> None:
+  def __init__(
+    self,
+    kernel_size: int | Sequence[int],
+    algorithm: str | None = "auto",
+    workspace_limit: int | None = None,
+    **kwargs: Any,
+  ) -> None:
     self._init_settings(algorithm, workspace_limit)
     super().__init__(kernel_size, **kwargs)
 
@@ -69,29 +78,47 @@ class LargeDepthwiseConv2D(_layer_settings.LargeConvSettings,
     return self._depthwise_call(inputs, self.depthwise_kernel)
 
 
-_FLAVOUR = _fold.Flavour(input=tf_keras.Input, model=tf_keras.Model, conv=LargeConv2D,
-                         depthwise=LargeDepthwiseConv2D)
+_FLAVOUR = _fold.Flavour(
+  input=tf_keras.Input, model=tf_keras.Model, conv=LargeConv2D, depthwise=LargeDepthwiseConv2D
+)
 FoldReport = _fold.FoldReport
 FoldWarning = _fold.FoldWarning
 
 
-def fold(block: tf_keras.Model, exact: bool = True, input_size: Sequence[int] | None = None,
-         dtype: Any = None, algorithm: str | None = "auto", workspace_limit: int | None = None,
-         name: str | None = None) -> LargeConv2D | LargeDepthwiseConv2D:
+def fold(
+  block: tf_keras.Model,
+  exact: bool = True,
+  input_size: Sequence[int] | None = None,
+  dtype: Any = None,
+  algorithm: str | None = "auto",
+  workspace_limit: int | None = None,
+  name: str | None = None,
+) -> LargeConv2D | LargeDepthwiseConv2D:
   """`tf_largeconv.keras.fold` for a tf_keras block; returns tf_keras Large layers."""
-  return _fold.fold(block, _FLAVOUR, exact=exact, input_size=input_size, dtype=dtype,
-                    algorithm=algorithm, workspace_limit=workspace_limit, name=name)
+  return _fold.fold(
+    block,
+    _FLAVOUR,
+    exact=exact,
+    input_size=input_size,
+    dtype=dtype,
+    algorithm=algorithm,
+    workspace_limit=workspace_limit,
+    name=name,
+  )
 
 
-def reparameterize(model: tf_keras.Model, algorithm: str | None = "auto",
-                   workspace_limit: int | None = None) -> tf_keras.Model:
+def reparameterize(
+  model: tf_keras.Model, algorithm: str | None = "auto", workspace_limit: int | None = None
+) -> tf_keras.Model:
   """`tf_largeconv.keras.reparameterize` for a tf_keras model."""
-  return _fold.reparameterize(model, _FLAVOUR, algorithm=algorithm,
-                              workspace_limit=workspace_limit)
+  return _fold.reparameterize(model, _FLAVOUR, algorithm=algorithm, workspace_limit=workspace_limit)
 
 
-def export_portable(model: tf_keras.Model, path: str | os.PathLike[str],
-                    input_signature: Sequence[tf.TensorSpec] | None = None) -> str:
+def export_portable(
+  model: tf_keras.Model,
+  path: str | os.PathLike[str],
+  input_signature: Sequence[tf.TensorSpec] | None = None,
+) -> str:
   """`tf_largeconv.keras.export_portable` for a tf_keras model (see there): a SavedModel
   with no LargeConv op; `tf.saved_model.load(path).serve(x)` runs it."""
   return _export.export(model, path, input_signature=input_signature)
@@ -109,17 +136,21 @@ class FoldedBlock(_fold.FoldedBlockBase, tf_keras.layers.Layer):
 
 
 @_register
-class LargeConv1D(_GroupsUncompiled, _layer_settings.LargeConv1DSettings,
-                  tf_keras.layers.Conv1D):
+class LargeConv1D(_GroupsUncompiled, _layer_settings.LargeConv1DSettings, tf_keras.layers.Conv1D):
   """`tf_keras.layers.Conv1D` computed by `tf_largeconv.conv1d`.
 
   Args: those of `tf_keras.layers.Conv1D` (causal padding and groups included), plus
   `algorithm` and `workspace_limit` (see `tf_largeconv.conv2d`).
   """
 
-  def __init__(self, filters: int, kernel_size: int | Sequence[int],
-               algorithm: str | None = "auto", workspace_limit: int | None = None,
-               **kwargs: Any) -> None:
+  def __init__(
+    self,
+    filters: int,
+    kernel_size: int | Sequence[int],
+    algorithm: str | None = "auto",
+    workspace_limit: int | None = None,
+    **kwargs: Any,
+  ) -> None:
     self._init_settings(algorithm, workspace_limit)
     super().__init__(filters, kernel_size, **kwargs)
 
@@ -132,17 +163,23 @@ class LargeConv1D(_GroupsUncompiled, _layer_settings.LargeConv1DSettings,
 
 
 @_register
-class LargeConv2DTranspose(_layer_settings.LargeConvTransposeSettings,
-                           tf_keras.layers.Conv2DTranspose):
+class LargeConv2DTranspose(
+  _layer_settings.LargeConvTransposeSettings, tf_keras.layers.Conv2DTranspose
+):
   """`tf_keras.layers.Conv2DTranspose` computed by `tf_largeconv.conv2d_transpose`.
 
   Args: those of `tf_keras.layers.Conv2DTranspose` (output_padding included), plus
   `algorithm` and `workspace_limit` (see `tf_largeconv.conv2d`).
   """
 
-  def __init__(self, filters: int, kernel_size: int | Sequence[int],
-               algorithm: str | None = "auto", workspace_limit: int | None = None,
-               **kwargs: Any) -> None:
+  def __init__(
+    self,
+    filters: int,
+    kernel_size: int | Sequence[int],
+    algorithm: str | None = "auto",
+    workspace_limit: int | None = None,
+    **kwargs: Any,
+  ) -> None:
     self._init_settings(algorithm, workspace_limit)
     super().__init__(filters, kernel_size, **kwargs)
 
@@ -151,17 +188,22 @@ class LargeConv2DTranspose(_layer_settings.LargeConvTransposeSettings,
 
 
 @_register
-class LargeConv3D(_GroupsUncompiled, _layer_settings.LargeConv3DSettings,
-                  tf_keras.layers.Conv3D):
+class LargeConv3D(_GroupsUncompiled, _layer_settings.LargeConv3DSettings, tf_keras.layers.Conv3D):
   """`tf_keras.layers.Conv3D` computed by `tf_largeconv.conv3d`.
 
   Args: those of `tf_keras.layers.Conv3D` (positional ones in its order), plus the keyword
   arguments `algorithm` and `workspace_limit` (see `tf_largeconv.conv3d`).
   """
 
-  def __init__(self, filters: int, kernel_size: int | Sequence[int], *args: Any,
-               algorithm: str | None = "auto", workspace_limit: int | None = None,
-               **kwargs: Any) -> None:
+  def __init__(
+    self,
+    filters: int,
+    kernel_size: int | Sequence[int],
+    *args: Any,
+    algorithm: str | None = "auto",
+    workspace_limit: int | None = None,
+    **kwargs: Any,
+  ) -> None:
     self._init_settings(algorithm, workspace_limit)
     super().__init__(filters, kernel_size, *args, **kwargs)
     self._check_padding()

@@ -38,49 +38,53 @@ MiB = 2**20
 # side times the stride); otherwise the filter is HWIO, grouped when its in-depth divides
 # the input depth.
 CASES = {
-    "seed_forward": ((10, 321, 481, 1), (135, 135, 1, 3), 1, "VALID", "forward", 2),
-    "seed_train": ((2, 321, 481, 1), (135, 135, 1, 3), 1, "VALID", "train", 1),
-    "k63_forward": ((4, 128, 128, 16), (63, 63, 16, 16), 1, "SAME", "forward", 2),
-    "k63_train": ((1, 128, 128, 16), (63, 63, 16, 16), 1, "SAME", "train", 1),
-    "k3_forward": ((16, 64, 64, 32), (3, 3, 32, 64), 1, "SAME", "forward", 5),
-    "k3_train": ((16, 64, 64, 32), (3, 3, 32, 64), 1, "SAME", "train", 5),
-    "large_image": ((1, 4096, 4096, 3), (101, 101, 3, 8), 1, "SAME", "forward", 1),
-    "replk31_forward": ((8, 56, 56, 128), (31, 31, 128, 1), 1, "SAME", "forward", 3,
-                        "depthwise"),
-    "replk31_train": ((8, 56, 56, 128), (31, 31, 128, 1), 1, "SAME", "train", 1, "depthwise"),
-    "slak51_train": ((8, 32, 32, 256), (51, 51, 256, 1), 1, "SAME", "train", 1, "depthwise"),
-    "grouped31_train": ((4, 64, 64, 32), (31, 31, 8, 32), 1, "SAME", "train", 1),
-    # More than 2^31 elements (4.3 GB of bfloat16) under the default workspace limit. TF's
-    # own kernel is not run: ~44 TFLOP of direct convolution would take hours here.
-    "gigapixel": ((1, 46500, 46500, 1), (101, 101, 1, 1), 1, "SAME", "forward", 0,
-                  "gigapixel"),
-    # conv2d_transpose (TF: tf.nn.conv2d_transpose), filter [h, w, out, in]: 4x128x128x32 ->
-    # 4x256x256x16 (SAME, stride 2: each side doubles).
-    "transpose31_train": ((4, 128, 128, 32), (31, 31, 16, 32), 2, "SAME", "train", 1,
-                          "transpose"),
+  "seed_forward": ((10, 321, 481, 1), (135, 135, 1, 3), 1, "VALID", "forward", 2),
+  "seed_train": ((2, 321, 481, 1), (135, 135, 1, 3), 1, "VALID", "train", 1),
+  "k63_forward": ((4, 128, 128, 16), (63, 63, 16, 16), 1, "SAME", "forward", 2),
+  "k63_train": ((1, 128, 128, 16), (63, 63, 16, 16), 1, "SAME", "train", 1),
+  "k3_forward": ((16, 64, 64, 32), (3, 3, 32, 64), 1, "SAME", "forward", 5),
+  "k3_train": ((16, 64, 64, 32), (3, 3, 32, 64), 1, "SAME", "train", 5),
+  "large_image": ((1, 4096, 4096, 3), (101, 101, 3, 8), 1, "SAME", "forward", 1),
+  "replk31_forward": ((8, 56, 56, 128), (31, 31, 128, 1), 1, "SAME", "forward", 3, "depthwise"),
+  "replk31_train": ((8, 56, 56, 128), (31, 31, 128, 1), 1, "SAME", "train", 1, "depthwise"),
+  "slak51_train": ((8, 32, 32, 256), (51, 51, 256, 1), 1, "SAME", "train", 1, "depthwise"),
+  "grouped31_train": ((4, 64, 64, 32), (31, 31, 8, 32), 1, "SAME", "train", 1),
+  # More than 2^31 elements (4.3 GB of bfloat16) under the default workspace limit. TF's
+  # own kernel is not run: ~44 TFLOP of direct convolution would take hours here.
+  "gigapixel": ((1, 46500, 46500, 1), (101, 101, 1, 1), 1, "SAME", "forward", 0, "gigapixel"),
+  # conv2d_transpose (TF: tf.nn.conv2d_transpose), filter [h, w, out, in]: 4x128x128x32 ->
+  # 4x256x256x16 (SAME, stride 2: each side doubles).
+  "transpose31_train": ((4, 128, 128, 32), (31, 31, 16, 32), 2, "SAME", "train", 1, "transpose"),
 }
 # kind "conv1d": an NWC input and a [width, in, out] filter through conv1d (TF: tf.nn.conv1d).
-CASES.update({
+CASES.update(
+  {
     "conv1d_forward": ((8, 65536, 16), (4095, 16, 16), 1, "SAME", "forward", 1, "conv1d"),
     "conv1d_train": ((8, 65536, 16), (4095, 16, 16), 1, "SAME", "train", 1, "conv1d"),
-})
+  }
+)
 # kind "conv3d": an NDHWC input and a [d, h, w, in / groups, out] filter through conv3d (TF:
 # tf.nn.conv3d, whose CPU kernel takes no groups: the depthwise rows report its refusal).
 # TF's CPU conv3d takes minutes on the 31^3 case (~1 TFLOP a pass), so it runs once.
 # kind "volume3d": conv3d on a bfloat16 volume of more than 2^31 elements (4.4 GB, and as
 # much again for the output), ours only: TF's direct sum (~130 TFLOP) would take hours.
-CASES.update({
-    "conv3d31_forward": ((1, 128, 128, 128, 1), (31, 31, 31, 1, 8), 1, "SAME", "forward", 0,
-                         "conv3d"),
-    "conv3d31_train": ((1, 128, 128, 128, 1), (31, 31, 31, 1, 8), 1, "SAME", "train", 0,
-                       "conv3d"),
-    "dw3d15_forward": ((1, 64, 64, 64, 64), (15, 15, 15, 1, 64), 1, "SAME", "forward", 0,
-                       "conv3d"),
-    "dw3d15_train": ((1, 64, 64, 64, 64), (15, 15, 15, 1, 64), 1, "SAME", "train", 0,
-                     "conv3d"),
-    "volume3d": ((1, 1300, 1300, 1300, 1), (31, 31, 31, 1, 1), 1, "SAME", "forward", 0,
-                 "volume3d"),
-})
+CASES.update(
+  {
+    "conv3d31_forward": (
+      (1, 128, 128, 128, 1),
+      (31, 31, 31, 1, 8),
+      1,
+      "SAME",
+      "forward",
+      0,
+      "conv3d",
+    ),
+    "conv3d31_train": ((1, 128, 128, 128, 1), (31, 31, 31, 1, 8), 1, "SAME", "train", 0, "conv3d"),
+    "dw3d15_forward": ((1, 64, 64, 64, 64), (15, 15, 15, 1, 64), 1, "SAME", "forward", 0, "conv3d"),
+    "dw3d15_train": ((1, 64, 64, 64, 64), (15, 15, 15, 1, 64), 1, "SAME", "train", 0, "conv3d"),
+    "volume3d": ((1, 1300, 1300, 1300, 1), (31, 31, 31, 1, 1), 1, "SAME", "forward", 0, "volume3d"),
+  }
+)
 SWEEP = (3, 7, 15, 31, 63, 99, 135)
 for _k in SWEEP:
   CASES[f"sweep_k{_k}"] = ((2, 321, 481, 1), (_k, _k, 1, 3), 1, "VALID", "forward", 3)
@@ -98,6 +102,7 @@ def _scipy_forward(x, w, padding):
   time; strides 1. Pads like TF for SAME."""
   import numpy as np
   from scipy import signal
+
   kh, kw, ci, co = w.shape
   if padding == "SAME":
     ph, pw = kh - 1, kw - 1
@@ -123,17 +128,20 @@ def _worker(case, impl, repeats):
   w = (rng.standard_normal(w_shape) / (w_shape[0] * w_shape[1])).astype(np.float32)
   if _kind(case) in BIG_KINDS:  # generated in TF's bfloat16 directly: no float32 copy
     import tensorflow as tf
+
     x = tf.random.uniform(x_shape, dtype=tf.bfloat16)
     w = tf.cast(w, tf.bfloat16)
   else:
     x = rng.random(x_shape, dtype=np.float32)
   if impl == "scipy":
+
     def run():
       _scipy_forward(x, w, padding)
   else:
     import tensorflow as tf
 
     import tf_largeconv as lc
+
     warm = (tf.ones((1, 8, 8, 1)), tf.ones((3, 3, 1, 1)))
     if depthwise:
       fn = lc.depthwise_conv2d if impl == "tf_largeconv" else tf.nn.depthwise_conv2d
@@ -159,18 +167,22 @@ def _worker(case, impl, repeats):
     else:
       conv(*warm, 1, "SAME").numpy()
     if mode == "forward" and _kind(case) in BIG_KINDS:
+
       def run():  # eager ops run synchronously; .numpy() would copy 4.3 GB of bfloat16
         conv(xt, wt, strides, padding)[(0,) * len(x_shape)].numpy()
     elif mode == "forward":
+
       def run():
         conv(xt, wt, strides, padding).numpy()
     else:
+
       def run():
         with tf.GradientTape() as tape:
           tape.watch([xt, wt])
           y = conv(xt, wt, strides, padding)
         for g in tape.gradient(y, [xt, wt]):
           g.numpy()
+
   seconds, extra = measure.measure(run, repeats=repeats, seconds=REPEAT_SECONDS)
   return {"seconds": seconds, "extra_bytes": extra}
 
@@ -180,8 +192,12 @@ def _kind(case):
 
 
 # The TF function the TF column runs, by kind (where it is not tf.nn.conv2d).
-TF_FUNCTIONS = {"depthwise": "tf.nn.depthwise_conv2d", "conv1d": "tf.nn.conv1d",
-                "transpose": "tf.nn.conv2d_transpose", "conv3d": "tf.nn.conv3d"}
+TF_FUNCTIONS = {
+  "depthwise": "tf.nn.depthwise_conv2d",
+  "conv1d": "tf.nn.conv1d",
+  "transpose": "tf.nn.conv2d_transpose",
+  "conv3d": "tf.nn.conv3d",
+}
 
 # Kinds with more than 2^31 input elements (bfloat16), run once and by tf_largeconv only.
 BIG_KINDS = ("gigapixel", "volume3d")
@@ -196,6 +212,7 @@ def _fft_floor(case):
   from scipy import fft
 
   import tf_largeconv as lc
+
   x_shape, w_shape, strides, padding = CASES[case][:4]
   if _kind(case) == "gigapixel":
     return None
@@ -229,16 +246,19 @@ def _fft_floor_3d(case):
   from scipy import fft
 
   import tf_largeconv as lc
+
   x_shape, w_shape, strides, padding = CASES[case][:4]
   dtype = "bfloat16" if _kind(case) in BIG_KINDS else "float32"
-  p = lc.plan_conv3d(x_shape, w_shape, [1, strides, strides, strides, 1], padding,
-                     dtype=dtype).forward
+  p = lc.plan_conv3d(
+    x_shape, w_shape, [1, strides, strides, strides, 1], padding, dtype=dtype
+  ).forward
   if p.fft_size is None:
     return None
   rng = np.random.default_rng(0)
   volumes = rng.random((x_shape[4],) + tuple(p.fft_size), dtype=np.float32)
-  spectra = fft.rfftn(rng.random((w_shape[4],) + tuple(p.fft_size), dtype=np.float32),
-                      axes=(1, 2, 3))
+  spectra = fft.rfftn(
+    rng.random((w_shape[4],) + tuple(p.fft_size), dtype=np.float32), axes=(1, 2, 3)
+  )
   best = float("inf")
   for _ in range(3):
     t0 = time.perf_counter()
@@ -251,8 +271,9 @@ def _fft_floor_3d(case):
 
 def _run_one(case, impl, timeout):
   repeats = CASES[case][5] if impl == "tf.nn.conv2d" else (1 if _kind(case) in BIG_KINDS else 5)
-  return measure.run_child(["-m", "benchmarks.cpu.bench", "--worker", case, impl,
-                            str(repeats)], timeout)
+  return measure.run_child(
+    ["-m", "benchmarks.cpu.bench", "--worker", case, impl, str(repeats)], timeout
+  )
 
 
 def _fmt_time(r):
@@ -288,8 +309,9 @@ def _plot(results, path):
     if not pts:
       continue
     axes[0].plot([k for k, _ in pts], [r["seconds"] * 1e3 for _, r in pts], style, label=impl)
-    axes[1].plot([k for k, _ in pts], [max(r["extra_bytes"], 1) / MiB for _, r in pts], style,
-                 label=impl)
+    axes[1].plot(
+      [k for k, _ in pts], [max(r["extra_bytes"], 1) / MiB for _, r in pts], style, label=impl
+    )
   x_shape = CASES[f"sweep_k{ks[0]}"][0]
   for ax, label in zip(axes, ("time per call (ms)", "peak extra memory (MiB)")):
     ax.set_xscale("log")
@@ -298,8 +320,10 @@ def _plot(results, path):
     ax.set_ylabel(label)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
-  fig.suptitle(f"forward pass, input {'x'.join(map(str, x_shape))}, float32, "
-               f"{len(os.sched_getaffinity(0))} cores")
+  fig.suptitle(
+    f"forward pass, input {'x'.join(map(str, x_shape))}, float32, "
+    f"{len(os.sched_getaffinity(0))} cores"
+  )
   fig.tight_layout()
   fig.savefig(path, dpi=100)
   print(f"wrote {path}")
@@ -309,19 +333,30 @@ def main(argv=None):
   argv = sys.argv[1:] if argv is None else list(argv)
   if argv[:2] == ["--cases", "slide"]:  # tf_largeconv.dask on a slide: its own options
     from benchmarks.cpu import slide
+
     return slide.main(argv[2:])
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--cases", nargs="*",
-                      help=f"subset of: {', '.join(CASES)}, budget, fold, portable")
+  parser.add_argument(
+    "--cases", nargs="*", help=f"subset of: {', '.join(CASES)}, budget, fold, portable"
+  )
   parser.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK)}")
-  parser.add_argument("--out", default=measure.RESULTS_DIR,
-                      help="where the tables and plots go (default: benchmarks/results/cpu)")
+  parser.add_argument(
+    "--out",
+    default=measure.RESULTS_DIR,
+    help="where the tables and plots go (default: benchmarks/results/cpu)",
+  )
   parser.add_argument("--timeout", type=int, default=900, help="seconds per measurement")
-  parser.add_argument("--impls", nargs="*", choices=IMPLS, default=list(IMPLS),
-                      help="implementations to time (default: all; tf_largeconv alone "
-                           "gives its time against the FFT floor without TF's minutes)")
-  parser.add_argument("--worker", nargs=3, metavar=("CASE", "IMPL", "REPEATS"),
-                      help=argparse.SUPPRESS)
+  parser.add_argument(
+    "--impls",
+    nargs="*",
+    choices=IMPLS,
+    default=list(IMPLS),
+    help="implementations to time (default: all; tf_largeconv alone "
+    "gives its time against the FFT floor without TF's minutes)",
+  )
+  parser.add_argument(
+    "--worker", nargs=3, metavar=("CASE", "IMPL", "REPEATS"), help=argparse.SUPPRESS
+  )
   args = parser.parse_args(argv)
   if args.worker:
     case, impl, repeats = args.worker
@@ -340,8 +375,10 @@ def main(argv=None):
   if unknown:
     parser.error(f"unknown case(s) {unknown}; known: {list(CASES)}")
   results = {}
-  header = (f"{'case':18s}{'tf_largeconv':>13s}{'tf.nn.conv2d':>13s}{'scipy':>10s}"
-            f"{'speedup':>9s}{'MiB ours':>10s}{'MiB TF':>9s}{'mem ratio':>10s}{'floor':>9s}")
+  header = (
+    f"{'case':18s}{'tf_largeconv':>13s}{'tf.nn.conv2d':>13s}{'scipy':>10s}"
+    f"{'speedup':>9s}{'MiB ours':>10s}{'MiB TF':>9s}{'mem ratio':>10s}{'floor':>9s}"
+  )
   print(header)
   for name in names:
     x_shape, w_shape, _, _, mode = CASES[name][:5]
@@ -349,29 +386,39 @@ def main(argv=None):
     for impl in IMPLS:
       if impl not in args.impls or (impl != "tf_largeconv" and _kind(name) in BIG_KINDS):
         continue
-      if impl == "scipy" and (mode != "forward" or CASES[name][2] != 1 or
-                              _kind(name) != "conv" or w_shape[2] != x_shape[3] or
-                              x_shape[3] * w_shape[3] > SCIPY_MAX_CHANNEL_PAIRS):
+      if impl == "scipy" and (
+        mode != "forward"
+        or CASES[name][2] != 1
+        or _kind(name) != "conv"
+        or w_shape[2] != x_shape[3]
+        or x_shape[3] * w_shape[3] > SCIPY_MAX_CHANNEL_PAIRS
+      ):
         continue
       row[impl] = _run_one(name, impl, args.timeout)
     floor = _fft_floor(name) if mode == "forward" else None
     row["fft_floor_seconds"] = floor
     results[name] = row
     ours, theirs = row.get("tf_largeconv"), row.get("tf.nn.conv2d")
-    floor_ratio = (f"{ours['seconds'] / floor:.1f}x" if floor and ours and "error" not in ours
-                   else "-")
-    print(f"{name:18s}{_fmt_time(ours):>13s}{_fmt_time(theirs):>13s}"
-          f"{_fmt_time(row.get('scipy')):>10s}{_ratio(theirs, ours, 'seconds'):>9s}"
-          f"{_fmt_mem(ours):>10s}{_fmt_mem(theirs):>9s}"
-          f"{_ratio(theirs, ours, 'extra_bytes'):>10s}{floor_ratio:>9s}", flush=True)
+    floor_ratio = (
+      f"{ours['seconds'] / floor:.1f}x" if floor and ours and "error" not in ours else "-"
+    )
+    print(
+      f"{name:18s}{_fmt_time(ours):>13s}{_fmt_time(theirs):>13s}"
+      f"{_fmt_time(row.get('scipy')):>10s}{_ratio(theirs, ours, 'seconds'):>9s}"
+      f"{_fmt_mem(ours):>10s}{_fmt_mem(theirs):>9s}"
+      f"{_ratio(theirs, ours, 'extra_bytes'):>10s}{floor_ratio:>9s}",
+      flush=True,
+    )
     for impl in IMPLS:  # why a measurement is missing: TF's refusal, the timeout, ...
       if row.get(impl) and "error" in row[impl]:
         label = TF_FUNCTIONS.get(_kind(name), impl) if impl == "tf.nn.conv2d" else impl
         print(f"  {label}: {row[impl]['error']}", flush=True)
   os.makedirs(args.out, exist_ok=True)
-  meta = {"cores": len(os.sched_getaffinity(0)), "cases": {k: CASES[k] for k in names},
-          "timing": "min over warm runs (TF: its runs count); memory: VmHWM growth over the "
-                    "first run"}
+  meta = {
+    "cores": len(os.sched_getaffinity(0)),
+    "cases": {k: CASES[k] for k in names},
+    "timing": "min over warm runs (TF: its runs count); memory: VmHWM growth over the first run",
+  }
   with open(os.path.join(args.out, "bench.json"), "w", encoding="ascii") as f:
     json.dump({"meta": meta, "results": results}, f, indent=1)
   print(f"wrote {os.path.join(args.out, 'bench.json')}")

@@ -17,12 +17,25 @@ import time
 from benchmarks import measure
 
 KiB, MiB = 2**10, 2**20
-LIMITS = (256 * KiB, 384 * KiB, 512 * KiB, 768 * KiB, MiB, 3 * MiB // 2, 2 * MiB, 3 * MiB,
-          4 * MiB, 8 * MiB, 16 * MiB, 64 * MiB, 256 * MiB)
+LIMITS = (
+  256 * KiB,
+  384 * KiB,
+  512 * KiB,
+  768 * KiB,
+  MiB,
+  3 * MiB // 2,
+  2 * MiB,
+  3 * MiB,
+  4 * MiB,
+  8 * MiB,
+  16 * MiB,
+  64 * MiB,
+  256 * MiB,
+)
 # name: (input NHWC, filter HWIO, padding)
 SWEEP_CASES = {
-    "seed 4x321x481x1 * 135x135x1x3 VALID": ((4, 321, 481, 1), (135, 135, 1, 3), "VALID"),
-    "k63 1x128x128x16 * 63x63x16x16 SAME": ((1, 128, 128, 16), (63, 63, 16, 16), "SAME"),
+  "seed 4x321x481x1 * 135x135x1x3 VALID": ((4, 321, 481, 1), (135, 135, 1, 3), "VALID"),
+  "k63 1x128x128x16 * 63x63x16x16 SAME": ((1, 128, 128, 16), (63, 63, 16, 16), "SAME"),
 }
 
 
@@ -42,6 +55,7 @@ def _interleaved_min(calls, seconds, min_rounds=3):
   round, until `seconds` are spent (at least `min_rounds`): a slow spell of the machine hits
   all calls alike instead of one limit."""
   import random
+
   for fn in calls.values():  # warm: plans, kernels, allocations
     fn()
   best = dict.fromkeys(calls, float("inf"))
@@ -62,12 +76,12 @@ def sweep(seconds_per_case=90):
   "direct": s, "tf": s, "tf_bytes": bytes}}."""
   import numpy as np
   import tensorflow as tf
+
   rng = np.random.default_rng(0)
   results = {}
   for name, (x_shape, w_shape, padding) in SWEEP_CASES.items():
     x = tf.constant(rng.random(x_shape, dtype=np.float32))
-    w = tf.constant((rng.standard_normal(w_shape) / (w_shape[0] * w_shape[1]))
-                    .astype(np.float32))
+    w = tf.constant((rng.standard_normal(w_shape) / (w_shape[0] * w_shape[1])).astype(np.float32))
     results[name] = _sweep_case(x, w, padding, seconds_per_case)
     _print_case(name, results[name])
   return results
@@ -77,11 +91,11 @@ def _sweep_case(x, w, padding, seconds):
   import tensorflow as tf
 
   import tf_largeconv as lc
+
   x_shape, w_shape = tuple(x.shape), tuple(w.shape)
 
   def conv(limit=None, algorithm="auto"):
-    return lambda: lc.conv2d(x, w, 1, padding, workspace_limit=limit,
-                             algorithm=algorithm).numpy()
+    return lambda: lc.conv2d(x, w, 1, padding, workspace_limit=limit, algorithm=algorithm).numpy()
 
   choice, calls = [], {}
   for limit in LIMITS:
@@ -96,13 +110,15 @@ def _sweep_case(x, w, padding, seconds):
     calls[("fft", limit)] = conv(limit, "fft")
   best = _interleaved_min(calls, seconds)
   direct = _best_time(conv(algorithm="direct"), 2)
-  return {"limits": list(LIMITS), "choice": choice,
-          "auto": [best.get(("auto", limit), direct) for limit in LIMITS],
-          "fft": [best.get(("fft", limit)) for limit in LIMITS],
-          "direct": direct,
-          "tf": _best_time(lambda: tf.nn.conv2d(x, w, 1, padding).numpy(), 2),
-          "tf_bytes": lc.plan(x_shape, w_shape, 1, padding,
-                              algorithm="tf").forward.workspace_bytes}
+  return {
+    "limits": list(LIMITS),
+    "choice": choice,
+    "auto": [best.get(("auto", limit), direct) for limit in LIMITS],
+    "fft": [best.get(("fft", limit)) for limit in LIMITS],
+    "direct": direct,
+    "tf": _best_time(lambda: tf.nn.conv2d(x, w, 1, padding).numpy(), 2),
+    "tf_bytes": lc.plan(x_shape, w_shape, 1, padding, algorithm="tf").forward.workspace_bytes,
+  }
 
 
 def _fastest_fitting(row, i):
@@ -116,17 +132,23 @@ def _fastest_fitting(row, i):
 
 
 def _print_case(name, row):
-  print(f"\n{name}: direct {row['direct'] * 1e3:.1f} ms, tf.nn.conv2d "
-        f"{row['tf'] * 1e3:.1f} ms (fits from {row['tf_bytes'] / MiB:.1f} MiB)")
-  print(f"{'limit':>10s}{'auto picks':>11s}{'auto':>11s}{'fft':>11s}{'auto/best':>11s}"
-        f"{'vs smaller':>12s}")
+  print(
+    f"\n{name}: direct {row['direct'] * 1e3:.1f} ms, tf.nn.conv2d "
+    f"{row['tf'] * 1e3:.1f} ms (fits from {row['tf_bytes'] / MiB:.1f} MiB)"
+  )
+  print(
+    f"{'limit':>10s}{'auto picks':>11s}{'auto':>11s}{'fft':>11s}{'auto/best':>11s}"
+    f"{'vs smaller':>12s}"
+  )
   best_so_far = float("inf")
   for i, limit in enumerate(row["limits"]):
     auto, fft = row["auto"][i], row["fft"][i]
     fft_s = f"{fft * 1e3:.1f} ms" if fft is not None else "-"
     slower = auto / best_so_far if best_so_far < float("inf") else 1.0
-    print(f"{limit / MiB:>8.2f}Mi{row['choice'][i]:>11s}{auto * 1e3:>8.1f} ms{fft_s:>11s}"
-          f"{auto / _fastest_fitting(row, i):>10.2f}x{slower:>11.2f}x")
+    print(
+      f"{limit / MiB:>8.2f}Mi{row['choice'][i]:>11s}{auto * 1e3:>8.1f} ms{fft_s:>11s}"
+      f"{auto / _fastest_fitting(row, i):>10.2f}x{slower:>11.2f}x"
+    )
     best_so_far = min(best_so_far, auto)
 
 
@@ -164,6 +186,8 @@ def main(out_dir):
     json.dump(results, f, indent=1)
   print(f"wrote {os.path.join(out_dir, 'budget.json')}")
   _plot(results, os.path.join(out_dir, "budget.png"))
-  print("auto/best: auto against the fastest algorithm that fits the limit; vs smaller: auto "
-        "against the best auto time at any smaller limit")
+  print(
+    "auto/best: auto against the fastest algorithm that fits the limit; vs smaller: auto "
+    "against the best auto time at any smaller limit"
+  )
   return 0

@@ -25,8 +25,13 @@ MiB = 2**20
 BATCH, SIZE, CHANNELS = 4, 112, 64
 KERNELS = (7, 31)
 # (implementation, mode): what each fresh process measures.
-RUNS = (("keras block", "train"), ("block on Large layers", "train"), ("FoldedBlock", "train"),
-        ("keras block", "infer"), ("fold(block)", "infer"))
+RUNS = (
+  ("keras block", "train"),
+  ("block on Large layers", "train"),
+  ("FoldedBlock", "train"),
+  ("keras block", "infer"),
+  ("fold(block)", "infer"),
+)
 REPEATS = {"train": 2, "infer": 3}
 SLOW_S = 60
 
@@ -34,6 +39,7 @@ SLOW_S = 60
 def founding_block(k, channels=CHANNELS, size=SIZE):
   """The founding user's block, written as they wrote it."""
   import keras
+
   layers = keras.layers
   x = keras.Input((size, size, channels))
   p = layers.Conv2D(channels, 1, use_bias=False)(x)
@@ -50,6 +56,7 @@ def _worker(k, impl, mode, tensors=False):
   import tensorflow as tf
 
   import tf_largeconv.keras as lck
+
   rng = np.random.default_rng(0)
   block = founding_block(k)
   x = rng.random((BATCH, SIZE, SIZE, CHANNELS), dtype=np.float32)
@@ -64,12 +71,15 @@ def _worker(k, impl, mode, tensors=False):
   if mode == "train":
     t = rng.random((BATCH, SIZE, SIZE, 2 * CHANNELS), dtype=np.float32)
     model.compile(optimizer=keras.optimizers.SGD(1e-3), loss="mse", jit_compile=False)
+
     def run():
       model.train_on_batch(x, t)
   else:
     xt = tf.constant(x)
+
     def run():
       model(xt).numpy()
+
   if tensors:
     run()
     tf.config.experimental.reset_memory_stats("CPU:0")
@@ -117,33 +127,60 @@ def main(out_dir, timeout=1800):
   for k in KERNELS:
     results[k] = {f"{impl}/{mode}": _run_one(k, impl, mode, timeout) for impl, mode in RUNS}
     r = results[k]
-    block, large, ours = (r["keras block/train"], r["block on Large layers/train"],
-                          r["FoldedBlock/train"])
-    print(f"\nfounding block K={k}, {BATCH}x{SIZE}x{SIZE}x{CHANNELS} -> {2 * CHANNELS} "
-          "channels, float32")
+    block, large, ours = (
+      r["keras block/train"],
+      r["block on Large layers/train"],
+      r["FoldedBlock/train"],
+    )
+    print(
+      f"\nfounding block K={k}, {BATCH}x{SIZE}x{SIZE}x{CHANNELS} -> {2 * CHANNELS} "
+      "channels, float32"
+    )
     print(f"{'training step':24s}{'time':>12s}{'RSS MiB':>10s}{'tensors MiB':>13s}")
-    for name, row in (("Keras block", block), ("block on Large layers", large),
-                      ("FoldedBlock", ours)):
-      print(f"{name:24s}{_cell(row, 'seconds', 1e-3, ' ms'):>12s}"
-            f"{_cell(row, 'extra_bytes', MiB, ''):>10s}"
-            f"{_cell(row, 'tensor_bytes', MiB, ''):>13s}")
+    for name, row in (
+      ("Keras block", block),
+      ("block on Large layers", large),
+      ("FoldedBlock", ours),
+    ):
+      print(
+        f"{name:24s}{_cell(row, 'seconds', 1e-3, ' ms'):>12s}"
+        f"{_cell(row, 'extra_bytes', MiB, ''):>10s}"
+        f"{_cell(row, 'tensor_bytes', MiB, ''):>13s}"
+      )
     for name, row in (("Keras block", block), ("block on Large layers", large)):
-      print(f"FoldedBlock vs {name}: {_ratio(row, ours, 'seconds')} faster, "
-            f"{_ratio(row, ours, 'extra_bytes')} less RSS, "
-            f"{_ratio(row, ours, 'tensor_bytes')} less tensor memory")
+      print(
+        f"FoldedBlock vs {name}: {_ratio(row, ours, 'seconds')} faster, "
+        f"{_ratio(row, ours, 'extra_bytes')} less RSS, "
+        f"{_ratio(row, ours, 'tensor_bytes')} less tensor memory"
+      )
     infer, folded = r["keras block/infer"], r["fold(block)/infer"]
-    print(f"inference: Keras block {_cell(infer, 'seconds', 1e-3, ' ms')}, fold(block) "
-          f"{_cell(folded, 'seconds', 1e-3, ' ms')} ({_ratio(infer, folded, 'seconds')})")
+    print(
+      f"inference: Keras block {_cell(infer, 'seconds', 1e-3, ' ms')}, fold(block) "
+      f"{_cell(folded, 'seconds', 1e-3, ' ms')} ({_ratio(infer, folded, 'seconds')})"
+    )
   os.makedirs(out_dir, exist_ok=True)
   path = os.path.join(out_dir, "bench_fold.json")
   with open(path, "w", encoding="ascii") as f:
-    json.dump({"meta": {"cores": len(os.sched_getaffinity(0)), "batch": BATCH,
-                        "size": SIZE, "channels": CHANNELS},
-               "results": {str(k): v for k, v in results.items()}}, f, indent=1)
+    json.dump(
+      {
+        "meta": {
+          "cores": len(os.sched_getaffinity(0)),
+          "batch": BATCH,
+          "size": SIZE,
+          "channels": CHANNELS,
+        },
+        "results": {str(k): v for k, v in results.items()},
+      },
+      f,
+      indent=1,
+    )
   print(f"wrote {path}")
   return 0
 
 
 if __name__ == "__main__":
-  print(json.dumps(_worker(int(sys.argv[1]), sys.argv[2], sys.argv[3],
-                           tensors=sys.argv[4:] == ["tensors"])))
+  print(
+    json.dumps(
+      _worker(int(sys.argv[1]), sys.argv[2], sys.argv[3], tensors=sys.argv[4:] == ["tensors"])
+    )
+  )

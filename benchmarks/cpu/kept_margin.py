@@ -44,14 +44,16 @@ def _in_play(point):
   from tf_largeconv import _args
   from tf_largeconv.planning import kept_spectra
   from tf_largeconv.planning import routing
+
   k, ci, co, n, side, _ = point
   x_shape, f_shape = [n, *sweep.image_hw(side), ci], [k, k, ci, co]
   attrs = _args.conv_attrs(1, "SAME", "NHWC", None, "auto", None)
   with tf.device("CPU:0"):
     placed = tf.zeros(())
   routes = routing.at_batch(routing.schedule(x_shape, f_shape, tf.float32, placed, attrs), n)
-  price = kept_spectra.move_price(tuple(x_shape), tuple(f_shape), _args.attrs_key(attrs),
-                                  "float32", routes)
+  price = kept_spectra.move_price(
+    tuple(x_shape), tuple(f_shape), _args.attrs_key(attrs), "float32", routes
+  )
   if price is None or price[0] >= price[1]:
     return None
   return price[0] / price[1], "tf" if routes.forward else "direct"
@@ -81,6 +83,7 @@ def _child():
   import tensorflow as tf
 
   import tf_largeconv as lc
+
   rng = np.random.default_rng(0)
   rows = []
   for point in sweep.points(full=True):
@@ -90,13 +93,15 @@ def _child():
       continue
     x = tf.constant(rng.random((n, *sweep.image_hw(side), ci), dtype=np.float32))
     w = tf.constant((rng.standard_normal((k, k, ci, co)) / k).astype(np.float32))
-    route = (functools.partial(tf.nn.conv2d, strides=1, padding="SAME") if priced[1] == "tf"
-             else functools.partial(lc.conv2d, strides=1, padding="SAME", algorithm="direct"))
+    route = (
+      functools.partial(tf.nn.conv2d, strides=1, padding="SAME")
+      if priced[1] == "tf"
+      else functools.partial(lc.conv2d, strides=1, padding="SAME", algorithm="direct")
+    )
     fft = functools.partial(lc.conv2d, strides=1, padding="SAME", algorithm="fft")
     best = _interleaved({"route": route, "fft": fft}, x, w)
     rows.append({"point": point, "priced": priced[0], "route": priced[1], "seconds": best})
-    print(f"{point} {priced[0]:.3f} {best['fft'] / best['route']:.3f}", file=sys.stderr,
-          flush=True)
+    print(f"{point} {priced[0]:.3f} {best['fft'] / best['route']:.3f}", file=sys.stderr, flush=True)
   return rows
 
 
@@ -104,20 +109,24 @@ def _summary(rows):
   """Lines: the median error and what each of MARGINS and KEPT_SPECTRA_MARGIN would move,
   per kernel set and over both."""
   from tf_largeconv.planning import kept_spectra
+
   margins = sorted(set(MARGINS) | {kept_spectra.KEPT_SPECTRA_MARGIN})
   lines = []
   for name in list(KERNEL_SETS) + ["both"]:
     some = [r for r in rows if name in (r["kernels"], "both")]
     if not some:
       continue
-    lines.append(f"{name}: {len(some)} points, median error "
-                 f"{statistics.median(r['error'] for r in some):.3f}")
+    lines.append(
+      f"{name}: {len(some)} points, median error {statistics.median(r['error'] for r in some):.3f}"
+    )
     for m in margins:
       moved = [r for r in some if r["priced"] * m < 1]
       missed = sum(r["measured"] > sweep.MISS for r in moved)
       given_up = sum(r["measured"] < 1 for r in some if r["priced"] * m >= 1)
-      lines.append(f"  margin {m:.2f}: {len(moved)} move, {missed} of them over "
-                   f"{sweep.MISS:.2f}x their route; {given_up} that ran faster stay")
+      lines.append(
+        f"  margin {m:.2f}: {len(moved)} move, {missed} of them over "
+        f"{sweep.MISS:.2f}x their route; {given_up} that ran faster stay"
+      )
   return lines
 
 
@@ -126,8 +135,9 @@ def main(out_dir, passes=2):
   timed = {}
   for _ in range(passes):
     for name, setting in KERNEL_SETS.items():
-      got = measure.run_child(["-m", "benchmarks.cpu.kept_margin", "--child"],
-                              timeout=3600, TF_ENABLE_ONEDNN_OPTS=setting)
+      got = measure.run_child(
+        ["-m", "benchmarks.cpu.kept_margin", "--child"], timeout=3600, TF_ENABLE_ONEDNN_OPTS=setting
+      )
       if "error" in got:
         print(f"{name}: {got['error']}")
         return 1
@@ -139,34 +149,45 @@ def main(out_dir, passes=2):
         else:
           timed[key] = dict(r, kernels=name)
   rows = sorted(timed.values(), key=lambda r: (r["kernels"], r["priced"]))
-  print(f"{'kernels':>8s}{'k':>4s}{'in':>5s}{'out':>5s}{'n':>4s}{'image':>9s}{'route':>8s}"
-        f"{'route ms':>10s}{'fft ms':>9s}{'priced':>8s}{'measured':>10s}{'error':>7s}")
+  print(
+    f"{'kernels':>8s}{'k':>4s}{'in':>5s}{'out':>5s}{'n':>4s}{'image':>9s}{'route':>8s}"
+    f"{'route ms':>10s}{'fft ms':>9s}{'priced':>8s}{'measured':>10s}{'error':>7s}"
+  )
   for r in rows:
     s = r["seconds"]
     r["measured"] = s["fft"] / s["route"]
     r["error"] = r["measured"] / r["priced"]
     k, ci, co, n, side, _ = r["point"]
     image = "x".join(map(str, sweep.image_hw(side)))
-    print(f"{r['kernels']:>8s}{k:>4d}{ci:>5d}{co:>5d}{n:>4d}{image:>9s}{r['route']:>8s}"
-          f"{s['route'] * 1e3:>10.3f}{s['fft'] * 1e3:>9.3f}{r['priced']:>8.3f}"
-          f"{r['measured']:>10.3f}{r['error']:>7.2f}")
+    print(
+      f"{r['kernels']:>8s}{k:>4d}{ci:>5d}{co:>5d}{n:>4d}{image:>9s}{r['route']:>8s}"
+      f"{s['route'] * 1e3:>10.3f}{s['fft'] * 1e3:>9.3f}{r['priced']:>8.3f}"
+      f"{r['measured']:>10.3f}{r['error']:>7.2f}"
+    )
   summary = _summary(rows)
   print("\n" + "\n".join(summary))
   os.makedirs(out_dir, exist_ok=True)
   path = os.path.join(out_dir, "kept_spectra_margin.json")
   with open(path, "w", encoding="ascii") as f:
-    json.dump({"threads": len(os.sched_getaffinity(0)), "passes": passes, "summary": summary,
-               "rows": rows}, f, indent=1)
+    json.dump(
+      {"threads": len(os.sched_getaffinity(0)), "passes": passes, "summary": summary, "rows": rows},
+      f,
+      indent=1,
+    )
   print(f"wrote {path}")
   return 0
 
 
 if __name__ == "__main__":
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--out", default=measure.RESULTS_DIR,
-                      help="where kept_spectra_margin.json goes (default: benchmarks/results/cpu)")
-  parser.add_argument("--passes", type=int, default=2,
-                      help="fresh processes per kernel set, each timing every point")
+  parser.add_argument(
+    "--out",
+    default=measure.RESULTS_DIR,
+    help="where kept_spectra_margin.json goes (default: benchmarks/results/cpu)",
+  )
+  parser.add_argument(
+    "--passes", type=int, default=2, help="fresh processes per kernel set, each timing every point"
+  )
   parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
   args = parser.parse_args()
   if args.child:

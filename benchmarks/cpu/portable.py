@@ -29,6 +29,7 @@ def _worker(impl):
   import tensorflow as tf
 
   import tf_largeconv as lc
+
   rng = np.random.default_rng(0)
   x = tf.constant(rng.random(SEED[0], dtype=np.float32))
   w = tf.constant((rng.standard_normal(SEED[1]) / 135**2).astype(np.float32))
@@ -40,8 +41,9 @@ def _worker(impl):
     conv = tf.function(lambda: lc.conv2d(x, w, 1, "VALID"), jit_compile=True)
   else:
     conv = lambda: tf.nn.conv2d(x, w, 1, "VALID")  # noqa: E731
-  seconds, extra = measure.measure(lambda: conv().numpy(),
-                                   repeats=2 if impl == "tf.nn.conv2d" else 5)
+  seconds, extra = measure.measure(
+    lambda: conv().numpy(), repeats=2 if impl == "tf.nn.conv2d" else 5
+  )
   return {"seconds": seconds, "extra_bytes": extra}
 
 
@@ -51,14 +53,20 @@ def _example(jit, timeout):
   args += ["--jit-compile"] if jit else []
   env = measure.child_env(TF_CPP_MIN_LOG_LEVEL="3")
   try:
-    out = subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=env,
-                         check=True).stdout
+    out = subprocess.run(
+      args, capture_output=True, text=True, timeout=timeout, env=env, check=True
+    ).stdout
   except (subprocess.TimeoutExpired, subprocess.CalledProcessError) as e:
     return {"error": str(e).splitlines()[0]}
-  numbers = lambda key: [float(v) for v in  # noqa: E731
-                         re.search(key + r": (.*)", out).group(1).split(", ")]
-  return {"loss": numbers("loss per epoch"), "seconds": numbers("seconds per epoch"),
-          "jit_compile": "jit_compile: True" in out}
+
+  def numbers(key):
+    return [float(v) for v in re.search(key + r": (.*)", out).group(1).split(", ")]
+
+  return {
+    "loss": numbers("loss per epoch"),
+    "seconds": numbers("seconds per epoch"),
+    "jit_compile": "jit_compile: True" in out,
+  }
 
 
 def main(out_dir, timeout=900):
@@ -67,8 +75,13 @@ def main(out_dir, timeout=900):
   print(f"{'implementation':16s}{'time':>10s}{'vs TF':>8s}{'vs op':>8s}{'MiB extra':>11s}")
   for impl in IMPLS:
     results[impl] = measure.run_child(
-        ["-c", f"import json; from benchmarks.cpu import portable as b; "
-               f"print(json.dumps(b._worker({impl!r})))"], timeout)
+      [
+        "-c",
+        f"import json; from benchmarks.cpu import portable as b; "
+        f"print(json.dumps(b._worker({impl!r})))",
+      ],
+      timeout,
+    )
   tf_s = results["tf.nn.conv2d"].get("seconds")
   op_s = results["op"].get("seconds")
   for impl in IMPLS:
@@ -78,8 +91,10 @@ def main(out_dir, timeout=900):
       continue
     vs_tf = f"{tf_s / r['seconds']:.1f}x" if tf_s else "-"
     vs_op = f"{r['seconds'] / op_s:.2f}" if op_s else "-"
-    print(f"{impl:16s}{r['seconds'] * 1e3:8.1f}ms{vs_tf:>8s}{vs_op:>8s}"
-          f"{r['extra_bytes'] / MiB:11.1f}", flush=True)
+    print(
+      f"{impl:16s}{r['seconds'] * 1e3:8.1f}ms{vs_tf:>8s}{vs_op:>8s}{r['extra_bytes'] / MiB:11.1f}",
+      flush=True,
+    )
   print("(vs TF: tf.nn.conv2d's time / this; vs op: this / the op's time)")
   if os.path.exists(EXAMPLE):
     print("\nexamples/train_large_kernel.py (20 steps of 8 per epoch, 3 epochs)")
@@ -90,8 +105,11 @@ def main(out_dir, timeout=900):
         print(f"jit_compile={jit}: failed: {r['error']}")
         continue
       losses = ", ".join(f"{v:.3f}" for v in r["loss"])
-      print(f"jit_compile={str(r['jit_compile']):5s} loss {losses}; seconds per epoch "
-            f"{', '.join(f'{v:.2f}' for v in r['seconds'])}", flush=True)
+      print(
+        f"jit_compile={str(r['jit_compile']):5s} loss {losses}; seconds per epoch "
+        f"{', '.join(f'{v:.2f}' for v in r['seconds'])}",
+        flush=True,
+      )
   else:
     print(f"\n{EXAMPLE} not found (an installed package): the training rows are skipped")
   os.makedirs(out_dir, exist_ok=True)

@@ -53,6 +53,7 @@ def _make_slide(path, size, chunk):
   import dask
   import dask.array as da
   import zarr
+
   if os.path.isdir(path):
     z = zarr.open(path, mode="r")
     if z.shape == (size, size) and z.chunks == (chunk, chunk):
@@ -68,9 +69,12 @@ def _make_slide(path, size, chunk):
 
 def _worker_state(dask_worker):
   m = dask_worker.monitor.quantities
-  return dict(pid=os.getpid(), limit=dask_worker.memory_manager.memory_limit,
-              samples=list(zip(m["time"], m["memory"])),
-              spilled=dask_worker.data.cumulative_metrics.get(("disk-write", "count"), 0))
+  return dict(
+    pid=os.getpid(),
+    limit=dask_worker.memory_manager.memory_limit,
+    samples=list(zip(m["time"], m["memory"])),
+    spilled=dask_worker.data.cumulative_metrics.get(("disk-write", "count"), 0),
+  )
 
 
 def _run_on_cluster(client, fn):
@@ -85,9 +89,12 @@ def _run_on_cluster(client, fn):
   for address, state in after.items():
     peak = max((mem for t, mem in state["samples"] if t0 <= t <= t1 + 0.2), default=0)
     old = before.get(address)
-    workers[address] = dict(peak_bytes=peak, limit_bytes=state["limit"],
-                            spills=state["spilled"] - (old["spilled"] if old else 0),
-                            restarted=old is None or old["pid"] != state["pid"])
+    workers[address] = dict(
+      peak_bytes=peak,
+      limit_bytes=state["limit"],
+      spills=state["spilled"] - (old["spilled"] if old else 0),
+      restarted=old is None or old["pid"] != state["pid"],
+    )
   lost = [a for a in before if a not in after]
   return dict(seconds=t1 - t0, workers=workers, lost_workers=lost)
 
@@ -98,6 +105,7 @@ def _check_output(out_path, slide_path, weights, size):
   import zarr
 
   import tf_largeconv as lc
+
   out, src = zarr.open(out_path, mode="r"), zarr.open(slide_path, mode="r")
   half = FILTER // 2
   worst = 0.0
@@ -105,10 +113,9 @@ def _check_output(out_path, slide_path, weights, size):
     r1 = r0 + 512
     a, b = r0 - half, r1 + half
     band = np.zeros((b - a, size + 2 * half), np.float32)
-    band[max(-a, 0):min(b, size) - a, half:half + size] = src[max(a, 0):min(b, size)]
+    band[max(-a, 0) : min(b, size) - a, half : half + size] = src[max(a, 0) : min(b, size)]
     want = lc.conv2d(band[None, :, :, None], weights, 1, "VALID").numpy()[0, :, :, 0]
-    scale = lc.conv2d(np.abs(band)[None, :, :, None], np.abs(weights), 1,
-                      "VALID").numpy().max()
+    scale = lc.conv2d(np.abs(band)[None, :, :, None], np.abs(weights), 1, "VALID").numpy().max()
     worst = max(worst, float(np.abs(out[r0:r1] - want).max() / scale))
   return worst
 
@@ -117,6 +124,7 @@ def _in_memory(weights, crop):
   """Seconds per megapixel of tf_largeconv.conv2d on a crop x crop image in this process,
   with TensorFlow's default threads (all cores); min of 3 warm runs."""
   import tf_largeconv as lc
+
   x = np.random.default_rng(0).random((1, crop, crop, 1), dtype=np.float32)
   lc.conv2d(x, weights, 1, "SAME").numpy()
   best = float("inf")
@@ -129,6 +137,7 @@ def _in_memory(weights, crop):
 
 def _map_overlap_conv(block, weights):
   import tf_largeconv as lc
+
   return lc.conv2d(block[None, :, :, None], weights, 1, "SAME").numpy()[0, :, :, 0]
 
 
@@ -146,12 +155,15 @@ def run(args):
   import distributed
 
   import tf_largeconv.dask as ldask
+
   if args.crop:
     try:
       import dask_image.ndfilters
     except ImportError:
-      sys.exit("the dask-image baseline needs dask-image: pip install dask-image, or the "
-               "`bench` extra (or pass --crop 0 to skip it)")
+      sys.exit(
+        "the dask-image baseline needs dask-image: pip install dask-image, or the "
+        "`bench` extra (or pass --crop 0 to skip it)"
+      )
   os.makedirs(args.dir, exist_ok=True)
   size, chunk = args.size, args.chunk
   slide_path = os.path.join(args.dir, f"slide_{size}_{chunk}.zarr")
@@ -160,13 +172,22 @@ def run(args):
   mpix = size * size / 1e6
   rng = np.random.default_rng(1)
   weights = (rng.standard_normal((FILTER, FILTER, 1, 1)) / FILTER).astype(np.float32)
-  results = dict(size=size, chunk=chunk, slide_gib=slide_bytes / GiB, filter=FILTER,
-                 workers=args.workers, memory_limit_gib=args.memory_limit / GiB,
-                 cores=len(os.sched_getaffinity(0)), slide_made_seconds=made)
-  print(f"slide {size}x{size} float32 ({slide_bytes / GiB:.2f} GiB, zarr chunks {chunk}^2, "
-        f"uncompressed) at {slide_path}; cluster {args.workers} workers x 1 thread x "
-        f"{args.memory_limit / GiB:.2f} GiB; filter {FILTER}x{FILTER}, SAME, stride 1",
-        flush=True)
+  results = dict(
+    size=size,
+    chunk=chunk,
+    slide_gib=slide_bytes / GiB,
+    filter=FILTER,
+    workers=args.workers,
+    memory_limit_gib=args.memory_limit / GiB,
+    cores=len(os.sched_getaffinity(0)),
+    slide_made_seconds=made,
+  )
+  print(
+    f"slide {size}x{size} float32 ({slide_bytes / GiB:.2f} GiB, zarr chunks {chunk}^2, "
+    f"uncompressed) at {slide_path}; cluster {args.workers} workers x 1 thread x "
+    f"{args.memory_limit / GiB:.2f} GiB; filter {FILTER}x{FILTER}, SAME, stride 1",
+    flush=True,
+  )
   _header()
 
   def out_path(name):
@@ -174,17 +195,27 @@ def run(args):
     shutil.rmtree(path, ignore_errors=True)
     return path
 
-  with dask.config.set({"distributed.admin.system-monitor.interval": "100ms"}), \
-      distributed.LocalCluster(n_workers=args.workers, threads_per_worker=1,
-                               memory_limit=args.memory_limit, host="127.0.0.1",
-                               dashboard_address=None) as cluster, \
-      distributed.Client(cluster) as client:
+  with (
+    dask.config.set({"distributed.admin.system-monitor.interval": "100ms"}),
+    distributed.LocalCluster(
+      n_workers=args.workers,
+      threads_per_worker=1,
+      memory_limit=args.memory_limit,
+      host="127.0.0.1",
+      dashboard_address=None,
+    ) as cluster,
+    distributed.Client(cluster) as client,
+  ):
     # Every worker imports TensorFlow and runs the op once before any timing.
-    warm = ldask.conv2d(da.ones((1, 64, 64, 1), chunks=32, dtype=np.float32), weights[:9, :9],
-                        1, "SAME")
+    warm = ldask.conv2d(
+      da.ones((1, 64, 64, 1), chunks=32, dtype=np.float32), weights[:9, :9], 1, "SAME"
+    )
     client.compute(warm, sync=True)
-    client.run(lambda: __import__("tf_largeconv").conv2d(
-        np.ones((1, 8, 8, 1), np.float32), np.ones((3, 3, 1, 1), np.float32), 1, "SAME"))
+    client.run(
+      lambda: __import__("tf_largeconv").conv2d(
+        np.ones((1, 8, 8, 1), np.float32), np.ones((3, 3, 1, 1), np.float32), 1, "SAME"
+      )
+    )
     x = da.from_zarr(slide_path)
     # A first copy, untimed, so that no timed run is the first to fault in the page cache
     # its output needs (a fresh virtual machine backs memory slowly at its first touch,
@@ -213,8 +244,14 @@ def run(args):
       path = out_path("map_overlap")
       half = FILTER // 2
       # meta given, so dask does not call the op on an empty block to infer it.
-      z = x.map_overlap(_map_overlap_conv, depth=half, boundary=0, dtype=np.float32,
-                        meta=np.empty((0, 0), np.float32), weights=weights)
+      z = x.map_overlap(
+        _map_overlap_conv,
+        depth=half,
+        boundary=0,
+        dtype=np.float32,
+        meta=np.empty((0, 0), np.float32),
+        weights=weights,
+      )
       base = _run_on_cluster(client, lambda: z.to_zarr(path, **ZARR_OUT))
       base["mpix_per_s"] = mpix / base["seconds"]
       shutil.rmtree(path)
@@ -223,10 +260,10 @@ def run(args):
 
     if args.crop:
       import dask_image.ndfilters
-      crop = x[:args.crop, :args.crop].rechunk(args.crop // 2)
+
+      crop = x[: args.crop, : args.crop].rechunk(args.crop // 2)
       # convolve flips the weights: flipped back, it is the same correlation as ours.
-      di = dask_image.ndfilters.convolve(crop, weights[::-1, ::-1, 0, 0], mode="constant",
-                                         cval=0.0)
+      di = dask_image.ndfilters.convolve(crop, weights[::-1, ::-1, 0, 0], mode="constant", cval=0.0)
       got = {}
       r = _run_on_cluster(client, lambda: got.setdefault("y", di.compute()))
       r["crop"] = args.crop
@@ -248,55 +285,73 @@ def run(args):
 
 
 def _header():
-  print(f"{'':26s}{'wall':>9s}{'MP/s':>9s}{'peak worker memory':>22s}{'spills':>8s}"
-        f"{'restarts':>10s}", flush=True)
+  print(
+    f"{'':26s}{'wall':>9s}{'MP/s':>9s}{'peak worker memory':>22s}{'spills':>8s}{'restarts':>10s}",
+    flush=True,
+  )
 
 
 def _row(name, row, mpix):
   """One measured run's line of the table, printed as soon as it is measured."""
   peaks, spills, restarts = _fmt_workers(row)
   rate = row.get("mpix_per_s", mpix / row["seconds"])
-  print(f"{name:26s}{row['seconds']:>8.1f}s{rate:>9.1f}{peaks:>22s}{spills:>8d}"
-        f"{restarts:>10d}", flush=True)
+  print(
+    f"{name:26s}{row['seconds']:>8.1f}s{rate:>9.1f}{peaks:>22s}{spills:>8d}{restarts:>10d}",
+    flush=True,
+  )
 
 
 def _report(r):
   mpix = r["size"] ** 2 / 1e6
   ours = r["tf_largeconv.dask"]
-  print(f"output vs in-memory op: max error {ours['max_relative_error']:.1e} of the largest "
-        f"|x|*|w| sum")
-  print(f"reading + writing zarr (copy run): {r['zarr_copy']['seconds'] / ours['seconds']:.0%} "
-        f"of tf_largeconv.dask's wall time")
+  print(
+    f"output vs in-memory op: max error {ours['max_relative_error']:.1e} of the largest |x|*|w| sum"
+  )
+  print(
+    f"reading + writing zarr (copy run): {r['zarr_copy']['seconds'] / ours['seconds']:.0%} "
+    f"of tf_largeconv.dask's wall time"
+  )
   per_mpix = ours["seconds"] / mpix
-  print(f"time per megapixel: {per_mpix * 1e3:.1f} ms end to end, "
-        f"{(ours['seconds'] - r['zarr_copy']['seconds']) / mpix * 1e3:.1f} ms without the "
-        f"copy's time; in-memory op ({r['in_memory_crop']}^2, this process, all cores): "
-        f"{r['in_memory_seconds_per_mpix'] * 1e3:.1f} ms")
+  print(
+    f"time per megapixel: {per_mpix * 1e3:.1f} ms end to end, "
+    f"{(ours['seconds'] - r['zarr_copy']['seconds']) / mpix * 1e3:.1f} ms without the "
+    f"copy's time; in-memory op ({r['in_memory_crop']}^2, this process, all cores): "
+    f"{r['in_memory_seconds_per_mpix'] * 1e3:.1f} ms"
+  )
   if r.get("map_overlap"):
     print(f"speedup over map_overlap: {r['map_overlap']['seconds'] / ours['seconds']:.2f}x")
   if r.get("dask_image"):
-    print(f"speedup over dask-image (MP/s): "
-          f"{ours['mpix_per_s'] / r['dask_image']['mpix_per_s']:.0f}x; its result differs "
-          f"from ours by at most {r['dask_image']['max_abs_difference_to_ours']:.1e}")
+    print(
+      f"speedup over dask-image (MP/s): "
+      f"{ours['mpix_per_s'] / r['dask_image']['mpix_per_s']:.0f}x; its result differs "
+      f"from ours by at most {r['dask_image']['max_abs_difference_to_ours']:.1e}"
+    )
 
 
 def main(argv=None):
-  p = argparse.ArgumentParser(prog="python -m benchmarks.cpu.bench --cases slide",
-                              description=__doc__.splitlines()[0])
+  p = argparse.ArgumentParser(
+    prog="python -m benchmarks.cpu.bench --cases slide", description=__doc__.splitlines()[0]
+  )
   p.add_argument("--size", type=int, default=34000, help="slide rows = columns")
   p.add_argument("--chunk", type=int, default=4096, help="zarr and dask chunk rows/columns")
   p.add_argument("--workers", type=int, default=2)
   p.add_argument("--memory-limit", type=float, default=2.0, help="GiB per worker")
-  p.add_argument("--crop", type=int, default=1024,
-                 help="dask-image's crop (rows = columns); 0 skips it")
+  p.add_argument(
+    "--crop", type=int, default=1024, help="dask-image's crop (rows = columns); 0 skips it"
+  )
   p.add_argument("--in-memory-crop", type=int, default=4096)
   p.add_argument("--skip-map-overlap", action="store_true")
-  p.add_argument("--dir", default=os.path.join(measure.SCRATCH_DIR, "slide"),
-                 help="where the slide and the outputs are written (default: "
-                      "benchmarks/scratch/slide)")
+  p.add_argument(
+    "--dir",
+    default=os.path.join(measure.SCRATCH_DIR, "slide"),
+    help="where the slide and the outputs are written (default: benchmarks/scratch/slide)",
+  )
   p.add_argument("--keep-slide", action="store_true", help="keep the slide for later runs")
-  p.add_argument("--out", default=measure.RESULTS_DIR,
-                 help="where bench_slide.json goes (default: benchmarks/results/cpu)")
+  p.add_argument(
+    "--out",
+    default=measure.RESULTS_DIR,
+    help="where bench_slide.json goes (default: benchmarks/results/cpu)",
+  )
   args = p.parse_args(argv)
   args.memory_limit = int(args.memory_limit * GiB)
   run(args)

@@ -81,8 +81,11 @@ def grid(full=False):
     for (a, k), (b, (ci, co)) in itertools.product(enumerate(ks), enumerate(channels)):
       first = a + b + MODES.index(mode)  # each channel pair at a different size per k
       cycle = [SIZES[(first + j) % len(SIZES)] for j in range(len(SIZES))]
-      fits = [(n, side) for n, side in (SIZES if full else cycle)
-              if n * side * side * max(ci, co) * 4 <= MAX_INPUT_BYTES]
+      fits = [
+        (n, side)
+        for n, side in (SIZES if full else cycle)
+        if n * side * side * max(ci, co) * 4 <= MAX_INPUT_BYTES
+      ]
       points += [(k, ci, co, n, side, mode) for n, side in (fits if full else fits[:1])]
   return points
 
@@ -92,10 +95,11 @@ def few_channel_grid(full=False):
   each FEW_CHANNEL_KS x FEW_CHANNELS cell on the first of FEW_CHANNEL_SIZES, or with --full
   on each of them, in every mode; none over MAX_INPUT_BYTES."""
   sizes = FEW_CHANNEL_SIZES if full else FEW_CHANNEL_SIZES[:1]
-  return [(k, ci, co, n, hw, mode)
-          for mode, k, (ci, co), (n, hw) in itertools.product(MODES, FEW_CHANNEL_KS,
-                                                              FEW_CHANNELS, sizes)
-          if n * hw[0] * hw[1] * max(ci, co) * 4 <= MAX_INPUT_BYTES]
+  return [
+    (k, ci, co, n, hw, mode)
+    for mode, k, (ci, co), (n, hw) in itertools.product(MODES, FEW_CHANNEL_KS, FEW_CHANNELS, sizes)
+    if n * hw[0] * hw[1] * max(ci, co) * 4 <= MAX_INPUT_BYTES
+  ]
 
 
 def image_hw(side):
@@ -148,8 +152,11 @@ def _time_point(lc, tf, np, point, rounds=5):
   w = tf.constant((rng.standard_normal((k, k, ci, co)) / k).astype(np.float32))
   model = _modelled(lc, point)
   best_model = min(t for t in model.values() if t is not None)
-  run = ["auto"] + [a for a in ALGORITHMS if model[a] is not None and
-                    model[a] <= max(SKIP_FACTOR * best_model, ALWAYS_TIMED_S)]
+  run = ["auto"] + [
+    a
+    for a in ALGORITHMS
+    if model[a] is not None and model[a] <= max(SKIP_FACTOR * best_model, ALWAYS_TIMED_S)
+  ]
   calls = {a: _step(lc, tf, x, w, mode, a) for a in run}
   # A call right after a different kernel's runs slower than one after its own (a small
   # FFT up to twice as slow, TF's kernel by a third), so each timed call follows a call of
@@ -182,11 +189,10 @@ def _time_point(lc, tf, np, point, rounds=5):
 
   run_rounds(ROUND_S)
   plan = lc.plan(shape, (k, k, ci, co), 1, "SAME")
-  picks = [p.algorithm for p in plan.passes][:3 if mode == "train" else 1]
+  picks = [p.algorithm for p in plan.passes][: 3 if mode == "train" else 1]
   if mode == "forward" and _moves_to_kept_spectra(point, plan):
     picks[0] = "kept"  # the op's FFT with the spectra kept from an earlier call
-  row = {"point": list(point), "seconds": times, "failed": failed, "model": model,
-         "picks": picks}
+  row = {"point": list(point), "seconds": times, "failed": failed, "model": model, "picks": picks}
   # A miss may be a slow spell: the point's rounds run again, every algorithm alike, and
   # each keeps its minimum over both (a shared machine's timings swing by tens of percent,
   # even between two algorithms that run the same kernels).
@@ -205,11 +211,13 @@ def _moves_to_kept_spectra(point, plan):
   from tf_largeconv import _loader
   from tf_largeconv._passes import PerPass
   from tf_largeconv.planning import kept_spectra
+
   k, ci, co, n, side, _ = point
   key = _args.attrs_key(_args.conv_attrs(1, "SAME", "NHWC", None, "auto", None))
   routes = PerPass.of(p.algorithm == "tf" for p in plan.passes)
-  kept = kept_spectra.kept_spectra_bytes((n,) + image_hw(side) + (ci,), (k, k, ci, co), key,
-                                         "float32", routes)
+  kept = kept_spectra.kept_spectra_bytes(
+    (n,) + image_hw(side) + (ci,), (k, k, ci, co), key, "float32", routes
+  )
   return 0 < kept <= _loader.core().spectrum_cache_budget()
 
 
@@ -228,10 +236,12 @@ def _child(full, threads, few_channel=False):
   """Runs in a fresh process with `threads` intra-op threads: every point of `points`."""
   import numpy as np
   import tensorflow as tf
+
   tf.config.threading.set_intra_op_parallelism_threads(threads)
   tf.config.threading.set_inter_op_parallelism_threads(1)
 
   import tf_largeconv as lc
+
   rows = []
   for point in points(full, few_channel):
     model = _modelled(lc, point)
@@ -258,17 +268,23 @@ def _format(row):
   k, ci, co, n, side, mode = row["point"]
   image = str(side) if isinstance(side, int) else "x".join(map(str, side))
   s = row["seconds"]
-  cells = "".join(f"{s[a] * 1e3:>10.1f}" if a in s else
-                  f"{'oom' if a in row['failed'] else '-':>10s}" for a in ("auto",) + ALGORITHMS)
+  cells = "".join(
+    f"{s[a] * 1e3:>10.1f}" if a in s else f"{'oom' if a in row['failed'] else '-':>10s}"
+    for a in ("auto",) + ALGORITHMS
+  )
   best, vs_tf = _verdict(row)
   vs_tf = f"{vs_tf:>8.2f}" if vs_tf is not None else f"{'-':>8s}"
-  return (f"{k:>4d}{ci:>5d}{co:>5d}{n:>4d}{image:>8s}{mode:>8s}{row['threads']:>3d}{cells}"
-          f"{'/'.join(p[0] for p in row['picks']):>7s}{best:>9.2f}{vs_tf}")
+  return (
+    f"{k:>4d}{ci:>5d}{co:>5d}{n:>4d}{image:>8s}{mode:>8s}{row['threads']:>3d}{cells}"
+    f"{'/'.join(p[0] for p in row['picks']):>7s}{best:>9.2f}{vs_tf}"
+  )
 
 
-HEADER = (f"{'k':>4s}{'in':>5s}{'out':>5s}{'n':>4s}{'image':>8s}{'mode':>8s}{'th':>3s}"
-          f"{'auto ms':>10s}{'direct':>10s}{'fft':>10s}{'tf':>10s}{'picks':>7s}"
-          f"{'a/best':>9s}{'a/tf':>8s}")
+HEADER = (
+  f"{'k':>4s}{'in':>5s}{'out':>5s}{'n':>4s}{'image':>8s}{'mode':>8s}{'th':>3s}"
+  f"{'auto ms':>10s}{'direct':>10s}{'fft':>10s}{'tf':>10s}{'picks':>7s}"
+  f"{'a/best':>9s}{'a/tf':>8s}"
+)
 
 
 def _plot(rows, path):
@@ -276,6 +292,7 @@ def _plot(rows, path):
   if plt is None:
     return
   import numpy as np
+
   ks = sorted({r["point"][0] for r in rows})
   chans = sorted({(r["point"][1], r["point"][2]) for r in rows})
   fig, axes = plt.subplots(2, 2, figsize=(11, 8))
@@ -293,8 +310,9 @@ def _plot(rows, path):
         grid_[i, j] = v if np.isnan(grid_[i, j]) else max(grid_[i, j], v)
       ax = axes[row_i][col]
       # TF's out-of-memory (ratio 0) shows at the scale's best end.
-      im = ax.imshow(np.log2(np.maximum(grid_, 0.25)), cmap="RdYlGn_r", vmin=-2, vmax=2,
-                     aspect="auto")
+      im = ax.imshow(
+        np.log2(np.maximum(grid_, 0.25)), cmap="RdYlGn_r", vmin=-2, vmax=2, aspect="auto"
+      )
       for i, j in itertools.product(range(len(chans)), range(len(ks))):
         if not np.isnan(grid_[i, j]):
           text = f"{grid_[i, j]:.2f}" if grid_[i, j] > 0 else "oom"
@@ -315,9 +333,12 @@ def main(out_dir, full=False, threads=None, few_channel=False):
   rows = []
   print(HEADER)
   for n in threads or sorted({1, len(os.sched_getaffinity(0))}):
-    got = measure.run_child(["-m", "benchmarks.cpu.sweep", "--child", str(n)] +
-                            (["--full"] if full else []) +
-                            (["--few-channel"] if few_channel else []), timeout=6 * 3600)
+    got = measure.run_child(
+      ["-m", "benchmarks.cpu.sweep", "--child", str(n)]
+      + (["--full"] if full else [])
+      + (["--few-channel"] if few_channel else []),
+      timeout=6 * 3600,
+    )
     if "error" in got:
       print(f"{n} thread(s): {got['error']}")
       continue
@@ -328,11 +349,13 @@ def main(out_dir, full=False, threads=None, few_channel=False):
     return 1
   verdicts = [_verdict(r) for r in rows]
   vs_tf = [t for _, t in verdicts if t is not None]
-  print(f"\n{len(rows)} points: auto within 10% of the fastest timed at "
-        f"{sum(b <= MISS for b, _ in verdicts)} (worst {max(b for b, _ in verdicts):.2f}); "
-        f"TF timed at {len(vs_tf)}, auto no more than 10% slower than it at "
-        f"{sum(t <= MISS for t in vs_tf)} (worst {max(vs_tf, default=0):.2f}); "
-        f"{sum(r.get('retimed', False) for r in rows)} points timed again after a miss")
+  print(
+    f"\n{len(rows)} points: auto within 10% of the fastest timed at "
+    f"{sum(b <= MISS for b, _ in verdicts)} (worst {max(b for b, _ in verdicts):.2f}); "
+    f"TF timed at {len(vs_tf)}, auto no more than 10% slower than it at "
+    f"{sum(t <= MISS for t in vs_tf)} (worst {max(vs_tf, default=0):.2f}); "
+    f"{sum(r.get('retimed', False) for r in rows)} points timed again after a miss"
+  )
   os.makedirs(out_dir, exist_ok=True)
   name = os.path.join(out_dir, "sweep_few_channel" if few_channel else "sweep")
   with open(name + ".json", "w", encoding="ascii") as f:
@@ -345,13 +368,20 @@ def main(out_dir, full=False, threads=None, few_channel=False):
 if __name__ == "__main__":
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--full", action="store_true", help="every point of the grid")
-  parser.add_argument("--few-channel", action="store_true",
-                      help="only the one- and few-channel large images (few_channel_grid)")
-  parser.add_argument("--out", default=measure.RESULTS_DIR,
-                      help="where sweep.json and sweep.png (with --few-channel, "
-                      "sweep_few_channel.json and .png) go (default: benchmarks/results/cpu)")
-  parser.add_argument("--threads", type=int, nargs="*",
-                      help="intra-op thread settings (default: 1 and every core)")
+  parser.add_argument(
+    "--few-channel",
+    action="store_true",
+    help="only the one- and few-channel large images (few_channel_grid)",
+  )
+  parser.add_argument(
+    "--out",
+    default=measure.RESULTS_DIR,
+    help="where sweep.json and sweep.png (with --few-channel, "
+    "sweep_few_channel.json and .png) go (default: benchmarks/results/cpu)",
+  )
+  parser.add_argument(
+    "--threads", type=int, nargs="*", help="intra-op thread settings (default: 1 and every core)"
+  )
   parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
   args = parser.parse_args()
   if args.child:

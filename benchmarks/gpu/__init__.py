@@ -5,8 +5,9 @@ e.g. `python -m benchmarks.gpu.bench`."""
 import os
 import sys
 
-_TESTS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))), "tests")
+_TESTS = os.path.join(
+  os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "tests"
+)
 
 
 def use_test_helpers():

@@ -37,7 +37,6 @@ from conftest import load_extension  # noqa: E402
 MiB = 2**20
 
 
-
 def _time(fn, repeats, budget_ms=3000.0):
   """(min, median) CUDA-event ms of fn after one warm-up call; fewer repeats for slow fns."""
   fn()
@@ -62,8 +61,12 @@ def _rel(a, b):
 
 
 def _kwargs(algorithm, limit=-1):
-  return dict(data_format="NCHW", stream=torch.cuda.current_stream().cuda_stream,
-              algorithm=algorithm, workspace_limit=limit)
+  return dict(
+    data_format="NCHW",
+    stream=torch.cuda.current_stream().cuda_stream,
+    algorithm=algorithm,
+    workspace_limit=limit,
+  )
 
 
 class Case:
@@ -75,8 +78,7 @@ class Case:
     gen = torch.Generator(device="cuda").manual_seed(0)
     dt = self.dtype
     self.x = torch.rand(x_shape, device="cuda", generator=gen).to(dt)
-    self.w = (torch.randn(w_shape, device="cuda", generator=gen) /
-              (w_shape[0] * w_shape[1])).to(dt)
+    self.w = (torch.randn(w_shape, device="cuda", generator=gen) / (w_shape[0] * w_shape[1])).to(dt)
     self.groups = x_shape[1] // w_shape[2]
     kh, kw = w_shape[:2]
     pt, pl = ((kh - 1) // 2, (kw - 1) // 2) if padding == "SAME" else (0, 0)
@@ -90,8 +92,11 @@ class Case:
     with torch.no_grad():
       y = self._torch_forward(self.x, self.w_oihw)
     self.dy = torch.randn(y.shape, device="cuda", generator=gen).to(dt)
-    self.y, self.dx, self.dw = torch.empty_like(y), torch.empty_like(self.x), torch.empty_like(
-        self.w)
+    self.y, self.dx, self.dw = (
+      torch.empty_like(y),
+      torch.empty_like(self.x),
+      torch.empty_like(self.w),
+    )
 
   def _torch_forward(self, x, w):
     return F.conv2d(F.pad(x, self.pads), w, groups=self.groups)
@@ -124,10 +129,17 @@ class Case:
       self.ext.conv2d_backprop_filter(self.x, self.dy, self.dw, *attrs, **kw)
 
   def plans(self, algorithm, limit=-1):
-    ps = self.ext.plan(list(self.x.shape), list(self.w.shape), [1, 1, 1, 1], self.padding,
-                       data_format="NCHW", algorithm=algorithm, workspace_limit=limit,
-                       dtype=str(self.dtype).replace("torch.", ""))
-    return ps[:3 if self.train else 1]
+    ps = self.ext.plan(
+      list(self.x.shape),
+      list(self.w.shape),
+      [1, 1, 1, 1],
+      self.padding,
+      data_format="NCHW",
+      algorithm=algorithm,
+      workspace_limit=limit,
+      dtype=str(self.dtype).replace("torch.", ""),
+    )
+    return ps[: 3 if self.train else 1]
 
   def routes_to_cudnn(self):
     """Whether tf_largeconv's 'auto' under TensorFlow on this GPU would hand the case to
@@ -136,8 +148,14 @@ class Case:
     if self.groups != 1:
       return False
     shape = [self.ext.GPU_ROUTE_BATCH] + list(self.x.shape[1:])
-    forward = self.ext.plan(shape, list(self.w.shape), [1, 1, 1, 1], self.padding,
-                            data_format="NCHW", dtype=str(self.dtype).replace("torch.", ""))[0]
+    forward = self.ext.plan(
+      shape,
+      list(self.w.shape),
+      [1, 1, 1, 1],
+      self.padding,
+      data_format="NCHW",
+      dtype=str(self.dtype).replace("torch.", ""),
+    )[0]
     return forward["tf_faster"]
 
   def results(self):
@@ -172,8 +190,11 @@ class TransposeCase:
     self.xt = torch.rand((n, cout, oh, ow), device="cuda", generator=gen).to(dt)
     self.w = (torch.randn(w_shape, device="cuda", generator=gen) / (kh * kw)).to(dt)
     self.dyt = torch.randn(y_shape, device="cuda", generator=gen).to(dt)
-    self.yt, self.dxt, self.dw = (torch.empty_like(self.dyt), torch.empty_like(self.xt),
-                                  torch.empty_like(self.w))
+    self.yt, self.dxt, self.dw = (
+      torch.empty_like(self.dyt),
+      torch.empty_like(self.xt),
+      torch.empty_like(self.w),
+    )
     self.xg = self.xt.clone().requires_grad_(True)
     self.wg = self.w.clone().requires_grad_(True)
 
@@ -203,9 +224,15 @@ class TransposeCase:
     self.ext.conv2d_backprop_filter(self.dyt, self.xt, self.dw, *attrs, **kw)
 
   def _plans(self, shape, algorithm="auto", limit=-1):
-    return self.ext.plan(shape, list(self.w.shape), *self._attrs(), data_format="NCHW",
-                         algorithm=algorithm, workspace_limit=limit,
-                         dtype=str(self.dtype).replace("torch.", ""))
+    return self.ext.plan(
+      shape,
+      list(self.w.shape),
+      *self._attrs(),
+      data_format="NCHW",
+      algorithm=algorithm,
+      workspace_limit=limit,
+      dtype=str(self.dtype).replace("torch.", ""),
+    )
 
   def plans(self, algorithm, limit=-1):
     return self._plans(self.y_shape, algorithm, limit)
@@ -232,10 +259,16 @@ def _ours(case, algorithm, repeats, limit=-1):
   case.ours_step(algorithm, limit)
   torch.cuda.synchronize()
   label = f"ours {algorithm}" + ("" if limit < 0 else "@ws/10")
-  return {"method": f"{label}:{chosen}", "ms": t, "ws": ws, "limit": limit,
-          "peak": case.operand_bytes() + ws,
-          "cost_model_ms": [1e3 * (p["cost_fft"] if p["algorithm"] == "fft" else p["cost_direct"])
-                            for p in plans]}
+  return {
+    "method": f"{label}:{chosen}",
+    "ms": t,
+    "ws": ws,
+    "limit": limit,
+    "peak": case.operand_bytes() + ws,
+    "cost_model_ms": [
+      1e3 * (p["cost_fft"] if p["algorithm"] == "fft" else p["cost_direct"]) for p in plans
+    ],
+  }
 
 
 def _torch(case, tf32, repeats):
@@ -247,40 +280,56 @@ def _torch(case, tf32, repeats):
   torch.cuda.reset_peak_memory_stats()
   t = _time(case.torch_step, repeats)
   extra = max(torch.cuda.max_memory_allocated() - base, 0)
-  return {"method": "cudnn tf32" if tf32 else "cudnn", "ms": t, "ws": extra,
-          "peak": case.operand_bytes() + extra,
-          "cost_model_ms": [1e3 * p["cost_tf"] for p in case.plans("auto")]}
+  return {
+    "method": "cudnn tf32" if tf32 else "cudnn",
+    "ms": t,
+    "ws": extra,
+    "peak": case.operand_bytes() + extra,
+    "cost_model_ms": [1e3 * p["cost_tf"] for p in case.plans("auto")],
+  }
 
 
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--cases", nargs="*", default=list(CASES))
-  parser.add_argument("--algorithms", nargs="*", default=["auto"],
-                      choices=["auto", "direct", "fft"])
+  parser.add_argument(
+    "--algorithms", nargs="*", default=["auto"], choices=["auto", "direct", "fft"]
+  )
   parser.add_argument("--repeats", type=int, default=5)
   parser.add_argument("--json", help="also write the results here")
-  parser.add_argument("--cudnn-heuristics", action="store_true",
-                      help="cuDNN's heuristic choice instead of benchmark mode (its exhaustive "
-                      "search over the seed case's 135x135 gradients takes minutes)")
+  parser.add_argument(
+    "--cudnn-heuristics",
+    action="store_true",
+    help="cuDNN's heuristic choice instead of benchmark mode (its exhaustive "
+    "search over the seed case's 135x135 gradients takes minutes)",
+  )
   args = parser.parse_args(argv)
   ext = load_extension("_cuda")
   if ext is None or not torch.cuda.is_available():
     sys.exit("needs a CUDA device and tf_largeconv/_cuda (run `make cuda`)")
   torch.backends.cudnn.benchmark = not args.cudnn_heuristics
-  print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, "
-        f"cuDNN {torch.backends.cudnn.version()}"
-        f" ({'heuristics' if args.cudnn_heuristics else 'benchmark mode'})")
+  print(
+    f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, "
+    f"cuDNN {torch.backends.cudnn.version()}"
+    f" ({'heuristics' if args.cudnn_heuristics else 'benchmark mode'})"
+  )
   print(f"cuFFT: {ext.cufft()}")
-  print(f"{'case':20s}{'method':>16s}{'min/med ms':>20s}{'cudnn/this':>11s}{'ws MiB':>10s}"
-        f"{'peak MiB':>10s}{'rel err':>10s}  model ms", flush=True)
+  print(
+    f"{'case':20s}{'method':>16s}{'min/med ms':>20s}{'cudnn/this':>11s}{'ws MiB':>10s}"
+    f"{'peak MiB':>10s}{'rel err':>10s}  model ms",
+    flush=True,
+  )
   results = []
 
   def show(r):
     err = f"{r['rel_err']:10.1e}" if "rel_err" in r else " " * 10
     model = " ".join(f"{m:.2f}" for m in r.get("cost_model_ms", []))
-    print(f"{r['case']:20s}{r['method']:>16s}{r['ms'][0]:10.2f}/{r['ms'][1]:<9.2f}"
-          f"{r['cudnn_ms'] / r['ms'][1]:10.2f}x{r['ws'] / MiB:10.1f}{r['peak'] / MiB:10.1f}"
-          f"{err}  {model}", flush=True)
+    print(
+      f"{r['case']:20s}{r['method']:>16s}{r['ms'][0]:10.2f}/{r['ms'][1]:<9.2f}"
+      f"{r['cudnn_ms'] / r['ms'][1]:10.2f}x{r['ws'] / MiB:10.1f}{r['peak'] / MiB:10.1f}"
+      f"{err}  {model}",
+      flush=True,
+    )
     record(r)
 
   def record(r):
@@ -310,8 +359,9 @@ def main(argv=None):
         print(f"{name:20s}{'ours ' + algorithm:>16s}  failed: {e}", flush=True)
         continue
       got = case.results()
-      row.update(case=name, cudnn_ms=base["ms"][1],
-                 rel_err=max(_rel(a, b) for a, b in zip(got, ref)))
+      row.update(
+        case=name, cudnn_ms=base["ms"][1], rel_err=max(_rel(a, b) for a, b in zip(got, ref))
+      )
       show(row)
       if algorithm == "auto" and limit < 0:
         auto_ms = row["ms"][1]
@@ -319,10 +369,18 @@ def main(argv=None):
       cudnn_faster = tf_cudnn["ms"][1] < auto_ms
       route = case.routes_to_cudnn()
       verdict = "right" if route == cudnn_faster else "WRONG"
-      print(f"{name:20s} route under TF: {'cuDNN' if route else 'ours'}; measured faster: "
-            f"{'cuDNN' if cudnn_faster else 'ours'} ({verdict})", flush=True)
-      record({"case": name, "route": "cudnn" if route else "ours",
-              "faster": "cudnn" if cudnn_faster else "ours"})
+      print(
+        f"{name:20s} route under TF: {'cuDNN' if route else 'ours'}; measured faster: "
+        f"{'cuDNN' if cudnn_faster else 'ours'} ({verdict})",
+        flush=True,
+      )
+      record(
+        {
+          "case": name,
+          "route": "cudnn" if route else "ours",
+          "faster": "cudnn" if cudnn_faster else "ours",
+        }
+      )
     del case, ref
     torch.cuda.empty_cache()
 

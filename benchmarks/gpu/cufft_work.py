@@ -10,9 +10,28 @@ from benchmarks import gpu
 gpu.use_test_helpers()
 from conftest import load_extension  # noqa: E402
 
-SIZES = [(36, 36), (48, 48), (60, 60), (64, 64), (72, 72), (75, 75), (80, 80), (81, 81),
-         (84, 105), (96, 96), (100, 100), (125, 125), (128, 128), (150, 150), (256, 256),
-         (98, 98), (112, 112), (121, 121), (169, 169), (1, 4096)]
+SIZES = [
+  (36, 36),
+  (48, 48),
+  (60, 60),
+  (64, 64),
+  (72, 72),
+  (75, 75),
+  (80, 80),
+  (81, 81),
+  (84, 105),
+  (96, 96),
+  (100, 100),
+  (125, 125),
+  (128, 128),
+  (150, 150),
+  (256, 256),
+  (98, 98),
+  (112, 112),
+  (121, 121),
+  (169, 169),
+  (1, 4096),
+]
 
 
 def main():
@@ -27,8 +46,11 @@ def main():
         except (ValueError, RuntimeError, NotImplementedError) as e:
           print(f"{fh:>4d}x{fw:<5d}{batch:7d}{'c2r' if inverse else 'r2c':>5s}  {e}")
           continue
-        print(f"{fh:>4d}x{fw:<5d}{batch:7d}{'c2r' if inverse else 'r2c':>5s}"
-              f"{work / 2**20:10.2f}{data / 2**20:10.2f}{work / data:8.2f}", flush=True)
+        print(
+          f"{fh:>4d}x{fw:<5d}{batch:7d}{'c2r' if inverse else 'r2c':>5s}"
+          f"{work / 2**20:10.2f}{data / 2**20:10.2f}{work / data:8.2f}",
+          flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -27,9 +27,21 @@ import json
 
 # The cases whose FFT step the fit sees: every bench case the FFT path can run, in both
 # dtypes where the bench has both.
-CASES = ("seed_forward", "seed_train", "k63_train", "replk31_train_f32", "replk31_train_f16",
-         "slak51_train_f32", "slak51_train_f16", "k15_train_f16", "k21_c32_train",
-         "k31_c64_train", "k31_c64_train_f16", "conv1d_4095_train", "transpose31_train")
+CASES = (
+  "seed_forward",
+  "seed_train",
+  "k63_train",
+  "replk31_train_f32",
+  "replk31_train_f16",
+  "slak51_train_f32",
+  "slak51_train_f16",
+  "k15_train_f16",
+  "k21_c32_train",
+  "k31_c64_train",
+  "k31_c64_train_f16",
+  "conv1d_4095_train",
+  "transpose31_train",
+)
 # Also run under a tenth of their planned workspace: rounds-bound steps.
 LIMITED = ("seed_forward", "k63_train", "replk31_train_f32")
 
@@ -37,6 +49,7 @@ LIMITED = ("seed_forward", "k63_train", "replk31_train_f32")
 def _kernels(step, repeats):
   """Each kernel's GPU ms per step under torch.profiler."""
   import torch
+
   with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
     for _ in range(repeats):
       step()
@@ -66,6 +79,7 @@ def measure(cases, repeats, limited=LIMITED):
   import torch
 
   from benchmarks.gpu import bench
+
   ext = bench.load_extension("_cuda")
   rows = []
   for name in cases:
@@ -90,18 +104,26 @@ def measure(cases, repeats, limited=LIMITED):
       kernels = _kernels(step, 3)
       total = sum(kernels.values())
       fft = sum(v for k, v in kernels.items() if short_name(k).startswith("cufft:"))
-      row = {"case": name, "limit": limit, "event ms": event_ms, "kernel ms": total,
-             "cufft share": fft / total if total else 0.0,
-             "model ms": 1e3 * sum(p["cost_fft"] for p in plans),
-             "terms": [p.get("fft_terms") for p in plans],
-             "plans": [{k: p[k] for k in ("pass", "fft", "tile", "items", "chunk")
-                        if k in p} for p in plans],
-             "kernels": sorted(kernels.items(), key=lambda kv: -kv[1])}
+      row = {
+        "case": name,
+        "limit": limit,
+        "event ms": event_ms,
+        "kernel ms": total,
+        "cufft share": fft / total if total else 0.0,
+        "model ms": 1e3 * sum(p["cost_fft"] for p in plans),
+        "terms": [p.get("fft_terms") for p in plans],
+        "plans": [
+          {k: p[k] for k in ("pass", "fft", "tile", "items", "chunk") if k in p} for p in plans
+        ],
+        "kernels": sorted(kernels.items(), key=lambda kv: -kv[1]),
+      }
       rows.append(row)
       top = ", ".join(f"{short_name(k)} {v:.3f}" for k, v in row["kernels"][:6])
-      print(f"{name:<20} limit {limit:>11d}: event {event_ms:7.3f} ms  kernels {total:7.3f}"
-            f"  model {row['model ms']:7.3f}  cufft {row['cufft share']:.0%}  [{top}]",
-            flush=True)
+      print(
+        f"{name:<20} limit {limit:>11d}: event {event_ms:7.3f} ms  kernels {total:7.3f}"
+        f"  model {row['model ms']:7.3f}  cufft {row['cufft share']:.0%}  [{top}]",
+        flush=True,
+      )
   return {"device": torch.cuda.get_device_name(), "rows": rows}
 
 
@@ -109,6 +131,7 @@ def fit(paths):
   """(rates, rows): the nonnegative least-squares rates of the steps in these files."""
   import numpy as np
   from scipy.optimize import nnls
+
   rows = []
   for path in paths:
     with open(path) as f:
@@ -119,11 +142,15 @@ def fit(paths):
   m = np.array([r["event ms"] / 1e3 for r in rows])
   coef, _ = nnls(a / m[:, None], np.ones(len(rows)))
   model = a @ coef
-  rates = {"kTransformBytesPerSec": 1 / coef[0] if coef[0] else float("inf"),
-           "kProductBytesPerSec": 1 / coef[1] if coef[1] else float("inf"),
-           "kLaunchSec": coef[2]}
-  return rates, [(r["device"], r["case"], r["limit"], r["event ms"], r["model ms"], 1e3 * s)
-                 for r, s in zip(rows, model)]
+  rates = {
+    "kTransformBytesPerSec": 1 / coef[0] if coef[0] else float("inf"),
+    "kProductBytesPerSec": 1 / coef[1] if coef[1] else float("inf"),
+    "kLaunchSec": coef[2],
+  }
+  return rates, [
+    (r["device"], r["case"], r["limit"], r["event ms"], r["model ms"], 1e3 * s)
+    for r, s in zip(rows, model)
+  ]
 
 
 def main(argv=None):
@@ -139,8 +166,10 @@ def main(argv=None):
       print(f"{k} = {v:.3g}")
     print("model/measured with the rates the file was measured under, then with the fit:")
     for device, name, limit, measured, before, model in rows:
-      print(f"{device[:16]:<16} {name:<20} limit {limit:>11d}: measured {measured:8.3f} ms"
-            f"  model/measured {before / measured:5.2f} -> {model / measured:5.2f}")
+      print(
+        f"{device[:16]:<16} {name:<20} limit {limit:>11d}: measured {measured:8.3f} ms"
+        f"  model/measured {before / measured:5.2f} -> {model / measured:5.2f}"
+      )
     return
   results = measure(args.cases, args.repeats)
   if args.json:

@@ -40,11 +40,11 @@ FORWARD, INVERSE = -1, 1
 # 75x80, the size the planner settles on where cuFFT reports its work area (75x75 needs
 # twice its data there).
 SHAPES = [
-    ("seed_forward", 324, 486, 14, 42, 321, 190),
-    ("k63_train", 160, 160, 64, 64, 128, 128),
-    ("replk31_train", 72, 72, 7 * 128, 7 * 128, 56, 56),
-    ("slak51_train", 60, 60, 5 * 256, 5 * 256, 32, 32),
-    ("k21_c32_train", 75, 80, 8 * 32, 8 * 32, 64, 64),
+  ("seed_forward", 324, 486, 14, 42, 321, 190),
+  ("k63_train", 160, 160, 64, 64, 128, 128),
+  ("replk31_train", 72, 72, 7 * 128, 7 * 128, 56, 56),
+  ("slak51_train", 60, 60, 5 * 256, 5 * 256, 32, 32),
+  ("k21_c32_train", 75, 80, 8 * 32, 8 * 32, 64, 64),
 ]
 
 
@@ -58,8 +58,19 @@ def _cufft():
   lib = ctypes.CDLL(paths[0])
   ll = ctypes.c_longlong
   lib.cufftMakePlanMany64.argtypes = [
-      ctypes.c_int, ctypes.c_int, ctypes.POINTER(ll), ctypes.POINTER(ll), ll, ll,
-      ctypes.POINTER(ll), ll, ll, ctypes.c_int, ll, ctypes.POINTER(ctypes.c_size_t)]
+    ctypes.c_int,
+    ctypes.c_int,
+    ctypes.POINTER(ll),
+    ctypes.POINTER(ll),
+    ll,
+    ll,
+    ctypes.POINTER(ll),
+    ll,
+    ll,
+    ctypes.c_int,
+    ll,
+    ctypes.POINTER(ctypes.c_size_t),
+  ]
   lib.cufftExecR2C.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
   lib.cufftExecC2R.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
   lib.cufftExecC2C.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
@@ -81,8 +92,20 @@ class Plan:
       return (ctypes.c_longlong * len(v))(*v)
 
     work = ctypes.c_size_t()
-    rc = lib.cufftMakePlanMany64(self.handle, len(n), arr(n), arr(inembed), istride, idist,
-                                 arr(onembed), ostride, odist, kind, batch, ctypes.byref(work))
+    rc = lib.cufftMakePlanMany64(
+      self.handle,
+      len(n),
+      arr(n),
+      arr(inembed),
+      istride,
+      idist,
+      arr(onembed),
+      ostride,
+      odist,
+      kind,
+      batch,
+      ctypes.byref(work),
+    )
     if rc != 0:
       raise RuntimeError(f"cufftMakePlanMany64 returned {rc} for n={n} batch={batch}")
     self.work = work.value
@@ -175,17 +198,23 @@ def _check(lib, fh, fw, planes, kept, inverse):
 def _probe(lib, shape, repeats):
   name, fh, fw, planes_f, planes_i, kept_f, kept_i = shape
   out = {"case": name, "fft": [fh, fw]}
-  for label, planes, kept, inverse in (("forward", planes_f, kept_f, False),
-                                       ("inverse", planes_i, kept_i, True)):
+  for label, planes, kept, inverse in (
+    ("forward", planes_f, kept_f, False),
+    ("inverse", planes_i, kept_i, True),
+  ):
     cw = fw // 2 + 1
     data = torch.randn(planes * fh * 2 * cw, device="cuda")
     ptr = data.data_ptr()
     plane, split, pruned, plans, work = _plans(lib, fh, fw, planes, kept, inverse)
-    row = {"planes": planes, "rows kept": kept, "cufft work MiB": work / 2**20,
-           "plane ms": _time(lambda f=plane, p=ptr: f(p), repeats),
-           "split ms": _time(lambda f=split, p=ptr: f(p), repeats),
-           "pruned ms": _time(lambda f=pruned, p=ptr: f(p), repeats),
-           "pruned rel err": _check(lib, fh, fw, planes, kept, inverse)}
+    row = {
+      "planes": planes,
+      "rows kept": kept,
+      "cufft work MiB": work / 2**20,
+      "plane ms": _time(lambda f=plane, p=ptr: f(p), repeats),
+      "split ms": _time(lambda f=split, p=ptr: f(p), repeats),
+      "pruned ms": _time(lambda f=pruned, p=ptr: f(p), repeats),
+      "pruned rel err": _check(lib, fh, fw, planes, kept, inverse),
+    }
     for p in plans:
       p.close()
     row["pruned / plane"] = row["pruned ms"] / row["plane ms"]
@@ -196,8 +225,12 @@ def _probe(lib, shape, repeats):
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--repeats", type=int, default=20)
-  parser.add_argument("--profile", nargs="*", default=None,
-                      help="bench cases to profile (none named: the probe's cases)")
+  parser.add_argument(
+    "--profile",
+    nargs="*",
+    default=None,
+    help="bench cases to profile (none named: the probe's cases)",
+  )
   parser.add_argument("--json")
   args = parser.parse_args(argv)
   path, lib = _cufft()
@@ -208,14 +241,23 @@ def main(argv=None):
     results["shapes"].append(r)
     for d in ("forward", "inverse"):
       x = r[d]
-      print(f"{r['case']:<14} {d:<8} {r['fft'][0]:4d}x{r['fft'][1]:<4d} planes {x['planes']:5d}"
-            f" kept {x['rows kept']:3d}: plane {x['plane ms']:.3f}  split {x['split ms']:.3f}"
-            f"  pruned {x['pruned ms']:.3f} ms  (pruned/plane {x['pruned / plane']:.2f},"
-            f" err {x['pruned rel err']:.1e}, work {x['cufft work MiB']:.1f} MiB)", flush=True)
+      print(
+        f"{r['case']:<14} {d:<8} {r['fft'][0]:4d}x{r['fft'][1]:<4d} planes {x['planes']:5d}"
+        f" kept {x['rows kept']:3d}: plane {x['plane ms']:.3f}  split {x['split ms']:.3f}"
+        f"  pruned {x['pruned ms']:.3f} ms  (pruned/plane {x['pruned / plane']:.2f},"
+        f" err {x['pruned rel err']:.1e}, work {x['cufft work MiB']:.1f} MiB)",
+        flush=True,
+      )
   if args.profile is not None:
-    cases = args.profile or ["seed_forward", "k63_train", "replk31_train_f32",
-                             "slak51_train_f32", "k21_c32_train"]
+    cases = args.profile or [
+      "seed_forward",
+      "k63_train",
+      "replk31_train_f32",
+      "slak51_train_f32",
+      "k21_c32_train",
+    ]
     from benchmarks.gpu import fft_steps
+
     results["profile"] = fft_steps.measure(cases, args.repeats, limited=())["rows"]
   if args.json:
     with open(args.json, "w") as f:

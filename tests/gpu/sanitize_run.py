@@ -26,11 +26,11 @@ from conftest import load_extension  # noqa: E402
 from reference import Conv  # noqa: E402
 
 EXTRA = {
-    "seed": ((1, 150, 170, 1), (135, 135, 1, 3), (1, 1), "VALID", (1, 1)),
-    # The seed filter over a 2x6 output: the same filter rounds through shared memory with
-    # little else, so racecheck (which slows every shared-memory access) finishes.
-    "seed_small": ((1, 136, 140, 1), (135, 135, 1, 3), (1, 1), "VALID", (1, 1)),
-    "nonfinite": ((2, 40, 40, 1), (9, 9, 1, 2), (1, 1), "VALID", (1, 1)),
+  "seed": ((1, 150, 170, 1), (135, 135, 1, 3), (1, 1), "VALID", (1, 1)),
+  # The seed filter over a 2x6 output: the same filter rounds through shared memory with
+  # little else, so racecheck (which slows every shared-memory access) finishes.
+  "seed_small": ((1, 136, 140, 1), (135, 135, 1, 3), (1, 1), "VALID", (1, 1)),
+  "nonfinite": ((2, 40, 40, 1), (9, 9, 1, 2), (1, 1), "VALID", (1, 1)),
 }
 
 
@@ -65,13 +65,20 @@ def main(argv=None):
         x, w, dy = _tensors(case, fmt, dtype, rng)
         s, pad, ex, d = attrs(case[2], case[3], case[4], fmt)
         for algorithm in args.algorithms:
-          kw = dict(explicit_paddings=ex, data_format=fmt, dilations=d, algorithm=algorithm,
-                    stream=stream, dtype="bfloat16" if dtype == "bfloat16" else "")
+          kw = dict(
+            explicit_paddings=ex,
+            data_format=fmt,
+            dilations=d,
+            algorithm=algorithm,
+            stream=stream,
+            dtype="bfloat16" if dtype == "bfloat16" else "",
+          )
           y, dx, dw = torch.empty_like(dy), torch.empty_like(x), torch.empty_like(w)
           for pass_name, fn, operands in (
-              ("forward", ext.conv2d, (x, w, y)),
-              ("backprop_input", ext.conv2d_backprop_input, (w, dy, dx)),
-              ("backprop_filter", ext.conv2d_backprop_filter, (x, dy, dw))):
+            ("forward", ext.conv2d, (x, w, y)),
+            ("backprop_input", ext.conv2d_backprop_input, (w, dy, dx)),
+            ("backprop_filter", ext.conv2d_backprop_filter, (x, dy, dw)),
+          ):
             print(f"case {name} {fmt} {dtype} {algorithm} {pass_name}", flush=True)
             fn(*operands, s, pad, **kw)
             torch.cuda.synchronize()

@@ -34,9 +34,14 @@ def _run(ext, x, w, dy, case, fmt, algorithm="auto"):
   """Our forward and both gradients for device tensors x (fmt), w (HWIO), dy (fmt)."""
   _, _, strides, padding, dilations = case
   s, pad, ex, d = attrs(strides, padding, dilations, fmt)
-  kw = dict(explicit_paddings=ex, data_format=fmt, dilations=d, algorithm=algorithm,
-            stream=torch.cuda.current_stream().cuda_stream,
-            dtype="bfloat16" if x.dtype == torch.bfloat16 else "")
+  kw = dict(
+    explicit_paddings=ex,
+    data_format=fmt,
+    dilations=d,
+    algorithm=algorithm,
+    stream=torch.cuda.current_stream().cuda_stream,
+    dtype="bfloat16" if x.dtype == torch.bfloat16 else "",
+  )
   y, dx, dw = torch.empty_like(dy), torch.empty_like(x), torch.empty_like(w)
   ext.conv2d(_arg(x), _arg(w), _arg(y), s, pad, **kw)
   ext.conv2d_backprop_input(_arg(w), _arg(dy), _arg(dx), s, pad, **kw)
@@ -49,20 +54,36 @@ def _planned_fft(ext, x, w_shape, case, fmt, dtype, algorithm):
   """The transform size of each pass the device planner runs as an FFT (None: direct)."""
   _, _, strides, padding, dilations = case
   s, pad, ex, d = attrs(strides, padding, dilations, fmt)
-  return planned_fft(ext.plan(list(x.shape), list(w_shape), s, pad, explicit_paddings=ex,
-                              data_format=fmt, dilations=d, algorithm=algorithm, dtype=dtype))
+  return planned_fft(
+    ext.plan(
+      list(x.shape),
+      list(w_shape),
+      s,
+      pad,
+      explicit_paddings=ex,
+      data_format=fmt,
+      dilations=d,
+      algorithm=algorithm,
+      dtype=dtype,
+    )
+  )
 
 
 def _check_all(got, ref, x, w, dy, name, what, fft=None):
   """got = (y, dx, dw) against the float64 oracle on the (rounded) operands, at the bound
   of the path each pass took (`fft`: see reference.planned_fft; None: all direct)."""
   fft = fft or dict.fromkeys(PASSES)
-  ref.check_passes(name, fft, x, w, dy, *(t.double().cpu().numpy() for t in got),
-                   what=f"{what} ")
+  ref.check_passes(name, fft, x, w, dy, *(t.double().cpu().numpy() for t in got), what=f"{what} ")
 
 
-@pytest.mark.parametrize("case,fmt,dtype,algorithm", list(itertools.product(
-    CASES, ["NHWC", "NCHW"], ["float32", "float64", "float16", "bfloat16"], ["direct", "fft"])))
+@pytest.mark.parametrize(
+  "case,fmt,dtype,algorithm",
+  list(
+    itertools.product(
+      CASES, ["NHWC", "NCHW"], ["float32", "float64", "float16", "bfloat16"], ["direct", "fft"]
+    )
+  ),
+)
 def test_kernels_match_oracle_and_torch(cuda_ext, rng, case, fmt, dtype, algorithm):
   x_shape, w_shape, strides, padding, dilations = case
   x = to_format(fmt, rng.standard_normal(x_shape))
@@ -97,15 +118,24 @@ def test_seed_sized_filter_matches_torch(cuda_ext, rng, algorithm):
   ours = _run(cuda_ext, xt, wt, dyt, case, "NHWC", algorithm)
   theirs = torch_conv.conv2d_and_grads(xt, wt, dyt, (1, 1), "VALID", (1, 1), "NHWC")
   xr, wr, dyr = (t.double().cpu().numpy() for t in (xt, wt, dyt))
-  _check_all(ours, ref, xr, wr, dyr, "float32", f"ours ({algorithm})",
-             _planned_fft(cuda_ext, x, case[1], case, "NHWC", "float32", algorithm))
+  _check_all(
+    ours,
+    ref,
+    xr,
+    wr,
+    dyr,
+    "float32",
+    f"ours ({algorithm})",
+    _planned_fft(cuda_ext, x, case[1], case, "NHWC", "float32", algorithm),
+  )
   for a, b in zip(ours, theirs):
     scale = b.abs().max().item()
     assert (a - b).abs().max().item() <= 1e-4 * scale
 
 
-@pytest.mark.parametrize("fmt,dtype", [("NHWC", "float32"), ("NCHW", "float64"),
-                                       ("NHWC", "bfloat16")])
+@pytest.mark.parametrize(
+  "fmt,dtype", [("NHWC", "float32"), ("NCHW", "float64"), ("NHWC", "bfloat16")]
+)
 def test_1d_geometry_runs_single_row_transforms(cuda_ext, rng, fmt, dtype):
   """conv1d's geometry (every height 1): a 1023-tap filter over rows of 6000, planned as
   rank-1 transforms of height 1, against the oracle and torch."""
@@ -127,8 +157,9 @@ def test_1d_geometry_runs_single_row_transforms(cuda_ext, rng, fmt, dtype):
 
 
 @pytest.mark.parametrize("algorithm", ["direct", "fft"])
-@pytest.mark.parametrize("out_hw,padding", [((17, 20), "SAME"), ((16, 16), "SAME"),
-                                            ((18, 19), "VALID")])
+@pytest.mark.parametrize(
+  "out_hw,padding", [((17, 20), "SAME"), ((16, 16), "SAME"), ((18, 19), "VALID")]
+)
 def test_transpose_step_matches_torch_conv_transpose2d(cuda_ext, algorithm, out_hw, padding):
   """conv2d_transpose's training step as the op runs it on a GPU (the input-gradient pass
   for the output, the forward pass and the filter-gradient pass for its gradients), stride
@@ -137,8 +168,9 @@ def test_transpose_step_matches_torch_conv_transpose2d(cuda_ext, algorithm, out_
   freedom) included."""
   gen = torch.Generator(device="cuda").manual_seed(1)
   (h, wd), s, (kh, kw, cin, cout) = out_hw, 2, (9, 7, 3, 5)
-  oh, ow = ((-(-h // s), -(-wd // s)) if padding == "SAME" else
-            ((h - kh) // s + 1, (wd - kw) // s + 1))
+  oh, ow = (
+    (-(-h // s), -(-wd // s)) if padding == "SAME" else ((h - kh) // s + 1, (wd - kw) // s + 1)
+  )
   f64 = dict(device="cuda", generator=gen, dtype=torch.float64)
   xt, w = torch.randn((2, cout, oh, ow), **f64), torch.randn((kh, kw, cin, cout), **f64)
   dyt = torch.randn((2, cin, h, wd), **f64)
@@ -148,8 +180,10 @@ def test_transpose_step_matches_torch_conv_transpose2d(cuda_ext, algorithm, out_
   refs = (yt.detach(), xg.grad, wg.grad)
   x32, w32, dy32 = (t.float().contiguous() for t in (xt, w, dyt))
   got = (torch.empty_like(dy32), torch.empty_like(x32), torch.empty_like(w32))
-  st, kwargs = [1, 1, s, s], dict(data_format="NCHW", algorithm=algorithm,
-                                  stream=torch.cuda.current_stream().cuda_stream)
+  st, kwargs = (
+    [1, 1, s, s],
+    dict(data_format="NCHW", algorithm=algorithm, stream=torch.cuda.current_stream().cuda_stream),
+  )
   cuda_ext.conv2d_backprop_input(w32, x32, got[0], st, padding, **kwargs)
   cuda_ext.conv2d(dy32, w32, got[1], st, padding, **kwargs)
   cuda_ext.conv2d_backprop_filter(dy32, x32, got[2], st, padding, **kwargs)
@@ -169,7 +203,8 @@ def test_cufft_is_found_and_planned_for_the_seed_case(cuda_ext):
   for p in plans:
     assert p["workspace_bytes"] <= 64 << 20
     assert p["workspace_bytes"] == cuda_ext.workspace_bytes(
-        p["pass"], [200, 321, 481, 1], [135, 135, 1, 3], [1, 1, 1, 1], "VALID")
+      p["pass"], [200, 321, 481, 1], [135, 135, 1, 3], [1, 1, 1, 1], "VALID"
+    )
 
 
 @pytest.mark.parametrize("algorithm", ["direct", "fft"])
@@ -223,21 +258,30 @@ def test_bad_input_raises_value_error(cuda_ext):
   x = torch.zeros((1, 8, 8, 1), device="cuda")
   w = torch.zeros((3, 3, 1, 1), device="cuda")
   with pytest.raises(ValueError, match="__cuda_array_interface__"):
-    cuda_ext.conv2d(np.zeros((1, 8, 8, 1), np.float32), w, torch.zeros((1, 6, 6, 1)).cuda(),
-                    [1, 1, 1, 1], "VALID")
+    cuda_ext.conv2d(
+      np.zeros((1, 8, 8, 1), np.float32), w, torch.zeros((1, 6, 6, 1)).cuda(), [1, 1, 1, 1], "VALID"
+    )
   with pytest.raises(ValueError, match="output"):
     cuda_ext.conv2d(x, w, torch.zeros((1, 7, 6, 1), device="cuda"), [1, 1, 1, 1], "VALID")
   with pytest.raises(ValueError, match="same dtype"):
-    cuda_ext.conv2d(x, w.double(), torch.zeros((1, 6, 6, 1), device="cuda"), [1, 1, 1, 1],
-                    "VALID")
+    cuda_ext.conv2d(x, w.double(), torch.zeros((1, 6, 6, 1), device="cuda"), [1, 1, 1, 1], "VALID")
   with pytest.raises(ValueError, match="contiguous"):
-    cuda_ext.conv2d(x.permute(0, 2, 1, 3), w, torch.zeros((1, 6, 6, 1), device="cuda"),
-                    [1, 1, 1, 1], "VALID")
+    cuda_ext.conv2d(
+      x.permute(0, 2, 1, 3), w, torch.zeros((1, 6, 6, 1), device="cuda"), [1, 1, 1, 1], "VALID"
+    )
   with pytest.raises(ValueError, match="strides"):
     cuda_ext.conv2d(x, w, torch.zeros((1, 6, 6, 1), device="cuda"), [1, 1, 1], "VALID")
   with pytest.raises(ValueError, match="algorithm='tf' is not available on the GPU"):
-    cuda_ext.conv2d(x, w, torch.zeros((1, 6, 6, 1), device="cuda"), [1, 1, 1, 1], "VALID",
-                    algorithm="tf")
+    cuda_ext.conv2d(
+      x, w, torch.zeros((1, 6, 6, 1), device="cuda"), [1, 1, 1, 1], "VALID", algorithm="tf"
+    )
   with pytest.raises(ValueError, match="workspace_limit 100 bytes is too small"):
-    cuda_ext.conv2d(x, w, torch.zeros((1, 6, 6, 1), device="cuda"), [1, 1, 1, 1], "VALID",
-                    algorithm="fft", workspace_limit=100)
+    cuda_ext.conv2d(
+      x,
+      w,
+      torch.zeros((1, 6, 6, 1), device="cuda"),
+      [1, 1, 1, 1],
+      "VALID",
+      algorithm="fft",
+      workspace_limit=100,
+    )

@@ -46,8 +46,9 @@ def _spatial(values, fmt):
 def _torch(oracle, x, w, dy, attrs):
   fmt = attrs["data_format"]
   pads = tuple(zip(oracle.before, oracle.after))
-  out = torch_conv.conv3d_and_grads(x, w, dy, _spatial(attrs["strides"], fmt), pads,
-                                    _spatial(attrs["dilations"], fmt), fmt)
+  out = torch_conv.conv3d_and_grads(
+    x, w, dy, _spatial(attrs["strides"], fmt), pads, _spatial(attrs["dilations"], fmt), fmt
+  )
   return dict(zip(PASSES, out))
 
 
@@ -56,8 +57,10 @@ def _fft_sizes(ext, x, w, attrs, dtype, algorithm):
   return {p["pass"]: (p["fft"] if p["algorithm"] == "fft" else None) for p in plans}
 
 
-@pytest.mark.parametrize("case,dtype,algorithm", list(itertools.product(
-    sorted(CASES), ["float32", "float64", "float16"], ["direct", "fft"])))
+@pytest.mark.parametrize(
+  "case,dtype,algorithm",
+  list(itertools.product(sorted(CASES), ["float32", "float64", "float16"], ["direct", "fft"])),
+)
 def test_kernels_match_oracle_and_torch(cuda_ext, rng, case, dtype, algorithm):
   oracle, x, w, dy, attrs = problem(case, rng, "float64")
   xt, wt, dyt = to_device(x, dtype), to_device(w, dtype), to_device(dy, dtype)
@@ -79,8 +82,7 @@ def test_large_filter_matches_torch(cuda_ext, rng, algorithm):
   """A 31^3 filter over a 64^3 volume, SAME, 1 -> 4 channels (the CPU benchmark's conv3d31
   cases at an eighth of their volume): 'auto' plans the FFT for every pass."""
   attrs = dict(strides=[1] * 5, padding="SAME", data_format="NDHWC", dilations=[1] * 5)
-  oracle = Oracle3d((1, 64, 64, 64, 1), (31, 31, 31, 1, 4), (1, 1, 1), "SAME", (1, 1, 1),
-                    "NDHWC")
+  oracle = Oracle3d((1, 64, 64, 64, 1), (31, 31, 31, 1, 4), (1, 1, 1), "SAME", (1, 1, 1), "NDHWC")
   x = rng.random((1, 64, 64, 64, 1))
   w = rng.standard_normal((31, 31, 31, 1, 4)) / 31**1.5
   dy = rng.standard_normal(oracle.output_shape())
@@ -100,16 +102,23 @@ def test_workspace_is_what_the_plan_says(cuda_ext, rng, limit):
   """Under a limit the FFT runs in rounds within it, cuFFT's actual work area included,
   and gives the oracle's answer."""
   oracle, x, w, dy, attrs = problem("many_channels", rng, "float32")
-  plans = cuda_ext.plan3d(list(x.shape), list(w.shape), **attrs, algorithm="fft",
-                          workspace_limit=limit)
+  plans = cuda_ext.plan3d(
+    list(x.shape), list(w.shape), **attrs, algorithm="fft", workspace_limit=limit
+  )
   for p in plans:
     assert p["workspace_bytes"] <= (limit if limit > 0 else 64 << 20), p
   xt, wt, dyt = (to_device(a, "float32") for a in (x, w, dy))
   ours = _run(cuda_ext, xt, wt, dyt, attrs, algorithm="fft", workspace_limit=limit)
   fft = {p["pass"]: p["fft"] for p in plans}
   for pass_name in PASSES:
-    check(oracle, pass_name, _host(ours[pass_name]), *(_host(t) for t in (xt, wt, dyt)),
-          "float32", fft[pass_name])
+    check(
+      oracle,
+      pass_name,
+      _host(ours[pass_name]),
+      *(_host(t) for t in (xt, wt, dyt)),
+      "float32",
+      fft[pass_name],
+    )
 
 
 @pytest.mark.parametrize("algorithm", ["direct", "fft"])
@@ -120,8 +129,7 @@ def test_non_finite_values_stay_in_place(cuda_ext, algorithm):
   x[0, 2, 2, 3, 0] = np.inf
   w = np.ones((3, 3, 3, 1, 1))
   dy = np.ones(oracle.output_shape())
-  ours = _run(cuda_ext, *(to_device(a, "float32") for a in (x, w, dy)), attrs,
-              algorithm=algorithm)
+  ours = _run(cuda_ext, *(to_device(a, "float32") for a in (x, w, dy)), attrs, algorithm=algorithm)
   np.testing.assert_array_equal(_host(ours["forward"]), oracle.forward(x, w))
 
 

@@ -34,15 +34,20 @@ def conv2d_and_grads(x, w, dy, strides, padding, dilations, data_format):
   xn = xn.detach().clone().requires_grad_(True)
   wo = w.permute(3, 2, 0, 1).detach().clone().requires_grad_(True)
   groups = xn.shape[1] // w.shape[2]
-  t, b, l, r = tf_pads(xn.shape[2], xn.shape[3], w.shape[0], w.shape[1], strides, dilations,
-                       padding)
-  y = F.conv2d(F.pad(xn, (l, r, t, b)), wo, stride=tuple(strides), dilation=tuple(dilations),
-               groups=groups)
+  t, b, l, r = tf_pads(
+    xn.shape[2], xn.shape[3], w.shape[0], w.shape[1], strides, dilations, padding
+  )
+  y = F.conv2d(
+    F.pad(xn, (l, r, t, b)), wo, stride=tuple(strides), dilation=tuple(dilations), groups=groups
+  )
   dyn = dy if data_format == "NCHW" else dy.permute(0, 3, 1, 2)
   y.backward(dyn)
   back = (lambda a: a) if data_format == "NCHW" else (lambda a: a.permute(0, 2, 3, 1))
-  return (back(y.detach()).contiguous(), back(xn.grad).contiguous(),
-          wo.grad.permute(2, 3, 1, 0).contiguous())
+  return (
+    back(y.detach()).contiguous(),
+    back(xn.grad).contiguous(),
+    wo.grad.permute(2, 3, 1, 0).contiguous(),
+  )
 
 
 def conv2d_transpose(x, w, out_hw, stride, padding):
@@ -58,7 +63,7 @@ def conv2d_transpose(x, w, out_hw, stride, padding):
   y = F.conv_transpose2d(x, w.permute(3, 2, 0, 1), stride=stride, padding=(pt, pl))
   t, l = t - pt, l - pl
   y = F.pad(y, (0, max(l + wd - y.shape[3], 0), 0, max(t + h - y.shape[2], 0)))
-  return y[:, :, t:t + h, l:l + wd]
+  return y[:, :, t : t + h, l : l + wd]
 
 
 def conv3d_and_grads(x, w, dy, strides, pads, dilations, data_format):
@@ -71,10 +76,12 @@ def conv3d_and_grads(x, w, dy, strides, pads, dilations, data_format):
   wo = w.permute(4, 3, 0, 1, 2).detach().clone().requires_grad_(True)
   groups = xn.shape[1] // w.shape[3]
   flat = [p for pair in reversed(pads) for p in pair]  # F.pad wants the last dimension first
-  y = F.conv3d(F.pad(xn, flat), wo, stride=tuple(strides), dilation=tuple(dilations),
-               groups=groups)
+  y = F.conv3d(F.pad(xn, flat), wo, stride=tuple(strides), dilation=tuple(dilations), groups=groups)
   dyn = dy if data_format == "NCDHW" else dy.permute(0, 4, 1, 2, 3)
   y.backward(dyn)
   back = (lambda a: a) if data_format == "NCDHW" else (lambda a: a.permute(0, 2, 3, 4, 1))
-  return (back(y.detach()).contiguous(), back(xn.grad).contiguous(),
-          wo.grad.permute(2, 3, 4, 1, 0).contiguous())
+  return (
+    back(y.detach()).contiguous(),
+    back(xn.grad).contiguous(),
+    wo.grad.permute(2, 3, 4, 1, 0).contiguous(),
+  )

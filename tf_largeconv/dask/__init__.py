@@ -52,8 +52,9 @@ try:
   import dask.array
 except ImportError as e:  # pragma: no cover (the extra is installed where tests run)
   raise ImportError(
-      "tf_largeconv.dask needs the optional dependencies: pip install 'tf_largeconv[dask]' "
-      "(dask[array], distributed, zarr, tifffile)") from e
+    "tf_largeconv.dask needs the optional dependencies: pip install 'tf_largeconv[dask]' "
+    "(dask[array], distributed, zarr, tifffile)"
+  ) from e
 
 import numpy as np
 
@@ -66,10 +67,17 @@ from tf_largeconv.dask._graph import TaskMemory
 from tf_largeconv.dask._slides import open_slide
 
 
-def conv2d(input: dask.array.Array, filters: TensorLike, strides: Window, padding: Padding,
-           data_format: str | None = "NHWC", dilations: Window | None = None,
-           name: str | None = None, algorithm: str | None = "auto",
-           workspace_limit: int | None = None) -> dask.array.Array:
+def conv2d(
+  input: dask.array.Array,
+  filters: TensorLike,
+  strides: Window,
+  padding: Padding,
+  data_format: str | None = "NHWC",
+  dilations: Window | None = None,
+  name: str | None = None,
+  algorithm: str | None = "auto",
+  workspace_limit: int | None = None,
+) -> dask.array.Array:
   """A 2-D convolution of a dask array: `tf_largeconv.conv2d`, chunk by chunk, lazily.
 
   Args:
@@ -95,15 +103,30 @@ def conv2d(input: dask.array.Array, filters: TensorLike, strides: Window, paddin
       task exists.
     TypeError: an unsupported dtype, or a filter tensor of another dtype.
   """
-  return _graph.Forward(input, filters, strides, padding, data_format, dilations, algorithm,
-                        workspace_limit, name=name or "largeconv-conv2d").array()
+  return _graph.Forward(
+    input,
+    filters,
+    strides,
+    padding,
+    data_format,
+    dilations,
+    algorithm,
+    workspace_limit,
+    name=name or "largeconv-conv2d",
+  ).array()
 
 
-def depthwise_conv2d(input: dask.array.Array, filter: TensorLike, strides: Window,
-                     padding: Padding, data_format: str | None = None,
-                     dilations: Window | None = None, name: str | None = None,
-                     algorithm: str | None = "auto",
-                     workspace_limit: int | None = None) -> dask.array.Array:
+def depthwise_conv2d(
+  input: dask.array.Array,
+  filter: TensorLike,
+  strides: Window,
+  padding: Padding,
+  data_format: str | None = None,
+  dilations: Window | None = None,
+  name: str | None = None,
+  algorithm: str | None = "auto",
+  workspace_limit: int | None = None,
+) -> dask.array.Array:
   """A depthwise 2-D convolution of a dask array: `tf_largeconv.depthwise_conv2d`, chunk by
   chunk, lazily (the grouped convolution with one group per input channel).
 
@@ -127,24 +150,41 @@ def depthwise_conv2d(input: dask.array.Array, filter: TensorLike, strides: Windo
   dtype = _graph.check_input(input)
   f = _graph.as_filter_array(filter, dtype, "filter")
   if f.ndim != 4:
-    raise ValueError("filter must be 4-D [height, width, in_channels, channel_multiplier], "
-                     f"got shape {f.shape}")
+    raise ValueError(
+      f"filter must be 4-D [height, width, in_channels, channel_multiplier], got shape {f.shape}"
+    )
   depth = input.shape[3 if data_format == "NHWC" else 1]
   if f.shape[2] != depth:
-    raise ValueError(f"filter in_channels (dimension 2) {f.shape[2]} must equal the input "
-                     f"depth {depth}")
+    raise ValueError(
+      f"filter in_channels (dimension 2) {f.shape[2]} must equal the input depth {depth}"
+    )
   grouped = f.reshape(f.shape[0], f.shape[1], 1, f.shape[2] * f.shape[3])
-  return _graph.Forward(input, grouped, strides, padding, data_format, dilations, algorithm,
-                        workspace_limit, name=name or "largeconv-depthwise",
-                        filter_name="filter").array()
+  return _graph.Forward(
+    input,
+    grouped,
+    strides,
+    padding,
+    data_format,
+    dilations,
+    algorithm,
+    workspace_limit,
+    name=name or "largeconv-depthwise",
+    filter_name="filter",
+  ).array()
 
 
-def conv2d_backprop_filter(input: dask.array.Array, filter_sizes: Sequence[int],
-                           out_backprop: dask.array.Array | TensorLike, strides: Window,
-                           padding: Padding, data_format: str | None = "NHWC",
-                           dilations: Window | None = None, name: str | None = None,
-                           algorithm: str | None = "auto",
-                           workspace_limit: int | None = None) -> np.ndarray:
+def conv2d_backprop_filter(
+  input: dask.array.Array,
+  filter_sizes: Sequence[int],
+  out_backprop: dask.array.Array | TensorLike,
+  strides: Window,
+  padding: Padding,
+  data_format: str | None = "NHWC",
+  dilations: Window | None = None,
+  name: str | None = None,
+  algorithm: str | None = "auto",
+  workspace_limit: int | None = None,
+) -> np.ndarray:
   """The gradient of `conv2d` with respect to its filter, over dask arrays: what fitting a
   large filter to a slide needs.
 
@@ -174,16 +214,31 @@ def conv2d_backprop_filter(input: dask.array.Array, filter_sizes: Sequence[int],
       convolution's output.
     TypeError: an unsupported dtype.
   """
-  grad = _graph.backprop_filter(input, filter_sizes, out_backprop, strides, padding,
-                                data_format, dilations, algorithm, workspace_limit,
-                                name or "largeconv-backprop-filter")
+  grad = _graph.backprop_filter(
+    input,
+    filter_sizes,
+    out_backprop,
+    strides,
+    padding,
+    data_format,
+    dilations,
+    algorithm,
+    workspace_limit,
+    name or "largeconv-backprop-filter",
+  )
   return grad.compute()
 
 
-def task_memory(input: dask.array.Array, filters: TensorLike, strides: Window,
-                padding: Padding, data_format: str | None = "NHWC",
-                dilations: Window | None = None, algorithm: str | None = "auto",
-                workspace_limit: int | None = None) -> TaskMemory:
+def task_memory(
+  input: dask.array.Array,
+  filters: TensorLike,
+  strides: Window,
+  padding: Padding,
+  data_format: str | None = "NHWC",
+  dilations: Window | None = None,
+  algorithm: str | None = "auto",
+  workspace_limit: int | None = None,
+) -> TaskMemory:
   """The memory of the largest task `conv2d` would run, for sizing chunks and workers.
 
   Args:
@@ -194,9 +249,16 @@ def task_memory(input: dask.array.Array, filters: TensorLike, strides: Window,
     A `TaskMemory`: window_bytes, output_bytes, workspace_bytes, input_bytes, and total
     (= window + output + workspace, what the task allocates).
   """
-  return _graph.Forward(input, filters, strides, padding, data_format, dilations, algorithm,
-                        workspace_limit).task_memory()
+  return _graph.Forward(
+    input, filters, strides, padding, data_format, dilations, algorithm, workspace_limit
+  ).task_memory()
 
 
-__all__ = ["conv2d", "depthwise_conv2d", "conv2d_backprop_filter", "task_memory",
-           "TaskMemory", "open_slide"]
+__all__ = [
+  "conv2d",
+  "depthwise_conv2d",
+  "conv2d_backprop_filter",
+  "task_memory",
+  "TaskMemory",
+  "open_slide",
+]

@@ -64,37 +64,90 @@ _DEFAULT_CHUNK = 2048
 
 
 def _parser():
-  p = argparse.ArgumentParser(prog="python -m tf_largeconv.dask", description=DESCRIPTION,
-                              epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+  p = argparse.ArgumentParser(
+    prog="python -m tf_largeconv.dask",
+    description=DESCRIPTION,
+    epilog=EPILOG,
+    formatter_class=argparse.RawDescriptionHelpFormatter,
+  )
   p.add_argument("input", metavar="INPUT", help="slide to read: TIFF, zarr or .npy")
   p.add_argument("output", metavar="OUTPUT", help="zarr directory to write")
-  p.add_argument("--filter", required=True, metavar="FILTER.npy",
-                 help="filter weights, h x w or h x w x C x OUT (numpy .npy)")
-  p.add_argument("--padding", default="same", type=str.lower, choices=("same", "valid"),
-                 help="same (default): output covers the whole slide, zeros assumed outside "
-                      "it; valid: only where the filter fits inside the slide")
-  p.add_argument("--strides", type=int, default=1, metavar="N",
-                 help="keep every N-th output row and column (default 1)")
-  p.add_argument("--dilations", type=int, default=1, metavar="N",
-                 help="spread the filter taps N pixels apart (default 1)")
-  p.add_argument("--chunk", type=int, default=_DEFAULT_CHUNK, metavar="N",
-                 help=f"rows and columns per task (default {_DEFAULT_CHUNK}; rounded up to "
-                      f"a multiple of --strides)")
-  p.add_argument("--scheduler", metavar="ADDRESS",
-                 help="address of a running dask.distributed scheduler, e.g. "
-                      "tcp://10.0.0.5:8786 (default: run on this machine)")
-  p.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
-                 help="how long to try reaching the scheduler (default 10)")
-  p.add_argument("--level", type=int, default=0,
-                 help="TIFF pyramid level to read (default 0, full resolution)")
-  p.add_argument("--channels-first", action="store_true",
-                 help="a 3-D slide is C x H x W (default H x W x C); the output follows")
-  p.add_argument("--dtype", default="float32", choices=("float32", "float64"),
-                 help="arithmetic and output type (default float32)")
-  p.add_argument("--algorithm", default="auto", choices=("auto", "direct", "fft"),
-                 help="the op's algorithm (default auto: the planner's choice)")
-  p.add_argument("--workspace-limit", type=float, default=None, metavar="MiB",
-                 help="scratch memory per task in MiB (default 64)")
+  p.add_argument(
+    "--filter",
+    required=True,
+    metavar="FILTER.npy",
+    help="filter weights, h x w or h x w x C x OUT (numpy .npy)",
+  )
+  p.add_argument(
+    "--padding",
+    default="same",
+    type=str.lower,
+    choices=("same", "valid"),
+    help="same (default): output covers the whole slide, zeros assumed outside "
+    "it; valid: only where the filter fits inside the slide",
+  )
+  p.add_argument(
+    "--strides",
+    type=int,
+    default=1,
+    metavar="N",
+    help="keep every N-th output row and column (default 1)",
+  )
+  p.add_argument(
+    "--dilations",
+    type=int,
+    default=1,
+    metavar="N",
+    help="spread the filter taps N pixels apart (default 1)",
+  )
+  p.add_argument(
+    "--chunk",
+    type=int,
+    default=_DEFAULT_CHUNK,
+    metavar="N",
+    help=f"rows and columns per task (default {_DEFAULT_CHUNK}; rounded up to "
+    f"a multiple of --strides)",
+  )
+  p.add_argument(
+    "--scheduler",
+    metavar="ADDRESS",
+    help="address of a running dask.distributed scheduler, e.g. "
+    "tcp://10.0.0.5:8786 (default: run on this machine)",
+  )
+  p.add_argument(
+    "--timeout",
+    type=float,
+    default=10.0,
+    metavar="SECONDS",
+    help="how long to try reaching the scheduler (default 10)",
+  )
+  p.add_argument(
+    "--level", type=int, default=0, help="TIFF pyramid level to read (default 0, full resolution)"
+  )
+  p.add_argument(
+    "--channels-first",
+    action="store_true",
+    help="a 3-D slide is C x H x W (default H x W x C); the output follows",
+  )
+  p.add_argument(
+    "--dtype",
+    default="float32",
+    choices=("float32", "float64"),
+    help="arithmetic and output type (default float32)",
+  )
+  p.add_argument(
+    "--algorithm",
+    default="auto",
+    choices=("auto", "direct", "fft"),
+    help="the op's algorithm (default auto: the planner's choice)",
+  )
+  p.add_argument(
+    "--workspace-limit",
+    type=float,
+    default=None,
+    metavar="MiB",
+    help="scratch memory per task in MiB (default 64)",
+  )
   p.add_argument("--overwrite", action="store_true", help="replace OUTPUT if it exists")
   return p
 
@@ -102,14 +155,16 @@ def _parser():
 def _connect(address, timeout):
   """A distributed Client for `address`, or SystemExit with a clear message."""
   import distributed
+
   try:
     return distributed.Client(address, timeout=timeout, set_as_default=True)
   except (OSError, TimeoutError, ValueError) as e:
     raise SystemExit(
-        f"error: --scheduler {address}: could not reach a dask scheduler there within "
-        f"{timeout:g} s ({type(e).__name__}: {e}). Check the address (e.g. "
-        f"tcp://HOST:8786, printed by `dask scheduler`), or leave --scheduler out to run on "
-        f"this machine.") from None
+      f"error: --scheduler {address}: could not reach a dask scheduler there within "
+      f"{timeout:g} s ({type(e).__name__}: {e}). Check the address (e.g. "
+      f"tcp://HOST:8786, printed by `dask scheduler`), or leave --scheduler out to run on "
+      f"this machine."
+    ) from None
 
 
 def _mib(n):
@@ -125,26 +180,39 @@ def build(args):
   import numpy as np
 
   import tf_largeconv.dask as ldask
+
   if args.strides < 1 or args.dilations < 1 or args.chunk < 1:
     raise ValueError("--strides, --dilations and --chunk must be positive")
   chunk = -(-args.chunk // args.strides) * args.strides
-  slide = ldask.open_slide(args.input, chunk=chunk, level=args.level,
-                           channels_first=args.channels_first)
+  slide = ldask.open_slide(
+    args.input, chunk=chunk, level=args.level, channels_first=args.channels_first
+  )
   if not os.path.isfile(args.filter):
     raise FileNotFoundError(f"no such filter file: {args.filter}")
   weights = np.load(args.filter)
   if weights.ndim not in (2, 4):
-    raise ValueError(f"--filter {args.filter} has shape {weights.shape}: it must be h x w "
-                     f"(each channel separately) or h x w x C x OUT")
+    raise ValueError(
+      f"--filter {args.filter} has shape {weights.shape}: it must be h x w "
+      f"(each channel separately) or h x w x C x OUT"
+    )
   dtype = np.dtype(args.dtype)
   if slide.dtype != dtype:
     slide = slide.astype(dtype)
   fmt = "NCHW" if args.channels_first else "NHWC"
-  x = slide[None] if slide.ndim == 3 else (slide[None, None] if args.channels_first
-                                           else slide[None, ..., None])
+  x = (
+    slide[None]
+    if slide.ndim == 3
+    else (slide[None, None] if args.channels_first else slide[None, ..., None])
+  )
   limit = None if args.workspace_limit is None else int(args.workspace_limit * 2**20)
-  kwargs = dict(strides=args.strides, padding=args.padding.upper(), data_format=fmt,
-                dilations=args.dilations, algorithm=args.algorithm, workspace_limit=limit)
+  kwargs = dict(
+    strides=args.strides,
+    padding=args.padding.upper(),
+    data_format=fmt,
+    dilations=args.dilations,
+    algorithm=args.algorithm,
+    workspace_limit=limit,
+  )
   if weights.ndim == 2:
     channels = x.shape[1 if args.channels_first else 3]
     w = np.broadcast_to(weights[:, :, None, None], weights.shape + (channels, 1))
@@ -168,11 +236,14 @@ def main(argv=None):
     y, memory, tasks = build(args)
   except (ValueError, TypeError, FileNotFoundError) as e:
     parser.error(str(e))
-  print(f"{args.input}: output {'x'.join(map(str, y.shape))} {y.dtype} in {tasks} chunks of "
-        f"up to {'x'.join(str(max(c)) for c in y.chunks)}; memory per task up to "
-        f"{_mib(memory.total)} (window {_mib(memory.window_bytes)} + output "
-        f"{_mib(memory.output_bytes)} + workspace {_mib(memory.workspace_bytes)}), input "
-        f"chunks held {_mib(memory.input_bytes)}", flush=True)
+  print(
+    f"{args.input}: output {'x'.join(map(str, y.shape))} {y.dtype} in {tasks} chunks of "
+    f"up to {'x'.join(str(max(c)) for c in y.chunks)}; memory per task up to "
+    f"{_mib(memory.total)} (window {_mib(memory.window_bytes)} + output "
+    f"{_mib(memory.output_bytes)} + workspace {_mib(memory.workspace_bytes)}), input "
+    f"chunks held {_mib(memory.input_bytes)}",
+    flush=True,
+  )
   client = _connect(args.scheduler, args.timeout) if args.scheduler else None
   if args.overwrite and os.path.isdir(args.output):
     shutil.rmtree(args.output)
@@ -183,10 +254,12 @@ def main(argv=None):
     store = y.to_zarr(args.output, compute=False, config={"write_empty_chunks": True})
     if client is None:
       from dask.diagnostics import ProgressBar
+
       with ProgressBar():
         store.compute()
     else:
       import distributed
+
       future = client.compute(store)
       distributed.progress(future)
       future.result()

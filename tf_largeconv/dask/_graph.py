@@ -31,8 +31,11 @@ _CORE = _loader.core()
 SPLIT_EVERY = 8
 
 
-class TaskMemory(collections.namedtuple(
-    "TaskMemory", ["window_bytes", "output_bytes", "workspace_bytes", "input_bytes"])):
+class TaskMemory(
+  collections.namedtuple(
+    "TaskMemory", ["window_bytes", "output_bytes", "workspace_bytes", "input_bytes"]
+  )
+):
   """Memory of the largest task of a dask convolution, in bytes.
 
   Attributes:
@@ -69,15 +72,14 @@ def check_input(x, name="input"):
   """
   if not isinstance(x, da.Array):
     raise ValueError(
-        f"{name} must be a 4-D dask array (dask.array.Array), got {type(x).__name__}; "
-        f"wrap an array with dask.array.from_array, or use tf_largeconv for in-memory "
-        f"tensors")
+      f"{name} must be a 4-D dask array (dask.array.Array), got {type(x).__name__}; "
+      f"wrap an array with dask.array.from_array, or use tf_largeconv for in-memory "
+      f"tensors"
+    )
   if x.ndim != 4:
-    raise ValueError(f"{name} must be a 4-D dask array in data_format order, got shape "
-                     f"{x.shape}")
+    raise ValueError(f"{name} must be a 4-D dask array in data_format order, got shape {x.shape}")
   if any(math.isnan(c) for chunks in x.chunks for c in chunks):
-    raise ValueError(f"{name} has unknown chunk sizes; call {name}.compute_chunk_sizes() "
-                     f"first")
+    raise ValueError(f"{name} has unknown chunk sizes; call {name}.compute_chunk_sizes() first")
   try:
     supported = tf.as_dtype(x.dtype) in _args.FLOAT_DTYPES
   except TypeError:
@@ -92,16 +94,24 @@ def as_filter_array(filters, dtype, name):
   tensor must already have it, as for the in-memory op."""
   if isinstance(filters, (tf.Tensor, tf.Variable)):
     if filters.dtype != tf.as_dtype(dtype):
-      raise TypeError(f"{name} must have the same dtype as input ({np.dtype(dtype).name}), "
-                      f"got {filters.dtype.name}")
+      raise TypeError(
+        f"{name} must have the same dtype as input ({np.dtype(dtype).name}), "
+        f"got {filters.dtype.name}"
+      )
     return np.asarray(filters.numpy())
   return np.asarray(filters, dtype=dtype)
 
 
 def _geometry(input_shape, filter_shape, attrs):
-  return _CORE.geometry([int(v) for v in input_shape], [int(v) for v in filter_shape],
-                        attrs["strides"], attrs["padding"], attrs["explicit_paddings"],
-                        attrs["data_format"], attrs["dilations"])
+  return _CORE.geometry(
+    [int(v) for v in input_shape],
+    [int(v) for v in filter_shape],
+    attrs["strides"],
+    attrs["padding"],
+    attrs["explicit_paddings"],
+    attrs["data_format"],
+    attrs["dilations"],
+  )
 
 
 def _spatial_axes(data_format):
@@ -127,8 +137,10 @@ def output_chunks(in_chunks, stride, out_size):
 def _windows(out_chunks, stride, pad_before, extent):
   """The input rows [start, stop) each output chunk reads (see the module docstring)."""
   edges = _edges(out_chunks)
-  return [(o0 * stride - pad_before, (o1 - 1) * stride - pad_before + extent)
-          for o0, o1 in zip(edges[:-1], edges[1:])]
+  return [
+    (o0 * stride - pad_before, (o1 - 1) * stride - pad_before + extent)
+    for o0, o1 in zip(edges[:-1], edges[1:])
+  ]
 
 
 def _overlaps(edges, start, stop):
@@ -165,9 +177,9 @@ class Blocks:
     edges = [_edges(c) for c in x.chunks]
     per_axis = [[_overlaps(e, a, b) for a, b in wins] for e, wins in zip(edges, windows)]
     itemsize = x.dtype.itemsize
-    self.blocks = []      # (block index, Window, piece keys)
+    self.blocks = []  # (block index, Window, piece keys)
     self.input_bytes = []  # per block, the bytes of its pieces
-    self.strips = {}      # strip key: task
+    self.strips = {}  # strip key: task
     strip_keys = {}
     for idx in itertools.product(*(range(len(w)) for w in windows)):
       spans = [windows[axis][i] for axis, i in enumerate(idx)]
@@ -182,8 +194,9 @@ class Blocks:
         src = tuple(p[1] for p in parts)
         dst = tuple(p[2] for p in parts)
         key = (x.name,) + chunk
-        if any(sl.stop - sl.start != x.chunks[axis][j]
-               for axis, (j, sl) in enumerate(zip(chunk, src))):
+        if any(
+          sl.stop - sl.start != x.chunks[axis][j] for axis, (j, sl) in enumerate(zip(chunk, src))
+        ):
           bounds = tuple((sl.start, sl.stop) for sl in src)
           if (key, bounds) not in strip_keys:
             strip = (f"{name}-halo", len(self.strips))
@@ -208,8 +221,9 @@ def _check_windows(shapes, filter_shape, attrs, dtype):
       continue  # an empty batch chunk: nothing to plan
     p = planning.plan_from_attrs(window_shape, filter_shape, valid, dtype, num_threads=1)
     if tuple(p.output_shape) != tuple(out_shape):
-      raise AssertionError(f"tf_largeconv.dask: window {window_shape} gives "
-                           f"{p.output_shape}, expected {out_shape}")
+      raise AssertionError(
+        f"tf_largeconv.dask: window {window_shape} gives {p.output_shape}, expected {out_shape}"
+      )
 
 
 def workspace_bound(attrs):
@@ -220,15 +234,29 @@ def workspace_bound(attrs):
 class Forward:
   """A validated forward convolution over a dask input, and its graph."""
 
-  def __init__(self, x, filters, strides, padding, data_format, dilations, algorithm,
-               workspace_limit, name="largeconv-conv2d", filter_name="filters"):
+  def __init__(
+    self,
+    x,
+    filters,
+    strides,
+    padding,
+    data_format,
+    dilations,
+    algorithm,
+    workspace_limit,
+    name="largeconv-conv2d",
+    filter_name="filters",
+  ):
     self.dtype = check_input(x)
-    self.attrs = _args.conv_attrs(strides, padding, data_format, dilations, algorithm,
-                                  workspace_limit)
+    self.attrs = _args.conv_attrs(
+      strides, padding, data_format, dilations, algorithm, workspace_limit
+    )
     self.filters = as_filter_array(filters, self.dtype, filter_name)
     if self.filters.ndim != 4:
-      raise ValueError(f"{filter_name} must be 4-D [height, width, in_channels / groups, "
-                       f"out_channels], got shape {self.filters.shape}")
+      raise ValueError(
+        f"{filter_name} must be 4-D [height, width, in_channels / groups, "
+        f"out_channels], got shape {self.filters.shape}"
+      )
     geom = _geometry(x.shape, self.filters.shape, self.attrs)
     fmt = self.attrs["data_format"]
     c_axis = _args.channel_index(fmt)
@@ -248,8 +276,12 @@ class Forward:
     self.out_chunks = tuple(out_chunks)
     self.name = f"{name}-{tokenize(x, self.filters, sorted(self.attrs.items()))}"
     self.blocks = Blocks(x, windows, self.name)
-    _check_windows({(w.shape, self.out_shape(idx)) for idx, w, _ in self.blocks.blocks},
-                   self.filters.shape, self.attrs, self.dtype)
+    _check_windows(
+      {(w.shape, self.out_shape(idx)) for idx, w, _ in self.blocks.blocks},
+      self.filters.shape,
+      self.attrs,
+      self.dtype,
+    )
 
   def out_shape(self, idx):
     return tuple(self.out_chunks[axis][i] for axis, i in enumerate(idx))
@@ -259,9 +291,12 @@ class Forward:
     itemsize = self.dtype.itemsize
     best = None
     for (idx, window, _), held in zip(self.blocks.blocks, self.blocks.input_bytes):
-      m = TaskMemory(math.prod(window.shape) * itemsize,
-                     math.prod(self.out_shape(idx)) * itemsize,
-                     workspace_bound(self.attrs), held)
+      m = TaskMemory(
+        math.prod(window.shape) * itemsize,
+        math.prod(self.out_shape(idx)) * itemsize,
+        workspace_bound(self.attrs),
+        held,
+      )
       if best is None or (m.total, m.input_bytes) > (best.total, best.input_bytes):
         best = m
     return best
@@ -284,20 +319,35 @@ def _filter_sizes(filter_sizes):
     sizes = list(filter_sizes)
   except TypeError:
     sizes = None
-  if (sizes is None or len(sizes) != 4 or
-      not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 0
-              for v in sizes)):
-    raise ValueError(f"filter_sizes must be 4 non-negative ints [height, width, "
-                     f"in_channels / groups, out_channels], got {filter_sizes!r}")
+  if (
+    sizes is None
+    or len(sizes) != 4
+    or not all(
+      isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 0 for v in sizes
+    )
+  ):
+    raise ValueError(
+      f"filter_sizes must be 4 non-negative ints [height, width, "
+      f"in_channels / groups, out_channels], got {filter_sizes!r}"
+    )
   return [int(v) for v in sizes]
 
 
-def backprop_filter(x, filter_sizes, out_backprop, strides, padding, data_format, dilations,
-                    algorithm, workspace_limit, name):
+def backprop_filter(
+  x,
+  filter_sizes,
+  out_backprop,
+  strides,
+  padding,
+  data_format,
+  dilations,
+  algorithm,
+  workspace_limit,
+  name,
+):
   """The filter gradient over dask arrays, as a one-chunk dask array (see __init__)."""
   dtype = check_input(x)
-  attrs = _args.conv_attrs(strides, padding, data_format, dilations, algorithm,
-                           workspace_limit)
+  attrs = _args.conv_attrs(strides, padding, data_format, dilations, algorithm, workspace_limit)
   filter_sizes = _filter_sizes(filter_sizes)
   geom = _geometry(x.shape, filter_sizes, attrs)
   out_shape = tuple(geom["output_shape"])
@@ -316,8 +366,9 @@ def backprop_filter(x, filter_sizes, out_backprop, strides, padding, data_format
         chunks[axis] = output_chunks(x.chunks[axis], geom[f"stride_{dim}"], geom[f"out_{dim}"])
       dy = da.from_array(dy, chunks=tuple(chunks))
   if tuple(dy.shape) != out_shape:
-    raise ValueError(f"out_backprop must have the convolution's output shape {out_shape}, got "
-                     f"{tuple(dy.shape)}")
+    raise ValueError(
+      f"out_backprop must have the convolution's output shape {out_shape}, got {tuple(dy.shape)}"
+    )
   check_input(dy, "out_backprop")
   if dy.dtype != dtype:
     dy = dy.astype(dtype)
@@ -334,8 +385,12 @@ def backprop_filter(x, filter_sizes, out_backprop, strides, padding, data_format
   name = f"{name}-{token}"
   blocks = Blocks(x, windows, name)
   compute_dtype = np.dtype(np.float32) if dtype.itemsize < 4 else dtype
-  _check_windows({(w.shape, tuple(dy.chunks[a][i] for a, i in enumerate(idx)))
-                  for idx, w, _ in blocks.blocks}, filter_sizes, attrs, compute_dtype)
+  _check_windows(
+    {(w.shape, tuple(dy.chunks[a][i] for a, i in enumerate(idx))) for idx, w, _ in blocks.blocks},
+    filter_sizes,
+    attrs,
+    compute_dtype,
+  )
 
   spec_key = f"{name}-spec"
   layer = dict(blocks.strips)
@@ -348,12 +403,13 @@ def backprop_filter(x, filter_sizes, out_backprop, strides, padding, data_format
   depth = 0
   while len(level) > 1:
     level_name = f"{name}-sum{depth}"
-    groups = [level[i:i + SPLIT_EVERY] for i in range(0, len(level), SPLIT_EVERY)]
+    groups = [level[i : i + SPLIT_EVERY] for i in range(0, len(level), SPLIT_EVERY)]
     for i, group in enumerate(groups):
       layer[(level_name, i)] = (_tasks.add, group)
     level = [(level_name, i) for i in range(len(groups))]
     depth += 1
   layer[(name, 0, 0, 0, 0)] = (_tasks.cast, level[0], dtype)
   graph = HighLevelGraph.from_collections(name, layer, dependencies=[x, dy])
-  return da.Array(graph, name, chunks=tuple((s,) for s in filter_sizes),
-                  meta=np.empty((0,) * 4, dtype))
+  return da.Array(
+    graph, name, chunks=tuple((s,) for s in filter_sizes), meta=np.empty((0,) * 4, dtype)
+  )

@@ -44,8 +44,12 @@ class FileArray:
 
   def __dask_tokenize__(self):
     st = os.stat(self.path)
-    return (type(self).__name__, sorted(dict(self.__dict__, _array=None).items()),
-            st.st_size, st.st_mtime_ns)
+    return (
+      type(self).__name__,
+      sorted(dict(self.__dict__, _array=None).items()),
+      st.st_size,
+      st.st_mtime_ns,
+    )
 
 
 class NpyFile(FileArray):
@@ -66,12 +70,14 @@ class TiffLevel(FileArray):
   def _load(self):
     import tifffile
     import zarr
+
     store = tifffile.imread(self.path, aszarr=True, series=self.series, level=self.level)
     return zarr.open(store, mode="r")
 
 
 def _zarr_array(path):
   import zarr
+
   node = zarr.open(path, mode="r")
   if isinstance(node, zarr.Array):
     return node
@@ -80,12 +86,15 @@ def _zarr_array(path):
     return arrays["0"]
   if len(arrays) == 1:
     return next(iter(arrays.values()))
-  raise ValueError(f"{path} is a zarr group with arrays {sorted(arrays)}: give the path of "
-                   f"one array (e.g. {path}/{sorted(arrays)[0] if arrays else 'NAME'})")
+  raise ValueError(
+    f"{path} is a zarr group with arrays {sorted(arrays)}: give the path of "
+    f"one array (e.g. {path}/{sorted(arrays)[0] if arrays else 'NAME'})"
+  )
 
 
-def open_slide(path: str, chunk: int = 2048, level: int = 0,
-               channels_first: bool = False) -> da.Array:
+def open_slide(
+  path: str, chunk: int = 2048, level: int = 0, channels_first: bool = False
+) -> da.Array:
   """Opens a slide on disk as a lazy dask array, chunked `chunk` x `chunk` in its image
   axes (all of a channel axis in one chunk). Nothing is read until it is computed.
 
@@ -117,11 +126,15 @@ def open_slide(path: str, chunk: int = 2048, level: int = 0,
   elif os.path.isdir(path):
     source = _zarr_array(path)
   else:
-    raise ValueError(f"cannot read {path}: expected a TIFF file ({', '.join(TIFF_SUFFIXES)}), "
-                     f"a zarr directory or a .npy file")
+    raise ValueError(
+      f"cannot read {path}: expected a TIFF file ({', '.join(TIFF_SUFFIXES)}), "
+      f"a zarr directory or a .npy file"
+    )
   if len(source.shape) not in (2, 3):
-    raise ValueError(f"{path} holds an array of shape {tuple(source.shape)}; a slide is 2-D "
-                     f"(H x W) or 3-D (H x W x C, or C x H x W)")
+    raise ValueError(
+      f"{path} holds an array of shape {tuple(source.shape)}; a slide is 2-D "
+      f"(H x W) or 3-D (H x W x C, or C x H x W)"
+    )
   chunks: tuple[int, ...] = (chunk, chunk)
   if len(source.shape) == 3:
     chunks = (-1,) + chunks if channels_first else chunks + (-1,)

@@ -57,10 +57,12 @@ def setup_process():
       except RuntimeError:
         if tf.config.threading.get_intra_op_parallelism_threads() != threads:
           warnings.warn(
-              f"tf_largeconv.dask: TensorFlow was initialised in this worker before the "
-              f"first convolution task, so its intra-op pool was not set to the worker's "
-              f"{threads} thread(s); tasks may oversubscribe the cores", RuntimeWarning,
-              stacklevel=2)
+            f"tf_largeconv.dask: TensorFlow was initialised in this worker before the "
+            f"first convolution task, so its intra-op pool was not set to the worker's "
+            f"{threads} thread(s); tasks may oversubscribe the cores",
+            RuntimeWarning,
+            stacklevel=2,
+          )
     _setup_done = True
 
 
@@ -70,7 +72,7 @@ def aligned_empty(shape, dtype):
   nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
   raw = np.empty(nbytes + _ALIGN, np.uint8)
   start = (-raw.ctypes.data) % _ALIGN
-  return raw[start:start + nbytes].view(dtype).reshape(shape)
+  return raw[start : start + nbytes].view(dtype).reshape(shape)
 
 
 _thread_buffers = threading.local()
@@ -90,13 +92,18 @@ def window_buffer(shape, dtype):
     raw = np.empty(nbytes + _ALIGN, np.uint8)
     _thread_buffers.raw = raw
   start = (-raw.ctypes.data) % _ALIGN
-  return raw[start:start + nbytes].view(dtype).reshape(shape)
+  return raw[start : start + nbytes].view(dtype).reshape(shape)
 
 
 def as_tensor(a):
   """`a` as a tensor, sharing its memory where it can (aligned, contiguous, writeable)."""
-  if (a.dtype in _DLPACK_DTYPES and a.size and a.flags.c_contiguous and a.flags.writeable
-      and a.ctypes.data % _ALIGN == 0):
+  if (
+    a.dtype in _DLPACK_DTYPES
+    and a.size
+    and a.flags.c_contiguous
+    and a.flags.writeable
+    and a.ctypes.data % _ALIGN == 0
+  ):
     return tf.experimental.dlpack.from_dlpack(a.__dlpack__())
   return tf.convert_to_tensor(a)
 
@@ -177,9 +184,14 @@ class ConvSpec:
   def conv_kwargs(self):
     """The in-memory op's arguments for a window: the same attributes, padding VALID."""
     a = self.attrs
-    return dict(strides=a["strides"], padding="VALID", data_format=a["data_format"],
-                dilations=a["dilations"], algorithm=a["algorithm"],
-                workspace_limit=None if a["workspace_limit"] < 0 else a["workspace_limit"])
+    return dict(
+      strides=a["strides"],
+      padding="VALID",
+      data_format=a["data_format"],
+      dilations=a["dilations"],
+      algorithm=a["algorithm"],
+      workspace_limit=None if a["workspace_limit"] < 0 else a["workspace_limit"],
+    )
 
 
 def take(chunk, index):
@@ -202,12 +214,17 @@ def backprop_filter(spec, window, chunks, out_backprop):
   setup_process()
   x = as_tensor(window.assemble(chunks, spec.dtype))
   dy = out_backprop
-  if not (dy.dtype == spec.dtype and dy.flags.c_contiguous and dy.flags.writeable
-          and dy.ctypes.data % _ALIGN == 0):
+  if not (
+    dy.dtype == spec.dtype
+    and dy.flags.c_contiguous
+    and dy.flags.writeable
+    and dy.ctypes.data % _ALIGN == 0
+  ):
     dy = aligned_empty(out_backprop.shape, spec.dtype)
     dy[...] = out_backprop
-  dw = tf_largeconv.conv2d_backprop_filter(x, spec.filter_sizes, as_tensor(dy),
-                                           **spec.conv_kwargs())
+  dw = tf_largeconv.conv2d_backprop_filter(
+    x, spec.filter_sizes, as_tensor(dy), **spec.conv_kwargs()
+  )
   return dw.numpy().astype(np.float64)
 
 

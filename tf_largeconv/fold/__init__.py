@@ -41,8 +41,7 @@ from tf_largeconv.fold._reparameterize import reparameterize
 from tf_largeconv.fold._report import FoldReport
 from tf_largeconv.fold._report import FoldWarning
 
-__all__ = ["Flavour", "FoldReport", "FoldWarning", "FoldedBlockBase", "fold",
-           "reparameterize"]
+__all__ = ["Flavour", "FoldReport", "FoldWarning", "FoldedBlockBase", "fold", "reparameterize"]
 
 # The kernel composition on its own, for the tests that check it against a dense reference.
 _compose_kernels = _kernels.compose_kernels

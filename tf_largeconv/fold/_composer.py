@@ -29,8 +29,9 @@ class Composer:
   node carry a non-linear activation (reparameterize moves it to the Large layer).
   """
 
-  def __init__(self, read, dtype, in_size, known, exact=True, count=False,
-               final_activation_ok=False):
+  def __init__(
+    self, read, dtype, in_size, known, exact=True, count=False, final_activation_ok=False
+  ):
     self.read, self.dtype, self.in_size, self.known = read, dtype, tuple(in_size), known
     self.exact, self.count = exact, count
     self.final_activation_ok = final_activation_ok
@@ -61,17 +62,20 @@ class Composer:
         raise _layer_kinds.not_linear(layer)
       self.activation = act
     if len(node.outputs) != 1:
-      raise _report.Unfoldable(f"{_graph.describe(layer)} has {len(node.outputs)} outputs: "
-                               "fold needs one tensor per layer")
+      raise _report.Unfoldable(
+        f"{_graph.describe(layer)} has {len(node.outputs)} outputs: fold needs one tensor per layer"
+      )
 
     def resolve(v):
       return states[v.id] if isinstance(v, _graph.Ref) else v
 
-    operands = ([resolve(v) for v in tf.nest.flatten(node.args)] +
-                [resolve(v) for v in tf.nest.flatten(node.kwargs) if isinstance(v, _graph.Ref)])
+    operands = [resolve(v) for v in tf.nest.flatten(node.args)] + [
+      resolve(v) for v in tf.nest.flatten(node.kwargs) if isinstance(v, _graph.Ref)
+    ]
     if kind not in _layers.TAKES_CONSTANTS and not isinstance(operands[0], _affine.Affine):
-      raise _report.Unfoldable(f"{_graph.describe(layer)}: its first argument is not a graph "
-                               "tensor")
+      raise _report.Unfoldable(
+        f"{_graph.describe(layer)}: its first argument is not a graph tensor"
+      )
     return _layers.HANDLERS[kind](self, layer, operands)
 
   # -- the steps the layer handlers build on -------------------------------------------
@@ -93,19 +97,24 @@ class Composer:
     issue = t.border_issue(pads, self.in_size)
     if issue is None:
       return
-    message = (f"{desc} pads its input ({how}), but {issue}: at the border the block is "
-               "not one convolution")
+    message = (
+      f"{desc} pads its input ({how}), but {issue}: at the border the block is not one convolution"
+    )
     if self.exact:
-      raise ValueError(message + ". fold(block, exact=False) folds it anyway and counts "
-                       "the output pixels that differ")
+      raise ValueError(
+        message + ". fold(block, exact=False) folds it anyway and counts "
+        "the output pixels that differ"
+      )
     self.reasons.append(message)
 
   def spatial(self, layer, t, w, groups, strides, padding, bias=None, dilation=(1, 1)):
     """t -> conv(t, w) (+ bias) for a Keras convolution's kernel, strides and padding."""
     desc = _graph.describe(layer)
     if tuple(strides) != (1, 1) and not self.known:
-      raise ValueError(f"{desc} has strides {tuple(strides)}: a strided fold needs the "
-                       "block's input height and width (pass input_size=(height, width))")
+      raise ValueError(
+        f"{desc} has strides {tuple(strides)}: a strided fold needs the "
+        "block's input height and width (pass input_size=(height, width))"
+      )
     w = _kernels.dilate(tf.cast(w, self.dtype), dilation)
     kh, kw = w.shape[:2]
     pads, size = _geometry.geometry(t.size, (kh, kw), strides, padding.upper())
@@ -120,13 +129,18 @@ class Composer:
     if bias is not None:
       out_bias = bias if out_bias is None else out_bias + bias
     stride = (t.stride[0] * strides[0], t.stride[1] * strides[1])
-    return _affine.Affine(kernel=kernel, groups=g, bias=out_bias,
-                          offset=(t.offset[0] + pads[0], t.offset[1] + pads[2]), size=size,
-                          stride=stride,
-                          bias_from=t.bias_from or (desc if bias is not None else None),
-                          spill_from=desc if (kh > 1 or kw > 1) else t.spill_from,
-                          stride_from=desc if tuple(strides) != (1, 1) else t.stride_from,
-                          err=err)
+    return _affine.Affine(
+      kernel=kernel,
+      groups=g,
+      bias=out_bias,
+      offset=(t.offset[0] + pads[0], t.offset[1] + pads[2]),
+      size=size,
+      stride=stride,
+      bias_from=t.bias_from or (desc if bias is not None else None),
+      spill_from=desc if (kh > 1 or kw > 1) else t.spill_from,
+      stride_from=desc if tuple(strides) != (1, 1) else t.stride_from,
+      err=err,
+    )
 
   def scaled(self, layer, t, scale=None, shift=None):
     """t * scale + shift, per channel (scale and shift: tensors, or None)."""
@@ -138,8 +152,12 @@ class Composer:
       bias = shift if bias is None else bias + shift
     err = t.err if t.err is None or scale is None else t.err * scale
     return dataclasses.replace(
-        t, kernel=kernel, bias=bias, err=err,
-        bias_from=t.bias_from or (_graph.describe(layer) if shift is not None else None))
+      t,
+      kernel=kernel,
+      bias=bias,
+      err=err,
+      bias_from=t.bias_from or (_graph.describe(layer) if shift is not None else None),
+    )
 
   def combine(self, layer, terms, constant=None):
     """sum of coef * t over terms [(coef, t)] (+ a per-channel constant)."""
@@ -151,8 +169,7 @@ class Composer:
         raise ValueError(f"{desc} adds tensors of different sizes, strides or channels")
     kernels, off = _affine.aligned(states)
     g_all = math.gcd(*[t.groups for t in states]) if len(states) > 1 else first.groups
-    kernel = sum(c * _kernels.regroup(k, t.groups, g_all)
-                 for (c, t), k in zip(terms, kernels))
+    kernel = sum(c * _kernels.regroup(k, t.groups, g_all) for (c, t), k in zip(terms, kernels))
     biases = [c * t.bias for c, t in terms if t.bias is not None]
     bias = tf.add_n(biases) if biases else None
     if constant is not None:
@@ -160,11 +177,17 @@ class Composer:
       bias = const if bias is None else bias + const
     bias_from = next((t.bias_from for t in states if t.bias_from), None)
     return _affine.Affine(
-        kernel=kernel, groups=g_all, bias=bias, offset=off, size=first.size,
-        stride=first.stride, bias_from=bias_from or (desc if constant is not None else None),
-        spill_from=next((t.spill_from for t in states if t.spill_from), None),
-        stride_from=first.stride_from,
-        err=(tf.add_n([c * t.err for c, t in terms]) if self.count else None))
+      kernel=kernel,
+      groups=g_all,
+      bias=bias,
+      offset=off,
+      size=first.size,
+      stride=first.stride,
+      bias_from=bias_from or (desc if constant is not None else None),
+      spill_from=next((t.spill_from for t in states if t.spill_from), None),
+      stride_from=first.stride_from,
+      err=(tf.add_n([c * t.err for c, t in terms]) if self.count else None),
+    )
 
 
 def read64(variable):
@@ -191,11 +214,12 @@ def compose(block, read, dtype, exact, count=False, final_activation_ok=False):
       can hold).
   """
   if count and not block.known:
-    raise ValueError("exact=False counts the output pixels that differ for one input size, "
-                     "and the block's input height and width are unknown: pass "
-                     "input_size=(height, width)")
-  composer = Composer(read, dtype, block.size, block.known, exact, count,
-                      final_activation_ok)
+    raise ValueError(
+      "exact=False counts the output pixels that differ for one input size, "
+      "and the block's input height and width are unknown: pass "
+      "input_size=(height, width)"
+    )
+  composer = Composer(read, dtype, block.size, block.known, exact, count, final_activation_ok)
   state = _affine.identity(block.channels, block.size, dtype)
   if count:
     probe = np.random.default_rng(0).standard_normal((1,) + block.size + (block.channels,))

@@ -25,8 +25,9 @@ class FoldedBlockBase:
   block input (and kernel-sized tensors) are kept for the backward pass.
   """
 
-  def __init__(self, block, exact=True, input_size=None, algorithm="auto",
-               workspace_limit=None, **kwargs):
+  def __init__(
+    self, block, exact=True, input_size=None, algorithm="auto", workspace_limit=None, **kwargs
+  ):
     super().__init__(**kwargs)
     self.algorithm = _args.normalize_algorithm(algorithm)
     _args.normalize_workspace_limit(workspace_limit)
@@ -35,8 +36,9 @@ class FoldedBlockBase:
     self.exact = bool(exact)
     self.input_size = None if input_size is None else tuple(int(s) for s in input_size)
     spec = _graph.model_block(block, input_size)
-    state, composer = _composer.compose(spec, _composer.read64, tf.float64, self.exact,
-                                        count=not self.exact)
+    state, composer = _composer.compose(
+      spec, _composer.read64, tf.float64, self.exact, count=not self.exact
+    )
     self._fold_spec = (spec,) + _geometry.explicit_geometry(state, spec) + (state.stride,)
     self.fold_report = _report.report(state, composer, spec)
     self._out_channels = state.channels
@@ -56,12 +58,17 @@ class FoldedBlockBase:
       # temporaries growing with the image, beyond the plan's estimate: not what a layer
       # for lean training should do by default. Under XLA, without the op library, or
       # while exporting, conv2d's portable path runs.
-      attrs = _args.conv_attrs(list(strides), padding, "NHWC", None, "auto",
-                               self.workspace_limit)
+      attrs = _args.conv_attrs(list(strides), padding, "NHWC", None, "auto", self.workspace_limit)
       y = _loader.ops().large_conv_conv2d(inputs, kernel, **attrs)
     else:
-      y = _ops.conv2d(inputs, kernel, list(strides), padding, algorithm=self.algorithm,
-                      workspace_limit=self.workspace_limit)
+      y = _ops.conv2d(
+        inputs,
+        kernel,
+        list(strides),
+        padding,
+        algorithm=self.algorithm,
+        workspace_limit=self.workspace_limit,
+      )
     return y if state.bias is None else y + state.bias
 
   def compute_output_shape(self, input_shape):
@@ -75,9 +82,13 @@ class FoldedBlockBase:
 
   def get_config(self):
     config = super().get_config()
-    config.update(block=self._serialize_block(self.block), exact=self.exact,
-                  input_size=self.input_size, algorithm=self.algorithm,
-                  workspace_limit=self.workspace_limit)
+    config.update(
+      block=self._serialize_block(self.block),
+      exact=self.exact,
+      input_size=self.input_size,
+      algorithm=self.algorithm,
+      workspace_limit=self.workspace_limit,
+    )
     return config
 
   @classmethod

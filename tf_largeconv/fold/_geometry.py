@@ -7,12 +7,16 @@ from tf_largeconv import _loader
 
 def geometry(size, kernel, strides, padding, dilations=(1, 1)):
   """(pad_top, pad_bottom, pad_left, pad_right), (out_h, out_w) of a convolution."""
-  g = _loader.core().geometry([1, int(size[0]), int(size[1]), 1],
-                              [int(kernel[0]), int(kernel[1]), 1, 1],
-                              [1, int(strides[0]), int(strides[1]), 1], padding, [], "NHWC",
-                              [1, int(dilations[0]), int(dilations[1]), 1])
-  return (g["pad_top"], g["pad_bottom"], g["pad_left"], g["pad_right"]), (g["out_h"],
-                                                                          g["out_w"])
+  g = _loader.core().geometry(
+    [1, int(size[0]), int(size[1]), 1],
+    [int(kernel[0]), int(kernel[1]), 1, 1],
+    [1, int(strides[0]), int(strides[1]), 1],
+    padding,
+    [],
+    "NHWC",
+    [1, int(dilations[0]), int(dilations[1]), 1],
+  )
+  return (g["pad_top"], g["pad_bottom"], g["pad_left"], g["pad_right"]), (g["out_h"], g["out_w"])
 
 
 def _keras_extension(state, block, mode):
@@ -20,8 +24,13 @@ def _keras_extension(state, block, mode):
   padding `mode` ('SAME' or 'VALID') and the state's stride computes the state, or None."""
   ext = []
   for a in (0, 1):
-    kh, oh, out, s, size = (state.kernel.shape[a], state.offset[a], state.size[a],
-                            state.stride[a], block.size[a])
+    kh, oh, out, s, size = (
+      state.kernel.shape[a],
+      state.offset[a],
+      state.size[a],
+      state.stride[a],
+      block.size[a],
+    )
     found = None
     for kf in range(kh, kh + 2 * abs(oh) + 2 * s + kh + 2):
       try:
@@ -57,20 +66,30 @@ def keras_geometry(state, block):
       return mode.lower(), ext
   rows = state.size[0] - (block.size[0] if state.stride[0] == 1 else 0)
   cols = state.size[1] - (block.size[1] if state.stride[1] == 1 else 0)
-  where = (f"is {rows:+d} rows and {cols:+d} columns the size of its input, reading from "
-           f"offset {tuple(-o for o in state.offset)}" if state.stride == (1, 1)
-           else f"has size {state.size} with stride {state.stride}")
-  raise ValueError(f"the output of block '{block.name}' {where}: no convolution with "
-                   "padding 'same' or 'valid' computes it (FoldedBlock, which pads "
-                   "explicitly, can)")
+  where = (
+    f"is {rows:+d} rows and {cols:+d} columns the size of its input, reading from "
+    f"offset {tuple(-o for o in state.offset)}"
+    if state.stride == (1, 1)
+    else f"has size {state.size} with stride {state.stride}"
+  )
+  raise ValueError(
+    f"the output of block '{block.name}' {where}: no convolution with "
+    "padding 'same' or 'valid' computes it (FoldedBlock, which pads "
+    "explicitly, can)"
+  )
 
 
 def explicit_geometry(state, block):
   """(explicit pads ((top, bottom), (left, right)), kernel extension) for conv2d."""
   pads, ext = [], []
   for a in (0, 1):
-    kh, oh, out, s, size = (state.kernel.shape[a], state.offset[a], state.size[a],
-                            state.stride[a], block.size[a])
+    kh, oh, out, s, size = (
+      state.kernel.shape[a],
+      state.offset[a],
+      state.size[a],
+      state.stride[a],
+      block.size[a],
+    )
     top_zeros = max(0, -oh)
     top = oh + top_zeros
     bottom = (out - 1) * s + kh + top_zeros - size - top

@@ -14,16 +14,17 @@ STAND_IN = 4096
 @dataclasses.dataclass(frozen=True)
 class Ref:
   """Stands for a graph tensor (by id) inside a node's call arguments."""
+
   id: int
 
 
 @dataclasses.dataclass
 class Node:
   layer: object
-  args: tuple       # call arguments with graph tensors replaced by Ref
+  args: tuple  # call arguments with graph tensors replaced by Ref
   kwargs: dict
-  inputs: list      # ids of the graph tensors among the arguments, in order
-  outputs: list     # ids of the output tensors
+  inputs: list  # ids of the graph tensors among the arguments, in order
+  outputs: list  # ids of the output tensors
 
 
 def describe(layer):
@@ -56,8 +57,10 @@ class Graph:
   def __init__(self, model):
     inputs, outputs = getattr(model, "inputs", None), getattr(model, "outputs", None)
     if not inputs or not outputs:
-      raise ValueError(f"model '{model.name}' is not built: give it an Input (a functional "
-                       "model, or a Sequential model starting with keras.Input)")
+      raise ValueError(
+        f"model '{model.name}' is not built: give it an Input (a functional "
+        "model, or a Sequential model starting with keras.Input)"
+      )
     self.name = model.name
     self.inputs = [id(t) for t in inputs]
     self.outputs = [id(t) for t in outputs]
@@ -82,9 +85,15 @@ class Graph:
           seen.add(id(node))
           outs = [t for t in tf.nest.flatten(node.outputs) if _is_graph_tensor(t)]
           self.tensors.update({id(t): t for t in outs + arg_tensors})
-          self.nodes.append(Node(layer, tf.nest.map_structure(_ref, args),
-                                 tf.nest.map_structure(_ref, kwargs),
-                                 [id(t) for t in arg_tensors], [id(t) for t in outs]))
+          self.nodes.append(
+            Node(
+              layer,
+              tf.nest.map_structure(_ref, args),
+              tf.nest.map_structure(_ref, kwargs),
+              [id(t) for t in arg_tensors],
+              [id(t) for t in outs],
+            )
+          )
         continue
       if not arg_tensors:
         raise ValueError(f"{describe(layer)} has no input from the model's inputs")
@@ -100,10 +109,10 @@ class Graph:
 @dataclasses.dataclass
 class Block:
   nodes: list
-  inputs: list      # [the input tensor's id]
-  outputs: list     # [the output tensor's id]
+  inputs: list  # [the input tensor's id]
+  outputs: list  # [the output tensor's id]
   channels: int
-  size: tuple       # (H, W): the real input size when known, else the stand-in
+  size: tuple  # (H, W): the real input size when known, else the stand-in
   known: bool
   name: str = "block"
 
@@ -126,23 +135,29 @@ def block_of(graph, entry, output, input_size=None, nodes=None):
   """
   shape = tuple(graph.tensors[entry].shape)
   if len(shape) != 4:
-    raise ValueError(f"fold needs a 4-D (batch, height, width, channels) input, got shape "
-                     f"{shape}")
+    raise ValueError(f"fold needs a 4-D (batch, height, width, channels) input, got shape {shape}")
   if shape[3] is None:
-    raise ValueError("fold needs the input's channel count; the block's input has shape "
-                     f"{shape}")
+    raise ValueError(f"fold needs the input's channel count; the block's input has shape {shape}")
   size = tuple(input_size) if input_size is not None else shape[1:3]
   known = all(s is not None for s in size)
   size = tuple(int(s) if s is not None else STAND_IN for s in size)
-  return Block(nodes=graph.nodes if nodes is None else nodes, inputs=[entry],
-               outputs=[output], channels=int(shape[3]), size=size, known=known,
-               name=graph.name)
+  return Block(
+    nodes=graph.nodes if nodes is None else nodes,
+    inputs=[entry],
+    outputs=[output],
+    channels=int(shape[3]),
+    size=size,
+    known=known,
+    name=graph.name,
+  )
 
 
 def model_block(model, input_size=None):
   """The block of a whole model, which must have one input and one output."""
   graph = Graph(model)
   if len(graph.inputs) != 1 or len(graph.outputs) != 1:
-    raise ValueError(f"fold needs a model with one input and one output; '{graph.name}' has "
-                     f"{len(graph.inputs)} inputs and {len(graph.outputs)} outputs")
+    raise ValueError(
+      f"fold needs a model with one input and one output; '{graph.name}' has "
+      f"{len(graph.inputs)} inputs and {len(graph.outputs)} outputs"
+    )
   return block_of(graph, graph.inputs[0], graph.outputs[0], input_size)

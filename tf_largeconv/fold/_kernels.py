@@ -56,8 +56,9 @@ def compose_kernels(a, ga, b, gb):
   # The channels between A and B in lcm parts: part p lies in A's group p // ra and B's
   # group p // rb. T[w, n, p, o]: the contribution through part p.
   a5 = tf.reshape(a, [ha, wa, na, lcm, q])
-  b5 = tf.reshape(tf.transpose(tf.reshape(b, [hb, wb, rb, q, gb, ob]), [0, 1, 4, 2, 3, 5]),
-                  [hb, wb, lcm, q, ob])
+  b5 = tf.reshape(
+    tf.transpose(tf.reshape(b, [hb, wb, rb, q, gb, ob]), [0, 1, 4, 2, 3, 5]), [hb, wb, lcm, q, ob]
+  )
   if ha == wa == 1:
     t = tf.einsum("npq,hwpqo->hwnpo", a5[0, 0], b5)
   elif hb == wb == 1:
@@ -66,8 +67,7 @@ def compose_kernels(a, ga, b, gb):
     # A as a batch of na images with C channels, correlated (full padding) with flipped B
     # as a convolution of lcm groups.
     image = tf.transpose(a, [2, 0, 1, 3])
-    filt = tf.reverse(tf.reshape(tf.transpose(b5, [0, 1, 3, 2, 4]), [hb, wb, q, lcm * ob]),
-                      [0, 1])
+    filt = tf.reverse(tf.reshape(tf.transpose(b5, [0, 1, 3, 2, 4]), [hb, wb, q, lcm * ob]), [0, 1])
     out = _ops.conv2d(image, filt, 1, [[0, 0], [hb - 1, hb - 1], [wb - 1, wb - 1], [0, 0]])
     t = tf.reshape(tf.transpose(out, [1, 2, 0, 3]), [ha + hb - 1, wa + wb - 1, na, lcm, ob])
   h, w = t.shape[0], t.shape[1]
@@ -82,8 +82,7 @@ def compose_kernels(a, ga, b, gb):
     part = np.arange(lcm // g)
     to_a = tf.constant(part[:, None] // ra == np.arange(ga_s)[None], dtype=t.dtype)
     to_b = tf.constant(part[:, None] // rb == np.arange(gb_s)[None], dtype=t.dtype)
-    k = tf.reshape(tf.einsum("hwnSpo,pa,pb->hwanSbo", t, to_a, to_b),
-                   [h, w, ga_s * na, cout])
+    k = tf.reshape(tf.einsum("hwnSpo,pa,pb->hwanSbo", t, to_a, to_b), [h, w, ga_s * na, cout])
   return k, g
 
 

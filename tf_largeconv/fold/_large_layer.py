@@ -15,10 +15,11 @@ from tf_largeconv.fold import _report
 @dataclasses.dataclass(frozen=True)
 class Flavour:
   """What a Keras flavour supplies: its Input/Model and the Large layer classes."""
-  input: object          # keras.Input
-  model: type            # keras.Model
-  conv: type             # LargeConv2D
-  depthwise: type        # LargeDepthwiseConv2D
+
+  input: object  # keras.Input
+  model: type  # keras.Model
+  conv: type  # LargeConv2D
+  depthwise: type  # LargeDepthwiseConv2D
 
 
 def large_layer(state, composer, block, flavour, dtype, algorithm, workspace_limit, name):
@@ -27,9 +28,17 @@ def large_layer(state, composer, block, flavour, dtype, algorithm, workspace_lim
   kernel = _kernels.pad_kernel(state.kernel, *ext).numpy()
   c0, c, g = block.channels, state.channels, state.groups
   kh, kw = kernel.shape[:2]
-  common = dict(kernel_size=(kh, kw), strides=state.stride, padding=padding,
-                use_bias=state.bias is not None, activation=composer.activation,
-                algorithm=algorithm, workspace_limit=workspace_limit, dtype=dtype, name=name)
+  common = dict(
+    kernel_size=(kh, kw),
+    strides=state.stride,
+    padding=padding,
+    use_bias=state.bias is not None,
+    activation=composer.activation,
+    algorithm=algorithm,
+    workspace_limit=workspace_limit,
+    dtype=dtype,
+    name=name,
+  )
   if g == c0 and c0 > 1:
     layer = flavour.depthwise(depth_multiplier=c // c0, **common)
     kernel = kernel.reshape(kh, kw, c0, c // c0)
@@ -41,20 +50,29 @@ def large_layer(state, composer, block, flavour, dtype, algorithm, workspace_lim
   return layer
 
 
-def fold(model, flavour, exact=True, input_size=None, dtype=None, algorithm="auto",
-         workspace_limit=None, name=None):
+def fold(
+  model,
+  flavour,
+  exact=True,
+  input_size=None,
+  dtype=None,
+  algorithm="auto",
+  workspace_limit=None,
+  name=None,
+):
   """See `tf_largeconv.keras.fold`."""
   block = _graph.model_block(model, input_size)
-  state, composer = _composer.compose(block, _composer.read64, tf.float64, exact,
-                                      count=not exact)
-  layer = large_layer(state, composer, block, flavour, dtype, algorithm, workspace_limit,
-                      name)
+  state, composer = _composer.compose(block, _composer.read64, tf.float64, exact, count=not exact)
+  layer = large_layer(state, composer, block, flavour, dtype, algorithm, workspace_limit, name)
   report = _report.report(state, composer, block)
   if report is not None:
     layer.fold_report = report
     if report.differing_pixels:
-      warnings.warn(f"fold(exact=False): {report.differing_pixels} of {report.total_pixels} "
-                    f"output pixels differ from block '{model.name}' at the border (input "
-                    f"size {report.input_size}): " + "; ".join(report.reasons),
-                    _report.FoldWarning, stacklevel=3)
+      warnings.warn(
+        f"fold(exact=False): {report.differing_pixels} of {report.total_pixels} "
+        f"output pixels differ from block '{model.name}' at the border (input "
+        f"size {report.input_size}): " + "; ".join(report.reasons),
+        _report.FoldWarning,
+        stacklevel=3,
+      )
   return layer

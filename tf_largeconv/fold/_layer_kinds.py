@@ -5,25 +5,65 @@ from tf_largeconv.fold import _graph
 from tf_largeconv.fold import _layers
 from tf_largeconv.fold import _report
 
-_NONLINEAR = {"ReLU", "LeakyReLU", "PReLU", "ELU", "Softmax", "ThresholdedReLU",
-              "MaxPooling2D", "MaxPool2D", "GlobalMaxPooling2D", "Maximum", "Minimum",
-              "Dropout", "SpatialDropout2D", "GaussianNoise", "GaussianDropout",
-              "AlphaDropout", "LayerNormalization", "GroupNormalization",
-              "UnitNormalization"}
-_NOT_LINEAR_WHY = {"Dropout": "random in training", "SpatialDropout2D": "random in training",
-                   "GaussianNoise": "random in training",
-                   "GaussianDropout": "random in training",
-                   "AlphaDropout": "random in training"}
+_NONLINEAR = {
+  "ReLU",
+  "LeakyReLU",
+  "PReLU",
+  "ELU",
+  "Softmax",
+  "ThresholdedReLU",
+  "MaxPooling2D",
+  "MaxPool2D",
+  "GlobalMaxPooling2D",
+  "Maximum",
+  "Minimum",
+  "Dropout",
+  "SpatialDropout2D",
+  "GaussianNoise",
+  "GaussianDropout",
+  "AlphaDropout",
+  "LayerNormalization",
+  "GroupNormalization",
+  "UnitNormalization",
+}
+_NOT_LINEAR_WHY = {
+  "Dropout": "random in training",
+  "SpatialDropout2D": "random in training",
+  "GaussianNoise": "random in training",
+  "GaussianDropout": "random in training",
+  "AlphaDropout": "random in training",
+}
 # Linear, but not folded; some subclass a supported layer in tf_keras (Conv2DTranspose is
 # a Conv2D there), so they are named before the class hierarchy is searched.
-_UNSUPPORTED = {"Conv2DTranspose", "Conv1D", "Conv3D", "Conv1DTranspose", "Conv3DTranspose",
-                "DepthwiseConv1D", "SeparableConv1D", "Dense", "EinsumDense", "Reshape",
-                "Flatten", "Permute", "AveragePooling2D", "AvgPool2D",
-                "GlobalAveragePooling2D", "UpSampling2D", "Lambda"}
+_UNSUPPORTED = {
+  "Conv2DTranspose",
+  "Conv1D",
+  "Conv3D",
+  "Conv1DTranspose",
+  "Conv3DTranspose",
+  "DepthwiseConv1D",
+  "SeparableConv1D",
+  "Dense",
+  "EinsumDense",
+  "Reshape",
+  "Flatten",
+  "Permute",
+  "AveragePooling2D",
+  "AvgPool2D",
+  "GlobalAveragePooling2D",
+  "UpSampling2D",
+  "Lambda",
+}
 # tf_keras records `a - b`, `2 * a` etc. as TFOpLambda layers named by their symbol.
-_TF_OP_SYMBOLS = {"math.add": "Add", "__operators__.add": "Add", "math.subtract": "Subtract",
-                  "math.multiply": "Multiply", "math.negative": "Negative",
-                  "math.truediv": "TrueDivide", "math.divide": "TrueDivide"}
+_TF_OP_SYMBOLS = {
+  "math.add": "Add",
+  "__operators__.add": "Add",
+  "math.subtract": "Subtract",
+  "math.multiply": "Multiply",
+  "math.negative": "Negative",
+  "math.truediv": "TrueDivide",
+  "math.divide": "TrueDivide",
+}
 
 
 def kind(layer):
@@ -31,8 +71,12 @@ def kind(layer):
   symbol = getattr(layer, "symbol", None)
   if type(layer).__name__ == "TFOpLambda":
     return _TF_OP_SYMBOLS.get(symbol)
-  if hasattr(layer, "_inbound_nodes") and hasattr(layer, "outputs") and \
-      hasattr(layer, "layers") and getattr(layer, "outputs", None):
+  if (
+    hasattr(layer, "_inbound_nodes")
+    and hasattr(layer, "outputs")
+    and hasattr(layer, "layers")
+    and getattr(layer, "outputs", None)
+  ):
     return "Model"
   for cls in type(layer).__mro__:
     if cls.__name__ in _NONLINEAR or cls.__name__ in _UNSUPPORTED:
@@ -67,10 +111,13 @@ def not_linear(layer):
     why = _NOT_LINEAR_WHY.get(name, "")
     return _report.Unfoldable(f"{desc} is not linear" + (f" ({why})" if why else ""))
   if name == "TFOpLambda":
-    return _report.Unfoldable(f"{desc} ({getattr(layer, 'symbol', '?')}) is not a linear "
-                              "operation fold supports")
-  return _report.Unfoldable(f"{desc} is not a linear layer fold supports (supported: "
-                            "Conv2D, DepthwiseConv2D, SeparableConv2D, the Large* layers, "
-                            "BatchNormalization, Add, Subtract, Average, Concatenate, "
-                            "ZeroPadding2D, Cropping2D, Identity, linear Activation, "
-                            "Rescaling, nested models)")
+    return _report.Unfoldable(
+      f"{desc} ({getattr(layer, 'symbol', '?')}) is not a linear operation fold supports"
+    )
+  return _report.Unfoldable(
+    f"{desc} is not a linear layer fold supports (supported: "
+    "Conv2D, DepthwiseConv2D, SeparableConv2D, the Large* layers, "
+    "BatchNormalization, Add, Subtract, Average, Concatenate, "
+    "ZeroPadding2D, Cropping2D, Identity, linear Activation, "
+    "Rescaling, nested models)"
+  )

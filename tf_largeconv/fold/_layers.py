@@ -33,15 +33,18 @@ def _channel_constant(value, channels, desc):
     return np.full(channels, float(v.reshape(-1)[0]))
   if v.size == channels and all(n == 1 for n in v.shape[:-1]):
     return v.reshape(-1)
-  raise _report.Unfoldable(f"{desc} uses a constant of shape {v.shape}: only scalars and "
-                           f"per-channel vectors ({channels}) fold")
+  raise _report.Unfoldable(
+    f"{desc} uses a constant of shape {v.shape}: only scalars and "
+    f"per-channel vectors ({channels}) fold"
+  )
 
 
 def _check_channels_last(layer):
   fmt = layer.get_config().get("data_format", "channels_last")
   if fmt not in (None, "channels_last"):
-    raise _report.Unfoldable(f"{_graph.describe(layer)} has data_format='{fmt}': fold "
-                             "supports channels_last only")
+    raise _report.Unfoldable(
+      f"{_graph.describe(layer)} has data_format='{fmt}': fold supports channels_last only"
+    )
 
 
 def _input_layer(composer, layer, operands):
@@ -51,9 +54,16 @@ def _input_layer(composer, layer, operands):
 def _conv2d(composer, layer, operands):
   _check_channels_last(layer)
   bias = composer.var(layer.bias) if layer.use_bias else None
-  return composer.spatial(layer, operands[0], composer.var(layer.kernel), layer.groups,
-                          tuple(layer.strides), layer.padding, bias,
-                          tuple(layer.dilation_rate))
+  return composer.spatial(
+    layer,
+    operands[0],
+    composer.var(layer.kernel),
+    layer.groups,
+    tuple(layer.strides),
+    layer.padding,
+    bias,
+    tuple(layer.dilation_rate),
+  )
 
 
 def _depthwise_conv2d(composer, layer, operands):
@@ -62,20 +72,34 @@ def _depthwise_conv2d(composer, layer, operands):
   w = composer.var(layer.kernel if kernel is None else kernel)
   kh, kw, c, m = w.shape
   bias = composer.var(layer.bias) if layer.use_bias else None
-  return composer.spatial(layer, operands[0], tf.reshape(w, [kh, kw, 1, c * m]), c,
-                          tuple(layer.strides), layer.padding, bias,
-                          tuple(layer.dilation_rate))
+  return composer.spatial(
+    layer,
+    operands[0],
+    tf.reshape(w, [kh, kw, 1, c * m]),
+    c,
+    tuple(layer.strides),
+    layer.padding,
+    bias,
+    tuple(layer.dilation_rate),
+  )
 
 
 def _separable_conv2d(composer, layer, operands):
   _check_channels_last(layer)
   w = composer.var(layer.depthwise_kernel)
   kh, kw, c, m = w.shape
-  t = composer.spatial(layer, operands[0], tf.reshape(w, [kh, kw, 1, c * m]), c,
-                       tuple(layer.strides), layer.padding, None, tuple(layer.dilation_rate))
+  t = composer.spatial(
+    layer,
+    operands[0],
+    tf.reshape(w, [kh, kw, 1, c * m]),
+    c,
+    tuple(layer.strides),
+    layer.padding,
+    None,
+    tuple(layer.dilation_rate),
+  )
   bias = composer.var(layer.bias) if layer.use_bias else None
-  return composer.spatial(layer, t, composer.var(layer.pointwise_kernel), 1, (1, 1), "valid",
-                          bias)
+  return composer.spatial(layer, t, composer.var(layer.pointwise_kernel), 1, (1, 1), "valid", bias)
 
 
 def _batch_normalization(composer, layer, operands):
@@ -83,10 +107,12 @@ def _batch_normalization(composer, layer, operands):
   axis = layer.axis
   axis = axis[0] if isinstance(axis, (list, tuple)) and len(axis) == 1 else axis
   if axis not in (-1, 3):
-    raise _report.Unfoldable(f"{_graph.describe(layer)} normalises axis {layer.axis}: fold "
-                             "needs the channel axis (-1)")
-  inv = tf.math.rsqrt(composer.var(layer.moving_variance) +
-                      tf.constant(layer.epsilon, composer.dtype))
+    raise _report.Unfoldable(
+      f"{_graph.describe(layer)} normalises axis {layer.axis}: fold needs the channel axis (-1)"
+    )
+  inv = tf.math.rsqrt(
+    composer.var(layer.moving_variance) + tf.constant(layer.epsilon, composer.dtype)
+  )
   scale = inv * composer.var(layer.gamma) if layer.scale else inv
   shift = -composer.var(layer.moving_mean) * scale
   if layer.center:
@@ -99,8 +125,9 @@ def _add(composer, layer, operands):
   consts = [v for v in operands if not isinstance(v, _affine.Affine)]
   constant = None
   if consts:
-    constant = sum(_channel_constant(v, terms[0][1].channels, _graph.describe(layer))
-                   for v in consts)
+    constant = sum(
+      _channel_constant(v, terms[0][1].channels, _graph.describe(layer)) for v in consts
+    )
   return composer.combine(layer, terms, constant)
 
 
@@ -151,8 +178,12 @@ def _rescaling(composer, layer, operands):
   config = layer.get_config()
   scale = _channel_constant(config["scale"], t.channels, desc)
   offset = _channel_constant(config["offset"], t.channels, desc)
-  return composer.scaled(layer, t, tf.constant(scale, composer.dtype),
-                         tf.constant(offset, composer.dtype) if np.any(offset) else None)
+  return composer.scaled(
+    layer,
+    t,
+    tf.constant(scale, composer.dtype),
+    tf.constant(offset, composer.dtype) if np.any(offset) else None,
+  )
 
 
 def _identity(composer, layer, operands):
@@ -167,25 +198,33 @@ def _concatenate(composer, layer, operands):
   desc = _graph.describe(layer)
   axis = layer.axis
   if axis not in (-1, 3):
-    raise _report.Unfoldable(f"{desc} concatenates along axis {axis}: fold needs the "
-                             "channel axis (-1)")
+    raise _report.Unfoldable(
+      f"{desc} concatenates along axis {axis}: fold needs the channel axis (-1)"
+    )
   first = operands[0]
   for t in operands[1:]:
     if t.size != first.size or t.stride != first.stride:
       raise ValueError(f"{desc} concatenates tensors of different sizes or strides")
   kernels, off = _affine.aligned(operands)
-  kernel = tf.concat([_kernels.regroup(k, t.groups, 1) for k, t in zip(kernels, operands)],
-                     -1)
+  kernel = tf.concat([_kernels.regroup(k, t.groups, 1) for k, t in zip(kernels, operands)], -1)
   bias = None
   if any(t.bias is not None for t in operands):
-    bias = tf.concat([t.bias if t.bias is not None else tf.zeros([t.channels], composer.dtype)
-                      for t in operands], 0)
+    bias = tf.concat(
+      [t.bias if t.bias is not None else tf.zeros([t.channels], composer.dtype) for t in operands],
+      0,
+    )
   return _affine.Affine(
-      kernel=kernel, groups=1, bias=bias, offset=off, size=first.size, stride=first.stride,
-      bias_from=next((t.bias_from for t in operands if t.bias_from), None),
-      spill_from=next((t.spill_from for t in operands if t.spill_from), None),
-      stride_from=first.stride_from,
-      err=tf.concat([t.err for t in operands], -1) if composer.count else None)
+    kernel=kernel,
+    groups=1,
+    bias=bias,
+    offset=off,
+    size=first.size,
+    stride=first.stride,
+    bias_from=next((t.bias_from for t in operands if t.bias_from), None),
+    spill_from=next((t.spill_from for t in operands if t.spill_from), None),
+    stride_from=first.stride_from,
+    err=tf.concat([t.err for t in operands], -1) if composer.count else None,
+  )
 
 
 def _zero_padding2d(composer, layer, operands):
@@ -198,9 +237,11 @@ def _zero_padding2d(composer, layer, operands):
     _affine.check_no_stride_before(t, desc, "zero padding")
   composer.border(t, pads, desc, f"by {pads}")
   return dataclasses.replace(
-      t, offset=(t.offset[0] + pt, t.offset[1] + pl),
-      size=(t.size[0] + pt + pb, t.size[1] + pl + pr),
-      err=composer.padded_err(t, pads) if composer.count else None)
+    t,
+    offset=(t.offset[0] + pt, t.offset[1] + pl),
+    size=(t.size[0] + pt + pb, t.size[1] + pl + pr),
+    err=composer.padded_err(t, pads) if composer.count else None,
+  )
 
 
 def _cropping2d(composer, layer, operands):
@@ -211,17 +252,22 @@ def _cropping2d(composer, layer, operands):
     _affine.check_no_stride_before(t, _graph.describe(layer), "a crop")
   size = (t.size[0] - ct - cb, t.size[1] - cl - cr)
   return dataclasses.replace(
-      t, offset=(t.offset[0] - ct, t.offset[1] - cl), size=size,
-      spill_from=_graph.describe(layer) if any((ct, cb, cl, cr)) else t.spill_from,
-      err=t.err[:, ct: ct + size[0], cl: cl + size[1]] if composer.count else None)
+    t,
+    offset=(t.offset[0] - ct, t.offset[1] - cl),
+    size=size,
+    spill_from=_graph.describe(layer) if any((ct, cb, cl, cr)) else t.spill_from,
+    err=t.err[:, ct : ct + size[0], cl : cl + size[1]] if composer.count else None,
+  )
 
 
 def _model(composer, layer, operands):
   graph = _graph.Graph(layer)
   if len(graph.inputs) != 1 or len(graph.outputs) != 1:
-    raise _report.Unfoldable(f"nested {_graph.describe(layer)} has {len(graph.inputs)} "
-                             f"inputs and {len(graph.outputs)} outputs: fold needs one of "
-                             "each")
+    raise _report.Unfoldable(
+      f"nested {_graph.describe(layer)} has {len(graph.inputs)} "
+      f"inputs and {len(graph.outputs)} outputs: fold needs one of "
+      "each"
+    )
   return composer.run(graph, operands[0], final=False)
 
 
@@ -234,23 +280,23 @@ def _folded_block(composer, layer, operands):
 # The handlers by the Keras class name they serve (a layer takes the handler of its class
 # or of its nearest base class listed here).
 HANDLERS = {
-    "InputLayer": _input_layer,
-    "Conv2D": _conv2d,
-    "DepthwiseConv2D": _depthwise_conv2d,
-    "SeparableConv2D": _separable_conv2d,
-    "BatchNormalization": _batch_normalization,
-    "Add": _add,
-    "Subtract": _subtract,
-    "Average": _average,
-    "Negative": _negative,
-    "Multiply": _multiply,
-    "TrueDivide": _true_divide,
-    "Rescaling": _rescaling,
-    "Identity": _identity,
-    "Activation": _activation,
-    "Concatenate": _concatenate,
-    "ZeroPadding2D": _zero_padding2d,
-    "Cropping2D": _cropping2d,
-    "Model": _model,
-    "FoldedBlock": _folded_block,
+  "InputLayer": _input_layer,
+  "Conv2D": _conv2d,
+  "DepthwiseConv2D": _depthwise_conv2d,
+  "SeparableConv2D": _separable_conv2d,
+  "BatchNormalization": _batch_normalization,
+  "Add": _add,
+  "Subtract": _subtract,
+  "Average": _average,
+  "Negative": _negative,
+  "Multiply": _multiply,
+  "TrueDivide": _true_divide,
+  "Rescaling": _rescaling,
+  "Identity": _identity,
+  "Activation": _activation,
+  "Concatenate": _concatenate,
+  "ZeroPadding2D": _zero_padding2d,
+  "Cropping2D": _cropping2d,
+  "Model": _model,
+  "FoldedBlock": _folded_block,
 }

@@ -39,10 +39,14 @@ def _regions(graph, excluded):
   and at least two layers, or is one nested model or FoldedBlock. Its last layer may carry
   an activation (kept on the folded layer).
   """
+
   def linear(node, last=False):
-    return (id(node) not in excluded and len(node.outputs) == 1 and
-            _layer_kinds.kind(node.layer) is not None and
-            (last or _layer_kinds.activation(node.layer) is None))
+    return (
+      id(node) not in excluded
+      and len(node.outputs) == 1
+      and _layer_kinds.kind(node.layer) is not None
+      and (last or _layer_kinds.activation(node.layer) is None)
+    )
 
   model_outputs = set(graph.outputs)
   for node in reversed(graph.nodes):
@@ -55,9 +59,13 @@ def _regions(graph, excluded):
       members, entries = _cone(graph, node, linear, cut)
       inner = {o for n in members.values() for o in n.outputs} - {node.outputs[0]}
       alone = len(members) == 1 and _layer_kinds.kind(node.layer) in _BLOCK_KINDS
-      if (len(entries) != 1 or (len(members) < 2 and not alone) or inner & model_outputs or
-          not any(_layer_kinds.kind(n.layer) in _CONV_KINDS for n in members.values()) or
-          any(id(c) not in members for t in inner for c in graph.consumers.get(t, []))):
+      if (
+        len(entries) != 1
+        or (len(members) < 2 and not alone)
+        or inner & model_outputs
+        or not any(_layer_kinds.kind(n.layer) in _CONV_KINDS for n in members.values())
+        or any(id(c) not in members for t in inner for c in graph.consumers.get(t, []))
+      ):
         continue
       found.setdefault(frozenset(members), (members, next(iter(entries))))
     for members, entry in sorted(found.values(), key=lambda f: -len(f[0])):
@@ -81,11 +89,19 @@ def _fold_regions(graph, flavour, algorithm, workspace_limit):
       block = _graph.block_of(graph, entry, output, nodes=nodes)
       last = graph.producer[output].layer
       try:
-        state, composer = _composer.compose(block, _composer.read64, tf.float64, exact=True,
-                                            final_activation_ok=True)
-        layer = _large_layer.large_layer(state, composer, block, flavour,
-                                         last.get_config().get("dtype"), algorithm,
-                                         workspace_limit, name=f"{last.name}_folded")
+        state, composer = _composer.compose(
+          block, _composer.read64, tf.float64, exact=True, final_activation_ok=True
+        )
+        layer = _large_layer.large_layer(
+          state,
+          composer,
+          block,
+          flavour,
+          last.get_config().get("dtype"),
+          algorithm,
+          workspace_limit,
+          name=f"{last.name}_folded",
+        )
       except _report.Unfoldable as e:
         # A layer no region can hold (say `a * a`): a boundary from now on, so that later
         # candidates stop at it instead of composing up to it again (the cuts would find
@@ -115,8 +131,9 @@ def reparameterize(model, flavour, algorithm="auto", workspace_limit=None):
   inputs = []
   for i in graph.inputs:
     t = graph.tensors[i]
-    inputs.append(flavour.input(batch_shape=tuple(t.shape), dtype=t.dtype,
-                                name=t._keras_history[0].name))
+    inputs.append(
+      flavour.input(batch_shape=tuple(t.shape), dtype=t.dtype, name=t._keras_history[0].name)
+    )
     tensors[i] = inputs[-1]
 
   def mapped(v):
@@ -132,11 +149,15 @@ def reparameterize(model, flavour, algorithm="auto", workspace_limit=None):
       continue
     fresh = id(node.layer) not in clones
     clone = clones.setdefault(id(node.layer), _clone(node.layer))
-    out = clone(*tf.nest.map_structure(mapped, node.args),
-                **tf.nest.map_structure(mapped, node.kwargs))
+    out = clone(
+      *tf.nest.map_structure(mapped, node.args), **tf.nest.map_structure(mapped, node.kwargs)
+    )
     tensors.update(zip(node.outputs, tf.nest.flatten(out)))
     if fresh and clone is not node.layer:
       clone.set_weights(node.layer.get_weights())
   outputs = [tensors[o] for o in graph.outputs]
-  return flavour.model(inputs[0] if len(inputs) == 1 else inputs,
-                       outputs[0] if len(outputs) == 1 else outputs, name=model.name)
+  return flavour.model(
+    inputs[0] if len(inputs) == 1 else inputs,
+    outputs[0] if len(outputs) == 1 else outputs,
+    name=model.name,
+  )

@@ -9,6 +9,7 @@ import numpy as np
 class Unfoldable(ValueError):
   """A layer no fold can contain, whatever surrounds it (non-linear, or a setting fold does
   not handle); `node` is the graph node, so reparameterize can fold around it."""
+
   node = None
 
 
@@ -27,6 +28,7 @@ class FoldReport:
     input_size: the (height, width) the count is for.
     reasons: one line per layer that reads beyond a border where the fold is not zero.
   """
+
   differing_pixels: int
   total_pixels: int
   input_size: tuple
@@ -50,5 +52,9 @@ def report(state, composer, block):
   # leave only rounding).
   err = np.abs(state.err.numpy()[0]).max(axis=-1)
   differs = err > 1e-9 * max(1.0, float(err.max()))
-  return FoldReport(differing_pixels=int(differs.sum()), total_pixels=int(differs.size),
-                    input_size=block.size, reasons=tuple(composer.reasons))
+  return FoldReport(
+    differing_pixels=int(differs.sum()),
+    total_pixels=int(differs.size),
+    input_size=block.size,
+    reasons=tuple(composer.reasons),
+  )

@@ -24,6 +24,17 @@ from tf_largeconv.keras._layers import LargeConv2DTranspose
 from tf_largeconv.keras._layers import LargeConv3D
 from tf_largeconv.keras._layers import LargeDepthwiseConv2D
 
-__all__ = ["FoldReport", "FoldWarning", "FoldedBlock", "LargeConv1D", "LargeConv2D",
-           "LargeConv2DTranspose", "LargeConv3D", "LargeDepthwiseConv2D", "convert",
-           "export_portable", "fold", "reparameterize"]
+__all__ = [
+  "FoldReport",
+  "FoldWarning",
+  "FoldedBlock",
+  "LargeConv1D",
+  "LargeConv2D",
+  "LargeConv2DTranspose",
+  "LargeConv3D",
+  "LargeDepthwiseConv2D",
+  "convert",
+  "export_portable",
+  "fold",
+  "reparameterize",
+]

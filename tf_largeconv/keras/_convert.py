@@ -21,8 +21,12 @@ from tf_largeconv.keras._layers import LargeConv3D
 from tf_largeconv.keras._layers import LargeDepthwiseConv2D
 
 
-def convert(model: keras.Model, min_kernel_size: int = 15, algorithm: str | None = "auto",
-            workspace_limit: int | None = None) -> keras.Model:
+def convert(
+  model: keras.Model,
+  min_kernel_size: int = 15,
+  algorithm: str | None = "auto",
+  workspace_limit: int | None = None,
+) -> keras.Model:
   """Clones a Keras model with its large-kernel convolutions on tf_largeconv.
 
   Every `keras.layers.Conv2D` / `DepthwiseConv2D` / `Conv1D` / `Conv2DTranspose` /
@@ -38,19 +42,18 @@ def convert(model: keras.Model, min_kernel_size: int = 15, algorithm: str | None
   Returns:
     The converted clone (the input model is left as it was).
   """
+
   def clone(layer: keras.layers.Layer) -> keras.layers.Layer:
     config = layer.get_config()
     large = max(getattr(layer, "kernel_size", (0,))) >= min_kernel_size
     if type(layer) is keras.layers.Conv2D and large:
       return LargeConv2D(**config, algorithm=algorithm, workspace_limit=workspace_limit)
     if type(layer) is keras.layers.DepthwiseConv2D and large:
-      return LargeDepthwiseConv2D(**config, algorithm=algorithm,
-                                  workspace_limit=workspace_limit)
+      return LargeDepthwiseConv2D(**config, algorithm=algorithm, workspace_limit=workspace_limit)
     if type(layer) is keras.layers.Conv1D and large:
       return LargeConv1D(**config, algorithm=algorithm, workspace_limit=workspace_limit)
     if type(layer) is keras.layers.Conv2DTranspose and large:
-      return LargeConv2DTranspose(**config, algorithm=algorithm,
-                                  workspace_limit=workspace_limit)
+      return LargeConv2DTranspose(**config, algorithm=algorithm, workspace_limit=workspace_limit)
     if type(layer) is keras.layers.Conv3D and large:
       return LargeConv3D(**config, algorithm=algorithm, workspace_limit=workspace_limit)
     return layer.__class__.from_config(config)
@@ -60,8 +63,11 @@ def convert(model: keras.Model, min_kernel_size: int = 15, algorithm: str | None
   return converted
 
 
-def export_portable(model: keras.Model, path: str | os.PathLike[str],
-                    input_signature: Sequence[tf.TensorSpec] | None = None) -> str:
+def export_portable(
+  model: keras.Model,
+  path: str | os.PathLike[str],
+  input_signature: Sequence[tf.TensorSpec] | None = None,
+) -> str:
   """Saves `model` for inference as a SavedModel that needs no tf_largeconv to load.
 
   The model's forward pass (`training=False`) is traced with every tf_largeconv op on
@@ -102,9 +108,16 @@ def export_portable(model: keras.Model, path: str | os.PathLike[str],
 
 # Folding linear blocks (the algebra is in tf_largeconv.fold, shared with tf_keras)
 
-def fold(block: keras.Model, exact: bool = True, input_size: Sequence[int] | None = None,
-         dtype: Any = None, algorithm: str | None = "auto", workspace_limit: int | None = None,
-         name: str | None = None) -> LargeConv2D | LargeDepthwiseConv2D:
+
+def fold(
+  block: keras.Model,
+  exact: bool = True,
+  input_size: Sequence[int] | None = None,
+  dtype: Any = None,
+  algorithm: str | None = "auto",
+  workspace_limit: int | None = None,
+  name: str | None = None,
+) -> LargeConv2D | LargeDepthwiseConv2D:
   """Folds a block of linear layers into one `LargeConv2D` or `LargeDepthwiseConv2D`.
 
   The block is a built Keras model (functional, or Sequential with an Input) with one
@@ -141,12 +154,21 @@ def fold(block: keras.Model, exact: bool = True, input_size: Sequence[int] | Non
       exact=False; a stride before a spatial kernel; a block that no 'same' or 'valid'
       convolution computes (e.g. one whose output is larger than its input).
   """
-  return _fold.fold(block, _FLAVOUR, exact=exact, input_size=input_size, dtype=dtype,
-                    algorithm=algorithm, workspace_limit=workspace_limit, name=name)
+  return _fold.fold(
+    block,
+    _FLAVOUR,
+    exact=exact,
+    input_size=input_size,
+    dtype=dtype,
+    algorithm=algorithm,
+    workspace_limit=workspace_limit,
+    name=name,
+  )
 
 
-def reparameterize(model: keras.Model, algorithm: str | None = "auto",
-                   workspace_limit: int | None = None) -> keras.Model:
+def reparameterize(
+  model: keras.Model, algorithm: str | None = "auto", workspace_limit: int | None = None
+) -> keras.Model:
   """A copy of `model` with every maximal foldable linear sub-graph as one Large layer.
 
   A sub-graph is foldable when it is the cone of linear layers (see `fold`) behind one
@@ -167,11 +189,11 @@ def reparameterize(model: keras.Model, algorithm: str | None = "auto",
   Returns:
     A functional `keras.Model`.
   """
-  return _fold.reparameterize(model, _FLAVOUR, algorithm=algorithm,
-                              workspace_limit=workspace_limit)
+  return _fold.reparameterize(model, _FLAVOUR, algorithm=algorithm, workspace_limit=workspace_limit)
 
 
-_FLAVOUR = _fold.Flavour(input=keras.Input, model=keras.Model, conv=LargeConv2D,
-                         depthwise=LargeDepthwiseConv2D)
+_FLAVOUR = _fold.Flavour(
+  input=keras.Input, model=keras.Model, conv=LargeConv2D, depthwise=LargeDepthwiseConv2D
+)
 FoldReport = _fold.FoldReport
 FoldWarning = _fold.FoldWarning

@@ -28,13 +28,20 @@ _PACKAGE = "tf_largeconv"
 
 def _check_backend() -> None:
   if keras.backend.backend() != "tensorflow":
-    raise ValueError("tf_largeconv layers need the TensorFlow backend, got "
-                     f"keras.backend.backend()={keras.backend.backend()!r}")
+    raise ValueError(
+      "tf_largeconv layers need the TensorFlow backend, got "
+      f"keras.backend.backend()={keras.backend.backend()!r}"
+    )
 
 
-def conv_output_shape(input_shape: Sequence[int | None], filter_shape: Sequence[int],
-                      strides: Sequence[int], padding: str, data_format: str,
-                      dilations: Sequence[int]) -> tuple[int | None, ...]:
+def conv_output_shape(
+  input_shape: Sequence[int | None],
+  filter_shape: Sequence[int],
+  strides: Sequence[int],
+  padding: str,
+  data_format: str,
+  dilations: Sequence[int],
+) -> tuple[int | None, ...]:
   """Static output shape from the package's one geometry (tf_largeconv._core), keeping
   unknown (None) dimensions unknown. data_format is 'NHWC' or 'NCHW' (filter_shape
   [height, width, in, out], strides and dilations as tf_largeconv.conv2d takes them) or
@@ -52,8 +59,9 @@ def conv_output_shape(input_shape: Sequence[int | None], filter_shape: Sequence[
   # Each unknown dimension is computed with a stand-in as large as the largest dilated
   # filter (so valid for any padding), then reported unknown again: output sizes are
   # independent per dimension.
-  stand_in = max(_args.filter_extent(int(filter_shape[k]), attrs["dilations"][i])
-                 for k, i in enumerate(spatial))
+  stand_in = max(
+    _args.filter_extent(int(filter_shape[k]), attrs["dilations"][i]) for k, i in enumerate(spatial)
+  )
   for i, size in enumerate(shape):
     if size is None:
       probe[i] = stand_in if i in spatial else 1
@@ -62,22 +70,36 @@ def conv_output_shape(input_shape: Sequence[int | None], filter_shape: Sequence[
   probe, filter_shape = [int(v) for v in probe], [int(v) for v in filter_shape]
   try:
     if rank == 3:
-      geometry = _loader.core().geometry3d(probe, filter_shape, attrs["strides"],
-                                           attrs["padding"], attrs["data_format"],
-                                           attrs["dilations"])
+      geometry = _loader.core().geometry3d(
+        probe,
+        filter_shape,
+        attrs["strides"],
+        attrs["padding"],
+        attrs["data_format"],
+        attrs["dilations"],
+      )
     else:
-      geometry = _loader.core().geometry(probe, filter_shape, attrs["strides"],
-                                         attrs["padding"], attrs["explicit_paddings"],
-                                         attrs["data_format"], attrs["dilations"])
+      geometry = _loader.core().geometry(
+        probe,
+        filter_shape,
+        attrs["strides"],
+        attrs["padding"],
+        attrs["explicit_paddings"],
+        attrs["data_format"],
+        attrs["dilations"],
+      )
   except ValueError as e:
     too_small = attrs["padding"] == "VALID" and any(
-        shape[i] is not None and
-        shape[i] < _args.filter_extent(filter_shape[k], attrs["dilations"][i])
-        for k, i in enumerate(spatial))
+      shape[i] is not None
+      and shape[i] < _args.filter_extent(filter_shape[k], attrs["dilations"][i])
+      for k, i in enumerate(spatial)
+    )
     if too_small:  # as Keras's own layers say it
-      raise ValueError(f"Computed output size would be zero or negative. Received "
-                       f"inputs shape={tuple(shape)}, kernel shape={tuple(filter_shape)}: "
-                       f"{e}") from None
+      raise ValueError(
+        f"Computed output size would be zero or negative. Received "
+        f"inputs shape={tuple(shape)}, kernel shape={tuple(filter_shape)}: "
+        f"{e}"
+      ) from None
     raise
   out = list(geometry["output_shape"])
   for i, size in enumerate(shape):
@@ -106,13 +128,17 @@ class _LargeConvSettings(_layer_settings.LargeConvSettings):
     _check_backend()
     super()._init_settings(algorithm, workspace_limit)
 
-  def _output_shape(self, input_shape: Sequence[int | None],
-                    filter_shape: Sequence[int]) -> tuple[int | None, ...]:
-    return conv_output_shape(input_shape, filter_shape,
-                             _layer_settings.op_window(self.data_format, self.strides),
-                             self.padding.upper(),
-                             _layer_settings.op_data_format(self.data_format, self.rank),
-                             _layer_settings.op_window(self.data_format, self.dilation_rate))
+  def _output_shape(
+    self, input_shape: Sequence[int | None], filter_shape: Sequence[int]
+  ) -> tuple[int | None, ...]:
+    return conv_output_shape(
+      input_shape,
+      filter_shape,
+      _layer_settings.op_window(self.data_format, self.strides),
+      self.padding.upper(),
+      _layer_settings.op_data_format(self.data_format, self.rank),
+      _layer_settings.op_window(self.data_format, self.dilation_rate),
+    )
 
   def _conv_call(self, inputs: tf.Tensor) -> tf.Tensor:
     """The convolution layers' call: keras's BaseConv.call, but with the bias added by
@@ -121,7 +147,8 @@ class _LargeConvSettings(_layer_settings.LargeConvSettings):
     whose width equals `filters` gets its bias along the width (Keras 3.15; its own Conv1D,
     Conv2D and Conv3D do that too)."""
     return self._bias_and_activation(
-        self._sized(inputs, lambda: self.convolution_op(inputs, self.kernel)))
+      self._sized(inputs, lambda: self.convolution_op(inputs, self.kernel))
+    )
 
   def _sized(self, inputs: tf.Tensor, run: Callable[[], tf.Tensor]) -> tf.Tensor:
     """run(), the layer's convolution; where it fails on an input too small for any output,
@@ -156,29 +183,54 @@ class LargeConv2D(_LargeConvSettings, keras.layers.Conv2D):
   itself supports that combination; `tf_largeconv.conv2d` offers it).
   """
 
-  def __init__(self, filters: int, kernel_size: int | Sequence[int],
-               strides: int | Sequence[int] = (1, 1), padding: str = "valid",
-               data_format: str | None = None, dilation_rate: int | Sequence[int] = (1, 1),
-               groups: int = 1, activation: Any = None, use_bias: bool = True,
-               kernel_initializer: Any = "glorot_uniform", bias_initializer: Any = "zeros",
-               kernel_regularizer: Any = None, bias_regularizer: Any = None,
-               activity_regularizer: Any = None, kernel_constraint: Any = None,
-               bias_constraint: Any = None, algorithm: str | None = "auto",
-               workspace_limit: int | None = None, **kwargs: Any) -> None:
+  def __init__(
+    self,
+    filters: int,
+    kernel_size: int | Sequence[int],
+    strides: int | Sequence[int] = (1, 1),
+    padding: str = "valid",
+    data_format: str | None = None,
+    dilation_rate: int | Sequence[int] = (1, 1),
+    groups: int = 1,
+    activation: Any = None,
+    use_bias: bool = True,
+    kernel_initializer: Any = "glorot_uniform",
+    bias_initializer: Any = "zeros",
+    kernel_regularizer: Any = None,
+    bias_regularizer: Any = None,
+    activity_regularizer: Any = None,
+    kernel_constraint: Any = None,
+    bias_constraint: Any = None,
+    algorithm: str | None = "auto",
+    workspace_limit: int | None = None,
+    **kwargs: Any,
+  ) -> None:
     self._init_settings(algorithm, workspace_limit)
-    super().__init__(filters=filters, kernel_size=kernel_size, strides=strides,
-                     padding=padding, data_format=data_format, dilation_rate=dilation_rate,
-                     groups=groups, activation=activation, use_bias=use_bias,
-                     kernel_initializer=kernel_initializer, bias_initializer=bias_initializer,
-                     kernel_regularizer=kernel_regularizer, bias_regularizer=bias_regularizer,
-                     activity_regularizer=activity_regularizer,
-                     kernel_constraint=kernel_constraint, bias_constraint=bias_constraint,
-                     **kwargs)
+    super().__init__(
+      filters=filters,
+      kernel_size=kernel_size,
+      strides=strides,
+      padding=padding,
+      data_format=data_format,
+      dilation_rate=dilation_rate,
+      groups=groups,
+      activation=activation,
+      use_bias=use_bias,
+      kernel_initializer=kernel_initializer,
+      bias_initializer=bias_initializer,
+      kernel_regularizer=kernel_regularizer,
+      bias_regularizer=bias_regularizer,
+      activity_regularizer=activity_regularizer,
+      kernel_constraint=kernel_constraint,
+      bias_constraint=bias_constraint,
+      **kwargs,
+    )
     self.supports_jit = _args.compiles_under_xla(self.algorithm)
 
   def convolution_op(self, inputs: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
-    return _ops.conv2d(inputs, kernel, list(self.strides), self.padding.upper(),
-                       **self._op_kwargs())
+    return _ops.conv2d(
+      inputs, kernel, list(self.strides), self.padding.upper(), **self._op_kwargs()
+    )
 
   def call(self, inputs: tf.Tensor) -> tf.Tensor:
     return self._conv_call(inputs)
@@ -195,26 +247,46 @@ class LargeDepthwiseConv2D(_LargeConvSettings, keras.layers.DepthwiseConv2D):
   as for `LargeConv2D`.
   """
 
-  def __init__(self, kernel_size: int | Sequence[int], strides: int | Sequence[int] = (1, 1),
-               padding: str = "valid", depth_multiplier: int = 1,
-               data_format: str | None = None, dilation_rate: int | Sequence[int] = (1, 1),
-               activation: Any = None, use_bias: bool = True,
-               depthwise_initializer: Any = "glorot_uniform", bias_initializer: Any = "zeros",
-               depthwise_regularizer: Any = None, bias_regularizer: Any = None,
-               activity_regularizer: Any = None, depthwise_constraint: Any = None,
-               bias_constraint: Any = None, algorithm: str | None = "auto",
-               workspace_limit: int | None = None, **kwargs: Any) -> None:
+  def __init__(
+    self,
+    kernel_size: int | Sequence[int],
+    strides: int | Sequence[int] = (1, 1),
+    padding: str = "valid",
+    depth_multiplier: int = 1,
+    data_format: str | None = None,
+    dilation_rate: int | Sequence[int] = (1, 1),
+    activation: Any = None,
+    use_bias: bool = True,
+    depthwise_initializer: Any = "glorot_uniform",
+    bias_initializer: Any = "zeros",
+    depthwise_regularizer: Any = None,
+    bias_regularizer: Any = None,
+    activity_regularizer: Any = None,
+    depthwise_constraint: Any = None,
+    bias_constraint: Any = None,
+    algorithm: str | None = "auto",
+    workspace_limit: int | None = None,
+    **kwargs: Any,
+  ) -> None:
     self._init_settings(algorithm, workspace_limit)
-    super().__init__(kernel_size=kernel_size, strides=strides, padding=padding,
-                     depth_multiplier=depth_multiplier, data_format=data_format,
-                     dilation_rate=dilation_rate, activation=activation, use_bias=use_bias,
-                     depthwise_initializer=depthwise_initializer,
-                     bias_initializer=bias_initializer,
-                     depthwise_regularizer=depthwise_regularizer,
-                     bias_regularizer=bias_regularizer,
-                     activity_regularizer=activity_regularizer,
-                     depthwise_constraint=depthwise_constraint,
-                     bias_constraint=bias_constraint, **kwargs)
+    super().__init__(
+      kernel_size=kernel_size,
+      strides=strides,
+      padding=padding,
+      depth_multiplier=depth_multiplier,
+      data_format=data_format,
+      dilation_rate=dilation_rate,
+      activation=activation,
+      use_bias=use_bias,
+      depthwise_initializer=depthwise_initializer,
+      bias_initializer=bias_initializer,
+      depthwise_regularizer=depthwise_regularizer,
+      bias_regularizer=bias_regularizer,
+      activity_regularizer=activity_regularizer,
+      depthwise_constraint=depthwise_constraint,
+      bias_constraint=bias_constraint,
+      **kwargs,
+    )
     self.supports_jit = _args.compiles_under_xla(self.algorithm)
 
   def call(self, inputs: tf.Tensor) -> tf.Tensor:
@@ -227,7 +299,6 @@ class LargeDepthwiseConv2D(_LargeConvSettings, keras.layers.DepthwiseConv2D):
       raise ValueError("LargeDepthwiseConv2D needs a known input channel count")
     filter_shape = (*self.kernel_size, 1, in_c * self.depth_multiplier)
     return self._output_shape(input_shape, filter_shape)
-
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
@@ -264,7 +335,6 @@ class FoldedBlock(_fold.FoldedBlockBase, keras.layers.Layer):
     super().__init__(block, **kwargs)
 
 
-
 # LargeConv1D
 
 
@@ -277,9 +347,14 @@ class LargeConv1D(_LargeConvSettings, _layer_settings.LargeConv1DSettings, keras
   is passed to the op as explicit padding rather than copied into a padded input.
   """
 
-  def __init__(self, filters: int, kernel_size: int | Sequence[int],
-               algorithm: str | None = "auto", workspace_limit: int | None = None,
-               **kwargs: Any) -> None:
+  def __init__(
+    self,
+    filters: int,
+    kernel_size: int | Sequence[int],
+    algorithm: str | None = "auto",
+    workspace_limit: int | None = None,
+    **kwargs: Any,
+  ) -> None:
     self._init_settings(algorithm, workspace_limit)
     super().__init__(filters, kernel_size, **kwargs)
     self.supports_jit = _args.compiles_under_xla(self.algorithm)
@@ -297,8 +372,9 @@ class LargeConv1D(_LargeConvSettings, _layer_settings.LargeConv1DSettings, keras
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
-class LargeConv2DTranspose(_LargeConvSettings, _layer_settings.LargeConvTransposeSettings,
-                           keras.layers.Conv2DTranspose):
+class LargeConv2DTranspose(
+  _LargeConvSettings, _layer_settings.LargeConvTransposeSettings, keras.layers.Conv2DTranspose
+):
   """`keras.layers.Conv2DTranspose` computed by `tf_largeconv.conv2d_transpose`.
 
   Args: those of `keras.layers.Conv2DTranspose` (output_padding included), plus
@@ -307,9 +383,14 @@ class LargeConv2DTranspose(_LargeConvSettings, _layer_settings.LargeConvTranspos
   Weights, output shape and checks are Keras's own.
   """
 
-  def __init__(self, filters: int, kernel_size: int | Sequence[int],
-               algorithm: str | None = "auto", workspace_limit: int | None = None,
-               **kwargs: Any) -> None:
+  def __init__(
+    self,
+    filters: int,
+    kernel_size: int | Sequence[int],
+    algorithm: str | None = "auto",
+    workspace_limit: int | None = None,
+    **kwargs: Any,
+  ) -> None:
     self._init_settings(algorithm, workspace_limit)
     super().__init__(filters, kernel_size, **kwargs)
     self.supports_jit = _args.compiles_under_xla(self.algorithm)
@@ -319,8 +400,7 @@ class LargeConv2DTranspose(_LargeConvSettings, _layer_settings.LargeConvTranspos
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
-class LargeConv3D(_LargeConvSettings, _layer_settings.LargeConv3DSettings,
-                  keras.layers.Conv3D):
+class LargeConv3D(_LargeConvSettings, _layer_settings.LargeConv3DSettings, keras.layers.Conv3D):
   """`keras.layers.Conv3D` computed by `tf_largeconv.conv3d`.
 
   Args: those of `keras.layers.Conv3D`, positional ones in its order and with its defaults
@@ -331,9 +411,15 @@ class LargeConv3D(_LargeConvSettings, _layer_settings.LargeConv3DSettings,
   it rejects a list `padding` when made (Keras fails only when called).
   """
 
-  def __init__(self, filters: int, kernel_size: int | Sequence[int], *args: Any,
-               algorithm: str | None = "auto", workspace_limit: int | None = None,
-               **kwargs: Any) -> None:
+  def __init__(
+    self,
+    filters: int,
+    kernel_size: int | Sequence[int],
+    *args: Any,
+    algorithm: str | None = "auto",
+    workspace_limit: int | None = None,
+    **kwargs: Any,
+  ) -> None:
     self._init_settings(algorithm, workspace_limit)
     super().__init__(filters, kernel_size, *args, **kwargs)
     self._check_padding()

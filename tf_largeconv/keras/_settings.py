@@ -38,9 +38,12 @@ class LargeConvSettings:
     self.workspace_limit = workspace_limit
 
   def _op_kwargs(self):
-    return dict(data_format=op_data_format(self.data_format, self.rank),
-                dilations=list(self.dilation_rate), algorithm=self.algorithm,
-                workspace_limit=self.workspace_limit)
+    return dict(
+      data_format=op_data_format(self.data_format, self.rank),
+      dilations=list(self.dilation_rate),
+      algorithm=self.algorithm,
+      workspace_limit=self.workspace_limit,
+    )
 
   def get_config(self):
     config = super().get_config()
@@ -49,8 +52,9 @@ class LargeConvSettings:
 
   def _depthwise_call(self, inputs, kernel):
     """The depthwise layers' call (Keras 3 and tf_keras name the kernel differently)."""
-    outputs = _ops.depthwise_conv2d(inputs, kernel, list(self.strides), self.padding.upper(),
-                                    **self._op_kwargs())
+    outputs = _ops.depthwise_conv2d(
+      inputs, kernel, list(self.strides), self.padding.upper(), **self._op_kwargs()
+    )
     return self._bias_and_activation(outputs)
 
   def _bias_and_activation(self, outputs):
@@ -108,18 +112,23 @@ class LargeConvTransposeSettings(LargeConvSettings):
     dynamic = tf.shape(inputs)
     size = [dynamic[i] if static[i] is None else static[i] for i in range(4)]
     output_padding = self.output_padding or (None, None)
-    spatial = [transpose_output_size(size[a], k, s, self.padding, p, d)
-               for a, k, s, p, d in zip(axes, self.kernel_size, self.strides, output_padding,
-                                        self.dilation_rate)]
+    spatial = [
+      transpose_output_size(size[a], k, s, self.padding, p, d)
+      for a, k, s, p, d in zip(
+        axes, self.kernel_size, self.strides, output_padding, self.dilation_rate
+      )
+    ]
     if all(isinstance(v, int) for v in spatial):
       # Height and width only (the batch from inputs, the depth from the kernel): constant
       # whatever the batch, as the portable path (XLA, export_portable) needs.
       shape = spatial
     else:
-      shape = tf.stack([size[0]] + spatial + [self.filters] if channels_last
-                       else [size[0], self.filters] + spatial)
-    outputs = _ops.conv2d_transpose(inputs, self.kernel, shape, list(self.strides),
-                                          self.padding.upper(), **self._op_kwargs())
+      shape = tf.stack(
+        [size[0]] + spatial + [self.filters] if channels_last else [size[0], self.filters] + spatial
+      )
+    outputs = _ops.conv2d_transpose(
+      inputs, self.kernel, shape, list(self.strides), self.padding.upper(), **self._op_kwargs()
+    )
     return self._bias_and_activation(outputs)
 
 
@@ -134,12 +143,19 @@ class LargeConv3DSettings(LargeConvSettings):
     """Keras 3 stores a list or tuple `padding` (and fails when called); tf.nn.conv3d has
     no explicit padding, so the layer refuses it when made."""
     if not isinstance(self.padding, str):
-      raise ValueError("LargeConv3D takes padding 'valid' or 'same' (tf.nn.conv3d has no "
-                       f"explicit padding), got padding={self.padding!r}")
+      raise ValueError(
+        "LargeConv3D takes padding 'valid' or 'same' (tf.nn.conv3d has no "
+        f"explicit padding), got padding={self.padding!r}"
+      )
 
   def _op_kwargs(self):
     return dict(super()._op_kwargs(), dilations=op_window(self.data_format, self.dilation_rate))
 
   def convolution_op(self, inputs, kernel):
-    return _ops.conv3d(inputs, kernel, op_window(self.data_format, self.strides),
-                          self.padding.upper(), **self._op_kwargs())
+    return _ops.conv3d(
+      inputs,
+      kernel,
+      op_window(self.data_format, self.strides),
+      self.padding.upper(),
+      **self._op_kwargs(),
+    )

@@ -27,8 +27,10 @@ def _input_signature(model, input_signature):
   if input_signature is not None:
     specs = list(tf.nest.flatten(input_signature))
     if not specs or not all(isinstance(s, tf.TensorSpec) for s in specs):
-      raise ValueError("input_signature must be a list of tf.TensorSpec (one per model "
-                       f"input), got {input_signature!r}")
+      raise ValueError(
+        "input_signature must be a list of tf.TensorSpec (one per model "
+        f"input), got {input_signature!r}"
+      )
     return specs
   try:
     inputs = model.inputs
@@ -36,11 +38,12 @@ def _input_signature(model, input_signature):
     inputs = None
   if not inputs:
     raise ValueError(
-        f"model {getattr(model, 'name', model)!r} has no defined inputs (it is not built "
-        "from an Input): build it with an Input, e.g. keras.Input(shape=(height, width, "
-        "channels)) as the first layer of a Sequential or the input of a functional model, "
-        "or pass input_signature=[tf.TensorSpec([None, height, width, channels], "
-        "tf.float32)]")
+      f"model {getattr(model, 'name', model)!r} has no defined inputs (it is not built "
+      "from an Input): build it with an Input, e.g. keras.Input(shape=(height, width, "
+      "channels)) as the first layer of a Sequential or the input of a functional model, "
+      "or pass input_signature=[tf.TensorSpec([None, height, width, channels], "
+      "tf.float32)]"
+    )
   specs = []
   for i, tensor in enumerate(inputs):
     shape = list(tf.TensorShape(tensor.shape).as_list())
@@ -76,10 +79,11 @@ def export(model, path, input_signature=None):
   with _ops.portable_only():
     module.serve = tf.function(serve, input_signature=specs, autograph=False)
     concrete = module.serve.get_concrete_function()
-    found = sorted(t for t in op_types(concrete.graph.as_graph_def())
-                   if t.startswith(OP_PREFIX))
+    found = sorted(t for t in op_types(concrete.graph.as_graph_def()) if t.startswith(OP_PREFIX))
     if found:
-      raise ValueError(f"the traced model still holds {found}: a layer calls the op "
-                       "library directly instead of tf_largeconv's public ops")
+      raise ValueError(
+        f"the traced model still holds {found}: a layer calls the op "
+        "library directly instead of tf_largeconv's public ops"
+      )
     tf.saved_model.save(module, os.fspath(path), signatures={"serving_default": concrete})
   return os.fspath(path)

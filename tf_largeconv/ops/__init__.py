@@ -21,8 +21,18 @@ from tf_largeconv.ops._conv2d import conv2d_backprop_input
 from tf_largeconv.ops._conv2d import depthwise_conv2d
 from tf_largeconv.ops._conv3d import conv3d
 from tf_largeconv.ops._transpose import conv2d_transpose
-from tf_largeconv.ops._transpose import plan_transpose
+from tf_largeconv.ops._transpose_shapes import plan_transpose
 
-__all__ = ["conv1d", "conv2d", "conv2d_backprop_filter", "conv2d_backprop_input",
-           "conv2d_transpose", "conv3d", "depthwise_conv2d", "gradients", "plan_conv1d",
-           "plan_transpose", "portable_only"]
+__all__ = [
+  "conv1d",
+  "conv2d",
+  "conv2d_backprop_filter",
+  "conv2d_backprop_input",
+  "conv2d_transpose",
+  "conv3d",
+  "depthwise_conv2d",
+  "gradients",
+  "plan_conv1d",
+  "plan_transpose",
+  "portable_only",
+]

@@ -36,8 +36,10 @@ def _format_2d(data_format: str | None) -> str:
   if data_format is None:
     return "NHWC"
   if not isinstance(data_format, str) or data_format.upper() not in _FORMATS:
-    raise ValueError("data_format must be 'NWC' or 'NCW' (or TensorFlow's aliases 'NHWC' / "
-                     f"'NCHW'), got data_format={data_format!r}")
+    raise ValueError(
+      "data_format must be 'NWC' or 'NCW' (or TensorFlow's aliases 'NHWC' / "
+      f"'NCHW'), got data_format={data_format!r}"
+    )
   return _FORMATS[data_format.upper()]
 
 
@@ -56,8 +58,9 @@ def _window(value: Window | None, name: str, format_2d: str) -> list[int]:
   if len(values) == 1:
     values = [1, values[0], 1] if format_2d == "NHWC" else [1, 1, values[0]]
   elif len(values) != 3:
-    raise ValueError(f"{name} should be of length 1 or 3. Received: {name}={values} of "
-                     f"length {len(values)}")
+    raise ValueError(
+      f"{name} should be of length 1 or 3. Received: {name}={values} of length {len(values)}"
+    )
   return _insert_height(values, format_2d, 1)
 
 
@@ -69,25 +72,39 @@ def _padding(padding: Padding1d, format_2d: str) -> Any:
     if len(pairs) == 1:
       pairs = [[0, 0], pairs[0], [0, 0]] if format_2d == "NHWC" else [[0, 0], [0, 0], pairs[0]]
     elif len(pairs) != 3:
-      raise ValueError("padding must be 'SAME', 'VALID', one [before, after] pair for the "
-                       "width or three pairs in data_format order, got "
-                       f"padding={padding!r}")
+      raise ValueError(
+        "padding must be 'SAME', 'VALID', one [before, after] pair for the "
+        "width or three pairs in data_format order, got "
+        f"padding={padding!r}"
+      )
     return _insert_height(pairs, format_2d, [0, 0])
   return padding  # strings (and malformed values) are conv2d's to check
 
 
-def conv1d_attrs(stride: Window, padding: Padding1d, data_format: str | None,
-                 dilations: Window | None) -> tuple[list[int], Padding, str, list[int]]:
+def conv1d_attrs(
+  stride: Window, padding: Padding1d, data_format: str | None, dilations: Window | None
+) -> tuple[list[int], Padding, str, list[int]]:
   """(strides, padding, data_format, dilations) of the height-1 conv2d a conv1d runs."""
   format_2d = _format_2d(data_format)
-  return (_window(stride, "stride", format_2d), _padding(padding, format_2d), format_2d,
-          _window(dilations, "dilations", format_2d))
+  return (
+    _window(stride, "stride", format_2d),
+    _padding(padding, format_2d),
+    format_2d,
+    _window(dilations, "dilations", format_2d),
+  )
 
 
-def conv1d(input: TensorLike, filters: TensorLike, stride: Window, padding: Padding1d,
-           data_format: str | None = "NWC", dilations: Window | None = None,
-           name: str | None = None, algorithm: str | None = "auto",
-           workspace_limit: int | None = None) -> tf.Tensor:
+def conv1d(
+  input: TensorLike,
+  filters: TensorLike,
+  stride: Window,
+  padding: Padding1d,
+  data_format: str | None = "NWC",
+  dilations: Window | None = None,
+  name: str | None = None,
+  algorithm: str | None = "auto",
+  workspace_limit: int | None = None,
+) -> tf.Tensor:
   """Computes a 1-D convolution with tf.nn.conv1d's semantics, lean for long filters.
 
   Same arguments and result as `tf.nn.conv1d`. The filter's in_channels may divide the
@@ -120,29 +137,46 @@ def conv1d(input: TensorLike, filters: TensorLike, stride: Window, padding: Padd
     TypeError: unsupported or mismatched dtypes.
     tf.errors.InvalidArgumentError: shapes that do not fit together (eager execution).
   """
-  strides, padding, format_2d, dilations = conv1d_attrs(stride, padding, data_format,
-                                                        dilations)
+  strides, padding, format_2d, dilations = conv1d_attrs(stride, padding, data_format, dilations)
   with tf.name_scope(name or "LargeConv1D"):
     input, filters = _args.as_tensors(input, filters)
     if input.shape.rank is not None and input.shape.rank < 3:
-      raise ValueError("input must have rank >= 3: batch_shape + [width, channels] (NWC) or "
-                       f"batch_shape + [channels, width] (NCW), got shape {input.shape}")
+      raise ValueError(
+        "input must have rank >= 3: batch_shape + [width, channels] (NWC) or "
+        f"batch_shape + [channels, width] (NCW), got shape {input.shape}"
+      )
     if filters.shape.rank is not None and filters.shape.rank != 3:
-      raise ValueError("filters must be 3-D [width, in_channels / groups, out_channels], got "
-                       f"shape {filters.shape}")
+      raise ValueError(
+        "filters must be 3-D [width, in_channels / groups, out_channels], got "
+        f"shape {filters.shape}"
+      )
     # The height axis sits just before the width: -3 from the end in NWC, -2 in NCW.
     height_axis = -3 if format_2d == "NHWC" else -2
-    result = _conv2d.conv2d(tf.expand_dims(input, height_axis), tf.expand_dims(filters, 0),
-                        strides, padding, data_format=format_2d, dilations=dilations,
-                        algorithm=algorithm, workspace_limit=workspace_limit)
+    result = _conv2d.conv2d(
+      tf.expand_dims(input, height_axis),
+      tf.expand_dims(filters, 0),
+      strides,
+      padding,
+      data_format=format_2d,
+      dilations=dilations,
+      algorithm=algorithm,
+      workspace_limit=workspace_limit,
+    )
     return tf.squeeze(result, [height_axis])
 
 
-def plan_conv1d(input_shape: ShapeLike, filter_shape: ShapeLike, stride: Window,
-                padding: Padding1d, data_format: str | None = "NWC",
-                dilations: Window | None = None, dtype: DTypeLike = tf.float32,
-                algorithm: str | None = "auto", workspace_limit: int | None = None,
-                num_threads: int | None = None) -> Plan:
+def plan_conv1d(
+  input_shape: ShapeLike,
+  filter_shape: ShapeLike,
+  stride: Window,
+  padding: Padding1d,
+  data_format: str | None = "NWC",
+  dilations: Window | None = None,
+  dtype: DTypeLike = tf.float32,
+  algorithm: str | None = "auto",
+  workspace_limit: int | None = None,
+  num_threads: int | None = None,
+) -> Plan:
   """Plans `conv1d` without running it: `tf_largeconv.plan` of its height-1 conv2d.
 
   The FFT passes of a 1-D convolution plan single-row transforms: `fft_size` is
@@ -161,20 +195,31 @@ def plan_conv1d(input_shape: ShapeLike, filter_shape: ShapeLike, stride: Window,
   Raises:
     ValueError: as `conv1d` and `tf_largeconv.plan`.
   """
-  strides, padding, format_2d, dilations = conv1d_attrs(stride, padding, data_format,
-                                                        dilations)
+  strides, padding, format_2d, dilations = conv1d_attrs(stride, padding, data_format, dilations)
   input_shape, filter_shape = list(input_shape), list(filter_shape)
   if len(input_shape) < 3:
-    raise ValueError("input_shape must have rank >= 3: batch_shape + [width, channels] (NWC) "
-                     f"or batch_shape + [channels, width] (NCW), got {input_shape}")
+    raise ValueError(
+      "input_shape must have rank >= 3: batch_shape + [width, channels] (NWC) "
+      f"or batch_shape + [channels, width] (NCW), got {input_shape}"
+    )
   if len(filter_shape) != 3:
-    raise ValueError("filter_shape must be [width, in_channels / groups, out_channels], got "
-                     f"{filter_shape}")
+    raise ValueError(
+      f"filter_shape must be [width, in_channels / groups, out_channels], got {filter_shape}"
+    )
   height_axis = len(input_shape) - (2 if format_2d == "NHWC" else 1)
   shape_2d = input_shape[:height_axis] + [1] + input_shape[height_axis:]
-  p = _plan.plan(shape_2d, [1] + filter_shape, strides, padding, data_format=format_2d,
-                    dilations=dilations, dtype=dtype, algorithm=algorithm,
-                    workspace_limit=workspace_limit, num_threads=num_threads)
+  p = _plan.plan(
+    shape_2d,
+    [1] + filter_shape,
+    strides,
+    padding,
+    data_format=format_2d,
+    dilations=dilations,
+    dtype=dtype,
+    algorithm=algorithm,
+    workspace_limit=workspace_limit,
+    num_threads=num_threads,
+  )
   out = list(p.output_shape)
-  p.output_shape = tuple(out[:height_axis] + out[height_axis + 1:])
+  p.output_shape = tuple(out[:height_axis] + out[height_axis + 1 :])
   return p

@@ -56,10 +56,17 @@ def _merge_batch_dims(input: tf.Tensor, op: Callable[[tf.Tensor], tf.Tensor]) ->
   return result
 
 
-def conv2d(input: TensorLike, filters: TensorLike, strides: Window, padding: Padding,
-           data_format: str | None = "NHWC", dilations: Window | None = None,
-           name: str | None = None, algorithm: str | None = "auto",
-           workspace_limit: int | None = None) -> tf.Tensor:
+def conv2d(
+  input: TensorLike,
+  filters: TensorLike,
+  strides: Window,
+  padding: Padding,
+  data_format: str | None = "NHWC",
+  dilations: Window | None = None,
+  name: str | None = None,
+  algorithm: str | None = "auto",
+  workspace_limit: int | None = None,
+) -> tf.Tensor:
   """Computes a 2-D convolution with tf.nn.conv2d's semantics, lean for large filters.
 
   Same arguments and result as `tf.nn.conv2d`. Unlike TF's CPU kernels, NCHW and dilated
@@ -103,8 +110,9 @@ def conv2d(input: TensorLike, filters: TensorLike, strides: Window, padding: Pad
     TypeError: unsupported or mismatched dtypes.
     tf.errors.InvalidArgumentError: shapes that do not fit together (eager execution).
   """
-  key = _dispatch.eager_key(input, filters, (strides, padding, data_format, dilations,
-                                             algorithm, workspace_limit))
+  key = _dispatch.eager_key(
+    input, filters, (strides, padding, data_format, dilations, algorithm, workspace_limit)
+  )
   kernel = _dispatch.EAGER_KERNELS.get(key) if key is not None else None
   if kernel is not None:
     return kernel(input, filters)
@@ -116,12 +124,12 @@ def conv2d(input: TensorLike, filters: TensorLike, strides: Window, padding: Pad
     if attrs["algorithm"] == _args.PORTABLE:
       return _merge_batch_dims(input, lambda x: _portable2d.conv2d(x, filters, attrs))
     if key is not None and input.shape.rank == 4:
-      kernel = _dispatch.kernel_for(input, filters, strides, padding, dilations, attrs,
-                                    eager=True)
+      kernel = _dispatch.kernel_for(input, filters, strides, padding, dilations, attrs, eager=True)
       return _dispatch.remember(key, kernel)(input, filters)
     return _merge_batch_dims(
-        input, lambda x: _dispatch.kernel_for(x, filters, strides, padding, dilations, attrs)(
-            x, filters))
+      input,
+      lambda x: _dispatch.kernel_for(x, filters, strides, padding, dilations, attrs)(x, filters),
+    )
 
 
 def _static_list(t: tf.Tensor) -> list[int] | None:
@@ -129,10 +137,17 @@ def _static_list(t: tf.Tensor) -> list[int] | None:
   return None if value is None else [int(v) for v in value]
 
 
-def depthwise_conv2d(input: TensorLike, filter: TensorLike, strides: Window, padding: Padding,
-                     data_format: str | None = None, dilations: Window | None = None,
-                     name: str | None = None, algorithm: str | None = "auto",
-                     workspace_limit: int | None = None) -> tf.Tensor:
+def depthwise_conv2d(
+  input: TensorLike,
+  filter: TensorLike,
+  strides: Window,
+  padding: Padding,
+  data_format: str | None = None,
+  dilations: Window | None = None,
+  name: str | None = None,
+  algorithm: str | None = "auto",
+  workspace_limit: int | None = None,
+) -> tf.Tensor:
   """Depthwise 2-D convolution with tf.nn.depthwise_conv2d's semantics.
 
   Each input channel c is convolved with its own `channel_multiplier` filters; output
@@ -167,37 +182,61 @@ def depthwise_conv2d(input: TensorLike, filter: TensorLike, strides: Window, pad
     input, filter = _args.as_tensors(input, filter)
     _args.check_dtype("input", input.dtype, _args.FLOAT_DTYPES)
     if filter.shape.rank is not None and filter.shape.rank != 4:
-      raise ValueError("filter must be 4-D [height, width, in_channels, channel_multiplier], "
-                       f"got shape {filter.shape}")
+      raise ValueError(
+        "filter must be 4-D [height, width, in_channels, channel_multiplier], "
+        f"got shape {filter.shape}"
+      )
     if input.shape.rank is not None and input.shape.rank < 4:
-      raise ValueError("input must be 4-dimensional (or have more leading batch dimensions), "
-                       f"got shape {input.shape}")
+      raise ValueError(
+        "input must be 4-dimensional (or have more leading batch dimensions), "
+        f"got shape {input.shape}"
+      )
     axis = _args.channel_axis_from_end(data_format)
     depth = input.shape[axis] if input.shape.rank is not None else None
     if depth is not None and filter.shape[2] is not None and depth != filter.shape[2]:
-      raise ValueError(f"filter in_channels (dimension 2) {filter.shape[2]} must equal the "
-                       f"input depth {depth}")
+      raise ValueError(
+        f"filter in_channels (dimension 2) {filter.shape[2]} must equal the input depth {depth}"
+      )
     shape = tf.shape(filter)
     checks = []
     if depth is None or filter.shape[2] is None:
-      checks.append(tf.debugging.assert_equal(
-          tf.shape(input)[axis], shape[2],
-          message="filter in_channels (dimension 2) must equal the input depth"))
+      checks.append(
+        tf.debugging.assert_equal(
+          tf.shape(input)[axis],
+          shape[2],
+          message="filter in_channels (dimension 2) must equal the input depth",
+        )
+      )
     with tf.control_dependencies(checks):
       static = filter.shape.as_list()
       if all(v is not None for v in static):
         grouped = tf.reshape(filter, [static[0], static[1], 1, static[2] * static[3]])
       else:
         grouped = tf.reshape(filter, tf.stack([shape[0], shape[1], 1, shape[2] * shape[3]]))
-    return conv2d(input, grouped, strides, padding, data_format=data_format,
-                  dilations=dilations, algorithm=algorithm, workspace_limit=workspace_limit)
+    return conv2d(
+      input,
+      grouped,
+      strides,
+      padding,
+      data_format=data_format,
+      dilations=dilations,
+      algorithm=algorithm,
+      workspace_limit=workspace_limit,
+    )
 
 
-def conv2d_backprop_input(input_sizes: TensorLike, filters: TensorLike,
-                          out_backprop: TensorLike, strides: Window, padding: Padding,
-                          data_format: str | None = "NHWC", dilations: Window | None = None,
-                          name: str | None = None, algorithm: str | None = "auto",
-                          workspace_limit: int | None = None) -> tf.Tensor:
+def conv2d_backprop_input(
+  input_sizes: TensorLike,
+  filters: TensorLike,
+  out_backprop: TensorLike,
+  strides: Window,
+  padding: Padding,
+  data_format: str | None = "NHWC",
+  dilations: Window | None = None,
+  name: str | None = None,
+  algorithm: str | None = "auto",
+  workspace_limit: int | None = None,
+) -> tf.Tensor:
   """Gradient of `conv2d` with respect to its input (cf. tf.nn.conv2d_backprop_input).
 
   Args:
@@ -228,17 +267,31 @@ def conv2d_backprop_input(input_sizes: TensorLike, filters: TensorLike,
         sizes = ([0, f_shape[2]] + sizes) if nchw else ([0] + sizes + [f_shape[2]])
       _routing.check_tf_kernel(sizes, f_shape, out_backprop.dtype, out_backprop, attrs)
       return tf.compat.v1.nn.conv2d_backprop_input(
-          input_sizes, filters, out_backprop, attrs["strides"], _routing.tf_padding(attrs),
-          data_format=attrs["data_format"], dilations=attrs["dilations"])
-    return _loader.ops().large_conv_conv2d_backprop_input(input_sizes, filters, out_backprop,
-                                                          **attrs)
+        input_sizes,
+        filters,
+        out_backprop,
+        attrs["strides"],
+        _routing.tf_padding(attrs),
+        data_format=attrs["data_format"],
+        dilations=attrs["dilations"],
+      )
+    return _loader.ops().large_conv_conv2d_backprop_input(
+      input_sizes, filters, out_backprop, **attrs
+    )
 
 
-def conv2d_backprop_filter(input: TensorLike, filter_sizes: TensorLike,
-                           out_backprop: TensorLike, strides: Window, padding: Padding,
-                           data_format: str | None = "NHWC", dilations: Window | None = None,
-                           name: str | None = None, algorithm: str | None = "auto",
-                           workspace_limit: int | None = None) -> tf.Tensor:
+def conv2d_backprop_filter(
+  input: TensorLike,
+  filter_sizes: TensorLike,
+  out_backprop: TensorLike,
+  strides: Window,
+  padding: Padding,
+  data_format: str | None = "NHWC",
+  dilations: Window | None = None,
+  name: str | None = None,
+  algorithm: str | None = "auto",
+  workspace_limit: int | None = None,
+) -> tf.Tensor:
   """Gradient of `conv2d` with respect to its filter (cf. tf.nn.conv2d_backprop_filter).
 
   Args:
@@ -263,7 +316,14 @@ def conv2d_backprop_filter(input: TensorLike, filter_sizes: TensorLike,
       x_shape = input.shape.as_list() if input.shape.rank == 4 else None
       _routing.check_tf_kernel(x_shape, _static_list(filter_sizes), input.dtype, input, attrs)
       return tf.compat.v1.nn.conv2d_backprop_filter(
-          input, filter_sizes, out_backprop, attrs["strides"], _routing.tf_padding(attrs),
-          data_format=attrs["data_format"], dilations=attrs["dilations"])
-    return _loader.ops().large_conv_conv2d_backprop_filter(input, filter_sizes, out_backprop,
-                                                           **attrs)
+        input,
+        filter_sizes,
+        out_backprop,
+        attrs["strides"],
+        _routing.tf_padding(attrs),
+        data_format=attrs["data_format"],
+        dilations=attrs["dilations"],
+      )
+    return _loader.ops().large_conv_conv2d_backprop_filter(
+      input, filter_sizes, out_backprop, **attrs
+    )

@@ -17,10 +17,17 @@ from tf_largeconv import _loader
 from tf_largeconv._types import TensorLike
 
 
-def conv3d(input: TensorLike, filters: TensorLike, strides: Sequence[int], padding: str,
-           data_format: str = "NDHWC", dilations: Sequence[int] | None = None,
-           name: str | None = None, algorithm: str | None = "auto",
-           workspace_limit: int | None = None) -> tf.Tensor:
+def conv3d(
+  input: TensorLike,
+  filters: TensorLike,
+  strides: Sequence[int],
+  padding: str,
+  data_format: str = "NDHWC",
+  dilations: Sequence[int] | None = None,
+  name: str | None = None,
+  algorithm: str | None = "auto",
+  workspace_limit: int | None = None,
+) -> tf.Tensor:
   """Computes a 3-D convolution with tf.nn.conv3d's semantics, lean for large filters.
 
   Same arguments and result as `tf.nn.conv3d`; a grouped convolution is computed when the
@@ -60,8 +67,13 @@ def conv3d(input: TensorLike, filters: TensorLike, strides: Sequence[int], paddi
   with tf.name_scope(name or "LargeConv3D"):
     input, filters = _args.as_tensors(input, filters)
     if attrs["algorithm"] in ("tf", _args.PORTABLE):  # TensorFlow's own kernels
-      return tf.nn.conv3d(input, filters, attrs["strides"], padding, data_format=data_format,
-                          dilations=attrs["dilations"])
+      return tf.nn.conv3d(
+        input,
+        filters,
+        attrs["strides"],
+        padding,
+        data_format=data_format,
+        dilations=attrs["dilations"],
+      )
     _args.check_algorithm(attrs["algorithm"], input.dtype)
     return _loader.ops().large_conv_conv3d(input, filters, **attrs)
-

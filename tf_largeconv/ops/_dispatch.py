@@ -50,8 +50,10 @@ def eager_key(input, filters, args):
   the arguments as given; None outside eager execution, for operands other than tensors
   (variables, arrays: converted by the full path), inside `portable_only()`, or for
   arguments that are not hashable."""
-  if not (isinstance(input, tf.Tensor) and isinstance(filters, tf.Tensor) and
-          tf.executing_eagerly()) or _args.forced_portable():
+  if (
+    not (isinstance(input, tf.Tensor) and isinstance(filters, tf.Tensor) and tf.executing_eagerly())
+    or _args.forced_portable()
+  ):
     return None
   shapes = (input.shape, filters.shape, input.dtype, filters.dtype, input.device)
   if _PLAIN.issuperset(map(type, args)):  # as _frozen leaves them; each part hashable
@@ -72,12 +74,18 @@ def kernel_for(input, filters, strides, padding, dilations, attrs, eager=False):
   if attrs["algorithm"] == "tf" and (_args.in_xla_context() or _loader.failure() is not None):
     # XLA compiles TensorFlow's own convolution, in every layout and grouping; without the
     # op library it is the only kernel 'tf' can name.
-    return functools.partial(tf.nn.conv2d, strides=strides, padding=padding,
-                             data_format=attrs["data_format"], dilations=dilations)
+    return functools.partial(
+      tf.nn.conv2d,
+      strides=strides,
+      padding=padding,
+      data_format=attrs["data_format"],
+      dilations=dilations,
+    )
   schedule = routing.OP_ONLY
   if attrs["algorithm"] in ("auto", "tf") and input.shape.rank == 4:
-    schedule = routing.schedule(input.shape.as_list(), _routing.known_shape(filters),
-                                input.dtype, input, attrs)
+    schedule = routing.schedule(
+      input.shape.as_list(), _routing.known_shape(filters), input.dtype, input, attrs
+    )
   key = _args.attrs_key(attrs)
   eager = eager and not device.runs_on_gpu(input)
   if not any(any(routes) for _, routes in schedule):
@@ -90,8 +98,9 @@ def kernel_for(input, filters, strides, padding, dilations, attrs, eager=False):
     return _routing.routed(schedule, key)
   if eager and attrs["algorithm"] == "auto":
     routes = routing.at_batch(schedule, input.shape[0])
-    kept_bytes = kept_spectra.kept_spectra_bytes(tuple(input.shape), tuple(filters.shape),
-                                                 key, input.dtype.name, routes)
+    kept_bytes = kept_spectra.kept_spectra_bytes(
+      tuple(input.shape), tuple(filters.shape), key, input.dtype.name, routes
+    )
     if kept_bytes:
       return KeptSpectraRoute(kernel, kept_forward(key, routes), kept_bytes)
   return kernel
@@ -130,7 +139,7 @@ class KeptSpectraRoute:
     """Whether w is among the FILTERS distinct filter tensors run last; makes it the last."""
     live = [r for r in self._seen if r() is not None]
     others = [r for r in live if r() is not w]
-    self._seen = (others + [weakref.ref(w)])[-self.FILTERS:]
+    self._seen = (others + [weakref.ref(w)])[-self.FILTERS :]
     return len(others) < len(live)
 
   def _fits(self, w):

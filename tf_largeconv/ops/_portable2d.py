@@ -26,9 +26,12 @@ def op_error(error):
 
 def _check_rank4(name, shape):
   if shape.rank is not None and shape.rank != 4:
-    raise op_error(ValueError(
+    raise op_error(
+      ValueError(
         f"{name} must be a 4-D tensor, got shape {shape}. convolution {name} must be "
-        f"4-dimensional: {shape}. Shape must be rank 4 but is rank {shape.rank}"))
+        f"4-dimensional: {shape}. Shape must be rank 4 but is rank {shape.rank}"
+      )
+    )
 
 
 def _portable_geometry(input_shape, filter_shape, attrs):
@@ -36,18 +39,31 @@ def _portable_geometry(input_shape, filter_shape, attrs):
   op's errors for shapes that do not fit together."""
   input_shape = [1 if v is None else v for v in input_shape]
   try:
-    return _CORE.geometry(input_shape, list(filter_shape), attrs["strides"],
-                          attrs["padding"], attrs["explicit_paddings"],
-                          attrs["data_format"], attrs["dilations"])
+    return _CORE.geometry(
+      input_shape,
+      list(filter_shape),
+      attrs["strides"],
+      attrs["padding"],
+      attrs["explicit_paddings"],
+      attrs["data_format"],
+      attrs["dilations"],
+    )
   except (ValueError, NotImplementedError) as e:
     raise op_error(e) from None
 
 
 def _portable_call(x, filters, attrs):
   """`portable.conv2d` of a 4-D x with the op attributes `attrs`."""
-  return portable.conv2d(x, filters, attrs["strides"], attrs["padding"],
-                          attrs["explicit_paddings"], attrs["data_format"], attrs["dilations"],
-                          workspace_limit=attrs["workspace_limit"])
+  return portable.conv2d(
+    x,
+    filters,
+    attrs["strides"],
+    attrs["padding"],
+    attrs["explicit_paddings"],
+    attrs["data_format"],
+    attrs["dilations"],
+    workspace_limit=attrs["workspace_limit"],
+  )
 
 
 @functools.lru_cache(maxsize=256)
@@ -63,11 +79,16 @@ def conv2d(input, filters, attrs):
   (tf.map_fn), so one loop step stays within workspace_limit whatever the batch."""
   _check_rank4("input", input.shape)
   _check_rank4("filter", filters.shape)
-  if (input.shape.rank is None or None in input.shape.as_list()[1:]
-      or not filters.shape.is_fully_defined()):
-    raise ValueError("algorithm='portable' needs static image and filter shapes (only the "
-                     f"batch size may be unknown), got input shape {input.shape} and filter "
-                     f"shape {filters.shape}")
+  if (
+    input.shape.rank is None
+    or None in input.shape.as_list()[1:]
+    or not filters.shape.is_fully_defined()
+  ):
+    raise ValueError(
+      "algorithm='portable' needs static image and filter shapes (only the "
+      f"batch size may be unknown), got input shape {input.shape} and filter "
+      f"shape {filters.shape}"
+    )
   geometry = _portable_geometry(input.shape.as_list(), filters.shape.as_list(), attrs)
 
   if input.shape[0] is not None:
@@ -76,9 +97,11 @@ def conv2d(input, filters, attrs):
       # as much as its transforms.
       return _traced_portable(_args.attrs_key(attrs))(input, filters)
     return _portable_call(input, filters, attrs)
-  return tf.map_fn(lambda image: _portable_call(image[None], filters, attrs)[0], input,
-                   fn_output_signature=tf.TensorSpec(geometry["output_shape"][1:],
-                                                     input.dtype))
+  return tf.map_fn(
+    lambda image: _portable_call(image[None], filters, attrs)[0],
+    input,
+    fn_output_signature=tf.TensorSpec(geometry["output_shape"][1:], input.dtype),
+  )
 
 
 def _static_sizes(name, sizes, spatial_ok, op):
@@ -88,20 +111,24 @@ def _static_sizes(name, sizes, spatial_ok, op):
     raise ValueError(f"algorithm='portable' needs {name} known when the graph is traced")
   value = [int(v) for v in value.reshape(-1)] if value.ndim else None
   if value is None:
-    raise op_error(ValueError(f"{name} must be a vector, got shape []. {op}: {name} input "
-                               "must be 1-dim, not 0"))
+    raise op_error(
+      ValueError(f"{name} must be a vector, got shape []. {op}: {name} input must be 1-dim, not 0")
+    )
   if len(value) != 4 and not (spatial_ok and len(value) == 2):
     if spatial_ok:
-      msg = (f"{name} must be a vector of 4 sizes (or 2: height and width), got "
-             f"{len(value)}. {op} requires {name} to contain 4 values or 2 values, but got: "
-             f"{len(value)}")
+      msg = (
+        f"{name} must be a vector of 4 sizes (or 2: height and width), got "
+        f"{len(value)}. {op} requires {name} to contain 4 values or 2 values, but got: "
+        f"{len(value)}"
+      )
     else:
       msg = f"{name} must be a vector of 4 sizes, got {len(value)}. filter must be 4-dimensional"
     raise op_error(ValueError(msg))
   for v in value:
     if v < 0:
-      raise op_error(ValueError(f"{name} must be non-negative, got {v}. Dimension {v} must "
-                                 "be >= 0"))
+      raise op_error(
+        ValueError(f"{name} must be non-negative, got {v}. Dimension {v} must be >= 0")
+      )
   return value
 
 
@@ -111,11 +138,12 @@ def _check_out_backprop(out_backprop, input_shape, filter_shape, attrs):
     return  # conv2d names the unknown sizes
   want = _portable_geometry(input_shape, filter_shape, attrs)["output_shape"]
   got = out_backprop.shape.as_list() if out_backprop.shape.rank is not None else None
-  if got is not None and any(g is not None and w != g and not (i == 0 and input_shape[0] is None)
-                             for i, (g, w) in enumerate(zip(got, want))):
+  if got is not None and any(
+    g is not None and w != g and not (i == 0 and input_shape[0] is None)
+    for i, (g, w) in enumerate(zip(got, want))
+  ):
     shown = [w if w is not None else "?" for w in want]
-    raise op_error(ValueError(f"out_backprop has shape {got} but the convolution produces "
-                               f"{shown}"))
+    raise op_error(ValueError(f"out_backprop has shape {got} but the convolution produces {shown}"))
 
 
 def backprop_input(input_sizes, filters, out_backprop, attrs):
@@ -126,8 +154,7 @@ def backprop_input(input_sizes, filters, out_backprop, attrs):
   if len(sizes) == 2:
     batch = out_backprop.shape[0] if out_backprop.shape.rank is not None else None
     depth = filters.shape[2]
-    sizes = ([batch, depth] + sizes if attrs["data_format"] == "NCHW"
-             else [batch] + sizes + [depth])
+    sizes = [batch, depth] + sizes if attrs["data_format"] == "NCHW" else [batch] + sizes + [depth]
   _check_out_backprop(out_backprop, sizes, filters.shape.as_list(), attrs)
   if sizes[0] is None:
     shape = tf.concat([tf.shape(out_backprop)[:1], sizes[1:]], 0)

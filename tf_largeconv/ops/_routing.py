@@ -107,7 +107,8 @@ def route_op(y, x, w, schedule, attrs_key, transpose=False):
   batch: how eager calls on the CPU record a mixed route."""
   routes = routing.at_batch(schedule, x.shape[0])
   return _loader.ops().large_conv_conv2d_route(
-      y, x, w, route=route_spec(attrs_key, routes, transpose=transpose))
+    y, x, w, route=route_spec(attrs_key, routes, transpose=transpose)
+  )
 
 
 @functools.lru_cache(maxsize=1024)
@@ -117,8 +118,10 @@ def route_spec(attrs_key, routes, transpose=False):
   routes (forward, backprop_input, backprop_filter; True for TensorFlow's kernel) and
   whether it is transposed. `parse_route` reads it back."""
   attrs = dict(_args.attrs_from_key(attrs_key), algorithm="auto")
-  return json.dumps({"attrs": attrs, "routes": [bool(r) for r in routes],
-                     "transpose": bool(transpose)}, sort_keys=True)
+  return json.dumps(
+    {"attrs": attrs, "routes": [bool(r) for r in routes], "transpose": bool(transpose)},
+    sort_keys=True,
+  )
 
 
 @functools.lru_cache(maxsize=1024)
@@ -130,12 +133,14 @@ def parse_route(route):
     key = _args.attrs_key(spec["attrs"])
     routes, transpose = tuple(spec["routes"]), spec["transpose"]
   except (ValueError, KeyError, TypeError, AttributeError):
-    raise ValueError(f"route must be the JSON that `route_spec` writes, got {route!r}"
-                     ) from None
-  if (len(routes) != len(PerPass._fields) or
-      not all(isinstance(r, bool) for r in routes + (transpose,))):
-    raise ValueError("route must hold one route per pass (forward, backprop_input, "
-                     f"backprop_filter) and transpose as booleans, got {route!r}")
+    raise ValueError(f"route must be the JSON that `route_spec` writes, got {route!r}") from None
+  if len(routes) != len(PerPass._fields) or not all(
+    isinstance(r, bool) for r in routes + (transpose,)
+  ):
+    raise ValueError(
+      "route must hold one route per pass (forward, backprop_input, "
+      f"backprop_filter) and transpose as booleans, got {route!r}"
+    )
   return key, PerPass.of(routes), transpose
 
 
@@ -145,8 +150,9 @@ def tf_attrs(attrs):
   the route says the kernel can run them, so the public functions' checks (a sizeable
   share of a small eager call) would only repeat themselves; the ops are the ones those
   create."""
-  return {k: attrs[k] for k in ("strides", "padding", "explicit_paddings", "data_format",
-                                "dilations")}
+  return {
+    k: attrs[k] for k in ("strides", "padding", "explicit_paddings", "data_format", "dilations")
+  }
 
 
 def routed_input_gradient(x, w, dy, routes, attrs):
@@ -156,8 +162,9 @@ def routed_input_gradient(x, w, dy, routes, attrs):
   PerPass; `attrs`: normalised)."""
   sizes = (x.shape[2:4] if attrs["data_format"] == "NCHW" else x.shape[1:3]).as_list()
   if routes.backprop_input:
-    return tf.raw_ops.Conv2DBackpropInput(input_sizes=sizes, filter=w, out_backprop=dy,
-                                          **tf_attrs(attrs))
+    return tf.raw_ops.Conv2DBackpropInput(
+      input_sizes=sizes, filter=w, out_backprop=dy, **tf_attrs(attrs)
+    )
   return _loader.ops().large_conv_conv2d_backprop_input(sizes, w, dy, **attrs)
 
 
@@ -165,14 +172,17 @@ def routed_filter_gradient(x, w, dy, routes, attrs):
   """conv2d's gradient with respect to its filter w, by TensorFlow's kernel where
   routes.backprop_filter holds, otherwise by the op (as `routed_input_gradient`)."""
   if routes.backprop_filter:
-    return tf.raw_ops.Conv2DBackpropFilter(input=x, filter_sizes=tf.shape(w), out_backprop=dy,
-                                           **tf_attrs(attrs))
+    return tf.raw_ops.Conv2DBackpropFilter(
+      input=x, filter_sizes=tf.shape(w), out_backprop=dy, **tf_attrs(attrs)
+    )
   return _loader.ops().large_conv_conv2d_backprop_filter(x, tf.shape(w), dy, **attrs)
 
 
-TF_KERNEL_NEEDS = ("algorithm='tf' needs what TensorFlow's kernels support: no groups and "
-                    "static image shapes, and on the CPU NHWC, dilations 1 and "
-                    "float32/float64 (on a GPU float16/bfloat16/float32)")
+TF_KERNEL_NEEDS = (
+  "algorithm='tf' needs what TensorFlow's kernels support: no groups and "
+  "static image shapes, and on the CPU NHWC, dilations 1 and "
+  "float32/float64 (on a GPU float16/bfloat16/float32)"
+)
 
 
 def tf_padding(attrs):
@@ -180,7 +190,7 @@ def tf_padding(attrs):
   if attrs["padding"] != "EXPLICIT":
     return attrs["padding"]
   ex = attrs["explicit_paddings"]
-  return [ex[i:i + 2] for i in range(0, 8, 2)]
+  return [ex[i : i + 2] for i in range(0, 8, 2)]
 
 
 def check_tf_kernel(x_shape, f_shape, dtype, placed, attrs):
@@ -188,4 +198,3 @@ def check_tf_kernel(x_shape, f_shape, dtype, placed, attrs):
   data_format order, None where not known statically), as conv2d's 'tf' requires."""
   if not routing.tf_kernel_runs(x_shape, f_shape, dtype, placed, attrs):
     raise ValueError(TF_KERNEL_NEEDS)
-

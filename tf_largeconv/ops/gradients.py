@@ -14,10 +14,16 @@ from tf_largeconv.ops import _routing
 from tf_largeconv.ops import _transpose
 
 # The attributes each op family's ops share, passed on unchanged to the gradient's ops.
-_CONV2D_ATTRS = ("strides", "padding", "explicit_paddings", "data_format", "dilations",
-                 "algorithm", "workspace_limit")
-_CONV3D_ATTRS = ("strides", "padding", "data_format", "dilations", "algorithm",
-                 "workspace_limit")
+_CONV2D_ATTRS = (
+  "strides",
+  "padding",
+  "explicit_paddings",
+  "data_format",
+  "dilations",
+  "algorithm",
+  "workspace_limit",
+)
+_CONV3D_ATTRS = ("strides", "padding", "data_format", "dilations", "algorithm", "workspace_limit")
 
 
 def _decode(attrs):
@@ -43,24 +49,24 @@ def _register_family(op_name, wrapper, attr_names):
   def _forward_grad(op, grad):
     shape_0, shape_1 = tf.shape_n([op.inputs[0], op.inputs[1]])
     return [
-        run("_backprop_input", shape_0, op.inputs[1], grad, op=op),
-        run("_backprop_filter", op.inputs[0], shape_1, grad, op=op),
+      run("_backprop_input", shape_0, op.inputs[1], grad, op=op),
+      run("_backprop_filter", op.inputs[0], shape_1, grad, op=op),
     ]
 
   @tf.RegisterGradient(f"LargeConv>{op_name}BackpropInput")
   def _backprop_input_grad(op, grad):
     return [
-        None,
-        run("_backprop_filter", grad, tf.shape(op.inputs[1]), op.inputs[2], op=op),
-        run("", grad, op.inputs[1], op=op),
+      None,
+      run("_backprop_filter", grad, tf.shape(op.inputs[1]), op.inputs[2], op=op),
+      run("", grad, op.inputs[1], op=op),
     ]
 
   @tf.RegisterGradient(f"LargeConv>{op_name}BackpropFilter")
   def _backprop_filter_grad(op, grad):
     return [
-        run("_backprop_input", tf.shape(op.inputs[0]), grad, op.inputs[2], op=op),
-        None,
-        run("", op.inputs[0], grad, op=op),
+      run("_backprop_input", tf.shape(op.inputs[0]), grad, op.inputs[2], op=op),
+      None,
+      run("", op.inputs[0], grad, op=op),
     ]
 
 
@@ -77,5 +83,8 @@ def _route_grad(op, grad):
   attrs = _args.attrs_from_key(key)
   module = _transpose if transposed else _routing
   _, x, w = op.inputs
-  return [None, module.routed_input_gradient(x, w, grad, routes, attrs),
-          module.routed_filter_gradient(x, w, grad, routes, attrs)]
+  return [
+    None,
+    module.routed_input_gradient(x, w, grad, routes, attrs),
+    module.routed_filter_gradient(x, w, grad, routes, attrs),
+  ]

@@ -54,8 +54,10 @@ def axis_geometry(size, k, stride, dilation, padding, explicit=(0, 0)):
   before, after = explicit if padding == "EXPLICIT" else (0, 0)
   out = (size + before + after - extent) // stride + 1
   if size + before + after < extent:
-    raise ValueError(f"the filter (dilated extent {extent}) is larger than the padded input "
-                     f"({size + before + after})")
+    raise ValueError(
+      f"the filter (dilated extent {extent}) is larger than the padded input "
+      f"({size + before + after})"
+    )
   return out, before, after
 
 
@@ -69,8 +71,8 @@ def step_bytes(batch, in_c, out_c, fft_h, fft_w, tiles_per_step, real_bytes=4):
 
 
 TilePlan = collections.namedtuple(
-    "TilePlan", ["fft_h", "fft_w", "tile_h", "tile_w", "tiles_h", "tiles_w", "per_step",
-                 "steps"])
+  "TilePlan", ["fft_h", "fft_w", "tile_h", "tile_w", "tiles_h", "tiles_w", "per_step", "steps"]
+)
 
 
 def _smooth_sizes(lo, hi):
@@ -83,8 +85,7 @@ def _smooth_sizes(lo, hi):
     n = _smooth_at_least(n + 1)
 
 
-def plan_tiles(batch, in_c, out_c, ext_h, ext_w, dense_h, dense_w, workspace_limit,
-               real_bytes=4):
+def plan_tiles(batch, in_c, out_c, ext_h, ext_w, dense_h, dense_w, workspace_limit, real_bytes=4):
   """Transform sizes and tiles per loop step for filter extents ext_* and dense outputs
   dense_* (stride 1 positions).
 
@@ -109,10 +110,13 @@ def plan_tiles(batch, in_c, out_c, ext_h, ext_w, dense_h, dense_w, workspace_lim
       if best is None or cost < best[0]:
         best = (cost, fh, fw)
   if best is None:
-    need = step_bytes(batch, in_c, out_c, _smooth_at_least(ext_h), _smooth_at_least(ext_w), 1,
-                      real_bytes)
-    raise ValueError(f"workspace_limit {limit} bytes is too small for the portable path: it "
-                     f"needs at least {need} bytes for one tile of every image")
+    need = step_bytes(
+      batch, in_c, out_c, _smooth_at_least(ext_h), _smooth_at_least(ext_w), 1, real_bytes
+    )
+    raise ValueError(
+      f"workspace_limit {limit} bytes is too small for the portable path: it "
+      f"needs at least {need} bytes for one tile of every image"
+    )
   _, fh, fw = best
   tile_h, tile_w = fh - ext_h + 1, fw - ext_w + 1
   tiles_h, tiles_w = -(-dense_h // tile_h), -(-dense_w // tile_w)
@@ -122,8 +126,17 @@ def plan_tiles(batch, in_c, out_c, ext_h, ext_w, dense_h, dense_w, workspace_lim
   return TilePlan(fh, fw, tile_h, tile_w, tiles_h, tiles_w, per_step, -(-count // per_step))
 
 
-def conv2d(x, w, strides, padding, explicit_paddings, data_format, dilations, groups=None,
-           workspace_limit=None):
+def conv2d(
+  x,
+  w,
+  strides,
+  padding,
+  explicit_paddings,
+  data_format,
+  dilations,
+  groups=None,
+  workspace_limit=None,
+):
   """tf.nn.conv2d (grouped when w's in-depth divides x's depth) from stock TF ops.
 
   Args:
@@ -163,8 +176,7 @@ def conv2d(x, w, strides, padding, explicit_paddings, data_format, dilations, gr
     return tf.transpose(y, [0, 3, 1, 2]) if nchw else y
 
   real_bytes = 8 if compute == tf.float64 else 4
-  plan = plan_tiles(batch, in_c, out_c, ext_h, ext_w, dense_h, dense_w, workspace_limit,
-                    real_bytes)
+  plan = plan_tiles(batch, in_c, out_c, ext_h, ext_w, dense_h, dense_w, workspace_limit, real_bytes)
   fh, fw, tile_h, tile_w = plan.fft_h, plan.fft_w, plan.tile_h, plan.tile_w
   tiles_h, tiles_w, per_step, steps = plan.tiles_h, plan.tiles_w, plan.per_step, plan.steps
   count = tiles_h * tiles_w
@@ -173,9 +185,16 @@ def conv2d(x, w, strides, padding, explicit_paddings, data_format, dilations, gr
   # steps); rows and columns the input has beyond what the tiles read are cropped.
   need_h = tiles_h * tile_h + ext_h - 1
   need_w = tiles_w * tile_w + ext_w - 1
-  x = x[:, :max(0, min(height, need_h - top)), :max(0, min(width, need_w - left)), :]
-  x = tf.pad(x, [[0, 0], [top, max(0, need_h - top - x.shape[1])],
-                 [left, max(0, need_w - left - x.shape[2])], [0, 0]])
+  x = x[:, : max(0, min(height, need_h - top)), : max(0, min(width, need_w - left)), :]
+  x = tf.pad(
+    x,
+    [
+      [0, 0],
+      [top, max(0, need_h - top - x.shape[1])],
+      [left, max(0, need_w - left - x.shape[2])],
+      [0, 0],
+    ],
+  )
 
   # The dilated filter, as [groups, in, out, ext_h, ext_w], and its spectra (conjugated:
   # a product with them correlates).
@@ -212,10 +231,14 @@ def conv2d(x, w, strides, padding, explicit_paddings, data_format, dilations, gr
     outs = [tile(tf.minimum(first + t, count - 1)) for t in range(per_step)]
     return step + 1, acc.write(step, tf.stack(outs))
 
-  acc = tf.TensorArray(compute, size=steps, element_shape=[per_step, batch, out_c, tile_h,
-                                                           tile_w])
-  _, acc = tf.while_loop(lambda s, _: s < steps, body, (tf.constant(0), acc),
-                         parallel_iterations=1, maximum_iterations=steps)
+  acc = tf.TensorArray(compute, size=steps, element_shape=[per_step, batch, out_c, tile_h, tile_w])
+  _, acc = tf.while_loop(
+    lambda s, _: s < steps,
+    body,
+    (tf.constant(0), acc),
+    parallel_iterations=1,
+    maximum_iterations=steps,
+  )
   tiles = tf.reshape(acc.stack(), [padded_count, batch, out_c, tile_h, tile_w])[:count]
   y = tf.reshape(tiles, [tiles_h, tiles_w, batch, out_c, tile_h, tile_w])
   y = tf.transpose(y, [2, 0, 4, 1, 5, 3])  # [batch, tiles_h, tile_h, tiles_w, tile_w, out]

@@ -17,5 +17,13 @@ from tf_largeconv.planning._plan3d import plan_conv3d
 from tf_largeconv.planning.types import PassPlan
 from tf_largeconv.planning.types import Plan
 
-__all__ = ["PassPlan", "Plan", "device", "kept_spectra", "plan", "plan_conv3d",
-           "plan_from_attrs", "routing"]
+__all__ = [
+  "PassPlan",
+  "Plan",
+  "device",
+  "kept_spectra",
+  "plan",
+  "plan_conv3d",
+  "plan_from_attrs",
+  "routing",
+]

@@ -29,10 +29,18 @@ from tf_largeconv.planning.types import Plan
 _CORE = _loader.core()
 
 
-def plan(input_shape: ShapeLike, filter_shape: ShapeLike, strides: Window, padding: Padding,
-         data_format: str | None = "NHWC", dilations: Window | None = None,
-         dtype: DTypeLike = tf.float32, algorithm: str | None = "auto",
-         workspace_limit: int | None = None, num_threads: int | None = None) -> Plan:
+def plan(
+  input_shape: ShapeLike,
+  filter_shape: ShapeLike,
+  strides: Window,
+  padding: Padding,
+  data_format: str | None = "NHWC",
+  dilations: Window | None = None,
+  dtype: DTypeLike = tf.float32,
+  algorithm: str | None = "auto",
+  workspace_limit: int | None = None,
+  num_threads: int | None = None,
+) -> Plan:
   """Plans a convolution without running it.
 
   Args:
@@ -70,11 +78,20 @@ def plan(input_shape: ShapeLike, filter_shape: ShapeLike, strides: Window, paddi
   """
   if _rank(filter_shape) == 5:
     # plan_conv3d checks that these have its forms (narrower than plan's types).
-    return _plan3d.plan_conv3d(input_shape, filter_shape, strides, padding,  # type: ignore[arg-type]
-                               _FORMATS_3D.get(data_format, data_format), dilations, dtype,  # type: ignore[arg-type]
-                               algorithm, workspace_limit, num_threads)
-  attrs = _args.conv_attrs(strides, padding, data_format, dilations, algorithm,
-                           workspace_limit)
+    plan3d: Any = _plan3d.plan_conv3d
+    return plan3d(
+      input_shape,
+      filter_shape,
+      strides,
+      padding,
+      _FORMATS_3D.get(data_format or "", data_format),
+      dilations,
+      dtype,
+      algorithm,
+      workspace_limit,
+      num_threads,
+    )
+  attrs = _args.conv_attrs(strides, padding, data_format, dilations, algorithm, workspace_limit)
   return plan_from_attrs(input_shape, filter_shape, attrs, dtype, num_threads)
 
 
@@ -91,13 +108,20 @@ def _rank(shape: Any) -> int | None:
     return None
 
 
-def plan_from_attrs(input_shape: ShapeLike, filter_shape: ShapeLike, attrs: dict[str, Any],
-                    dtype: DTypeLike = tf.float32, num_threads: int | None = None) -> Plan:
+def plan_from_attrs(
+  input_shape: ShapeLike,
+  filter_shape: ShapeLike,
+  attrs: dict[str, Any],
+  dtype: DTypeLike = tf.float32,
+  num_threads: int | None = None,
+) -> Plan:
   """`plan` for already-normalised op attributes (see `_args.conv_attrs`)."""
   if attrs["algorithm"] == _args.PORTABLE:
-    raise ValueError("algorithm='portable' runs stock TensorFlow ops, not the LargeConv ops "
-                     "that plan() describes; plan with algorithm='auto', 'direct', 'fft' or "
-                     "'tf'")
+    raise ValueError(
+      "algorithm='portable' runs stock TensorFlow ops, not the LargeConv ops "
+      "that plan() describes; plan with algorithm='auto', 'direct', 'fft' or "
+      "'tf'"
+    )
   dtype = _args.normalize_dtype(dtype)
   threads = int(num_threads) if num_threads else device.intra_op_threads()
   input_shape = [int(v) for v in input_shape]
@@ -105,20 +129,29 @@ def plan_from_attrs(input_shape: ShapeLike, filter_shape: ShapeLike, attrs: dict
   batch_shape = input_shape[:-3] if len(input_shape) > 4 else input_shape[:1]
   if len(input_shape) > 4:  # extra batch dimensions, merged as conv2d merges them
     input_shape = [math.prod(batch_shape)] + input_shape[-3:]
-  args = (input_shape, filter_shape, attrs["strides"], attrs["padding"],
-          attrs["explicit_paddings"], attrs["data_format"], attrs["dilations"])
+  args = (
+    input_shape,
+    filter_shape,
+    attrs["strides"],
+    attrs["padding"],
+    attrs["explicit_paddings"],
+    attrs["data_format"],
+    attrs["dilations"],
+  )
   geometry = _CORE.geometry(*args)
-  kwargs = dict(workspace_limit=attrs["workspace_limit"], num_threads=threads,
-                dtype=dtype.name)
+  kwargs = dict(workspace_limit=attrs["workspace_limit"], num_threads=threads, dtype=dtype.name)
   # Each pass runs TensorFlow's kernel or the op's, whichever the planner prices lower
   # (TF's backprop kernels are far slower than its forward one with few channels, where the
   # op's FFT passes win), as the CPU schedule has it for this batch.
   routes = PerPass.every(attrs["algorithm"] == "tf")
   eligible = routing.tf_kernel_eligible(input_shape, filter_shape, attrs, dtype)
   if attrs["algorithm"] == "auto" and eligible:
-    routes = routing.at_batch(routing.planned_schedule(tuple(input_shape[1:]), tuple(filter_shape),
-                                       _args.attrs_key(attrs), dtype.name, threads),
-                        input_shape[0])
+    routes = routing.at_batch(
+      routing.planned_schedule(
+        tuple(input_shape[1:]), tuple(filter_shape), _args.attrs_key(attrs), dtype.name, threads
+      ),
+      input_shape[0],
+    )
   theirs = ours = None
   if any(routes) or eligible:  # raises where 'tf' was asked for and TF's kernels cannot
     theirs = _CORE.plan(*args, algorithm="tf", allow_tf=eligible, **kwargs)
@@ -132,4 +165,3 @@ def plan_from_attrs(input_shape: ShapeLike, filter_shape: ShapeLike, attrs: dict
     limit = _CORE.DEFAULT_WORKSPACE_LIMIT
   output_shape = batch_shape + list(geometry["output_shape"][1:])
   return Plan([PassPlan(d) for d in passes], output_shape, limit, threads, _loader.failure())
-

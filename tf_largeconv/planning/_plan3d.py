@@ -26,25 +26,42 @@ def _shape(value: Any, name: str, form: str) -> list[int]:
     values = value.as_list() if isinstance(value, tf.TensorShape) else list(value)
   except (TypeError, ValueError):
     values = None
-  if (values is None or len(values) != 5 or
-      not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) and int(v) >= 0
-              for v in values)):
+  if (
+    values is None
+    or len(values) != 5
+    or not all(
+      isinstance(v, numbers.Integral) and not isinstance(v, bool) and int(v) >= 0 for v in values
+    )
+  ):
     raise ValueError(f"{name} must be 5 non-negative ints, {form}, got {name}={value!r}")
   return [int(v) for v in values]
 
 
-def tf_kernel_eligible(input_shape: Sequence[int], filter_shape: Sequence[int],
-                       attrs: dict[str, Any], dtype: tf.DType) -> bool:
+def tf_kernel_eligible(
+  input_shape: Sequence[int], filter_shape: Sequence[int], attrs: dict[str, Any], dtype: tf.DType
+) -> bool:
   """Whether TensorFlow's CPU Conv3D kernels (and their gradients) run this convolution:
   NDHWC, dilations 1, floating dtypes, no groups (TF's CPU kernel refuses each of these)."""
-  return (attrs["data_format"] == "NDHWC" and all(d == 1 for d in attrs["dilations"]) and
-          dtype.is_floating and input_shape[4] == filter_shape[3])
+  return (
+    attrs["data_format"] == "NDHWC"
+    and all(d == 1 for d in attrs["dilations"])
+    and dtype.is_floating
+    and input_shape[4] == filter_shape[3]
+  )
 
 
-def plan_conv3d(input_shape: ShapeLike, filter_shape: ShapeLike, strides: Sequence[int],
-                padding: str, data_format: str = "NDHWC", dilations: Sequence[int] | None = None,
-                dtype: DTypeLike = tf.float32, algorithm: str | None = "auto",
-                workspace_limit: int | None = None, num_threads: int | None = None) -> Plan:
+def plan_conv3d(
+  input_shape: ShapeLike,
+  filter_shape: ShapeLike,
+  strides: Sequence[int],
+  padding: str,
+  data_format: str = "NDHWC",
+  dilations: Sequence[int] | None = None,
+  dtype: DTypeLike = tf.float32,
+  algorithm: str | None = "auto",
+  workspace_limit: int | None = None,
+  num_threads: int | None = None,
+) -> Plan:
   """Plans `conv3d` without running it: what each of its three passes will do.
 
   The same C++ planner the LargeConv 3-D kernels call (on the CPU), so the plan is the
@@ -81,13 +98,20 @@ def plan_conv3d(input_shape: ShapeLike, filter_shape: ShapeLike, strides: Sequen
   """
   attrs = _args.conv3d_attrs(strides, padding, data_format, dilations, algorithm, workspace_limit)
   if attrs["algorithm"] == _args.PORTABLE:
-    raise ValueError("algorithm='portable' runs stock TensorFlow ops, not the LargeConv ops "
-                     "that plan_conv3d() describes; plan with algorithm='auto', 'direct', "
-                     "'fft' or 'tf'")
-  x = _shape(input_shape, "input_shape", "[batch, depth, height, width, channels] (NDHWC) "
-             "or [batch, channels, depth, height, width] (NCDHW)")
-  f = _shape(filter_shape, "filter_shape",
-             "[depth, height, width, in_channels / groups, out_channels]")
+    raise ValueError(
+      "algorithm='portable' runs stock TensorFlow ops, not the LargeConv ops "
+      "that plan_conv3d() describes; plan with algorithm='auto', 'direct', "
+      "'fft' or 'tf'"
+    )
+  x = _shape(
+    input_shape,
+    "input_shape",
+    "[batch, depth, height, width, channels] (NDHWC) "
+    "or [batch, channels, depth, height, width] (NCDHW)",
+  )
+  f = _shape(
+    filter_shape, "filter_shape", "[depth, height, width, in_channels / groups, out_channels]"
+  )
   dtype = _args.normalize_dtype(dtype)
   threads = int(num_threads) if num_threads else device.intra_op_threads()
   args = (x, f, attrs["strides"], attrs["padding"], attrs["data_format"], attrs["dilations"])
@@ -99,17 +123,24 @@ def plan_conv3d(input_shape: ShapeLike, filter_shape: ShapeLike, strides: Sequen
       allow_tf = tf_kernel_eligible(as_ndhwc, f, attrs, dtype)
       if not allow_tf:
         raise ValueError(
-            "algorithm='tf' runs tf.nn.conv3d, whose CPU kernel needs NDHWC, dilations 1, a "
-            "floating dtype and no groups; got "
-            f"data_format={attrs['data_format']!r}, dilations={attrs['dilations']}, dtype "
-            f"{dtype.name}, input channels {as_ndhwc[4]} and filter in-channels {f[3]}")
-    passes = _CORE.plan3d(*args, algorithm=attrs["algorithm"],
-                          workspace_limit=attrs["workspace_limit"], num_threads=threads,
-                          dtype=dtype.name, allow_tf=allow_tf)
+          "algorithm='tf' runs tf.nn.conv3d, whose CPU kernel needs NDHWC, dilations 1, a "
+          "floating dtype and no groups; got "
+          f"data_format={attrs['data_format']!r}, dilations={attrs['dilations']}, dtype "
+          f"{dtype.name}, input channels {as_ndhwc[4]} and filter in-channels {f[3]}"
+        )
+    passes = _CORE.plan3d(
+      *args,
+      algorithm=attrs["algorithm"],
+      workspace_limit=attrs["workspace_limit"],
+      num_threads=threads,
+      dtype=dtype.name,
+      allow_tf=allow_tf,
+    )
   except (ValueError, NotImplementedError) as e:
     raise type(e)(f"input_shape {x}, filter_shape {f}: {e}") from None
   limit = attrs["workspace_limit"]
   if limit < 0:
     limit = _CORE.DEFAULT_WORKSPACE_LIMIT
-  return Plan([PassPlan(d) for d in passes], geometry["output_shape"], limit, threads,
-              _loader.failure())
+  return Plan(
+    [PassPlan(d) for d in passes], geometry["output_shape"], limit, threads, _loader.failure()
+  )

@@ -37,4 +37,3 @@ def runs_on_gpu(tensor: Any) -> bool:
 def _gpu_visible() -> bool:
   # Logical devices are fixed once TensorFlow's runtime is up; asked once, not per trace.
   return bool(tf.config.list_logical_devices("GPU"))
-

@@ -44,21 +44,32 @@ def move_price(x_shape, f_shape, attrs_key, dtype_name, routes):
   planner refuses the arguments, prices no kept FFT, or the op's own choice is the FFT,
   whose spectra are kept anyway."""
   attrs = _args.attrs_from_key(attrs_key)
-  eligible = routing.tf_kernel_eligible(list(x_shape), list(f_shape), attrs,
-                                        tf.as_dtype(dtype_name))
+  eligible = routing.tf_kernel_eligible(
+    list(x_shape), list(f_shape), attrs, tf.as_dtype(dtype_name)
+  )
   try:
-    passes = _CORE.plan(list(x_shape), list(f_shape), attrs["strides"], attrs["padding"],
-                        attrs["explicit_paddings"], attrs["data_format"], attrs["dilations"],
-                        algorithm="auto", allow_tf=eligible,
-                        workspace_limit=attrs["workspace_limit"],
-                        num_threads=device.intra_op_threads(), dtype=dtype_name)
+    passes = _CORE.plan(
+      list(x_shape),
+      list(f_shape),
+      attrs["strides"],
+      attrs["padding"],
+      attrs["explicit_paddings"],
+      attrs["data_format"],
+      attrs["dilations"],
+      algorithm="auto",
+      allow_tf=eligible,
+      workspace_limit=attrs["workspace_limit"],
+      num_threads=device.intra_op_threads(),
+      dtype=dtype_name,
+    )
     p = PerPass.of(passes).forward
   except (ValueError, NotImplementedError):
     return None  # the op raises the error, the same in every mode
   # The op's own choice: the planner's, or where that is TF's kernel, the cheaper of the
   # op's two (the direct kernels on a tie, as the planner takes the earlier).
-  op_fft = p["algorithm"] == "fft" or (p["algorithm"] == "tf" and
-                                       0 <= p["cost_fft"] < p["cost_direct"])
+  op_fft = p["algorithm"] == "fft" or (
+    p["algorithm"] == "tf" and 0 <= p["cost_fft"] < p["cost_direct"]
+  )
   if p["cost_fft_kept"] < 0 or (not routes.forward and op_fft):
     return None
   current = p["cost_tf"] if routes.forward else p["cost_direct"]

@@ -38,8 +38,12 @@ def tf_kernel_eligible(input_shape, filter_shape, attrs, dtype, device="CPU"):
   if device == "GPU":
     channels = input_shape[1 if attrs["data_format"] == "NCHW" else 3]
     return dtype in TF_GPU_KERNEL_DTYPES and channels == filter_shape[2]
-  return (attrs["data_format"] == "NHWC" and all(d == 1 for d in attrs["dilations"]) and
-          dtype in TF_KERNEL_DTYPES and input_shape[3] == filter_shape[2])
+  return (
+    attrs["data_format"] == "NHWC"
+    and all(d == 1 for d in attrs["dilations"])
+    and dtype in TF_KERNEL_DTYPES
+    and input_shape[3] == filter_shape[2]
+  )
 
 
 def _tf_kernel_device(x_shape, f_shape, dtype, placed, attrs):
@@ -84,12 +88,15 @@ def _unmixed(passes, routes):
   """`routes` (mixed), or every pass TF's kernel or every pass the op's where that is priced
   within MIXED_ROUTE_SECONDS of them (`passes`: the planner's dicts, with each algorithm's
   cost; the op's is the lower of direct and fft)."""
+
   def ours(p):
     return min(c for c in (p["cost_direct"], p["cost_fft"]) if c >= 0)
 
-  options = {routes: sum(p["cost_tf"] if r else ours(p) for p, r in zip(passes, routes)) +
-             MIXED_ROUTE_SECONDS * _CORE.REFERENCE_SLOTS,
-             PerPass.every(False): sum(ours(p) for p in passes)}
+  options = {
+    routes: sum(p["cost_tf"] if r else ours(p) for p, r in zip(passes, routes))
+    + MIXED_ROUTE_SECONDS * _CORE.REFERENCE_SLOTS,
+    PerPass.every(False): sum(ours(p) for p in passes),
+  }
   if all(p["cost_tf"] >= 0 for p in passes):
     options[PerPass.every(True)] = sum(p["cost_tf"] for p in passes)
   return min(options, key=options.get)
@@ -110,11 +117,20 @@ def planned_schedule(image_shape, f_shape, attrs_key, dtype_name, threads):
   attrs = _args.attrs_from_key(attrs_key)
   entries = []
   for batch in ROUTE_BATCHES:
-    passes = _CORE.plan([batch, *image_shape], list(f_shape), attrs["strides"],
-                        attrs["padding"], attrs["explicit_paddings"], attrs["data_format"],
-                        attrs["dilations"], algorithm="auto", allow_tf=True,
-                        workspace_limit=attrs["workspace_limit"], num_threads=threads,
-                        dtype=dtype_name)
+    passes = _CORE.plan(
+      [batch, *image_shape],
+      list(f_shape),
+      attrs["strides"],
+      attrs["padding"],
+      attrs["explicit_paddings"],
+      attrs["data_format"],
+      attrs["dilations"],
+      algorithm="auto",
+      allow_tf=True,
+      workspace_limit=attrs["workspace_limit"],
+      num_threads=threads,
+      dtype=dtype_name,
+    )
     routes = PerPass.of(p["algorithm"] == "tf" for p in passes)
     if any(routes) and not all(routes):
       routes = _unmixed(passes, routes)
@@ -132,8 +148,7 @@ def _cpu_schedule(image_shape, f_shape, attrs_key, dtype_name):
   Cached: asking TF for its thread count costs more than a small convolution, and the
   count is fixed once TF runs, which it does once the convolution's tensors exist."""
   try:
-    return planned_schedule(image_shape, f_shape, attrs_key, dtype_name,
-                            device.intra_op_threads())
+    return planned_schedule(image_shape, f_shape, attrs_key, dtype_name, device.intra_op_threads())
   except (ValueError, NotImplementedError):
     return OP_ONLY
 
@@ -176,14 +191,22 @@ def device_routes(x_shape, f_shape, attrs_key, dtype_name, where="CPU"):
   if where == "GPU":
     try:
       shape = [_CORE.GPU_ROUTE_BATCH] + list(x_shape[1:])
-      passes = _CORE.cuda_plan(shape, list(f_shape), attrs["strides"],
-                               attrs["padding"], attrs["explicit_paddings"],
-                               attrs["data_format"], attrs["dilations"], "auto",
-                               attrs["workspace_limit"], dtype_name)
+      passes = _CORE.cuda_plan(
+        shape,
+        list(f_shape),
+        attrs["strides"],
+        attrs["padding"],
+        attrs["explicit_paddings"],
+        attrs["data_format"],
+        attrs["dilations"],
+        "auto",
+        attrs["workspace_limit"],
+        dtype_name,
+      )
       forward = PerPass.of(passes).forward
     except (ValueError, NotImplementedError):
       return PerPass.every(False)  # bad arguments: the op raises the error, in every mode
     return PerPass.every(bool(forward["tf_faster"]))
-  return at_batch(_cpu_schedule(tuple(x_shape[1:]), tuple(f_shape), attrs_key, dtype_name),
-                    x_shape[0] or 1)
-
+  return at_batch(
+    _cpu_schedule(tuple(x_shape[1:]), tuple(f_shape), attrs_key, dtype_name), x_shape[0] or 1
+  )

@@ -78,8 +78,7 @@ class PassPlan:
     # The cost model's single-thread seconds of each algorithm (None: it cannot run here),
     # the FFT's for its configuration spread over two reference threads: what the choice
     # was made on.
-    self.estimated_seconds = {a: d["cost_" + a] if d["cost_" + a] >= 0 else None
-                              for a in _MODELLED}
+    self.estimated_seconds = {a: d["cost_" + a] if d["cost_" + a] >= 0 else None for a in _MODELLED}
     # The FFT's estimated seconds, as estimated_seconds has them, for a call whose filter
     # spectra were kept from an earlier call (its filter transforms left out), and the
     # bytes the spectrum cache holds for them; None and 0 where the FFT was not priced or
@@ -89,8 +88,10 @@ class PassPlan:
     self.kept_spectra_bytes = int(d.get("kept_spectra_bytes", 0))
 
   def __repr__(self) -> str:
-    return (f"PassPlan({self.name}: {self.algorithm}, workspace={self.workspace_bytes} B, "
-            f"fft={self.fft_size}, tile={self.tile}, tiles={self.tiles})")
+    return (
+      f"PassPlan({self.name}: {self.algorithm}, workspace={self.workspace_bytes} B, "
+      f"fft={self.fft_size}, tile={self.tile}, tiles={self.tiles})"
+    )
 
 
 class Plan:
@@ -115,8 +116,14 @@ class Plan:
   workspace_bytes: int
   unavailable: str | None
 
-  def __init__(self, passes: Sequence[PassPlan], output_shape: Sequence[int],
-               workspace_limit: int, threads: int, unavailable: str | None = None) -> None:
+  def __init__(
+    self,
+    passes: Sequence[PassPlan],
+    output_shape: Sequence[int],
+    workspace_limit: int,
+    threads: int,
+    unavailable: str | None = None,
+  ) -> None:
     self.passes = PerPass.of(passes)
     self.forward, self.backprop_input, self.backprop_filter = self.passes
     self.output_shape = tuple(output_shape)
@@ -129,36 +136,64 @@ class Plan:
     def sizes(v: Sequence[int] | None) -> str:
       return "x".join(map(str, v)) if v else "-"
 
-    cells = [(p.name, p.algorithm, sizes(p.fft_size), sizes(p.tile), sizes(p.tiles),
-              f"{p.in_block}x{p.out_block}" if p.fft_size else "-", str(p.slots or "-"),
-              f"{p.workspace_bytes / 2**20:.2f} MiB", f"{p.flops / 1e9:.3f}")
-             for p in self.passes]
-    header = ("pass", "algorithm", "fft size", "tile", "tiles", "blocks", "slots", "workspace",
-              "GFLOP")
+    cells = [
+      (
+        p.name,
+        p.algorithm,
+        sizes(p.fft_size),
+        sizes(p.tile),
+        sizes(p.tiles),
+        f"{p.in_block}x{p.out_block}" if p.fft_size else "-",
+        str(p.slots or "-"),
+        f"{p.workspace_bytes / 2**20:.2f} MiB",
+        f"{p.flops / 1e9:.3f}",
+      )
+      for p in self.passes
+    ]
+    header = (
+      "pass",
+      "algorithm",
+      "fft size",
+      "tile",
+      "tiles",
+      "blocks",
+      "slots",
+      "workspace",
+      "GFLOP",
+    )
     # Column widths: the 2-D table's, wider where a cell (a 3-D size) needs it.
-    widths = [max([w] + [len(row[i]) + (1 if i > 1 else 0) for row in cells])
-              for i, w in enumerate((16, 10, 12, 12, 9, 9, 6, 13, 9))]
+    widths = [
+      max([w] + [len(row[i]) + (1 if i > 1 else 0) for row in cells])
+      for i, w in enumerate((16, 10, 12, 12, 9, 9, 6, 13, 9))
+    ]
 
     def line(row: Sequence[str]) -> str:
-      return "".join(c.ljust(w) if i < 2 else c.rjust(w)
-                     for i, (c, w) in enumerate(zip(row, widths)))
+      return "".join(
+        c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))
+      )
 
     kernels = {"onednn": "oneDNN's", "eigen": "Eigen's"}[_CORE.tf_kernels()]
-    rows = [f"output {self.output_shape}, workspace limit {self.workspace_limit / 2**20:.1f} "
-            f"MiB, {self.threads} thread(s), TF priced as {kernels} kernels",
-            line(header) + "  model ms (1 thread): " + " / ".join(_MODELLED) + " / fft kept"]
+    rows = [
+      f"output {self.output_shape}, workspace limit {self.workspace_limit / 2**20:.1f} "
+      f"MiB, {self.threads} thread(s), TF priced as {kernels} kernels",
+      line(header) + "  model ms (1 thread): " + " / ".join(_MODELLED) + " / fft kept",
+    ]
 
     def ms(seconds: float | None) -> str:
       return "-" if seconds is None else f"{seconds * 1e3:.4g}"
 
     for p, row in zip(self.passes, cells):
-      rows.append(line(row) + "  " + " / ".join(
-          [ms(p.estimated_seconds[a]) for a in _MODELLED] + [ms(p.kept_spectra_seconds)]))
+      rows.append(
+        line(row)
+        + "  "
+        + " / ".join([ms(p.estimated_seconds[a]) for a in _MODELLED] + [ms(p.kept_spectra_seconds)])
+      )
     if self.unavailable is not None:
-      rows.append("the op library could not be loaded, so every pass runs the portable path "
-                  f"(stock TensorFlow ops) instead of the above: {self.unavailable}")
+      rows.append(
+        "the op library could not be loaded, so every pass runs the portable path "
+        f"(stock TensorFlow ops) instead of the above: {self.unavailable}"
+      )
     return "\n".join(rows)
 
   def __repr__(self) -> str:
     return f"Plan({self.passes!r})"
-

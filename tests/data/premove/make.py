@@ -68,10 +68,17 @@ class Ops(tf.Module):
     d = lc.depthwise_conv2d(x, self.wd, [1, 1, 1, 1], "VALID")
     t = lc.conv2d_transpose(y, self.w2, [2, 20, 18, 2], 1, "SAME")
     c1 = lc.conv1d(x[:, 0], self.w1, 1, "SAME")
-    c3 = lc.conv3d(tf.reshape(x[:, :16, :16, :], [2, 8, 8, 4, 2]), self.w3, [1, 1, 1, 1, 1],
-                   "VALID")
-    return {"conv2d": y, "filter_grad": g, "depthwise": d, "transpose": t, "conv1d": c1,
-            "conv3d": c3}
+    c3 = lc.conv3d(
+      tf.reshape(x[:, :16, :16, :], [2, 8, 8, 4, 2]), self.w3, [1, 1, 1, 1, 1], "VALID"
+    )
+    return {
+      "conv2d": y,
+      "filter_grad": g,
+      "depthwise": d,
+      "transpose": t,
+      "conv1d": c1,
+      "conv3d": c3,
+    }
 
 
 def main():
