@@ -7,7 +7,6 @@ import tensorflow as tf
 
 from tf_largeconv import _args
 from tf_largeconv import _loader
-from tf_largeconv._passes import PerPass
 from tf_largeconv.planning import device
 from tf_largeconv.planning import routing
 
@@ -48,21 +47,9 @@ def move_price(x_shape, f_shape, attrs_key, dtype_name, routes):
     list(x_shape), list(f_shape), attrs, tf.as_dtype(dtype_name)
   )
   try:
-    passes = _CORE.plan(
-      list(x_shape),
-      list(f_shape),
-      attrs["strides"],
-      attrs["padding"],
-      attrs["explicit_paddings"],
-      attrs["data_format"],
-      attrs["dilations"],
-      algorithm="auto",
-      allow_tf=eligible,
-      workspace_limit=attrs["workspace_limit"],
-      num_threads=device.intra_op_threads(),
-      dtype=dtype_name,
-    )
-    p = PerPass.of(passes).forward
+    p = routing.auto_plan(
+      x_shape, f_shape, attrs, eligible, device.intra_op_threads(), dtype_name
+    ).forward
   except (ValueError, NotImplementedError):
     return None  # the op raises the error, the same in every mode
   # The op's own choice: the planner's, or where that is TF's kernel, the cheaper of the

@@ -102,6 +102,28 @@ def _unmixed(passes, routes):
   return min(options, key=options.get)
 
 
+def auto_plan(x_shape, f_shape, attrs, allow_tf, threads, dtype_name):
+  """The CPU planner's 'auto' choice for each pass (a PerPass of its dicts) of the
+  convolution of x_shape by f_shape with normalised `attrs`, TF's kernel among the choices
+  where `allow_tf`. Raises ValueError or NotImplementedError for arguments it refuses."""
+  return PerPass.of(
+    _CORE.plan(
+      list(x_shape),
+      list(f_shape),
+      attrs["strides"],
+      attrs["padding"],
+      attrs["explicit_paddings"],
+      attrs["data_format"],
+      attrs["dilations"],
+      algorithm="auto",
+      allow_tf=allow_tf,
+      workspace_limit=attrs["workspace_limit"],
+      num_threads=threads,
+      dtype=dtype_name,
+    )
+  )
+
+
 @functools.lru_cache(maxsize=1024)
 def planned_schedule(image_shape, f_shape, attrs_key, dtype_name, threads):
   """The CPU planner's schedule for an eligible convolution of images `image_shape`
@@ -117,20 +139,7 @@ def planned_schedule(image_shape, f_shape, attrs_key, dtype_name, threads):
   attrs = _args.attrs_from_key(attrs_key)
   entries = []
   for batch in ROUTE_BATCHES:
-    passes = _CORE.plan(
-      [batch, *image_shape],
-      list(f_shape),
-      attrs["strides"],
-      attrs["padding"],
-      attrs["explicit_paddings"],
-      attrs["data_format"],
-      attrs["dilations"],
-      algorithm="auto",
-      allow_tf=True,
-      workspace_limit=attrs["workspace_limit"],
-      num_threads=threads,
-      dtype=dtype_name,
-    )
+    passes = auto_plan([batch, *image_shape], f_shape, attrs, True, threads, dtype_name)
     routes = PerPass.of(p["algorithm"] == "tf" for p in passes)
     if any(routes) and not all(routes):
       routes = _unmixed(passes, routes)
