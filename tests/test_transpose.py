@@ -636,7 +636,7 @@ def test_keras_layer_differentiates_under_jit_compile(rng):
 
 def test_tf_keras_layer_equals_conv2d_transpose_and_serialises(rng):
   tf_keras = pytest.importorskip("tf_keras")
-  from tf_largeconv import tf_keras as lc_tf_keras  # pylint: disable=g-import-not-at-top
+  from tf_largeconv import tf_keras as lc_tf_keras
 
   for config in LAYER_CASES:
     ref = tf_keras.layers.Conv2DTranspose(**config)
