@@ -29,6 +29,10 @@ assert len(ours) == 1, ours
 print("WARNING:", ours[0])
 print("FILE:", lc.__file__)
 assert lc._loader.failure() is not None
+report = lc.info()
+assert report["fallback"] == lc._loader.failure() and not report["cpu_kernels"], report
+assert not report["gpu_kernels"], report
+print("BUILT:", report["tensorflow_built"])
 
 rng = np.random.default_rng(0)
 x = tf.constant(rng.standard_normal((2, 40, 37, 3)))
@@ -119,3 +123,23 @@ def test_ops_run_the_portable_path_when_the_library_cannot_load(tmp_path, breaka
   assert re.search(reason, warning), warning
   # The child used the broken copy, not the package under test.
   assert f"FILE: {parent}" in out.stdout, out.stdout
+  # info() says which TensorFlow the broken library was built against.
+  want = "1.0.0" if breakage == "stale" else tf_largeconv.info()["tensorflow_built"]
+  assert f"BUILT: {want}" in out.stdout, out.stdout
+
+
+def test_info_of_a_loaded_library():
+  import tensorflow as tf
+
+  report = tf_largeconv.info()
+  assert report["version"] == tf_largeconv.__version__
+  assert report["fallback"] is None and report["cpu_kernels"], report
+  assert report["tensorflow_built"] == report["tensorflow_running"] == tf.__version__
+  assert os.path.isfile(report["op_library"]), report
+  assert report["gpu_kernels"] == (
+    report["cuda_built"] and bool(tf.config.list_logical_devices("GPU"))
+  )
+  # The GPU kernels' module (and its cuFFT loader) is built exactly where the op library
+  # holds CUDA kernels: where nvcc was found.
+  assert (report["cufft"] is not None) == report["cuda_built"], report
+  assert report["tf_kernels_priced_as"] in ("onednn", "eigen")

@@ -6,6 +6,8 @@ the LargeConv ops, so import it before loading a SavedModel or .keras file that 
 """
 
 from tf_largeconv import _loader
+from tf_largeconv._info import VERSION
+from tf_largeconv._info import info
 from tf_largeconv.ops import conv1d
 from tf_largeconv.ops import conv2d
 from tf_largeconv.ops import conv2d_backprop_filter
@@ -19,7 +21,7 @@ from tf_largeconv.planning import Plan
 from tf_largeconv.planning import plan
 from tf_largeconv.planning import plan_conv3d
 
-__version__ = "0.1.0"
+__version__ = VERSION
 
 # Load at import: it registers the op kernels (needed before deserialising graphs). A
 # library that cannot be loaded is reported once, with the reason, and the ops then run the
@@ -42,6 +44,7 @@ __all__ = [
   "conv2d_transpose",
   "conv3d",
   "depthwise_conv2d",
+  "info",
   "plan",
   "plan_conv1d",
   "plan_conv3d",
