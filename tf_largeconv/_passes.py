@@ -8,8 +8,6 @@ the C++ planner lists its passes (`cc/core/vocabulary.h`, `kPasses`).
 from typing import Any
 from typing import NamedTuple
 
-PASS_NAMES = ("forward", "backprop_input", "backprop_filter")
-
 
 class PerPass(NamedTuple):
   """One value for each pass of a convolution: its forward pass and its two gradients.
@@ -30,6 +28,6 @@ class PerPass(NamedTuple):
   def of(cls, values) -> "PerPass":
     """The values of a sequence in pass order; ValueError unless it has one per pass."""
     values = tuple(values)
-    if len(values) != len(PASS_NAMES):
-      raise ValueError(f"expected one value per pass {PASS_NAMES}, got {len(values)}")
+    if len(values) != len(cls._fields):
+      raise ValueError(f"expected one value per pass {cls._fields}, got {len(values)}")
     return cls(*values)
