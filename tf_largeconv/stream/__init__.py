@@ -1,0 +1,162 @@
+"""tf_largeconv.stream: whole Keras networks over images larger than memory, tile by tile,
+with results equal to the untiled network's.
+
+`predict(model, image)` cuts the model's output into tiles. For each tile it works out,
+layer by layer back to the input, the exact range of every layer's output the tile needs
+(its receptive field: each convolution or pooling widens it by its kernel extent, each
+stride and upsampling rescales it), reads just that window of the image, and runs every
+layer over its range only. Where a window reaches past an edge of the image, each layer sees
+exactly the padding it would see on the whole image, so every output pixel is computed from
+the same values as in `model(image)`; only the summation order inside a kernel can differ
+(float rounding).
+
+What streams (channels-last models, 1-D, 2-D or 3-D): convolutions of any kernel, stride,
+dilation and padding (Keras's and tf_largeconv's, depthwise, separable, grouped, causal,
+transposed, FoldedBlock), max and average pooling, upsampling (nearest, bilinear), zero
+padding and cropping, batch normalization at inference, layer normalization over channels,
+element-wise activations and operations, dropout and noise layers (identity at inference),
+Dense on the channel axis, merges of branches (Add, Concatenate, ... : U-Net skips across
+resolutions included) and nested models. Global average or max pooling may end the image
+part: it is reduced across tiles, then the layers after it (the head) run once.
+
+A layer whose output pixel depends on the whole image (Flatten, Reshape, attention,
+resizing to a fixed size, a pooled value broadcast back over the image) is refused with an
+error naming it: stream the model up to the layer before it (`up_to=`).
+
+Memory: a tile holds the windows of the layers alive at once; `plan()` shows the estimate
+and the tile chosen for a memory limit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from tf_largeconv.stream import _graph
+from tf_largeconv.stream import _plan
+from tf_largeconv.stream import _run
+from tf_largeconv.stream._layers import register_pointwise
+from tf_largeconv.stream._plan import DEFAULT_MEMORY_LIMIT
+from tf_largeconv.stream._report import StreamPlan
+from tf_largeconv.stream._source import Source
+
+
+def _check_tile(tile: int | None, memory_limit: int | None) -> None:
+  if tile is not None and (
+    isinstance(tile, bool) or not isinstance(tile, (int, np.integer)) or tile < 1
+  ):
+    raise ValueError(
+      f"tile must be a positive int (input pixels per tile side) or None, got {tile!r}"
+    )
+  if memory_limit is not None and (
+    isinstance(memory_limit, bool)
+    or not isinstance(memory_limit, (int, np.integer))
+    or memory_limit <= 0
+  ):
+    raise ValueError(f"memory_limit must be a positive int (bytes) or None, got {memory_limit!r}")
+
+
+def _prepare(
+  model: Any, image: Any, tile: int | None, memory_limit: int | None, up_to: str | None
+) -> tuple[Any, Source, StreamPlan]:
+  _check_tile(tile, memory_limit)
+  graph = _graph.build(model, up_to)
+  source = Source(image, graph.rank, graph.input_channels)
+  geometry = _plan.Geometry(graph, source.shape[1:-1])
+  limit = DEFAULT_MEMORY_LIMIT if memory_limit is None else int(memory_limit)
+  itemsize = max(graph.input_dtype.size, 4)
+  batch = source.shape[0]
+  if tile is None:
+    tile = _plan.choose_tile(geometry, limit, batch, itemsize)
+  tiling = _plan.Tiling(geometry, geometry.tile_out(int(tile)))
+  return graph, source, StreamPlan(tiling, source.shape, int(tile), limit, batch, itemsize)
+
+
+def plan(
+  model: Any,
+  image: Any,
+  *,
+  tile: int | None = None,
+  memory_limit: int | None = None,
+  up_to: str | None = None,
+) -> StreamPlan:
+  """The memory plan `predict` would follow, without computing anything: the tile size, the
+  number of tiles, each layer's halo, the share of work recomputed in the overlaps and the
+  estimated peak memory of a tile. `print()` it for a table.
+
+  Args:
+    model, image, tile, memory_limit, up_to: as for `predict` (image may also be just a
+      shape tuple: (batch, *spatial, channels)).
+  """
+  if isinstance(image, tuple) and all(isinstance(n, (int, np.integer)) for n in image):
+    image = np.broadcast_to(np.zeros((), np.float32), image)
+  return _prepare(model, image, tile, memory_limit, up_to)[2]
+
+
+def predict(
+  model: Any,
+  image: Any,
+  *,
+  tile: int | None = None,
+  memory_limit: int | None = None,
+  up_to: str | None = None,
+  out: Any = None,
+  progress: Callable[[int, int], None] | None = None,
+) -> Any:
+  """`model(image, training=False)`, computed tile by tile.
+
+  Args:
+    model: a Keras 3 model, functional or Sequential, built on an input of shape
+      (batch, *spatial, channels), channels last.
+    image: a batch of images (batch, *spatial, channels) as a numpy array or a tensor, or
+      one image without the batch axis (*spatial, channels), e.g. a slide from
+      `tf_largeconv.dask.open_slide`, a dask or zarr array or a memory map (read one
+      window at a time). A grayscale image (*spatial) is taken for a one-channel model.
+    tile: the side, in input pixels, of the part of the image each step computes (its
+      halo not counted); rounded down to a multiple of the network's total stride where
+      that is smaller. A tile larger than the image: one step. None: the largest tile
+      whose estimated peak fits `memory_limit`.
+    memory_limit: bytes a step may hold (default 1 GiB); used when `tile` is None.
+    up_to: the name of a layer: stream the model up to that layer's output.
+    out: where to write the result (an array of the result's shape: numpy, zarr, memory
+      map), tile by tile; by default a new numpy array.
+    progress: called as progress(tiles done, tiles in all) after each tile.
+
+  Returns:
+    The result as a numpy array (or `out`), shaped as the model's output for `image`
+    (without the batch axis when image has none). After a global pooling the result is
+    the head's output.
+
+  Raises:
+    TypeError: model is not a Keras model; image is not a numeric array.
+    ValueError: a layer that cannot be streamed (the message names it and where to split
+      the model); an image whose shape does not fit the model; malformed tile,
+      memory_limit, up_to or out; a memory_limit too small for one output pixel.
+  """
+  graph, source, stream_plan = _prepare(model, image, tile, memory_limit, up_to)
+  geometry = stream_plan.tiling.geometry
+  spatial = graph.spatial.get(graph.output, False)
+  write = None
+  if spatial:
+    shape = source.result_shape(geometry.out_sizes, graph.channels[graph.output] or 1)
+    if out is None:
+      out = np.empty(shape, graph.out_dtype)
+    elif tuple(getattr(out, "shape", ())) != shape:
+      raise ValueError(
+        f"out must have the result's shape {shape}, got {getattr(out, 'shape', None)}"
+      )
+    write = source.writer(out)
+  elif out is not None:
+    raise ValueError("out: the model ends in a global pooling; its result is returned, not written")
+  pooled = _run.run(stream_plan.tiling, source.read, graph.input_dtype, write, progress)
+  if spatial:
+    return out
+  result = _run.run_head(graph, pooled)
+  result = np.asarray(result.numpy() if isinstance(result, tf.Tensor) else result)
+  return result if source.layout == "batched" else result[0]
+
+
+__all__ = ["predict", "plan", "StreamPlan", "register_pointwise", "DEFAULT_MEMORY_LIMIT"]

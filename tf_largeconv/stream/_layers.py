@@ -1,0 +1,236 @@
+"""Which rule streams each Keras layer or operation, and the checks that it can be streamed
+exactly (channels last; normalization over channels only; no layer whose output pixel
+depends on the whole image)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+from tf_largeconv.stream import _rules
+
+L = keras.layers
+
+CONVS = (L.Conv1D, L.Conv2D, L.Conv3D, L.DepthwiseConv1D, L.DepthwiseConv2D)
+SEPARABLE = (L.SeparableConv1D, L.SeparableConv2D)
+TRANSPOSED = (L.Conv1DTranspose, L.Conv2DTranspose, L.Conv3DTranspose)
+MAX_POOLS = (L.MaxPooling1D, L.MaxPooling2D, L.MaxPooling3D)
+AVG_POOLS = (L.AveragePooling1D, L.AveragePooling2D, L.AveragePooling3D)
+GLOBAL_AVG = (L.GlobalAveragePooling1D, L.GlobalAveragePooling2D, L.GlobalAveragePooling3D)
+GLOBAL_MAX = (L.GlobalMaxPooling1D, L.GlobalMaxPooling2D, L.GlobalMaxPooling3D)
+UPSAMPLING = (L.UpSampling1D, L.UpSampling2D, L.UpSampling3D)
+ZERO_PADDING = (L.ZeroPadding1D, L.ZeroPadding2D, L.ZeroPadding3D)
+CROPPING = (L.Cropping1D, L.Cropping2D, L.Cropping3D)
+
+# Layers that compute each output pixel from the same pixel of their inputs (at inference).
+POINTWISE: list[type] = [
+  L.Activation,
+  L.ReLU,
+  L.LeakyReLU,
+  L.ELU,
+  L.Softmax,
+  L.PReLU,
+  L.BatchNormalization,
+  L.LayerNormalization,
+  L.UnitNormalization,
+  L.Normalization,
+  L.Rescaling,
+  L.Dense,
+  L.Dropout,
+  L.SpatialDropout1D,
+  L.SpatialDropout2D,
+  L.SpatialDropout3D,
+  L.GaussianNoise,
+  L.GaussianDropout,
+  L.AlphaDropout,
+  L.ActivityRegularization,
+  L.Identity,
+  L.Add,
+  L.Subtract,
+  L.Multiply,
+  L.Average,
+  L.Maximum,
+  L.Minimum,
+  L.Concatenate,
+]
+
+# Keras operations applied to symbolic tensors in a functional model (`x + y`,
+# `keras.ops.relu(x)`), by class name: element by element.
+ELEMENTWISE_OPS = frozenset(
+  "Add Subtract Multiply Divide TrueDivide Maximum Minimum Power Negative Abs Absolute Square "
+  "Sqrt Exp Log Tanh Sigmoid Relu Relu6 Gelu Silu Swish Softplus Softsign LeakyRelu Elu Selu "
+  "HardSigmoid HardSilu Mish Erf Clip Cast Where".split()
+)
+
+
+def register_pointwise(layer_class: type) -> type:
+  """Declares that `layer_class` (a Keras layer) computes each output pixel from the same
+  pixel of its inputs, so `tf_largeconv.stream` may run it on tiles. Usable as a class
+  decorator; returns the class."""
+  if not (isinstance(layer_class, type) and issubclass(layer_class, keras.layers.Layer)):
+    raise TypeError(f"layer_class must be a keras.layers.Layer subclass, got {layer_class!r}")
+  if layer_class not in POINTWISE:
+    POINTWISE.append(layer_class)
+  return layer_class
+
+
+def _refuse(op: Any, why: str) -> ValueError:
+  return ValueError(
+    f"tf_largeconv.stream: layer '{op.name}' ({type(op).__name__}) cannot be streamed: {why}. "
+    "Stream the model up to the layer before it (stream.predict(..., up_to='<layer name>')) "
+    "and run the rest on the result"
+    + (
+      "; if it does compute each pixel from the same pixel of its inputs, declare it with "
+      "tf_largeconv.stream.register_pointwise"
+      if isinstance(op, keras.layers.Layer)
+      else ""
+    )
+  )
+
+
+def _channels_last(op: Any) -> None:
+  fmt = getattr(op, "data_format", "channels_last")
+  if fmt not in (None, "channels_last"):
+    raise _refuse(op, f"data_format is {fmt!r}; stream.predict streams channels_last models")
+
+
+def _last_axis(op: Any, axes: Any, rank: int, what: str) -> None:
+  values = list(axes) if isinstance(axes, (list, tuple)) else [axes]
+  if [int(a) % rank for a in values] != [rank - 1]:
+    raise _refuse(op, f"its {what} is {axes!r}; only the channel axis (-1) keeps pixels apart")
+
+
+def _tuple(value: Any, rank: int) -> tuple[int, ...]:
+  if isinstance(value, int):
+    return (value,) * rank
+  return tuple(int(v) for v in value)
+
+
+def _valid_clone(layer: Any, channels: int, rank: int) -> Any:
+  """The layer with padding 'valid' (output_padding none), built and holding the same
+  weights: the same kernels, run on windows padded by hand."""
+  config = dict(layer.get_config(), padding="valid", name=layer.name + "_streamed")
+  if "output_padding" in config:
+    config["output_padding"] = None
+  clone = type(layer).from_config(config)
+  weights = layer.get_weights()
+  if weights:
+    clone.build((None,) * (rank + 1) + (channels,))
+    clone.set_weights(weights)
+  return clone
+
+
+def _pairs(value: Any, rank: int) -> list[tuple[int, int]]:
+  if rank == 1:
+    value = (value,)
+  return [_tuple(v, 2) if not isinstance(v, int) else (v, v) for v in value]  # type: ignore[misc]
+
+
+def _folded(op: Any) -> _rules.Rule:
+  """A FoldedBlock: its folded kernel (composed once per dtype from the block's weights)
+  as one convolution with the block's explicit padding."""
+  from tf_largeconv import ops
+  from tf_largeconv.fold import _composer
+  from tf_largeconv.fold import _kernels
+
+  spec, pads, ext, strides = op._fold_spec
+  kernels: dict[tf.DType, tuple[tf.Tensor, Any]] = {}
+
+  def folded(dtype: tf.DType) -> tuple[tf.Tensor, Any]:
+    if dtype not in kernels:
+      state, _ = _composer.compose(spec, lambda v: v, dtype, exact=False)
+      kernels[dtype] = (_kernels.pad_kernel(state.kernel, *ext), state.bias)
+    return kernels[dtype]
+
+  def call(x: tf.Tensor) -> tf.Tensor:
+    kernel, bias = folded(x.dtype)
+    y = ops.conv2d(
+      x, kernel, list(strides), "VALID", algorithm=op.algorithm, workspace_limit=op.workspace_limit
+    )
+    return y if bias is None else y + bias
+
+  shape = folded(tf.float32)[0].shape
+  kernel = [int(shape[0]), int(shape[1])]
+  return _rules.Sliding(call, kernel, list(strides), [1, 1], [tuple(p) for p in pads])
+
+
+def _elementwise(op: Any, refs: Sequence[Any], rank: int, call: _rules.Call) -> _rules.Rule | None:
+  name = type(op).__name__
+  if name in ELEMENTWISE_OPS:
+    pass
+  elif name == "Concatenate" and hasattr(op, "axis"):
+    _last_axis(op, op.axis, rank + 2, "axis")
+  else:
+    return None
+  for r in refs:
+    if len(r.shape) != rank + 2:
+      raise _refuse(op, f"it broadcasts a tensor of shape {tuple(r.shape)} against the image")
+  return _rules.Pointwise(call)
+
+
+def rule_for(op: Any, refs: Sequence[Any], rank: int, call: _rules.Call) -> tuple[_rules.Rule, str]:
+  """The rule that streams `op` (a layer or operation reading the symbolic tensors `refs`,
+  all spatial; `call(*tensors)` calls it as the model does) and the kind of step it is.
+  Raises ValueError for what cannot be streamed."""
+  channels = int(refs[0].shape[-1] or 0) if refs else 0
+  if not isinstance(op, keras.layers.Layer):
+    rule = _elementwise(op, refs, rank, call)
+    if rule is None:
+      raise _refuse(op, "it is not an element-by-element operation")
+    return rule, "pointwise"
+  _channels_last(op)
+  if type(op).__name__ == "FoldedBlock" and hasattr(op, "_fold_spec"):
+    return _folded(op), "folded conv"
+  if isinstance(op, CONVS + SEPARABLE):
+    clone = _valid_clone(op, channels, rank)
+    kernel = _tuple(op.kernel_size, rank)
+    strides, dilations = _tuple(op.strides, rank), _tuple(op.dilation_rate, rank)
+    return _rules.Sliding(clone, kernel, strides, dilations, op.padding), "conv"
+  if isinstance(op, TRANSPOSED):
+    clone = _valid_clone(op, channels, rank)
+
+    def out_size(sizes: Sequence[int], op: Any = op) -> Sequence[int]:
+      return op.compute_output_shape((1, *sizes, channels))[1:-1]
+
+    kernel = _tuple(op.kernel_size, rank)
+    strides, dilations = _tuple(op.strides, rank), _tuple(op.dilation_rate, rank)
+    return _rules.Transpose(clone, kernel, strides, dilations, op.padding, out_size), "transpose"
+  if isinstance(op, MAX_POOLS + AVG_POOLS):
+    clone = _valid_clone(op, channels, rank)
+    kernel, strides = _tuple(op.pool_size, rank), _tuple(op.strides, rank)
+    average = isinstance(op, AVG_POOLS)
+    low = 0.0 if average else float("-inf")
+    return _rules.Sliding(clone, kernel, strides, [1] * rank, op.padding, low, average), "pool"
+  if isinstance(op, GLOBAL_AVG + GLOBAL_MAX):
+    how = "max" if isinstance(op, GLOBAL_MAX) else "mean"
+    return _rules.Reduce(how, bool(op.keepdims)), "reduce"
+  if isinstance(op, UPSAMPLING):
+    interpolation = getattr(op, "interpolation", "nearest")
+    if interpolation not in ("nearest", "bilinear"):
+      raise _refuse(op, f"interpolation {interpolation!r} (streamed: 'nearest', 'bilinear')")
+    halo = 1 if interpolation == "bilinear" else 0
+    return _rules.Upsample(call, _tuple(op.size, rank), halo), "upsample"
+  if isinstance(op, ZERO_PADDING + CROPPING):
+    pairs = _pairs(op.padding if isinstance(op, ZERO_PADDING) else op.cropping, rank)
+    sign = 1 if isinstance(op, ZERO_PADDING) else -1
+    return _rules.Shift([sign * p[0] for p in pairs], [sign * p[1] for p in pairs]), "shift"
+  if isinstance(op, tuple(POINTWISE)):
+    _check_pointwise(op, rank)
+    return _rules.Pointwise(call), "pointwise"
+  raise _refuse(op, "its output pixels are not known to depend only on nearby input pixels")
+
+
+def _check_pointwise(op: Any, rank: int) -> None:
+  if isinstance(op, (L.BatchNormalization, L.LayerNormalization, L.UnitNormalization)):
+    _last_axis(op, op.axis, rank + 2, "axis")
+  elif isinstance(op, L.Normalization) and op.axis is not None:
+    _last_axis(op, op.axis, rank + 2, "axis")
+  elif isinstance(op, (L.Softmax, L.Concatenate)):
+    _last_axis(op, op.axis, rank + 2, "axis")
+  elif isinstance(op, L.PReLU):
+    shape = tuple(op.alpha.shape)
+    if any(int(n) != 1 for n in shape[:-1]):
+      raise _refuse(op, f"its alpha of shape {shape} differs from pixel to pixel (shared_axes)")

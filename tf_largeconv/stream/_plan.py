@@ -1,0 +1,213 @@
+"""Tiles: which part of every layer's output each tile computes, what a tile holds in memory
+at its peak, and the tile size that fits a memory limit.
+
+The output is cut into tiles along each spatial axis; a tile is one range per axis, so the
+ranges of every layer are worked out per axis (the axes are independent) and a tile's
+window is their product. For each tile range of the output, the range every layer must
+compute is the union of what its readers need (`_rules`), clipped to the layer's output.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from fractions import Fraction
+
+import numpy as np
+
+from tf_largeconv.stream import _graph
+from tf_largeconv.stream._graph import Graph
+
+Range = tuple[int, int]
+DEFAULT_MEMORY_LIMIT = 1 << 30
+
+
+def _hull(r: Range | None, s: Range) -> Range:
+  if s[0] >= s[1]:
+    return r if r is not None else s
+  if r is None or r[0] >= r[1]:
+    return s
+  return min(r[0], s[0]), max(r[1], s[1])
+
+
+class Geometry:
+  """The sizes, scales and tiling targets (`sinks`) of a graph for one image size."""
+
+  def __init__(self, graph: Graph, sizes: Sequence[int]) -> None:
+    self.graph = graph
+    self.sizes = _graph.spatial_sizes(graph, sizes)
+    self.rank = len(sizes)
+    # The tiled values: the output when it is an image, else what the global poolings read.
+    sinks = {s.inputs[0] for s in graph.steps if s.kind == "reduce"}
+    if graph.spatial.get(graph.output, False):
+      sinks.add(graph.output)
+    shapes = {self.sizes[v] for v in sinks}
+    if len(shapes) != 1:
+      raise ValueError(
+        "tf_largeconv.stream: the model ends in image-shaped tensors of different sizes "
+        f"{sorted(shapes)}; stream it up to one of them (up_to=...)"
+      )
+    self.sinks = sorted(sinks)
+    self.out_sizes = shapes.pop()
+    self.scales = self._scales()
+    sink_scale = self.scales[self.sinks[0]]
+    self.align = [
+      math.lcm(*(((sc[i] / sink_scale[i]).denominator) for sc in self.scales.values()))
+      for i in range(self.rank)
+    ]
+    self.sink_scale = sink_scale
+    self.spatial_steps = [s for s in graph.steps if s.rule is not None]
+    # The index (in spatial_steps) of each value's last reader: a tile frees it after that.
+    self.last_use: dict[int, int] = {}
+    for k, step in enumerate(self.spatial_steps):
+      for v in step.inputs:
+        self.last_use[v] = k
+
+  def _scales(self) -> dict[int, list[Fraction]]:
+    scales: dict[int, list[Fraction]] = {0: [Fraction(1)] * self.rank}
+    for step in self.graph.steps:
+      if step.rule is not None and step.rule.spatial_out:
+        base = scales[step.inputs[0]]
+        scales[step.output] = [base[i] * step.rule.scale(i) for i in range(self.rank)]
+    return scales
+
+  def ranges(self, axis: int, a: int, b: int) -> dict[int, Range]:
+    """For the output tile [a, b) along `axis`: the range each spatial value is computed
+    over (values not needed are absent)."""
+    r: dict[int, Range] = {v: (a, b) for v in self.sinks}
+    for step in reversed(self.spatial_steps):
+      if step.kind == "reduce" or step.output not in r:
+        continue
+      oa, ob = r[step.output]
+      if oa >= ob:
+        continue
+      lo, hi = step.rule.needs(axis, oa, ob)  # type: ignore[union-attr]
+      for v in step.inputs:
+        n = self.sizes[v][axis]
+        r[v] = _hull(r.get(v), (min(max(lo, 0), n), max(min(hi, n), 0)))
+    return r
+
+  def tile_bounds(self, axis: int, tile_out: int) -> list[Range]:
+    n = self.out_sizes[axis]
+    return [(a, min(a + tile_out, n)) for a in range(0, n, tile_out)]
+
+  def tile_out(self, tile: int) -> list[int]:
+    """The output tile side per axis for a tile of `tile` input pixels: rounded down to a
+    multiple of the strides' alignment when at least that, never below one pixel."""
+    out = []
+    for i in range(self.rank):
+      t = max(1, math.floor(tile * self.sink_scale[i]))
+      if t >= self.align[i]:
+        t -= t % self.align[i]
+      out.append(min(t, self.out_sizes[i]))
+    return out
+
+
+class Tiling:
+  """A geometry cut into tiles of `tile_out` output pixels per axis, with each tile's
+  ranges per axis."""
+
+  def __init__(self, geometry: Geometry, tile_out: Sequence[int]) -> None:
+    self.geometry = geometry
+    self.tile_out = list(tile_out)
+    self.bounds = [geometry.tile_bounds(i, t) for i, t in enumerate(tile_out)]
+    self._ranges: dict[tuple[int, int], dict[int, Range]] = {}
+
+  def ranges(self, axis: int, t: int) -> dict[int, Range]:
+    """The ranges of tile number `t` along `axis` (worked out once)."""
+    key = (axis, t)
+    if key not in self._ranges:
+      self._ranges[key] = self.geometry.ranges(axis, *self.bounds[axis][t])
+    return self._ranges[key]
+
+  @property
+  def count(self) -> int:
+    return math.prod(len(b) for b in self.bounds)
+
+  def tiles(self) -> list[tuple[int, ...]]:
+    return list(np.ndindex(*(len(b) for b in self.bounds)))
+
+  def window(self, index: Sequence[int], value: int) -> list[Range] | None:
+    spans = [self.ranges(i, t).get(value) for i, t in enumerate(index)]
+    if any(s is None for s in spans):
+      return None
+    return spans  # type: ignore[return-value]
+
+  def recompute(self) -> float:
+    """Elements computed over all tiles / elements of the untiled run, less one, over the
+    spatial values weighted by their channels."""
+    g = self.geometry
+    done = whole = 0.0
+    for v, size in g.sizes.items():
+      c = g.graph.channels.get(v) or 1
+      per_axis = []
+      for i, bounds in enumerate(self.bounds):
+        ranges = [self.ranges(i, t) for t in range(len(bounds))]
+        per_axis.append(sum(max(r[v][1] - r[v][0], 0) for r in ranges if v in r))
+      done += c * math.prod(per_axis)
+      whole += c * math.prod(size)
+    return done / whole - 1.0
+
+
+def peak_bytes(tiling: Tiling, index: Sequence[int], batch: int, itemsize: int) -> int:
+  """What the tile `index` holds at its peak: the values alive after each step (freed
+  after their last reader), plus the step's padded input copy and its output."""
+  g = tiling.geometry
+  steps, last_use = g.spatial_steps, g.last_use
+
+  def nbytes(v: int, spans: list[Range] | None) -> int:
+    if spans is None:
+      return 0
+    c = g.graph.channels.get(v) or 1
+    return batch * c * itemsize * math.prod(max(b - a, 0) for a, b in spans)
+
+  live = {0: 2 * nbytes(0, tiling.window(index, 0))}  # the read window and its tensor
+  peak = live[0]
+  for k, step in enumerate(steps):
+    out_spans = tiling.window(index, step.output) if step.rule.spatial_out else None  # type: ignore[union-attr]
+    out = nbytes(step.output, out_spans)
+    temp = 0
+    if out_spans is not None and step.kind not in ("pointwise", "reduce"):
+      padded = [
+        step.rule.needs(i, a, b)  # type: ignore[union-attr]
+        for i, (a, b) in enumerate(out_spans)
+      ]
+      temp = nbytes(step.inputs[0], padded)
+    peak = max(peak, sum(live.values()) + temp + out)
+    if out_spans is not None:
+      live[step.output] = out
+    for v in set(step.inputs):
+      if last_use.get(v) == k and v != step.output:
+        live.pop(v, None)
+  return int(peak)
+
+
+def middle_tile(tiling: Tiling) -> tuple[int, ...]:
+  return tuple(len(b) // 2 for b in tiling.bounds)
+
+
+def choose_tile(geometry: Geometry, memory_limit: int, batch: int, itemsize: int) -> int:
+  """The largest tile (input pixels) whose middle tile's peak fits `memory_limit`."""
+  n_in = max(geometry.sizes[0])
+  lo, hi = 1, max(n_in, 1)
+
+  def fits(tile: int) -> bool:
+    tiling = Tiling(geometry, geometry.tile_out(tile))
+    return peak_bytes(tiling, middle_tile(tiling), batch, itemsize) <= memory_limit
+
+  if fits(hi):
+    return hi
+  if not fits(lo):
+    tiling = Tiling(geometry, geometry.tile_out(1))
+    need = peak_bytes(tiling, middle_tile(tiling), batch, itemsize)
+    raise ValueError(
+      f"memory_limit: {memory_limit} bytes is less than one output pixel's step needs "
+      f"(about {need} bytes for a batch of {batch}); raise it or pass a smaller batch"
+    )
+  while hi - lo > 1:
+    mid = (lo + hi) // 2
+    if fits(mid):
+      lo = mid
+    else:
+      hi = mid
+  return lo

@@ -1,0 +1,83 @@
+"""The memory plan of a stream, as numbers and as a printable table."""
+
+from __future__ import annotations
+
+import math
+
+from tf_largeconv.stream import _plan
+from tf_largeconv.stream._plan import Tiling
+
+
+def _mib(n: float) -> str:
+  return f"{n / (1 << 20):.1f} MiB"
+
+
+class StreamPlan:
+  """What `tf_largeconv.stream.predict` does for one model and image size.
+
+  Attributes:
+    image_shape: (batch, *spatial, channels) of the image.
+    output_size: the spatial size of the tiled output (the model's output, or what its
+      global pooling reads).
+    tile: the tile side in input pixels; tile_out: per axis, in output pixels.
+    tiles: the number of tiles (steps); grid: tiles per axis.
+    halo: per layer (name: per axis), the pixels an interior tile computes beyond its
+      share of that layer's output on each side (the overlap with its neighbours).
+    receptive_field: per axis, the input pixels one output pixel depends on.
+    recompute: the work done twice in the overlaps, as a fraction of the untiled run's.
+    peak_bytes: estimated memory a tile holds at its peak; memory_limit: the limit used.
+  """
+
+  def __init__(
+    self,
+    tiling: Tiling,
+    image_shape: tuple[int, ...],
+    tile: int,
+    memory_limit: int,
+    batch: int,
+    itemsize: int,
+  ) -> None:
+    self.tiling = tiling
+    g = tiling.geometry
+    self.image_shape = tuple(image_shape)
+    self.output_size = tuple(g.out_sizes)
+    self.tile = tile
+    self.tile_out = tuple(tiling.tile_out)
+    self.grid = tuple(len(b) for b in tiling.bounds)
+    self.tiles = tiling.count
+    self.memory_limit = memory_limit
+    middle = _plan.middle_tile(tiling)
+    self.peak_bytes = _plan.peak_bytes(tiling, middle, batch, itemsize)
+    self.recompute = tiling.recompute()
+    self.halo: dict[str, tuple[int, ...]] = {}
+    sink = g.sink_scale
+    for step in g.spatial_steps:
+      if not step.rule.spatial_out:  # type: ignore[union-attr]
+        continue
+      spans = tiling.window(middle, step.output)
+      if spans is None:
+        continue
+      scale = g.scales[step.output]
+      self.halo[step.name] = tuple(
+        max(0, math.ceil(((b - a) - tiling.tile_out[i] * scale[i] / sink[i]) / 2))
+        for i, (a, b) in enumerate(spans)
+      )
+    one = _plan.Tiling(g, [1] * g.rank)
+    ranges = [one.ranges(i, len(one.bounds[i]) // 2).get(0, (0, 0)) for i in range(g.rank)]
+    self.receptive_field = tuple(b - a for a, b in ranges)
+
+  def __str__(self) -> str:
+    rows = [
+      f"image {self.image_shape} -> tiled output {self.output_size}",
+      f"tile {self.tile} input pixels = {self.tile_out} output pixels; "
+      f"{self.tiles} tiles ({' x '.join(str(n) for n in self.grid)})",
+      f"receptive field {self.receptive_field} input pixels; "
+      f"recomputed in overlaps {100 * self.recompute:.1f}% of the untiled work",
+      f"estimated peak per tile {_mib(self.peak_bytes)} (limit {_mib(self.memory_limit)})",
+      "halo per layer (pixels beyond the tile on each side, per axis):",
+    ]
+    width = max((len(n) for n in self.halo), default=0)
+    rows += [f"  {name:<{width}}  {halo}" for name, halo in self.halo.items()]
+    return "\n".join(rows)
+
+  __repr__ = __str__

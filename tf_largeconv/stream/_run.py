@@ -1,0 +1,131 @@
+"""Runs a streaming graph tile by tile: reads each tile's input window, computes every layer
+over its range (`_plan.Tiling`), writes the tile of the output or adds it to the global
+poolings, then runs the head on the pooled values."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from tf_largeconv.stream import _rules
+from tf_largeconv.stream._plan import Range
+from tf_largeconv.stream._plan import Tiling
+
+Reader = Callable[[Sequence[Range]], np.ndarray]
+
+
+def _crop(x: tf.Tensor, starts: Sequence[int], spans: Sequence[Range]) -> tf.Tensor:
+  if all(a == s and b - a == n for s, (a, b), n in zip(starts, spans, x.shape[1:-1])):
+    return x
+  index = (slice(None),) + tuple(slice(a - s, b - s) for s, (a, b) in zip(starts, spans))
+  return x[index + (Ellipsis,)]
+
+
+def run_tile(
+  tiling: Tiling, index: Sequence[int], read: Reader, dtype: tf.DType
+) -> tuple[dict[int, tf.Tensor], dict[int, tuple[tf.Tensor, tf.DType]]]:
+  """Computes tile `index`: (the tile of each tiled value (`Geometry.sinks`), the partial
+  global pooling of each reduce step with the dtype of what it pooled)."""
+  g = tiling.geometry
+  steps, last_use = g.spatial_steps, g.last_use
+  spans0 = tiling.window(index, 0)
+  windows: dict[int, tuple[tf.Tensor, list[int]]] = {}
+  if spans0 is not None:
+    windows[0] = (tf.cast(tf.convert_to_tensor(read(spans0)), dtype), [a for a, _ in spans0])
+  tile = [tiling.bounds[i][t] for i, t in enumerate(index)]
+  partials: dict[int, tuple[tf.Tensor, tf.DType]] = {}
+  for k, step in enumerate(steps):
+    rule = step.rule
+    assert rule is not None
+    if step.kind == "reduce":
+      x, starts = windows[step.inputs[0]]
+      partials[step.output] = (rule.partial(_crop(x, starts, tile)), x.dtype)  # type: ignore[attr-defined]
+    else:
+      out = tiling.window(index, step.output)
+      if out is not None:
+        y = _compute(step, rule, out, windows, g.sizes, g.graph.channels.get(step.output))
+        windows[step.output] = (y, [a for a, _ in out])
+    for v in set(step.inputs):
+      if last_use.get(v) == k and v not in g.sinks:
+        windows.pop(v, None)
+  sinks = {v: _crop(*windows[v], tile) for v in g.sinks if v in windows}
+  return sinks, partials
+
+
+def _compute(
+  step: Any,
+  rule: _rules.Rule,
+  out: Sequence[Range],
+  windows: dict[int, tuple[tf.Tensor, list[int]]],
+  sizes: dict[int, tuple[int, ...]],
+  channels: int | None,
+) -> tf.Tensor:
+  first = step.inputs[0]
+  spans = []
+  for axis, (a, b) in enumerate(out):
+    lo, hi = rule.needs(axis, a, b) if a < b else (a, a)
+    spans.append(_rules.Span(a, b, lo, hi, sizes[first][axis]))
+  lengths = [b - a for a, b in out]
+  if min(lengths) <= 0:  # nothing of this value lies in the tile along some axis
+    x = windows[first][0]
+    return tf.zeros([x.shape[0], *lengths, channels or x.shape[-1]], x.dtype)
+  inputs = [_crop(*windows[v], [(sp.lo_in, sp.hi_in) for sp in spans]) for v in step.inputs]
+  y = rule.run(inputs, spans)
+  if list(y.shape[1:-1]) != lengths:
+    raise AssertionError(
+      f"tf_largeconv.stream: layer '{step.name}' gave spatial shape {list(y.shape[1:-1])} for "
+      f"a tile of {lengths}"
+    )
+  return y
+
+
+def run(
+  tiling: Tiling,
+  read: Reader,
+  dtype: tf.DType,
+  write: Callable[[Sequence[Range], np.ndarray], None] | None,
+  progress: Callable[[int, int], None] | None = None,
+) -> dict[int, tf.Tensor]:
+  """Runs every tile in order: each tile of the output goes to `write(ranges, array)`; the
+  returned dict holds every global pooling's combined result (empty without one)."""
+  g = tiling.geometry
+  reduces = [s for s in g.spatial_steps if s.kind == "reduce"]
+  sums: dict[int, list[tf.Tensor]] = {s.output: [] for s in reduces}
+  dtypes: dict[int, tf.DType] = {}
+  out_value = g.graph.output if g.graph.spatial.get(g.graph.output) else None
+  tiles = tiling.tiles()
+  for done, index in enumerate(tiles):
+    sinks, partials = run_tile(tiling, index, read, dtype)
+    if out_value is not None and write is not None:
+      bounds = [tiling.bounds[i][t] for i, t in enumerate(index)]
+      write(bounds, sinks[out_value].numpy())
+    for v, (p, x_dtype) in partials.items():
+      # Folded in tile order as they come: the same order on every run.
+      sums[v] = [p] if not sums[v] else [_fold(sums[v][0], p, reduces, v)]
+      dtypes[v] = x_dtype
+    if progress is not None:
+      progress(done + 1, len(tiles))
+  count = int(np.prod(g.out_sizes))
+  pooled = {}
+  for s in reduces:
+    rule = s.rule
+    pooled[s.output] = rule.combine(sums[s.output], count, dtypes[s.output], g.rank)  # type: ignore[union-attr]
+  return pooled
+
+
+def _fold(total: tf.Tensor, part: tf.Tensor, reduces: list[Any], v: int) -> tf.Tensor:
+  rule = next(s.rule for s in reduces if s.output == v)
+  return tf.maximum(total, part) if rule.how == "max" else total + part
+
+
+def run_head(graph: Any, pooled: dict[int, tf.Tensor]) -> tf.Tensor:
+  """Runs the steps after the global poolings on their pooled values."""
+  values = dict(pooled)
+  for step in graph.steps:
+    if step.kind == "head":
+      values[step.output] = step.call(*[values[v] for v in step.inputs])
+  return values[graph.output]
