@@ -9,6 +9,7 @@ import contextlib
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from tf_largeconv import keras as lc_keras
 from tf_largeconv import stream
@@ -266,3 +267,190 @@ def test_nested_models():
   x = block(L.Conv2D(3, 1)(L.UpSampling2D(8)(x)))  # the same block twice: shared weights
   model = _randomize(keras.Model(inp, x), seed=5)
   check(model, _image((1, 33, 30, 3), "float32"), (7, 16), "float32")
+
+
+def _model_with(layer):
+  """Layers normalizing over pixels need the spatial size when built: a fixed-size input."""
+  inp = keras.Input((16, 16, 3))
+  return keras.Model(inp, layer(L.Conv2D(4, 3, padding="same")(inp)))
+
+
+@pytest.mark.parametrize(
+  "layer, words",
+  [
+    (L.Flatten(name="flat"), "'flat' (Flatten)"),
+    (L.Reshape((-1, 4), name="reshape"), "'reshape' (Reshape)"),
+    (L.Lambda(lambda t: t * 2, name="lam"), "'lam' (Lambda)"),
+    (L.LayerNormalization(axis=(1, 2, 3), name="ln"), "its axis is"),
+    (L.BatchNormalization(axis=1, name="bn"), "its axis is"),
+    (L.Resizing(8, 8, name="resize"), "'resize' (Resizing)"),
+    (L.UpSampling2D(2, interpolation="bicubic", name="up"), "interpolation 'bicubic'"),
+    (L.Conv2D(3, 3, data_format="channels_first", name="cf"), "channels_first"),
+    (L.PReLU(name="prelu"), "differs from pixel to pixel"),
+    (L.Softmax(axis=1, name="sm"), "its axis is"),
+  ],
+)
+def test_layers_that_cannot_stream_are_named(layer, words):
+  model = _model_with(layer)
+  with pytest.raises(ValueError) as e:
+    stream.predict(model, _image((1, 16, 16, 3), "float32"), tile=8)
+  assert words in str(e.value)
+  if "channels_first" not in words:
+    assert "up_to=" in str(e.value)
+
+
+def test_pooled_value_broadcast_over_the_image_is_refused():
+  """A squeeze-excitation gate: each pixel depends on the whole image."""
+  inp = keras.Input((None, None, 3))
+  x = L.Conv2D(4, 3, padding="same", name="trunk")(inp)
+  gate = L.Dense(4, activation="sigmoid")(L.GlobalAveragePooling2D(keepdims=True)(x))
+  model = keras.Model(inp, L.Multiply(name="gate")([x, gate]))
+  with pytest.raises(ValueError, match="'gate' combines an image-shaped tensor with a globally"):
+    stream.predict(model, _image((1, 16, 16, 3), "float32"))
+  # Streamed up to the layer before it instead:
+  part = stream.predict(model, _image((1, 16, 16, 3), "float32"), up_to="trunk", tile=5)
+  assert part.shape == (1, 16, 16, 4)
+
+
+def test_register_pointwise():
+  class Scale(L.Layer):
+    def call(self, x):
+      return 2.0 * x + 1.0
+
+  inp = keras.Input((None, None, 3))
+  model = keras.Model(inp, Scale(name="scale")(L.Conv2D(2, 3, padding="same")(inp)))
+  image = _image((1, 12, 14, 3), "float32")
+  with pytest.raises(ValueError, match="register_pointwise"):
+    stream.predict(model, image)
+  assert stream.register_pointwise(Scale) is Scale
+  check(model, image, (5,), "float32")
+  with pytest.raises(TypeError, match="layer_class"):
+    stream.register_pointwise(int)
+
+
+def test_bad_arguments():
+  model = plain()
+  image = _image((1, 20, 20, 3), "float32")
+  for tile in (0, -3, 2.5, True, "8"):
+    with pytest.raises(ValueError, match="tile must be a positive int"):
+      stream.predict(model, image, tile=tile)
+  for limit in (0, -1, 1.5, "1G"):
+    with pytest.raises(ValueError, match="memory_limit must be a positive int"):
+      stream.predict(model, image, memory_limit=limit)
+  with pytest.raises(ValueError, match="memory_limit: 10 bytes is less than one output pixel"):
+    stream.predict(model, image, memory_limit=10)
+  with pytest.raises(ValueError, match="image has 4 channels"):
+    stream.predict(model, _image((1, 20, 20, 4), "float32"))
+  with pytest.raises(ValueError, match=r"image must be \(batch, size, size, channels\)"):
+    stream.predict(model, _image((1, 1, 20, 20, 3), "float32"))
+  with pytest.raises(TypeError, match="image must be an array"):
+    stream.predict(model, "slide.tif")
+  with pytest.raises(TypeError, match="image must hold numbers"):
+    stream.predict(model, np.array([[["a"] * 3] * 20] * 20))
+  with pytest.raises(TypeError, match="model must be a Keras 3 model"):
+    stream.predict(lambda x: x, image)
+  with pytest.raises(ValueError, match="up_to: model '.*' has no layer named 'nope'"):
+    stream.predict(model, image, up_to="nope")
+  with pytest.raises(ValueError, match=r"out must have the result's shape \(1, 2, 2, 4\)"):
+    stream.predict(model, image, out=np.zeros((1, 3, 3, 4), np.float32))
+  with pytest.raises(ValueError, match="cannot run on its input of spatial size"):
+    stream.predict(model, _image((1, 4, 4, 3), "float32"))  # 5x5 valid on 4x4
+  with pytest.raises(ValueError, match="has no defined input"):
+    stream.predict(keras.Sequential([L.Conv2D(2, 3)]), image)
+
+
+def test_two_outputs_need_up_to():
+  inp = keras.Input((None, None, 3))
+  a = L.Conv2D(2, 3, padding="same", name="a")(inp)
+  b = L.Conv2D(2, 5, padding="same", name="b")(a)
+  model = _randomize(keras.Model(inp, [a, b]))
+  image = _image((1, 15, 17, 3), "float32")
+  with pytest.raises(ValueError, match="has 2 outputs"):
+    stream.predict(model, image)
+  got = stream.predict(model, image, up_to="b", tile=4)
+  np.testing.assert_allclose(got, model(image)[1].numpy(), rtol=0, atol=2e-5)
+
+
+def test_plan_numbers():
+  """The plan of one 5x5 'same' convolution, 3 -> 4 channels, on 40x40 with tiles of 10:
+  the input windows are 12, 14, 14, 12 rows long, so 52 of 40 rows per axis are read."""
+  inp = keras.Input((None, None, 3))
+  model = keras.Model(inp, L.Conv2D(4, 5, padding="same", name="c")(inp))
+  p = stream.plan(model, (2, 40, 40, 3), tile=10)
+  assert (p.tiles, p.grid, p.tile_out) == (16, (4, 4), (10, 10))
+  assert p.halo == {"c": (0, 0)}
+  assert p.receptive_field == (5, 5)
+  expected = (3 * 52 * 52 + 4 * 40 * 40) / (3 * 40 * 40 + 4 * 40 * 40) - 1
+  assert p.recompute == pytest.approx(expected, rel=1e-12)
+  # The middle tile: input window 14x14x3 (read, then as a tensor) and 10x10x4 out, x2.
+  assert p.peak_bytes == 2 * 4 * (2 * 14 * 14 * 3 + 14 * 14 * 3 + 10 * 10 * 4)
+  assert "16 tiles (4 x 4)" in str(p) and "recomputed in overlaps" in str(p)
+  assert stream.plan(model, (1, 40, 40, 3), tile=1000).tiles == 1
+
+
+def test_memory_limit_picks_the_largest_tile_that_fits():
+  model = resnet()
+  image = _image((1, 200, 180, 3), "float32")
+  limit = 600_000
+  p = stream.plan(model, image, memory_limit=limit)
+  assert p.peak_bytes <= limit
+  assert stream.plan(model, image, tile=p.tile + p.tiling.geometry.align[0] * 8).peak_bytes > limit
+  assert p.tiles > 1
+  got = stream.predict(model, image, memory_limit=limit)
+  ref = model(image, training=False).numpy()
+  assert np.abs(got - ref).max() <= 2e-5 * np.abs(ref).max()
+
+
+def test_progress_and_out():
+  model = dilated()
+  image = _image((2, 30, 26, 3), "float32")
+  calls = []
+  out = np.full((2, 30, 26, 4), np.nan, np.float32)
+  got = stream.predict(model, image, tile=9, out=out, progress=lambda i, n: calls.append((i, n)))
+  assert got is out and not np.isnan(out).any()
+  assert calls == [(i, 12) for i in range(1, 13)]  # ceil(30 / 9) x ceil(26 / 9) tiles
+
+
+def test_stride_alignment():
+  """Tiles rounded down to a multiple of the network's total stride (8 in the U-Net)."""
+  p = stream.plan(unet(), (1, 96, 96, 2), tile=30)
+  assert p.tile_out == (24, 24)
+  assert stream.plan(unet(), (1, 96, 96, 2), tile=7).tile_out == (7, 7)
+
+
+def _close(got, ref, tol=2e-5):
+  assert got.shape == ref.shape
+  assert np.abs(got - ref).max() <= tol * np.abs(ref).max()
+
+
+def test_slides_in_and_out(tmp_path):
+  """One image without a batch axis: from zarr, a dask slide, a memory map or a tensor;
+  the result written into a zarr array tile by tile."""
+  zarr = pytest.importorskip("zarr")
+  slide_dask = pytest.importorskip("tf_largeconv.dask")
+  model = resnet()
+  image = _image((70, 65, 3), "float32")
+  ref = model(image[None], training=False).numpy()[0]
+  z = zarr.open_array(tmp_path / "in.zarr", mode="w", shape=image.shape, chunks=(32, 32, 3))
+  z[:] = image
+  out = zarr.open_array(
+    tmp_path / "out.zarr", mode="w", shape=ref.shape, chunks=(3, 3, 16), dtype="float32"
+  )
+  assert stream.predict(model, z, tile=24, out=out) is out
+  _close(out[:], ref)
+  _close(stream.predict(model, slide_dask.open_slide(str(tmp_path / "in.zarr"), chunk=16)), ref)
+  np.save(tmp_path / "in.npy", image)
+  _close(stream.predict(model, np.load(tmp_path / "in.npy", mmap_mode="r"), tile=33), ref)
+  _close(stream.predict(model, tf.constant(image[None]), tile=40), ref[None])
+
+
+def test_grayscale_slide():
+  inp = keras.Input((None, None, 1))
+  model = _randomize(keras.Model(inp, L.Conv2D(1, 9, padding="same")(inp)))
+  image = _image((40, 37), "float32")
+  ref = model(image[None, ..., None], training=False).numpy()[0, ..., 0]
+  _close(stream.predict(model, image, tile=11), ref)
+  _close(
+    stream.predict(model, (image * 100).astype(np.uint8), tile=11),
+    model((image * 100).astype(np.uint8)[None, ..., None].astype(np.float32)).numpy()[0, ..., 0],
+  )
