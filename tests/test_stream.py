@@ -454,3 +454,19 @@ def test_grayscale_slide():
     stream.predict(model, (image * 100).astype(np.uint8), tile=11),
     model((image * 100).astype(np.uint8)[None, ..., None].astype(np.float32)).numpy()[0, ..., 0],
   )
+
+
+def test_to_dask_local_scheduler():
+  da = pytest.importorskip("dask.array")
+  model = resnet()
+  image = _image((1, 90, 77, 3), "float32")
+  x = da.from_array(image, chunks=(1, 20, 33, 3))
+  lazy = stream.to_dask(model, x, tile=16)
+  assert lazy.chunks[1] == (2, 2, 2, 2, 2, 2) and lazy.chunks[3] == (16,)
+  np.testing.assert_array_equal(
+    lazy.compute(scheduler="sync"), stream.predict(model, image, tile=16)
+  )
+  with pytest.raises(ValueError, match="ends in a global pooling"):
+    stream.to_dask(classifier(L.GlobalAveragePooling2D), x)
+  with pytest.raises(TypeError, match="image must be a dask array"):
+    stream.to_dask(model, image)

@@ -159,4 +159,62 @@ def predict(
   return result if source.layout == "batched" else result[0]
 
 
-__all__ = ["predict", "plan", "StreamPlan", "register_pointwise", "DEFAULT_MEMORY_LIMIT"]
+def to_dask(
+  model: Any,
+  image: Any,
+  *,
+  tile: int | None = None,
+  memory_limit: int | None = None,
+  up_to: str | None = None,
+  name: str | None = None,
+) -> Any:
+  """`predict` as a lazy dask array: one task per output tile, on any dask scheduler
+  (dask.distributed included). Each task reads exactly its input window: the input chunks
+  inside it and halo strips cut from the chunks around it, as `tf_largeconv.dask` does.
+
+  Needs the `dask` extra. The model goes to each worker process once, as its `.keras`
+  archive (custom layers must be importable there, as for `keras.saving.load_model`).
+
+  Args:
+    model, tile, memory_limit, up_to: as for `predict` (memory_limit bounds each task's
+      tile; the task also holds its input pieces).
+    image: a dask array, batched or one image (e.g. `tf_largeconv.dask.open_slide`).
+    name: prefix of the dask keys; default 'largeconv-stream'.
+
+  Returns:
+    A dask array shaped as `predict`'s result, chunked by tile (batch and channels whole),
+    whose `compute()` equals `predict(model, image, tile=...)` bit for bit; store it with
+    `to_zarr`.
+
+  Raises:
+    As `predict`; ValueError for a model that ends in a global pooling (use `predict`).
+  """
+  import dask.array as da
+
+  from tf_largeconv.stream import _dask
+
+  if not isinstance(image, da.Array):
+    raise TypeError(f"image must be a dask array, got {type(image).__name__}")
+  graph, source, stream_plan = _prepare(model, image, tile, memory_limit, up_to)
+  _dask.check_dask_output(graph)
+  x = image
+  if source.layout == "single":
+    x = x[None]
+  elif source.layout == "gray":
+    x = x[None, ..., None]
+  result = _dask.to_dask(
+    model, x, graph, stream_plan.tiling, stream_plan.tile, up_to, name or "largeconv-stream"
+  )
+  if source.layout == "batched":
+    return result
+  return result[0] if source.layout == "single" or result.shape[-1] != 1 else result[0, ..., 0]
+
+
+__all__ = [
+  "predict",
+  "plan",
+  "to_dask",
+  "StreamPlan",
+  "register_pointwise",
+  "DEFAULT_MEMORY_LIMIT",
+]

@@ -57,6 +57,8 @@ POINTWISE: list[type] = [
   L.Concatenate,
 ]
 
+BUILTIN_POINTWISE = tuple(POINTWISE)
+
 # Keras operations applied to symbolic tensors in a functional model (`x + y`,
 # `keras.ops.relu(x)`), by class name: element by element.
 ELEMENTWISE_OPS = frozenset(
