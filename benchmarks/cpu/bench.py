@@ -335,6 +335,10 @@ def main(argv=None):
     from benchmarks.cpu import slide
 
     return slide.main(argv[2:])
+  if argv[:2] == ["--cases", "stream"]:  # tf_largeconv.stream over a slide: its own options
+    from benchmarks.cpu import stream
+
+    return stream.main(argv[2:])
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument(
     "--cases", nargs="*", help=f"subset of: {', '.join(CASES)}, budget, fold, portable"

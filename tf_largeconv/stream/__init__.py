@@ -187,7 +187,8 @@ def to_dask(
     `to_zarr`.
 
   Raises:
-    As `predict`; ValueError for a model that ends in a global pooling (use `predict`).
+    TypeError: image is not a dask array; as for `predict`.
+    ValueError: a model that ends in a global pooling (use `predict`); as for `predict`.
   """
   import dask.array as da
 

@@ -1,0 +1,275 @@
+"""Benchmark `stream`: a 10-layer network streamed tile by tile (tf_largeconv.stream)
+against the same Keras model run untiled, in the same run.
+
+  python -m benchmarks.cpu.bench --cases stream [--size 16384] [--speed-size 2048]
+
+The network (`network()`): 3x3 convolutions of 16-32 channels, one stride-2 stage, a
+31x31 depthwise convolution (LargeDepthwiseConv2D) with batch normalization on a residual
+branch, a 3x3 depthwise and 1x1 convolutions; float32.
+
+1. Speed, on an image that fits (--speed-size^2 x 3): the untiled `model(image)` against
+   `stream.predict` with the default memory limit and with 512-pixel tiles; best of 3 each,
+   in one process, per megapixel, with the plan's recomputed share.
+2. Memory, on a --size^2 x 3 float32 zarr slide (16384^2: 3 GiB) written to zarr, as a
+   slide user runs it (`stream.predict(model, zarr_in, out=zarr_out)`), in a child process:
+   its peak RSS (VmHWM) and wall time. The untiled model on the same slide is tried in a
+   child whose address space is capped at the machine's memory (prlimit --as): what it
+   needs is estimated from the layers' sizes, and what happens is shown. A band of the
+   streamed output is checked against the untiled model on a crop.
+
+Prints a table; writes DIR/bench_stream.json. The slide is kept in benchmarks/scratch/.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+from benchmarks import measure
+
+MiB, GiB = 2**20, 2**30
+
+
+def network():
+  import keras
+
+  from tf_largeconv import keras as lk
+
+  L = keras.layers
+  inp = keras.Input((None, None, 3))
+  x = L.Conv2D(16, 3, padding="same", activation="relu")(inp)
+  x = L.Conv2D(16, 3, padding="same", activation="relu")(x)
+  x = L.Conv2D(32, 3, strides=2, padding="same", activation="relu")(x)
+  y = lk.LargeDepthwiseConv2D(31, padding="same")(x)
+  y = L.BatchNormalization()(y)
+  y = L.Conv2D(32, 1, activation="relu")(y)
+  x = L.Add()([x, y])
+  x = L.Conv2D(32, 3, padding="same", activation="relu")(x)
+  x = L.DepthwiseConv2D(3, padding="same")(x)
+  x = L.Conv2D(16, 1, activation="relu")(x)
+  x = L.Conv2D(16, 3, padding="same")(x)
+  model = keras.Model(inp, x)
+  rng = np.random.default_rng(0)
+  for v in model.weights:
+    scale = 1.0 / np.sqrt(max(np.prod(v.shape[:-1]), 1))
+    value = (
+      rng.uniform(0.5, 2.0, v.shape) if "variance" in v.path else rng.normal(0, scale, v.shape)
+    )
+    v.assign(value.astype(np.float32))
+  return model
+
+
+def speed(size):
+  from tf_largeconv import stream
+
+  model = network()
+  image = np.random.default_rng(1).standard_normal((1, size, size, 3)).astype(np.float32)
+  rows = {}
+  t, _ = measure.measure(lambda: model(image, training=False), repeats=3)
+  rows["untiled"] = dict(seconds=t)
+  ref = model(image, training=False).numpy()
+  for label, tile in (("streamed (default)", None), ("streamed, tile 512", 512)):
+    p = stream.plan(model, image, tile=tile)
+    t, _ = measure.measure(lambda tile=tile: stream.predict(model, image, tile=tile), repeats=3)
+    got = stream.predict(model, image, tile=tile)
+    rows[label] = dict(
+      seconds=t,
+      tiles=p.tiles,
+      tile=p.tile,
+      recompute=p.recompute,
+      max_rel_error=float(np.abs(got - ref).max() / np.abs(ref).max()),
+    )
+  megapixels = size * size / 1e6
+  for r in rows.values():
+    r["us_per_pixel"] = r["seconds"] / megapixels
+    r["vs_untiled"] = r["seconds"] / rows["untiled"]["seconds"]
+  return rows
+
+
+def _slide(size, scratch):
+  import zarr
+
+  path = os.path.join(scratch, f"stream_slide_{size}.zarr")
+  if not os.path.exists(os.path.join(path, "zarr.json")):
+    z = zarr.create_array(
+      path,
+      overwrite=True,
+      shape=(size, size, 3),
+      chunks=(2048, 2048, 3),
+      dtype="float32",
+      compressors=None,
+    )
+    rng = np.random.default_rng(2)
+    for r in range(0, size, 2048):
+      z[r : r + 2048] = rng.standard_normal((min(2048, size - r), size, 3), dtype=np.float32)
+  return path
+
+
+def _child_streamed(size, scratch):
+  """In a child: the streamed run from zarr to zarr; prints peak RSS and time as JSON."""
+  import zarr
+
+  from tf_largeconv import stream
+
+  model = network()
+  slide = zarr.open_array(_slide(size, scratch), mode="r")
+  p = stream.plan(model, slide)
+  out_path = os.path.join(scratch, f"stream_out_{size}.zarr")
+  out = zarr.create_array(
+    out_path,
+    overwrite=True,
+    shape=(*p.output_size, 16),
+    chunks=(1024, 1024, 16),
+    dtype="float32",
+    compressors=None,
+  )
+  base = measure.reset_peak_rss()
+  t0 = time.perf_counter()
+  stream.predict(model, slide, out=out)
+  seconds = time.perf_counter() - t0
+  peak = measure.peak_rss()
+  # A band across the middle, against the untiled model on a crop around it.
+  r0, c0, n, margin = size // 2, size // 2, 256, 64
+  crop = slide[r0 - margin : r0 + n + margin, c0 - margin : c0 + n + margin]
+  want = model(crop[None], training=False).numpy()[
+    0, margin // 2 : (margin + n) // 2, margin // 2 : (margin + n) // 2
+  ]
+  got = out[r0 // 2 : (r0 + n) // 2, c0 // 2 : (c0 + n) // 2]
+  err = float(np.abs(got - want).max() / np.abs(want).max())
+  print(
+    json.dumps(
+      dict(
+        seconds=seconds,
+        peak_rss=peak,
+        rss_before=base,
+        tiles=p.tiles,
+        tile=p.tile,
+        plan_peak=p.peak_bytes,
+        recompute=p.recompute,
+        max_rel_error=err,
+        plan=str(p),
+      )
+    )
+  )
+
+
+def _child_untiled(size, scratch):
+  """In a child under an address-space cap: the untiled model on the whole slide."""
+  import zarr
+
+  model = network()
+  slide = zarr.open_array(_slide(size, scratch), mode="r")
+  try:
+    image = slide[:][None]
+    y = model(image, training=False)
+    print(json.dumps(dict(outcome="finished", shape=list(y.shape), peak_rss=measure.peak_rss())))
+  except BaseException as e:  # what happens is the result
+    line = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+    print(json.dumps(dict(outcome=f"{type(e).__name__}: {line}", peak_rss=measure.peak_rss())))
+
+
+def memory(size, scratch, timeout):
+  _slide(size, scratch)
+  streamed = measure.run_child(
+    [
+      "-m",
+      "benchmarks.cpu.stream",
+      "--child",
+      "streamed",
+      "--size",
+      str(size),
+      "--scratch",
+      scratch,
+    ],
+    timeout,
+  )
+  cap = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+  import subprocess
+
+  env = measure.child_env(TF_CPP_MIN_LOG_LEVEL="3")
+  try:
+    out = subprocess.run(
+      [
+        "prlimit",
+        f"--as={cap}",
+        sys.executable,
+        "-m",
+        "benchmarks.cpu.stream",
+        "--child",
+        "untiled",
+        "--size",
+        str(size),
+        "--scratch",
+        scratch,
+      ],
+      capture_output=True,
+      text=True,
+      timeout=timeout,
+      env=env,
+    )
+    lines = out.stdout.strip().splitlines()
+    untiled = (
+      json.loads(lines[-1])
+      if lines
+      else {
+        "outcome": f"exit {out.returncode}: " + (out.stderr.strip().splitlines() or [""])[-1][:200]
+      }
+    )
+  except subprocess.TimeoutExpired:
+    untiled = {"outcome": f"timed out after {timeout} s"}
+  from tf_largeconv import stream
+
+  untiled["estimate_bytes"] = stream.plan(network(), (1, size, size, 3), tile=size).peak_bytes
+  untiled["cap_bytes"] = cap
+  return dict(streamed=streamed, untiled=untiled)
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--size", type=int, default=16384)
+  parser.add_argument("--speed-size", type=int, default=2048)
+  parser.add_argument("--out", default=measure.RESULTS_DIR)
+  parser.add_argument("--scratch", default=measure.SCRATCH_DIR)
+  parser.add_argument("--timeout", type=int, default=1800)
+  parser.add_argument("--child", choices=("streamed", "untiled"), help=argparse.SUPPRESS)
+  args = parser.parse_args(argv)
+  if args.child == "streamed":
+    return _child_streamed(args.size, args.scratch)
+  if args.child == "untiled":
+    return _child_untiled(args.size, args.scratch)
+  os.makedirs(args.scratch, exist_ok=True)
+  results = dict(speed=speed(args.speed_size), size=args.size, speed_size=args.speed_size)
+  print(f"speed, {args.speed_size}^2 x 3 float32 (fits in memory), best of 3:")
+  head = ("run", "seconds", "us/pixel", "vs untiled", "tiles", "recomputed")
+  print(f"  {head[0]:22s}{head[1]:>9s}{head[2]:>10s}{head[3]:>12s}{head[4]:>7s}{head[5]:>12s}")
+  for label, r in results["speed"].items():
+    print(
+      f"  {label:22s}{r['seconds']:9.2f}{r['us_per_pixel']:10.3f}{r['vs_untiled']:11.2f}x"
+      f"{r.get('tiles', 1):7d}{100 * r.get('recompute', 0):11.1f}%"
+    )
+  results["memory"] = memory(args.size, args.scratch, args.timeout)
+  s, u = results["memory"]["streamed"], results["memory"]["untiled"]
+  print(f"memory, {args.size}^2 x 3 float32 zarr slide -> zarr:")
+  if "error" in s:
+    print(f"  streamed: {s['error']}")
+  else:
+    print(
+      f"  streamed: peak RSS {s['peak_rss'] / GiB:.2f} GiB, {s['seconds']:.0f} s, "
+      f"{s['tiles']} tiles of {s['tile']} px, plan's peak per tile {s['plan_peak'] / GiB:.2f} GiB, "
+      f"max rel. error on a band {s['max_rel_error']:.1e}"
+    )
+  print(
+    f"  untiled: needs at least {u['estimate_bytes'] / GiB:.1f} GiB of activations; under a "
+    f"{u['cap_bytes'] / GiB:.1f} GiB address-space cap: {u['outcome']}"
+  )
+  os.makedirs(args.out, exist_ok=True)
+  with open(os.path.join(args.out, "bench_stream.json"), "w", encoding="utf-8") as f:
+    json.dump(results, f, indent=1)
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
