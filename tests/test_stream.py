@@ -5,6 +5,8 @@ Tolerances (relative to the largest output magnitude): float64 1e-10, float32 2e
 """
 
 import contextlib
+import os
+import time
 
 import keras
 import numpy as np
@@ -382,8 +384,10 @@ def test_plan_numbers():
   assert p.receptive_field == (5, 5)
   expected = (3 * 52 * 52 + 4 * 40 * 40) / (3 * 40 * 40 + 4 * 40 * 40) - 1
   assert p.recompute == pytest.approx(expected, rel=1e-12)
-  # The middle tile: input window 14x14x3 (read, then as a tensor) and 10x10x4 out, x2.
-  assert p.peak_bytes == 2 * 4 * (2 * 14 * 14 * 3 + 14 * 14 * 3 + 10 * 10 * 4)
+  # An interior tile, batch 2, 4 bytes a value: its 14x14x3 input window (read, then as a
+  # tensor), the padded copy the convolution reads (here no padding: the same 14x14x3) and
+  # its 10x10x4 output with a temporary of that size.
+  assert p.peak_bytes == 2 * 4 * (2 * 14 * 14 * 3 + 14 * 14 * 3 + 2 * 10 * 10 * 4)
   assert "16 tiles (4 x 4)" in str(p) and "recomputed in overlaps" in str(p)
   assert stream.plan(model, (1, 40, 40, 3), tile=1000).tiles == 1
 
@@ -470,3 +474,36 @@ def test_to_dask_local_scheduler():
     stream.to_dask(classifier(L.GlobalAveragePooling2D), x)
   with pytest.raises(TypeError, match="image must be a dask array"):
     stream.to_dask(model, image)
+
+
+def test_to_dask_on_a_local_cluster(tmp_path):
+  """A zarr slide through a real dask.distributed cluster (2 worker processes on
+  127.0.0.1): each task reads its window from the chunks; the result equals the in-process
+  stream bit for bit and is written to zarr."""
+  distributed = pytest.importorskip("distributed")
+  zarr = pytest.importorskip("zarr")
+  from tf_largeconv.dask import open_slide
+
+  model = resnet()
+  image = _image((300, 260, 3), "float32")
+  zarr.create_array(tmp_path / "in.zarr", data=image, chunks=(64, 64, 3))
+  slide = open_slide(str(tmp_path / "in.zarr"), chunk=64)
+  want = stream.predict(model, image, tile=96)
+  start = time.monotonic()
+  with (
+    distributed.LocalCluster(
+      n_workers=2,
+      threads_per_worker=1,
+      processes=True,
+      memory_limit="1.5GiB",
+      host="127.0.0.1",
+      dashboard_address=None,
+    ) as cluster,
+    distributed.Client(cluster, timeout=120) as client,
+  ):
+    lazy = stream.to_dask(model, slide, tile=96)
+    lazy.to_zarr(str(tmp_path / "out.zarr"))
+    workers = client.run(os.getpid)
+    assert len(workers) == 2
+  assert time.monotonic() - start < 120
+  np.testing.assert_array_equal(zarr.open_array(tmp_path / "out.zarr")[:], want)

@@ -9,6 +9,7 @@ compute is the union of what its readers need (`_rules`), clipped to the layer's
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from fractions import Fraction
@@ -151,7 +152,8 @@ class Tiling:
 
 def peak_bytes(tiling: Tiling, index: Sequence[int], batch: int, itemsize: int) -> int:
   """What the tile `index` holds at its peak: the values alive after each step (freed
-  after their last reader), plus the step's padded input copy and its output."""
+  after their last reader), plus the step's output, a temporary of that size and, for a
+  windowed layer, its padded input copy."""
   g = tiling.geometry
   steps, last_use = g.spatial_steps, g.last_use
 
@@ -166,13 +168,16 @@ def peak_bytes(tiling: Tiling, index: Sequence[int], batch: int, itemsize: int) 
   for k, step in enumerate(steps):
     out_spans = tiling.window(index, step.output) if step.rule.spatial_out else None  # type: ignore[union-attr]
     out = nbytes(step.output, out_spans)
-    temp = 0
+    # A layer's result passes through a temporary of its size (a convolution before its
+    # bias and activation, a normalization's intermediate), and a windowed layer reads a
+    # padded copy of its input.
+    temp = out
     if out_spans is not None and step.kind not in ("pointwise", "reduce"):
       padded = [
         step.rule.needs(i, a, b)  # type: ignore[union-attr]
         for i, (a, b) in enumerate(out_spans)
       ]
-      temp = nbytes(step.inputs[0], padded)
+      temp += nbytes(step.inputs[0], padded)
     peak = max(peak, sum(live.values()) + temp + out)
     if out_spans is not None:
       live[step.output] = out
@@ -183,23 +188,36 @@ def peak_bytes(tiling: Tiling, index: Sequence[int], batch: int, itemsize: int) 
 
 
 def middle_tile(tiling: Tiling) -> tuple[int, ...]:
-  return tuple(len(b) // 2 for b in tiling.bounds)
+  """A full-size tile as far from the edges as the grid has: where halos are widest."""
+  index = []
+  for bounds in tiling.bounds:
+    full = [t for t, (a, b) in enumerate(bounds) if b - a == bounds[0][1] - bounds[0][0]]
+    index.append(min(full, key=lambda t: abs(t - (len(bounds) - 1) / 2)))
+  return tuple(index)
+
+
+def worst_peak(tiling: Tiling, batch: int, itemsize: int) -> int:
+  """The largest `peak_bytes` over the first, middle and last tiles of each axis and
+  their combinations: edge tiles pad, interior tiles carry halos on both sides."""
+  middle = middle_tile(tiling)
+  picks = [sorted({0, m, len(b) - 1}) for m, b in zip(middle, tiling.bounds)]
+  return max(peak_bytes(tiling, index, batch, itemsize) for index in itertools.product(*picks))
 
 
 def choose_tile(geometry: Geometry, memory_limit: int, batch: int, itemsize: int) -> int:
-  """The largest tile (input pixels) whose middle tile's peak fits `memory_limit`."""
+  """The largest tile (input pixels) whose tiles' peak (`worst_peak`) fits `memory_limit`."""
   n_in = max(geometry.sizes[0])
   lo, hi = 1, max(n_in, 1)
 
   def fits(tile: int) -> bool:
     tiling = Tiling(geometry, geometry.tile_out(tile))
-    return peak_bytes(tiling, middle_tile(tiling), batch, itemsize) <= memory_limit
+    return worst_peak(tiling, batch, itemsize) <= memory_limit
 
   if fits(hi):
     return hi
   if not fits(lo):
     tiling = Tiling(geometry, geometry.tile_out(1))
-    need = peak_bytes(tiling, middle_tile(tiling), batch, itemsize)
+    need = worst_peak(tiling, batch, itemsize)
     raise ValueError(
       f"memory_limit: {memory_limit} bytes is less than one output pixel's step needs "
       f"(about {need} bytes for a batch of {batch}); raise it or pass a smaller batch"

@@ -47,7 +47,7 @@ class StreamPlan:
     self.tiles = tiling.count
     self.memory_limit = memory_limit
     middle = _plan.middle_tile(tiling)
-    self.peak_bytes = _plan.peak_bytes(tiling, middle, batch, itemsize)
+    self.peak_bytes = _plan.worst_peak(tiling, batch, itemsize)
     self.recompute = tiling.recompute()
     self.halo: dict[str, tuple[int, ...]] = {}
     sink = g.sink_scale
