@@ -168,7 +168,19 @@ class _Ome:
 
 
 class WriteReport(
-  collections.namedtuple("WriteReport", _record.Report._fields + ("pyramid_seconds",))
+  collections.namedtuple(
+    "WriteReport",
+    [
+      "total",
+      "computed",
+      "skipped",
+      "recomputed",
+      "retried",
+      "seconds",
+      "pixels",
+      "pyramid_seconds",
+    ],
+  )
 ):
   """What `conv2d_to_zarr` did, in chunks of the output (its level 0 for OME-Zarr).
 

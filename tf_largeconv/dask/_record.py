@@ -22,9 +22,10 @@ on resume, so a resume against a changed input, filter or argument is refused.
 
 On disk, under `path/.largeconv-record/`: `fingerprint.json`; `done/<chunk>` for each chunk
 written completely (made by an atomic rename after the chunk's write returned, so a chunk
-half written, or one whose process died, is never counted); `attempts/<chunk>@<run>@<id>`
-for each time a run started computing a chunk (what says how many chunks were computed more
-than once); `steps/<name>` for steps after the chunks (e.g. an image pyramid). A chunk is
+half written, or one whose process died, is never counted);
+`attempts/<chunk>@<run>@<pid>-<id>` for each time a run started computing a chunk, in
+process <pid> (what says how many chunks were computed more than once, and which were in
+flight); `steps/<name>` for steps after the chunks (e.g. an image pyramid). A chunk is
 named by its index in the output's chunk grid, e.g. `3.0.12`. The record lives on the disk
 the output lives on, so dask.distributed workers keep it from any machine that sees the
 output path. It records process deaths and lost workers; it does not order the disk's own
@@ -136,20 +137,37 @@ class Record:
     return os.path.exists(self._dir("done", name))
 
   def begin(self, name: str) -> None:
-    """Records that this run starts computing chunk `name`."""
-    token = uuid.uuid4().hex[:8]
+    """Records that this run starts computing chunk `name`, in this process."""
+    token = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
     open(self._dir("attempts", f"{name}@{self.run_id}@{token}"), "w").close()
 
   def finish(self, name: str) -> None:
     """Records chunk `name` as complete: call only after its data is written."""
     _write_atomically(self._dir("done", name), self.run_id)
 
+  def _attempts(self) -> list[tuple[str, str, int]]:
+    """(chunk, run id, process id) of every attempt, in no order."""
+    found = []
+    for entry in _listing(self._dir("attempts")):
+      name, run, token = entry.split("@")
+      found.append((name, run, int(token.split("-")[0])))
+    return found
+
   def attempts(self) -> dict[str, list[str]]:
     """Per chunk, the run ids of every attempt at it, in no order."""
     found = collections.defaultdict(list)
-    for entry in _listing(self._dir("attempts")):
-      name, run, _ = entry.split("@")
+    for name, run, _ in self._attempts():
       found[name].append(run)
+    return dict(found)
+
+  def in_flight(self) -> dict[str, list[int]]:
+    """Per chunk started and not recorded complete, the ids of the processes that started
+    it (on whichever machine ran them)."""
+    done = self.done()
+    found = collections.defaultdict(list)
+    for name, _, pid in self._attempts():
+      if name not in done:
+        found[name].append(pid)
     return dict(found)
 
   def has_step(self, step: str) -> bool:
@@ -300,6 +318,7 @@ def run_chunk(sink: ZarrSink, index: tuple[int, ...], compute: Callable, *args: 
 
 
 def _total(results: Iterable[int]) -> int:
+  """The run's last task: depends on every chunk task (its value is not used)."""
   return sum(results)
 
 
@@ -369,6 +388,7 @@ def run(
   key = f"largeconv-record-{record.run_id}"
   layer: dict = {(key, i): tasks[idx] for i, idx in enumerate(pending)}
   layer[key] = (_total, [(key, i) for i in range(len(pending))])
+  full: Any
   if isinstance(graph, HighLevelGraph):
     full = HighLevelGraph.merge(graph, HighLevelGraph.from_collections(key, layer))
   else:
@@ -381,28 +401,32 @@ def run(
   start = time.perf_counter()
   try:
     if client is None:
-      computed = dask.threaded.get(dask.optimization.cull(dict(full), [key])[0], key)
+      dask.threaded.get(dask.optimization.cull(dict(full), [key])[0], key)
     else:
-      computed = client.get(full, key)
+      client.get(full, key)
   finally:
     if watcher is not None:
       watcher.stop.set()
       watcher.join()
   seconds = time.perf_counter() - start
-  attempts = record.attempts()
-  mine = {n: runs.count(record.run_id) for n, runs in attempts.items()}
-  pending_names = {names[idx] for idx in pending}
+  # This run computed a chunk if it started it (a chunk recorded before is skipped before
+  # its attempt is recorded) and the chunk is now recorded complete. A task's own return
+  # value cannot say so: one computed on a worker that died afterwards is lost, and its
+  # retry finds the chunk recorded.
+  mine = {n: runs.count(record.run_id) for n, runs in record.attempts().items()}
+  finished = record.done()
+  computed = [idx for idx in pending if mine.get(names[idx]) and names[idx] in finished]
   size = pixels or (lambda idx: int(np.prod([r.stop - r.start for r in sink.region(idx)])))
   if progress is not None:
-    progress(len(record.done()), len(tasks), seconds)
+    progress(len(finished), len(tasks), seconds)
   return Report(
     total=len(tasks),
-    computed=computed,
+    computed=len(computed),
     skipped=len(tasks) - len(pending),
-    recomputed=len(pending_names & before & {n for n, c in mine.items() if c}),
-    retried=sum(1 for n in pending_names if mine.get(n, 0) > 1),
+    recomputed=sum(1 for idx in computed if names[idx] in before),
+    retried=sum(1 for idx in pending if mine.get(names[idx], 0) > 1),
     seconds=seconds,
-    pixels=sum(size(idx) for idx in pending if record.is_done(names[idx])),
+    pixels=sum(size(idx) for idx in computed),
   )
 
 

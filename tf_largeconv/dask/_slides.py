@@ -94,7 +94,8 @@ def is_ome_zarr(path: str) -> bool:
   except (OSError, ValueError, KeyError, TypeError):
     return False
   attrs = dict(node.attrs) if isinstance(node, zarr.Group) else {}
-  return "multiscales" in attrs or "multiscales" in attrs.get("ome", {})
+  ome = attrs.get("ome")
+  return "multiscales" in attrs or (isinstance(ome, dict) and "multiscales" in ome)
 
 
 def _ngff_zarr():
