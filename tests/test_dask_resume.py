@@ -19,14 +19,14 @@ da = pytest.importorskip("dask.array")
 distributed = pytest.importorskip("distributed")
 zarr = pytest.importorskip("zarr")
 
+import clusters  # noqa: E402
 import subproc  # noqa: E402
 
 import tf_largeconv as lc  # noqa: E402
 import tf_largeconv.dask as ldask  # noqa: E402
 from tf_largeconv.dask import _record  # noqa: E402
 
-# Seconds a cluster may take to start, and a whole distributed test to finish.
-CLUSTER_TIMEOUT = 120
+CLUSTER_TIMEOUT = clusters.CLUSTER_TIMEOUT
 
 
 def _cli(capsys, *argv):
@@ -90,14 +90,7 @@ def test_worker_killed_mid_run_loses_nothing(tmp_path):
   args = dict(strides=1, padding="SAME", algorithm="direct", output_axes="HW")
   start = time.monotonic()
   with (
-    distributed.LocalCluster(
-      n_workers=2,
-      threads_per_worker=1,
-      processes=True,
-      memory_limit="1GiB",
-      host="127.0.0.1",
-      dashboard_address=None,
-    ) as cluster,
+    clusters.local_cluster("1GiB") as cluster,
     distributed.Client(cluster, timeout=CLUSTER_TIMEOUT) as client,
   ):
     pids = set(client.run(os.getpid).values())
