@@ -252,6 +252,7 @@ def conv2d_to_zarr(
   scale: Mapping[str, float] | None = None,
   translation: Mapping[str, float] | None = None,
   units: Mapping[str, str | None] | None = None,
+  compressors: Any = "auto",
   resume: bool = False,
   overwrite: bool = False,
   fingerprint: Mapping[str, Any] | None = None,
@@ -281,6 +282,8 @@ def conv2d_to_zarr(
     output_format: 'zarr' or 'ome-zarr'; default 'ome-zarr' when output ends in '.ome.zarr'.
     levels: OME-Zarr pyramid levels; default: halved until the longer side is <= 1024.
     ngff_version: OME-Zarr version, '0.5' (zarr v3) or '0.4' (zarr v2).
+    compressors: a zarr output's compressors, as `zarr.create_array` takes them (default
+      zarr's; None: uncompressed).
     scale, translation, units: the input's pixel size, origin and units along 'y' and 'x'
       (default 1, 0, none); the output's metadata gives each output pixel's size (scale x
       stride) and the centre of its window.
@@ -323,6 +326,7 @@ def conv2d_to_zarr(
     scale=None if scale is None else dict(scale),
     translation=None if translation is None else dict(translation),
     units=None if units is None else dict(units),
+    compressors=compressors,
     mode="resume" if resume else ("overwrite" if overwrite else "new"),
     fingerprint=None if fingerprint is None else dict(fingerprint),
     client=client if client is not None else _default_client(),

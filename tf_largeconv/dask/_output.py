@@ -210,6 +210,7 @@ def write(
   scale: dict | None = None,
   translation: dict | None = None,
   units: dict | None = None,
+  compressors="auto",
   mode: str = "new",
   fingerprint: dict | None = None,
   client=None,
@@ -257,7 +258,13 @@ def write(
     else:
       import zarr
 
-      zarr.create_array(path, shape=layout.shape, chunks=layout.chunks, dtype=forward.dtype)
+      zarr.create_array(
+        path,
+        shape=layout.shape,
+        chunks=layout.chunks,
+        dtype=forward.dtype,
+        compressors=compressors,
+      )
 
   record = _record.open_output(path, fp, mode, create, what=f"the output {output}")
   sink = _record.ZarrSink(
