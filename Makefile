@@ -18,7 +18,8 @@ VENV      ?= .venv
 TF_PIN    ?= tensorflow-cpu==2.21.0
 DEV_DEPS  ?= pybind11 numpy scipy pytest hypothesis setuptools wheel
 # The `dask` extra (tf_largeconv.dask and its tests), at the versions checked together here.
-DASK_DEPS ?= "dask[array]==2026.8.0" distributed==2026.8.0 zarr==3.1.6 tifffile==2026.3.3
+DASK_DEPS ?= "dask[array]==2026.8.0" distributed==2026.8.0 zarr==3.1.6 tifffile==2026.3.3 \
+             "ngff-zarr[validate]==0.50.0"
 # tf_keras (Keras 2, for the tf_keras layer tests) without its dependency on the full
 # tensorflow package, which would be installed over tensorflow-cpu.
 NODEP_DEPS ?= "tf_keras==2.21.*"

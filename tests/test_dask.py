@@ -19,6 +19,7 @@ distributed = pytest.importorskip("distributed")
 zarr = pytest.importorskip("zarr")
 tifffile = pytest.importorskip("tifffile")
 
+import clusters  # noqa: E402
 import subproc  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from reference import Conv  # noqa: E402
@@ -27,8 +28,7 @@ from reference import assert_close  # noqa: E402
 import tf_largeconv as lc  # noqa: E402
 import tf_largeconv.dask as ldask  # noqa: E402
 
-# Seconds a cluster may take to start, and a whole distributed test to finish.
-CLUSTER_TIMEOUT = 120
+CLUSTER_TIMEOUT = clusters.CLUSTER_TIMEOUT
 
 
 def _explicit(pairs, data_format):
@@ -435,14 +435,7 @@ def test_local_cluster_two_worker_processes(rng):
   xd = da.from_array(x, chunks=(1, 16, 16, 3))
   start = time.monotonic()
   with (
-    distributed.LocalCluster(
-      n_workers=2,
-      threads_per_worker=1,
-      processes=True,
-      memory_limit="1GiB",
-      host="127.0.0.1",
-      dashboard_address=None,
-    ) as cluster,
+    clusters.local_cluster("1GiB") as cluster,
     distributed.Client(cluster, timeout=CLUSTER_TIMEOUT) as client,
   ):
     y = ldask.conv2d(xd, w, [2, 3], "SAME", algorithm="direct")
@@ -601,14 +594,7 @@ def test_slide_larger_than_cluster_memory(tmp_path):
   # system monitor samples every 50 ms instead of 500 ms.
   with (
     dask.config.set({"distributed.admin.system-monitor.interval": "50ms"}),
-    distributed.LocalCluster(
-      n_workers=2,
-      threads_per_worker=1,
-      processes=True,
-      memory_limit=WORKER_LIMIT,
-      host="127.0.0.1",
-      dashboard_address=None,
-    ) as cluster,
+    clusters.local_cluster(WORKER_LIMIT) as cluster,
     distributed.Client(cluster, timeout=CLUSTER_TIMEOUT) as client,
   ):
     before = client.run(_worker_report)

@@ -21,7 +21,7 @@ FENCE = re.compile(
 )
 # What a block needs beyond the test dependencies: the modules whose absence skips it.
 EXTRAS = {
-  "tf_largeconv.dask": ("dask.array", "distributed", "zarr", "tifffile"),
+  "tf_largeconv.dask": ("dask.array", "distributed", "zarr", "tifffile", "ngff_zarr"),
   "dask": ("dask.array",),
   "zarr": ("zarr",),
   "tf_keras": ("tf_keras",),

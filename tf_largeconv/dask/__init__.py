@@ -46,7 +46,10 @@ worker process, when the first task's function is loaded.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from collections.abc import Mapping
 from collections.abc import Sequence
+from typing import Any
 
 try:
   import dask.array
@@ -63,7 +66,9 @@ from tf_largeconv._types import Padding
 from tf_largeconv._types import TensorLike
 from tf_largeconv._types import Window
 from tf_largeconv.dask import _graph
+from tf_largeconv.dask import _output
 from tf_largeconv.dask._graph import TaskMemory
+from tf_largeconv.dask._output import WriteReport
 from tf_largeconv.dask._slides import open_slide
 
 
@@ -229,6 +234,118 @@ def conv2d_backprop_filter(
   return grad.compute()
 
 
+def conv2d_to_zarr(
+  input: dask.array.Array,
+  filters: TensorLike,
+  strides: Window,
+  padding: Padding,
+  output: str,
+  data_format: str | None = "NHWC",
+  dilations: Window | None = None,
+  algorithm: str | None = "auto",
+  workspace_limit: int | None = None,
+  *,
+  output_axes: str | None = None,
+  output_format: str | None = None,
+  levels: int | None = None,
+  ngff_version: str = "0.5",
+  scale: Mapping[str, float] | None = None,
+  translation: Mapping[str, float] | None = None,
+  units: Mapping[str, str | None] | None = None,
+  compressors: Any = "auto",
+  resume: bool = False,
+  overwrite: bool = False,
+  fingerprint: Mapping[str, Any] | None = None,
+  client: Any = None,
+  progress: Callable[[int, int, float], None] | None = None,
+) -> WriteReport:
+  """`conv2d`'s result computed into a zarr array or an OME-Zarr image, chunk by chunk,
+  with a record of the chunks written so that an interrupted run resumes where it stopped.
+
+  Each output chunk is one task: it computes the chunk, writes it, and only then records it
+  complete (an atomic rename in `OUTPUT/.largeconv-record/`). With `resume=True` only the
+  chunks not recorded are computed, and the output must have been started with the same
+  input, filters, arguments and layout (a fingerprint of them is stored with it). A task
+  retried after its worker died skips a chunk already recorded.
+
+  Args:
+    input, filters, strides, padding, data_format, dilations, algorithm, workspace_limit:
+      as for `conv2d` (a depthwise convolution is the grouped filter
+      [h, w, 1, in_channels * multiplier]). The rows and columns must be chunked in
+      multiples of the stride (zarr's chunks are regular).
+    output: the directory to write: a zarr array, or with output_format 'ome-zarr' an
+      OME-Zarr image (multiscales: level 0 the result, then `levels - 1` levels each half
+      the size of the one before, by 2x2 means; written by ngff-zarr).
+    output_axes: the output's axes as letters of data_format, e.g. 'HWC', 'CHW', 'HW';
+      axes left out must have length 1. Default: data_format for zarr, 'CHW' for OME-Zarr
+      (which takes 'CHW' or 'HW').
+    output_format: 'zarr' or 'ome-zarr'; default 'ome-zarr' when output ends in '.ome.zarr'.
+    levels: OME-Zarr pyramid levels; default: halved until the longer side is <= 1024.
+    ngff_version: OME-Zarr version, '0.5' (zarr v3) or '0.4' (zarr v2).
+    compressors: a zarr output's compressors, as `zarr.create_array` takes them (default
+      zarr's; None: uncompressed).
+    scale, translation, units: the input's pixel size, origin and units along 'y' and 'x'
+      (default 1, 0, none); the output's metadata gives each output pixel's size (scale x
+      stride) and the centre of its window.
+    resume: finish an interrupted run into `output` (an absent output is started).
+    overwrite: replace `output` if it exists. Neither: an existing output is an error.
+    fingerprint: more JSON-able fields that define the output (e.g. the input file's size
+      and time); the input enters by its dask token, which for a file-backed array names
+      the path and layout, not the pixel values.
+    client: a dask.distributed Client to run on; default the current one, else dask's
+      threaded scheduler in this process.
+    progress: called as progress(chunks done, chunks in all, seconds) about once a second.
+
+  Returns:
+    A `WriteReport`: chunks total, computed, skipped (done before), recomputed (started by
+    an earlier run and not finished), retried (started twice in this run), seconds, pixels
+    computed, pyramid_seconds.
+
+  Raises:
+    ValueError, TypeError: as for `conv2d`; bad output arguments; resume and overwrite
+      together; a resume against an output with another fingerprint (the differing fields
+      named) or without a record.
+    FileExistsError: `output` exists and neither resume nor overwrite is set.
+    OSError: a chunk could not be written (e.g. errno ENOSPC, the disk full): the chunks
+      written before stay recorded, and a resume computes the rest.
+  """
+  if resume and overwrite:
+    raise ValueError("resume and overwrite exclude each other: pass one")
+  if output_format is None:
+    output_format = "ome-zarr" if output.rstrip("/").endswith(".ome.zarr") else "zarr"
+  forward = _graph.Forward(
+    input, filters, strides, padding, data_format, dilations, algorithm, workspace_limit
+  )
+  return _output.write(
+    forward,
+    output,
+    output_axes=output_axes,
+    fmt=output_format,
+    levels=levels,
+    ngff_version=ngff_version,
+    scale=None if scale is None else dict(scale),
+    translation=None if translation is None else dict(translation),
+    units=None if units is None else dict(units),
+    compressors=compressors,
+    mode="resume" if resume else ("overwrite" if overwrite else "new"),
+    fingerprint=None if fingerprint is None else dict(fingerprint),
+    client=client if client is not None else _default_client(),
+    progress=progress,
+  )
+
+
+def _default_client() -> Any:
+  """The current dask.distributed Client, or None."""
+  try:
+    from distributed import default_client
+  except ImportError:  # pragma: no cover (distributed is part of the extra)
+    return None
+  try:
+    return default_client()
+  except ValueError:
+    return None
+
+
 def task_memory(
   input: dask.array.Array,
   filters: TensorLike,
@@ -258,7 +375,9 @@ __all__ = [
   "conv2d",
   "depthwise_conv2d",
   "conv2d_backprop_filter",
+  "conv2d_to_zarr",
   "task_memory",
   "TaskMemory",
+  "WriteReport",
   "open_slide",
 ]

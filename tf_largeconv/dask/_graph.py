@@ -273,6 +273,7 @@ class Forward:
       out_chunks[axis] = output_chunks(x.chunks[axis], stride, out_size)
       windows[axis] = _windows(out_chunks[axis], stride, pad_before, extent)
     self.x = x
+    self.geom = geom
     self.out_chunks = tuple(out_chunks)
     self.name = f"{name}-{tokenize(x, self.filters, sorted(self.attrs.items()))}"
     self.blocks = Blocks(x, windows, self.name)
@@ -301,15 +302,29 @@ class Forward:
         best = m
     return best
 
+  def chunk_tasks(self):
+    """The graph's parts: (the shared tasks: halo strips and the spec, as a dict; per
+    output chunk index, its task `(forward, spec key, window, piece keys)`)."""
+    spec_key = f"{self.name}-spec"
+    shared = dict(self.blocks.strips)
+    shared[spec_key] = _tasks.ConvSpec(self.attrs, self.dtype, filters=self.filters)
+    tasks = {
+      idx: (_tasks.forward, spec_key, window, keys) for idx, window, keys in self.blocks.blocks
+    }
+    return shared, tasks
+
+  def graph(self, layer):
+    """`layer` (tasks that use the shared tasks and the input) as a HighLevelGraph over
+    the input's."""
+    return HighLevelGraph.from_collections(self.name, layer, dependencies=[self.x])
+
   def array(self):
-    name = self.name
-    spec_key = f"{name}-spec"
-    layer = dict(self.blocks.strips)
-    layer[spec_key] = _tasks.ConvSpec(self.attrs, self.dtype, filters=self.filters)
-    for idx, window, keys in self.blocks.blocks:
-      layer[(name,) + idx] = (_tasks.forward, spec_key, window, keys)
-    graph = HighLevelGraph.from_collections(name, layer, dependencies=[self.x])
-    return da.Array(graph, name, chunks=self.out_chunks, meta=np.empty((0,) * 4, self.dtype))
+    shared, tasks = self.chunk_tasks()
+    layer = dict(shared)
+    layer.update({(self.name,) + idx: task for idx, task in tasks.items()})
+    return da.Array(
+      self.graph(layer), self.name, chunks=self.out_chunks, meta=np.empty((0,) * 4, self.dtype)
+    )
 
 
 def _filter_sizes(filter_sizes):

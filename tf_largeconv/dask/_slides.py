@@ -1,7 +1,9 @@
-"""Slides on disk as lazy dask arrays: TIFF (through tifffile's zarr store), zarr and .npy."""
+"""Slides on disk as lazy dask arrays: TIFF (through tifffile's zarr store), zarr, OME-Zarr
+(NGFF 0.4 and 0.5, its metadata read by ngff-zarr) and .npy."""
 
 from __future__ import annotations
 
+import collections
 import os
 
 import dask.array as da
@@ -75,6 +77,82 @@ class TiffLevel(FileArray):
     return zarr.open(store, mode="r")
 
 
+OmeImage = collections.namedtuple("OmeImage", ["array_path", "dims", "scale", "units", "levels"])
+OmeImage.__doc__ = """One level of an OME-Zarr image: the path of its zarr array, its axes
+(names: 't', 'c', 'z', 'y', 'x'), per axis its scale (physical size of a pixel) and unit
+(None where the metadata gives none), and how many levels the image has."""
+
+
+def is_ome_zarr(path: str) -> bool:
+  """Whether `path` is a zarr group with OME-NGFF multiscales metadata (0.4 or 0.5)."""
+  import zarr
+
+  if not os.path.isdir(path):
+    return False
+  try:
+    node = zarr.open(path, mode="r")
+  except (OSError, ValueError, KeyError, TypeError):
+    return False
+  attrs = dict(node.attrs) if isinstance(node, zarr.Group) else {}
+  ome = attrs.get("ome")
+  return "multiscales" in attrs or (isinstance(ome, dict) and "multiscales" in ome)
+
+
+def _ngff_zarr():
+  try:
+    import ngff_zarr
+  except ImportError as e:
+    raise ImportError(
+      "OME-Zarr slides need ngff-zarr, part of the dask extra: pip install 'tf_largeconv[dask]'"
+    ) from e
+  return ngff_zarr
+
+
+def ome_image(path: str, level: int = 0) -> OmeImage:
+  """The OME-Zarr image at `path`, level `level` (0: full resolution), from its metadata.
+
+  Raises:
+    ValueError: no such level, or not an image with 'y' and 'x' axes.
+  """
+  multiscales = _ngff_zarr().from_ome_zarr(path)
+  levels = len(multiscales.images)
+  if not 0 <= level < levels:
+    raise ValueError(
+      f"--level {level} (level={level}): the OME-Zarr image {path} has levels 0 to {levels - 1}"
+    )
+  image = multiscales.images[level]
+  dims = tuple(str(d) for d in image.dims)
+  if "y" not in dims or "x" not in dims:
+    raise ValueError(f"the OME-Zarr image {path} has axes {dims}: a slide needs 'y' and 'x'")
+  array_path = os.path.join(path, multiscales.metadata.datasets[level].path)
+  units = {str(k): v for k, v in (image.axes_units or {}).items()}
+  return OmeImage(
+    array_path, dims, {str(k): float(v) for k, v in image.scale.items()}, units, levels
+  )
+
+
+def _ome_slide(path, chunk, level):
+  """An OME-Zarr level as a dask array y x [c] (channels last): its axes other than y, x
+  and c must have length 1."""
+  import zarr
+
+  info = ome_image(path, level)
+  source = zarr.open_array(info.array_path, mode="r")
+  x = da.from_zarr(source)
+  index = tuple(0 if d not in ("y", "x", "c") else slice(None) for d in info.dims)
+  extra = {d: n for d, n in zip(info.dims, source.shape) if d not in ("y", "x", "c") and n != 1}
+  if extra:
+    raise ValueError(
+      f"the OME-Zarr image {path} has {extra} along axes other than y, x and c; a slide is "
+      f"one plane (take one with dask and pass the array to tf_largeconv.dask.conv2d)"
+    )
+  kept = [d for d in info.dims if d in ("y", "x", "c")]
+  order = ["y", "x"] + (["c"] if "c" in kept else [])
+  x = x[index].transpose([kept.index(d) for d in order])
+  chunks = (chunk, chunk) + ((-1,) if "c" in kept else ())
+  return x.rechunk(chunks)
+
+
 def _zarr_array(path):
   import zarr
 
@@ -82,7 +160,7 @@ def _zarr_array(path):
   if isinstance(node, zarr.Array):
     return node
   arrays = dict(node.arrays())
-  if "0" in arrays:  # OME-Zarr: level 0 of the multiscale pyramid
+  if "0" in arrays:  # a group with a pyramid's level 0 at "0", as many writers store it
     return arrays["0"]
   if len(arrays) == 1:
     return next(iter(arrays.values()))
@@ -100,23 +178,33 @@ def open_slide(
 
   Args:
     path: a TIFF file (.tif, .tiff, .svs, .ndpi, ...: pyramid `level`, 0 the full
-      resolution), a zarr array (a directory; for a group, its array '0', as OME-Zarr
-      stores level 0), or a numpy .npy file (read through a memory map). TIFF and .npy
-      files are opened by each process that reads them (see `FileArray`), so the array
-      also works on a dask.distributed cluster whose workers see the same path.
+      resolution), an OME-Zarr image (NGFF 0.4 or 0.5: pyramid `level`, its axes from its
+      metadata), a zarr array (a directory; for a group, its array '0'), or a numpy .npy
+      file (read through a memory map). TIFF and .npy files are opened by each process
+      that reads them (see `FileArray`), so the array also works on a dask.distributed
+      cluster whose workers see the same path.
     chunk: rows and columns per chunk.
-    level: the TIFF pyramid level.
-    channels_first: a 3-D slide is C x H x W (default: H x W x C).
+    level: the TIFF or OME-Zarr pyramid level.
+    channels_first: a 3-D slide is C x H x W (default: H x W x C). Not for OME-Zarr, whose
+      metadata names its axes: its slide is H x W, or H x W x C where it has a channel axis.
 
   Returns:
     A dask array of the file's shape and dtype: 2-D (H, W) or 3-D.
 
   Raises:
     FileNotFoundError: no such file.
-    ValueError: a format it cannot read, or a zarr group without an obvious array.
+    ValueError: a format it cannot read, a zarr group without an obvious array, an OME-Zarr
+      level it does not have or with more than one plane.
   """
   if not os.path.exists(path):
     raise FileNotFoundError(f"no such slide: {path}")
+  if is_ome_zarr(path):
+    if channels_first:
+      raise ValueError(
+        f"{path} is OME-Zarr, whose metadata names its axes: leave out --channels-first "
+        f"(channels_first)"
+      )
+    return _ome_slide(path, chunk, level)
   lower = path.lower().rstrip("/")
   source: FileArray  # or a zarr array
   if lower.endswith(".npy"):
