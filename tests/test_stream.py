@@ -507,3 +507,58 @@ def test_to_dask_on_a_local_cluster(tmp_path):
     assert len(workers) == 2
   assert time.monotonic() - start < 120
   np.testing.assert_array_equal(zarr.open_array(tmp_path / "out.zarr")[:], want)
+
+
+def _cli(*args, timeout=180):
+  import subprocess
+  import sys
+
+  env = dict(
+    os.environ,
+    TF_CPP_MIN_LOG_LEVEL="3",
+    PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+  )
+  return subprocess.run(
+    [sys.executable, "-m", "tf_largeconv.dask", *map(str, args)],
+    capture_output=True,
+    text=True,
+    timeout=timeout,
+    env=env,
+  )
+
+
+def test_command_line_runs_a_model_over_a_slide_and_resumes(tmp_path):
+  zarr = pytest.importorskip("zarr")
+  pytest.importorskip("distributed")
+  model = resnet()
+  model.save(tmp_path / "net.keras")
+  image = _image((150, 133, 3), "float32")
+  zarr.create_array(tmp_path / "in.zarr", data=image, chunks=(64, 64, 3))
+  want = stream.predict(model, image, tile=40)
+  out = tmp_path / "out.zarr"
+  run = _cli(tmp_path / "net.keras", tmp_path / "in.zarr", out, "--tile", 40, "--chunk", 64)
+  assert run.returncode == 0, run.stderr
+  assert "16 tiles (4 x 4)" in run.stdout and "16 computed" in run.stdout
+  np.testing.assert_array_equal(zarr.open_array(out)[:], want)
+  # An interrupted run, as the record sees it: 5 tiles not recorded, their data lost.
+  done = sorted((out / ".largeconv-record" / "done").iterdir())
+  arr = zarr.open_array(out, mode="r+")
+  ch, cw, _ = arr.chunks
+  for marker in done[:5]:
+    i, j, _ = (int(v) for v in marker.name.split("."))
+    arr[i * ch : (i + 1) * ch, j * cw : (j + 1) * cw] = 0
+    marker.unlink()
+  assert not np.array_equal(arr[:], want)
+  run = _cli(tmp_path / "net.keras", tmp_path / "in.zarr", out, "--tile", 40, "--resume")
+  assert run.returncode == 0, run.stderr
+  assert "5 computed, 11 already done" in run.stdout
+  np.testing.assert_array_equal(zarr.open_array(out)[:], want)
+  # Without --resume or --overwrite, or against another model: refused, output untouched.
+  run = _cli(tmp_path / "net.keras", tmp_path / "in.zarr", out, "--tile", 40)
+  assert run.returncode == 2 and "exists; pass --overwrite" in run.stderr
+  resnet().save(tmp_path / "other.keras")
+  run = _cli(tmp_path / "other.keras", tmp_path / "in.zarr", out, "--tile", 40, "--resume")
+  assert run.returncode == 2 and "model_sha256" in run.stderr
+  run = _cli(tmp_path / "missing.keras", tmp_path / "in.zarr", out)
+  assert run.returncode == 2 and "MODEL: no such file" in run.stderr
+  np.testing.assert_array_equal(zarr.open_array(out)[:], want)

@@ -59,6 +59,10 @@ Examples:
   python -m tf_largeconv.dask slide.tif out.zarr --filter f.npy --strides 4 \\
       --scheduler tcp://10.0.0.5:8786
   python -m tf_largeconv.dask slide.ome.zarr out.ome.zarr --filter f.npy --resume
+
+A whole Keras network instead of one filter: give the saved model first,
+  python -m tf_largeconv.dask MODEL.keras INPUT OUTPUT [--tile N] [--resume] ...
+(python -m tf_largeconv.dask MODEL.keras --help for its options).
 """
 
 EPILOG = """\
@@ -211,21 +215,6 @@ def _parser():
   return p
 
 
-def _connect(address, timeout):
-  """A distributed Client for `address`, or SystemExit with a clear message."""
-  import distributed
-
-  try:
-    return distributed.Client(address, timeout=timeout, set_as_default=True)
-  except (OSError, TimeoutError, ValueError) as e:
-    raise SystemExit(
-      f"error: --scheduler {address}: could not reach a dask scheduler there within "
-      f"{timeout:g} s ({type(e).__name__}: {e}). Check the address (e.g. "
-      f"tcp://HOST:8786, printed by `dask scheduler`), or leave --scheduler out to run on "
-      f"this machine."
-    ) from None
-
-
 def _mib(n):
   return f"{n / 2**20:.1f} MiB"
 
@@ -335,44 +324,14 @@ def _memory_limit(client):
   return min(shares) if shares else None
 
 
-def _progress():
-  """Prints chunks done / total, rate and time left; on a terminal, on one line."""
-  tty = sys.stdout.isatty()
-  state = {"first": None, "shown": -1}
-
-  def show(done, total, seconds):
-    if state["first"] is None:
-      state["first"] = (done, seconds)
-    if done == state["shown"] and done < total:
-      return
-    state["shown"] = done
-    d0, s0 = state["first"]
-    rate = (done - d0) / (seconds - s0) if seconds > s0 and done > d0 else 0.0
-    left = f"{(total - done) / rate:.0f} s" if rate else "?"
-    line = (
-      f"chunks {done}/{total} ({100 * done // max(total, 1)}%), {rate:.2f} chunks/s, "
-      f"time left {left}"
-    )
-    print(("\r" + line) if tty else line, end="" if tty else "\n", flush=True)
-
-  return show
-
-
-def _summary(output, report):
-  mp = report.pixels / 1e6
-  rate = mp / report.seconds if report.seconds else 0.0
-  pyramid = f"; pyramid levels in {report.pyramid_seconds:.1f} s" if report.pyramid_seconds else ""
-  return (
-    f"wrote {output}: {report.total} chunks: {report.computed} computed, {report.skipped} "
-    f"already done (resumed), {report.recomputed} computed again (in flight when an earlier "
-    f"run stopped), {report.retried} retried (a worker lost); {report.seconds:.1f} s, "
-    f"{rate:.1f} MP/s (output megapixels computed per second){pyramid}"
-  )
-
-
 def main(argv=None):
-  from tf_largeconv.dask import _record
+  from tf_largeconv.dask import _cli_common
 
+  argv = sys.argv[1:] if argv is None else list(argv)
+  if argv and argv[0].lower().endswith(".keras"):  # a Keras model over a slide
+    from tf_largeconv.stream import _cli
+
+    return _cli.main(argv)
   parser = _parser()
   args = parser.parse_args(argv)
   try:
@@ -386,7 +345,7 @@ def main(argv=None):
     f"chunks held {_mib(memory.input_bytes)}",
     flush=True,
   )
-  client = _connect(args.scheduler, args.timeout) if args.scheduler else None
+  client = _cli_common.connect(args.scheduler, args.timeout) if args.scheduler else None
   try:
     limit = (
       int(args.max_task_memory * 2**20)
@@ -405,26 +364,16 @@ def main(argv=None):
 
     mode = dict(resume=args.resume, overwrite=args.overwrite)
     report = ldask.conv2d_to_zarr(
-      output=args.output, client=client, progress=_progress(), **mode, **kwargs
+      output=args.output, client=client, progress=_cli_common.progress(), **mode, **kwargs
     )
   except (ValueError, TypeError, FileExistsError) as e:
     parser.error(str(e))
   except OSError as e:
-    done = len(_record.Record(args.output).done())
-    what = "the disk is full" if _record.is_disk_full(e) else "a write failed"
-    print(
-      f"\nerror: {what}: {e}. {done} of {tasks} chunks of {args.output} are written and "
-      f"recorded; the failed ones are not. Fix the cause, then run the same command with "
-      f"--resume to compute only the rest.",
-      file=sys.stderr,
-    )
-    return 1
+    return _cli_common.write_failed(e, args.output, tasks)
   finally:
     if client is not None:
       client.close()
-  print(
-    "\n" + _summary(args.output, report) if sys.stdout.isatty() else _summary(args.output, report)
-  )
+  _cli_common.print_summary(args.output, report)
   return 0
 
 
