@@ -24,11 +24,21 @@ MODE, WORK = sys.argv[1], sys.argv[2]
 LOADED = MODE == "loaded"
 COMPILERS = ("cc", "gcc", "g++", "c++", "clang", "clang++", "nvcc", "make", "ld")
 
-with warnings.catch_warnings(record=True) as caught:
-  warnings.simplefilter("always")
-  import tf_largeconv as lc
-  import tf_largeconv.keras  # noqa: F401  (the layers, which import the ops too)
-print("WARNINGS:", json.dumps([str(w.message) for w in caught if "tf_largeconv" in str(w.message)]))
+# Every warning of the run is recorded, so that the package's are counted: at import, and
+# after it (there must be none: the import's warning is the only one).
+caught = warnings.catch_warnings(record=True).__enter__()
+warnings.simplefilter("always")
+
+
+def our_warnings():
+  return [str(w.message) for w in caught if "tf_largeconv" in str(w.message)]
+
+
+import tf_largeconv as lc  # noqa: E402
+import tf_largeconv.keras  # noqa: E402, F401  (the layers, which import the ops too)
+
+at_import = our_warnings()
+print("WARNINGS:", json.dumps(at_import))
 print("FILE:", lc.__file__)
 print("INFO:", json.dumps(lc.info()))
 print("COMPILERS:", json.dumps({c: shutil.which(c) for c in COMPILERS}))
@@ -166,4 +176,5 @@ assert child.returncode == 0, child.stderr[-3000:]
 err, scale = (float(v) for v in child.stdout.split()[-2:])
 assert scale > 0 and err <= 1e-9 * scale, (err, scale)
 print("savedmodel: loaded in a fresh process, matches tf.nn.conv2d")
+print("LATER_WARNINGS:", json.dumps(our_warnings()[len(at_import) :]))
 print("OK")
