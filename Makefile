@@ -1,7 +1,8 @@
 # tf_largeconv build and developer entry points.
 #   make demo      - set up .venv (tensorflow-cpu + deps), build, run the seed-case demo
 #                    (benchmarks/demo.py)
-#   make test      - set up .venv, build, run the test suite
+#   make test      - set up .venv, build, run the test suite (tests/test_wheel.py builds the
+#                    wheel and installs TensorFlow from PyPI into a venv of its own)
 #   make build     - build the op library and the pybind11 module in place (uses $(PY))
 #   make bench     - set up .venv, build, install BENCH_DEPS, run the CPU benchmark
 #                    (benchmarks/cpu/bench.py; results in benchmarks/results/cpu/)

@@ -12,6 +12,7 @@ import importlib.metadata
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -73,7 +74,8 @@ def wheel(tmp_path_factory):
 @pytest.fixture(scope="module")
 def clean_env(tmp_path_factory, wheel):
   """A new virtual environment with TensorFlow and numpy, the wheel installed there by a pip
-  that sees no compiler; returns (its python, the environment to run it in, timings)."""
+  that sees no compiler; yields (its python, the environment to run it in, timings, its
+  folder) and removes it after the module's tests."""
   root = tmp_path_factory.mktemp("clean")
   venv = root / "venv"
   python = str(venv / "bin" / "python")
@@ -98,7 +100,8 @@ def clean_env(tmp_path_factory, wheel):
   added = set(_distributions(python).items()) - set(before.items())
   assert added == {("tf-largeconv", "0.1.0")}, (added, out.stdout)
   assert "Building wheel" not in out.stdout and "setup.py" not in out.stdout, out.stdout
-  return python, env, seconds, root
+  yield python, env, seconds, root
+  shutil.rmtree(root)  # TensorFlow twice: over a GiB that no later run reads
 
 
 def _smoke(clean_env, mode, tmp_path, pythonpath=None):
