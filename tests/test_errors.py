@@ -265,6 +265,25 @@ def test_stale_build_names_versions_and_rebuild_command(monkeypatch):
     _loader._check_build_version()
 
 
+def test_build_version_check_is_per_minor_release(monkeypatch):
+  # A wheel is built per TensorFlow minor release: another patch release of it passes the
+  # check, another minor release does not, and the message names what to install.
+  import tensorflow as tf
+
+  from tf_largeconv import _build_info
+
+  major, minor = tf.__version__.split(".")[:2]
+  monkeypatch.setattr(_build_info, "TF_VERSION", f"{major}.{minor}.97")
+  _loader._check_build_version()
+  monkeypatch.setattr(_build_info, "TF_VERSION", f"{major}.{int(minor) - 1}.0")
+  with pytest.raises(ImportError) as raised:
+    _loader._check_build_version()
+  message = str(raised.value)
+  assert f"loads into TensorFlow {major}.{int(minor) - 1}.x only" in message, message
+  assert f"'tensorflow-cpu=={major}.{int(minor) - 1}.*'" in message, message
+  assert f"wheel built for TensorFlow {major}.{minor}" in message, message
+
+
 @pytest.mark.parametrize(
   "kind,exception",
   [

@@ -1,4 +1,5 @@
-"""Loads the compiled op library exactly once, from one path, and checks its TF version."""
+"""Loads the compiled op library exactly once, from one path, and checks that it was built
+against the installed TensorFlow's minor release."""
 
 import glob
 import os
@@ -7,21 +8,30 @@ import warnings
 import tensorflow as tf
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
-REBUILD_HINT = (
-  "Rebuild it against the installed TensorFlow with 'make build' in a source checkout, "
-  "or 'pip install --no-build-isolation --force-reinstall .'"
-)
+
+
 _ops = None
 # Why the op library could not be loaded at import (None: it loaded). Then every op runs
 # the portable path (stock TensorFlow ops, `tf_largeconv.ops.portable`).
 _failure = None
 
 
+def fix_hint(first=""):
+  """How to get an op library that loads into the installed TensorFlow (`first`: one more
+  way, named first)."""
+  return (
+    f"To fix it, {first}install the tf_largeconv wheel built for TensorFlow "
+    f"{_minor(tf.__version__)} ('pip install --force-reinstall' it), or rebuild against the "
+    "installed TensorFlow: 'make build' in a source checkout, or 'pip install "
+    "--no-build-isolation --force-reinstall .'"
+  )
+
+
 def _library_path(stem):
   matches = sorted(glob.glob(os.path.join(_PKG_DIR, stem + "*.so")))
   if not matches:
     raise ImportError(
-      f"tf_largeconv: compiled library '{stem}*.so' not found in {_PKG_DIR}. " + REBUILD_HINT
+      f"tf_largeconv: compiled library '{stem}*.so' not found in {_PKG_DIR}. " + fix_hint()
     )
   return matches[0]
 
@@ -32,14 +42,26 @@ def _check_build_version():
   except ImportError as e:
     raise ImportError(
       f"tf_largeconv: {_PKG_DIR}/_build_info.py is missing, so the op library's "
-      "TensorFlow version is unknown. " + REBUILD_HINT
+      "TensorFlow version is unknown. " + fix_hint()
     ) from e
-  if _build_info.TF_VERSION != tf.__version__:
+  built = _build_info.TF_VERSION
+  if _minor(built) != _minor(tf.__version__):
     raise ImportError(
-      f"tf_largeconv was built against TensorFlow {_build_info.TF_VERSION} but "
-      f"TensorFlow {tf.__version__} is installed; the op library would not load "
-      "safely. " + REBUILD_HINT
+      f"tf_largeconv was built against TensorFlow {built} but TensorFlow "
+      f"{tf.__version__} is installed; its op library loads into TensorFlow "
+      f"{_minor(built)}.x only. "
+      + fix_hint(
+        f"install TensorFlow {_minor(built)} (pip install 'tensorflow-cpu=={_minor(built)}.*' "
+        f"or 'tensorflow=={_minor(built)}.*'), or "
+      )
     )
+
+
+def _minor(version):
+  """'2.21' of '2.21.0' (or of '2.21.0rc1'). The op library is built per TensorFlow minor
+  release (a wheel's extras pin it), so it is loaded into any patch release of its own; one
+  that still fails to load there falls back as any other."""
+  return ".".join(version.split(".")[:2])
 
 
 def core():
@@ -59,7 +81,7 @@ def ops():
     try:
       _ops = tf.load_op_library(path)
     except tf.errors.NotFoundError as e:
-      raise ImportError(f"tf_largeconv: could not load {path}: {e.message}. " + REBUILD_HINT) from e
+      raise ImportError(f"tf_largeconv: could not load {path}: {e.message}. " + fix_hint()) from e
   return _ops
 
 
