@@ -227,6 +227,72 @@ def memory(size, scratch, timeout):
   return dict(streamed=streamed, untiled=untiled)
 
 
+def _worker_report(dask_worker):
+  return dict(
+    limit=dask_worker.memory_manager.memory_limit,
+    peak=max(dask_worker.monitor.quantities["memory"]),
+    spilled=dask_worker.data.cumulative_metrics.get(("disk-write", "count"), 0),
+    pid=os.getpid(),
+  )
+
+
+def cluster(size, scratch, workers, worker_limit, tile_limit):
+  """The network over a --cluster-size^2 x 3 zarr slide on a LocalCluster of `workers`
+  processes x 1 thread with `worker_limit` bytes each, by `stream.to_dask` into zarr:
+  wall time, each worker's peak memory (distributed's monitor), spills and restarts, and a
+  band checked against the in-process stream."""
+  import dask
+  import distributed
+  import zarr
+
+  from tf_largeconv import stream
+  from tf_largeconv.dask import open_slide
+
+  model = network()
+  path = _slide(size, scratch)
+  slide = open_slide(path, chunk=2048)
+  out_path = os.path.join(scratch, f"stream_cluster_out_{size}.zarr")
+  start = time.perf_counter()
+  with (
+    dask.config.set({"distributed.admin.system-monitor.interval": "100ms"}),
+    distributed.LocalCluster(
+      n_workers=workers,
+      threads_per_worker=1,
+      processes=True,
+      memory_limit=worker_limit,
+      host="127.0.0.1",
+      dashboard_address=None,
+    ) as c,
+    distributed.Client(c) as client,
+  ):
+    before = client.run(_worker_report)
+    lazy = stream.to_dask(model, slide, memory_limit=tile_limit)
+    p = stream.plan(model, slide, memory_limit=tile_limit)
+    lazy.to_zarr(out_path, overwrite=True)
+    after = client.run(_worker_report)
+  seconds = time.perf_counter() - start
+  restarted = sum(after[a]["pid"] != before.get(a, {}).get("pid") for a in after)
+  r0, n = size // 2, 256
+  crop = zarr.open_array(path, mode="r")[r0 - 128 : r0 + n + 128, r0 - 128 : r0 + n + 128]
+  want = stream.predict(model, crop[None], tile=p.tile)[0, 64 : 64 + n // 2, 64 : 64 + n // 2]
+  got = zarr.open_array(out_path, mode="r")[r0 // 2 : (r0 + n) // 2, r0 // 2 : (r0 + n) // 2]
+  return dict(
+    size=size,
+    slide_bytes=size * size * 3 * 4,
+    output_bytes=int(np.prod(lazy.shape)) * 4,
+    workers=workers,
+    worker_limit=worker_limit,
+    tile=p.tile,
+    tiles=p.tiles,
+    plan_peak=p.peak_bytes,
+    seconds=seconds,
+    peaks=[r["peak"] for r in after.values()],
+    spilled=sum(r["spilled"] for r in after.values()),
+    restarted=restarted,
+    max_rel_error=float(np.abs(got - want).max() / np.abs(want).max()),
+  )
+
+
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--size", type=int, default=16384)
@@ -234,6 +300,10 @@ def main(argv=None):
   parser.add_argument("--out", default=measure.RESULTS_DIR)
   parser.add_argument("--scratch", default=measure.SCRATCH_DIR)
   parser.add_argument("--timeout", type=int, default=1800)
+  parser.add_argument("--cluster-size", type=int, default=24576)
+  parser.add_argument("--workers", type=int, default=2)
+  parser.add_argument("--worker-limit", type=int, default=2 * GiB)
+  parser.add_argument("--parts", nargs="*", default=["speed", "memory", "cluster"])
   parser.add_argument("--child", choices=("streamed", "untiled"), help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
   if args.child == "streamed":
@@ -241,30 +311,46 @@ def main(argv=None):
   if args.child == "untiled":
     return _child_untiled(args.size, args.scratch)
   os.makedirs(args.scratch, exist_ok=True)
-  results = dict(speed=speed(args.speed_size), size=args.size, speed_size=args.speed_size)
-  print(f"speed, {args.speed_size}^2 x 3 float32 (fits in memory), best of 3:")
-  head = ("run", "seconds", "us/pixel", "vs untiled", "tiles", "recomputed")
-  print(f"  {head[0]:22s}{head[1]:>9s}{head[2]:>10s}{head[3]:>12s}{head[4]:>7s}{head[5]:>12s}")
-  for label, r in results["speed"].items():
+  results = dict(size=args.size, speed_size=args.speed_size)
+  if "speed" in args.parts:
+    results["speed"] = speed(args.speed_size)
+    print(f"speed, {args.speed_size}^2 x 3 float32 (fits in memory), best of 3:")
+    head = ("run", "seconds", "us/pixel", "vs untiled", "tiles", "recomputed")
+    print(f"  {head[0]:22s}{head[1]:>9s}{head[2]:>10s}{head[3]:>12s}{head[4]:>7s}{head[5]:>12s}")
+    for label, r in results["speed"].items():
+      print(
+        f"  {label:22s}{r['seconds']:9.2f}{r['us_per_pixel']:10.3f}{r['vs_untiled']:11.2f}x"
+        f"{r.get('tiles', 1):7d}{100 * r.get('recompute', 0):11.1f}%"
+      )
+  if "memory" in args.parts:
+    results["memory"] = memory(args.size, args.scratch, args.timeout)
+    s, u = results["memory"]["streamed"], results["memory"]["untiled"]
+    print(f"memory, {args.size}^2 x 3 float32 zarr slide -> zarr:")
+    if "error" in s:
+      print(f"  streamed: {s['error']}")
+    else:
+      print(
+        f"  streamed: peak RSS {s['peak_rss'] / GiB:.2f} GiB, {s['seconds']:.0f} s, "
+        f"{s['tiles']} tiles of {s['tile']} px, plan's peak per tile "
+        f"{s['plan_peak'] / GiB:.2f} GiB, max rel. error on a band {s['max_rel_error']:.1e}"
+      )
     print(
-      f"  {label:22s}{r['seconds']:9.2f}{r['us_per_pixel']:10.3f}{r['vs_untiled']:11.2f}x"
-      f"{r.get('tiles', 1):7d}{100 * r.get('recompute', 0):11.1f}%"
+      f"  untiled: needs at least {u['estimate_bytes'] / GiB:.1f} GiB of activations; under a "
+      f"{u['cap_bytes'] / GiB:.1f} GiB address-space cap: {u['outcome']}"
     )
-  results["memory"] = memory(args.size, args.scratch, args.timeout)
-  s, u = results["memory"]["streamed"], results["memory"]["untiled"]
-  print(f"memory, {args.size}^2 x 3 float32 zarr slide -> zarr:")
-  if "error" in s:
-    print(f"  streamed: {s['error']}")
-  else:
+  if "cluster" in args.parts:
+    tile_limit = args.worker_limit // 4
+    r = results["cluster"] = cluster(
+      args.cluster_size, args.scratch, args.workers, args.worker_limit, tile_limit
+    )
     print(
-      f"  streamed: peak RSS {s['peak_rss'] / GiB:.2f} GiB, {s['seconds']:.0f} s, "
-      f"{s['tiles']} tiles of {s['tile']} px, plan's peak per tile {s['plan_peak'] / GiB:.2f} GiB, "
-      f"max rel. error on a band {s['max_rel_error']:.1e}"
+      f"cluster, {args.cluster_size}^2 x 3 float32 zarr slide ({r['slide_bytes'] / GiB:.1f} GiB"
+      f" in, {r['output_bytes'] / GiB:.1f} GiB out) on {args.workers} workers x "
+      f"{args.worker_limit / GiB:.1f} GiB, tiles of {r['tile']} px ({r['tiles']}):\n"
+      f"  {r['seconds']:.0f} s; worker peaks {[round(p / 2**20) for p in r['peaks']]} MiB; "
+      f"spills {r['spilled']}, restarts {r['restarted']}; max rel. error on a band "
+      f"{r['max_rel_error']:.1e}"
     )
-  print(
-    f"  untiled: needs at least {u['estimate_bytes'] / GiB:.1f} GiB of activations; under a "
-    f"{u['cap_bytes'] / GiB:.1f} GiB address-space cap: {u['outcome']}"
-  )
   os.makedirs(args.out, exist_ok=True)
   with open(os.path.join(args.out, "bench_stream.json"), "w", encoding="utf-8") as f:
     json.dump(results, f, indent=1)
