@@ -89,8 +89,15 @@ class Geometry:
     return r
 
   def tile_bounds(self, axis: int, tile_out: int) -> list[Range]:
-    n = self.out_sizes[axis]
-    return [(a, min(a + tile_out, n)) for a in range(0, n, tile_out)]
+    """The tiles along `axis`: as few as tiles of at most `tile_out` pixels allow, of equal
+    size (a multiple of the axis's alignment where `tile_out` is), the last one shorter
+    where the size does not divide."""
+    n, align = self.out_sizes[axis], self.align[axis]
+    count = -(-n // tile_out)
+    side = -(-n // count)
+    if tile_out >= align:
+      side = min(-(-side // align) * align, tile_out)
+    return [(a, min(a + side, n)) for a in range(0, n, side)]
 
   def tile_out(self, tile: int) -> list[int]:
     """The output tile side per axis for a tile of `tile` input pixels: rounded down to a
@@ -110,8 +117,8 @@ class Tiling:
 
   def __init__(self, geometry: Geometry, tile_out: Sequence[int]) -> None:
     self.geometry = geometry
-    self.tile_out = list(tile_out)
     self.bounds = [geometry.tile_bounds(i, t) for i, t in enumerate(tile_out)]
+    self.tile_out = [b[0][1] - b[0][0] for b in self.bounds]  # the tiles' side, per axis
     self._ranges: dict[tuple[int, int], dict[int, Range]] = {}
 
   def ranges(self, axis: int, t: int) -> dict[int, Range]:
