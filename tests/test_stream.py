@@ -90,7 +90,7 @@ def resnet(channels=3):
   return _randomize(keras.Model(inp, x))
 
 
-def unet(channels=2):
+def unet(channels=2, bilinear=True):
   inp = keras.Input((None, None, channels))
   skips, x = [], inp
   for depth, width in enumerate((4, 6, 8)):
@@ -102,7 +102,8 @@ def unet(channels=2):
     if depth == 2:
       x = L.Conv2DTranspose(width, 2, strides=2)(x)
     else:
-      x = L.UpSampling2D(2, interpolation="bilinear" if depth == 1 else "nearest")(x)
+      smooth = bilinear and depth == 1
+      x = L.UpSampling2D(2, interpolation="bilinear" if smooth else "nearest")(x)
     x = L.Concatenate()([x, skips[depth]])
     x = L.Conv2D(width, 3, padding="same", activation="relu")(x)
   x = L.Conv2D(3, 1)(x)

@@ -1,13 +1,15 @@
 """Benchmark `stream`: a 10-layer network streamed tile by tile (tf_largeconv.stream)
 against the same Keras model run untiled, in the same run.
 
-  python -m benchmarks.cpu.bench --cases stream [--size 16384] [--speed-size 2048]
+  python -m benchmarks.cpu.bench --cases stream [--size 16384] [--speed-size 2048 4096]
+      [--cluster-size 24576] [--parts speed memory cluster]
 
 The network (`network()`): 3x3 convolutions of 16-32 channels, one stride-2 stage, a
 31x31 depthwise convolution (LargeDepthwiseConv2D) with batch normalization on a residual
 branch, a 3x3 depthwise and 1x1 convolutions; float32.
 
-1. Speed, on an image that fits (--speed-size^2 x 3): the untiled `model(image)` against
+1. Speed, on images that fit (--speed-size^2 x 3, default 2048 and 4096): the untiled
+   `model(image)` (as a numpy array) against
    `stream.predict` with the default memory limit and with 512-pixel tiles; best of 3 each,
    in one process, per megapixel, with the plan's recomputed share.
 2. Memory, on a --size^2 x 3 float32 zarr slide (16384^2: 3 GiB) written to zarr, as a
@@ -16,6 +18,10 @@ branch, a 3x3 depthwise and 1x1 convolutions; float32.
    child whose address space is capped at the machine's memory (prlimit --as): what it
    needs is estimated from the layers' sizes, and what happens is shown. A band of the
    streamed output is checked against the untiled model on a crop.
+3. Slides on a cluster: the network over a --cluster-size^2 x 3 zarr slide (24576^2:
+   6.8 GiB in, 9 GiB out) on a LocalCluster of 2 workers x 2 GiB, by `stream.to_dask` into
+   zarr: wall time, each worker's peak memory (distributed's monitor), spills and restarts,
+   and a band checked against the in-process stream.
 
 Prints a table; writes DIR/bench_stream.json. The slide is kept in benchmarks/scratch/.
 """
@@ -68,7 +74,7 @@ def speed(size):
   model = network()
   image = np.random.default_rng(1).standard_normal((1, size, size, 3)).astype(np.float32)
   rows = {}
-  t, _ = measure.measure(lambda: model(image, training=False), repeats=3)
+  t, _ = measure.measure(lambda: np.asarray(model(image, training=False)), repeats=3)
   rows["untiled"] = dict(seconds=t)
   ref = model(image, training=False).numpy()
   for label, tile in (("streamed (default)", None), ("streamed, tile 512", 512)):
@@ -211,6 +217,14 @@ def memory(size, scratch, timeout):
       env=env,
     )
     lines = out.stdout.strip().splitlines()
+    if not lines and out.returncode < 0:
+      import signal
+
+      lines = [
+        json.dumps(
+          {"outcome": f"killed by {signal.Signals(-out.returncode).name} (allocation failed)"}
+        )
+      ]
     untiled = (
       json.loads(lines[-1])
       if lines
@@ -296,7 +310,7 @@ def cluster(size, scratch, workers, worker_limit, tile_limit):
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--size", type=int, default=16384)
-  parser.add_argument("--speed-size", type=int, default=2048)
+  parser.add_argument("--speed-size", type=int, nargs="*", default=[2048, 4096])
   parser.add_argument("--out", default=measure.RESULTS_DIR)
   parser.add_argument("--scratch", default=measure.SCRATCH_DIR)
   parser.add_argument("--timeout", type=int, default=1800)
@@ -313,15 +327,17 @@ def main(argv=None):
   os.makedirs(args.scratch, exist_ok=True)
   results = dict(size=args.size, speed_size=args.speed_size)
   if "speed" in args.parts:
-    results["speed"] = speed(args.speed_size)
-    print(f"speed, {args.speed_size}^2 x 3 float32 (fits in memory), best of 3:")
-    head = ("run", "seconds", "us/pixel", "vs untiled", "tiles", "recomputed")
-    print(f"  {head[0]:22s}{head[1]:>9s}{head[2]:>10s}{head[3]:>12s}{head[4]:>7s}{head[5]:>12s}")
-    for label, r in results["speed"].items():
-      print(
-        f"  {label:22s}{r['seconds']:9.2f}{r['us_per_pixel']:10.3f}{r['vs_untiled']:11.2f}x"
-        f"{r.get('tiles', 1):7d}{100 * r.get('recompute', 0):11.1f}%"
-      )
+    results["speed"] = {}
+    for size in args.speed_size:
+      rows = results["speed"][str(size)] = speed(size)
+      print(f"speed, {size}^2 x 3 float32 (fits in memory), best of 3:")
+      head = ("run", "seconds", "us/pixel", "vs untiled", "tiles", "recomputed")
+      print(f"  {head[0]:22s}{head[1]:>9s}{head[2]:>10s}{head[3]:>12s}{head[4]:>7s}{head[5]:>12s}")
+      for label, r in rows.items():
+        print(
+          f"  {label:22s}{r['seconds']:9.2f}{r['us_per_pixel']:10.3f}{r['vs_untiled']:11.2f}x"
+          f"{r.get('tiles', 1):7d}{100 * r.get('recompute', 0):11.1f}%"
+        )
   if "memory" in args.parts:
     results["memory"] = memory(args.size, args.scratch, args.timeout)
     s, u = results["memory"]["streamed"], results["memory"]["untiled"]
@@ -339,7 +355,10 @@ def main(argv=None):
       f"{u['cap_bytes'] / GiB:.1f} GiB address-space cap: {u['outcome']}"
     )
   if "cluster" in args.parts:
-    tile_limit = args.worker_limit // 4
+    # A tile's estimate is about half of what a task really holds (TensorFlow's and the
+    # allocator's own), and TensorFlow takes about 0.55 GiB of each worker: an eighth of
+    # the worker's limit per tile keeps the worker under distributed's spill threshold.
+    tile_limit = args.worker_limit // 8
     r = results["cluster"] = cluster(
       args.cluster_size, args.scratch, args.workers, args.worker_limit, tile_limit
     )

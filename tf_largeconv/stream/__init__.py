@@ -42,27 +42,13 @@ from tf_largeconv.stream._layers import register_pointwise
 from tf_largeconv.stream._plan import DEFAULT_MEMORY_LIMIT
 from tf_largeconv.stream._report import StreamPlan
 from tf_largeconv.stream._source import Source
-
-
-def _check_tile(tile: int | None, memory_limit: int | None) -> None:
-  if tile is not None and (
-    isinstance(tile, bool) or not isinstance(tile, (int, np.integer)) or tile < 1
-  ):
-    raise ValueError(
-      f"tile must be a positive int (input pixels per tile side) or None, got {tile!r}"
-    )
-  if memory_limit is not None and (
-    isinstance(memory_limit, bool)
-    or not isinstance(memory_limit, (int, np.integer))
-    or memory_limit <= 0
-  ):
-    raise ValueError(f"memory_limit must be a positive int (bytes) or None, got {memory_limit!r}")
+from tf_largeconv.stream._train import StreamingModel
 
 
 def _prepare(
   model: Any, image: Any, tile: int | None, memory_limit: int | None, up_to: str | None
 ) -> tuple[Any, Source, StreamPlan]:
-  _check_tile(tile, memory_limit)
+  _plan.check_tile(tile, memory_limit)
   graph = _graph.build(model, up_to)
   source = Source(image, graph.rank, graph.input_channels)
   geometry = _plan.Geometry(graph, source.shape[1:-1])
@@ -216,6 +202,7 @@ __all__ = [
   "plan",
   "to_dask",
   "StreamPlan",
+  "StreamingModel",
   "register_pointwise",
   "DEFAULT_MEMORY_LIMIT",
 ]

@@ -112,16 +112,22 @@ def _tuple(value: Any, rank: int) -> tuple[int, ...]:
 
 
 def _valid_clone(layer: Any, channels: int, rank: int) -> Any:
-  """The layer with padding 'valid' (output_padding none), built and holding the same
-  weights: the same kernels, run on windows padded by hand."""
+  """The layer with padding 'valid' (output_padding none), computing with the layer's own
+  variables: the same kernels, run on windows padded by hand, with the weights as they are
+  at each call (and gradients reaching the layer's variables)."""
   config = dict(layer.get_config(), padding="valid", name=layer.name + "_streamed")
   if "output_padding" in config:
     config["output_padding"] = None
   clone = type(layer).from_config(config)
-  weights = layer.get_weights()
-  if weights:
+  if layer.weights:
     clone.build((None,) * (rank + 1) + (channels,))
-    clone.set_weights(weights)
+    own = vars(layer)
+    for name, value in list(vars(clone).items()):
+      if isinstance(value, keras.Variable):
+        if not isinstance(own.get(name), keras.Variable):
+          raise AssertionError(f"{layer.name}: no variable '{name}' to share")
+        # Past Keras's tracking: the clone's call reads the layer's variable.
+        object.__setattr__(clone, name, own[name])
   return clone
 
 
@@ -132,20 +138,17 @@ def _pairs(value: Any, rank: int) -> list[tuple[int, int]]:
 
 
 def _folded(op: Any) -> _rules.Rule:
-  """A FoldedBlock: its folded kernel (composed once per dtype from the block's weights)
-  as one convolution with the block's explicit padding."""
+  """A FoldedBlock: its folded kernel, composed at each call from the block's variables as
+  the layer does, as one convolution with the block's explicit padding."""
   from tf_largeconv import ops
   from tf_largeconv.fold import _composer
   from tf_largeconv.fold import _kernels
 
   spec, pads, ext, strides = op._fold_spec
-  kernels: dict[tf.DType, tuple[tf.Tensor, Any]] = {}
 
   def folded(dtype: tf.DType) -> tuple[tf.Tensor, Any]:
-    if dtype not in kernels:
-      state, _ = _composer.compose(spec, lambda v: v, dtype, exact=False)
-      kernels[dtype] = (_kernels.pad_kernel(state.kernel, *ext), state.bias)
-    return kernels[dtype]
+    state, _ = _composer.compose(spec, lambda v: v, dtype, exact=False)
+    return _kernels.pad_kernel(state.kernel, *ext), state.bias
 
   def call(x: tf.Tensor) -> tf.Tensor:
     kernel, bias = folded(x.dtype)

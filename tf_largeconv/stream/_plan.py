@@ -13,6 +13,7 @@ import itertools
 import math
 from collections.abc import Sequence
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
@@ -21,6 +22,22 @@ from tf_largeconv.stream._graph import Graph
 
 Range = tuple[int, int]
 DEFAULT_MEMORY_LIMIT = 1 << 30
+
+
+def check_tile(tile: Any, memory_limit: Any) -> None:
+  """ValueError unless tile and memory_limit are positive ints or None."""
+
+  def bad(v: Any) -> bool:
+    return v is not None and (
+      isinstance(v, bool) or not isinstance(v, (int, np.integer)) or bool(v < 1)
+    )
+
+  if bad(tile):
+    raise ValueError(
+      f"tile must be a positive int (input pixels per tile side) or None, got {tile!r}"
+    )
+  if bad(memory_limit):
+    raise ValueError(f"memory_limit must be a positive int (bytes) or None, got {memory_limit!r}")
 
 
 def _hull(r: Range | None, s: Range) -> Range:
@@ -194,6 +211,27 @@ def peak_bytes(tiling: Tiling, index: Sequence[int], batch: int, itemsize: int) 
   return int(peak)
 
 
+def train_peak_bytes(tiling: Tiling, index: Sequence[int], batch: int, itemsize: int) -> int:
+  """What the tile `index` holds at the peak of its backward pass: every value the tile
+  computes and every padded copy (a gradient tape keeps them all), plus the gradients in
+  flight, about twice the largest value."""
+  g = tiling.geometry
+  kept, largest = 0, 0
+  for v in [0] + [s.output for s in g.spatial_steps]:
+    spans = tiling.window(index, v)
+    if spans is None:
+      continue
+    n = batch * (g.graph.channels.get(v) or 1) * itemsize * math.prod(b - a for a, b in spans)
+    kept, largest = kept + n, max(largest, n)
+  for step in g.spatial_steps:
+    out_spans = tiling.window(index, step.output)
+    if out_spans is not None and step.kind not in ("pointwise", "reduce"):
+      c = g.graph.channels.get(step.inputs[0]) or 1
+      needs = [step.rule.needs(i, a, b) for i, (a, b) in enumerate(out_spans)]  # type: ignore[union-attr]
+      kept += batch * c * itemsize * math.prod(b - a for a, b in needs)
+  return int(kept + 2 * largest)
+
+
 def middle_tile(tiling: Tiling) -> tuple[int, ...]:
   """A full-size tile as far from the edges as the grid has: where halos are widest."""
   index = []
@@ -203,28 +241,32 @@ def middle_tile(tiling: Tiling) -> tuple[int, ...]:
   return tuple(index)
 
 
-def worst_peak(tiling: Tiling, batch: int, itemsize: int) -> int:
-  """The largest `peak_bytes` over the first, middle and last tiles of each axis and
-  their combinations: edge tiles pad, interior tiles carry halos on both sides."""
+def worst_peak(tiling: Tiling, batch: int, itemsize: int, peak: Any = None) -> int:
+  """The largest `peak` (default `peak_bytes`) over the first, middle and last tiles of
+  each axis and their combinations: edge tiles pad, interior tiles carry halos on both
+  sides."""
+  peak = peak or peak_bytes
   middle = middle_tile(tiling)
   picks = [sorted({0, m, len(b) - 1}) for m, b in zip(middle, tiling.bounds)]
-  return max(peak_bytes(tiling, index, batch, itemsize) for index in itertools.product(*picks))
+  return max(peak(tiling, index, batch, itemsize) for index in itertools.product(*picks))
 
 
-def choose_tile(geometry: Geometry, memory_limit: int, batch: int, itemsize: int) -> int:
+def choose_tile(
+  geometry: Geometry, memory_limit: int, batch: int, itemsize: int, peak: Any = None
+) -> int:
   """The largest tile (input pixels) whose tiles' peak (`worst_peak`) fits `memory_limit`."""
   n_in = max(geometry.sizes[0])
   lo, hi = 1, max(n_in, 1)
 
   def fits(tile: int) -> bool:
     tiling = Tiling(geometry, geometry.tile_out(tile))
-    return worst_peak(tiling, batch, itemsize) <= memory_limit
+    return worst_peak(tiling, batch, itemsize, peak) <= memory_limit
 
   if fits(hi):
     return hi
   if not fits(lo):
     tiling = Tiling(geometry, geometry.tile_out(1))
-    need = worst_peak(tiling, batch, itemsize)
+    need = worst_peak(tiling, batch, itemsize, peak)
     raise ValueError(
       f"memory_limit: {memory_limit} bytes is less than one output pixel's step needs "
       f"(about {need} bytes for a batch of {batch}); raise it or pass a smaller batch"

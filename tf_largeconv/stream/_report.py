@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from tf_largeconv.stream import _plan
 from tf_largeconv.stream._plan import Tiling
@@ -36,6 +37,7 @@ class StreamPlan:
     memory_limit: int,
     batch: int,
     itemsize: int,
+    peak: Any = None,
   ) -> None:
     self.tiling = tiling
     g = tiling.geometry
@@ -47,7 +49,7 @@ class StreamPlan:
     self.tiles = tiling.count
     self.memory_limit = memory_limit
     middle = _plan.middle_tile(tiling)
-    self.peak_bytes = _plan.worst_peak(tiling, batch, itemsize)
+    self.peak_bytes = _plan.worst_peak(tiling, batch, itemsize, peak)
     self.recompute = tiling.recompute()
     self.halo: dict[str, tuple[int, ...]] = {}
     sink = g.sink_scale

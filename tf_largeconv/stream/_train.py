@@ -1,0 +1,239 @@
+"""StreamingModel: a Keras model trained on images larger than memory, its convolutional
+trunk streamed tile by tile forwards and backwards, with the untiled model's gradients.
+
+A training step:
+1. streams the trunk forward over the batch (tile by tile, nothing but the trunk's output
+   kept), under no gradient tape;
+2. runs the head and the loss on the trunk's output, and takes the gradients of the loss
+   with respect to the head's variables and to the trunk's output;
+3. streams the backward pass: each tile's forward is computed again from its input window
+   under a gradient tape, and the tile's slice of the trunk-output gradient is pushed
+   through it; the trunk's variable gradients are summed over the tiles in tile order
+   (the same order every step: deterministic).
+Every trunk output pixel belongs to one tile and a tile's forward computes it from the same
+values as the untiled trunk, so the summed gradients are the untiled model's (float
+rounding aside).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from tf_largeconv.stream import _graph
+from tf_largeconv.stream import _plan
+from tf_largeconv.stream import _run
+from tf_largeconv.stream._report import StreamPlan
+from tf_largeconv.stream._source import Source
+
+STOCHASTIC = (
+  keras.layers.Dropout,
+  keras.layers.SpatialDropout1D,
+  keras.layers.SpatialDropout2D,
+  keras.layers.SpatialDropout3D,
+  keras.layers.GaussianNoise,
+  keras.layers.GaussianDropout,
+  keras.layers.AlphaDropout,
+)
+
+
+def _layers_of(model: Any) -> list[Any]:
+  found = []
+  for layer in model.layers:
+    found.append(layer)
+    if isinstance(layer, keras.Model):
+      found.extend(_layers_of(layer))
+  return found
+
+
+def check_trunk(trunk: Any, graph: _graph.Graph) -> None:
+  """A trunk trains streamed only if every layer computes the same on every tile: no
+  global pooling (the head's), no trainable BatchNormalization (its batch statistics span
+  the image), no dropout or noise (its masks would differ between the two passes)."""
+  if not graph.spatial.get(graph.output, False):
+    raise ValueError(
+      f"trunk '{trunk.name}' ends in a global pooling; a StreamingModel's trunk ends in an "
+      "image-shaped tensor: move the pooling to the head"
+    )
+  for layer in _layers_of(trunk):
+    if isinstance(layer, keras.layers.BatchNormalization) and layer.trainable:
+      raise ValueError(
+        f"trunk '{trunk.name}': BatchNormalization '{layer.name}' is trainable. A streamed "
+        "trunk computes batch normalization from its moving statistics, which training "
+        "would not; freeze it (layer.trainable = False) or move it to the head"
+      )
+    if isinstance(layer, STOCHASTIC):
+      raise ValueError(
+        f"trunk '{trunk.name}': {type(layer).__name__} '{layer.name}' draws random masks, "
+        "which would differ between the forward pass and the backward pass's recompute; "
+        "move it to the head"
+      )
+
+
+@keras.saving.register_keras_serializable(package="tf_largeconv")
+class StreamingModel(keras.Model):
+  """A Keras model `head(trunk(x))` whose trunk runs tile by tile, in training too.
+
+  `compile`, `fit`, `train_on_batch`, `evaluate` and `predict` work as for any Keras
+  model, with any optimizer, loss, metrics and callbacks; steps run eagerly (the tiles are
+  a Python loop), and `compile` says so if asked for `run_eagerly=False` or XLA.
+
+  Args:
+    trunk: a Keras model (functional or Sequential, channels last) that
+      `tf_largeconv.stream` can stream and that ends in an image-shaped tensor; its
+      BatchNormalization layers frozen; no dropout or noise layers.
+    head: a Keras model or layer taking the trunk's output (global pooling, dense
+      layers, ...): it runs on the whole trunk output, untiled.
+    tile: the tile side in input pixels (see `tf_largeconv.stream.predict`); None: the
+      largest whose training step fits `memory_limit`.
+    memory_limit: bytes a tile's training step may hold (default 1 GiB).
+    **kwargs: for `keras.Model` (name, ...).
+
+  Raises:
+    ValueError: a trunk that cannot be streamed or trained streamed (the message names the
+      layer), malformed tile or memory_limit.
+  """
+
+  def __init__(
+    self,
+    trunk: Any,
+    head: Any,
+    *,
+    tile: int | None = None,
+    memory_limit: int | None = None,
+    **kwargs: Any,
+  ) -> None:
+    super().__init__(**kwargs)
+    _plan.check_tile(tile, memory_limit)
+    self.trunk, self.head = trunk, head
+    self.tile, self.memory_limit = tile, memory_limit
+    self._stream_graph = _graph.build(trunk)
+    check_trunk(trunk, self._stream_graph)
+    self._plans: dict[tuple[int, ...], StreamPlan] = {}  # by batch shape and training
+
+  def plan(self, shape: tuple[int, ...], training: bool = True) -> StreamPlan:
+    """The plan of a training step (or, with training=False, of the streamed forward pass
+    alone) on a batch of `shape` (batch, *spatial, channels): tiles, halos, recomputed
+    share, and the estimated peak of a tile (for training, of its backward pass)."""
+    shape = tuple(int(n) for n in shape)
+    key = shape + (int(training),)
+    if key not in self._plans:
+      g = self._stream_graph
+      geometry = _plan.Geometry(g, shape[1:-1])
+      limit = _plan.DEFAULT_MEMORY_LIMIT if self.memory_limit is None else self.memory_limit
+      itemsize = max(g.input_dtype.size, 4)
+      peak = _plan.train_peak_bytes if training else _plan.peak_bytes
+      tile = self.tile or _plan.choose_tile(geometry, limit, shape[0], itemsize, peak)
+      tiling = _plan.Tiling(geometry, geometry.tile_out(tile))
+      self._plans[key] = StreamPlan(tiling, shape, tile, limit, shape[0], itemsize, peak)
+    return self._plans[key]
+
+  def _trunk_forward(self, x: Any, training: bool) -> tuple[tf.Tensor, Source, StreamPlan]:
+    g = self._stream_graph
+    source = Source(x, g.rank, g.input_channels)
+    if source.layout != "batched":
+      raise ValueError(f"x must be a batch (batch, *spatial, channels), got shape {source.shape}")
+    plan = self.plan(source.shape, training)
+    sizes = plan.tiling.geometry.out_sizes
+    out = np.empty((source.shape[0], *sizes, g.channels[g.output] or 1), g.out_dtype)
+    _run.run(plan.tiling, source.read, g.input_dtype, source.writer(out))
+    return tf.convert_to_tensor(out), source, plan
+
+  def call(self, x: Any, training: bool | None = None) -> Any:
+    z, _, _ = self._trunk_forward(x, training=False)
+    return self.head(z, training=training)
+
+  def compute_output_spec(self, x: Any, training: bool | None = None) -> Any:
+    return self.head.compute_output_spec(self.trunk.compute_output_spec(x))
+
+  def build(self, input_shape: Any) -> None:
+    self.built = True
+
+  @property
+  def run_eagerly(self) -> bool:
+    """Always True: the tiles are a Python loop (also for a model not compiled)."""
+    return True
+
+  @run_eagerly.setter
+  def run_eagerly(self, value: bool) -> None:
+    pass
+
+  @property
+  def jit_compile(self) -> bool:
+    return False
+
+  @jit_compile.setter
+  def jit_compile(self, value: Any) -> None:
+    pass
+
+  def compile(self, *args: Any, **kwargs: Any) -> None:
+    if kwargs.get("run_eagerly") is False or kwargs.get("jit_compile") is True:
+      raise ValueError(
+        "StreamingModel runs its steps eagerly (its tiles are a Python loop): leave "
+        "run_eagerly and jit_compile unset"
+      )
+    kwargs.update(run_eagerly=True, jit_compile=False)
+    super().compile(*args, **kwargs)
+
+  def streamed_gradients(
+    self, x: Any, y: Any, sample_weight: Any = None
+  ) -> tuple[tf.Tensor, Any, list[tf.Tensor], list[Any]]:
+    """One step's loss, prediction, gradients and variables (trunk's then head's), without
+    applying them: what `train_step` applies."""
+    check_trunk(self.trunk, self._stream_graph)
+    z, source, plan = self._trunk_forward(x, training=True)
+    head_vars = list(self.head.trainable_variables)
+    with tf.GradientTape() as tape:
+      tape.watch(z)
+      y_pred = self.head(z, training=True)
+      loss = self.compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight)
+      scaled = self.optimizer.scale_loss(loss) if self.optimizer is not None else loss
+    *head_grads, dz = tape.gradient(scaled, head_vars + [z])
+    trunk_vars = list(self.trunk.trainable_variables)
+    trunk_grads = self._backward(plan, source, dz, trunk_vars)
+    return loss, y_pred, trunk_grads + head_grads, trunk_vars + head_vars
+
+  def _backward(
+    self, plan: StreamPlan, source: Source, dz: tf.Tensor, variables: list[Any]
+  ) -> list[tf.Tensor]:
+    g, tiling = self._stream_graph, plan.tiling
+    totals: list[Any] = [None] * len(variables)
+    for index in tiling.tiles():
+      with tf.GradientTape() as tape:
+        sinks, _ = _run.run_tile(tiling, index, source.read, g.input_dtype)
+      bounds = [tiling.bounds[i][t] for i, t in enumerate(index)]
+      part = dz[(slice(None),) + tuple(slice(a, b) for a, b in bounds) + (slice(None),)]
+      grads = tape.gradient(
+        sinks[g.output],
+        variables,
+        output_gradients=part,
+        unconnected_gradients=tf.UnconnectedGradients.ZERO,
+      )
+      totals = [gr if t is None else t + gr for t, gr in zip(totals, grads)]
+    return totals
+
+  def train_step(self, data: Any) -> Any:
+    x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+    loss, y_pred, grads, variables = self.streamed_gradients(x, y, sample_weight)
+    self._loss_tracker.update_state(loss, sample_weight=tf.shape(x)[0])
+    self.optimizer.apply_gradients(zip(grads, variables))
+    return self.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
+
+  def get_config(self) -> dict[str, Any]:
+    return {
+      "name": self.name,
+      "trunk": keras.saving.serialize_keras_object(self.trunk),
+      "head": keras.saving.serialize_keras_object(self.head),
+      "tile": self.tile,
+      "memory_limit": self.memory_limit,
+    }
+
+  @classmethod
+  def from_config(cls, config: dict[str, Any]) -> StreamingModel:
+    config = dict(config)
+    trunk = keras.saving.deserialize_keras_object(config.pop("trunk"))
+    head = keras.saving.deserialize_keras_object(config.pop("head"))
+    return cls(trunk, head, **config)
