@@ -22,6 +22,11 @@ branch, a 3x3 depthwise and 1x1 convolutions; float32.
    6.8 GiB in, 9 GiB out) on a LocalCluster of 2 workers x 2 GiB, by `stream.to_dask` into
    zarr: wall time, each worker's peak memory (distributed's monitor), spills and restarts,
    and a band checked against the in-process stream.
+4. Training (StreamingModel, the network as a frozen-BN trunk + a pooling classifier head):
+   one step (train_on_batch) streamed and untiled and the streamed forward alone on a
+   --train-speed-size^2 image that fits; and one streamed step on a --train-size^2 x 3
+   image (8192^2) in a child (peak RSS), with the untiled step tried under an address-space
+   cap at the machine's memory.
 
 Prints a table; writes DIR/bench_stream.json. The slide is kept in benchmarks/scratch/.
 """
@@ -222,7 +227,7 @@ def memory(size, scratch, timeout):
 
       lines = [
         json.dumps(
-          {"outcome": f"killed by {signal.Signals(-out.returncode).name} (allocation failed)"}
+          {"outcome": f"killed by {signal.Signals(-out.returncode).name}"}
         )
       ]
     untiled = (
@@ -307,6 +312,99 @@ def cluster(size, scratch, workers, worker_limit, tile_limit):
   )
 
 
+def training_model(tile=None, memory_limit=None):
+  """`network()` as a frozen-BN trunk, a global-pooling classifier head, as a
+  StreamingModel and as the plain Keras model with the same variables."""
+  import keras
+
+  from tf_largeconv import stream
+
+  trunk = network()
+  for layer in trunk.layers:
+    if isinstance(layer, keras.layers.BatchNormalization):
+      layer.trainable = False
+  inp = keras.Input((None, None, 16))
+  head = keras.Model(inp, keras.layers.Dense(10)(keras.layers.GlobalAveragePooling2D()(inp)))
+  loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+  streamed = stream.StreamingModel(trunk, head, tile=tile, memory_limit=memory_limit)
+  streamed.compile(optimizer=keras.optimizers.SGD(1e-3), loss=loss)
+  x = keras.Input((None, None, 3))
+  plain = keras.Model(x, head(trunk(x)))
+  plain.compile(optimizer=keras.optimizers.SGD(1e-3), loss=loss)
+  return streamed, plain
+
+
+def train_speed(size):
+  """One training step (train_on_batch) streamed and untiled, and the streamed forward
+  alone, on a size^2 image that fits; best of 3 each."""
+  streamed, plain = training_model()
+  x = np.random.default_rng(3).standard_normal((1, size, size, 3)).astype(np.float32)
+  y = np.array([4])
+  rows = {}
+  rows["untiled step"], _ = measure.measure(lambda: plain.train_on_batch(x, y), repeats=3)
+  rows["streamed step"], _ = measure.measure(lambda: streamed.train_on_batch(x, y), repeats=3)
+  rows["streamed forward"], _ = measure.measure(lambda: streamed.predict_on_batch(x), repeats=3)
+  p = streamed.plan(x.shape)
+  return dict(seconds=rows, tiles=p.tiles, tile=p.tile, recompute=p.recompute)
+
+
+def _child_train(size, mode):
+  """In a child: one training step on a size^2 x 3 image, streamed or untiled; prints
+  the peak RSS and time as JSON."""
+  streamed, plain = training_model()
+  model = streamed if mode == "streamed" else plain
+  x = np.random.default_rng(3).standard_normal((1, size, size, 3)).astype(np.float32)
+  base = measure.reset_peak_rss()
+  t0 = time.perf_counter()
+  try:
+    loss = float(model.train_on_batch(x, np.array([4])))
+    outcome = "finished"
+  except BaseException as e:  # what happens is the result
+    loss, outcome = None, f"{type(e).__name__}: {str(e).strip()[:160]}"
+  result = dict(
+    seconds=time.perf_counter() - t0,
+    peak_rss=measure.peak_rss(),
+    rss_before=base,
+    outcome=outcome,
+    loss=loss,
+  )
+  if mode == "streamed":
+    p = streamed.plan(x.shape)
+    result.update(tiles=p.tiles, tile=p.tile, plan_peak=p.peak_bytes)
+  print(json.dumps(result))
+
+
+def train_memory(size, timeout):
+  streamed = measure.run_child(
+    ["-m", "benchmarks.cpu.stream", "--child", "train-streamed", "--size", str(size)], timeout
+  )
+  cap = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+  import subprocess
+
+  env = measure.child_env(TF_CPP_MIN_LOG_LEVEL="3")
+  cmd = [sys.executable, "-m", "benchmarks.cpu.stream", "--child", "train-untiled"]
+  try:
+    out = subprocess.run(
+      ["prlimit", f"--as={cap}", *cmd, "--size", str(size)],
+      capture_output=True,
+      text=True,
+      timeout=timeout,
+      env=env,
+    )
+    lines = out.stdout.strip().splitlines()
+    if lines:
+      untiled = json.loads(lines[-1])
+    else:
+      import signal
+
+      how = signal.Signals(-out.returncode).name if out.returncode < 0 else f"exit {out.returncode}"
+      untiled = {"outcome": f"killed by {how}"}
+  except subprocess.TimeoutExpired:
+    untiled = {"outcome": f"timed out after {timeout} s"}
+  untiled["cap_bytes"] = cap
+  return dict(streamed=streamed, untiled=untiled)
+
+
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--size", type=int, default=16384)
@@ -317,13 +415,21 @@ def main(argv=None):
   parser.add_argument("--cluster-size", type=int, default=24576)
   parser.add_argument("--workers", type=int, default=2)
   parser.add_argument("--worker-limit", type=int, default=2 * GiB)
-  parser.add_argument("--parts", nargs="*", default=["speed", "memory", "cluster"])
-  parser.add_argument("--child", choices=("streamed", "untiled"), help=argparse.SUPPRESS)
+  parser.add_argument("--parts", nargs="*", default=["speed", "memory", "cluster", "train"])
+  parser.add_argument("--train-size", type=int, default=8192)
+  parser.add_argument("--train-speed-size", type=int, default=1024)
+  parser.add_argument(
+    "--child",
+    choices=("streamed", "untiled", "train-streamed", "train-untiled"),
+    help=argparse.SUPPRESS,
+  )
   args = parser.parse_args(argv)
   if args.child == "streamed":
     return _child_streamed(args.size, args.scratch)
   if args.child == "untiled":
     return _child_untiled(args.size, args.scratch)
+  if args.child in ("train-streamed", "train-untiled"):
+    return _child_train(args.size, args.child.split("-")[1])
   os.makedirs(args.scratch, exist_ok=True)
   results = dict(size=args.size, speed_size=args.speed_size)
   if "speed" in args.parts:
@@ -370,6 +476,27 @@ def main(argv=None):
       f"spills {r['spilled']}, restarts {r['restarted']}; max rel. error on a band "
       f"{r['max_rel_error']:.1e}"
     )
+  if "train" in args.parts:
+    sp = train_speed(args.train_speed_size)
+    mem = train_memory(args.train_size, args.timeout)
+    results["train"] = dict(speed=sp, memory=mem, size=args.train_size)
+    t = sp["seconds"]
+    print(
+      f"training, one step on {args.train_speed_size}^2 x 3 (fits), best of 3: untiled "
+      f"{t['untiled step']:.2f} s, streamed {t['streamed step']:.2f} s "
+      f"({t['streamed step'] / t['untiled step']:.2f}x untiled, "
+      f"{t['streamed step'] / t['streamed forward']:.2f}x the streamed forward "
+      f"{t['streamed forward']:.2f} s); {sp['tiles']} tiles"
+    )
+    s_, u = mem["streamed"], mem["untiled"]
+    if "error" in s_:
+      print(f"  streamed on {args.train_size}^2: {s_['error']}")
+    else:
+      print(
+        f"  one step on {args.train_size}^2 x 3: streamed peak RSS {s_['peak_rss'] / GiB:.2f} GiB, "
+        f"{s_['seconds']:.0f} s, {s_['tiles']} tiles of {s_['tile']} px ({s_['outcome']}); "
+        f"untiled under a {u['cap_bytes'] / GiB:.1f} GiB cap: {u['outcome']}"
+      )
   os.makedirs(args.out, exist_ok=True)
   with open(os.path.join(args.out, "bench_stream.json"), "w", encoding="utf-8") as f:
     json.dump(results, f, indent=1)
