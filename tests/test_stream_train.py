@@ -10,8 +10,10 @@ import pytest
 import tensorflow as tf
 from test_stream import _image
 from test_stream import _randomize
+from test_stream import dilated
 from test_stream import floatx
 from test_stream import replk_block
+from test_stream import resnet
 from test_stream import unet
 
 from tf_largeconv import stream
@@ -71,6 +73,8 @@ CASES = {
   # Nearest upsampling: TensorFlow's bilinear resize computes in float32 whatever the
   # dtype, so its gradient sums differ in float32 rounding between tilings.
   "unet": (lambda: unet(bilinear=False), lambda: pixel_head(3), (1, 40, 48, 2), "pixel", (9, 24)),
+  "resnet": (lambda: frozen(resnet()), lambda: classifier_head(16), (2, 50, 41, 3), "class", (23,)),
+  "dilated": (dilated, lambda: pixel_head(4), (1, 37, 33, 3), "pixel", (10,)),
   "replknet": (
     lambda: frozen(replk_block()),
     lambda: classifier_head(4),

@@ -225,11 +225,7 @@ def memory(size, scratch, timeout):
     if not lines and out.returncode < 0:
       import signal
 
-      lines = [
-        json.dumps(
-          {"outcome": f"killed by {signal.Signals(-out.returncode).name}"}
-        )
-      ]
+      lines = [json.dumps({"outcome": f"killed by {signal.Signals(-out.returncode).name}"})]
     untiled = (
       json.loads(lines[-1])
       if lines
@@ -415,7 +411,8 @@ def main(argv=None):
   parser.add_argument("--cluster-size", type=int, default=24576)
   parser.add_argument("--workers", type=int, default=2)
   parser.add_argument("--worker-limit", type=int, default=2 * GiB)
-  parser.add_argument("--parts", nargs="*", default=["speed", "memory", "cluster", "train"])
+  parts = ["speed", "memory", "cluster", "train-speed", "train-memory"]
+  parser.add_argument("--parts", nargs="*", choices=parts, default=parts)
   parser.add_argument("--train-size", type=int, default=8192)
   parser.add_argument("--train-speed-size", type=int, default=1024)
   parser.add_argument(
@@ -476,10 +473,8 @@ def main(argv=None):
       f"spills {r['spilled']}, restarts {r['restarted']}; max rel. error on a band "
       f"{r['max_rel_error']:.1e}"
     )
-  if "train" in args.parts:
-    sp = train_speed(args.train_speed_size)
-    mem = train_memory(args.train_size, args.timeout)
-    results["train"] = dict(speed=sp, memory=mem, size=args.train_size)
+  if "train-speed" in args.parts:
+    sp = results["train_speed"] = train_speed(args.train_speed_size)
     t = sp["seconds"]
     print(
       f"training, one step on {args.train_speed_size}^2 x 3 (fits), best of 3: untiled "
@@ -488,14 +483,17 @@ def main(argv=None):
       f"{t['streamed step'] / t['streamed forward']:.2f}x the streamed forward "
       f"{t['streamed forward']:.2f} s); {sp['tiles']} tiles"
     )
+  if "train-memory" in args.parts:
+    mem = results["train_memory"] = train_memory(args.train_size, args.timeout)
     s_, u = mem["streamed"], mem["untiled"]
     if "error" in s_:
-      print(f"  streamed on {args.train_size}^2: {s_['error']}")
+      print(f"training on {args.train_size}^2: {s_['error']}")
     else:
       print(
-        f"  one step on {args.train_size}^2 x 3: streamed peak RSS {s_['peak_rss'] / GiB:.2f} GiB, "
-        f"{s_['seconds']:.0f} s, {s_['tiles']} tiles of {s_['tile']} px ({s_['outcome']}); "
-        f"untiled under a {u['cap_bytes'] / GiB:.1f} GiB cap: {u['outcome']}"
+        f"training, one step on {args.train_size}^2 x 3: streamed peak RSS "
+        f"{s_['peak_rss'] / GiB:.2f} GiB, {s_['seconds']:.0f} s, {s_['tiles']} tiles of "
+        f"{s_['tile']} px ({s_['outcome']}); untiled under a {u['cap_bytes'] / GiB:.1f} GiB "
+        f"cap: {u['outcome']}"
       )
   os.makedirs(args.out, exist_ok=True)
   with open(os.path.join(args.out, "bench_stream.json"), "w", encoding="utf-8") as f:
