@@ -42,6 +42,8 @@ import numpy as np
 from benchmarks import measure
 
 MiB, GiB = 2**20, 2**30
+# The training trunk's last pooling (see training_model).
+TRAIN_POOL = 4
 
 
 def network():
@@ -308,17 +310,22 @@ def cluster(size, scratch, workers, worker_limit, tile_limit):
   )
 
 
-def training_model(tile=None, memory_limit=None):
-  """`network()` as a frozen-BN trunk, a global-pooling classifier head, as a
-  StreamingModel and as the plain Keras model with the same variables."""
+def training_model(tile=None, memory_limit=None, pool=TRAIN_POOL):
+  """`network()` as a frozen-BN trunk ending in a `pool` x `pool` max pooling (a slide
+  classifier's trunk shrinks its map before the head; 1: none), a global-pooling
+  classifier head, as a StreamingModel and as the plain Keras model with the same
+  variables."""
   import keras
 
   from tf_largeconv import stream
 
-  trunk = network()
-  for layer in trunk.layers:
+  body = network()
+  for layer in body.layers:
     if isinstance(layer, keras.layers.BatchNormalization):
       layer.trainable = False
+  trunk = body
+  if pool > 1:
+    trunk = keras.Model(body.input, keras.layers.MaxPooling2D(pool)(body.output))
   inp = keras.Input((None, None, 16))
   head = keras.Model(inp, keras.layers.Dense(10)(keras.layers.GlobalAveragePooling2D()(inp)))
   loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
@@ -344,10 +351,10 @@ def train_speed(size):
   return dict(seconds=rows, tiles=p.tiles, tile=p.tile, recompute=p.recompute)
 
 
-def _child_train(size, mode):
+def _child_train(size, mode, pool):
   """In a child: one training step on a size^2 x 3 image, streamed or untiled; prints
   the peak RSS and time as JSON."""
-  streamed, plain = training_model()
+  streamed, plain = training_model(pool=pool)
   model = streamed if mode == "streamed" else plain
   x = np.random.default_rng(3).standard_normal((1, size, size, 3)).astype(np.float32)
   base = measure.reset_peak_rss()
@@ -370,9 +377,10 @@ def _child_train(size, mode):
   print(json.dumps(result))
 
 
-def train_memory(size, timeout):
+def train_memory(size, timeout, pool=TRAIN_POOL):
+  child = ["--size", str(size), "--train-pool", str(pool)]
   streamed = measure.run_child(
-    ["-m", "benchmarks.cpu.stream", "--child", "train-streamed", "--size", str(size)], timeout
+    ["-m", "benchmarks.cpu.stream", "--child", "train-streamed", *child], timeout
   )
   cap = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
   import subprocess
@@ -381,7 +389,7 @@ def train_memory(size, timeout):
   cmd = [sys.executable, "-m", "benchmarks.cpu.stream", "--child", "train-untiled"]
   try:
     out = subprocess.run(
-      ["prlimit", f"--as={cap}", *cmd, "--size", str(size)],
+      ["prlimit", f"--as={cap}", *cmd, *child],
       capture_output=True,
       text=True,
       timeout=timeout,
@@ -414,6 +422,7 @@ def main(argv=None):
   parts = ["speed", "memory", "cluster", "train-speed", "train-memory"]
   parser.add_argument("--parts", nargs="*", choices=parts, default=parts)
   parser.add_argument("--train-size", type=int, default=8192)
+  parser.add_argument("--train-pool", type=int, default=TRAIN_POOL)
   parser.add_argument("--train-speed-size", type=int, default=1024)
   parser.add_argument(
     "--child",
@@ -426,7 +435,7 @@ def main(argv=None):
   if args.child == "untiled":
     return _child_untiled(args.size, args.scratch)
   if args.child in ("train-streamed", "train-untiled"):
-    return _child_train(args.size, args.child.split("-")[1])
+    return _child_train(args.size, args.child.split("-")[1], args.train_pool)
   os.makedirs(args.scratch, exist_ok=True)
   results = dict(size=args.size, speed_size=args.speed_size)
   if "speed" in args.parts:
@@ -484,7 +493,7 @@ def main(argv=None):
       f"{t['streamed forward']:.2f} s); {sp['tiles']} tiles"
     )
   if "train-memory" in args.parts:
-    mem = results["train_memory"] = train_memory(args.train_size, args.timeout)
+    mem = results["train_memory"] = train_memory(args.train_size, args.timeout, args.train_pool)
     s_, u = mem["streamed"], mem["untiled"]
     if "error" in s_:
       print(f"training on {args.train_size}^2: {s_['error']}")

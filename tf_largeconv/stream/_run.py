@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from tf_largeconv import _arrays
 from tf_largeconv.stream import _rules
 from tf_largeconv.stream._plan import Range
 from tf_largeconv.stream._plan import Tiling
@@ -102,7 +103,7 @@ def run(
     sinks, partials = run_tile(tiling, index, read, dtype)
     if out_value is not None and write is not None:
       bounds = [tiling.bounds[i][t] for i, t in enumerate(index)]
-      write(bounds, sinks[out_value].numpy())
+      write(bounds, _arrays.as_array(sinks[out_value]))
     for v, (p, x_dtype) in partials.items():
       # Folded in tile order as they come: the same order on every run.
       sums[v] = [p] if not sums[v] else [_fold(sums[v][0], p, reduces, v)]

@@ -20,9 +20,9 @@ from __future__ import annotations
 from typing import Any
 
 import keras
-import numpy as np
 import tensorflow as tf
 
+from tf_largeconv import _arrays
 from tf_largeconv.stream import _graph
 from tf_largeconv.stream import _plan
 from tf_largeconv.stream import _run
@@ -138,9 +138,9 @@ class StreamingModel(keras.Model):
       raise ValueError(f"x must be a batch (batch, *spatial, channels), got shape {source.shape}")
     plan = self.plan(source.shape, training)
     sizes = plan.tiling.geometry.out_sizes
-    out = np.empty((source.shape[0], *sizes, g.channels[g.output] or 1), g.out_dtype)
+    out = _arrays.aligned_empty((source.shape[0], *sizes, g.channels[g.output] or 1), g.out_dtype)
     _run.run(plan.tiling, source.read, g.input_dtype, source.writer(out))
-    return tf.convert_to_tensor(out), source, plan
+    return _arrays.as_tensor(out), source, plan  # the same memory, not a copy
 
   def call(self, x: Any, training: bool | None = None) -> Any:
     z, _, _ = self._trunk_forward(x, training=False)
