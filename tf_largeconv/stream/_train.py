@@ -182,17 +182,31 @@ class StreamingModel(keras.Model):
     self, x: Any, y: Any, sample_weight: Any = None
   ) -> tuple[tf.Tensor, Any, list[tf.Tensor], list[Any]]:
     """One step's loss, prediction, gradients and variables (trunk's then head's), without
-    applying them: what `train_step` applies."""
+    applying them: what `train_step` applies. Where the whole batch is one tile, the tile
+    runs once under the tape (nothing to recompute)."""
     check_trunk(self.trunk, self._stream_graph)
-    z, source, plan = self._trunk_forward(x, training=True)
+    g = self._stream_graph
+    source = Source(x, g.rank, g.input_channels)
+    plan = self.plan(source.shape, training=True)
     head_vars = list(self.head.trainable_variables)
+    trunk_vars = list(self.trunk.trainable_variables)
+    one_tile = plan.tiles == 1
     with tf.GradientTape() as tape:
-      tape.watch(z)
+      if one_tile:
+        sinks, _ = _run.run_tile(plan.tiling, (0,) * g.rank, source.read, g.input_dtype)
+        z = sinks[g.output]
+      else:
+        z, source, plan = self._trunk_forward(x, training=True)
+        tape.watch(z)
       y_pred = self.head(z, training=True)
       loss = self.compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight)
       scaled = self.optimizer.scale_loss(loss) if self.optimizer is not None else loss
+    if one_tile:
+      grads = tape.gradient(
+        scaled, trunk_vars + head_vars, unconnected_gradients=tf.UnconnectedGradients.ZERO
+      )
+      return loss, y_pred, grads, trunk_vars + head_vars
     *head_grads, dz = tape.gradient(scaled, head_vars + [z])
-    trunk_vars = list(self.trunk.trainable_variables)
     trunk_grads = self._backward(plan, source, dz, trunk_vars)
     return loss, y_pred, trunk_grads + head_grads, trunk_vars + head_vars
 
