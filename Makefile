@@ -41,10 +41,10 @@ JOBS      ?= 2
 
 PKG       := tf_largeconv
 BUILD     := build/make
-CORE_SRCS := $(wildcard cc/core/*.cc cc/core/cuda/*.cc)
+CORE_SRCS := $(wildcard cc/core/*.cc cc/core/*/*.cc)
 TF_SRCS   := $(wildcard cc/tf/*.cc)
 PY_SRCS   := $(wildcard cc/py/*.cc)
-HEADERS   := $(wildcard cc/core/*.h cc/core/cuda/*.h cc/tf/*.h cc/py/*.h)
+HEADERS   := $(wildcard cc/core/*.h cc/core/*/*.h cc/tf/*.h cc/py/*.h)
 
 PYBIND_INC = $(shell $(PY) -c "import pybind11, sysconfig; print('-I' + pybind11.get_include(), '-I' + sysconfig.get_paths()['include'])")
 TFCONFIG  := $(BUILD)/tfconfig.mk
@@ -60,7 +60,8 @@ NVCC      ?= $(shell command -v nvcc 2>/dev/null)
 CUDA_HOME ?= $(firstword $(foreach d,$(realpath $(dir $(NVCC))..) /usr/local/cuda,$(if $(wildcard $(d)/include/cuda_runtime_api.h),$(d))))
 CUDA_GENCODE := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
 CU_SRCS   := $(wildcard cc/core/cuda/*.cu)
-CUDA_CC   := cc/core/geometry.cc cc/core/tiling.cc cc/core/cuda/tile_config.cc cc/core/cuda/fft_plan.cc \
+CUDA_CC   := cc/core/common/geometry.cc cc/core/plan/tiling.cc cc/core/cuda/tile_config.cc \
+             cc/core/cuda/fft_plan.cc \
              cc/py/cuda/module.cc
 CUDA_OBJS = $(patsubst cc/%.cu,$(BUILD)/cuda/%.o,$(CU_SRCS)) $(patsubst cc/%.cc,$(BUILD)/cuda/%.o,$(CUDA_CC))
 

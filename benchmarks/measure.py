@@ -14,7 +14,7 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS_DIR = os.path.join(REPO_ROOT, "benchmarks", "results", "cpu")
 SCRATCH_DIR = os.path.join(REPO_ROOT, "benchmarks", "scratch")
 
-# The op's budget for filter spectra kept between calls (cc/core/spectrum_cache.h), and
+# The op's budget for filter spectra kept between calls (cc/core/cpu/spectrum_cache.h), and
 # the caller's own setting of it, which forward steps keep.
 SPECTRUM_CACHE_ENV = "LARGECONV_SPECTRUM_CACHE_MIB"
 _CALLERS_CACHE_SETTING = os.environ.get(SPECTRUM_CACHE_ENV)

@@ -65,3 +65,74 @@ def test_a_stale_name_is_found():
     "_gradients.py",
     "cuda/plan.cc",
   ]
+
+
+CORE = os.path.join(ROOT, "cc", "core")
+# The core's layers, lowest first (docs/ARCHITECTURE.md, "Rules the layers keep"): a file
+# includes files of its own layer or below. Files not named here belong to their folder's.
+LAYERS = {
+  "common": 0,
+  "plan/tiling": 1,
+  "plan/search": 1,
+  "cpu": 2,
+  "cuda": 2,
+  "plan": 3,
+  "conv": 3,
+}
+
+
+def _layer(path):
+  """The layer of a file under cc/core/ (its path relative to cc/core/, without suffix)."""
+  stem = os.path.splitext(path)[0]
+  return LAYERS.get(stem, LAYERS.get(stem.split("/")[0]))
+
+
+def _core_files():
+  for folder, _, files in os.walk(CORE):
+    for f in files:
+      if f.endswith((".h", ".cc", ".cu")):
+        yield os.path.relpath(os.path.join(folder, f), CORE)
+
+
+def test_core_includes_run_downward():
+  """No file of the core includes one of a higher layer, and the CPU's and the GPU's
+  kernels do not include each other."""
+  upward = []
+  for path in _core_files():
+    with open(os.path.join(CORE, path)) as src:
+      included = re.findall(r'#include "cc/core/([^"]+)"', src.read())
+    for inc in included:
+      sideways = {path.split("/")[0], inc.split("/")[0]} == {"cpu", "cuda"}
+      if _layer(inc) > _layer(path) or sideways:
+        upward.append(f"{path} -> {inc}")
+  assert upward == []
+  assert _layer("plan/cpu_fft.h") == 3 and _layer("plan/tiling.h") == 1  # the table is read
+
+
+def test_core_files_are_short():
+  """No file of the core over 700 lines: a file holds one idea (the FFT kernels are split by
+  stage, the planner into its cost model, descriptors and choice)."""
+  long = {}
+  for path in _core_files():
+    with open(os.path.join(CORE, path)) as src:
+      n = sum(1 for _ in src)
+    if n > 700:
+      long[path] = n
+  assert long == {}
+
+
+def test_core_structs_are_short():
+  """No struct of the core over 250 lines (from `struct Name ... {` to the `};` at its
+  indentation): a kernel is cut into stages (cpu/fft_correlation.h, fft_products.h,
+  fft_outputs.h) rather than grown into one."""
+  long = {}
+  for path in _core_files():
+    with open(os.path.join(CORE, path)) as src:
+      lines = src.read().split("\n")
+    for i, line in enumerate(lines):
+      head = re.match(r"^( *)struct (\w+)[^;]*\{$", line)
+      if head:
+        end = next((j for j in range(i + 1, len(lines)) if lines[j] == head.group(1) + "};"), i)
+        if end - i + 1 > 250:
+          long[f"{path}:{head.group(2)}"] = end - i + 1
+  assert long == {}

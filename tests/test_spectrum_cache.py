@@ -1,4 +1,4 @@
-"""The filter-spectrum cache (cc/core/spectrum_cache.h): spectra kept from one call for the
+"""The filter-spectrum cache (cc/core/cpu/spectrum_cache.h): spectra kept from one call for the
 next are used only for the very filter they came from, give bitwise the results of a call
 that transforms the filter, and stay within LARGECONV_SPECTRUM_CACHE_MIB."""
 

@@ -1,4 +1,4 @@
-"""Strides in the spectrum (cc/core/fft.cc, ExpandStuffed and FoldStrided): the FFT passes
+"""Strides in the spectrum (cc/core/cpu/fft_decimation.h, ExpandStuffed and FoldStrided): the FFT passes
 transform a zero-stuffed out_backprop tile (backprop_input, backprop_filter) from its
 decimated plane, and take a strided forward pass's kept outputs from a folded spectrum of
 the decimated size, wherever the stride divides the transform's side. Each case is checked

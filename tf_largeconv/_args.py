@@ -17,7 +17,7 @@ import tensorflow as tf
 from tf_largeconv import _loader
 
 # The dtypes the LargeConv ops are registered for, in the order error messages list them:
-# the C++ list (cc/core/dtypes.h) that every kernel and registration is expanded from.
+# the C++ list (cc/core/common/dtypes.h) that every kernel and registration is expanded from.
 # Its integer types are summed exactly, by the direct kernels only.
 DTYPES = tuple(tf.as_dtype(name) for name in _loader.core().DTYPES)
 # The floating ones: what tf.nn.depthwise_conv2d takes, and what the FFT computes.
@@ -28,7 +28,7 @@ def _names(dtypes):
   return ", ".join(d.name for d in dtypes[:-1]) + " or " + dtypes[-1].name
 
 
-# 'auto', 'direct', 'fft', 'tf': the C++ vocabulary's list (cc/core/vocabulary.h), what the
+# 'auto', 'direct', 'fft', 'tf': the C++ vocabulary's list (cc/core/common/vocabulary.h), what the
 # ops take as their `algorithm` attribute.
 OP_ALGORITHMS = tuple(_loader.core().ALGORITHMS)
 # 'portable' is routed in Python (stock TF ops, `ops.portable`) and never reaches the ops.

@@ -2,7 +2,7 @@
 
 Every value kept per pass (a route, a pass plan) is a `PerPass`, so code reads
 `routes.backprop_input`, never `routes[1]`. The order of the fields is the order in which
-the C++ planner lists its passes (`cc/core/vocabulary.h`, `kPasses`).
+the C++ planner lists its passes (`cc/core/common/vocabulary.h`, `kPasses`).
 """
 
 from typing import Any

@@ -1,4 +1,4 @@
-"""Fits the CPU planner's cost model (cc/core/plan.cc) to measurements on this machine.
+"""Fits the CPU planner's cost model (cc/core/plan/cost_model.cc) to measurements on this machine.
 
   PYTHONPATH=. python tools/calibrate_cpu.py [--seconds S] [--tf | --direct | --model-ratio]
 
@@ -32,7 +32,7 @@ fits), or with --tf TensorFlow's three kernels (a third):
   for a 3x3 or 5x5 filter on fewer than 8 input channels, where TF's forward kernel pays
   a cost per pixel that the other terms miss by several times. g, the
   cost of a call, is printed less the op's own (a 1x1 filter on one pixel, timed alike),
-  which both pay; plan.cc adds it to each pass TF runs. TF runs one of two
+  which both pay; cost_model.cc adds it to each pass TF runs. TF runs one of two
   sets of CPU kernels, oneDNN's or Eigen's (plan.h's TfKernels says which, as TF decides
   it; TF_ENABLE_ONEDNN_OPTS=0 or 1 picks either), and each has its row of
   kTfCoefficients: the fit is of the set this process runs. With oneDNN the filter
@@ -41,7 +41,7 @@ fits), or with --tf TensorFlow's three kernels (a third):
   printed and left out of that pass's fit.
 
 Prints the fitted constants and each configuration's predicted/measured ratio. Copy the
-constants into plan.cc, and the machine and the figures into the commit message and the
+constants into plan/cost_model.cc, and the machine and the figures into the commit message and the
 benchmark results.
 
 With --model-ratio, times the FFT configurations and the direct kernels as above and prints
@@ -181,7 +181,7 @@ def fit_fft(rows):
 def direct_rows(seconds):
   """[(pass, lanes, flops, seconds, modelled seconds)] of the direct kernels, each pass,
   SAME, float32, one image: lanes are the destination channels per group its inner loop
-  runs over; the model's seconds are plan.cc's for the pass."""
+  runs over; the model's seconds are cost_model.cc's for the pass."""
   import numpy as np
   import tensorflow as tf
 
@@ -222,7 +222,7 @@ def direct_rows(seconds):
 
 
 def direct_rate(lanes, base, at_base, peak):
-  """plan.cc's direct rate (FLOP/s) for `lanes` destination channels per group (an array
+  """cost_model.cc's direct rate (FLOP/s) for `lanes` destination channels per group (an array
   of them)."""
   import numpy as np
 
@@ -291,8 +291,8 @@ TF_SMALL_CALLS = [
   (5, 1, 1, 1, 32),
   (1, 1, 1, 1, 16),
 ]
-TF_BIG_PATCH_BYTES = 64 * 2**20  # plan.cc's kTfBigPatchBytes
-TF_SMALL_FILTER, TF_FEW_CHANNELS = 5, 8  # plan.cc's kTfSmallFilter, kTfFewChannels
+TF_BIG_PATCH_BYTES = 64 * 2**20  # cost_model.cc's kTfBigPatchBytes
+TF_SMALL_FILTER, TF_FEW_CHANNELS = 5, 8  # cost_model.cc's kTfSmallFilter, kTfFewChannels
 TF_PASSES = ("forward", "backprop_input", "backprop_filter")
 ONEDNN_SLOW_FILTER = 15  # filter side from which oneDNN's filter gradient can run slow
 
@@ -419,7 +419,7 @@ def fit_tf(rows, op_calls):
 def model_ratio(fft, direct):
   """Prints how much faster than the shipped model prices them the op's kernels ran here
   (the model's seconds over the measured, median over the FFT configurations and the
-  direct passes): plan.cc's kOneDnnFitToModelSeconds, on the machine a TF fit is made on."""
+  direct passes): cost_model.cc's kOneDnnFitToModelSeconds, on the machine a TF fit is made on."""
   import numpy as np
 
   ffts = np.array([p.fft_work["seconds"] / t for _, _, p, t in fft])

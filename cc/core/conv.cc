@@ -1,19 +1,19 @@
-// Pass dispatch between the FFT and direct kernels.
+// Runs a planned pass through the CPU's algorithms (plan/cpu_algorithms.h), the list the
+// planner chose from.
 #include "cc/core/conv.h"
 
 #include <algorithm>
 
-#include "cc/core/direct.h"
-#include "cc/core/dtypes.h"
-#include "cc/core/fft.h"
+#include "cc/core/common/dtypes.h"
+#include "cc/core/plan/cpu_algorithms.h"
 
 namespace largeconv {
 
 namespace {
 
-// How an algorithm the op runs carries out a planned pass (of either geometry, G with its
-// Plan): false when it cannot take these operands, and the direct kernels, which take any,
-// run the pass instead.
+// How an algorithm carries out a planned pass (of either geometry, G with its Plan): false
+// when it cannot take these operands, and the list's first (the direct kernels), which
+// takes any, runs the pass instead.
 template <typename T, class G, class Plan>
 struct Runner {
   Algorithm algorithm;
@@ -21,32 +21,15 @@ struct Runner {
               T* out, void* workspace, const ParallelFor& pf);
 };
 
+// The runners of a list of algorithms, in its order: each descriptor's Run.
+template <typename T, class G, class Plan, class List>
+struct RunnersOf;
+template <typename T, class G, class Plan, class... A>
+struct RunnersOf<T, G, Plan, AlgorithmList<A...>> {
+  static constexpr Runner<T, G, Plan> kAll[] = {{A::kAlgorithm, &A::template Run<T, G, Plan>}...};
+};
 template <typename T, class G, class Plan>
-bool RunDirect(const G& g, const Plan& plan, const T* a, int64_t, const T* b, int64_t, T* out,
-               void*, const ParallelFor& pf) {
-  DirectPass(g, plan.pass, a, b, out, pf);
-  return true;
-}
-
-// The FFT kernels, for finite operands only (a transform would smear Inf/NaN over its
-// tile). Integer types never get here: they are summed exactly, and no FFT kernel is
-// instantiated for them.
-template <typename T, class G, class Plan>
-bool RunFft(const G& g, const Plan& plan, const T* a, int64_t a_size, const T* b, int64_t b_size,
-            T* out, void* workspace, const ParallelFor& pf) {
-  if constexpr (kIsInt<T>) {
-    return false;
-  } else {
-    if (!AllFinite(a, a_size, pf) || !AllFinite(b, b_size, pf)) return false;
-    FftPass(g, plan.pass, plan.fft, a, b, out, workspace, pf);
-    return true;
-  }
-}
-
-// TensorFlow's kernels (Algorithm::kTf) are not here: only the Python layer runs them.
-template <typename T, class G, class Plan>
-constexpr Runner<T, G, Plan> kRunners[] = {{Algorithm::kDirect, RunDirect<T, G, Plan>},
-                                           {Algorithm::kFft, RunFft<T, G, Plan>}};
+constexpr const auto& kRunners = RunnersOf<T, G, Plan, CpuAlgorithms>::kAll;
 
 template <typename T, class G, class Plan>
 void RunPlanned(const G& g, const Plan& plan, const T* a, int64_t a_size, const T* b,
@@ -60,7 +43,7 @@ void RunPlanned(const G& g, const Plan& plan, const T* a, int64_t a_size, const 
       return;
     }
   }
-  RunDirect(g, plan, a, a_size, b, b_size, out, workspace, pf);
+  kRunners<T, G, Plan>[0].run(g, plan, a, a_size, b, b_size, out, workspace, pf);  // direct
 }
 
 }  // namespace

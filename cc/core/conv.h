@@ -6,9 +6,9 @@
 
 #include <cstdint>
 
-#include "cc/core/geometry.h"
-#include "cc/core/parallel.h"
-#include "cc/core/plan.h"
+#include "cc/core/common/geometry.h"
+#include "cc/core/common/parallel.h"
+#include "cc/core/plan/plan.h"
 
 namespace largeconv {
 

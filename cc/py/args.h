@@ -13,12 +13,12 @@
 #include <type_traits>
 #include <vector>
 
+#include "cc/core/common/dtypes.h"
+#include "cc/core/common/geometry.h"
+#include "cc/core/common/status.h"
+#include "cc/core/common/vocabulary.h"
 #include "cc/core/cuda/fft_plan.h"
-#include "cc/core/dtypes.h"
-#include "cc/core/geometry.h"
-#include "cc/core/plan.h"
-#include "cc/core/status.h"
-#include "cc/core/vocabulary.h"
+#include "cc/core/plan/plan.h"
 
 namespace py = pybind11;
 

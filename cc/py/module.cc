@@ -15,12 +15,12 @@
 #include <utility>
 #include <vector>
 
+#include "cc/core/common/geometry.h"
+#include "cc/core/common/memory.h"
 #include "cc/core/conv.h"
+#include "cc/core/cpu/spectrum_cache.h"
 #include "cc/core/cuda/emulate.h"
-#include "cc/core/geometry.h"
-#include "cc/core/memory.h"
-#include "cc/core/plan.h"
-#include "cc/core/spectrum_cache.h"
+#include "cc/core/plan/plan.h"
 #include "cc/py/args.h"
 
 namespace largeconv {

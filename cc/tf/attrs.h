@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "cc/core/geometry.h"
-#include "cc/core/status.h"
+#include "cc/core/common/geometry.h"
+#include "cc/core/common/status.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/platform/errors.h"
 

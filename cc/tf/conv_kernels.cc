@@ -9,11 +9,11 @@
 #include <utility>
 #include <vector>
 
+#include "cc/core/common/dtypes.h"
+#include "cc/core/common/geometry.h"
+#include "cc/core/common/memory.h"
 #include "cc/core/conv.h"
-#include "cc/core/dtypes.h"
-#include "cc/core/geometry.h"
-#include "cc/core/memory.h"
-#include "cc/core/plan.h"
+#include "cc/core/plan/plan.h"
 #include "cc/tf/attrs.h"
 #include "cc/tf/workspace_pool.h"
 #include "tensorflow/core/framework/op_kernel.h"

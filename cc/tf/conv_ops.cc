@@ -4,9 +4,9 @@
 #include <string>
 #include <vector>
 
-#include "cc/core/dtypes.h"
-#include "cc/core/geometry.h"
-#include "cc/core/vocabulary.h"
+#include "cc/core/common/dtypes.h"
+#include "cc/core/common/geometry.h"
+#include "cc/core/common/vocabulary.h"
 #include "cc/tf/attrs.h"
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"

@@ -2,7 +2,7 @@
 
 #include <utility>
 
-#include "cc/core/memory.h"
+#include "cc/core/common/memory.h"
 
 namespace largeconv {
 

@@ -25,7 +25,7 @@ import tensorflow as tf
 _SUMMED_CHANNELS = 8
 
 # A transform's fixed cost in points' worth (the planner's per-transform seconds over its
-# per-point seconds, cc/core/plan.cc).
+# per-point seconds, cc/core/plan/cost_model.cc).
 _POINTS_PER_TRANSFORM = 1100
 
 

@@ -16,6 +16,8 @@ from tf_largeconv._passes import PerPass
 from tf_largeconv.planning import device
 
 _CORE = _loader.core()
+# The op's own algorithms: every one the planner prices but TensorFlow's kernels.
+_OURS = tuple(a for a in _args.OP_ALGORITHMS if a not in ("auto", "tf"))
 
 # The schedule of a convolution no pass of which runs TensorFlow's kernel.
 OP_ONLY = ((1, PerPass.every(False)),)
@@ -87,10 +89,10 @@ MIXED_ROUTE_SECONDS = 25e-6
 def _unmixed(passes, routes):
   """`routes` (mixed), or every pass TF's kernel or every pass the op's where that is priced
   within MIXED_ROUTE_SECONDS of them (`passes`: the planner's dicts, with each algorithm's
-  cost; the op's is the lower of direct and fft)."""
+  cost; the op's is the lowest of its algorithms')."""
 
   def ours(p):
-    return min(c for c in (p["cost_direct"], p["cost_fft"]) if c >= 0)
+    return min(p["cost_" + a] for a in _OURS if p["cost_" + a] >= 0)
 
   options = {
     routes: sum(p["cost_tf"] if r else ours(p) for p, r in zip(passes, routes))

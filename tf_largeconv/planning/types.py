@@ -61,7 +61,7 @@ class PassPlan:
     self.fft_size = tuple(d["fft"]) if "fft" in d else None
     self.tile = tuple(d["tile"]) if "tile" in d else None
     self.tiles = tuple(d["tiles"]) if "tiles" in d else None
-    # How an FFT pass is cut up (cc/core/fft.h, FftConfig): channel blocks, groups held at
+    # How an FFT pass is cut up (cc/core/cpu/fft.h, FftConfig): channel blocks, groups held at
     # once, and vec_block: groups per batched transform call, or with a single group, the
     # tiles of one item (a run of tiles that shares each filter value read; in the filter
     # pass, a sweep of tiles that shares each read and write of the accumulators).

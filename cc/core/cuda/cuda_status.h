@@ -8,7 +8,7 @@
 
 #include <string>
 
-#include "cc/core/status.h"
+#include "cc/core/common/status.h"
 
 namespace largeconv {
 namespace cuda {

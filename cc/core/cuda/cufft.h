@@ -9,8 +9,8 @@
 #include <cstdint>
 #include <string>
 
+#include "cc/core/common/status.h"
 #include "cc/core/cuda/fft_plan.h"
-#include "cc/core/status.h"
 
 struct CUstream_st;
 

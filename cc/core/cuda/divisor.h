@@ -15,7 +15,7 @@
 
 #include <cstdint>
 
-#include "cc/core/hd.h"
+#include "cc/core/common/hd.h"
 
 namespace largeconv {
 namespace cuda {

@@ -15,10 +15,11 @@
 #include <string>
 #include <vector>
 
+#include "cc/core/common/ducc.h"
+#include "cc/core/cuda/algorithms.h"
 #include "cc/core/cuda/fft_pipeline.h"
 #include "cc/core/cuda/fft_plan.h"
 #include "cc/core/cuda/tiles.h"
-#include "cc/core/ducc.h"
 
 namespace largeconv {
 namespace cuda {
@@ -54,7 +55,8 @@ struct HostEmulator {
   }
 };
 
-// The FFT path's runner on the host. Transforms are in place as cuFFT's are: real planes
+// The runner of the GPU's algorithms (algorithms.h) on the host. Transforms are in place as
+// cuFFT's are: real planes
 // with rows padded to 2 (fft_w / 2 + 1), spectra in the same bytes. After a complex-to-real
 // transform the padding columns (which cuFFT leaves undefined) are set to NaN.
 struct HostFftRunner {
@@ -138,13 +140,8 @@ Status EmulateCudaPass(const Geometry& g, ConvPass pass, Algorithm algorithm, co
   std::vector<double> ws(static_cast<size_t>(plan.workspace_bytes + 7) / 8 + 1);
   std::memset(ws.data(), 0xff, ws.size() * sizeof(double));
   char* workspace = reinterpret_cast<char*>(ws.data());
-  if (plan.algorithm == Algorithm::kFft) {
-    HostFftRunner run;
-    RunFftPass(g, plan, a, b, out, workspace, run);
-  } else {
-    HostEmulator run;
-    DispatchTiles(g, pass, plan.direct, a, b, out, workspace, run);
-  }
+  HostFftRunner run;
+  RunListed(GpuAlgorithms{}, g, plan, a, b, out, workspace, run);
   return OkStatus();
 }
 

@@ -1,6 +1,7 @@
 // Device driver of the FFT path (fft_pipeline.h): element kernels as grid-strided launches,
 // transforms through cuFFT (cufft.h), the exact redo through the gated direct kernels. Also
-// the planner and runner entry points of launch.h.
+// the planner and runner entry points of launch.h: a plan runs through the GPU's algorithms
+// (algorithms.h) with the device's runner.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <tuple>
 #include <utility>
 
+#include "cc/core/cuda/algorithms.h"
 #include "cc/core/cuda/cuda_status.h"
 #include "cc/core/cuda/cufft.h"
 #include "cc/core/cuda/fft_pipeline.h"
@@ -58,8 +60,8 @@ struct DeviceRunner {
     transform_failed = !error.ok();
   }
   template <typename T, class Geometry>
-  void Direct(const Geometry& g, ConvPass pass, const TileConfig& config, const T* a, const T* b,
-              T* out, void* workspace, const int* gate) {
+  LC_RUN_INLINE void Direct(const Geometry& g, ConvPass pass, const TileConfig& config, const T* a,
+                            const T* b, T* out, void* workspace, const int* gate) {
     if (error.ok()) error = DirectPass(g, pass, config, a, b, out, workspace, stream, gate);
   }
 };
@@ -151,11 +153,8 @@ __attribute__((always_inline)) inline Status Run(const Geometry& g, const CudaPl
     return Internal("the planned pass needs a workspace of " +
                     std::to_string(plan.workspace_bytes) + " bytes");
   }
-  if (plan.algorithm != Algorithm::kFft) {
-    return DirectPass(g, plan.pass, plan.direct, a, b, out, workspace, stream);
-  }
   DeviceRunner run{stream, plan.fft_work_bytes};
-  RunFftPass(g, plan, a, b, out, static_cast<char*>(workspace), run);
+  RunListed(GpuAlgorithms{}, g, plan, a, b, out, static_cast<char*>(workspace), run);
   if (run.transform_failed) {
     // cuFFT failed at run time (e.g. no memory to re-create an evicted plan): the direct
     // kernels redo the whole pass, after whatever the FFT path had queued, and overwrite

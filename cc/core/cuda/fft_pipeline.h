@@ -32,11 +32,11 @@
 
 #include <cstdint>
 
+#include "cc/core/common/dtypes.h"
+#include "cc/core/common/hd.h"
 #include "cc/core/cuda/divisor.h"
 #include "cc/core/cuda/fft_plan.h"
 #include "cc/core/cuda/tiles.h"
-#include "cc/core/dtypes.h"
-#include "cc/core/hd.h"
 
 namespace largeconv {
 namespace cuda {

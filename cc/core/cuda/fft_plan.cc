@@ -7,8 +7,9 @@
 #include <utility>
 #include <vector>
 
+#include "cc/core/cuda/algorithms.h"
 #include "cc/core/cuda/divisor.h"
-#include "cc/core/plan_search.h"
+#include "cc/core/plan/search.h"
 
 namespace largeconv {
 namespace cuda {
@@ -312,47 +313,37 @@ std::vector<TransformShape> PassTransforms(const Conv3dGeometry& g, ConvPass pas
   return TransformsOf(g, pass, c, real_bytes);
 }
 
-namespace {
-
-// --- The GPU's algorithms -----------------------------------------------------------------
-
-template <class Geometry>
-struct GpuProblem : PlanProblemOf<Geometry> {
-  int real_bytes;
-  const WorkBytesFn* work_bytes;  // null: no transform library
-  const std::string& fft_unavailable;
-  // The FFT's pricing: the size chosen, cuFFT's work area for it, and why none fits.
-  bool found = false;
-  GpuFftConfig best{};
-  int64_t work = 0;
-  int64_t min_bytes = -1;
-  Status error{};
-};
+// --- The GPU's algorithms (algorithms.h): what their descriptors' planning runs ---------
 
 // The direct tile kernels: run every pass.
+template <>
 template <class G>
-Status CanAlways(const GpuProblem<G>&) {
+Status GpuPlanning<GpuDirectAlgorithm>::CanRun(const GpuProblem<G>&) {
   return OkStatus();
 }
+template <>
 template <class G>
-double DirectCost(GpuProblem<G>& pb, CudaPlan* p) {
+double GpuPlanning<GpuDirectAlgorithm>::Cost(GpuProblem<G>& pb, CudaPlan* p) {
   p->direct = MakeTileConfig(pb.g, pb.pass, pb.real_bytes, pb.limit);
   return DirectSeconds(pb.g, pb.pass, p->direct, pb.real_bytes);
 }
+template <>
 template <class G>
-int64_t DirectBytes(const GpuProblem<G>&, const CudaPlan& p) {
+int64_t GpuPlanning<GpuDirectAlgorithm>::WorkspaceBytes(const GpuProblem<G>&, const CudaPlan& p) {
   return p.direct.workspace_bytes;
 }
+template <>
 template <class G>
-Status DirectFinish(GpuProblem<G>&, CudaPlan* p) {
+Status GpuPlanning<GpuDirectAlgorithm>::Finish(GpuProblem<G>&, CudaPlan* p) {
   p->workspace_bytes = p->direct.workspace_bytes;
   return OkStatus();
 }
 
 // The FFT path: needs a transform library, except on a pass without products (which the
 // direct kernels run).
+template <>
 template <class G>
-Status FftCanRun(const GpuProblem<G>& pb) {
+Status GpuPlanning<GpuFftAlgorithm>::CanRun(const GpuProblem<G>& pb) {
   if (pb.work_bytes != nullptr || pb.g.no_products()) return OkStatus();
   return Unimplemented("algorithm='fft' is not available: " + pb.fft_unavailable);
 }
@@ -391,8 +382,9 @@ FftSearch<GpuFftConfig> SearchSizes(const Conv3dGeometry& g, ConvPass pass, cons
   return SearchTransformSizes<GpuFftConfig>(sizes, fit, cost);
 }
 
+template <>
 template <class G>
-double FftCost(GpuProblem<G>& pb, CudaPlan* p) {
+double GpuPlanning<GpuFftAlgorithm>::Cost(GpuProblem<G>& pb, CudaPlan* p) {
   if (pb.requested == Algorithm::kDirect || pb.g.no_products()) return -1;
   const G& g = pb.g;
   const ConvPass pass = pb.pass;
@@ -422,13 +414,15 @@ double FftCost(GpuProblem<G>& pb, CudaPlan* p) {
   return pb.found ? FftSeconds(g, pass, pb.best, pb.real_bytes) : -1;
 }
 
+template <>
 template <class G>
-int64_t FftBytes(const GpuProblem<G>& pb, const CudaPlan&) {
+int64_t GpuPlanning<GpuFftAlgorithm>::WorkspaceBytes(const GpuProblem<G>& pb, const CudaPlan&) {
   return MakeGpuFftLayout(pb.g, pb.pass, pb.best, pb.real_bytes).fft_bytes + Align256(pb.work);
 }
 
+template <>
 template <class G>
-Status FftFinish(GpuProblem<G>& pb, CudaPlan* p) {
+Status GpuPlanning<GpuFftAlgorithm>::Finish(GpuProblem<G>& pb, CudaPlan* p) {
   if (!pb.found) {
     if (!pb.error.ok()) {
       return Status(pb.error.kind(), "algorithm='fft' is not available: " + pb.error.message());
@@ -447,13 +441,7 @@ Status FftFinish(GpuProblem<G>& pb, CudaPlan* p) {
   return OkStatus();
 }
 
-// Simplest first. TensorFlow's kernels (cuDNN) are not among them: the plan only reports
-// their modelled cost, for the caller that can route the whole convolution there.
-template <class G>
-constexpr AlgorithmDescriptor<GpuProblem<G>, CudaPlan> kGpuAlgorithms[] = {
-    {Algorithm::kDirect, false, CanAlways<G>, DirectCost<G>, DirectBytes<G>, DirectFinish<G>},
-    {Algorithm::kFft, true, FftCanRun<G>, FftCost<G>, FftBytes<G>, FftFinish<G>},
-};
+namespace {
 
 template <class G>
 Status PlanOf(const G& g, ConvPass pass, Algorithm algorithm, int real_bytes, int64_t limit,
@@ -465,7 +453,7 @@ Status PlanOf(const G& g, ConvPass pass, Algorithm algorithm, int real_bytes, in
   CudaPlan p;
   p.pass = pass;
   p.costs[Algorithm::kTf] = CudnnSeconds(g);
-  LC_RETURN_IF_ERROR(PlanWithAlgorithms(kGpuAlgorithms<G>, "on the GPU", pb, &p));
+  LC_RETURN_IF_ERROR(PlanWithAlgorithms<GpuAlgorithms>("on the GPU", pb, &p));
   *plan = p;
   return OkStatus();
 }

@@ -9,12 +9,12 @@
 #include <functional>
 #include <string>
 
+#include "cc/core/common/geometry.h"
+#include "cc/core/common/status.h"
+#include "cc/core/common/vocabulary.h"
 #include "cc/core/cuda/tiles.h"
-#include "cc/core/fft.h"
-#include "cc/core/geometry.h"
-#include "cc/core/plan_search.h"
-#include "cc/core/status.h"
-#include "cc/core/vocabulary.h"
+#include "cc/core/plan/search.h"
+#include "cc/core/plan/tiling.h"
 
 namespace largeconv {
 namespace cuda {

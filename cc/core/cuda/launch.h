@@ -7,11 +7,11 @@
 #include <cstdint>
 #include <string>
 
+#include "cc/core/common/geometry.h"
+#include "cc/core/common/status.h"
+#include "cc/core/common/vocabulary.h"
 #include "cc/core/cuda/fft_plan.h"
 #include "cc/core/cuda/tiles.h"
-#include "cc/core/geometry.h"
-#include "cc/core/status.h"
-#include "cc/core/vocabulary.h"
 
 struct CUstream_st;
 

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <array>
 
+#include "cc/core/common/vocabulary.h"
 #include "cc/core/cuda/tiles.h"
-#include "cc/core/vocabulary.h"
 
 namespace largeconv {
 namespace cuda {

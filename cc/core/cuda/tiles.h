@@ -28,10 +28,10 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "cc/core/dtypes.h"
-#include "cc/core/geometry.h"
-#include "cc/core/hd.h"
-#include "cc/core/vocabulary.h"
+#include "cc/core/common/dtypes.h"
+#include "cc/core/common/geometry.h"
+#include "cc/core/common/hd.h"
+#include "cc/core/common/vocabulary.h"
 
 namespace largeconv {
 namespace cuda {

@@ -13,11 +13,11 @@
 #include <string>
 #include <vector>
 
+#include "cc/core/common/dtypes.h"
+#include "cc/core/common/geometry.h"
 #include "cc/core/cuda/cuda_status.h"
 #include "cc/core/cuda/cufft.h"
 #include "cc/core/cuda/launch.h"
-#include "cc/core/dtypes.h"
-#include "cc/core/geometry.h"
 #include "cc/py/args.h"
 
 namespace largeconv {

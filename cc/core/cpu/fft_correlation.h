@@ -1,0 +1,199 @@
+// The frame of the 2-D FFT's forward and backprop-input correlations (fft.cc): operands,
+// workspace, blocks, items and the positions of tiles in the transforms.
+#ifndef TF_LARGECONV_CORE_CPU_FFT_CORRELATION_H_
+#define TF_LARGECONV_CORE_CPU_FFT_CORRELATION_H_
+
+#include <algorithm>
+#include <cmath>
+#include <complex>
+#include <cstdint>
+#include <utility>
+
+#include "cc/core/common/dtypes.h"
+#include "cc/core/common/geometry.h"
+#include "cc/core/common/vocabulary.h"
+#include "cc/core/cpu/fft.h"
+#include "cc/core/cpu/fft_decimation.h"
+#include "cc/core/cpu/fft_layout.h"
+#include "cc/core/cpu/fft_shared.h"
+
+namespace largeconv {
+namespace fft_internal {
+
+// Forward and backprop-input share this engine: dst[p] = sum_k src[p + off + k] filt[k],
+// summed over the group's source channels, for every destination channel. This is its
+// frame: the operands, the workspace and the positions every stage (fft_products.h,
+// fft_outputs.h, and the run in fft.cc) reads.
+template <typename T>
+struct CorrelationFrame {
+  using R = AccT<T>;
+  using C = std::complex<R>;
+  const ConvGeometry& g;
+  const FftConfig& c;
+  FftTiling t;
+  bool backprop_input;
+  const T* src;
+  const T* filter;
+  T* dst;
+
+  ConvPass pass() const { return backprop_input ? ConvPass::kBackpropInput : ConvPass::kForward; }
+
+  // Writes the dilated filter for (source channel sc, destination channel dc) into rows
+  // [0, keh) of real (the only rows its transform reads), flipped for backprop-input, where
+  // the roles of input and output channels swap.
+  void PlaceFilter(R* real, int64_t grp, int64_t sc, int64_t dc) const {
+    const int64_t keh = DilatedExtent(g.filter_h, g.dilation_h),
+                  kew = DilatedExtent(g.filter_w, g.dilation_w);
+    std::fill(real, real + keh * c.fft_w, R(0));
+    const int64_t ci = backprop_input ? dc : sc;
+    const int64_t co = grp * g.out_c_per_group() + (backprop_input ? sc : dc);
+    for (int64_t kh = 0; kh < g.filter_h; ++kh) {
+      for (int64_t kw = 0; kw < g.filter_w; ++kw) {
+        int64_t r = kh * g.dilation_h, q = kw * g.dilation_w;
+        if (backprop_input) {
+          r = keh - 1 - r;
+          q = kew - 1 - q;
+        }
+        real[r * c.fft_w + q] = static_cast<R>(
+            Load(filter[((kh * g.filter_w + kw) * g.filter_in_c + ci) * g.out_c + co]));
+      }
+    }
+  }
+
+  int64_t SourceChannelStride() const {
+    return backprop_input ? g.output_strides().c : g.input_strides().c;
+  }
+
+  Plane<T> SourcePlane(int64_t n, int64_t channel) const {
+    if (backprop_input) {
+      const Strides4 s = g.output_strides();
+      return {src + n * s.n + channel * s.c, s.h, s.w, g.out_h, g.out_w, g.stride_h, g.stride_w};
+    }
+    const Strides4 s = g.input_strides();
+    return {src + n * s.n + channel * s.c, s.h, s.w, g.in_h, g.in_w, 1, 1};
+  }
+
+  // What every phase of a run reads: the workspace, the transform and the offsets between
+  // dense positions of the source and the destination.
+  struct Frame {
+    Layout l;
+    Workspace<R> ws;
+    int64_t fh, fw, scpg, dcpg;
+    int64_t off_h, off_w;    // dense output p reads source dense position p + off + k
+    int64_t out_sh, out_sw;  // destination stride: dense positions kept (forward)
+    Strides4 ds;             // destination element strides
+    double fft_cost;
+    int64_t real_stride, spec_stride;  // between a slot's batched planes / spectra
+    // Strides in the spectrum: the backprop-input pass's zero-stuffed sources, or the
+    // forward pass's strided outputs.
+    Decimation<R> dec;
+  };
+
+  // One block of work: gb groups from g0 (several only when whole groups fit a block), and
+  // destination channels [ob0, ob0 + ob) of each; vb groups share one batched transform,
+  // or, with `tiles` (one group), vb consecutive tiles of an image do.
+  struct Block {
+    int64_t g0, gb, ob0, ob, per_group, vb;
+    bool tiles;
+    int64_t sb;  // source channels whose spectra a slot holds at once (in_block)
+    // The block's filter spectra, read only: in the workspace, or kept from an earlier call.
+    const C* spectra = nullptr;
+  };
+
+  // One item of a slot: nb batched planes, plane j holding group gi0 + j of tile `tile`
+  // of image n; or with `tiles`, group gi0 of the j-th tile counted on from that one
+  // through the batch (per_image tiles an image).
+  struct Item {
+    int64_t gi0, nb, n, tile, per_image;
+    bool tiles;
+    int64_t group(int64_t j) const { return tiles ? gi0 : gi0 + j; }
+    int64_t image(int64_t j) const { return tiles ? n + (tile + j) / per_image : n; }
+    int64_t tile_of(int64_t j) const { return tiles ? (tile + j) % per_image : tile; }
+  };
+
+  // The first dense position (row, column) of tile `tile`.
+  std::pair<int64_t, int64_t> TileOrigin(int64_t tile) const {
+    return {tile / t.tiles_w * t.tile_h, tile % t.tiles_w * t.tile_w};
+  }
+
+  Frame MakeFrame(void* workspace) const {
+    Frame f;
+    f.l = MakeLayout(g, pass(), c, sizeof(R));
+    f.ws = Workspace<R>{static_cast<char*>(workspace), f.l};
+    f.fh = c.fft_h;
+    f.fw = c.fft_w;
+    f.scpg = g.channels(pass()).src_per_group;
+    f.dcpg = g.channels(pass()).dst_per_group;
+    const int64_t keh = DilatedExtent(g.filter_h, g.dilation_h),
+                  kew = DilatedExtent(g.filter_w, g.dilation_w);
+    f.off_h = backprop_input ? g.pad_top - keh + 1 : -g.pad_top;
+    f.off_w = backprop_input ? g.pad_left - kew + 1 : -g.pad_left;
+    f.out_sh = backprop_input ? 1 : g.stride_h;
+    f.out_sw = backprop_input ? 1 : g.stride_w;
+    f.ds = backprop_input ? g.input_strides() : g.output_strides();
+    f.fft_cost = 5.0 * f.fh * f.fw * std::log2(static_cast<double>(f.fh * f.fw) + 2);
+    f.real_stride = f.l.plane_bytes / sizeof(R);
+    f.spec_stride = f.l.spectrum_bytes / sizeof(C);
+    f.dec = MakeDecimation<R>(g, pass(), c, backprop_input ? -1 : 1);
+    return f;
+  }
+
+  // The residue modulo the stride of the transform positions holding tile `tile`'s data
+  // (backprop-input's stuffed sources) or its kept outputs (forward), per dimension.
+  std::pair<int64_t, int64_t> Residues(const Frame& f, int64_t tile) const {
+    const auto [p0_h, p0_w] = TileOrigin(tile);
+    if (backprop_input) {  // source dense q = origin + u holds data where q % stride == 0
+      return {Mod(-(p0_h + f.off_h + t.shift_h), f.dec.dh),
+              Mod(-(p0_w + f.off_w + t.shift_w), f.dec.dw)};
+    }
+    // Output p = p0 + r, kept where p % stride == 0, sits at transform position r - shift.
+    return {Mod(-(p0_h + t.shift_h), f.dec.dh), Mod(-(p0_w + t.shift_w), f.dec.dw)};
+  }
+
+  // The block's filter spectra are stored for the products' order of reading: in chunks
+  // of kChunk bins, chunk by chunk; within a chunk, filter by filter, the filters of a
+  // group ordered by destination channel, then source channel. A register block of the
+  // products (two destinations, a chunk, every source) then reads two sequential runs,
+  // and a whole chunk's products read the chunk's filter values front to back, where one
+  // spectrum per (source, destination) pair made as many separate streams. Measured
+  // against whole spectra read pair by pair: level on a 2-D pass, faster on conv1d's.
+  static constexpr int64_t kChunk = 8;
+  // Where filter (group offset gl, source sc, destination k) at bins [i0, i0 + kChunk)
+  // sits among the block's spectra, i0 a multiple of kChunk.
+  int64_t FilterOffset(const Frame& f, const Block& b, int64_t gl, int64_t sc, int64_t k,
+                       int64_t i0) const {
+    const int64_t width = std::min(kChunk, f.l.bins - i0);
+    return i0 * b.gb * b.per_group + (gl * b.per_group + k * f.scpg + sc) * width;
+  }
+  // The chunk for the products, which only read it (Spectra views are untyped as to const).
+  C* FilterChunk(const Frame& f, const Block& b, int64_t gl, int64_t sc, int64_t k,
+                 int64_t i0) const {
+    return const_cast<C*>(b.spectra) + FilterOffset(f, b, gl, sc, k, i0);
+  }
+
+  // Slot spectra: vb per source channel of a block (sb of them), then vb per destination
+  // channel k.
+  C* Source(const Frame& f, const Block& b, int64_t slot, int64_t s, int64_t j) const {
+    return f.ws.spectrum(slot, s * b.vb + j);
+  }
+  C* Accumulator(const Frame& f, const Block& b, int64_t slot, int64_t k, int64_t j) const {
+    return f.ws.spectrum(slot, (b.sb + k) * b.vb + j);
+  }
+
+  // Whether an item's spectra double as its real planes: with one group per tile (a single
+  // group, or a run of tiles of one group) every (channel, tile) has spectra of its own, so
+  // all of a block's source channels are loaded in one pass over the source (NHWC reads
+  // whole runs of channels, however long the rows) into the spectra, transformed in place,
+  // and the destination channels likewise inverse-transformed in place and stored in one
+  // pass. Items of several groups at one tile go group-batched through the real planes.
+  static bool InPlace(const Item& it) { return it.tiles || it.nb == 1; }
+
+  // Whether the forward pass's strided outputs are taken from folded spectra (see
+  // FoldStrided), whose inverse transforms hold only the kept outputs.
+  bool OutputsDecimated(const Frame& f) const { return !backprop_input && f.dec.on(); }
+};
+
+}  // namespace fft_internal
+}  // namespace largeconv
+
+#endif  // TF_LARGECONV_CORE_CPU_FFT_CORRELATION_H_

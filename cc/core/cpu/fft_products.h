@@ -1,0 +1,180 @@
+// The products of the 2-D FFT's forward and backprop-input correlations (fft.cc): source
+// tiles into spectra, multiplied by the filter spectra and summed over source channels.
+#ifndef TF_LARGECONV_CORE_CPU_FFT_PRODUCTS_H_
+#define TF_LARGECONV_CORE_CPU_FFT_PRODUCTS_H_
+
+#include <algorithm>
+#include <complex>
+#include <cstdint>
+
+#include "cc/core/cpu/fft_correlation.h"
+#include "cc/core/cpu/fft_decimation.h"
+#include "cc/core/cpu/fft_layout.h"
+#include "cc/core/cpu/fft_shared.h"
+
+namespace largeconv {
+namespace fft_internal {
+
+// The sources' stage of a correlation: each item's source tiles loaded and transformed
+// (through the decimated size where strides stuff them), and their products with the
+// filter spectra accumulated into the destination channels' spectra.
+template <typename T>
+struct CorrelationSources : CorrelationFrame<T> {
+  using R = typename CorrelationFrame<T>::R;
+  using C = typename CorrelationFrame<T>::C;
+  using Frame = typename CorrelationFrame<T>::Frame;
+  using Block = typename CorrelationFrame<T>::Block;
+  using Item = typename CorrelationFrame<T>::Item;
+  using CorrelationFrame<T>::t;
+  using CorrelationFrame<T>::backprop_input;
+  using CorrelationFrame<T>::kChunk;
+  using CorrelationFrame<T>::SourceChannelStride;
+  using CorrelationFrame<T>::SourcePlane;
+  using CorrelationFrame<T>::TileOrigin;
+  using CorrelationFrame<T>::Residues;
+  using CorrelationFrame<T>::FilterChunk;
+  using CorrelationFrame<T>::Source;
+  using CorrelationFrame<T>::Accumulator;
+  using CorrelationFrame<T>::InPlace;
+
+  // Loads source channel sc of the item's planes (consecutive groups at one tile) into the
+  // slot's real planes; returns the rows that hold data.
+  RowRange LoadSources(const Frame& f, const Block& b, int64_t slot, const Item& it,
+                       int64_t sc) const {
+    const auto [p0_h, p0_w] = TileOrigin(it.tile);
+    return LoadTiles(f.ws.real(slot), f.real_stride, it.nb, f.scpg * SourceChannelStride(), f.fh,
+                     f.fw, f.fw, SourcePlane(it.n, (b.g0 + it.gi0) * f.scpg + sc),
+                     p0_h + f.off_h + t.shift_h, p0_w + f.off_w + t.shift_w, f.fh, f.fw);
+  }
+
+  // Loads source channels [sc0, sc0 + ns) of each of the item's tiles into their spectra
+  // (InPlace items); returns the rows that hold data in any of them.
+  RowRange LoadSourcesInPlace(const Frame& f, const Block& b, int64_t slot, const Item& it,
+                              int64_t sc0, int64_t ns) const {
+    RowRange all;
+    for (int64_t j = 0; j < it.nb; ++j) {  // tiles start at different places: one each
+      const auto [p0_h, p0_w] = TileOrigin(it.tile_of(j));
+      const RowRange r =
+          LoadTiles(reinterpret_cast<R*>(Source(f, b, slot, 0, j)), 2 * b.vb * f.spec_stride, ns,
+                    SourceChannelStride(), f.fh, f.fw, SpectrumPitch(f.fw),
+                    SourcePlane(it.image(j), (b.g0 + it.group(j)) * f.scpg + sc0),
+                    p0_h + f.off_h + t.shift_h, p0_w + f.off_w + t.shift_w, f.fh, f.fw);
+      if (r.last <= r.first) continue;
+      all.first = all.last > all.first ? std::min(all.first, r.first) : r.first;
+      all.last = std::max(all.last, r.last);
+    }
+    return all;
+  }
+
+  // Transforms the tile of each source channel, sb channels at a time, and accumulates
+  // their products with the filter spectra into the destination channels' spectra (which
+  // the first block of sources sets rather than adds to, every bin of every one).
+  void AccumulateSources(const Frame& f, const Block& b, int64_t slot, const Item& it) const {
+    for (int64_t sc0 = 0; sc0 < f.scpg; sc0 += b.sb) {
+      const int64_t ns = std::min(b.sb, f.scpg - sc0);
+      if (backprop_input && f.dec.on()) {
+        TransformStuffedSources(f, b, slot, it, sc0, ns);
+      } else if (InPlace(it)) {
+        const RowRange data = LoadSourcesInPlace(f, b, slot, it, sc0, ns);
+        for (int64_t s = 0; s < ns; ++s) {
+          C* spec = Source(f, b, slot, s, 0);
+          R2CBatch(reinterpret_cast<const R*>(spec), spec, it.nb, 2 * f.spec_stride, f.spec_stride,
+                   f.fh, f.fw, SpectrumPitch(f.fw), data);
+        }
+      } else {
+        for (int64_t s = 0; s < ns; ++s) {
+          const RowRange data = LoadSources(f, b, slot, it, sc0 + s);
+          R2CBatch(f.ws.real(slot), Source(f, b, slot, s, 0), it.nb, f.real_stride, f.spec_stride,
+                   f.fh, f.fw, f.fw, data);
+        }
+      }
+      MultiplySources(f, b, slot, it, sc0, ns);
+    }
+  }
+
+  // Backprop-input with strides in the spectrum: source channels [sc0, sc0 + ns) of the
+  // item's planes into their spectra, each from the transform of its decimated plane
+  // (ExpandStuffed). InPlace items load each tile's channels in one pass over the source
+  // into their own spectra (TransformStuffedInPlace); batched groups go one channel at a
+  // time through the slot's real planes.
+  void TransformStuffedSources(const Frame& f, const Block& b, int64_t slot, const Item& it,
+                               int64_t sc0, int64_t ns) const {
+    const Decimation<R>& dec = f.dec;
+    const bool in_place = InPlace(it);
+    const int64_t runs = it.tiles ? it.nb : 1, planes = it.tiles ? 1 : it.nb;
+    for (int64_t run = 0; run < runs; ++run) {
+      const int64_t tile = it.tile_of(run);
+      const auto [p0_h, p0_w] = TileOrigin(tile);
+      const auto [sig_h, sig_w] = Residues(f, tile);
+      // Dense q = q0 + sig + d m holds plane element (q0 + sig) / d + m: a plane without
+      // stuffing in each decimated dimension.
+      int64_t q0_h = p0_h + f.off_h + t.shift_h, q0_w = p0_w + f.off_w + t.shift_w;
+      if (dec.dh > 1) q0_h = (q0_h + sig_h) / dec.dh;
+      if (dec.dw > 1) q0_w = (q0_w + sig_w) / dec.dw;
+      auto plane = [&](int64_t sc) {
+        return Unstuffed(SourcePlane(it.image(run), (b.g0 + it.group(run)) * f.scpg + sc), dec);
+      };
+      if (in_place) {
+        C* first = Source(f, b, slot, 0, run);
+        const int64_t stride = b.vb * f.spec_stride;  // between source channels
+        const RowRange data =
+            LoadTiles(reinterpret_cast<R*>(first), 2 * stride, ns, SourceChannelStride(), dec.mh(),
+                      dec.mw(), dec.pitch(), plane(sc0), q0_h, q0_w, dec.mh(), dec.mw());
+        TransformStuffedInPlace(dec, first, ns, stride, data, f.ws.real(slot), sig_h, sig_w);
+        continue;
+      }
+      for (int64_t s = 0; s < ns; ++s) {
+        R* real = f.ws.real(slot);
+        const RowRange data =
+            LoadTiles(real, f.real_stride, planes, f.scpg * SourceChannelStride(), dec.mh(),
+                      dec.mw(), dec.pitch(), plane(sc0 + s), q0_h, q0_w, dec.mh(), dec.mw());
+        R2CBatch(real, reinterpret_cast<C*>(real), planes, f.real_stride, f.real_stride / 2,
+                 dec.mh(), dec.mw(), dec.pitch(), data);
+        for (int64_t j = 0; j < planes; ++j) {
+          ExpandStuffed(dec, reinterpret_cast<const C*>(real + j * f.real_stride),
+                        Source(f, b, slot, s, run + j), sig_h, sig_w);
+        }
+      }
+    }
+  }
+
+  // Accumulates the products of the slot's source spectra (channels [sc0, sc0 + ns)) with
+  // the filter spectra, a chunk of bins at a time (the filters' storage order), so that
+  // the chunk's source spectra stay in cache across the destination channels; within a
+  // chunk the sums over the sources are formed in registers (MacSources) and each
+  // accumulator is read and written once.
+  void MultiplySources(const Frame& f, const Block& b, int64_t slot, const Item& it, int64_t sc0,
+                       int64_t ns) const {
+    const int64_t ss = f.spec_stride;
+    const bool assign = sc0 == 0;
+    if (it.tiles) {
+      // The item's tiles are of one group and share its filter spectra: each filter
+      // spectrum (the shared operand) is applied to all the tiles at once.
+      for (int64_t i0 = 0; i0 < f.l.bins; i0 += kChunk) {
+        const int64_t width = std::min(kChunk, f.l.bins - i0);
+        const Spectra<R> sources{Source(f, b, slot, 0, 0) + i0, ss, b.vb * ss};
+        for (int64_t k = 0; k < b.ob; ++k) {
+          MacSources<R, false>(0, width, ns, it.nb, {Accumulator(f, b, slot, k, 0) + i0, ss, 0},
+                               {FilterChunk(f, b, it.gi0, sc0, k, i0), 0, width}, sources, assign);
+        }
+      }
+      return;
+    }
+    for (int64_t j = 0; j < it.nb; ++j) {
+      // One tile's source spectrum (the shared operand) is applied to every destination
+      // channel's filter spectrum.
+      for (int64_t i0 = 0; i0 < f.l.bins; i0 += kChunk) {
+        const int64_t width = std::min(kChunk, f.l.bins - i0);
+        MacSources<R, true>(0, width, ns, b.ob, {Accumulator(f, b, slot, 0, j) + i0, b.vb * ss, 0},
+                            {Source(f, b, slot, 0, j) + i0, 0, b.vb * ss},
+                            {FilterChunk(f, b, it.group(j), sc0, 0, i0), f.scpg * width, width},
+                            assign);
+      }
+    }
+  }
+};
+
+}  // namespace fft_internal
+}  // namespace largeconv
+
+#endif  // TF_LARGECONV_CORE_CPU_FFT_PRODUCTS_H_

@@ -1,0 +1,31 @@
+"""The CPU kernels' results, bit for bit: every result tools/core_results.py computes (the
+problems of tests/cases.py and a few larger ones, every algorithm, dtype, format and pass,
+on one thread and two) has the digest tests/data/core_results.json records. A change to
+the kernels' arithmetic shows here; one that is meant rewrites the file with
+`python tools/core_results.py digest tests/data/core_results.json`."""
+
+import json
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+
+import core_results  # noqa: E402
+
+
+def test_results_match_the_recorded_digests():
+  with open(os.path.join(ROOT, "tests", "data", "core_results.json")) as f:
+    want = json.load(f)
+  got = core_results.digests(core_results.results())
+  assert len(got) > 2000  # every problem ran
+  assert sorted(k for k in got if got[k] != want.get(k)) == []
+  assert sorted(set(want) - set(got)) == []
+
+
+def test_differences_are_found():
+  import numpy as np
+
+  a = {"x": np.zeros(3, np.float32), "y": np.ones(2)}
+  b = {"x": np.array([0, 0, -0.0], np.float32), "z": np.ones(2)}
+  assert core_results.differences(a, b) == ["y", "z", "x"]
