@@ -1,5 +1,5 @@
-"""Strides in the spectrum (cc/core/cpu/fft_decimation.h, ExpandStuffed and FoldStrided): the FFT passes
-transform a zero-stuffed out_backprop tile (backprop_input, backprop_filter) from its
+"""Strides in the spectrum (cc/core/cpu/fft_decimation.h, ExpandStuffed and FoldStrided): the
+FFT passes transform a zero-stuffed out_backprop tile (backprop_input, backprop_filter) from its
 decimated plane, and take a strided forward pass's kept outputs from a folded spectrum of
 the decimated size, wherever the stride divides the transform's side. Each case is checked
 against the float64 oracle in all three passes, and asserts from the plan that it runs

@@ -191,12 +191,13 @@ class StreamingModel(keras.Model):
     head_vars = list(self.head.trainable_variables)
     trunk_vars = list(self.trunk.trainable_variables)
     one_tile = plan.tiles == 1
+    if not one_tile:  # streamed forward, outside the tape: nothing of the tiles is kept
+      z, source, plan = self._trunk_forward(x, training=True)
     with tf.GradientTape() as tape:
       if one_tile:
         sinks, _ = _run.run_tile(plan.tiling, (0,) * g.rank, source.read, g.input_dtype)
         z = sinks[g.output]
       else:
-        z, source, plan = self._trunk_forward(x, training=True)
         tape.watch(z)
       y_pred = self.head(z, training=True)
       loss = self.compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight)
