@@ -227,3 +227,32 @@ def test_mixed_precision_policy():
   plain = keras.Model(inp, head(trunk(inp)))
   plain.compile(loss=loss_fn)
   assert abs(model.evaluate(x, y, verbose=0) - plain.evaluate(x, y, verbose=0)) <= 1e-2
+
+
+def test_streamed_forward_runs_outside_the_gradient_tape(monkeypatch):
+  """The first forward keeps nothing of its tiles: it runs while no tape records, else
+  the step would hold every tile's activations."""
+  from tf_largeconv.stream import _run
+
+  depth, seen = [0], []
+  enter, leave, run = tf.GradientTape.__enter__, tf.GradientTape.__exit__, _run.run
+
+  def entered(self):
+    depth[0] += 1
+    return enter(self)
+
+  def left(self, *args):
+    depth[0] -= 1
+    return leave(self, *args)
+
+  def recorded_run(*args, **kwargs):
+    seen.append(depth[0])
+    return run(*args, **kwargs)
+
+  monkeypatch.setattr(tf.GradientTape, "__enter__", entered)
+  monkeypatch.setattr(tf.GradientTape, "__exit__", left)
+  monkeypatch.setattr(_run, "run", recorded_run)
+  model = stream.StreamingModel(plain_trunk(), classifier_head(8), tile=16)
+  model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(True))
+  model.streamed_gradients(_image((1, 40, 40, 3), "float32"), np.array([1]))
+  assert seen == [0]

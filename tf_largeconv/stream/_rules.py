@@ -22,7 +22,6 @@ Kinds of rule:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from collections.abc import Sequence
 from fractions import Fraction
@@ -297,7 +296,3 @@ class Reduce(Rule):
     if self.keepdims:
       y = tf.reshape(y, [tf.shape(y)[0]] + [1] * rank + [y.shape[-1]])
     return y
-
-
-def prod(values: Sequence[int]) -> int:
-  return math.prod(int(v) for v in values)
