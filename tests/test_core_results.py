@@ -21,6 +21,10 @@ def test_results_match_the_recorded_digests():
   assert len(got) > 2000  # every problem ran
   assert sorted(k for k in got if got[k] != want.get(k)) == []
   assert sorted(set(want) - set(got)) == []
+  # One thread or two, the same bits (docs/guide/semantics.md), small workspace limits too.
+  pairs = [(k, k.replace("-t1", "-t2", 1)) for k in got if "-t1" in k]
+  assert len(pairs) > 1000
+  assert [a for a, b in pairs if got[a] != got[b]] == []
 
 
 def test_differences_are_found():

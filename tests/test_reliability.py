@@ -27,13 +27,16 @@ CASES = [
   # conv3d: 3-D FFT tiles over several channels, and grouped, strided direct sums.
   ((2, 14, 15, 16, 2), (9, 9, 9, 2, 3), 1, "SAME", "fft"),
   ((2, 12, 13, 11, 4), (3, 3, 3, 2, 4), 2, "VALID", "direct"),
+  # A workspace limit small enough that more slots would leave room for fewer source
+  # channels per block of products (whose grouping sets the rounding).
+  ((2, 64, 64, 8), (15, 15, 8, 8), 1, "SAME", "fft", 1 << 17),
 ]
 
 
-def _conv(x, w, s, p, alg):
+def _conv(x, w, s, p, alg, limit=None):
   if len(w.shape) == 5:
-    return lc.conv3d(x, w, [1, s, s, s, 1], p, algorithm=alg)
-  return lc.conv2d(x, w, s, p, algorithm=alg)
+    return lc.conv3d(x, w, [1, s, s, s, 1], p, algorithm=alg, workspace_limit=limit)
+  return lc.conv2d(x, w, s, p, algorithm=alg, workspace_limit=limit)
 
 
 # Intra-op thread counts of the determinism children: serial, two, a count that divides
@@ -45,12 +48,12 @@ def _run_all(seed=0):
   """Forward and both gradients of every case, as numpy arrays."""
   rng = np.random.default_rng(seed)
   results = []
-  for x_shape, w_shape, s, p, alg in CASES:
+  for x_shape, w_shape, s, p, alg, *limit in CASES:
     x = tf.constant(rng.standard_normal(x_shape), tf.float32)
     w = tf.constant(rng.standard_normal(w_shape), tf.float32)
     with tf.GradientTape() as tape:
       tape.watch([x, w])
-      y = _conv(x, w, s, p, alg)
+      y = _conv(x, w, s, p, alg, *limit)
     dx, dw = tape.gradient(y, [x, w], output_gradients=tf.sin(y))
     results += [y.numpy(), dx.numpy(), dw.numpy()]
   return results
@@ -60,9 +63,11 @@ def _plans():
   """What the planner makes of every case with the current thread count (slots and blocks
   vary with it; the transform sizes must not)."""
   out = []
-  for x_shape, w_shape, s, p, alg in CASES:
+  for x_shape, w_shape, s, p, alg, *limit in CASES:
     strides = [1, s, s, s, 1] if len(w_shape) == 5 else s
-    plan = lc.plan(x_shape, w_shape, strides, p, algorithm=alg)
+    plan = lc.plan(
+      x_shape, w_shape, strides, p, algorithm=alg, workspace_limit=(limit or [None])[0]
+    )
     out.append(
       [plan.threads]
       + [
@@ -133,16 +138,16 @@ def test_eight_threads_at_once_match_serial():
   rng = np.random.default_rng(7)
   jobs = []
   for i in range(8):
-    x_shape, w_shape, s, p, alg = CASES[i % len(CASES)]
+    x_shape, w_shape, s, p, alg, *limit = CASES[i % len(CASES)]
     x = tf.constant(rng.standard_normal(x_shape), tf.float32)
     w = tf.constant(rng.standard_normal(w_shape), tf.float32)
-    jobs.append((x, w, s, p, alg))
+    jobs.append((x, w, s, p, alg, *limit))
 
   def work(job):
-    x, w, s, p, alg = job
+    x, w, s, p, alg, *limit = job
     with tf.GradientTape() as tape:
       tape.watch([x, w])
-      y = _conv(x, w, s, p, alg)
+      y = _conv(x, w, s, p, alg, *limit)
     dx, dw = tape.gradient(y, [x, w])
     return [y.numpy(), dx.numpy(), dw.numpy()]
 

@@ -1,7 +1,8 @@
-// The FFT's planning (cpu_fft.h): the transform size, chosen from the limit and the
-// geometry only (never the thread count), so results are bitwise identical whatever the
-// number of threads; blocks and slots, which do not change the arithmetic, then use the
-// threads the limit can pay for.
+// The FFT's planning (cpu_fft.h): the transform size and the source block that groups the
+// sums over source channels, chosen from the limit and the geometry only (never the thread
+// count), so results are bitwise identical whatever the number of threads; the other blocks
+// and the slots, which do not change the arithmetic, then use the threads the limit can
+// pay for.
 #include "cc/core/plan/cpu_fft.h"
 
 #include <algorithm>
@@ -290,8 +291,9 @@ bool FinishBlocks(const Cpu3dProblem& pb, int64_t slots, Fft3dConfig* c) {
 }
 
 // Spends the limit on parallelism: as many slots as useful, the largest blocks that fit,
-// unless one slot is faster by the model once the wake-up is counted. Slots and blocks do
-// not change the arithmetic, so this choice may depend on the thread count.
+// unless one slot is faster by the model once the wake-up is counted. Slots and blocks
+// other than the forward and input-gradient passes' source block do not change the
+// arithmetic, so they may depend on the thread count; that source block may not.
 template <class Pb>
 Status FftFinish(Pb& pb, typename Pb::Plan* p) {
   if (!pb.fft.found) return FftUnavailable(pb.limit, pb.fft.min_bytes, pb.pass);
@@ -304,16 +306,24 @@ Status FftFinish(Pb& pb, typename Pb::Plan* p) {
     trial->slots = std::max<int64_t>(1, std::min(slots, ParallelItems(g, pb.pass, *trial)));
     return true;
   };
+  // The forward and input-gradient passes sum their products over source channels
+  // in_block at a time (MacSources, cpu/fft_products.h), so in_block sets the rounding: it
+  // is the one slot's, which depends on the limit and the geometry only, and more slots are
+  // taken only where their blocks keep it.
+  auto one = best;
+  const bool one_fits = finished(1, &one);
+  const auto same_sums = [&](const std::decay_t<decltype(best)>& trial) {
+    return WritesFilter(pb.pass) || !one_fits || trial.in_block == one.in_block;
+  };
   auto c = best;
   for (int64_t slots = pb.threads; slots >= 1; --slots) {
     auto trial = best;
-    if (finished(slots, &trial)) {
+    if (finished(slots, &trial) && same_sums(trial)) {
       c = trial;
       break;
     }
   }
-  auto one = best;
-  if (c.slots > 1 && finished(1, &one) &&
+  if (c.slots > 1 && one_fits &&
       LongestRunCost(g, pb.pass, one, 1) <
           LongestRunCost(g, pb.pass, c, c.slots) + kSlotStartSeconds) {
     c = one;
