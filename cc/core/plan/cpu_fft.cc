@@ -1,8 +1,8 @@
 // The FFT's planning (cpu_fft.h): the transform size and the source block that groups the
-// sums over source channels, chosen from the limit and the geometry only (never the thread
-// count), so results are bitwise identical whatever the number of threads; the other blocks
-// and the slots, which do not change the arithmetic, then use the threads the limit can
-// pay for.
+// sums over source channels, chosen from the limit and the geometry for a fixed reference
+// parallelism (never the thread count), so results are bitwise identical whatever the
+// number of threads; the other blocks and the slots, which do not change the arithmetic,
+// then use the threads the limit can pay for.
 #include "cc/core/plan/cpu_fft.h"
 
 #include <algorithm>
@@ -308,21 +308,35 @@ Status FftFinish(Pb& pb, typename Pb::Plan* p) {
   };
   // The forward and input-gradient passes sum their products over source channels
   // in_block at a time (MacSources, cpu/fft_products.h), so in_block sets the rounding: it
-  // is the one slot's, which depends on the limit and the geometry only, and more slots are
-  // taken only where their blocks keep it.
-  auto one = best;
-  const bool one_fits = finished(1, &one);
-  const auto same_sums = [&](const std::decay_t<decltype(best)>& trial) {
-    return WritesFilter(pb.pass) || !one_fits || trial.in_block == one.in_block;
+  // is fixed as the transform size is, for kReferenceSlots slots (or one where those do
+  // not fit), from the limit and the geometry only. Any slot count whose blocks leave room
+  // for it then takes it.
+  int64_t source_block = 0;  // 0: not fixed (the filter pass, or no fit)
+  if (!WritesFilter(pb.pass)) {
+    for (const int64_t slots : {kReferenceSlots, int64_t{1}}) {
+      auto trial = best;
+      if (finished(slots, &trial)) {
+        source_block = trial.in_block;
+        break;
+      }
+    }
+  }
+  const auto keep_sums = [&](std::decay_t<decltype(best)>* trial) {
+    if (source_block == 0) return true;
+    if (trial->in_block < source_block) return false;
+    trial->in_block = source_block;  // smaller than what fits: still fits
+    return true;
   };
   auto c = best;
   for (int64_t slots = pb.threads; slots >= 1; --slots) {
     auto trial = best;
-    if (finished(slots, &trial) && same_sums(trial)) {
+    if (finished(slots, &trial) && keep_sums(&trial)) {
       c = trial;
       break;
     }
   }
+  auto one = best;
+  const bool one_fits = finished(1, &one) && keep_sums(&one);
   if (c.slots > 1 && one_fits &&
       LongestRunCost(g, pb.pass, one, 1) <
           LongestRunCost(g, pb.pass, c, c.slots) + kSlotStartSeconds) {
