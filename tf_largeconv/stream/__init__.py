@@ -41,6 +41,7 @@ from tf_largeconv.stream import _run
 from tf_largeconv.stream._layers import register_pointwise
 from tf_largeconv.stream._plan import DEFAULT_MEMORY_LIMIT
 from tf_largeconv.stream._report import StreamPlan
+from tf_largeconv.stream._report import plan_for
 from tf_largeconv.stream._source import Source
 from tf_largeconv.stream._train import StreamingModel
 
@@ -50,15 +51,8 @@ def _prepare(
 ) -> tuple[Any, Source, StreamPlan]:
   _plan.check_tile(tile, memory_limit)
   graph = _graph.build(model, up_to)
-  source = Source(image, graph.rank, graph.input_channels)
-  geometry = _plan.Geometry(graph, source.shape[1:-1])
-  limit = DEFAULT_MEMORY_LIMIT if memory_limit is None else int(memory_limit)
-  itemsize = max(graph.input_dtype.size, 4)
-  batch = source.shape[0]
-  if tile is None:
-    tile = _plan.choose_tile(geometry, limit, batch, itemsize)
-  tiling = _plan.Tiling(geometry, geometry.tile_out(int(tile)))
-  return graph, source, StreamPlan(tiling, source.shape, int(tile), limit, batch, itemsize)
+  source = Source(image, graph.rank, graph.channels[0])
+  return graph, source, plan_for(graph, source.shape, tile, memory_limit)
 
 
 def plan(

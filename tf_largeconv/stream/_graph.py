@@ -38,7 +38,6 @@ class Graph:
     self.output = 0
     self.input_dtype: tf.DType = tf.float32
     self.out_dtype: Any = None
-    self.input_channels: int | None = None
     self.rank = 0
     self.spatial: dict[int, bool] = {0: True}
     self.channels: dict[int, int | None] = {}
@@ -181,7 +180,6 @@ def build(model: Any, up_to: str | None = None) -> Graph:
     )
   graph.input_dtype = tf.as_dtype(inp.dtype)
   graph.out_dtype = tf.as_dtype(out.dtype).as_numpy_dtype
-  graph.input_channels = inp.shape[-1]
   graph.channels[0] = inp.shape[-1]
   builder = _Builder(graph)
   graph.output = builder.value(out, {id(inp): 0}, 0)

@@ -174,6 +174,19 @@ class Tiling:
     return done / whole - 1.0
 
 
+def _bytes(tiling: Tiling, v: int, spans: Sequence[Range] | None, batch: int, itemsize: int) -> int:
+  """Bytes of value `v` over `spans` (none: 0)."""
+  if spans is None:
+    return 0
+  c = tiling.geometry.graph.channels.get(v) or 1
+  return batch * c * itemsize * math.prod(max(b - a, 0) for a, b in spans)
+
+
+def _padded(step: Any, out_spans: Sequence[Range]) -> list[Range]:
+  """The input window, padding included, a windowed step reads for `out_spans`."""
+  return [step.rule.needs(i, a, b) for i, (a, b) in enumerate(out_spans)]
+
+
 def peak_bytes(tiling: Tiling, index: Sequence[int], batch: int, itemsize: int) -> int:
   """What the tile `index` holds at its peak: the values alive after each step (freed
   after their last reader), plus the step's output, a temporary of that size and, for a
@@ -181,11 +194,8 @@ def peak_bytes(tiling: Tiling, index: Sequence[int], batch: int, itemsize: int) 
   g = tiling.geometry
   steps, last_use = g.spatial_steps, g.last_use
 
-  def nbytes(v: int, spans: list[Range] | None) -> int:
-    if spans is None:
-      return 0
-    c = g.graph.channels.get(v) or 1
-    return batch * c * itemsize * math.prod(max(b - a, 0) for a, b in spans)
+  def nbytes(v: int, spans: Sequence[Range] | None) -> int:
+    return _bytes(tiling, v, spans, batch, itemsize)
 
   live = {0: 2 * nbytes(0, tiling.window(index, 0))}  # the read window and its tensor
   peak = live[0]
@@ -197,11 +207,7 @@ def peak_bytes(tiling: Tiling, index: Sequence[int], batch: int, itemsize: int) 
     # padded copy of its input.
     temp = out
     if out_spans is not None and step.kind not in ("pointwise", "reduce"):
-      padded = [
-        step.rule.needs(i, a, b)  # type: ignore[union-attr]
-        for i, (a, b) in enumerate(out_spans)
-      ]
-      temp += nbytes(step.inputs[0], padded)
+      temp += nbytes(step.inputs[0], _padded(step, out_spans))
     peak = max(peak, sum(live.values()) + temp + out)
     if out_spans is not None:
       live[step.output] = out
@@ -218,17 +224,12 @@ def train_peak_bytes(tiling: Tiling, index: Sequence[int], batch: int, itemsize:
   g = tiling.geometry
   kept, largest = 0, 0
   for v in [0] + [s.output for s in g.spatial_steps]:
-    spans = tiling.window(index, v)
-    if spans is None:
-      continue
-    n = batch * (g.graph.channels.get(v) or 1) * itemsize * math.prod(b - a for a, b in spans)
+    n = _bytes(tiling, v, tiling.window(index, v), batch, itemsize)
     kept, largest = kept + n, max(largest, n)
   for step in g.spatial_steps:
     out_spans = tiling.window(index, step.output)
     if out_spans is not None and step.kind not in ("pointwise", "reduce"):
-      c = g.graph.channels.get(step.inputs[0]) or 1
-      needs = [step.rule.needs(i, a, b) for i, (a, b) in enumerate(out_spans)]  # type: ignore[union-attr]
-      kept += batch * c * itemsize * math.prod(b - a for a, b in needs)
+      kept += _bytes(tiling, step.inputs[0], _padded(step, out_spans), batch, itemsize)
   return int(kept + 2 * largest)
 
 

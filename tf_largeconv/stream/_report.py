@@ -83,3 +83,18 @@ class StreamPlan:
     return "\n".join(rows)
 
   __repr__ = __str__
+
+
+def plan_for(
+  graph: Any, shape: tuple[int, ...], tile: int | None, memory_limit: int | None, peak: Any = None
+) -> StreamPlan:
+  """The plan of `graph` over a batch of `shape` (batch, *spatial, channels): `tile`, or
+  the largest whose tiles' `peak` (default `_plan.peak_bytes`) fits `memory_limit` (default
+  `_plan.DEFAULT_MEMORY_LIMIT`)."""
+  geometry = _plan.Geometry(graph, shape[1:-1])
+  limit = _plan.DEFAULT_MEMORY_LIMIT if memory_limit is None else int(memory_limit)
+  itemsize = max(graph.input_dtype.size, 4)
+  if tile is None:
+    tile = _plan.choose_tile(geometry, limit, shape[0], itemsize, peak)
+  tiling = _plan.Tiling(geometry, geometry.tile_out(int(tile)))
+  return StreamPlan(tiling, tuple(shape), int(tile), limit, shape[0], itemsize, peak)

@@ -60,7 +60,10 @@ def _pad(x: tf.Tensor, pads: Sequence[tuple[int, int]], value: float) -> tf.Tens
   return tf.pad(x, [[0, 0], *[list(p) for p in pads], [0, 0]], constant_values=value)
 
 
-def _crop(x: tf.Tensor, starts: Sequence[int], lengths: Sequence[int]) -> tf.Tensor:
+def crop(x: tf.Tensor, starts: Sequence[int], lengths: Sequence[int]) -> tf.Tensor:
+  """x's spatial window of `lengths` from `starts` (x itself when that is all of it)."""
+  if all(s == 0 and n == m for s, n, m in zip(starts, lengths, x.shape[1:-1])):
+    return x
   index = (slice(None),) + tuple(slice(s, s + n) for s, n in zip(starts, lengths)) + (Ellipsis,)
   return x[index]
 
@@ -224,7 +227,7 @@ class Upsample(Rule):
   def run(self, inputs: list[tf.Tensor], spans: Sequence[Span]) -> tf.Tensor:
     y = self.call(inputs[0])
     starts = [sp.a - sp.lo_in * f for sp, f in zip(spans, self.factors)]
-    return _crop(y, starts, [sp.b - sp.a for sp in spans])
+    return crop(y, starts, [sp.b - sp.a for sp in spans])
 
 
 class Transpose(_Kernel):
@@ -269,7 +272,7 @@ class Transpose(_Kernel):
   def run(self, inputs: list[tf.Tensor], spans: Sequence[Span]) -> tf.Tensor:
     y = self.call(_pad(inputs[0], [sp.pads for sp in spans], 0.0))
     starts = [sp.a - (sp.lo * s - bf) for sp, s, bf in zip(spans, self.strides, self.before)]
-    return _crop(y, starts, [sp.b - sp.a for sp in spans])
+    return crop(y, starts, [sp.b - sp.a for sp in spans])
 
 
 class Reduce(Rule):

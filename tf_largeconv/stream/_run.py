@@ -20,10 +20,8 @@ Reader = Callable[[Sequence[Range]], np.ndarray]
 
 
 def _crop(x: tf.Tensor, starts: Sequence[int], spans: Sequence[Range]) -> tf.Tensor:
-  if all(a == s and b - a == n for s, (a, b), n in zip(starts, spans, x.shape[1:-1])):
-    return x
-  index = (slice(None),) + tuple(slice(a - s, b - s) for s, (a, b) in zip(starts, spans))
-  return x[index + (Ellipsis,)]
+  """The part [a, b) per axis of a window that starts at `starts`."""
+  return _rules.crop(x, [a - s for s, (a, _) in zip(starts, spans)], [b - a for a, b in spans])
 
 
 def run_tile(

@@ -27,6 +27,7 @@ from tf_largeconv.stream import _graph
 from tf_largeconv.stream import _plan
 from tf_largeconv.stream import _run
 from tf_largeconv.stream._report import StreamPlan
+from tf_largeconv.stream._report import plan_for
 from tf_largeconv.stream._source import Source
 
 STOCHASTIC = (
@@ -121,30 +122,27 @@ class StreamingModel(keras.Model):
     shape = tuple(int(n) for n in shape)
     key = shape + (int(training),)
     if key not in self._plans:
-      g = self._stream_graph
-      geometry = _plan.Geometry(g, shape[1:-1])
-      limit = _plan.DEFAULT_MEMORY_LIMIT if self.memory_limit is None else self.memory_limit
-      itemsize = max(g.input_dtype.size, 4)
       peak = _plan.train_peak_bytes if training else _plan.peak_bytes
-      tile = self.tile or _plan.choose_tile(geometry, limit, shape[0], itemsize, peak)
-      tiling = _plan.Tiling(geometry, geometry.tile_out(tile))
-      self._plans[key] = StreamPlan(tiling, shape, tile, limit, shape[0], itemsize, peak)
+      self._plans[key] = plan_for(self._stream_graph, shape, self.tile, self.memory_limit, peak)
     return self._plans[key]
 
-  def _trunk_forward(self, x: Any, training: bool) -> tuple[tf.Tensor, Source, StreamPlan]:
+  def _batch(self, x: Any, training: bool) -> tuple[Source, StreamPlan]:
     g = self._stream_graph
-    source = Source(x, g.rank, g.input_channels)
+    source = Source(x, g.rank, g.channels[0])
     if source.layout != "batched":
       raise ValueError(f"x must be a batch (batch, *spatial, channels), got shape {source.shape}")
-    plan = self.plan(source.shape, training)
+    return source, self.plan(source.shape, training)
+
+  def _trunk_forward(self, source: Source, plan: StreamPlan) -> tf.Tensor:
+    """The trunk's output, streamed tile by tile into one buffer."""
+    g = self._stream_graph
     sizes = plan.tiling.geometry.out_sizes
     out = _arrays.aligned_empty((source.shape[0], *sizes, g.channels[g.output] or 1), g.out_dtype)
     _run.run(plan.tiling, source.read, g.input_dtype, source.writer(out))
-    return _arrays.as_tensor(out), source, plan  # the same memory, not a copy
+    return _arrays.as_tensor(out)  # the same memory, not a copy
 
   def call(self, x: Any, training: bool | None = None) -> Any:
-    z, _, _ = self._trunk_forward(x, training=False)
-    return self.head(z, training=training)
+    return self.head(self._trunk_forward(*self._batch(x, training=False)), training=training)
 
   def compute_output_spec(self, x: Any, training: bool | None = None) -> Any:
     return self.head.compute_output_spec(self.trunk.compute_output_spec(x))
@@ -186,13 +184,12 @@ class StreamingModel(keras.Model):
     runs once under the tape (nothing to recompute)."""
     check_trunk(self.trunk, self._stream_graph)
     g = self._stream_graph
-    source = Source(x, g.rank, g.input_channels)
-    plan = self.plan(source.shape, training=True)
+    source, plan = self._batch(x, training=True)
     head_vars = list(self.head.trainable_variables)
     trunk_vars = list(self.trunk.trainable_variables)
     one_tile = plan.tiles == 1
     if not one_tile:  # streamed forward, outside the tape: nothing of the tiles is kept
-      z, source, plan = self._trunk_forward(x, training=True)
+      z = self._trunk_forward(source, plan)
     with tf.GradientTape() as tape:
       if one_tile:
         sinks, _ = _run.run_tile(plan.tiling, (0,) * g.rank, source.read, g.input_dtype)
