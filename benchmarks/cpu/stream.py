@@ -244,15 +244,6 @@ def memory(size, scratch, timeout):
   return dict(streamed=streamed, untiled=untiled)
 
 
-def _worker_report(dask_worker):
-  return dict(
-    limit=dask_worker.memory_manager.memory_limit,
-    peak=max(dask_worker.monitor.quantities["memory"]),
-    spilled=dask_worker.data.cumulative_metrics.get(("disk-write", "count"), 0),
-    pid=os.getpid(),
-  )
-
-
 def cluster(size, scratch, workers, worker_limit, tile_limit):
   """The network over a --cluster-size^2 x 3 zarr slide on a LocalCluster of `workers`
   processes x 1 thread with `worker_limit` bytes each, by `stream.to_dask` into zarr:
@@ -262,6 +253,7 @@ def cluster(size, scratch, workers, worker_limit, tile_limit):
   import distributed
   import zarr
 
+  from benchmarks.cpu import slide as slide_bench
   from tf_largeconv import stream
   from tf_largeconv.dask import open_slide
 
@@ -269,7 +261,6 @@ def cluster(size, scratch, workers, worker_limit, tile_limit):
   path = _slide(size, scratch)
   slide = open_slide(path, chunk=2048)
   out_path = os.path.join(scratch, f"stream_cluster_out_{size}.zarr")
-  start = time.perf_counter()
   with (
     dask.config.set({"distributed.admin.system-monitor.interval": "100ms"}),
     distributed.LocalCluster(
@@ -282,13 +273,10 @@ def cluster(size, scratch, workers, worker_limit, tile_limit):
     ) as c,
     distributed.Client(c) as client,
   ):
-    before = client.run(_worker_report)
     lazy = stream.to_dask(model, slide, memory_limit=tile_limit)
     p = stream.plan(model, slide, memory_limit=tile_limit)
-    lazy.to_zarr(out_path, overwrite=True)
-    after = client.run(_worker_report)
-  seconds = time.perf_counter() - start
-  restarted = sum(after[a]["pid"] != before.get(a, {}).get("pid") for a in after)
+    run = slide_bench._run_on_cluster(client, lambda: lazy.to_zarr(out_path, overwrite=True))
+  found = run["workers"].values()
   r0, n = size // 2, 256
   crop = zarr.open_array(path, mode="r")[r0 - 128 : r0 + n + 128, r0 - 128 : r0 + n + 128]
   want = stream.predict(model, crop[None], tile=p.tile)[0, 64 : 64 + n // 2, 64 : 64 + n // 2]
@@ -302,10 +290,10 @@ def cluster(size, scratch, workers, worker_limit, tile_limit):
     tile=p.tile,
     tiles=p.tiles,
     plan_peak=p.peak_bytes,
-    seconds=seconds,
-    peaks=[r["peak"] for r in after.values()],
-    spilled=sum(r["spilled"] for r in after.values()),
-    restarted=restarted,
+    seconds=run["seconds"],
+    peaks=[w["peak_bytes"] for w in found],
+    spilled=sum(w["spills"] for w in found),
+    restarted=sum(w["restarted"] for w in found) + len(run["lost_workers"]),
     max_rel_error=float(np.abs(got - want).max() / np.abs(want).max()),
   )
 
