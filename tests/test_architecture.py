@@ -136,3 +136,43 @@ def test_core_structs_are_short():
         if end - i + 1 > 250:
           long[f"{path}:{head.group(2)}"] = end - i + 1
   assert long == {}
+
+
+def _algorithm_names(text):
+  """The names given to Algorithm constants in a C++ text: `Algorithm kAlgorithm{"fft"}`,
+  `kGpuFft{"fft"}`."""
+  return re.findall(r'\bk\w+\{"(\w+)"\}', text)
+
+
+def test_algorithms_are_named_once():
+  """The project's algorithms are the CPU's descriptors (ARCHITECTURE.md, "An algorithm"):
+  each names itself in its own header, the bindings export exactly those names, in the
+  list's order, and no other file of the core names one, but the GPU's constants."""
+  from tf_largeconv import _core
+
+  plan = os.path.join(CORE, "plan")
+  with open(os.path.join(plan, "cpu_algorithms.h")) as src:
+    listed = re.search(r"CpuAlgorithms = AlgorithmList<([^>]*)>", src.read()).group(1)
+  named = {}
+  for f in sorted(os.listdir(plan)):
+    with open(os.path.join(plan, f)) as src:
+      for struct, name in re.findall(
+        r'struct (\w+) \{\s*static constexpr Algorithm kAlgorithm\{"(\w+)"\}', src.read()
+      ):
+        named[struct] = name
+  order = [named[s.strip()] for s in listed.split(",")]
+  assert tuple(_core.ALGORITHMS) == ("auto", *order)
+  assert order[0] == "direct" and len(order) >= 3
+
+  elsewhere = {}
+  for path in _core_files():
+    if path.startswith("plan/cpu_") or path == "cuda/fft_plan.h":
+      continue
+    with open(os.path.join(CORE, path)) as src:
+      names = _algorithm_names(src.read())
+    if names:
+      elsewhere[path] = names
+  assert elsewhere == {}
+  with open(os.path.join(CORE, "cuda", "fft_plan.h")) as src:
+    gpu = _algorithm_names(src.read())
+  assert gpu and set(gpu) <= set(order)

@@ -18,6 +18,7 @@
 #include "cc/core/common/status.h"
 #include "cc/core/common/vocabulary.h"
 #include "cc/core/cuda/fft_plan.h"
+#include "cc/core/plan/cpu_algorithms.h"
 #include "cc/core/plan/plan.h"
 
 namespace py = pybind11;
@@ -117,7 +118,18 @@ inline std::vector<std::string> DtypeNames(bool gpu = false) {
   return names;
 }
 
-// The algorithms' names, from the vocabulary: the modules export them as ALGORITHMS.
+// Whether `a` is one of the project's algorithms (the one list, plan/cpu_algorithms.h).
+constexpr bool Listed(Algorithm a) {
+  for (Algorithm b : kAlgorithms) {
+    if (a == b) return true;
+  }
+  return false;
+}
+static_assert(Listed(cuda::kGpuDirect) && Listed(cuda::kGpuFft) && Listed(cuda::kCudnn),
+              "the GPU's algorithms are the project's");
+
+// The algorithms' names, 'auto' first, from the one list (plan/cpu_algorithms.h): the
+// modules export them as ALGORITHMS.
 inline std::vector<std::string> AlgorithmNames() {
   std::vector<std::string> names;
   for (Algorithm a : kAlgorithms) names.push_back(AlgorithmName(a));
@@ -146,7 +158,7 @@ inline DtypeInfo InfoOf(const std::string& dtype, bool gpu = false) {
 inline int RealBytes(const std::string& dtype) { return InfoOf(dtype, true).real_bytes; }
 
 inline Algorithm AlgorithmFrom(const std::string& algorithm) {
-  Algorithm a = Algorithm::kAuto;
+  Algorithm a;
   ThrowIfError(ParseAlgorithm(algorithm, &a));
   return a;
 }
@@ -159,7 +171,7 @@ py::dict PlanFields(const Plan& p) {
   d["algorithm"] = AlgorithmName(p.algorithm);
   d["workspace_bytes"] = p.workspace_bytes;
   for (Algorithm a : kAlgorithms) {  // cost_direct, cost_fft, ...: < 0 where it cannot run
-    if (a != Algorithm::kAuto) d[("cost_" + std::string(AlgorithmName(a))).c_str()] = p.costs[a];
+    if (a != kAutoAlgorithm) d[("cost_" + std::string(AlgorithmName(a))).c_str()] = p.costs[a];
   }
   return d;
 }
@@ -168,7 +180,7 @@ py::dict PlanFields(const Plan& p) {
 template <class Plan>
 py::dict PlanDict(const Plan& p) {
   py::dict d = PlanFields(p);
-  if (p.algorithm == Algorithm::kFft) {
+  if (p.algorithm == FftAlgorithm::kAlgorithm) {
     d["fft"] = py::make_tuple(p.fft.fft_h, p.fft.fft_w);
     d["tile"] = py::make_tuple(p.fft.tiling.tile_h, p.fft.tiling.tile_w);
     d["tiles"] = py::make_tuple(p.fft.tiling.tiles_h, p.fft.tiling.tiles_w);
@@ -192,7 +204,7 @@ py::list CudaPlansOf(const Geometry& g, const std::string& algorithm, int64_t wo
     ThrowIfError(Planner{}(g, pass, a, rb, workspace_limit, &p));
     py::dict d = k3d ? PlanFields(p) : PlanDict(p);
     d["tf_faster"] = cuda::TfFaster(p);
-    if (p.algorithm == Algorithm::kFft) {
+    if (p.algorithm == cuda::kGpuFft) {
       const cuda::FftModelTerms& m = p.fft_terms;
       d["fft_terms"] = py::make_tuple(m.transform_bytes, m.product_bytes, m.launches);
       if (k3d) {

@@ -194,7 +194,7 @@ py::list PlansOf(const G& g, const PlanRequest& req, const Describe& describe,
     const auto p = Plan(g, pass, req);
     py::dict d = describe(p);
     d["flops"] = p.flops;
-    if (p.algorithm == Algorithm::kFft) fft_fields(p, d);
+    if (p.algorithm == FftAlgorithm::kAlgorithm) fft_fields(p, d);
     out.append(d);
   }
   return out;

@@ -13,6 +13,7 @@
 #include "cc/core/common/geometry.h"
 #include "cc/core/common/memory.h"
 #include "cc/core/conv.h"
+#include "cc/core/plan/cpu_algorithms.h"
 #include "cc/core/plan/plan.h"
 #include "cc/tf/attrs.h"
 #include "cc/tf/workspace_pool.h"

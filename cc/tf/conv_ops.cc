@@ -7,6 +7,7 @@
 #include "cc/core/common/dtypes.h"
 #include "cc/core/common/geometry.h"
 #include "cc/core/common/vocabulary.h"
+#include "cc/core/plan/cpu_algorithms.h"
 #include "cc/tf/attrs.h"
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
@@ -253,12 +254,12 @@ std::string DtypeAttr() {
   return "T: {" + words + "}";
 }
 
-// The algorithm attribute, from the vocabulary: every algorithm but TF's own kernels, which
-// only the Python layer can run.
+// The algorithm attribute, from the one list (plan/cpu_algorithms.h): every algorithm but TF's own
+// kernels, which only the Python layer can run.
 std::string AlgorithmAttr() {
   std::string words;
   for (Algorithm a : kAlgorithms) {
-    if (a == Algorithm::kTf) continue;
+    if (a == TfAlgorithm::kAlgorithm) continue;
     words += (words.empty() ? "'" : ", '") + std::string(AlgorithmName(a)) + "'";
   }
   return "algorithm: {" + words + "} = 'auto'";

@@ -10,7 +10,6 @@
 #include <string>
 
 #include "cc/core/common/hd.h"
-#include "cc/core/common/status.h"
 
 namespace largeconv {
 
@@ -65,17 +64,34 @@ inline const char* PassName(ConvPass p) {
 
 // --- Algorithms --------------------------------------------------------------------------
 
-// kTf: TensorFlow's own tf.nn.conv2d kernels. Only the Python layer can run them, so only
-// a request with allow_tf (made there, for configurations TF's CPU kernels support) may be
-// planned onto them; the op itself never is.
-enum class Algorithm { kAuto, kDirect, kFft, kTf };
-constexpr Algorithm kAlgorithms[] = {Algorithm::kAuto, Algorithm::kDirect, Algorithm::kFft,
-                                     Algorithm::kTf};
+// An algorithm, known by the name the Python API and the plans spell it. Which algorithms
+// exist is said in one place, the CPU's list of descriptors (CpuAlgorithms,
+// plan/cpu_algorithms.h), where each descriptor carries its name as kAlgorithm; the GPU
+// offers some of them (GpuAlgorithms, cuda/algorithms.h). The default, kAutoAlgorithm,
+// asks a planner to choose. An Algorithm holds a pointer to its descriptor's name, never to
+// text that may go away (ParseAlgorithm returns the listed one).
+class Algorithm {
+ public:
+  constexpr Algorithm() = default;
+  constexpr explicit Algorithm(const char* name) : name_(name) {}
+  constexpr const char* name() const { return name_; }
 
-inline const char* AlgorithmName(Algorithm a) {
-  constexpr const char* kNames[] = {"auto", "direct", "fft", "tf"};
-  return kNames[static_cast<int>(a)];
-}
+  friend constexpr bool operator==(Algorithm a, Algorithm b) { return Compare(a, b) == 0; }
+  friend constexpr bool operator!=(Algorithm a, Algorithm b) { return Compare(a, b) != 0; }
+  friend constexpr bool operator<(Algorithm a, Algorithm b) { return Compare(a, b) < 0; }
+
+ private:
+  // The names' order, character by character.
+  static constexpr int Compare(Algorithm a, Algorithm b) {
+    const char *x = a.name_, *y = b.name_;
+    while (*x != 0 && *x == *y) ++x, ++y;
+    return *x == *y ? 0 : static_cast<unsigned char>(*x) < static_cast<unsigned char>(*y) ? -1 : 1;
+  }
+  const char* name_ = "auto";
+};
+constexpr Algorithm kAutoAlgorithm{};
+
+inline const char* AlgorithmName(Algorithm a) { return a.name(); }
 
 // "'auto', 'direct' or 'fft'": the names of `algorithms`, for messages.
 template <class Algorithms>
@@ -89,18 +105,6 @@ std::string AlgorithmChoices(const Algorithms& algorithms) {
     ++i;
   }
   return out;
-}
-
-// Sets *out when `s` names an algorithm.
-inline Status ParseAlgorithm(const std::string& s, Algorithm* out) {
-  for (Algorithm a : kAlgorithms) {
-    if (s == AlgorithmName(a)) {
-      *out = a;
-      return OkStatus();
-    }
-  }
-  return InvalidArgument("algorithm must be " + AlgorithmChoices(kAlgorithms) + ", got '" + s +
-                         "'");
 }
 
 constexpr int64_t kDefaultWorkspaceLimit = int64_t{64} << 20;  // 64 MiB

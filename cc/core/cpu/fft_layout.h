@@ -18,12 +18,13 @@
 namespace largeconv {
 namespace fft_internal {
 
-// How a pass's workspace is carved up for a configuration (FftWorkspaceBytes: its total).
+// How a pass's workspace is carved up for a configuration (FftWorkspaceBytes: its total):
+// by what the pass writes (WritesFilter), not by which pass it is.
 inline Layout MakeLayout(const ConvGeometry& g, ConvPass pass, const FftConfig& c, int rb) {
   Layout l;
   l.bins = c.fft_h * (c.fft_w / 2 + 1);
   l.real_planes = c.vec_block;
-  if (pass == ConvPass::kBackpropFilter) {
+  if (WritesFilter(pass)) {
     // Per slot: the unit's accumulators, then one sweep's out_backprop and input spectra
     // (with one group, vec_block tiles of each channel; see FilterGradient), for each of
     // vb batched groups.

@@ -57,7 +57,7 @@ struct GpuPlanning {
 
 // The direct tile kernels: run every pass.
 struct GpuDirectAlgorithm : GpuPlanning<GpuDirectAlgorithm> {
-  static constexpr Algorithm kAlgorithm = Algorithm::kDirect;
+  static constexpr Algorithm kAlgorithm = kGpuDirect;
   static constexpr bool kNeedsProducts = false;
 
   template <typename T, class G, class Runner>
@@ -70,7 +70,7 @@ struct GpuDirectAlgorithm : GpuPlanning<GpuDirectAlgorithm> {
 // The FFT path (fft_pipeline.h): needs a transform library, except on a pass without
 // products (which the direct kernels run).
 struct GpuFftAlgorithm : GpuPlanning<GpuFftAlgorithm> {
-  static constexpr Algorithm kAlgorithm = Algorithm::kFft;
+  static constexpr Algorithm kAlgorithm = kGpuFft;
   static constexpr bool kNeedsProducts = true;
 
   template <typename T, class G, class Runner>

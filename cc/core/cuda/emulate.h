@@ -125,7 +125,7 @@ Status PlanEmulatedPass(const Geometry& g, ConvPass pass, Algorithm algorithm, i
 }
 
 // Plans a pass as the device does and runs it through the emulated kernels: algorithm
-// kAuto, kDirect or kFft. Returns OK or the planner's error.
+// kAutoAlgorithm, kGpuDirect or kGpuFft. Returns OK or the planner's error.
 template <typename T, class Geometry>
 Status EmulateCudaPass(const Geometry& g, ConvPass pass, Algorithm algorithm, const T* a,
                        const T* b, T* out, int64_t workspace_limit) {

@@ -103,8 +103,8 @@ CacheFor<Geometry>& Plans() {
 template <class Geometry>
 Status PlanUncached(const Geometry& g, ConvPass pass, Algorithm algorithm, int real_bytes,
                     int64_t workspace_limit, CudaPlan* plan) {
-  const std::string status = algorithm == Algorithm::kDirect ? "" : CufftStatus();
-  if (algorithm == Algorithm::kDirect || !status.empty()) {
+  const std::string status = algorithm == kGpuDirect ? "" : CufftStatus();
+  if (algorithm == kGpuDirect || !status.empty()) {
     return PlanGpuPass(g, pass, algorithm, real_bytes, workspace_limit, nullptr, status, plan);
   }
   const WorkBytesFn work = [](const TransformShape& s, Status* error) {

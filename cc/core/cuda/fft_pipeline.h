@@ -427,7 +427,7 @@ struct ReadFilter {
   }
 };
 
-// Runs a planned FFT pass (plan.algorithm == kFft) through `run`:
+// Runs a planned FFT pass (plan.algorithm == kGpuFft) through `run`:
 //   run.ForEach(count, functor)               functor(i) for i in [0, count), i an int32_t
 //                                             when count < kNarrowCount, else an int64_t
 //   run.Transform(shape, data, work)          in place, unnormalised, `work` its work area

@@ -56,8 +56,8 @@ static_assert(DivisorsAgree(), "Divisor disagrees with the plain division");
 // by the spectrum products, and a cost per launch (FftTerms). Fitted to the FFT steps of
 // every bench case the path runs (16 on an H200, 6 of them also on an H100, three also
 // under a tenth to a third of their workspace) after the row kernels (fft_pipeline.h):
-//   python -m benchmarks.gpu.fft_steps --fit \
-//       benchmarks/results/gpu/fft_steps_h200_2026-11-27c_rows.json \
+//   python -m benchmarks.gpu.fft_steps --fit FILES, the FILES being
+//       benchmarks/results/gpu/fft_steps_h200_2026-11-27c_rows.json and
 //       benchmarks/results/gpu/fft_steps_h100_2026-11-27c_same.json
 // Model / measured 0.73-1.24 (0.56-1.53 under the rates fitted before the element kernels'
 // divisors and row kernels).
@@ -385,7 +385,7 @@ FftSearch<GpuFftConfig> SearchSizes(const Conv3dGeometry& g, ConvPass pass, cons
 template <>
 template <class G>
 double GpuPlanning<GpuFftAlgorithm>::Cost(GpuProblem<G>& pb, CudaPlan* p) {
-  if (pb.requested == Algorithm::kDirect || pb.g.no_products()) return -1;
+  if (pb.requested == kGpuDirect || pb.g.no_products()) return -1;
   const G& g = pb.g;
   const ConvPass pass = pb.pass;
   std::vector<FftSize> refused;
@@ -398,7 +398,7 @@ double GpuPlanning<GpuFftAlgorithm>::Cost(GpuProblem<G>& pb, CudaPlan* p) {
   pb.min_bytes = search.min_bytes;
   pb.found = search.found;
   for (int attempt = 0; pb.found; ++attempt) {
-    if (pb.requested == Algorithm::kAuto && search.cost >= p->costs[Algorithm::kDirect]) {
+    if (pb.requested == kAutoAlgorithm && search.cost >= p->costs[kGpuDirect]) {
       pb.found = false;
       return search.cost;
     }
@@ -452,7 +452,7 @@ Status PlanOf(const G& g, ConvPass pass, Algorithm algorithm, int real_bytes, in
                    fft_unavailable};
   CudaPlan p;
   p.pass = pass;
-  p.costs[Algorithm::kTf] = CudnnSeconds(g);
+  p.costs[kCudnn] = CudnnSeconds(g);
   LC_RETURN_IF_ERROR(PlanWithAlgorithms<GpuAlgorithms>("on the GPU", pb, &p));
   *plan = p;
   return OkStatus();

@@ -88,15 +88,21 @@ struct FftModelTerms {
   double transform_bytes = 0, product_bytes = 0, launches = 0;
 };
 
+// The GPU's algorithms, by the names the project's one list gives them (CpuAlgorithms,
+// plan/cpu_algorithms.h; the bindings check at compile time that each is listed there), and
+// TensorFlow's own GPU kernels (cuDNN, listed as 'tf'), which a plan prices but never runs.
+constexpr Algorithm kGpuDirect{"direct"}, kGpuFft{"fft"}, kCudnn{"tf"};
+
 struct CudaPlan {
   ConvPass pass = ConvPass::kForward;
-  Algorithm algorithm = Algorithm::kDirect;  // kDirect or kFft
-  TileConfig direct;           // the direct kernels; with kFft, the exact redo for non-finite input
-  GpuFftConfig fft;            // with kFft
-  int64_t fft_work_bytes = 0;  // cuFFT's work area (kFft)
-  FftModelTerms fft_terms;     // with kFft
+  Algorithm algorithm = kGpuDirect;  // kGpuDirect or kGpuFft
+  // The direct kernels; with kGpuFft, the exact redo for non-finite input.
+  TileConfig direct;
+  GpuFftConfig fft;            // with kGpuFft
+  int64_t fft_work_bytes = 0;  // cuFFT's work area (kGpuFft)
+  FftModelTerms fft_terms;     // with kGpuFft
   int64_t workspace_bytes = 0;
-  // Cost-model seconds of each algorithm; < 0: not available. kTf's: cuDNN (TensorFlow's
+  // Cost-model seconds of each algorithm; < 0: not available. kCudnn's: cuDNN (TensorFlow's
   // GPU kernel) on the same pass, never run by these kernels, weighed by the caller that can
   // route the whole convolution there.
   AlgorithmCosts costs;
@@ -110,14 +116,14 @@ struct CudaPlan {
 // launch costs, not their work, would decide it.
 constexpr int64_t kRouteBatch = 8;
 inline bool TfFaster(const CudaPlan& p) {
-  const double tf = p.costs[Algorithm::kTf];
+  const double tf = p.costs[kCudnn];
   return tf >= 0 && tf < p.costs[p.algorithm];
 }
 
-// Plans a pass. algorithm: kAuto, kDirect or kFft (kTf is refused). `work_bytes` is null
-// when no transform library is loaded (then only the direct kernels can run, and
-// `fft_unavailable` says why, for an explicit request of the FFT path). Returns OK or an
-// error naming what does not fit.
+// Plans a pass. algorithm: kAutoAlgorithm, kGpuDirect or kGpuFft (any other is refused).
+// `work_bytes` is null when no transform library is loaded (then only the direct kernels
+// can run, and `fft_unavailable` says why, for an explicit request of the FFT path).
+// Returns OK or an error naming what does not fit.
 Status PlanGpuPass(const ConvGeometry& g, ConvPass pass, Algorithm algorithm, int real_bytes,
                    int64_t workspace_limit, const WorkBytesFn* work_bytes,
                    const std::string& fft_unavailable, CudaPlan* plan);

@@ -21,9 +21,9 @@ namespace cuda {
 using Stream = CUstream_st*;  // cudaStream_t
 
 // Plans a pass for the current device: the direct tile kernels or the FFT path, whichever
-// the cost model prefers within `workspace_limit` (algorithm kAuto), or the one asked for.
+// the cost model prefers within `workspace_limit` (kAutoAlgorithm), or the one asked for.
 // Loads cuFFT on first use and asks it for its work areas (creating and caching plans);
-// without cuFFT only the direct kernels are planned, and an explicit kFft is refused.
+// without cuFFT only the direct kernels are planned, and an explicit kGpuFft is refused.
 // real_bytes: 4 for float/half/bfloat16 (float arithmetic), 8 for double.
 Status PlanCudaPass(const ConvGeometry& g, ConvPass pass, Algorithm algorithm, int real_bytes,
                     int64_t workspace_limit, CudaPlan* plan);

@@ -14,7 +14,7 @@
 namespace largeconv {
 
 struct DirectAlgorithm {
-  static constexpr Algorithm kAlgorithm = Algorithm::kDirect;
+  static constexpr Algorithm kAlgorithm{"direct"};
   static constexpr bool kNeedsProducts = false;
 
   template <class Pb>

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cc/core/plan/cost_model.h"
+#include "cc/core/plan/cpu_direct.h"
 #include "cc/core/plan/search.h"
 #include "cc/core/plan/tiling.h"
 
@@ -222,7 +223,7 @@ bool FitBlocks(const Conv3dGeometry& g, ConvPass pass, int64_t limit, int real_b
 // transforms): the planned cost never increases with the limit. Not searched when the
 // direct kernels were asked for.
 double FftSearchCost(CpuProblem& pb, PassPlan* p) {
-  if (pb.requested == Algorithm::kDirect || pb.g.no_products()) return -1;
+  if (pb.requested == DirectAlgorithm::kAlgorithm || pb.g.no_products()) return -1;
   const ConvGeometry& g = pb.g;
   const ConvPass pass = pb.pass;
   const int real_bytes = pb.req.real_bytes;
@@ -259,7 +260,8 @@ double FftSearchCost(CpuProblem& pb, PassPlan* p) {
 // The 3-D transform size: as FftSearchCost, over every combination of per-dimension sizes.
 double Fft3dSearchCost(Cpu3dProblem& pb, Pass3dPlan*) {
   std::array<std::vector<int64_t>, kSpatial3d> sizes;
-  if (pb.requested == Algorithm::kDirect || !FftSizeCandidates(pb.g, pb.pass, &sizes)) return -1;
+  if (pb.requested == DirectAlgorithm::kAlgorithm || !FftSizeCandidates(pb.g, pb.pass, &sizes))
+    return -1;
   const Conv3dGeometry& g = pb.g;
   const ConvPass pass = pb.pass;
   const int real_bytes = pb.req.real_bytes;

@@ -16,7 +16,7 @@
 namespace largeconv {
 
 struct FftAlgorithm {
-  static constexpr Algorithm kAlgorithm = Algorithm::kFft;
+  static constexpr Algorithm kAlgorithm{"fft"};
   static constexpr bool kNeedsProducts = true;
 
   // Floating types only (integer types are summed exactly).

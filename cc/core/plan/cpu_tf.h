@@ -14,7 +14,7 @@
 namespace largeconv {
 
 struct TfAlgorithm {
-  static constexpr Algorithm kAlgorithm = Algorithm::kTf;
+  static constexpr Algorithm kAlgorithm{"tf"};
   static constexpr bool kNeedsProducts = false;
 
   template <class Pb>

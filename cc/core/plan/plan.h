@@ -20,7 +20,7 @@ namespace largeconv {
 constexpr int64_t kReferenceSlots = 2;
 
 struct PlanRequest {
-  Algorithm algorithm = Algorithm::kAuto;
+  Algorithm algorithm = kAutoAlgorithm;
   int64_t workspace_limit = kDefaultWorkspaceLimit;  // bytes; < 0 means the default
   int64_t threads = 1;                               // workers the caller's pool has
   int real_bytes = 4;                                // 4: float/half/bfloat16, 8: double
@@ -45,12 +45,12 @@ struct FftWork {
 template <class Config>
 struct PassPlanOf {
   ConvPass pass = ConvPass::kForward;
-  Algorithm algorithm = Algorithm::kDirect;  // never kAuto once planned
-  Config fft;                                // meaningful when algorithm == kFft
+  Algorithm algorithm;  // the planner's choice, never 'auto' once planned
+  Config fft;           // meaningful when the FFT was chosen
   int64_t workspace_bytes = 0;
   double flops = 0;      // estimated floating-point operations
   AlgorithmCosts costs;  // cost-model seconds (one thread) of each algorithm; < 0: n/a
-  FftWork fft_work;      // meaningful when algorithm == kFft
+  FftWork fft_work;      // meaningful when the FFT was chosen
   // The FFT's cost as `costs` has it, for a call whose filter spectra were kept from an
   // earlier call of the same filter (spectrum_cache.h: the filter's transforms left out),
   // and the bytes the cache holds for them (the spectra and the filter's copy, counted at
@@ -65,7 +65,7 @@ using Pass3dPlan = PassPlanOf<Fft3dConfig>;
 
 // Estimated temporary bytes of TensorFlow's own CPU kernels for this pass: a 16 MiB
 // im2col chunk (TF's Eigen path caps its patch buffer there) plus a filter-sized buffer
-// per thread (oneDNN's gradient reductions). Used to keep kTf within the limit.
+// per thread (oneDNN's gradient reductions). Used to keep TF's kernels within the limit.
 int64_t TfWorkspaceEstimate(const ConvGeometry& g, int64_t threads, int real_bytes);
 
 // Which of TensorFlow's CPU kernels the planner prices TF's passes as: "onednn" where TF

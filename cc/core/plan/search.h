@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <cstdlib>
 #include <iterator>
 #include <string>
 #include <vector>
@@ -83,12 +84,33 @@ FftSearch<Config> SearchFftSizes(const ConvGeometry& g, ConvPass pass, int64_t m
 }
 
 // Cost-model seconds of each algorithm on one pass, by Algorithm (< 0: it cannot run here,
-// or was not priced). What a plan reports and the choice is made on.
-struct AlgorithmCosts {
-  double seconds[std::size(kAlgorithms)];
-  AlgorithmCosts() { std::fill(std::begin(seconds), std::end(seconds), -1.0); }
-  double& operator[](Algorithm a) { return seconds[static_cast<int>(a)]; }
-  double operator[](Algorithm a) const { return seconds[static_cast<int>(a)]; }
+// or was not priced). What a plan reports and the choice is made on. It holds up to
+// kCapacity algorithms; each platform's list checks at compile time that it fits.
+class AlgorithmCosts {
+ public:
+  static constexpr size_t kCapacity = 8;
+
+  // The algorithm's entry, made (at -1) on first use.
+  double& operator[](Algorithm a) {
+    for (size_t i = 0; i < size_; ++i) {
+      if (algorithms_[i] == a) return seconds_[i];
+    }
+    if (size_ == kCapacity) std::abort();  // the lists' static_asserts rule this out
+    algorithms_[size_] = a;
+    seconds_[size_] = -1;
+    return seconds_[size_++];
+  }
+  double operator[](Algorithm a) const {
+    for (size_t i = 0; i < size_; ++i) {
+      if (algorithms_[i] == a) return seconds_[i];
+    }
+    return -1;
+  }
+
+ private:
+  Algorithm algorithms_[kCapacity];
+  double seconds_[kCapacity] = {};
+  size_t size_ = 0;
 };
 
 // What every planner's view of one request holds; each planner extends it with its own
@@ -141,6 +163,7 @@ struct AlgorithmDescriptor {
 template <class... A>
 struct AlgorithmList {
   static constexpr size_t size = sizeof...(A);
+  static_assert(size <= AlgorithmCosts::kCapacity, "a plan's costs hold every algorithm");
 };
 
 // The planner's view of a list: one AlgorithmDescriptor per algorithm, in its order.
@@ -155,16 +178,16 @@ struct DescriptorsOf<Problem, Plan, AlgorithmList<A...>> {
 // The one choice both planners make over their algorithms (listed simplest first: the
 // first is the direct kernels, which run everything). An explicit request is planned as
 // asked once its algorithm can run (`where` names the platform in the refusal of one the
-// planner does not offer); kAuto takes the cheapest that fits, the earlier on a tie. Every
+// planner does not offer); kAutoAlgorithm takes the cheapest that fits, the earlier on a tie. Every
 // algorithm that can run is priced, so the plan reports each one's cost.
 template <class Problem, class Plan, size_t N>
 Status PlanWithAlgorithms(const AlgorithmDescriptor<Problem, Plan> (&algorithms)[N],
                           const char* where, Problem& pb, Plan* plan) {
-  if (pb.requested != Algorithm::kAuto) {
+  if (pb.requested != kAutoAlgorithm) {
     const auto* asked = std::find_if(std::begin(algorithms), std::end(algorithms),
                                      [&](const auto& d) { return d.algorithm == pb.requested; });
     if (asked == std::end(algorithms)) {
-      std::vector<Algorithm> offered = {Algorithm::kAuto};
+      std::vector<Algorithm> offered = {kAutoAlgorithm};
       for (const auto& d : algorithms) offered.push_back(d.algorithm);
       return InvalidArgument(std::string("algorithm='") + AlgorithmName(pb.requested) +
                              "' is not available " + where + ": use " + AlgorithmChoices(offered));
@@ -178,7 +201,7 @@ Status PlanWithAlgorithms(const AlgorithmDescriptor<Problem, Plan> (&algorithms)
     if (!d.can_run(pb).ok()) continue;
     const double cost = d.cost(pb, plan);
     plan->costs[d.algorithm] = cost;
-    const bool take = pb.requested != Algorithm::kAuto
+    const bool take = pb.requested != kAutoAlgorithm
                           ? d.algorithm == pb.requested
                           : cost >= 0 && (chosen == nullptr || cost < best) &&
                                 d.workspace_bytes(pb, *plan) <= pb.limit;
