@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <complex>
 #include <cstdint>
+#include <type_traits>
 
 #include "cc/core/cpu/fft_correlation.h"
 #include "cc/core/cpu/fft_decimation.h"
@@ -138,6 +139,29 @@ struct CorrelationSources : CorrelationFrame<T> {
     }
   }
 
+  // The products of an item's tiles at the whole chunk from bin i0 through MacSplit (float,
+  // AVX), the same sums as MacSources' bit for bit. False where MacSplit does not apply
+  // and MacSources computes the chunk: another type, the last chunk cut short, more
+  // sources than MacSplit takes.
+  bool MultiplySplit(const Frame& f, const Block& b, int64_t slot, const Item& it, int64_t sc0,
+                     int64_t ns, int64_t i0, bool assign) const {
+#ifdef __AVX__
+    if constexpr (std::is_same_v<R, float>) {
+      if (i0 + kChunk > f.l.bins || ns > kSplitSources) return false;
+      static_assert(kChunk == 8, "MacSplit computes eight bins");
+      const int64_t ss = f.spec_stride;
+      // The filters' chunks follow each other at a whole block's filters per chunk; the
+      // prefetch reaches two chunks on.
+      const int64_t chunk_values = kChunk * b.gb * b.per_group;
+      MacSplit(ns, it.nb, b.ob, {Accumulator(f, b, slot, 0, 0) + i0, b.vb * ss, ss},
+               {FilterChunk(f, b, it.gi0, sc0, 0, i0), f.scpg * kChunk, kChunk},
+               {Source(f, b, slot, 0, 0) + i0, ss, b.vb * ss}, 2 * chunk_values, assign);
+      return true;
+    }
+#endif
+    return false;
+  }
+
   // Accumulates the products of the slot's source spectra (channels [sc0, sc0 + ns)) with
   // the filter spectra, a chunk of bins at a time (the filters' storage order), so that
   // the chunk's source spectra stay in cache across the destination channels; within a
@@ -151,6 +175,7 @@ struct CorrelationSources : CorrelationFrame<T> {
       // The item's tiles are of one group and share its filter spectra: each filter
       // spectrum (the shared operand) is applied to all the tiles at once.
       for (int64_t i0 = 0; i0 < f.l.bins; i0 += kChunk) {
+        if (MultiplySplit(f, b, slot, it, sc0, ns, i0, assign)) continue;
         const int64_t width = std::min(kChunk, f.l.bins - i0);
         const Spectra<R> sources{Source(f, b, slot, 0, 0) + i0, ss, b.vb * ss};
         for (int64_t k = 0; k < b.ob; ++k) {

@@ -225,6 +225,93 @@ __attribute__((always_inline)) inline void MacRegisterBlock(int64_t i, int64_t n
     }
   }
 }
+
+// Eight float bins of interleaved complex values as a register of real parts and one of
+// imaginary parts, in the bin order 0 1 4 5 2 3 6 7 (one shuffle each, no lane crossing);
+// StoreSplit writes such a pair back in order.
+__attribute__((always_inline)) inline void LoadSplit(const float* x, __m256* re, __m256* im) {
+  const __m256 a = _mm256_loadu_ps(x), b = _mm256_loadu_ps(x + 8);
+  *re = _mm256_shuffle_ps(a, b, 0x88);
+  *im = _mm256_shuffle_ps(a, b, 0xDD);
+}
+__attribute__((always_inline)) inline void StoreSplit(float* o, __m256 re, __m256 im, bool assign) {
+  __m256 lo = _mm256_unpacklo_ps(re, im), hi = _mm256_unpackhi_ps(re, im);
+  if (!assign) {
+    lo = _mm256_add_ps(_mm256_loadu_ps(o), lo);
+    hi = _mm256_add_ps(_mm256_loadu_ps(o + 8), hi);
+  }
+  _mm256_storeu_ps(o, lo);
+  _mm256_storeu_ps(o + 8, hi);
+}
+
+// kTiles tiles x one output x eight bins of MacSplit, the tiles' split sources in `split`
+// (source s, tile m at (s * kTiles + m) * 16 floats: real parts, then imaginary ones).
+template <int kTiles>
+__attribute__((always_inline)) inline void MacSplitBlock(int64_t ns, const float* split,
+                                                         const float* filter, int64_t f_stride,
+                                                         int64_t prefetch, float* out,
+                                                         int64_t out_stride, bool assign) {
+  // The four real sums of x * conj(y), kept apart and in source order as MacRegisterBlock's
+  // lanes keep them: sum xr yr, xi yi, xi yr and xr yi.
+  __m256 rr[kTiles], ii[kTiles], ir[kTiles], ri[kTiles];
+  for (int m = 0; m < kTiles; ++m) rr[m] = ii[m] = ir[m] = ri[m] = _mm256_setzero_ps();
+  for (int64_t s = 0; s < ns; ++s) {
+    const float* y = filter + s * f_stride;
+    _mm_prefetch(reinterpret_cast<const char*>(y + prefetch), _MM_HINT_T0);
+    __m256 yr, yi;
+    LoadSplit(y, &yr, &yi);
+    for (int m = 0; m < kTiles; ++m) {
+      const __m256 xr = _mm256_loadu_ps(split + (s * kTiles + m) * 16);
+      const __m256 xi = _mm256_loadu_ps(split + (s * kTiles + m) * 16 + 8);
+      rr[m] = _mm256_add_ps(rr[m], _mm256_mul_ps(xr, yr));
+      ii[m] = _mm256_add_ps(ii[m], _mm256_mul_ps(xi, yi));
+      ir[m] = _mm256_add_ps(ir[m], _mm256_mul_ps(xi, yr));
+      ri[m] = _mm256_add_ps(ri[m], _mm256_mul_ps(xr, yi));
+    }
+  }
+  for (int m = 0; m < kTiles; ++m) {
+    StoreSplit(out + m * out_stride, _mm256_add_ps(rr[m], ii[m]), _mm256_sub_ps(ir[m], ri[m]),
+               assign);
+  }
+}
+
+// Sources a MacSplit call may take: its split copy of a pair of tiles' sources stays on
+// the stack (2 KiB), and the planner's source block is at most as large.
+constexpr int64_t kSplitSources = 16;
+
+// MacSources<float, false> over the eight bins at each spectrum's start for a run of
+// tiles sharing their filters, bit for bit: acc(o, m) (output o, tile m) = (or +=) the sum
+// over s of sources(m, s) * conj(filters(o, s)). Each pair of tiles' sources is split
+// once into real and imaginary planes and serves every output; each filter value is split
+// as it is read (a shuffle per part, where MacRegisterBlock broadcasts two per source and
+// output), and the value `prefetch` complex values further on is fetched into cache, so
+// that the filter stream, read once per run, is there when its turn comes.
+inline void MacSplit(int64_t ns, int64_t tiles, int64_t outs, const Spectra<float>& acc,
+                     const Spectra<float>& filters, const Spectra<float>& sources, int64_t prefetch,
+                     bool assign) {
+  alignas(32) float split[kSplitSources * 2 * 16];
+  for (int64_t m0 = 0; m0 < tiles; m0 += 2) {
+    const int pair = tiles - m0 >= 2 ? 2 : 1;
+    for (int64_t s = 0; s < ns; ++s) {
+      for (int m = 0; m < pair; ++m) {
+        __m256 re, im;
+        LoadSplit(reinterpret_cast<const float*>(sources.at(m0 + m, s)), &re, &im);
+        _mm256_store_ps(split + (s * pair + m) * 16, re);
+        _mm256_store_ps(split + (s * pair + m) * 16 + 8, im);
+      }
+    }
+    for (int64_t o = 0; o < outs; ++o) {
+      const float* y = reinterpret_cast<const float*>(filters.at(o, 0));
+      float* out = reinterpret_cast<float*>(acc.at(o, m0));
+      const int64_t f_stride = 2 * filters.s_stride, out_stride = 2 * acc.s_stride;
+      if (pair == 2) {
+        MacSplitBlock<2>(ns, split, y, f_stride, 2 * prefetch, out, out_stride, assign);
+      } else {
+        MacSplitBlock<1>(ns, split, y, f_stride, 2 * prefetch, out, out_stride, assign);
+      }
+    }
+  }
+}
 #endif  // __AVX__
 
 template <typename R, bool kConjPer>
