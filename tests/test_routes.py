@@ -119,7 +119,14 @@ def test_a_mixed_route_must_pay_for_its_own_cost():
   # Per pass TF's kernel wins the forward pass and the op the others, by less in all than
   # a mixed route's own cost: every pass runs one way.
   penalty = planning.routing.MIXED_ROUTE_SECONDS * planning.routing._CORE.REFERENCE_SLOTS
-  cost = lambda tf_s, ours: dict(cost_tf=tf_s, cost_fft=ours, cost_direct=10 * ours)  # noqa: E731
+
+  def cost(tf_s, ours):
+    # A planner's dict prices every algorithm (< 0: not priced); here TF's kernel, the FFT
+    # and the direct kernels.
+    d = {"cost_" + a: -1.0 for a in _args.OP_ALGORITHMS if a != "auto"}
+    d.update(cost_tf=tf_s, cost_fft=ours, cost_direct=10 * ours)
+    return d
+
   mixed = (True, False, False)
   close = [
     cost(1.0e-3, 1.0e-3 + penalty / 4),

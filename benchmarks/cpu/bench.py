@@ -42,6 +42,9 @@ CASES = {
   "seed_train": ((2, 321, 481, 1), (135, 135, 1, 3), 1, "VALID", "train", 1),
   "k63_forward": ((4, 128, 128, 16), (63, 63, 16, 16), 1, "SAME", "forward", 2),
   "k63_train": ((1, 128, 128, 16), (63, 63, 16, 16), 1, "SAME", "train", 1),
+  # Many channels: the spectral products (a 64 x 64 complex product per bin) and the filter
+  # transforms outweigh the image's.
+  "k63c64_forward": ((4, 128, 128, 64), (63, 63, 64, 64), 1, "SAME", "forward", 1),
   "k3_forward": ((16, 64, 64, 32), (3, 3, 32, 64), 1, "SAME", "forward", 5),
   "k3_train": ((16, 64, 64, 32), (3, 3, 32, 64), 1, "SAME", "train", 5),
   "large_image": ((1, 4096, 4096, 3), (101, 101, 3, 8), 1, "SAME", "forward", 1),
