@@ -49,6 +49,7 @@ struct Correlation : CorrelationOutputs<T> {
   using CorrelationOutputs<T>::filter;
   using CorrelationOutputs<T>::kChunk;
   using CorrelationOutputs<T>::pass;
+  using CorrelationOutputs<T>::GatherFilters;
   using CorrelationOutputs<T>::PlaceFilter;
   using CorrelationOutputs<T>::MakeFrame;
   using CorrelationOutputs<T>::FilterOffset;
@@ -144,23 +145,60 @@ struct Correlation : CorrelationOutputs<T> {
     return f.ws.shared(0);
   }
 
-  // Phase 1: the block's filter spectra, shared by every slot. Each is transformed into the
-  // slot's first spectrum (free until the slot's items start; only the filter's rows
-  // hold data) and spread over the chunks.
+  // Phase 1: the block's filter spectra, shared by every slot. An item is a run of ns
+  // source channels x nd destination channels of one group, whose taps are gathered into
+  // the slot's spectra past the first kSpread (free until the slot's items start). Each
+  // filter is placed in the slot's real plane and transformed into one of those kSpread
+  // spectra; kSpread consecutive sources' spectra are then spread over the chunks
+  // together, where their values of a chunk lie side by side.
+  static constexpr int64_t kSpread = 4;
   void TransformFilters(const Frame& f, const Block& b, const ParallelFor& pf) const {
     const R scale = R(1) / static_cast<R>(f.fh * f.fw);
-    RunSlots(pf, c.slots, b.gb * b.per_group, f.fft_cost, [&](int64_t slot, int64_t idx) {
-      R* real = f.ws.real(slot);
-      C* spectrum = f.ws.spectrum(slot, 0);
-      const int64_t gl = idx / b.per_group, j = idx % b.per_group;
-      const int64_t sc = j / b.ob, k = j % b.ob;
-      PlaceFilter(real, b.g0 + gl, sc, b.ob0 + k);
-      R2C(real, spectrum, f.fh, f.fw, DilatedExtent(g.filter_h, g.dilation_h), scale);
-      for (int64_t i0 = 0; i0 < f.l.bins; i0 += kChunk) {
-        std::copy(spectrum + i0, spectrum + std::min(f.l.bins, i0 + kChunk),
-                  f.ws.shared(0) + FilterOffset(f, b, gl, sc, k, i0));
+    const int64_t rows = DilatedExtent(g.filter_h, g.dilation_h);
+    const int64_t per = g.filter_h * g.filter_w;
+    const int64_t spread = std::max<int64_t>(1, std::min(kSpread, f.l.slot_spectra - 1));
+    // Filters whose taps fit the slot's other spectra (a slot holds vec_block * (in_block +
+    // out_block) spectra, at least ob + 1, and a filter's taps are fewer than a spectrum's
+    // reals), in runs of whole destinations where they fit, and at least two items a slot.
+    const int64_t fit = std::max<int64_t>(1, (f.l.slot_spectra - spread) * f.spec_stride * 2 / per);
+    const int64_t nd = std::min(b.ob, fit);
+    const int64_t d_runs = CeilDiv(b.ob, nd);
+    int64_t s_runs = CeilDiv(f.scpg, std::max<int64_t>(1, fit / nd));
+    while (b.gb * s_runs * d_runs < 2 * c.slots && s_runs < f.scpg) ++s_runs;
+    const int64_t ns = CeilDiv(f.scpg, s_runs);
+    s_runs = CeilDiv(f.scpg, ns);
+    RunSlots(pf, c.slots, b.gb * s_runs * d_runs, f.fft_cost * ns * nd,
+             [&](int64_t slot, int64_t idx) {
+               const int64_t gl = idx / (s_runs * d_runs), run = idx % (s_runs * d_runs);
+               const int64_t s0 = run / d_runs * ns, d0 = run % d_runs * nd;
+               const int64_t sn = std::min(ns, f.scpg - s0), dn = std::min(nd, b.ob - d0);
+               R* taps = reinterpret_cast<R*>(f.ws.spectrum(slot, spread));
+               GatherFilters(taps, b.g0 + gl, s0, sn, b.ob0 + d0, dn);
+               for (int64_t d = 0; d < dn; ++d) {
+                 for (int64_t s1 = 0; s1 < sn; s1 += spread) {
+                   const int64_t m = std::min(spread, sn - s1);
+                   for (int64_t s = 0; s < m; ++s) {
+                     PlaceFilter(f.ws.real(slot), taps + ((s1 + s) * dn + d) * per);
+                     R2C(f.ws.real(slot), f.ws.spectrum(slot, s), f.fh, f.fw, rows, scale);
+                   }
+                   SpreadSpectra(f, b, slot, m, gl, s0 + s1, d0 + d);
+                 }
+               }
+               StreamFence();
+             });
+  }
+
+  // Copies the slot's first m spectra, those of sources [sc, sc + m) to destination k of
+  // group offset gl, into the block's chunks.
+  void SpreadSpectra(const Frame& f, const Block& b, int64_t slot, int64_t m, int64_t gl,
+                     int64_t sc, int64_t k) const {
+    for (int64_t i0 = 0; i0 < f.l.bins; i0 += kChunk) {
+      const int64_t width = std::min(kChunk, f.l.bins - i0);
+      C* out = f.ws.shared(0) + FilterOffset(f, b, gl, sc, k, i0);
+      for (int64_t s = 0; s < m; ++s) {
+        StreamCopy(f.ws.spectrum(slot, s) + i0, width, out + s * width);
       }
-    });
+    }
   }
 
   // Phase 2, one item.

@@ -38,15 +38,36 @@ struct CorrelationFrame {
 
   ConvPass pass() const { return backprop_input ? ConvPass::kBackpropInput : ConvPass::kForward; }
 
-  // Writes the dilated filter for (source channel sc, destination channel dc) into rows
-  // [0, keh) of real (the only rows its transform reads), flipped for backprop-input, where
-  // the roles of input and output channels swap.
-  void PlaceFilter(R* real, int64_t grp, int64_t sc, int64_t dc) const {
+  // Copies the taps of group grp's filters for source channels [s0, s0 + ns) x destination
+  // channels [d0, d0 + nd), pair (s0 + s, d0 + d) to taps + (s * nd + d) * filter_h *
+  // filter_w, row by row, as R. The HWIO filter is read tap by tap, each tap's values for the
+  // pairs in runs along its output channels (the destinations forward, the sources for
+  // backprop-input), so each cache line and page of it read serves every pair it holds.
+  void GatherFilters(R* taps, int64_t grp, int64_t s0, int64_t ns, int64_t d0, int64_t nd) const {
+    const int64_t per = g.filter_h * g.filter_w;
+    // Runs of `no` output channels from o0, for `ni` input channels from i0; the taps of
+    // consecutive input and output channels lie i_step and o_step reals apart.
+    const int64_t ni = backprop_input ? nd : ns, no = backprop_input ? ns : nd;
+    const int64_t i0 = backprop_input ? d0 : s0;
+    const int64_t o0 = grp * g.out_c_per_group() + (backprop_input ? s0 : d0);
+    const int64_t i_step = backprop_input ? per : nd * per;
+    const int64_t o_step = backprop_input ? nd * per : per;
+    for (int64_t k = 0; k < per; ++k) {
+      const T* tap = filter + (k * g.filter_in_c + i0) * g.out_c + o0;
+      for (int64_t i = 0; i < ni; ++i) {
+        for (int64_t o = 0; o < no; ++o) {
+          taps[k + i * i_step + o * o_step] = static_cast<R>(Load(tap[i * g.out_c + o]));
+        }
+      }
+    }
+  }
+
+  // Writes a filter's dilated taps (filter_h x filter_w, as GatherFilters leaves them) into
+  // rows [0, keh) of real (the only rows its transform reads), flipped for backprop-input.
+  void PlaceFilter(R* real, const R* taps) const {
     const int64_t keh = DilatedExtent(g.filter_h, g.dilation_h),
                   kew = DilatedExtent(g.filter_w, g.dilation_w);
     std::fill(real, real + keh * c.fft_w, R(0));
-    const int64_t ci = backprop_input ? dc : sc;
-    const int64_t co = grp * g.out_c_per_group() + (backprop_input ? sc : dc);
     for (int64_t kh = 0; kh < g.filter_h; ++kh) {
       for (int64_t kw = 0; kw < g.filter_w; ++kw) {
         int64_t r = kh * g.dilation_h, q = kw * g.dilation_w;
@@ -54,8 +75,7 @@ struct CorrelationFrame {
           r = keh - 1 - r;
           q = kew - 1 - q;
         }
-        real[r * c.fft_w + q] = static_cast<R>(
-            Load(filter[((kh * g.filter_w + kw) * g.filter_in_c + ci) * g.out_c + co]));
+        real[r * c.fft_w + q] = taps[kh * g.filter_w + kw];
       }
     }
   }

@@ -81,6 +81,33 @@ inline void RunSlots(const ParallelFor& pf, int64_t slots, int64_t items, double
   });
 }
 
+// Copies n complex values from src to dst. Where dst is 32-byte aligned and the values
+// fill whole 32-byte registers, with non-temporal stores: the block's filter spectra are
+// written once, far apart, and read back after the whole block's are, so a cache line read
+// for ownership before each store would only double their traffic. StreamFence orders such
+// stores before the writer's later ones (the end of an item, before other slots read).
+template <typename R>
+void StreamCopy(const std::complex<R>* src, int64_t n, std::complex<R>* dst) {
+#ifdef __AVX__
+  const int64_t bytes = n * static_cast<int64_t>(sizeof(std::complex<R>));
+  if (reinterpret_cast<uintptr_t>(dst) % 32 == 0 && bytes % 32 == 0) {
+    const char* s = reinterpret_cast<const char*>(src);
+    char* d = reinterpret_cast<char*>(dst);
+    for (int64_t i = 0; i < bytes; i += 32) {
+      _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i),
+                          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i)));
+    }
+    return;
+  }
+#endif
+  std::copy_n(src, n, dst);
+}
+inline void StreamFence() {
+#ifdef __AVX__
+  _mm_sfence();
+#endif
+}
+
 // acc += a * conj(b) over n complex bins, written on interleaved reals so it vectorises.
 template <typename R>
 void MacConj(std::complex<R>* acc, const std::complex<R>* a, const std::complex<R>* b, int64_t n) {
