@@ -82,6 +82,8 @@ struct GpuFftAlgorithm : GpuPlanning<GpuFftAlgorithm> {
 
 // Simplest first (the choice keeps the earlier of equally cheap algorithms).
 using GpuAlgorithms = AlgorithmList<GpuDirectAlgorithm, GpuFftAlgorithm>;
+static_assert(GpuAlgorithms::size + 1 <= AlgorithmCosts::kCapacity,
+              "a plan's costs hold every GPU algorithm and cuDNN's");
 
 // Runs a plan (of a pass with products) through its algorithm's Run in the list, the list's
 // first (the direct kernels) where it names none of them.

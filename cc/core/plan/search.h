@@ -95,7 +95,7 @@ class AlgorithmCosts {
     for (size_t i = 0; i < size_; ++i) {
       if (algorithms_[i] == a) return seconds_[i];
     }
-    if (size_ == kCapacity) std::abort();  // the lists' static_asserts rule this out
+    if (size_ == kCapacity) std::abort();  // the platforms' static_asserts rule this out
     algorithms_[size_] = a;
     seconds_[size_] = -1;
     return seconds_[size_++];
@@ -178,8 +178,8 @@ struct DescriptorsOf<Problem, Plan, AlgorithmList<A...>> {
 // The one choice both planners make over their algorithms (listed simplest first: the
 // first is the direct kernels, which run everything). An explicit request is planned as
 // asked once its algorithm can run (`where` names the platform in the refusal of one the
-// planner does not offer); kAutoAlgorithm takes the cheapest that fits, the earlier on a tie. Every
-// algorithm that can run is priced, so the plan reports each one's cost.
+// planner does not offer); kAutoAlgorithm takes the cheapest that fits, the earlier on a
+// tie. Every algorithm that can run is priced, so the plan reports each one's cost.
 template <class Problem, class Plan, size_t N>
 Status PlanWithAlgorithms(const AlgorithmDescriptor<Problem, Plan> (&algorithms)[N],
                           const char* where, Problem& pb, Plan* plan) {
