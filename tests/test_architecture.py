@@ -138,41 +138,39 @@ def test_core_structs_are_short():
   assert long == {}
 
 
-def _algorithm_names(text):
-  """The names given to Algorithm constants in a C++ text: `Algorithm kAlgorithm{"fft"}`,
-  `kGpuFft{"fft"}`."""
-  return re.findall(r'\bk\w+\{"(\w+)"\}', text)
-
-
 def test_algorithms_are_named_once():
   """The project's algorithms are the CPU's descriptors (ARCHITECTURE.md, "An algorithm"):
   each names itself in its own header, the bindings export exactly those names, in the
-  list's order, and no other file of the core names one, but the GPU's constants."""
+  list's order, and no other file of the core spells one, but the GPU's constants."""
   from tf_largeconv import _core
 
   plan = os.path.join(CORE, "plan")
   with open(os.path.join(plan, "cpu_algorithms.h")) as src:
     listed = re.search(r"CpuAlgorithms = AlgorithmList<([^>]*)>", src.read()).group(1)
-  named = {}
+  named, descriptors = {}, set()
   for f in sorted(os.listdir(plan)):
     with open(os.path.join(plan, f)) as src:
-      for struct, name in re.findall(
+      found = re.findall(
         r'struct (\w+) \{\s*static constexpr Algorithm kAlgorithm\{"(\w+)"\}', src.read()
-      ):
-        named[struct] = name
+      )
+    named.update(found)
+    if found:
+      descriptors.add("plan/" + f)
   order = [named[s.strip()] for s in listed.split(",")]
   assert tuple(_core.ALGORITHMS) == ("auto", *order)
   assert order[0] == "direct" and len(order) >= 3
+  assert len(descriptors) == len(order)  # a header each
 
+  spelled = re.compile('"(' + "|".join(order) + ')"')
   elsewhere = {}
   for path in _core_files():
-    if path.startswith("plan/cpu_") or path == "cuda/fft_plan.h":
+    if path in descriptors or path == "cuda/fft_plan.h":
       continue
     with open(os.path.join(CORE, path)) as src:
-      names = _algorithm_names(src.read())
+      names = spelled.findall(src.read())
     if names:
       elsewhere[path] = names
   assert elsewhere == {}
   with open(os.path.join(CORE, "cuda", "fft_plan.h")) as src:
-    gpu = _algorithm_names(src.read())
+    gpu = re.findall(r'\bk\w+\{"(\w+)"\}', src.read())
   assert gpu and set(gpu) <= set(order)

@@ -17,6 +17,7 @@
 #include "cc/core/common/geometry.h"
 #include "cc/core/common/status.h"
 #include "cc/core/common/vocabulary.h"
+#include "cc/core/cuda/algorithms.h"
 #include "cc/core/cuda/fft_plan.h"
 #include "cc/core/plan/cpu_algorithms.h"
 #include "cc/core/plan/plan.h"
@@ -125,7 +126,11 @@ constexpr bool Listed(Algorithm a) {
   }
   return false;
 }
-static_assert(Listed(cuda::kGpuDirect) && Listed(cuda::kGpuFft) && Listed(cuda::kCudnn),
+template <class... A>
+constexpr bool AllListed(AlgorithmList<A...>) {
+  return (Listed(A::kAlgorithm) && ...);
+}
+static_assert(AllListed(cuda::GpuAlgorithms{}) && Listed(cuda::kCudnn),
               "the GPU's algorithms are the project's");
 
 // The algorithms' names, 'auto' first, from the one list (plan/cpu_algorithms.h): the

@@ -68,8 +68,9 @@ inline const char* PassName(ConvPass p) {
 // exist is said in one place, the CPU's list of descriptors (CpuAlgorithms,
 // plan/cpu_algorithms.h), where each descriptor carries its name as kAlgorithm; the GPU
 // offers some of them (GpuAlgorithms, cuda/algorithms.h). The default, kAutoAlgorithm,
-// asks a planner to choose. An Algorithm holds a pointer to its descriptor's name, never to
-// text that may go away (ParseAlgorithm returns the listed one).
+// asks a planner to choose. An Algorithm holds a pointer to its name: build one only from
+// a string literal (ParseAlgorithm returns the listed one for a caller's text), as plan
+// caches keep them for the life of the process.
 class Algorithm {
  public:
   constexpr Algorithm() = default;
@@ -89,7 +90,7 @@ class Algorithm {
   }
   const char* name_ = "auto";
 };
-constexpr Algorithm kAutoAlgorithm{};
+inline constexpr Algorithm kAutoAlgorithm{};
 
 inline const char* AlgorithmName(Algorithm a) { return a.name(); }
 

@@ -147,10 +147,11 @@ struct Correlation : CorrelationOutputs<T> {
 
   // Phase 1: the block's filter spectra, shared by every slot. An item is a run of ns
   // source channels x nd destination channels of one group, whose taps are gathered into
-  // the slot's spectra past the first kSpread (free until the slot's items start). Each
-  // filter is placed in the slot's real plane and transformed into one of those kSpread
-  // spectra; kSpread consecutive sources' spectra are then spread over the chunks
-  // together, where their values of a chunk lie side by side.
+  // the slot's spectra past the first `spread` (kSpread, or fewer in a slot of fewer
+  // spectra; all free until the slot's items start). Each filter is placed in the slot's
+  // real plane and transformed into one of those `spread` spectra; that many consecutive
+  // sources' spectra are then spread over the chunks together, where their values of a
+  // chunk lie side by side.
   static constexpr int64_t kSpread = 4;
   void TransformFilters(const Frame& f, const Block& b, const ParallelFor& pf) const {
     const R scale = R(1) / static_cast<R>(f.fh * f.fw);
@@ -159,7 +160,8 @@ struct Correlation : CorrelationOutputs<T> {
     const int64_t spread = std::max<int64_t>(1, std::min(kSpread, f.l.slot_spectra - 1));
     // Filters whose taps fit the slot's other spectra (a slot holds vec_block * (in_block +
     // out_block) spectra, at least ob + 1, and a filter's taps are fewer than a spectrum's
-    // reals), in runs of whole destinations where they fit, and at least two items a slot.
+    // reals), in runs of whole destinations where they fit; the sources are cut into more
+    // runs, up to one each, while there are fewer than two items a slot.
     const int64_t fit = std::max<int64_t>(1, (f.l.slot_spectra - spread) * f.spec_stride * 2 / per);
     const int64_t nd = std::min(b.ob, fit);
     const int64_t d_runs = CeilDiv(b.ob, nd);

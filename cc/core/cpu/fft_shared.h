@@ -307,7 +307,8 @@ __attribute__((always_inline)) inline void MacSplitBlock(int64_t ns, const float
 constexpr int64_t kSplitSources = 16;
 
 // MacSources<float, false> over the eight bins at each spectrum's start for a run of
-// tiles sharing their filters, bit for bit: acc(o, m) (output o, tile m) = (or +=) the sum
+// tiles sharing their filters, bit for bit wherever the sums are finite (a NaN from an
+// overflow may differ in sign): acc(o, m) (output o, tile m) = (or +=) the sum
 // over s of sources(m, s) * conj(filters(o, s)). Each pair of tiles' sources is split
 // once into real and imaginary planes and serves every output; each filter value is split
 // as it is read (a shuffle per part, where MacRegisterBlock broadcasts two per source and

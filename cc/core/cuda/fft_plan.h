@@ -91,7 +91,7 @@ struct FftModelTerms {
 // The GPU's algorithms, by the names the project's one list gives them (CpuAlgorithms,
 // plan/cpu_algorithms.h; the bindings check at compile time that each is listed there), and
 // TensorFlow's own GPU kernels (cuDNN, listed as 'tf'), which a plan prices but never runs.
-constexpr Algorithm kGpuDirect{"direct"}, kGpuFft{"fft"}, kCudnn{"tf"};
+inline constexpr Algorithm kGpuDirect{"direct"}, kGpuFft{"fft"}, kCudnn{"tf"};
 
 struct CudaPlan {
   ConvPass pass = ConvPass::kForward;

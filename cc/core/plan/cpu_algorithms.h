@@ -30,6 +30,18 @@ constexpr std::array<Algorithm, 1 + sizeof...(A)> RequestableOf(AlgorithmList<A.
 }
 inline constexpr auto kAlgorithms = RequestableOf(CpuAlgorithms{});
 
+// Whether no two of `algorithms` share a name.
+template <size_t N>
+constexpr bool DistinctNames(const std::array<Algorithm, N>& algorithms) {
+  for (size_t i = 0; i < N; ++i) {
+    for (size_t j = i + 1; j < N; ++j) {
+      if (algorithms[i] == algorithms[j]) return false;
+    }
+  }
+  return true;
+}
+static_assert(DistinctNames(kAlgorithms), "each algorithm has a name of its own, not 'auto'");
+
 // Sets *out to the listed algorithm `s` names.
 inline Status ParseAlgorithm(const std::string& s, Algorithm* out) {
   for (Algorithm a : kAlgorithms) {
