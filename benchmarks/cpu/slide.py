@@ -21,6 +21,7 @@ the in-memory op on three bands. Prints a table; writes DIR/bench_slide.json.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -75,6 +76,28 @@ def _worker_state(dask_worker):
     samples=list(zip(m["time"], m["memory"])),
     spilled=dask_worker.data.cumulative_metrics.get(("disk-write", "count"), 0),
   )
+
+
+@contextlib.contextmanager
+def local_client(workers, memory_limit):
+  """A Client of a LocalCluster of `workers` processes of 1 thread each, on 127.0.0.1 and
+  without a dashboard, whose workers sample their memory every 100 ms (for
+  _run_on_cluster's peaks)."""
+  import dask
+  import distributed
+
+  with (
+    dask.config.set({"distributed.admin.system-monitor.interval": "100ms"}),
+    distributed.LocalCluster(
+      n_workers=workers,
+      threads_per_worker=1,
+      memory_limit=memory_limit,
+      host="127.0.0.1",
+      dashboard_address=None,
+    ) as cluster,
+    distributed.Client(cluster) as client,
+  ):
+    yield client
 
 
 def _run_on_cluster(client, fn):
@@ -150,9 +173,7 @@ def _fmt_workers(r):
 
 def run(args):
   """Runs the benchmark (see the module docstring); returns the results dict."""
-  import dask
   import dask.array as da
-  import distributed
 
   import tf_largeconv.dask as ldask
 
@@ -195,17 +216,7 @@ def run(args):
     shutil.rmtree(path, ignore_errors=True)
     return path
 
-  with (
-    dask.config.set({"distributed.admin.system-monitor.interval": "100ms"}),
-    distributed.LocalCluster(
-      n_workers=args.workers,
-      threads_per_worker=1,
-      memory_limit=args.memory_limit,
-      host="127.0.0.1",
-      dashboard_address=None,
-    ) as cluster,
-    distributed.Client(cluster) as client,
-  ):
+  with local_client(args.workers, args.memory_limit) as client:
     # Every worker imports TensorFlow and runs the op once before any timing.
     warm = ldask.conv2d(
       da.ones((1, 64, 64, 1), chunks=32, dtype=np.float32), weights[:9, :9], 1, "SAME"

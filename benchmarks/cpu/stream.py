@@ -249,8 +249,6 @@ def cluster(size, scratch, workers, worker_limit, tile_limit):
   processes x 1 thread with `worker_limit` bytes each, by `stream.to_dask` into zarr:
   wall time, each worker's peak memory (distributed's monitor), spills and restarts, and a
   band checked against the in-process stream."""
-  import dask
-  import distributed
   import zarr
 
   from benchmarks.cpu import slide as slide_bench
@@ -261,18 +259,7 @@ def cluster(size, scratch, workers, worker_limit, tile_limit):
   path = _slide(size, scratch)
   slide = open_slide(path, chunk=2048)
   out_path = os.path.join(scratch, f"stream_cluster_out_{size}.zarr")
-  with (
-    dask.config.set({"distributed.admin.system-monitor.interval": "100ms"}),
-    distributed.LocalCluster(
-      n_workers=workers,
-      threads_per_worker=1,
-      processes=True,
-      memory_limit=worker_limit,
-      host="127.0.0.1",
-      dashboard_address=None,
-    ) as c,
-    distributed.Client(c) as client,
-  ):
+  with slide_bench.local_client(workers, worker_limit) as client:
     lazy = stream.to_dask(model, slide, memory_limit=tile_limit)
     p = stream.plan(model, slide, memory_limit=tile_limit)
     run = slide_bench._run_on_cluster(client, lambda: lazy.to_zarr(out_path, overwrite=True))

@@ -137,7 +137,7 @@ static_assert(AllListed(cuda::GpuAlgorithms{}) && Listed(cuda::kCudnn),
 // modules export them as ALGORITHMS.
 inline std::vector<std::string> AlgorithmNames() {
   std::vector<std::string> names;
-  for (Algorithm a : kAlgorithms) names.push_back(AlgorithmName(a));
+  for (Algorithm a : kAlgorithms) names.push_back(a.name());
   return names;
 }
 
@@ -173,10 +173,10 @@ template <class Plan>
 py::dict PlanFields(const Plan& p) {
   py::dict d;
   d["pass"] = PassName(p.pass);
-  d["algorithm"] = AlgorithmName(p.algorithm);
+  d["algorithm"] = p.algorithm.name();
   d["workspace_bytes"] = p.workspace_bytes;
   for (Algorithm a : kAlgorithms) {  // cost_direct, cost_fft, ...: < 0 where it cannot run
-    if (a != kAutoAlgorithm) d[("cost_" + std::string(AlgorithmName(a))).c_str()] = p.costs[a];
+    if (a != kAutoAlgorithm) d[("cost_" + std::string(a.name())).c_str()] = p.costs[a];
   }
   return d;
 }

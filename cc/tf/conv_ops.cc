@@ -260,7 +260,7 @@ std::string AlgorithmAttr() {
   std::string words;
   for (Algorithm a : kAlgorithms) {
     if (a == TfAlgorithm::kAlgorithm) continue;
-    words += (words.empty() ? "'" : ", '") + std::string(AlgorithmName(a)) + "'";
+    words += (words.empty() ? "'" : ", '") + std::string(a.name()) + "'";
   }
   return "algorithm: {" + words + "} = 'auto'";
 }

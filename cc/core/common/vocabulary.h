@@ -92,8 +92,6 @@ class Algorithm {
 };
 inline constexpr Algorithm kAutoAlgorithm{};
 
-inline const char* AlgorithmName(Algorithm a) { return a.name(); }
-
 // "'auto', 'direct' or 'fft'": the names of `algorithms`, for messages.
 template <class Algorithms>
 std::string AlgorithmChoices(const Algorithms& algorithms) {
@@ -102,7 +100,7 @@ std::string AlgorithmChoices(const Algorithms& algorithms) {
   size_t i = 0;
   for (Algorithm a : algorithms) {
     out += i == 0 ? "'" : i + 1 == n ? " or '" : ", '";
-    out += std::string(AlgorithmName(a)) + "'";
+    out += std::string(a.name()) + "'";
     ++i;
   }
   return out;

@@ -37,6 +37,14 @@ namespace largeconv {
 //                   transforms vec_block tiles of its channels, then adds their products to
 //                   the accumulators, which are read and written once per sweep.
 // slots = workers that run at once, each with its own buffers.
+// The most source channels whose spectra a slot holds at once in the forward and
+// input-gradient passes (their in_block): their products with the filter spectra then run
+// a block of bins at a time over all of them (fft_products.h), so a destination spectrum
+// is read and written once per block of sources, not once per source. Sixteen take the
+// accumulators' traffic down to a sixteenth; the split-plane products kernel (MacSplit)
+// keeps a block's sources on the stack.
+constexpr int64_t kSourceBlock = 16;
+
 struct FftConfig {
   int64_t fft_h = 0, fft_w = 0;
   FftTiling tiling{};  // what fft_h x fft_w implies (MakeFftTiling), set by the planner

@@ -147,7 +147,7 @@ struct CorrelationSources : CorrelationFrame<T> {
                      int64_t ns, int64_t i0, bool assign) const {
 #ifdef __AVX__
     if constexpr (std::is_same_v<R, float>) {
-      if (i0 + kChunk > f.l.bins || ns > kSplitSources) return false;
+      if (i0 + kChunk > f.l.bins || ns > kSourceBlock) return false;
       static_assert(kChunk == 8, "MacSplit computes eight bins");
       const int64_t ss = f.spec_stride;
       // The filters' chunks follow each other at a whole block's filters per chunk; the

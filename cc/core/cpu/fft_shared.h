@@ -15,6 +15,7 @@
 
 #include "cc/core/common/parallel.h"
 #include "cc/core/common/vocabulary.h"
+#include "cc/core/cpu/fft.h"
 
 namespace largeconv {
 
@@ -302,10 +303,6 @@ __attribute__((always_inline)) inline void MacSplitBlock(int64_t ns, const float
   }
 }
 
-// Sources a MacSplit call may take: its split copy of a pair of tiles' sources stays on
-// the stack (2 KiB), and the planner's source block is at most as large.
-constexpr int64_t kSplitSources = 16;
-
 // MacSources<float, false> over the eight bins at each spectrum's start for a run of
 // tiles sharing their filters, bit for bit wherever the sums are finite (a NaN from an
 // overflow may differ in sign): acc(o, m) (output o, tile m) = (or +=) the sum
@@ -317,7 +314,7 @@ constexpr int64_t kSplitSources = 16;
 inline void MacSplit(int64_t ns, int64_t tiles, int64_t outs, const Spectra<float>& acc,
                      const Spectra<float>& filters, const Spectra<float>& sources, int64_t prefetch,
                      bool assign) {
-  alignas(32) float split[kSplitSources * 2 * 16];
+  alignas(32) float split[kSourceBlock * 2 * 16];  // a pair of tiles' sources: 2 KiB
   for (int64_t m0 = 0; m0 < tiles; m0 += 2) {
     const int pair = tiles - m0 >= 2 ? 2 : 1;
     for (int64_t s = 0; s < ns; ++s) {

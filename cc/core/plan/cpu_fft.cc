@@ -144,12 +144,7 @@ bool FitBlocks(const ConvGeometry& g, ConvPass pass, int64_t limit, int real_byt
     c->group_block = LargestFitting(g.groups, &c->group_block, fits);
     c->vec_block = std::min(c->vec_block, c->group_block);
   }
-  // Source channels whose spectra a slot holds at once: their products with the filter
-  // spectra then run a block of bins at a time over all of them (MultiplySources,
-  // cpu/fft_products.h), so a destination spectrum is read and written once per block of
-  // sources, not once per source. Sixteen take the accumulators' traffic down to a
-  // sixteenth.
-  constexpr int64_t kSourceBlock = 16;
+  // Source channels whose spectra a slot holds at once (kSourceBlock, cpu/fft.h).
   const int64_t sources = std::max<int64_t>(1, g.channels(pass).src_per_group);
   const int64_t source_block = std::min(kSourceBlock, sources);
   LargestFitting(source_block, &c->in_block, fits);

@@ -189,7 +189,7 @@ Status PlanWithAlgorithms(const AlgorithmDescriptor<Problem, Plan> (&algorithms)
     if (asked == std::end(algorithms)) {
       std::vector<Algorithm> offered = {kAutoAlgorithm};
       for (const auto& d : algorithms) offered.push_back(d.algorithm);
-      return InvalidArgument(std::string("algorithm='") + AlgorithmName(pb.requested) +
+      return InvalidArgument(std::string("algorithm='") + pb.requested.name() +
                              "' is not available " + where + ": use " + AlgorithmChoices(offered));
     }
     LC_RETURN_IF_ERROR(asked->can_run(pb));
