@@ -1,0 +1,184 @@
+"""Peaks of one inference call and one training step, by walking a traced model's ops in
+order and keeping count of the buffers alive: each op's new outputs (less those written
+over a dying input), its kernel's temporary memory, and what frees after it.
+
+Four regimes:
+- traced inference (`predict`, a `tf.function`): a buffer dies after its last reader;
+- traced training (`fit`): the same forwards, plus what the gradients keep, then the
+  backward pass in reverse op order with the gradients of the pending tensors and of the
+  weights;
+- eager inference (`model(x)`): no buffer is written over (Python holds every result), and
+  every layer's output lives until the call returns;
+- eager training (a `GradientTape` step): the eager forward with the tape's kept tensors,
+  then the same backward pass.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from tf_largeconv.memory import _optable
+from tf_largeconv.memory._trace import Traced
+
+
+@dataclasses.dataclass
+class Peak:
+  bytes: int
+  layer: str
+  op: str
+  phase: str  # "forward" or "backward"
+
+
+class _Pool:
+  """Live buffers: bytes and reference counts."""
+
+  def __init__(self) -> None:
+    self.size: dict[int, int] = {}
+    self.refs: dict[int, int] = {}
+    self.live = 0
+
+  def add(self, key: int, nbytes: int, refs: int) -> None:
+    self.size[key], self.refs[key] = nbytes, refs
+    self.live += nbytes
+
+  def drop(self, key: int, n: int = 1) -> None:
+    if key not in self.refs:
+      return
+    self.refs[key] -= n
+    if self.refs[key] <= 0:
+      self.live -= self.size.pop(key)
+      del self.refs[key]
+
+
+def _root(t: Traced, tid: int) -> int:
+  while t.tensors[tid].alias_of is not None:
+    tid = t.tensors[tid].alias_of  # type: ignore[assignment]
+  return tid
+
+
+def _readers(t: Traced, ops: list[Any]) -> dict[int, int]:
+  reads: dict[int, int] = {}
+  for op in ops:
+    for i in op.inputs:
+      if i >= 0:
+        r = _root(t, i)
+        reads[r] = reads.get(r, 0) + 1
+  return reads
+
+
+def _grad_ops(t: Traced) -> list[Any]:
+  return [op for op in t.ops if any(t.tensors[o].needs_grad for o in op.outputs)]
+
+
+def forward(t: Traced, training: bool, eager: bool) -> tuple[Peak, _Pool, dict[int, int]]:
+  """The forward pass's peak, the pool left at its end (what the backward pass starts
+  with), and the buffer each tensor was written into."""
+  reads = _readers(t, t.ops)
+  pinned = {_root(t, o) for o in t.outputs}
+  kept: dict[int, int] = {}
+  if training:
+    for op in _grad_ops(t):
+      for k in op.kept:
+        r = _root(t, k)
+        kept[r] = kept.get(r, 0) + 1
+  if eager:  # the functional call holds every layer's output until it returns
+    for outs in t.layer_outputs.values():
+      pinned.update(_root(t, o) for o in outs)
+  pool, buf = _Pool(), {}
+  external = set(_root(t, i) for i in t.inputs)
+  peak = Peak(0, "", "", "forward")
+  for op in t.ops:
+    new = 0
+    for o in op.outputs:
+      if t.tensors[o].alias_of is not None:
+        continue
+      donor = _donor(t, op, o, pool, buf, reads, pinned | set(kept) | external, eager)
+      buf[o] = donor if donor is not None else o
+      if donor is None:
+        new += t.tensors[o].nbytes
+    now = pool.live + new + op.workspace
+    if now > peak.bytes:
+      peak = Peak(now, op.layer, op.type, "forward")
+    for o in op.outputs:
+      if t.tensors[o].alias_of is not None:
+        continue
+      refs = reads.get(o, 0) + (o in pinned) + kept.get(o, 0)
+      if buf[o] != o:
+        pool.refs[buf[o]] += refs
+      elif refs > 0:
+        pool.add(o, t.tensors[o].nbytes, refs)
+    for i in op.inputs:
+      if i >= 0:
+        r = _root(t, i)
+        pool.drop(buf.get(r, r))
+  if eager:  # the call returns: the layers' outputs not kept are freed
+    for outs in t.layer_outputs.values():
+      for o in outs:
+        r = _root(t, o)
+        if r not in {_root(t, x) for x in t.outputs}:
+          pool.drop(buf.get(r, r))
+  return peak, pool, buf
+
+
+def _donor(t, op, out, pool, buf, reads, keep, eager) -> int | None:  # type: ignore[no-untyped-def]
+  """The buffer `op` writes `out` over: its first input of the same size that dies here."""
+  if eager or op.type not in _optable.FORWARDS:
+    return None
+  for i in op.inputs:
+    if i < 0:
+      continue
+    r = _root(t, i)
+    b = buf.get(r, r)
+    same = t.tensors[r].nbytes == t.tensors[out].nbytes
+    if same and r not in keep and b in pool.refs and pool.refs[b] == 1:
+      return b
+  return None
+
+
+def backward(t: Traced, pool: _Pool, buf: dict[int, int], loss_bytes: int) -> Peak:
+  """The backward pass's peak, starting from the forward's pool with the gradient of the
+  model's outputs and the loss's temporaries."""
+  grads: dict[int, int] = {}  # forward root -> its gradient's bytes, while pending
+  start = sum(t.tensors[_root(t, o)].nbytes for o in t.outputs) + loss_bytes
+  for o in t.outputs:
+    grads[_root(t, o)] = t.tensors[_root(t, o)].nbytes
+  weights = 0
+  peak = Peak(pool.live + start, "loss", "loss", "backward")
+  live_grads = start
+  for op in reversed(_grad_ops(t)):
+    if op.type in _optable.ALIASES:
+      continue
+    incoming = sum(grads.get(_root(t, o), 0) for o in op.outputs)
+    new = 0
+    for i in op.inputs:
+      if i < 0 or not t.tensors[_root(t, i)].needs_grad:
+        continue
+      r = _root(t, i)
+      nbytes = t.tensors[r].nbytes
+      if op.type in _optable.FORWARDS and nbytes <= incoming and r not in grads:
+        incoming -= nbytes  # written over the dying incoming gradient
+        grads[r] = nbytes
+        continue
+      new += nbytes
+      if r in grads:  # a second reader's gradient: summed into the first (AddN)
+        continue
+      grads[r] = nbytes
+    now = pool.live + live_grads + new + op.grad_workspace + weights + op.weight_grad_bytes
+    if now > peak.bytes:
+      peak = Peak(now, op.layer, op.type + " gradient", "backward")
+    weights += op.weight_grad_bytes
+    live_grads = sum(grads.values())
+    for o in op.outputs:
+      live_grads -= grads.pop(_root(t, o), 0)
+    for k in op.kept:
+      r = _root(t, k)
+      pool.drop(buf.get(r, r))
+  return peak
+
+
+def peaks(t: Traced, training: bool, eager: bool, loss_bytes: int) -> tuple[Peak, Peak | None]:
+  fwd, pool, buf = forward(t, training, eager)
+  if not training:
+    return fwd, None
+  return fwd, backward(t, pool, buf, loss_bytes)
