@@ -221,6 +221,7 @@ bench: $(VENV)/.ready
 	$(MAKE) --no-print-directory build PY=$(VENV)/bin/python
 	$(VENV)/bin/python -m pip install -q $(BENCH_DEPS)
 	$(VENV)/bin/python -m benchmarks.cpu.bench
+	$(VENV)/bin/python -m benchmarks.cpu.memory
 
 # On a machine with a GPU, torch and pytest (no TensorFlow needed): build the CUDA module,
 # run the GPU tests, then time both algorithms and the planner's choice against cuDNN

@@ -34,6 +34,16 @@ try:
 except ImportError:  # Keras 3 not installed: the ops still work
   keras = None  # type: ignore[assignment]
 
+
+def __getattr__(name: str) -> object:
+  """`tf_largeconv.memory`, imported on first use (it needs Keras)."""
+  if name == "memory":
+    import importlib
+
+    return importlib.import_module("tf_largeconv.memory")
+  raise AttributeError(f"module 'tf_largeconv' has no attribute {name!r}")
+
+
 __all__ = [
   "Plan",
   "__version__",

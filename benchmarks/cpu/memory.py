@@ -136,7 +136,9 @@ def run_case(model, batch, mode):
   def train(x, y):
     with tf.GradientTape() as tape:
       loss = tf.reduce_mean(tf.square(model(x, training=True) - y))
-    opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+    opt.apply_gradients(
+      zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables)
+    )
     return loss
 
   step = train.get_concrete_function(x, y)

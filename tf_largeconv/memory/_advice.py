@@ -53,9 +53,7 @@ def advise(model: Any, shape: tuple[int, ...], rep: Any, budget: int | None) -> 
     from tf_largeconv.keras import convert
 
     r = memory.report(convert(model), shape, training=training)
-    out.append(
-      Advice("tf_largeconv.keras.convert(model)", *_p(r), fits=_fits(budget, *_p(r)))
-    )
+    out.append(Advice("tf_largeconv.keras.convert(model)", *_p(r), fits=_fits(budget, *_p(r))))
   if shape[0] > 1:
     half = (shape[0] // 2, *shape[1:])
     r = memory.report(model, half, training=training)

@@ -86,7 +86,9 @@ class MemoryReport:
         f"eager GradientTape step {mib(self.eager_training_peak)}"
       )
     if self.not_priced:
-      rows.append(f"not priced (outputs counted, kept memory unknown): {', '.join(self.not_priced)}")
+      rows.append(
+        f"not priced (outputs counted, kept memory unknown): {', '.join(self.not_priced)}"
+      )
     if self.budget is not None:
       rows.append(f"budget {mib(self.budget)}:")
     for a in self.advice:

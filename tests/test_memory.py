@@ -1,0 +1,146 @@
+"""tf_largeconv.memory.report: byte accounting against counts written here, bad input,
+"not priced" listing, and one prediction against measured growth in a fresh process."""
+
+import json
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tf_largeconv import memory
+
+F32 = 4
+
+
+def _conv_relu(shape=(8, 8, 3), filters=5):
+  inp = keras.Input(shape)
+  return keras.Model(inp, keras.layers.Conv2D(filters, 3, padding="same", activation="relu")(inp))
+
+
+def test_conv_relu_rows_and_peaks_match_a_count_by_hand():
+  # conv (3x3, 3 -> 5, SAME) + bias + relu on 2 x 8 x 8 x 3
+  rep = memory.report(_conv_relu(), (2, 8, 8, 3), training=True)
+  out = 2 * 8 * 8 * 5 * F32
+  (row,) = rep.layers
+  assert row.output_bytes == out
+  # Conv2D keeps its input (the model's input: already held, not counted) and filter;
+  # BiasAdd keeps nothing; Relu keeps its output.
+  assert row.kept_bytes == out
+  assert row.param_bytes == (3 * 3 * 3 * 5 + 5) * F32
+  assert rep.param_bytes == row.param_bytes and rep.gradient_bytes == row.param_bytes
+  # traced inference: the conv's output, bias and relu written over it, plus the kernel's
+  # scratch (3 filter copies on 2 threads)
+  assert rep.inference_peak == out + row.workspace_bytes
+  # eager: conv, bias-add and relu outputs each a new buffer; two alive at once at most
+  assert rep.eager_inference_peak == max(2 * out, out + row.workspace_bytes)
+
+
+def _two_convs():
+  inp = keras.Input((16, 16, 4))
+  x = keras.layers.Conv2D(6, 3, padding="same", use_bias=False)(inp)
+  x = keras.layers.Conv2D(2, 3, padding="same", use_bias=False)(x)
+  return keras.Model(inp, x)
+
+
+def test_training_peak_of_two_convs_matches_a_count_by_hand():
+  rep = memory.report(_two_convs(), (3, 16, 16, 4), training=True)
+  mid = 3 * 16 * 16 * 6 * F32  # conv 1's output: kept as conv 2's input
+  out = 3 * 16 * 16 * 2 * F32
+  w2 = 3 * 3 * 6 * 2 * F32
+  w1 = 3 * 3 * 4 * 6 * F32
+  first, second = rep.layers
+  assert (first.output_bytes, first.kept_bytes) == (mid, 0)  # keeps the model's input
+  assert (second.output_bytes, second.kept_bytes) == (out, mid)
+  ws2 = second.workspace_bytes
+  # backward through conv 2: kept mid + the prediction (fit computes its metrics after the
+  # update) + its gradient + the loss's difference + the new gradient of mid + conv 2's
+  # filter gradient + its kernel's scratch
+  at_conv2 = mid + out + out + out + mid + w2 + ws2
+  # conv 1's gradient: only its filter's (the input needs none)
+  at_conv1 = out + mid + w2 + w1 + first.workspace_bytes
+  assert rep.training_peak == max(at_conv2, at_conv1)
+  assert "conv2d" in rep.training_layer
+
+
+def test_dtype_sizes_follow_the_layers_dtype():
+  inp = keras.Input((8, 8, 3), dtype="float16")
+  model = keras.Model(inp, keras.layers.Conv2D(4, 1, dtype="float16", use_bias=False)(inp))
+  rep = memory.report(model, (2, 8, 8, 3), training=False)
+  assert rep.layers[0].output_bytes == 2 * 8 * 8 * 4 * 2
+
+
+def test_optimizer_slots_are_counted_per_weight():
+  model = _conv_relu()
+  rep = memory.report(model, (1, 8, 8, 3), optimizer=keras.optimizers.Adam())
+  assert rep.optimizer_slots == 2 and rep.optimizer_bytes == 2 * rep.param_bytes
+  rep = memory.report(model, (1, 8, 8, 3), optimizer=keras.optimizers.SGD())
+  assert rep.optimizer_slots == 0
+
+
+def test_report_prints_and_gives_a_dict():
+  rep = memory.report(_conv_relu(), (2, 8, 8, 3), budget=1 << 30)
+  text = str(rep)
+  assert "inference peak" in text and "training peak" in text and "conv2d" in text
+  d = rep.to_dict()
+  assert d["inference_peak"] == rep.inference_peak and d["layers"][0]["name"].startswith("conv2d")
+  assert json.loads(json.dumps(d))["budget"] == 1 << 30
+  assert any(a["change"] == "as is" and a["fits"] for a in d["advice"])
+
+
+def test_not_priced_ops_are_listed_with_their_output_counted():
+  inp = keras.Input((8, 8, 3))
+  out = keras.layers.Lambda(lambda x: tf.math.cumsum(x, axis=1))(inp)
+  rep = memory.report(keras.Model(inp, out), (2, 8, 8, 3))
+  assert "Cumsum" in rep.not_priced and rep.layers[0].not_priced == ["Cumsum"]
+  assert rep.layers[0].output_bytes == 2 * 8 * 8 * 3 * F32
+  assert "not priced" in str(rep)
+
+
+def test_bad_input_is_refused_with_what_is_missing():
+  model = _conv_relu()
+  with pytest.raises(ValueError, match="does not fit"):
+    memory.report(model, (2, 8, 8, 4))
+  with pytest.raises(ValueError, match="does not fit"):
+    memory.report(model, (8, 8, 3))
+  with pytest.raises(ValueError, match="input_shape must be a tuple"):
+    memory.report(model, "big")
+  with pytest.raises(ValueError, match="budget"):
+    memory.report(model, (1, 8, 8, 3), budget=-1)
+  seq = keras.Sequential([keras.layers.Dense(3)])
+  with pytest.raises(ValueError, match="not built"):
+    memory.report(seq, (1, 3))
+  with pytest.raises(TypeError, match="Keras"):
+    memory.report(object(), (1, 3))
+
+
+def test_a_budget_below_one_output_pixel_names_the_minimum():
+  with pytest.raises(ValueError, match="minimum is"):
+    memory.report(_conv_relu(), (1, 8, 8, 3), budget=64)
+
+
+_CHILD = """
+import json, sys
+import keras, numpy as np, tensorflow as tf
+from benchmarks.cpu.memory import run_case
+inp = keras.Input((192, 192, 16))
+x = keras.layers.Conv2D(32, 3, padding="same", activation="relu")(inp)
+x = keras.layers.Conv2D(32, 3, padding="same", activation="relu")(x)
+model = keras.Model(inp, keras.layers.Conv2D(4, 1)(x))
+_, predicted, measured = run_case(model, 4, "train")
+print(json.dumps([predicted, measured]))
+"""
+
+
+def test_a_training_step_grows_by_the_predicted_peak_within_20_percent():
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  env = dict(os.environ, PYTHONPATH=root, TF_CPP_MIN_LOG_LEVEL="3")
+  out = subprocess.run(
+    [sys.executable, "-c", _CHILD], capture_output=True, text=True, env=env, check=True
+  )
+  predicted, measured = json.loads(out.stdout.strip().splitlines()[-1])
+  assert abs(predicted / measured - 1) <= 0.2, (predicted, measured)
+  assert np.isfinite(predicted)
