@@ -130,12 +130,12 @@ inp = keras.Input((192, 192, 16))
 x = keras.layers.Conv2D(32, 3, padding="same", activation="relu")(inp)
 x = keras.layers.Conv2D(32, 3, padding="same", activation="relu")(x)
 model = keras.Model(inp, keras.layers.Conv2D(4, 1)(x))
-_, predicted, measured = run_case(model, 4, "train")
+_, predicted, measured = run_case(model, 4, "infer")
 print(json.dumps([predicted, measured]))
 """
 
 
-def test_a_training_step_grows_by_the_predicted_peak_within_20_percent():
+def test_an_inference_call_grows_by_the_predicted_peak_within_20_percent():
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   env = dict(os.environ, PYTHONPATH=root, TF_CPP_MIN_LOG_LEVEL="3")
   out = subprocess.run(

@@ -99,12 +99,15 @@ def seed(keras, large):
   return keras.Model(inp, layer(3, 135, padding="valid")(inp))
 
 
-# name: (builder(keras, frame), batch, mode)
+# name: (builder(keras, frame), batch, mode): "infer" a traced call, "train" a traced
+# training step, "eager" model(x).
 CASES = {
   "unet_b1_train": (lambda k, f: unet(k, f), 1, "train"),
   "unet_b2_train": (lambda k, f: unet(k, f), 2, "train"),
   "unet_b1_infer": (lambda k, f: unet(k, f), 1, "infer"),
   "resnet_b4_train": (lambda k, f: resnet(k), 4, "train"),
+  "resnet_b4_eager": (lambda k, f: resnet(k), 4, "eager"),
+  "unet_b1_eager": (lambda k, f: unet(k, f), 1, "eager"),
   "resnet_b4_infer": (lambda k, f: resnet(k), 4, "infer"),
   "replknet_b8_train": (lambda k, f: replknet(k), 8, "train"),
   "seed_conv2d_b2_infer": (lambda k, f: seed(k, False), 2, "infer"),
@@ -129,6 +132,10 @@ def run_case(model, batch, mode):
     step = tf.function(lambda x: model(x, training=False)).get_concrete_function(x)
     _, grown = sampled_growth(lambda: step(x))
     return rep, rep.inference_peak, grown
+  if mode == "eager":
+    model(x[:, :8, :8], training=False)  # Keras's first-call work on a small input
+    _, grown = sampled_growth(lambda: model(x, training=False))
+    return rep, rep.eager_inference_peak, grown
   y = tf.constant(np.ones((batch, *model.outputs[0].shape[1:]), np.float32))
   opt.build(model.trainable_variables)
 

@@ -136,37 +136,11 @@ FREE = frozenset(
   )
 )
 
-# Element-wise kernels that write their output over their first input of the same shape
-# and dtype when nothing else reads it (TF's forward_input_or_allocate_output).
-FORWARDS = frozenset(
-  (
-    "AddV2",
-    "Add",
-    "Sub",
-    "Mul",
-    "RealDiv",
-    "Maximum",
-    "Minimum",
-    "SquaredDifference",
-    "BiasAdd",
-    "Neg",
-    "Relu",
-    "Relu6",
-    "Elu",
-    "Selu",
-    "Sigmoid",
-    "Tanh",
-    "LeakyRelu",
-    "Softplus",
-    "Sqrt",
-    "Rsqrt",
-    "Exp",
-    "Log",
-    "Square",
-    "Abs",
-    "Erf",
-  )
-)
+# Ops whose output shares its first input's buffer when nothing else reads that input: a
+# convolution's bias and activation, which Grappler's remapper fuses into the convolution
+# (one output). Other element-wise ops run as oneDNN's kernels, which allocate a new output
+# (measured: benchmarks.cpu.memory).
+FORWARDS = frozenset(("BiasAdd", "Relu", "Relu6", "Elu", "Selu", "Sigmoid", "Tanh", "LeakyRelu"))
 
 # Convolutions whose temporary memory is TensorFlow's kernel's (see _workspace.py).
 TF_CONVS = frozenset(("Conv2D", "DepthwiseConv2dNative", "Conv2DBackpropInput", "Conv3D"))

@@ -128,7 +128,7 @@ class _Builder:
     kept_in, kept_out = _optable.KEPT.get(op.type, ((), False))
     kept = [inputs[i] for i in kept_in if i < len(inputs) and inputs[i] >= 0]
     kept += outs if kept_out else []
-    ws, gws = _workspace.of(op)
+    ws, gws = _workspace.of(op, bool(data_in) and self.tensors[data_in[0]].needs_grad)
     wgrad = sum(_nbytes(t) for t in op.inputs if t.name in weight_like) if from_weight else 0
     self.ops.append(
       Op(op.type, op.name, lname, inputs, outs, kept, ws, gws, wgrad, _optable.priced(op.type))

@@ -26,16 +26,32 @@ def _shape(t: Any) -> list[int]:
   return [int(d) if d is not None else 0 for d in t.shape]
 
 
+# oneDNN reorders a convolution's activations into its blocked layout when both sides have
+# at least this many channels: a copy of one activation tensor (forward and gradient), the
+# size of the larger of input and output. Fitted as IM2COL_PIXELS_PER_THREAD (the ResNet,
+# U-Net and RepLKNet cases of benchmarks.cpu.memory).
+REORDER_MIN_CHANNELS = 64
+REORDER_COPIES = (1, 1)
+
+
 def tf_conv_bytes(
-  in_shape: list[int], filter_shape: list[int], itemsize: int, threads: int, depthwise: bool
-) -> int:
-  """TensorFlow's CPU convolution's scratch, forward, for NHWC `in_shape` and HWIO
-  `filter_shape` (HWCM for depthwise)."""
+  in_shape: list[int],
+  filter_shape: list[int],
+  out_shape: list[int],
+  itemsize: int,
+  threads: int,
+  depthwise: bool,
+) -> tuple[int, int]:
+  """TensorFlow's CPU convolution's scratch, (forward, gradient), for NHWC `in_shape` and
+  HWIO `filter_shape` (HWCM for depthwise)."""
   patch = math.prod(filter_shape[:-2]) * (1 if depthwise else filter_shape[-2])
-  filter_bytes = math.prod(filter_shape) * itemsize
+  base = (threads + 1) * math.prod(filter_shape) * itemsize
   if in_shape[0] > 1 and patch >= IM2COL_MIN_PATCH:
-    return threads * IM2COL_PIXELS_PER_THREAD * patch * itemsize
-  return (threads + 1) * filter_bytes
+    base = threads * IM2COL_PIXELS_PER_THREAD * patch * itemsize
+  if min(in_shape[-1], out_shape[-1]) < REORDER_MIN_CHANNELS:
+    return base, base
+  big = max(math.prod(in_shape), math.prod(out_shape)) * itemsize
+  return base + int(REORDER_COPIES[0] * big), base + int(REORDER_COPIES[1] * big)
 
 
 def _threads() -> int:
@@ -44,7 +60,7 @@ def _threads() -> int:
   return device.intra_op_threads()
 
 
-def _large_conv(op: Any) -> tuple[int, int]:
+def _large_conv(op: Any, input_grad: bool) -> tuple[int, int]:
   from tf_largeconv.ops.gradients import _CONV2D_ATTRS
   from tf_largeconv.ops.gradients import _decode
   from tf_largeconv.planning._plan import plan_from_attrs
@@ -57,23 +73,28 @@ def _large_conv(op: Any) -> tuple[int, int]:
   else:
     x, w = _shape(op.inputs[0]), _shape(op.inputs[1])
   plan = plan_from_attrs(x, w, attrs, op.inputs[1].dtype)
-  passes = [p.workspace_bytes for p in (plan.backprop_input, plan.backprop_filter) if p]
+  # The two gradient ops are independent: TF's executor may run them at once.
+  passes = (plan.backprop_input if input_grad else None, plan.backprop_filter)
   fwd = plan.forward.workspace_bytes if plan.forward else 0
-  return fwd, max(passes, default=0)
+  return fwd, sum(p.workspace_bytes for p in passes if p)
 
 
-def of(op: Any) -> tuple[int, int]:
-  """(forward, gradient) temporary bytes of graph op `op`; 0 for ops that take none."""
+def of(op: Any, input_grad: bool = True) -> tuple[int, int]:
+  """(forward, gradient) temporary bytes of graph op `op`; 0 for ops that take none.
+  `input_grad`: whether the gradient computes the input's gradient too."""
   if op.type in _optable.LARGE_CONVS and op.type != "LargeConv>Conv3D":
-    return _large_conv(op)
+    return _large_conv(op, input_grad)
   if op.type not in _optable.TF_CONVS or op.type == "Conv3D":
     return 0, 0
   if op.type == "Conv2DBackpropInput":
     x, w = _shape(op.outputs[0]), _shape(op.inputs[1])
   else:
     x, w = _shape(op.inputs[0]), _shape(op.inputs[1])
-  ws = tf_conv_bytes(x, w, op.inputs[1].dtype.size, _threads(), op.type.startswith("Depthwise"))
-  return ws, ws
+  y = x if op.type == "Conv2DBackpropInput" else _shape(op.outputs[0])
+  if op.type == "Conv2DBackpropInput":
+    y = _shape(op.inputs[2])
+  size = op.inputs[1].dtype.size
+  return tf_conv_bytes(x, w, y, size, _threads(), op.type.startswith("Depthwise"))
 
 
 def largeconv_bound(op: Any) -> int | None:
