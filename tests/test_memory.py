@@ -144,3 +144,11 @@ def test_an_inference_call_grows_by_the_predicted_peak_within_20_percent():
   predicted, measured = json.loads(out.stdout.strip().splitlines()[-1])
   assert abs(predicted / measured - 1) <= 0.2, (predicted, measured)
   assert np.isfinite(predicted)
+
+
+def test_a_model_of_any_image_size_is_priced_at_the_given_shape():
+  inp = keras.Input((None, None, 3))
+  x = keras.layers.Conv2D(16, 3, strides=2, padding="same", use_bias=False)(inp)
+  model = keras.Model(inp, keras.layers.DepthwiseConv2D(5, padding="same", use_bias=False)(x))
+  rep = memory.report(model, (1, 64, 64, 3), training=False)
+  assert [r.output_bytes for r in rep.layers] == [32 * 32 * 16 * F32] * 2

@@ -61,15 +61,17 @@ class MemoryReport:
     return out
 
   def __str__(self) -> str:
-    head = f"{'layer':<28}{'kind':<22}{'output':>13}{'kept':>13}{'workspace':>13}{'params':>12}"
+    head = (
+      f"{'layer':<24}{'kind':<20}{'output':>13}{'kept':>13}{'workspace':>13}"
+      f"{'(LargeConv)':>13}{'params':>12}"
+    )
     rows = [f"memory report for input {self.input_shape}", head, "-" * len(head)]
     for r in self.layers:
-      ws = mib(r.workspace_bytes)
-      if r.largeconv_workspace_bytes is not None:
-        ws += f" (LargeConv {mib(r.largeconv_workspace_bytes)})"
+      alt = r.largeconv_workspace_bytes
       rows.append(
-        f"{r.name[:27]:<28}{r.kind[:21]:<22}{mib(r.output_bytes):>13}{mib(r.kept_bytes):>13}"
-        f"{ws:>13}{mib(r.param_bytes):>12}"
+        f"{r.name[:23]:<24}{r.kind[:19]:<20}{mib(r.output_bytes):>13}{mib(r.kept_bytes):>13}"
+        f"{mib(r.workspace_bytes):>13}{mib(alt) if alt is not None else '':>13}"
+        f"{mib(r.param_bytes):>12}"
         + (f"  not priced: {', '.join(r.not_priced)}" if r.not_priced else "")
       )
     rows.append(

@@ -86,7 +86,9 @@ class _Builder:
     self.tensors[tid] = Tensor(tid, nbytes, layer, alias_of, itemsize=itemsize)
     return tid
 
-  def add_layer(self, layer: Any, in_ids: list[int], specs: list[Any], training: bool) -> list[int]:
+  def add_layer(
+    self, layer: Any, in_ids: list[int], specs: list[Any], training: bool
+  ) -> tuple[list[int], list[Any]]:
     graph = _concrete(layer, specs, training).graph
     ids: dict[str, int] = {}
     weight_like: set[str] = set()
@@ -101,7 +103,8 @@ class _Builder:
         constant.update(t.name for t in op.outputs if t.name not in ids)
       else:
         self._add_op(layer.name, op, ids, weight_like, constant)
-    return [ids.get(t.name, -1) for t in graph.outputs if t.dtype != tf.resource]
+    outs = [t for t in graph.outputs if t.dtype != tf.resource]
+    return [ids.get(t.name, -1) for t in outs], [tf.TensorSpec(t.shape, t.dtype) for t in outs]
 
   def _add_op(
     self, lname: str, op: Any, ids: dict[str, int], weight_like: set[str], constant: set[str]
@@ -142,18 +145,16 @@ class _Builder:
     return tid
 
 
-def _spec(keras_tensor: Any, batch: int) -> Any:
-  return tf.TensorSpec((batch, *keras_tensor.shape[1:]), keras_tensor.dtype)
-
-
 def trace(model: Any, input_shape: tuple[int, ...], training: bool) -> Traced:
   """Traces every layer of `model` for inputs of `input_shape` (batch included)."""
   b = _Builder()
   batch = input_shape[0]
   kt_ids: dict[int, int] = {}
+  kt_specs: dict[int, Any] = {}
   model_inputs = []
   for kt in model.inputs:
     shape = (batch, *input_shape[1:])
+    kt_specs[id(kt)] = tf.TensorSpec(shape, kt.dtype)
     nbytes = math.prod(shape) * tf.as_dtype(kt.dtype).size
     kt_ids[id(kt)] = b.new(nbytes, "input", None, tf.as_dtype(kt.dtype).size)
     model_inputs.append(kt_ids[id(kt)])
@@ -164,10 +165,11 @@ def trace(model: Any, input_shape: tuple[int, ...], training: bool) -> Traced:
     if not node.input_tensors or type(layer).__name__ == "InputLayer":
       continue
     in_ids = [kt_ids[id(kt)] for kt in node.input_tensors]
-    specs = [_spec(kt, batch) for kt in node.input_tensors]
-    outs = b.add_layer(layer, in_ids, specs, training)
-    for kt, tid in zip(node.outputs, outs):
+    specs = [kt_specs[id(kt)] for kt in node.input_tensors]
+    outs, out_specs = b.add_layer(layer, in_ids, specs, training)
+    for kt, tid, spec in zip(node.outputs, outs, out_specs):
       kt_ids[id(kt)] = tid
+      kt_specs[id(kt)] = spec
     layer_outputs[layer.name] = outs
     layers.append(layer)
   outputs = [kt_ids[id(kt)] for kt in model.outputs]
