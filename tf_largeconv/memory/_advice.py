@@ -57,14 +57,16 @@ def advise(model: Any, shape: tuple[int, ...], rep: Any, budget: int | None) -> 
   if shape[0] > 1:
     half = (shape[0] // 2, *shape[1:])
     r = memory.report(model, half, training=training)
-    out.append(Advice(f"batch {half[0]}", *_p(r), fits=_fits(budget, *_p(r))))
-  half_precision = tuple(None if p is None else p // 2 for p in _p(rep))
+    out.append(Advice(f"batch {half[0]}", *_p(r), _fits(budget, *_p(r))))
+  infer_half = rep.inference_peak // 2
+  train_half = None if rep.training_peak is None else rep.training_peak // 2
   out.append(
     Advice(
       "mixed precision (keras.mixed_precision.set_global_policy('mixed_bfloat16'); "
-      "activations in 16 bits)",
-      *half_precision,
-      fits=_fits(budget, *half_precision),
+      "activations in 16 bits, about half)",
+      infer_half,
+      train_half,
+      _fits(budget, infer_half, train_half),
     )
   )
   streamed = _stream(model, shape, budget)

@@ -33,6 +33,7 @@ class Advice:
   fits: bool | None = None
 
 
+@dataclasses.dataclass
 class MemoryReport:
   """Where a model's memory goes for one input shape. Peaks are bytes of growth over the
   process before the call (weights and the input already held are not counted again).
@@ -51,14 +52,25 @@ class MemoryReport:
     advice: changes that cut the peak, each with the peaks after it.
   """
 
-  def __init__(self, **fields: Any) -> None:
-    self.__dict__.update(fields)
+  input_shape: tuple[int, ...]
+  training: bool
+  budget: int | None
+  layers: list[LayerRow]
+  param_bytes: int
+  gradient_bytes: int
+  optimizer_slots: int
+  optimizer_bytes: int
+  not_priced: list[str]
+  inference_peak: int
+  inference_layer: str
+  eager_inference_peak: int
+  training_peak: int | None
+  training_layer: str | None
+  eager_training_peak: int | None
+  advice: list[Advice]
 
   def to_dict(self) -> dict[str, Any]:
-    out = {k: v for k, v in self.__dict__.items() if k not in ("layers", "advice")}
-    out["layers"] = [dataclasses.asdict(r) for r in self.layers]
-    out["advice"] = [dataclasses.asdict(a) for a in self.advice]
-    return out
+    return dataclasses.asdict(self)
 
   def __str__(self) -> str:
     head = (
@@ -85,14 +97,14 @@ class MemoryReport:
     if self.training_peak is not None:
       rows.append(
         f"training peak (traced, fit) {mib(self.training_peak)} at {self.training_layer}; "
-        f"eager GradientTape step {mib(self.eager_training_peak)}"
+        f"eager GradientTape step {mib(self.eager_training_peak or 0)}"
       )
     if self.not_priced:
       rows.append(
         f"not priced (outputs counted, kept memory unknown): {', '.join(self.not_priced)}"
       )
     if self.budget is not None:
-      rows.append(f"budget {mib(self.budget)}:")
+      rows.append(f"budget {mib(self.budget)}:")  # advice lines follow
     for a in self.advice:
       peaks = [f"inference {mib(a.inference_peak)}" if a.inference_peak is not None else ""]
       peaks.append(f"training {mib(a.training_peak)}" if a.training_peak is not None else "")

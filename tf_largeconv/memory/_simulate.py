@@ -85,7 +85,8 @@ def forward(t: Traced, training: bool, eager: bool) -> tuple[Peak, _Pool, dict[i
   if eager:  # the functional call holds every layer's output until it returns
     for outs in t.layer_outputs.values():
       pinned.update(_root(t, o) for o in outs)
-  pool, buf = _Pool(), {}
+  pool = _Pool()
+  buf: dict[int, int] = {}
   external = set(_root(t, i) for i in t.inputs)
   peak = Peak(0, "", "", "forward")
   for op in t.ops:
@@ -121,7 +122,16 @@ def forward(t: Traced, training: bool, eager: bool) -> tuple[Peak, _Pool, dict[i
   return peak, pool, buf
 
 
-def _donor(t, op, out, pool, buf, reads, keep, eager) -> int | None:  # type: ignore[no-untyped-def]
+def _donor(
+  t: Traced,
+  op: Any,
+  out: int,
+  pool: _Pool,
+  buf: dict[int, int],
+  reads: dict[int, int],
+  keep: set[int],
+  eager: bool,
+) -> int | None:
   """The buffer `op` writes `out` over: its first input of the same size that dies here."""
   if eager or op.type not in _optable.FORWARDS:
     return None
@@ -177,8 +187,9 @@ def backward(t: Traced, pool: _Pool, buf: dict[int, int], loss_bytes: int) -> Pe
   return peak
 
 
-def peaks(t: Traced, training: bool, eager: bool, loss_bytes: int) -> tuple[Peak, Peak | None]:
+def peaks(t: Traced, training: bool, eager: bool, loss_bytes: int) -> tuple[Peak, Peak]:
+  """(forward peak, backward peak); without training the backward's is the forward's."""
   fwd, pool, buf = forward(t, training, eager)
   if not training:
-    return fwd, None
+    return fwd, fwd
   return fwd, backward(t, pool, buf, loss_bytes)

@@ -35,8 +35,7 @@ def rows(t: Traced, model: Any) -> list[LayerRow]:
           counted.add(r)
           kept += t.tensors[r].nbytes
     ws = max((op.workspace for op in ops), default=0)
-    alt = [_largeconv_bound(op) for op in ops if op.type in _optable.TF_CONVS]
-    alt = [a for a in alt if a is not None]
+    alt = [a for op in ops if op.type in _optable.TF_CONVS if (a := _largeconv_bound(op))]
     params = sum(math.prod(w.shape) * _itemsize(w) for w in layer.weights)
     missing = sorted({op.type for op in ops if not op.priced})
     out.append(
@@ -83,11 +82,11 @@ def peaks(infer: Traced, train: Traced | None) -> dict[str, Any]:
   )
   if train is not None:
     fwd, bwd = _simulate.peaks(train, True, False, _loss_bytes(train))
-    best = max((fwd, bwd), key=lambda q: q.bytes)  # type: ignore[union-attr]
+    best = max((fwd, bwd), key=lambda q: q.bytes)
     efwd, ebwd = _simulate.peaks(train, True, True, _loss_bytes(train))
     fields.update(
       training_peak=best.bytes,
       training_layer=f"{best.layer} ({best.op}, {best.phase})",
-      eager_training_peak=max(efwd.bytes, ebwd.bytes),  # type: ignore[union-attr]
+      eager_training_peak=max(efwd.bytes, ebwd.bytes),
     )
   return fields
