@@ -152,3 +152,11 @@ def test_a_model_of_any_image_size_is_priced_at_the_given_shape():
   model = keras.Model(inp, keras.layers.DepthwiseConv2D(5, padding="same", use_bias=False)(x))
   rep = memory.report(model, (1, 64, 64, 3), training=False)
   assert [r.output_bytes for r in rep.layers] == [32 * 32 * 16 * F32] * 2
+
+
+def test_the_package_exports_memory_on_first_use():
+  import tf_largeconv
+
+  assert tf_largeconv.memory is memory
+  with pytest.raises(AttributeError, match="no attribute"):
+    tf_largeconv.no_such_thing  # noqa: B018
