@@ -23,6 +23,9 @@ DEV_DEPS  ?= pybind11 numpy scipy pytest hypothesis setuptools wheel
 # The `dask` extra (tf_largeconv.dask and its tests), at the versions checked together here.
 DASK_DEPS ?= "dask[array]==2026.8.0" distributed==2026.8.0 zarr==3.1.6 tifffile==2026.3.3 \
              "ngff-zarr[validate]==0.50.0"
+# The `slides` extra (scanners' formats through OpenSlide, its library from a wheel), at the
+# versions checked here; pyproject.toml's `slides` extra names the same packages.
+SLIDES_DEPS ?= openslide-python==1.4.7 openslide-bin==4.0.1.2
 # tf_keras (Keras 2, for the tf_keras layer tests) without its dependency on the full
 # tensorflow package, which would be installed over tensorflow-cpu.
 NODEP_DEPS ?= "tf_keras==2.21.*"
@@ -71,7 +74,7 @@ all: build
 $(VENV)/.ready: Makefile
 	python3 -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --upgrade pip
-	$(VENV)/bin/python -m pip install "$(TF_PIN)" $(DEV_DEPS) $(DASK_DEPS)
+	$(VENV)/bin/python -m pip install "$(TF_PIN)" $(DEV_DEPS) $(DASK_DEPS) $(SLIDES_DEPS)
 	$(VENV)/bin/python -m pip install --no-deps $(NODEP_DEPS)
 	touch $@
 
