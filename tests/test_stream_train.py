@@ -256,3 +256,149 @@ def test_streamed_forward_runs_outside_the_gradient_tape(monkeypatch):
   model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(True))
   model.streamed_gradients(_image((1, 40, 40, 3), "float32"), np.array([1]))
   assert seen == [0]
+
+
+# --- dense training: StreamingModel(model, head=None) ------------------------------------
+
+
+def seg_unet(dtype):
+  """A U-Net with a 3-class per-pixel head (nearest upsampling: see CASES)."""
+  with floatx(dtype):
+    base = unet(bilinear=False)
+    out = L.Conv2D(3, 1)(base.output)
+    return _randomize(keras.Model(base.input, out), seed=5)
+
+
+def seg_dilated(dtype):
+  with floatx(dtype):
+    base = dilated()
+    return _randomize(keras.Model(base.input, L.Conv2D(2, 1)(base.output)), seed=6)
+
+
+DENSE = {
+  # model, input shape, labels: 'sparse' class indices or 'dense' values, tiles
+  "unet": (seg_unet, (2, 40, 48, 2), "sparse", (9, 24)),
+  "dilated": (seg_dilated, (1, 37, 33, 3), "dense", (10, 17)),
+}
+
+
+def _dense_labels(kind, out_shape, dtype):
+  if kind == "sparse":
+    return np.random.default_rng(9).integers(0, out_shape[-1], out_shape[:-1])
+  return _image(out_shape, dtype, seed=9)
+
+
+def _dense_loss(kind, reduction="sum_over_batch_size", dtype="float32"):
+  """The loss, computing in the model's dtype."""
+  if kind == "sparse":
+    return keras.losses.SparseCategoricalCrossentropy(
+      from_logits=True, reduction=reduction, dtype=dtype
+    )
+  return keras.losses.MeanSquaredError(reduction=reduction, dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name", sorted(DENSE))
+def test_dense_gradients_equal_the_untiled_model(name, dtype):
+  make, shape, kind, tiles = DENSE[name]
+  model = make(dtype)
+  x = _image(shape, dtype)
+  y = _dense_labels(kind, tuple(model(x).shape), dtype)
+  rng = np.random.default_rng(2)
+  per_image = rng.uniform(0.5, 2.0, (shape[0],) + (1,) * (len(shape) - 2))
+  per_pixel = rng.uniform(0.0, 2.0, y.shape[: len(shape) - 1]).astype(dtype)
+  for reduction, sample_weight in (
+    ("sum_over_batch_size", None),
+    ("sum", per_pixel),
+    ("sum_over_batch_size", per_image),
+  ):
+    loss_fn = _dense_loss(kind, reduction, dtype)
+    with tf.GradientTape() as tape:
+      want_loss = loss_fn(y, model(x, training=True), sample_weight=sample_weight)
+    want = tape.gradient(want_loss, model.trainable_variables)
+    for tile in tiles:
+      streamed = stream.StreamingModel(model, tile=tile)
+      streamed.compile(optimizer="sgd", loss=loss_fn)
+      assert streamed.plan(shape).tiles > 1
+      # per image: the streamed model takes (batch,), as fit does
+      weights = per_image.ravel() if sample_weight is per_image else sample_weight
+      loss, y_pred, grads, variables = streamed.streamed_gradients(x, y, weights)
+      assert y_pred is None and [v.path for v in variables] == [
+        v.path for v in model.trainable_variables
+      ]
+      assert abs(float(loss) - float(want_loss)) <= TOL[dtype] * abs(float(want_loss))
+      _compare(grads, want, dtype)
+
+
+def test_dense_fit_and_evaluate_follow_untiled_training():
+  """Two SGD steps, with a metric, streamed from lazy inputs and untiled, stay together."""
+  da = pytest.importorskip("dask.array")
+  x = _image((2, 40, 48, 2), "float32")
+  model = seg_unet("float32")
+  y = _dense_labels("sparse", tuple(model(x).shape), "float32")
+  untiled = keras.models.clone_model(model)
+  untiled.set_weights(model.get_weights())
+  loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+  w = np.random.default_rng(4).uniform(0.0, 2.0, y.shape).astype(np.float32)  # per pixel
+
+  def compiled(m):
+    # a mean over pixels (accuracy), unweighted and weighted, and a sum (a confusion matrix)
+    m.compile(
+      optimizer=keras.optimizers.SGD(0.1),
+      loss=loss_fn,
+      metrics=["accuracy", keras.metrics.MeanIoU(3, sparse_y_pred=False, name="iou")],
+      weighted_metrics=["accuracy"],
+    )
+    return m
+
+  untiled, streamed = compiled(untiled), compiled(stream.StreamingModel(model, tile=16))
+  lazy_x, lazy_y = da.from_array(x, chunks=(1, 16, 16, 2)), da.from_array(y, chunks=(1, 8, 8))
+  for _ in range(2):
+    want = untiled.train_on_batch(x, y, sample_weight=w, return_dict=True)
+    got = streamed.train_on_batch(lazy_x, lazy_y, sample_weight=w, return_dict=True)
+    assert sorted(got) == sorted(want) == ["accuracy", "iou", "loss", "weighted_accuracy"]
+    assert abs(got["loss"] - want["loss"]) <= 1e-4 * abs(want["loss"])
+    for name in ("accuracy", "iou", "weighted_accuracy"):
+      assert got[name] == pytest.approx(want[name], abs=1e-6), name
+  for a, b in zip(streamed.trunk.get_weights(), untiled.get_weights()):
+    np.testing.assert_allclose(a, b, rtol=0, atol=1e-4 * max(np.abs(b).max(), 1e-3))
+  want = untiled.evaluate(x, y, return_dict=True, verbose=0)
+  got = streamed.evaluate(lazy_x, lazy_y, batch_size=2, return_dict=True, verbose=0)
+  assert abs(got["loss"] - want["loss"]) <= 1e-4 * abs(want["loss"])
+  for name in ("accuracy", "iou"):
+    assert got[name] == pytest.approx(want[name], abs=1e-6), name
+  np.testing.assert_allclose(
+    streamed.predict(x, verbose=0), untiled.predict(x, verbose=0), atol=1e-4
+  )
+
+
+def test_dense_bad_labels_and_losses():
+  model = seg_dilated("float32")
+  x = _image((1, 37, 33, 3), "float32")
+  out = tuple(model(x).shape)
+  streamed = stream.StreamingModel(model, tile=10)
+  streamed.compile(optimizer="sgd", loss="mse")
+  with pytest.raises(ValueError, match=r"y has shape \(1, 20, 33, 2\); the model's output over "):
+    streamed.streamed_gradients(x, np.zeros((1, 20, 33, 2), np.float32))
+  with pytest.raises(ValueError, match="needs labels y"):
+    streamed.streamed_gradients(x, None)
+  streamed.compile(optimizer="sgd", loss=keras.losses.MeanSquaredError(reduction="none"))
+  with pytest.raises(ValueError, match=r"reduction 'none' is not a sum or a mean over pixels"):
+    streamed.streamed_gradients(x, np.zeros(out, np.float32))
+  streamed.compile(optimizer="sgd", loss=["mse", "mae"])
+  with pytest.raises(ValueError, match="one loss"):
+    streamed.streamed_gradients(x, np.zeros(out, np.float32))
+
+
+def test_dense_loss_by_name_and_function():
+  """A loss given by name or as a function is reduced as Keras reduces it (a mean)."""
+  model = seg_dilated("float32")
+  x = _image((1, 37, 33, 3), "float32")
+  y = _dense_labels("dense", tuple(model(x).shape), "float32")
+  weights = np.array([1.5], np.float32)
+  want = keras.losses.MeanSquaredError()(y, model(x), sample_weight=weights)
+  for loss in ("mse", keras.losses.mean_squared_error):
+    streamed = stream.StreamingModel(model, tile=12)
+    streamed.compile(optimizer="sgd", loss=loss)
+    got, _, _, _ = streamed.streamed_gradients(x, y, weights)
+    assert abs(float(got) - float(want)) <= 1e-5 * float(want)
