@@ -139,7 +139,10 @@ class TileSums:
     assert self._loss is not None
     if not divides:
       return self._loss, self._grads
-    n = max(self._count, 1)
+    # Under a tf.distribute strategy each replica's mean is also divided by the number of
+    # replicas, whose gradients are then summed, as Keras scales its own mean losses.
+    replicas = tf.distribute.get_strategy().num_replicas_in_sync
+    n = max(self._count, 1) * replicas
     return self._loss / tf.cast(n, self._loss.dtype), [g / tf.cast(n, g.dtype) for g in self._grads]
 
 

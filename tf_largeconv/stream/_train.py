@@ -159,6 +159,12 @@ class StreamingModel(keras.Model):
     return _arrays.as_tensor(out)  # the same memory, not a copy
 
   def call(self, x: Any, training: bool | None = None) -> Any:
+    if isinstance(x, tf.Tensor) and not tf.executing_eagerly():
+      # Keras tracing the model to build its metrics and losses (as `fit` does under a
+      # distribution strategy): the untiled graph gives the shapes; steps always run
+      # eagerly (`run_eagerly`), so this graph is never run on an image.
+      z = self.trunk(x, training=False)
+      return z if self.head is None else self.head(z, training=training)
     z = self._trunk_forward(*self._batch(x, training=False))
     return z if self.head is None else self.head(z, training=training)
 
@@ -282,6 +288,7 @@ class StreamingModel(keras.Model):
     if self.trunk.losses:  # regularization: once per step, not per tile
       with tf.GradientTape() as tape:
         extra = tf.add_n([tf.cast(v, total.dtype) for v in self.trunk.losses])
+        extra = extra / tf.cast(tf.distribute.get_strategy().num_replicas_in_sync, extra.dtype)
       if training:
         more = tape.gradient(extra, variables, unconnected_gradients=tf.UnconnectedGradients.ZERO)
         grads = [gr + tf.cast(m, gr.dtype) for gr, m in zip(grads, more)]
@@ -291,7 +298,7 @@ class StreamingModel(keras.Model):
   def train_step(self, data: Any) -> Any:
     x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
     loss, y_pred, grads, variables = self.streamed_gradients(x, y, sample_weight)
-    self._loss_tracker.update_state(loss, sample_weight=_batch_size(x))
+    self._loss_tracker.update_state(_unscaled(loss), sample_weight=_batch_size(x))
     self.optimizer.apply_gradients(zip(grads, variables))
     if y_pred is None:  # dense: the metrics were updated tile by tile
       return self.get_metrics_result()
@@ -303,7 +310,7 @@ class StreamingModel(keras.Model):
     x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
     source, plan = self._batch(x, training=False)
     loss, _, _, _ = self._dense_step(source, plan, y, sample_weight, training=False)
-    self._loss_tracker.update_state(loss, sample_weight=_batch_size(x))
+    self._loss_tracker.update_state(_unscaled(loss), sample_weight=_batch_size(x))
     return self.get_metrics_result()
 
   def get_config(self) -> dict[str, Any]:
@@ -327,3 +334,11 @@ class StreamingModel(keras.Model):
 def _batch_size(x: Any) -> int:
   """The batch of `x` from its shape alone (a lazy input is never read for it)."""
   return int(x.shape[0])
+
+
+def _unscaled(loss: tf.Tensor) -> tf.Tensor:
+  """A replica's loss as the whole batch's: Keras divides mean losses by the number of
+  replicas of a tf.distribute strategy (their gradients are summed), and its loss tracker
+  multiplies them back."""
+  replicas = tf.distribute.get_strategy().num_replicas_in_sync
+  return loss * tf.cast(replicas, loss.dtype) if replicas > 1 else loss
