@@ -4,6 +4,8 @@ The oracle is the same model untiled, `head(trunk(x))`, differentiated by one gr
 tape. Tolerances, relative to each gradient's largest magnitude: float64 1e-9, float32 1e-4.
 """
 
+import contextlib
+
 import keras
 import numpy as np
 import pytest
@@ -17,6 +19,7 @@ from test_stream import resnet
 from test_stream import unet
 
 from tf_largeconv import stream
+from tf_largeconv.stream._train import reads_only_the_mean
 
 L = keras.layers
 TOL = {"float64": 1e-9, "float32": 1e-4}
@@ -85,9 +88,26 @@ CASES = {
 }
 
 
+@contextlib.contextmanager
+def loss_floatx(dtype):
+  """Losses compute in `dtype`: Keras's compile rebuilds a loss from its config, which
+  keeps no dtype, so the losses' default (floatx) is what holds."""
+  old = keras.config.floatx()
+  keras.config.set_floatx(dtype)
+  try:
+    yield
+  finally:
+    keras.config.set_floatx(old)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_gradients_equal_the_untiled_model(name, dtype):
+  with loss_floatx(dtype):
+    _gradients_equal_the_untiled_model(name, dtype)
+
+
+def _gradients_equal_the_untiled_model(name, dtype):
   make_trunk, make_head, shape, kind, tiles = CASES[name]
   with floatx(dtype):
     trunk, head = make_trunk(), make_head()
@@ -235,7 +255,7 @@ def test_streamed_forward_runs_outside_the_gradient_tape(monkeypatch):
   from tf_largeconv.stream import _run
 
   depth, seen = [0], []
-  enter, leave, run = tf.GradientTape.__enter__, tf.GradientTape.__exit__, _run.run
+  enter, leave, run = tf.GradientTape.__enter__, tf.GradientTape.__exit__, _run.run_tile
 
   def entered(self):
     depth[0] += 1
@@ -251,11 +271,16 @@ def test_streamed_forward_runs_outside_the_gradient_tape(monkeypatch):
 
   monkeypatch.setattr(tf.GradientTape, "__enter__", entered)
   monkeypatch.setattr(tf.GradientTape, "__exit__", left)
-  monkeypatch.setattr(_run, "run", recorded_run)
-  model = stream.StreamingModel(plain_trunk(), classifier_head(8), tile=16)
-  model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(True))
-  model.streamed_gradients(_image((1, 40, 40, 3), "float32"), np.array([1]))
-  assert seen == [0]
+  monkeypatch.setattr(_run, "run_tile", recorded_run)
+  # Both forwards: the mean streamed for a mean-pooling head, the whole output otherwise.
+  for head in (classifier_head(8), max_head(8)):
+    model = stream.StreamingModel(plain_trunk(), head, tile=16)
+    model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(True))
+    tiles = model.plan((1, 40, 40, 3)).tiles
+    assert tiles > 1
+    seen.clear()
+    model.streamed_gradients(_image((1, 40, 40, 3), "float32"), np.array([1]))
+    assert seen == [0] * tiles + [1] * tiles  # forward outside any tape, backward inside
 
 
 # --- dense training: StreamingModel(model, head=None) ------------------------------------
@@ -402,3 +427,47 @@ def test_dense_loss_by_name_and_function():
     streamed.compile(optimizer="sgd", loss=loss)
     got, _, _, _ = streamed.streamed_gradients(x, y, weights)
     assert abs(float(got) - float(want)) <= 1e-5 * float(want)
+
+
+def max_head(channels=8, classes=3):
+  inp = keras.Input((None, None, channels))
+  x = L.Concatenate()([L.GlobalAveragePooling2D()(inp), L.GlobalMaxPooling2D()(inp)])
+  return _randomize(keras.Model(inp, L.Dense(classes)(x)), seed=7)
+
+
+def test_a_mean_pooling_head_never_holds_the_trunk_output(monkeypatch):
+  """A head that reads only the trunk output's mean gets it streamed: the output is never
+  whole, in training and in predict; any other head gets the whole output."""
+  x = _image((2, 61, 50, 3), "float64")
+  y = np.array([0, 2])
+  loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, dtype="float64")
+  with loss_floatx("float64"):
+    _mean_pooling_head(x, y, loss_fn, monkeypatch)
+
+
+def _mean_pooling_head(x, y, loss_fn, monkeypatch):
+  assert reads_only_the_mean(classifier_head(8))
+  assert not reads_only_the_mean(max_head(8)) and not reads_only_the_mean(pixel_head(8))
+  with floatx("float64"):
+    trunk, mean_head, other_head = plain_trunk(), classifier_head(8), max_head(8)
+  want_mean = _untiled(trunk, mean_head, x, y, loss_fn)
+  want_other = _untiled(trunk, other_head, x, y, loss_fn)
+  calls = []
+  original = stream.StreamingModel._trunk_forward
+  monkeypatch.setattr(
+    stream.StreamingModel,
+    "_trunk_forward",
+    lambda self, *a: calls.append(1) or original(self, *a),
+  )
+  for head, (want_loss, want), held in ((mean_head, want_mean, 0), (other_head, want_other, 1)):
+    with floatx("float64"):  # so that predict keeps the input's dtype
+      model = stream.StreamingModel(trunk, head, tile=17)
+    model.compile(optimizer="sgd", loss=loss_fn)
+    calls.clear()
+    loss, _, grads, _ = model.streamed_gradients(x, y)
+    assert len(calls) == held
+    assert abs(float(loss) - float(want_loss)) <= 1e-9 * abs(float(want_loss))
+    _compare(grads, want, "float64")
+    calls.clear()
+    np.testing.assert_allclose(model.predict(x, verbose=0), head(trunk(x)), rtol=0, atol=1e-9)
+    assert len(calls) == held

@@ -85,6 +85,24 @@ def check_trunk(trunk: Any, graph: _graph.Graph) -> None:
       )
 
 
+def reads_only_the_mean(head: Any) -> bool:
+  """Whether `head` reads its input only through global average poolings (a classifier's
+  usual first layer): then the head of a 1 x ... x 1 image holding the input's spatial mean
+  is the head of the input, exactly."""
+  try:
+    graph = _graph.build(head)
+  except (TypeError, ValueError):
+    return False
+  for step in graph.steps:
+    reads_input = 0 in step.inputs
+    if step.kind == "reduce":
+      if not reads_input or getattr(step.rule, "how", None) != "mean":
+        return False
+    elif reads_input or step.rule is not None:
+      return False
+  return True
+
+
 @keras.saving.register_keras_serializable(package="tf_largeconv")
 class StreamingModel(keras.Model):
   """A Keras model `head(trunk(x))` whose trunk runs tile by tile, in training too; or,
@@ -130,6 +148,7 @@ class StreamingModel(keras.Model):
     self.tile, self.memory_limit = tile, memory_limit
     self._stream_graph = _graph.build(trunk)
     check_trunk(trunk, self._stream_graph)
+    self._pooled_head = head is not None and reads_only_the_mean(head)
     self._plans: dict[tuple[int, ...], StreamPlan] = {}  # by batch shape and training
 
   def plan(self, shape: tuple[int, ...], training: bool = True) -> StreamPlan:
@@ -158,6 +177,20 @@ class StreamingModel(keras.Model):
     _run.run(plan.tiling, source.read, g.input_dtype, source.writer(out))
     return _arrays.as_tensor(out)  # the same memory, not a copy
 
+  def _pooled(self, source: Source, plan: StreamPlan) -> tf.Tensor:
+    """The trunk output's spatial mean as a 1 x ... x 1 image (batch, 1, ..., channels),
+    streamed tile by tile: what a head that reads only that mean sees of the output."""
+    g, tiling = self._stream_graph, plan.tiling
+    total = None
+    for index in tiling.tiles():
+      sinks, _ = _run.run_tile(tiling, index, source.read, g.input_dtype)
+      part = tf.reduce_sum(tf.cast(sinks[g.output], tf.float64), axis=list(range(1, g.rank + 1)))
+      total = part if total is None else total + part
+    assert total is not None
+    count = float(np.prod(tiling.geometry.out_sizes))
+    mean = tf.cast(total / count, g.out_dtype)
+    return tf.reshape(mean, [source.shape[0]] + [1] * g.rank + [mean.shape[-1]])
+
   def call(self, x: Any, training: bool | None = None) -> Any:
     if isinstance(x, tf.Tensor) and not tf.executing_eagerly():
       # Keras tracing the model to build its metrics and losses (as `fit` does under a
@@ -165,7 +198,10 @@ class StreamingModel(keras.Model):
       # eagerly (`run_eagerly`), so this graph is never run on an image.
       z = self.trunk(x, training=False)
       return z if self.head is None else self.head(z, training=training)
-    z = self._trunk_forward(*self._batch(x, training=False))
+    source, plan = self._batch(x, training=False)
+    if self._pooled_head:
+      return self.head(self._pooled(source, plan), training=training)
+    z = self._trunk_forward(source, plan)
     return z if self.head is None else self.head(z, training=training)
 
   def compute_output_spec(self, x: Any, training: bool | None = None) -> Any:
@@ -217,7 +253,9 @@ class StreamingModel(keras.Model):
     trunk_vars = list(self.trunk.trainable_variables)
     one_tile = plan.tiles == 1
     if not one_tile:  # streamed forward, outside the tape: nothing of the tiles is kept
-      z = self._trunk_forward(source, plan)
+      # A head that reads only the output's mean gets that mean as a 1 x 1 image: the
+      # output itself is never whole.
+      z = self._pooled(source, plan) if self._pooled_head else self._trunk_forward(source, plan)
     with tf.GradientTape() as tape:
       if one_tile:
         sinks, _ = _run.run_tile(plan.tiling, (0,) * g.rank, source.read, g.input_dtype)
@@ -233,7 +271,10 @@ class StreamingModel(keras.Model):
       )
       return loss, y_pred, grads, trunk_vars + head_vars
     *head_grads, dz = tape.gradient(scaled, head_vars + [z])
-    trunk_grads = self._backward(plan, source, dz, trunk_vars)
+    if self._pooled_head:
+      trunk_grads = self._backward_pooled(plan, source, dz, trunk_vars)
+    else:
+      trunk_grads = self._backward(plan, source, dz, trunk_vars)
     return loss, y_pred, trunk_grads + head_grads, trunk_vars + head_vars
 
   def _backward(
@@ -250,6 +291,29 @@ class StreamingModel(keras.Model):
         sinks[g.output],
         variables,
         output_gradients=part,
+        unconnected_gradients=tf.UnconnectedGradients.ZERO,
+      )
+      totals = [gr if t is None else t + gr for t, gr in zip(totals, grads)]
+    return totals
+
+  def _backward_pooled(
+    self, plan: StreamPlan, source: Source, d_mean: tf.Tensor, variables: list[Any]
+  ) -> list[tf.Tensor]:
+    """The trunk's gradients from the gradient of its output's mean: each tile pushes it
+    through its share of the mean (its sum over the output's pixel count)."""
+    g, tiling = self._stream_graph, plan.tiling
+    count = float(np.prod(tiling.geometry.out_sizes))
+    d_mean = tf.reshape(d_mean, [d_mean.shape[0], d_mean.shape[-1]])
+    totals: list[Any] = [None] * len(variables)
+    for index in tiling.tiles():
+      with tf.GradientTape() as tape:
+        sinks, _ = _run.run_tile(tiling, index, source.read, g.input_dtype)
+        z = sinks[g.output]
+        share = tf.reduce_sum(z, axis=list(range(1, g.rank + 1))) / tf.cast(count, z.dtype)
+      grads = tape.gradient(
+        share,
+        variables,
+        output_gradients=tf.cast(d_mean, share.dtype),
         unconnected_gradients=tf.UnconnectedGradients.ZERO,
       )
       totals = [gr if t is None else t + gr for t, gr in zip(totals, grads)]
