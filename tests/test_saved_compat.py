@@ -25,14 +25,8 @@ import tf_largeconv  # noqa: F401  (registers the ops and layers)
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "premove")
 PREKEYWORD = os.path.join(os.path.dirname(DATA), "prekeyword")
-KINDS = [
-  "FoldedBlock",
-  "LargeConv1D",
-  "LargeConv2D",
-  "LargeConv2DTranspose",
-  "LargeConv3D",
-  "LargeDepthwiseConv2D",
-]
+KINDS = "FoldedBlock LargeConv1D LargeConv2D LargeConv2DTranspose LargeConv3D LargeDepthwiseConv2D"
+KINDS = KINDS.split()
 
 
 def _close(got, want, name):
