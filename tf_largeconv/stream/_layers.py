@@ -10,6 +10,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from tf_largeconv import fold as _fold
 from tf_largeconv.stream import _rules
 
 L = keras.layers
@@ -138,28 +139,16 @@ def _pairs(value: Any, rank: int) -> list[tuple[int, int]]:
 
 
 def _folded(op: Any) -> _rules.Rule:
-  """A FoldedBlock: its folded kernel, composed at each call from the block's variables as
-  the layer does, as one convolution with the block's explicit padding."""
-  from tf_largeconv import ops
-  from tf_largeconv.fold import _composer
-  from tf_largeconv.fold import _kernels
-
-  spec, pads, ext, strides = op._fold_spec
-
-  def folded(dtype: tf.DType) -> tuple[tf.Tensor, Any]:
-    state, _ = _composer.compose(spec, lambda v: v, dtype, exact=False)
-    return _kernels.pad_kernel(state.kernel, *ext), state.bias
+  """A FoldedBlock: the layer's own convolution (`convolve`: its folded kernel from the
+  current weights, its op, algorithm and workspace limit) on windows padded by hand."""
+  conv = op.folded_conv()
 
   def call(x: tf.Tensor) -> tf.Tensor:
-    kernel, bias = folded(x.dtype)
-    y = ops.conv2d(
-      x, kernel, list(strides), "VALID", algorithm=op.algorithm, workspace_limit=op.workspace_limit
-    )
-    return y if bias is None else y + bias
+    return op.convolve(x, padding=((0, 0), (0, 0)))
 
-  shape = folded(tf.float32)[0].shape
-  kernel = [int(shape[0]), int(shape[1])]
-  return _rules.Sliding(call, kernel, list(strides), [1, 1], [tuple(p) for p in pads])
+  kernel = [int(n) for n in conv.kernel.shape[:2]]
+  pads = [(int(a), int(b)) for a, b in conv.padding]
+  return _rules.Sliding(call, kernel, list(conv.strides), [1, 1], pads)
 
 
 def _elementwise(op: Any, refs: Sequence[Any], rank: int, call: _rules.Call) -> _rules.Rule | None:
@@ -187,7 +176,7 @@ def rule_for(op: Any, refs: Sequence[Any], rank: int, call: _rules.Call) -> tupl
       raise _refuse(op, "it is not an element-by-element operation")
     return rule, "pointwise"
   _channels_last(op)
-  if type(op).__name__ == "FoldedBlock" and hasattr(op, "_fold_spec"):
+  if isinstance(op, _fold.FoldedBlockBase):
     return _folded(op), "folded conv"
   if isinstance(op, CONVS + SEPARABLE):
     clone = _valid_clone(op, channels, rank)
