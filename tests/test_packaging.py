@@ -49,10 +49,28 @@ def test_demo_runs(tmp_path):
   # `benchmarks` from the checkout (last on its path).
   out = subproc.run("-m benchmarks.demo --frames 1", timeout=600, cwd=tmp_path)
   assert "tf_largeconv" in out.stdout and "tf.nn.conv2d" in out.stdout, out.stdout
+  # A quiet run: none of TensorFlow's import-time log lines around the table.
+  assert "oneDNN" not in out.stderr and "absl" not in out.stderr, out.stderr
   diff_line = [line for line in out.stdout.splitlines() if line.startswith("max |difference|")][0]
   diff = float(diff_line.split("=")[1].split()[0])
   scale = float(diff_line.split("magnitude")[1].split(")")[0])
   assert diff <= 1e-4 * scale
+
+
+def test_demo_drops_only_tensorflows_log_lines():
+  from benchmarks import demo
+
+  stderr = (
+    "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
+    "I0000 00:00:1795878334.764164   16156 port.cc:153] oneDNN custom operations are on.\n"
+    "W0000 00:00:1795878334.764164   16156 cpu_feature_guard.cc:21] a warning\n"
+    "E0000 00:00:1795878334.764164   16156 cuda_dnn.cc:8] an error stays\n"
+    "UserWarning: tf_largeconv: the op library was built for TensorFlow 2.21\n"
+  )
+  assert demo.quiet_stderr(stderr).splitlines() == [
+    "E0000 00:00:1795878334.764164   16156 cuda_dnn.cc:8] an error stays",
+    "UserWarning: tf_largeconv: the op library was built for TensorFlow 2.21",
+  ]
 
 
 # Runs the example's own main with its output, after fixing Keras' seed: the example does
