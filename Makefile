@@ -13,7 +13,8 @@
 #                    clang-format (check only) over cc/; `make format` fixes what ruff and
 #                    clang-format can
 #   make docs      - the documentation site (MkDocs, strict: any warning fails) into site/
-#   make wheel     - a wheel built against $(PY)'s TensorFlow, repaired by auditwheel, in dist/
+#   make wheel     - set up .venv (unless PY= is given), then a wheel built against $(PY)'s
+#                    TensorFlow, repaired by auditwheel, in dist/
 #   make sdist     - the source distribution, in dist/
 # Every TensorFlow compile/link flag comes from tf.sysconfig; nothing TF-specific is hand-written.
 
@@ -65,7 +66,7 @@ CUDA_CC   := cc/core/common/geometry.cc cc/core/plan/tiling.cc cc/core/cuda/tile
              cc/py/cuda/module.cc
 CUDA_OBJS = $(patsubst cc/%.cu,$(BUILD)/cuda/%.o,$(CU_SRCS)) $(patsubst cc/%.cc,$(BUILD)/cuda/%.o,$(CUDA_CC))
 
-.PHONY: all build cuda gpu-check demo test bench fuzz venv clean lint format docs wheel sdist
+.PHONY: all build cuda gpu-check demo test bench fuzz venv clean lint format docs wheel _wheel sdist
 all: build
 
 $(VENV)/.ready: Makefile
@@ -188,7 +189,15 @@ $(WHEEL_TOOLS)/.ready: Makefile
 	$(WHEEL_TOOLS)/bin/python -m pip install -q $(WHEEL_DEPS)
 	touch $@
 
-wheel: $(WHEEL_TOOLS)/.ready
+# Without PY=, `make wheel` sets up .venv first, as `make demo` and `make test` do, and
+# builds against its TensorFlow; PY=... (on the command line or in the environment) builds
+# against that Python's instead.
+WHEEL_VENV := $(if $(filter file,$(origin PY)),$(VENV)/.ready)
+
+wheel: $(WHEEL_TOOLS)/.ready $(WHEEL_VENV)
+	@$(MAKE) --no-print-directory _wheel $(if $(WHEEL_VENV),PY=$(VENV)/bin/python)
+
+_wheel:
 	@TF_CPP_MIN_LOG_LEVEL=3 $(PY) -c "import tensorflow" 2>/dev/null || { echo "make wheel: TensorFlow is not importable by $(PY); the wheel is built against the installed TensorFlow: install it ('make venv', or pip install tensorflow-cpu) or pass PY=" >&2; exit 1; }
 	@$(PY) -c "import setuptools, wheel, pybind11" 2>/dev/null || { echo "make wheel: $(PY) lacks setuptools, wheel or pybind11: pip install setuptools wheel pybind11" >&2; exit 1; }
 	rm -rf build/wheel-raw build/wheel-repaired $(SETUPTOOLS_OUT)

@@ -5,6 +5,7 @@ trains, both on the package under test."""
 import math
 import os
 import re
+import sys
 
 import pytest
 import subproc
@@ -130,3 +131,36 @@ def test_the_bench_extra_is_what_make_bench_installs():
   assert sorted(d for d in extra if d != "tf_largeconv[dask]") == sorted(make_deps)
   names = {re.split(r"[<>=\[ ]", d)[0] for d in project["dependencies"]}
   assert not names & {re.split(r"[<>=\[ ]", d)[0] for d in extra}, names
+
+
+def _make_dry_run(tmp_path, *argv, env=None):
+  """What `make -n` would run for `argv` in a fresh clone: the Makefile alone, no .venv."""
+  import shutil
+  import subprocess
+
+  makefile = os.path.join(subproc.REPO_ROOT, "Makefile")
+  if not os.path.isfile(makefile) or not shutil.which("make"):
+    pytest.skip("needs the checkout's Makefile and make")
+  shutil.copy(makefile, tmp_path / "Makefile")
+  env = dict({k: v for k, v in os.environ.items() if k not in ("PY", "MAKEFLAGS")}, **(env or {}))
+  return subprocess.run(
+    ["make", "-n", "--no-print-directory", *argv],
+    cwd=tmp_path,
+    env=env,
+    capture_output=True,
+    text=True,
+    check=True,
+    timeout=60,
+  ).stdout
+
+
+def test_make_wheel_sets_up_the_venv_on_a_fresh_clone(tmp_path):
+  # As `make demo` and `make test` do: the venv first, then the wheel against its Python.
+  plan = _make_dry_run(tmp_path, "wheel")
+  assert "python3 -m venv .venv" in plan, plan
+  assert "_wheel PY=.venv/bin/python" in plan, plan
+  assert plan.index("touch .venv/.ready") < plan.index("pip wheel"), plan
+  # PY= on the command line or in the environment: that Python, and no venv.
+  for argv, env in (((f"PY={sys.executable}",), None), ((), {"PY": sys.executable})):
+    plan = _make_dry_run(tmp_path, "wheel", *argv, env=env)
+    assert "-m venv .venv" not in plan and f"{sys.executable} -m pip wheel" in plan, plan
