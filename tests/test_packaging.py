@@ -164,3 +164,20 @@ def test_make_wheel_sets_up_the_venv_on_a_fresh_clone(tmp_path):
   for argv, env in (((f"PY={sys.executable}",), None), ((), {"PY": sys.executable})):
     plan = _make_dry_run(tmp_path, "wheel", *argv, env=env)
     assert "-m venv .venv" not in plan and f"{sys.executable} -m pip wheel" in plan, plan
+
+
+def test_the_gpu_test_extra_has_what_device_run_uses():
+  # tests/gpu/device_run.sh runs pytest with -n (pytest-xdist) and --timeout (pytest-timeout).
+  tomllib = pytest.importorskip("tomllib")
+  pyproject = os.path.join(subproc.REPO_ROOT, "pyproject.toml")
+  script = os.path.join(subproc.REPO_ROOT, "tests", "gpu", "device_run.sh")
+  if not (os.path.isfile(pyproject) and os.path.isfile(script)):
+    pytest.skip(f"{subproc.REPO_ROOT} is not a source checkout")
+  with open(pyproject, "rb") as f:
+    extra = set(tomllib.load(f)["project"]["optional-dependencies"]["gpu-test"])
+  with open(script, encoding="utf-8") as f:
+    text = f.read()
+  assert "-m pytest" in text and "pytest" in extra
+  for option, plugin in {"-n": "pytest-xdist", "--timeout": "pytest-timeout"}.items():
+    if re.search(rf"\s{re.escape(option)}\s", text):
+      assert plugin in extra, (option, sorted(extra))
