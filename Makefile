@@ -35,7 +35,9 @@ BENCH_DEPS ?= matplotlib scipy dask-image==2026.5.0
 LINT_DEPS ?= ruff==0.17.6 clang-format==23.1.5 mypy==2.4.1 numpy
 # The documentation tools: the `docs` extra of pyproject.toml, pin for pin
 # (tests/test_docs.py checks that the two lists agree).
-DOCS_DEPS ?= mkdocs==1.6.1 mkdocs-material==9.8.1 "mkdocstrings[python]==1.0.8" mkdocstrings-python==2.0.11 pymdown-extensions==13.1
+# matplotlib draws the pictures (docs/figures.py).
+DOCS_DEPS ?= mkdocs==1.6.1 mkdocs-material==9.8.1 "mkdocstrings[python]==1.0.8" mkdocstrings-python==2.0.11 pymdown-extensions==13.1 \
+             matplotlib==3.11.2
 PY        ?= $(if $(wildcard $(VENV)/bin/python),$(VENV)/bin/python,python3)
 CXX       ?= g++
 JOBS      ?= 2
@@ -99,13 +101,16 @@ format: $(VENV)/.lint-tools
 	$(VENV)/bin/clang-format -i $(CC_FILES)
 
 # The docs tools only: the site is built from the Markdown and, by static analysis, the
-# docstrings, so neither TensorFlow nor a build is needed. Reinstalled when the pins change.
+# docstrings, so neither TensorFlow nor a build is needed (the pictures are committed). Reinstalled when the pins change.
 $(VENV)/.docs-tools: Makefile
 	test -x $(VENV)/bin/python || python3 -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q $(DOCS_DEPS)
 	touch $@
 
+# docs/figures.py first: it redraws the pictures from the package's geometry where .venv
+# imports the built package (TensorFlow, dask), and keeps the committed ones where not.
 docs: $(VENV)/.docs-tools
+	$(VENV)/bin/python docs/figures.py
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 build: $(HEADERS) $(CORE_SRCS) $(TF_SRCS) $(PY_SRCS)
