@@ -36,8 +36,7 @@ LINT_DEPS ?= ruff==0.17.6 clang-format==23.1.5 mypy==2.4.1 numpy
 # The documentation tools: the `docs` extra of pyproject.toml, pin for pin
 # (tests/test_docs.py checks that the two lists agree).
 # matplotlib draws the pictures (docs/figures.py).
-DOCS_DEPS ?= mkdocs==1.6.1 mkdocs-material==9.8.1 "mkdocstrings[python]==1.0.8" mkdocstrings-python==2.0.11 pymdown-extensions==13.1 \
-             matplotlib==3.11.2
+DOCS_DEPS ?= mkdocs==1.6.1 mkdocs-material==9.8.1 "mkdocstrings[python]==1.0.8" mkdocstrings-python==2.0.11 pymdown-extensions==13.1 matplotlib==3.11.2
 PY        ?= $(if $(wildcard $(VENV)/bin/python),$(VENV)/bin/python,python3)
 CXX       ?= g++
 JOBS      ?= 2

@@ -206,7 +206,9 @@ def draw_stream(s, path):
     y = len(layers) - 1 - k
     ax.barh(y, layer["stop"] - layer["start"], left=layer["start"], color="tab:orange", alpha=0.5)
     ax.barh(y, b - a, left=a, color="tab:blue", alpha=0.6, height=0.4)
-    ax.text(layer["stop"] + 2, y, f"{layer['start']:g} - {layer['stop']:g}", va="center", fontsize=8)
+    ax.text(
+      layer["stop"] + 2, y, f"{layer['start']:g} - {layer['stop']:g}", va="center", fontsize=8
+    )
   ax.set_yticks(range(len(layers)))
   ax.set_yticklabels([layer["name"] for layer in reversed(layers)], fontsize=9)
   ax.axvline(a, color="tab:blue", lw=0.8, ls=":")
@@ -314,7 +316,10 @@ def main(argv=None):
   except Exception as e:  # no TensorFlow, no build or no dask: the committed pictures stay
     if args.check:
       raise
-    print(f"docs/figures.py: {type(e).__name__}: {e}; keeping the committed pictures of its geometry in {OUT}")
+    print(
+      f"docs/figures.py: {type(e).__name__}: {e}; "
+      f"keeping the committed pictures of its geometry in {OUT}"
+    )
     geom = None
   if args.check and geom is not None:
     committed = json.loads(GEOMETRY.read_text(encoding="utf-8"))
