@@ -394,6 +394,19 @@ def test_plan_numbers():
   assert stream.plan(model, (1, 40, 40, 3), tile=1000).tiles == 1
 
 
+def test_plan_prints_the_tile_it_runs():
+  """A stride-2 convolution over 64x48 with tile=63 asked for: 31 output pixels would make
+  two tiles along the first axis, which the grid evens out to 16 + 16 output pixels, 32
+  input pixels each; along the second, the whole 24 (48 input pixels) in one tile. The
+  plan prints the tile that runs, not the 63 asked for."""
+  inp = keras.Input((None, None, 3))
+  model = keras.Model(inp, L.Conv2D(4, 3, strides=2, padding="same", name="c")(inp))
+  p = stream.plan(model, (1, 64, 48, 3), tile=63)
+  assert (p.tile, p.tile_out, p.tile_in, p.grid) == (63, (16, 24), (32, 48), (2, 1))
+  assert "tile (32, 48) input pixels = (16, 24) output pixels; 2 tiles (2 x 1)" in str(p)
+  assert "63" not in str(p).splitlines()[1]
+
+
 def test_memory_limit_picks_the_largest_tile_that_fits():
   model = resnet()
   image = _image((1, 200, 180, 3), "float32")

@@ -20,7 +20,10 @@ class StreamPlan:
     image_shape: (batch, *spatial, channels) of the image.
     output_size: the spatial size of the tiled output (the model's output, or what its
       global pooling reads).
-    tile: the tile side in input pixels; tile_out: per axis, in output pixels.
+    tile: the tile side in input pixels that was asked for, or the largest that fits the
+      memory limit: an upper bound, which `tile_out` and `tile_in` round to the grid.
+    tile_out: per axis, the output pixels a tile computes (all tiles but the last of an
+      axis); tile_in: per axis, the input pixels that output covers, without its halo.
     tiles: the number of tiles (steps); grid: tiles per axis.
     halo: per layer (name: per axis), the pixels an interior tile computes beyond its
       share of that layer's output on each side (the overlap with its neighbours).
@@ -45,6 +48,7 @@ class StreamPlan:
     self.output_size = tuple(g.out_sizes)
     self.tile = tile
     self.tile_out = tuple(tiling.tile_out)
+    self.tile_in = tuple(math.ceil(t / scale) for t, scale in zip(tiling.tile_out, g.sink_scale))
     self.grid = tuple(len(b) for b in tiling.bounds)
     self.tiles = tiling.count
     self.memory_limit = memory_limit
@@ -71,7 +75,7 @@ class StreamPlan:
   def __str__(self) -> str:
     rows = [
       f"image {self.image_shape} -> tiled output {self.output_size}",
-      f"tile {self.tile} input pixels = {self.tile_out} output pixels; "
+      f"tile {self.tile_in} input pixels = {self.tile_out} output pixels; "
       f"{self.tiles} tiles ({' x '.join(str(n) for n in self.grid)})",
       f"receptive field {self.receptive_field} input pixels; "
       f"recomputed in overlaps {100 * self.recompute:.1f}% of the untiled work",
