@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from tf_largeconv.stream import _graph
+from tf_largeconv.stream import _rules
 from tf_largeconv.stream._graph import Graph
 
 Range = tuple[int, int]
@@ -97,12 +98,11 @@ class Geometry:
       if step.kind == "reduce" or step.output not in r:
         continue
       oa, ob = r[step.output]
-      if oa >= ob:
-        continue
-      lo, hi = step.rule.needs(axis, oa, ob)  # type: ignore[union-attr]
+      # An empty range (a tile wholly inside a padding) still reads its inputs' windows,
+      # empty too, so every value the tile computes has one.
+      lo, hi = step.rule.needs(axis, oa, ob) if oa < ob else (oa, oa)  # type: ignore[union-attr]
       for v in step.inputs:
-        n = self.sizes[v][axis]
-        r[v] = _hull(r.get(v), (min(max(lo, 0), n), max(min(hi, n), 0)))
+        r[v] = _hull(r.get(v), _rules.clip(lo, hi, self.sizes[v][axis]))
     return r
 
   def tile_bounds(self, axis: int, tile_out: int) -> list[Range]:
