@@ -15,7 +15,8 @@ dilation and padding (Keras's and tf_largeconv's, depthwise, separable, grouped,
 transposed, FoldedBlock), max and average pooling, upsampling (nearest, bilinear), zero
 padding and cropping, batch normalization at inference, layer normalization over channels,
 element-wise activations and operations, dropout and noise layers (identity at inference),
-Dense on the channel axis, merges of branches (Add, Concatenate, ... : U-Net skips across
+Dense on the channel axis, any other layer whose traced call is element by element or over
+the channel axis only (`_trace`), merges of branches (Add, Concatenate, ... : U-Net skips across
 resolutions included) and nested models. Global average or max pooling may end the image
 part: it is reduced across tiles, then the layers after it (the head) run once.
 
