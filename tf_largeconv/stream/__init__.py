@@ -132,10 +132,10 @@ def predict(
     write = source.writer(out)
   elif out is not None:
     raise ValueError("out: the model ends in a global pooling; its result is returned, not written")
-  pooled = _run.run(stream_plan.tiling, source.read, graph.input_dtype, write, progress)
+  values = _run.run(stream_plan.tilings, source.read, graph.input_dtype, write, progress)
   if spatial:
     return out
-  result = _run.run_head(graph, pooled)
+  result = values[graph.output]
   result = np.asarray(result.numpy() if isinstance(result, tf.Tensor) else result)
   return result if source.layout == "batched" else result[0]
 
