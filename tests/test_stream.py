@@ -352,7 +352,7 @@ def test_bad_arguments():
     stream.predict(model, "slide.tif")
   with pytest.raises(TypeError, match="image must hold numbers"):
     stream.predict(model, np.array([[["a"] * 3] * 20] * 20))
-  with pytest.raises(TypeError, match="model must be a Keras 3 model"):
+  with pytest.raises(TypeError, match="model must be a Keras model"):
     stream.predict(lambda x: x, image)
   with pytest.raises(ValueError, match="up_to: model '.*' has no layer named 'nope'"):
     stream.predict(model, image, up_to="nope")

@@ -152,7 +152,8 @@ def _flat(tensors: Any) -> list[Any]:
 def _model_tensors(model: Any, up_to: str | None) -> tuple[Any, Any]:
   if not isinstance(model, keras.Model):
     raise TypeError(
-      "model must be a Keras 3 model (keras.Model, functional or Sequential), got "
+      "model must be a Keras model (keras.Model or tf_keras.Model, functional or "
+      "Sequential), got "
       f"{type(model).__name__}"
     )
   try:
