@@ -302,15 +302,16 @@ def test_layers_that_cannot_stream_are_named(layer, words):
     assert "up_to=" in str(e.value)
 
 
-def test_pooled_value_broadcast_over_the_image_is_refused():
-  """A squeeze-excitation gate: each pixel depends on the whole image."""
+def test_pooled_value_broadcast_over_the_image_streams_in_passes():
+  """A squeeze-excitation gate: each pixel depends on the whole image, so the gate is
+  pooled over every tile in a first pass (tests/test_stream_context.py has more)."""
   inp = keras.Input((None, None, 3))
   x = L.Conv2D(4, 3, padding="same", name="trunk")(inp)
   gate = L.Dense(4, activation="sigmoid")(L.GlobalAveragePooling2D(keepdims=True)(x))
-  model = keras.Model(inp, L.Multiply(name="gate")([x, gate]))
-  with pytest.raises(ValueError, match="'gate' combines an image-shaped tensor with a globally"):
-    stream.predict(model, _image((1, 16, 16, 3), "float32"))
-  # Streamed up to the layer before it instead:
+  model = _randomize(keras.Model(inp, L.Multiply(name="gate")([x, gate])))
+  check(model, _image((1, 16, 16, 3), "float32"), (5,), "float32")
+  assert stream.plan(model, (1, 16, 16, 3), tile=5).passes == 2
+  # Or streamed up to the layer before it:
   part = stream.predict(model, _image((1, 16, 16, 3), "float32"), up_to="trunk", tile=5)
   assert part.shape == (1, 16, 16, 4)
 
