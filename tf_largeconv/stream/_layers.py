@@ -12,6 +12,7 @@ import tensorflow as tf
 
 from tf_largeconv import fold as _fold
 from tf_largeconv.stream import _rules
+from tf_largeconv.stream import _trace
 
 L = keras.layers
 
@@ -173,7 +174,8 @@ def rule_for(op: Any, refs: Sequence[Any], rank: int, call: _rules.Call) -> tupl
   if not isinstance(op, keras.layers.Layer):
     rule = _elementwise(op, refs, rank, call)
     if rule is None:
-      raise _refuse(op, "it is not an element-by-element operation")
+      _traced(op, refs, rank, call)
+      rule = _rules.Pointwise(call)
     return rule, "pointwise"
   _channels_last(op)
   if isinstance(op, _fold.FoldedBlockBase):
@@ -213,8 +215,19 @@ def rule_for(op: Any, refs: Sequence[Any], rank: int, call: _rules.Call) -> tupl
     return _rules.Shift([sign * p[0] for p in pairs], [sign * p[1] for p in pairs]), "shift"
   if isinstance(op, tuple(POINTWISE)):
     _check_pointwise(op, rank)
-    return _rules.Pointwise(call), "pointwise"
-  raise _refuse(op, "its output pixels are not known to depend only on nearby input pixels")
+  else:
+    _traced(op, refs, rank, call)
+  return _rules.Pointwise(call), "pointwise"
+
+
+def _traced(op: Any, refs: Sequence[Any], rank: int, call: _rules.Call) -> None:
+  """Refuses `op` unless its traced call shows each output pixel computed from the same
+  pixel of its inputs (`_trace`)."""
+  why = _trace.why_not_pointwise(call, refs, rank)
+  if why is not None:
+    raise _refuse(
+      op, f"its output pixels are not shown to depend only on the same pixel of its inputs: {why}"
+    )
 
 
 def _check_pointwise(op: Any, rank: int) -> None:

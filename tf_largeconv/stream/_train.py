@@ -70,6 +70,13 @@ def check_trunk(trunk: Any, graph: _graph.Graph) -> None:
       f"trunk '{trunk.name}' ends in a global pooling; a StreamingModel's trunk ends in an "
       "image-shaped tensor: move the pooling to the head"
     )
+  pooled = [s.name for s in graph.steps if s.kind == "reduce"]
+  if pooled:
+    raise ValueError(
+      f"trunk '{trunk.name}' pools the image inside ('{pooled[0]}', as squeeze-excitation "
+      "does): a StreamingModel's trunk trains streamed without global context; move the "
+      "pooling to the head"
+    )
   for layer in _layers_of(trunk):
     if isinstance(layer, keras.layers.BatchNormalization) and layer.trainable:
       raise ValueError(
@@ -174,7 +181,7 @@ class StreamingModel(keras.Model):
     g = self._stream_graph
     sizes = plan.tiling.geometry.out_sizes
     out = _arrays.aligned_empty((source.shape[0], *sizes, g.channels[g.output] or 1), g.out_dtype)
-    _run.run(plan.tiling, source.read, g.input_dtype, source.writer(out))
+    _run.run(plan.tilings, source.read, g.input_dtype, source.writer(out))
     return _arrays.as_tensor(out)  # the same memory, not a copy
 
   def _pooled(self, source: Source, plan: StreamPlan) -> tf.Tensor:
