@@ -13,7 +13,8 @@
 #                    clang-format (check only) over cc/; `make format` fixes what ruff and
 #                    clang-format can
 #   make docs      - the documentation site (MkDocs, strict: any warning fails) into site/
-#   make wheel     - a wheel built against $(PY)'s TensorFlow, repaired by auditwheel, in dist/
+#   make wheel     - set up .venv (unless PY= is given), then a wheel built against $(PY)'s
+#                    TensorFlow, repaired by auditwheel, in dist/
 #   make sdist     - the source distribution, in dist/
 # Every TensorFlow compile/link flag comes from tf.sysconfig; nothing TF-specific is hand-written.
 
@@ -23,6 +24,9 @@ DEV_DEPS  ?= pybind11 numpy scipy pytest hypothesis setuptools wheel
 # The `dask` extra (tf_largeconv.dask and its tests), at the versions checked together here.
 DASK_DEPS ?= "dask[array]==2026.8.0" distributed==2026.8.0 zarr==3.1.6 tifffile==2026.3.3 \
              "ngff-zarr[validate]==0.50.0"
+# The `slides` extra (scanners' formats through OpenSlide, its library from a wheel), at the
+# versions checked here; pyproject.toml's `slides` extra names the same packages.
+SLIDES_DEPS ?= openslide-python==1.4.7 openslide-bin==4.0.1.2
 # tf_keras (Keras 2, for the tf_keras layer tests) without its dependency on the full
 # tensorflow package, which would be installed over tensorflow-cpu.
 NODEP_DEPS ?= "tf_keras==2.21.*"
@@ -34,7 +38,8 @@ BENCH_DEPS ?= matplotlib scipy dask-image==2026.5.0
 LINT_DEPS ?= ruff==0.17.6 clang-format==23.1.5 mypy==2.4.1 numpy
 # The documentation tools: the `docs` extra of pyproject.toml, pin for pin
 # (tests/test_docs.py checks that the two lists agree).
-DOCS_DEPS ?= mkdocs==1.6.1 mkdocs-material==9.8.1 "mkdocstrings[python]==1.0.8" mkdocstrings-python==2.0.11 pymdown-extensions==13.1
+# matplotlib draws the pictures (docs/figures.py).
+DOCS_DEPS ?= mkdocs==1.6.1 mkdocs-material==9.8.1 "mkdocstrings[python]==1.0.8" mkdocstrings-python==2.0.11 pymdown-extensions==13.1 matplotlib==3.11.2
 PY        ?= $(if $(wildcard $(VENV)/bin/python),$(VENV)/bin/python,python3)
 CXX       ?= g++
 JOBS      ?= 2
@@ -65,13 +70,13 @@ CUDA_CC   := cc/core/common/geometry.cc cc/core/plan/tiling.cc cc/core/cuda/tile
              cc/py/cuda/module.cc
 CUDA_OBJS = $(patsubst cc/%.cu,$(BUILD)/cuda/%.o,$(CU_SRCS)) $(patsubst cc/%.cc,$(BUILD)/cuda/%.o,$(CUDA_CC))
 
-.PHONY: all build cuda gpu-check demo test bench fuzz venv clean lint format docs wheel sdist
+.PHONY: all build cuda gpu-check demo test bench fuzz venv clean lint format docs wheel _wheel sdist
 all: build
 
 $(VENV)/.ready: Makefile
 	python3 -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --upgrade pip
-	$(VENV)/bin/python -m pip install "$(TF_PIN)" $(DEV_DEPS) $(DASK_DEPS)
+	$(VENV)/bin/python -m pip install "$(TF_PIN)" $(DEV_DEPS) $(DASK_DEPS) $(SLIDES_DEPS)
 	$(VENV)/bin/python -m pip install --no-deps $(NODEP_DEPS)
 	touch $@
 
@@ -98,13 +103,16 @@ format: $(VENV)/.lint-tools
 	$(VENV)/bin/clang-format -i $(CC_FILES)
 
 # The docs tools only: the site is built from the Markdown and, by static analysis, the
-# docstrings, so neither TensorFlow nor a build is needed. Reinstalled when the pins change.
+# docstrings, so neither TensorFlow nor a build is needed (the pictures are committed). Reinstalled when the pins change.
 $(VENV)/.docs-tools: Makefile
 	test -x $(VENV)/bin/python || python3 -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q $(DOCS_DEPS)
 	touch $@
 
+# docs/figures.py first: it redraws the pictures from the package's geometry where .venv
+# imports the built package (TensorFlow, dask), and keeps the committed ones where not.
 docs: $(VENV)/.docs-tools
+	$(VENV)/bin/python docs/figures.py
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 build: $(HEADERS) $(CORE_SRCS) $(TF_SRCS) $(PY_SRCS)
@@ -188,7 +196,15 @@ $(WHEEL_TOOLS)/.ready: Makefile
 	$(WHEEL_TOOLS)/bin/python -m pip install -q $(WHEEL_DEPS)
 	touch $@
 
-wheel: $(WHEEL_TOOLS)/.ready
+# Without PY=, `make wheel` sets up .venv first, as `make demo` and `make test` do, and
+# builds against its TensorFlow; PY=... (on the command line or in the environment) builds
+# against that Python's instead.
+WHEEL_VENV := $(if $(filter file,$(origin PY)),$(VENV)/.ready)
+
+wheel: $(WHEEL_TOOLS)/.ready $(WHEEL_VENV)
+	@$(MAKE) --no-print-directory _wheel $(if $(WHEEL_VENV),PY=$(VENV)/bin/python)
+
+_wheel:
 	@TF_CPP_MIN_LOG_LEVEL=3 $(PY) -c "import tensorflow" 2>/dev/null || { echo "make wheel: TensorFlow is not importable by $(PY); the wheel is built against the installed TensorFlow: install it ('make venv', or pip install tensorflow-cpu) or pass PY=" >&2; exit 1; }
 	@$(PY) -c "import setuptools, wheel, pybind11" 2>/dev/null || { echo "make wheel: $(PY) lacks setuptools, wheel or pybind11: pip install setuptools wheel pybind11" >&2; exit 1; }
 	rm -rf build/wheel-raw build/wheel-repaired $(SETUPTOOLS_OUT)

@@ -9,6 +9,7 @@ prints time per call, peak extra memory and the largest difference between the t
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -17,6 +18,19 @@ from benchmarks import measure
 
 FRAME = (321, 481, 1)
 FILTER = (135, 135, 1, 3)
+
+# What TensorFlow logs at import whatever TF_CPP_MIN_LOG_LEVEL says (absl's notice before its
+# logging is set up, then INFO and WARNING lines such as "oneDNN custom operations are on"):
+# the demo drops these from its children's stderr and passes every other line on.
+_TF_LOG_LINE = re.compile(
+  r"^(WARNING: All log messages before absl::InitializeLog\(\) is called"
+  r"|[IW]\d{4} \d\d:\d\d:\d+\.\d+ +\d+ \S+:\d+\] )"
+)
+
+
+def quiet_stderr(text):
+  """The child's stderr less TensorFlow's import-time INFO and WARNING log lines."""
+  return "".join(line for line in text.splitlines(True) if not _TF_LOG_LINE.match(line))
 
 
 def _data(frames):
@@ -71,7 +85,7 @@ def main(argv=None):
   with tempfile.TemporaryDirectory() as tmp:
     for which in ("tf_largeconv", "tf.nn.conv2d"):
       out = os.path.join(tmp, which)
-      subprocess.run(
+      child = subprocess.run(
         [
           sys.executable,
           "-m",
@@ -83,9 +97,12 @@ def main(argv=None):
           "--out",
           out,
         ],
-        check=True,
         env=env,
+        stderr=subprocess.PIPE,
+        text=True,
       )
+      sys.stderr.write(child.stderr if child.returncode else quiet_stderr(child.stderr))
+      child.check_returncode()
       with open(out, encoding="ascii") as f:
         figures[which] = json.load(f)
       outputs[which] = np.load(out + ".npy")

@@ -174,3 +174,93 @@ def test_algorithms_are_named_once():
   with open(os.path.join(CORE, "cuda", "fft_plan.h")) as src:
     gpu = re.findall(r'\bk\w+\{"(\w+)"\}', src.read())
   assert gpu and set(gpu) <= set(order)
+
+
+CC = os.path.join(ROOT, "cc")
+MAX_FUNCTION_LINES = 80
+# Functions of cc/ allowed over MAX_FUNCTION_LINES, each a kernel's inner loop that splitting
+# would slow down or obscure, keyed "path under cc/:Name" with the reason. Empty: every
+# function fits today.
+LONG_FUNCTIONS: dict[str, str] = {}
+
+
+def _blank(text):
+  """`text` with its comments, string and character literals and preprocessor lines blanked,
+  newlines kept (so that an offset keeps its line)."""
+  literal = r'"(?:\\.|[^"\\\n])*"|' + r"'(?:\\.|[^'\\\n])*'"
+  pattern = r"//[^\n]*|/\*.*?\*/|" + literal + r"|^[ \t]*#(?:\\\n|[^\n])*"
+  return re.sub(pattern, lambda m: re.sub(r"[^\n]", " ", m.group()), text, flags=re.S | re.M)
+
+
+# A brace opens a function's body when the text before it, back to the last `;`, `{` or
+# `}`, ends in a parameter list (with qualifiers, a trailing return type or a constructor's
+# initializers) and is no control statement.
+_CONTROL = re.compile(r"\s*(if|for|while|switch|catch|else|do|return)\b")
+_BODY = re.compile(
+  r"\)\s*(const|override|final|noexcept|mutable|&&?|->\s*[\w:<>,*& ]+?)*\s*$"
+  r"|\)\s*(noexcept\s*)?:\s*[\w:]+\s*[({].*\)\s*$",
+  re.S,
+)
+
+
+def functions(text):
+  """(name, first line, last line) of each function body of a C++ source that no other
+  function encloses (lambdas and local classes count with their function); the first line
+  is that of the parameter list's opening parenthesis."""
+  code = _blank(text)
+  found, stack, last = [], [], 0  # stack: "fn", "in" (inside a function) or "other"
+  for m in re.finditer(r"[;{}]", code):
+    i = m.start()
+    if m.group() == "{":
+      inside = any(kind != "other" for kind in stack)
+      head = code[last:i]
+      body = not inside and "(" in head and not _CONTROL.match(head) and _BODY.search(head)
+      if body:
+        paren = last + head.index("(")
+        name = re.search(r"(operator\W*|~?\w+)\s*$", head[: head.index("(")])
+        found.append([name.group(1).strip() if name else "?", code.count("\n", 0, paren) + 1, 0])
+      stack.append("fn" if body else "in" if inside else "other")
+    elif m.group() == "}" and stack and stack.pop() == "fn":
+      found[-1][2] = code.count("\n", 0, i) + 1
+    last = i + 1
+  return [tuple(f) for f in found]
+
+
+def long_functions(root, limit):
+  """{"path:Name": lines} of the functions of the C++ sources under `root` over `limit`
+  lines, from the parameter list's line to the closing brace's."""
+  long = {}
+  for folder, _, files in os.walk(root):
+    for f in sorted(files):
+      if f.endswith((".h", ".cc", ".cu")):
+        path = os.path.join(folder, f)
+        with open(path) as src:
+          for name, first, end in functions(src.read()):
+            if end - first + 1 > limit:
+              long[f"{os.path.relpath(path, root)}:{name}"] = end - first + 1
+  return long
+
+
+def test_cc_functions_are_short():
+  """No function of cc/ over 80 lines (ARCHITECTURE.md, "Checks that guard the
+  structure") but the listed inner loops; the parser sees the sources' functions."""
+  with open(os.path.join(CC, "core", "plan", "cpu_fft.cc")) as src:
+    seen = {name for name, _, _ in functions(src.read())}
+  assert {"FitBlocks", "FftFinish", "LargestFitting"} <= seen
+  long = long_functions(CC, MAX_FUNCTION_LINES)
+  assert {k: v for k, v in long.items() if k not in LONG_FUNCTIONS} == {}
+  assert set(LONG_FUNCTIONS) <= set(long)  # an entry that fits is dropped from the list
+
+
+def test_a_long_function_is_found(tmp_path):
+  body = "\n".join(f"  x += {i};" for i in range(79))
+  source = (
+    '// void Commented(int a) {\n#define MACRO(a) { a; }\nconst char* s = "f() {";\n'
+    "namespace n {\nstruct S {\n  template <typename T>\n  int Long(int x) const {\n"
+    f"{body}\n    return x;\n  }}\n  S() : a_(1) {{ if (a_) {{ a_ = 2; }} }}\n  int a_;\n}};\n"
+    "int Short(int y) {\n  auto f = [&](int z) { return z; };\n  return f(y);\n}\n"
+    "}  // namespace n\n"
+  )
+  assert [name for name, _, _ in functions(source)] == ["Long", "S", "Short"]
+  (tmp_path / "a.h").write_text(source)
+  assert long_functions(str(tmp_path), MAX_FUNCTION_LINES) == {"a.h:Long": 82}

@@ -239,3 +239,60 @@ def test_multi_worker_mirrored_strategy_two_local_workers(tmp_path):
   for k in w0:
     np.testing.assert_array_equal(w0[k], w1[k], err_msg=k)
   _assert_matches_single_device(tmp_path, "dist0")
+
+
+STREAMED = """
+import sys
+import numpy as np, keras, tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+from tf_largeconv import stream
+L = keras.layers
+strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+assert strategy.num_replicas_in_sync == 2
+rng = np.random.default_rng(0)
+x = rng.random((4, 36, 40, 3)).astype("float32")
+labels = {"class": np.array([0, 1, 1, 0]), "dense": rng.integers(0, 3, (4, 18, 20))}
+
+def build(kind):
+  keras.utils.set_random_seed(1)
+  inp = keras.Input((None, None, 3))
+  t = L.Conv2D(6, 5, padding="same", activation="relu")(inp)
+  t = L.DepthwiseConv2D(9, strides=2, padding="same")(t)
+  if kind == "dense":
+    model = stream.StreamingModel(keras.Model(inp, L.Conv2D(3, 1)(t)), tile=12)
+  else:
+    hin = keras.Input((None, None, 6))
+    head = keras.Model(hin, L.Dense(2)(L.GlobalAveragePooling2D()(hin)))
+    model = stream.StreamingModel(keras.Model(inp, t), head, tile=12)
+  model.compile(keras.optimizers.SGD(0.5),
+                keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+  return model
+
+for kind, y in labels.items():
+  with strategy.scope():
+    dist = build(kind)
+  ref = build(kind)  # outside the strategy: one device
+  init = [w.copy() for w in ref.get_weights()]
+  assert dist.plan((2, 36, 40, 3)).tiles > 1
+  fit = dict(batch_size=4, epochs=3, shuffle=False, verbose=0)
+  got = dist.fit(x, y, **fit).history["loss"]
+  want = ref.fit(x, y, **fit).history["loss"]
+  np.testing.assert_allclose(got, want, rtol=1e-5, err_msg=kind)
+  for v in dist.trainable_variables:
+    parts = [p.numpy() for p in strategy.experimental_local_results(v.value)]
+    np.testing.assert_array_equal(parts[0], parts[1])
+  moved = 0.0
+  for a, b, w0 in zip(dist.get_weights(), ref.get_weights(), init):
+    np.testing.assert_allclose(a, b, rtol=RTOL, atol=ATOL, err_msg=kind)
+    moved = max(moved, float(np.abs(b - w0).max()))
+  assert moved > 100 * ATOL, (kind, moved)
+print("ok")
+"""
+
+
+def test_streaming_model_under_mirrored_strategy(tmp_path):
+  """StreamingModel, classification and dense, on two logical CPUs: each replica streams its
+  half of the batch; three steps end at the single-device weights."""
+  out = subproc.run(f"RTOL = ATOL = {RTOL}\n" + STREAMED, tmp_path, timeout=300)
+  assert out.stdout.startswith("ok")

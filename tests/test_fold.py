@@ -826,6 +826,29 @@ def test_folded_block_training_keeps_no_activations():
   )
 
 
+def test_folded_conv_is_the_blocks_convolution(rng):
+  """folded_conv(): TensorFlow's own convolution with its kernel, strides, explicit padding
+  and bias is the block (float64), and follows the weights as they change."""
+  x_in = keras.Input((None, None, 3), dtype=F64)
+  h = L.Conv2D(4, 3, padding="same", dtype=F64)(x_in)
+  h = L.Conv2D(5, 5, strides=2, padding="valid", dtype=F64)(L.BatchNormalization(dtype=F64)(h))
+  block = randomize(keras.Model(x_in, h), rng)
+  layer = FoldedBlock(block, input_size=(15, 14), dtype=F64)
+  x = tf.constant(rng.standard_normal((2, 15, 14, 3)))
+  for _ in range(2):
+    conv = layer.folded_conv()
+    assert conv.kernel.dtype == tf.float64 and tuple(conv.kernel.shape) == (7, 7, 3, 5)
+    # Rows: 6 outputs read (6 - 1) * 2 + 7 = 17 = 1 + 15 + 1; columns: 5 read 15 = 1 + 14.
+    assert conv.strides == (2, 2) and tuple(map(tuple, conv.padding)) == ((1, 1), (1, 0))
+    padding = [[0, 0], *map(list, conv.padding), [0, 0]]
+    y = tf.nn.conv2d(x, conv.kernel, [1, *conv.strides, 1], padding) + conv.bias
+    want = block(x).numpy()
+    assert_close(y, want, EXACT)
+    assert_close(layer.convolve(x), want, EXACT)
+    block.layers[1].kernel.assign(block.layers[1].kernel * 2.0)  # the next turn's weights
+  assert layer.folded_conv(tf.float32).kernel.dtype == tf.float32
+
+
 # ---------------------------------------------------------------------------------------
 # Serialisation, tf_keras
 # ---------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@ training equal, config and .keras / SavedModel round trips in fresh processes (t
 model computes, trains and differentiates as the original does), the converter, the
 tf_keras twin (trained like tf_keras.layers.Conv2D), and Keras-like argument errors."""
 
+import inspect
 import warnings
 
 import keras
@@ -487,3 +488,104 @@ def test_tf_keras_layer_trains_under_jit_compile():
     timeout=300,
     env=subproc.child_env(TF_USE_LEGACY_KERAS=1),
   )
+
+
+# Each Large layer's positional arguments are its Keras layer's (Keras 3 and tf_keras).
+
+KINDS = [
+  "LargeConv1D",
+  "LargeConv2D",
+  "LargeDepthwiseConv2D",
+  "LargeConv2DTranspose",
+  "LargeConv3D",
+]
+POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+
+
+def _flavour(flavour):
+  """(our layers' module, the Keras they extend)."""
+  if flavour == "keras":
+    return lc.keras, keras
+  tf_keras = pytest.importorskip("tf_keras")
+  from tf_largeconv import tf_keras as lc_tf_keras
+
+  return lc_tf_keras, tf_keras
+
+
+def _positional_values(names, rank, dilated, regularizers):
+  """A value other than the default for each positional argument (strides or dilation_rate
+  above 1, as Keras refuses both together)."""
+  values = dict(
+    filters=4,
+    kernel_size=(3, 5, 2)[:rank],
+    strides=1 if dilated else 2,
+    padding="same",
+    output_padding=1,
+    depth_multiplier=2,
+    data_format="channels_first",
+    dilation_rate=2 if dilated else 1,
+    groups=2,
+    activation="relu",
+    use_bias=False,
+    kernel_initializer="ones",
+    depthwise_initializer="ones",
+    bias_initializer="ones",
+    kernel_regularizer="l2",
+    depthwise_regularizer="l2",
+    bias_regularizer="l1",
+    activity_regularizer=regularizers.L1L2(l1=0.25, l2=0.5),
+    kernel_constraint="non_neg",
+    depthwise_constraint="non_neg",
+    bias_constraint="unit_norm",
+  )
+  if dilated:
+    values["output_padding"] = None  # Keras needs it below the strides
+  return [values[n] for n in names]
+
+
+def _keras_config(layer):
+  config = layer.get_config()
+  config.pop("name")
+  return config
+
+
+@pytest.mark.parametrize("flavour", ["keras", "tf_keras"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_positional_arguments_mean_what_they_mean_in_keras(flavour, kind):
+  """`LargeConv1D(16, 31, 2)` is `Conv1D(16, 31, 2)` (strides 2), and so on for every
+  positional argument of every kind; algorithm and workspace_limit are keyword-only."""
+  ours_module, their_keras = _flavour(flavour)
+  ours, theirs = getattr(ours_module, kind), getattr(their_keras.layers, kind[len("Large") :])
+  sig = inspect.signature(ours)
+  names = [p.name for p in inspect.signature(theirs).parameters.values() if p.kind in POSITIONAL]
+  assert [
+    (p.name, p.kind, p.default)
+    for p in inspect.signature(theirs).parameters.values()
+    if p.kind in POSITIONAL
+  ] == [(p.name, p.kind, p.default) for p in sig.parameters.values() if p.kind in POSITIONAL]
+  assert [p.kind for p in sig.parameters.values()][-3:] == [
+    inspect.Parameter.KEYWORD_ONLY,
+    inspect.Parameter.KEYWORD_ONLY,
+    inspect.Parameter.VAR_KEYWORD,
+  ]
+  assert (sig.parameters["algorithm"].default, sig.parameters["workspace_limit"].default) == (
+    "auto",
+    None,
+  )
+  rank = 1 if "1D" in kind else 3 if "3D" in kind else 2
+  required = [n for n in names if sig.parameters[n].default is inspect.Parameter.empty]
+  regularizers = their_keras.regularizers
+  required_values = _positional_values(required, rank, False, regularizers)
+  for args in (
+    required_values,  # the defaults
+    _positional_values(names, rank, False, regularizers),
+    _positional_values(names, rank, True, regularizers),
+  ):
+    layer = ours(*args)
+    config = _keras_config(layer)
+    assert (config.pop("algorithm"), config.pop("workspace_limit")) == ("auto", None)
+    assert config == _keras_config(theirs(*args)), args
+  with pytest.raises(TypeError):
+    ours(*_positional_values(names, rank, False, regularizers), "fft")  # one more than Keras's
+  layer = ours(*required_values, algorithm="fft", workspace_limit=1024)
+  assert (layer.algorithm, layer.workspace_limit) == ("fft", 1024)

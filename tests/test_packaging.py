@@ -5,6 +5,7 @@ trains, both on the package under test."""
 import math
 import os
 import re
+import sys
 
 import pytest
 import subproc
@@ -49,10 +50,28 @@ def test_demo_runs(tmp_path):
   # `benchmarks` from the checkout (last on its path).
   out = subproc.run("-m benchmarks.demo --frames 1", timeout=600, cwd=tmp_path)
   assert "tf_largeconv" in out.stdout and "tf.nn.conv2d" in out.stdout, out.stdout
+  # A quiet run: none of TensorFlow's import-time log lines around the table.
+  assert "oneDNN" not in out.stderr and "absl" not in out.stderr, out.stderr
   diff_line = [line for line in out.stdout.splitlines() if line.startswith("max |difference|")][0]
   diff = float(diff_line.split("=")[1].split()[0])
   scale = float(diff_line.split("magnitude")[1].split(")")[0])
   assert diff <= 1e-4 * scale
+
+
+def test_demo_drops_only_tensorflows_log_lines():
+  from benchmarks import demo
+
+  stderr = (
+    "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
+    "I0000 00:00:1795878334.764164   16156 port.cc:153] oneDNN custom operations are on.\n"
+    "W0000 00:00:1795878334.764164   16156 cpu_feature_guard.cc:21] a warning\n"
+    "E0000 00:00:1795878334.764164   16156 cuda_dnn.cc:8] an error stays\n"
+    "UserWarning: tf_largeconv: the op library was built for TensorFlow 2.21\n"
+  )
+  assert demo.quiet_stderr(stderr).splitlines() == [
+    "E0000 00:00:1795878334.764164   16156 cuda_dnn.cc:8] an error stays",
+    "UserWarning: tf_largeconv: the op library was built for TensorFlow 2.21",
+  ]
 
 
 # Runs the example's own main with its output, after fixing Keras' seed: the example does
@@ -112,3 +131,53 @@ def test_the_bench_extra_is_what_make_bench_installs():
   assert sorted(d for d in extra if d != "tf_largeconv[dask]") == sorted(make_deps)
   names = {re.split(r"[<>=\[ ]", d)[0] for d in project["dependencies"]}
   assert not names & {re.split(r"[<>=\[ ]", d)[0] for d in extra}, names
+
+
+def _make_dry_run(tmp_path, *argv, env=None):
+  """What `make -n` would run for `argv` in a fresh clone: the Makefile alone, no .venv."""
+  import shutil
+  import subprocess
+
+  makefile = os.path.join(subproc.REPO_ROOT, "Makefile")
+  if not os.path.isfile(makefile) or not shutil.which("make"):
+    pytest.skip("needs the checkout's Makefile and make")
+  shutil.copy(makefile, tmp_path / "Makefile")
+  env = dict({k: v for k, v in os.environ.items() if k not in ("PY", "MAKEFLAGS")}, **(env or {}))
+  return subprocess.run(
+    ["make", "-n", "--no-print-directory", *argv],
+    cwd=tmp_path,
+    env=env,
+    capture_output=True,
+    text=True,
+    check=True,
+    timeout=60,
+  ).stdout
+
+
+def test_make_wheel_sets_up_the_venv_on_a_fresh_clone(tmp_path):
+  # As `make demo` and `make test` do: the venv first, then the wheel against its Python.
+  plan = _make_dry_run(tmp_path, "wheel")
+  assert "python3 -m venv .venv" in plan, plan
+  assert "_wheel PY=.venv/bin/python" in plan, plan
+  assert plan.index("touch .venv/.ready") < plan.index("pip wheel"), plan
+  # PY= on the command line or in the environment: that Python, and no venv.
+  for argv, env in (((f"PY={sys.executable}",), None), ((), {"PY": sys.executable})):
+    plan = _make_dry_run(tmp_path, "wheel", *argv, env=env)
+    assert "-m venv .venv" not in plan and f"{sys.executable} -m pip wheel" in plan, plan
+
+
+def test_the_gpu_test_extra_has_what_device_run_uses():
+  # tests/gpu/device_run.sh runs pytest with -n (pytest-xdist) and --timeout (pytest-timeout).
+  tomllib = pytest.importorskip("tomllib")
+  pyproject = os.path.join(subproc.REPO_ROOT, "pyproject.toml")
+  script = os.path.join(subproc.REPO_ROOT, "tests", "gpu", "device_run.sh")
+  if not (os.path.isfile(pyproject) and os.path.isfile(script)):
+    pytest.skip(f"{subproc.REPO_ROOT} is not a source checkout")
+  with open(pyproject, "rb") as f:
+    extra = set(tomllib.load(f)["project"]["optional-dependencies"]["gpu-test"])
+  with open(script, encoding="utf-8") as f:
+    text = f.read()
+  assert "-m pytest" in text and "pytest" in extra
+  for option, plugin in {"-n": "pytest-xdist", "--timeout": "pytest-timeout"}.items():
+    if re.search(rf"\s{re.escape(option)}\s", text):
+      assert plugin in extra, (option, sorted(extra))

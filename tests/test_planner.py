@@ -473,3 +473,13 @@ def test_process_memory_does_not_scale_with_input_times_filter():
   slack = 6 * MiB
   assert slack < unconstrained.workspace_bytes - workspace
   assert growth <= outputs + workspace + slack, (growth, workspace)
+
+
+def test_flops_count_what_the_algorithm_runs():
+  # 4 x 160x240x1 * 63x63x1x3 VALID: the direct sum is 2 flops per multiply-add over every
+  # output and tap; the FFT's count, from its transforms and spectral products, is far less.
+  direct_sum = 2 * 4 * (160 - 62) * (240 - 62) * 63 * 63 * 1 * 3
+  direct = lc.plan((4, 160, 240, 1), (63, 63, 1, 3), 1, "VALID", algorithm="direct")
+  assert [p.flops for p in direct.passes] == [direct_sum] * 3
+  fft = lc.plan((4, 160, 240, 1), (63, 63, 1, 3), 1, "VALID", algorithm="fft")
+  assert all(p.algorithm == "fft" and 0 < p.flops < direct_sum / 10 for p in fft.passes)

@@ -6,6 +6,7 @@ Tolerances (relative to the largest output magnitude): float64 1e-10, float32 2e
 
 import contextlib
 import os
+import re
 import time
 
 import keras
@@ -283,7 +284,7 @@ def _model_with(layer):
   [
     (L.Flatten(name="flat"), "'flat' (Flatten)"),
     (L.Reshape((-1, 4), name="reshape"), "'reshape' (Reshape)"),
-    (L.Lambda(lambda t: t * 2, name="lam"), "'lam' (Lambda)"),
+    (L.Lambda(lambda t: tf.roll(t, 1, axis=2), name="lam"), "'lam' (Lambda)"),
     (L.LayerNormalization(axis=(1, 2, 3), name="ln"), "its axis is"),
     (L.BatchNormalization(axis=1, name="bn"), "its axis is"),
     (L.Resizing(8, 8, name="resize"), "'resize' (Resizing)"),
@@ -302,23 +303,26 @@ def test_layers_that_cannot_stream_are_named(layer, words):
     assert "up_to=" in str(e.value)
 
 
-def test_pooled_value_broadcast_over_the_image_is_refused():
-  """A squeeze-excitation gate: each pixel depends on the whole image."""
+def test_pooled_value_broadcast_over_the_image_streams_in_passes():
+  """A squeeze-excitation gate: each pixel depends on the whole image, so the gate is
+  pooled over every tile in a first pass (tests/test_stream_context.py has more)."""
   inp = keras.Input((None, None, 3))
   x = L.Conv2D(4, 3, padding="same", name="trunk")(inp)
   gate = L.Dense(4, activation="sigmoid")(L.GlobalAveragePooling2D(keepdims=True)(x))
-  model = keras.Model(inp, L.Multiply(name="gate")([x, gate]))
-  with pytest.raises(ValueError, match="'gate' combines an image-shaped tensor with a globally"):
-    stream.predict(model, _image((1, 16, 16, 3), "float32"))
-  # Streamed up to the layer before it instead:
+  model = _randomize(keras.Model(inp, L.Multiply(name="gate")([x, gate])))
+  check(model, _image((1, 16, 16, 3), "float32"), (5,), "float32")
+  assert stream.plan(model, (1, 16, 16, 3), tile=5).passes == 2
+  # Or streamed up to the layer before it:
   part = stream.predict(model, _image((1, 16, 16, 3), "float32"), up_to="trunk", tile=5)
   assert part.shape == (1, 16, 16, 4)
 
 
 def test_register_pointwise():
   class Scale(L.Layer):
+    """Per pixel, through an operation the analysis of traced calls does not know."""
+
     def call(self, x):
-      return 2.0 * x + 1.0
+      return tf.einsum("...c,c->...c", x, tf.constant([2.0, -1.0], x.dtype))
 
   inp = keras.Input((None, None, 3))
   model = keras.Model(inp, Scale(name="scale")(L.Conv2D(2, 3, padding="same")(inp)))
@@ -350,7 +354,7 @@ def test_bad_arguments():
     stream.predict(model, "slide.tif")
   with pytest.raises(TypeError, match="image must hold numbers"):
     stream.predict(model, np.array([[["a"] * 3] * 20] * 20))
-  with pytest.raises(TypeError, match="model must be a Keras 3 model"):
+  with pytest.raises(TypeError, match="model must be a Keras model"):
     stream.predict(lambda x: x, image)
   with pytest.raises(ValueError, match="up_to: model '.*' has no layer named 'nope'"):
     stream.predict(model, image, up_to="nope")
@@ -391,6 +395,19 @@ def test_plan_numbers():
   assert p.peak_bytes == 2 * 4 * (2 * 14 * 14 * 3 + 14 * 14 * 3 + 2 * 10 * 10 * 4)
   assert "16 tiles (4 x 4)" in str(p) and "recomputed in overlaps" in str(p)
   assert stream.plan(model, (1, 40, 40, 3), tile=1000).tiles == 1
+
+
+def test_plan_prints_the_tile_it_runs():
+  """A stride-2 convolution over 64x48 with tile=63 asked for: 31 output pixels would make
+  two tiles along the first axis, which the grid evens out to 16 + 16 output pixels, 32
+  input pixels each; along the second, the whole 24 (48 input pixels) in one tile. The
+  plan prints the tile that runs, not the 63 asked for."""
+  inp = keras.Input((None, None, 3))
+  model = keras.Model(inp, L.Conv2D(4, 3, strides=2, padding="same", name="c")(inp))
+  p = stream.plan(model, (1, 64, 48, 3), tile=63)
+  assert (p.tile, p.tile_out, p.tile_in, p.grid) == (63, (16, 24), (32, 48), (2, 1))
+  assert "tile (32, 48) input pixels = (16, 24) output pixels; 2 tiles (2 x 1)" in str(p)
+  assert "63" not in str(p).splitlines()[1]
 
 
 def test_memory_limit_picks_the_largest_tile_that_fits():
@@ -563,3 +580,91 @@ def test_command_line_runs_a_model_over_a_slide_and_resumes(tmp_path):
   run = _cli(tmp_path / "missing.keras", tmp_path / "in.zarr", out)
   assert run.returncode == 2 and "MODEL: no such file" in run.stderr
   np.testing.assert_array_equal(zarr.open_array(out)[:], want)
+
+
+def _folded_model(algorithm, workspace_limit):
+  """A FoldedBlock (a strided 5x5 after a 3x3, both with biases: explicit padding that is
+  neither 'same' nor 'valid') between pointwise layers."""
+  block_in = keras.Input((None, None, 3))
+  b = L.Conv2D(4, 3, padding="same")(block_in)
+  block = _randomize(keras.Model(block_in, L.Conv2D(5, 5, strides=2, padding="valid")(b)), 6)
+  inp = keras.Input((None, None, 3))
+  folded = lc_keras.FoldedBlock(
+    block, input_size=(32, 32), algorithm=algorithm, workspace_limit=workspace_limit
+  )
+  x = L.ReLU()(folded(L.Conv2D(3, 1)(inp)))
+  return _randomize(keras.Model(inp, L.Conv2D(2, 1)(x)), seed=7), folded
+
+
+class _ConvSpy:
+  """Records (entry, algorithm, workspace_limit) of every 2-D convolution the package runs
+  through the public `ops.conv2d` or the op itself (its raw wrapper)."""
+
+  def __init__(self, monkeypatch):
+    from tf_largeconv import _loader
+    from tf_largeconv import ops
+
+    self.calls = set()
+    raw, public = _loader.ops().large_conv_conv2d, ops.conv2d
+
+    def raw_spy(*args, **kwargs):
+      self.calls.add(("op", kwargs.get("algorithm"), kwargs.get("workspace_limit")))
+      return raw(*args, **kwargs)
+
+    def public_spy(*args, **kwargs):
+      self.calls.add(("conv2d", kwargs.get("algorithm"), kwargs.get("workspace_limit")))
+      return public(*args, **kwargs)
+
+    monkeypatch.setattr(_loader.ops(), "large_conv_conv2d", raw_spy)
+    monkeypatch.setattr(ops, "conv2d", public_spy)
+
+  def take(self):
+    calls, self.calls = self.calls, set()
+    return calls
+
+
+@pytest.mark.parametrize("algorithm", ["auto", "direct"])
+def test_streamed_folded_block_runs_the_layers_convolution(monkeypatch, algorithm):
+  """The streamed FoldedBlock equals the model's own call, through the same entry with the
+  same algorithm and workspace limit (with 'auto': the op's planner, never the routing of
+  tf_largeconv.conv2d that may hand the pass to TensorFlow's kernel)."""
+  model, _ = _folded_model(algorithm, 3 << 20)
+  image = _image((1, 32, 29, 3), "float32")
+  spy = _ConvSpy(monkeypatch)
+  ref = model(image, training=False).numpy()
+  own = spy.take()
+  want = ("op", "auto") if algorithm == "auto" else ("conv2d", "direct")
+  assert (*want, 3 << 20) in own and ("conv2d", "auto", 3 << 20) not in own, own
+  for tile in (5, 11):
+    got = stream.predict(model, image, tile=tile)
+    assert spy.take() == own, tile
+    err = np.abs(got - ref).max() / np.abs(ref).max()
+    assert err <= TOL["float32"], f"tile {tile}: relative error {err:.3g}"
+
+
+def test_folded_block_convolve_takes_explicit_padding_only():
+  _, folded = _folded_model("auto", None)
+  x = tf.zeros((1, 9, 9, 3))
+  valid = folded.convolve(x, padding=((0, 0), (0, 0)))
+  assert tuple(valid.shape) == (1, 2, 2, 5)  # (9 - 7) // 2 + 1, the folded 7x7 stride 2
+  for bad in ("VALID", ((1, 1),), ((1, 1), (0, -1)), ((1, 1), (0, 0.5))):
+    with pytest.raises(ValueError, match=r"padding must be None or explicit \(\(top"):
+      folded.convolve(x, padding=bad)
+
+
+def test_nothing_outside_fold_reads_folds_private_names():
+  """stream (and every other subpackage) reaches FoldedBlock through its public methods."""
+  root = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tf_largeconv")
+  private = re.compile(
+    r"_fold_spec|fold\._\w|tf_largeconv\.fold\._|from tf_largeconv\.fold import _"
+  )
+  found = []
+  for folder, _, files in os.walk(root):
+    if os.path.relpath(folder, root).split(os.sep)[0] == "fold":
+      continue
+    for name in files:
+      if name.endswith(".py"):
+        path = os.path.join(folder, name)
+        with open(path, encoding="utf-8") as f:
+          found += [f"{path}:{i}" for i, line in enumerate(f, 1) if private.search(line)]
+  assert not found, found

@@ -4,6 +4,8 @@ The oracle is the same model untiled, `head(trunk(x))`, differentiated by one gr
 tape. Tolerances, relative to each gradient's largest magnitude: float64 1e-9, float32 1e-4.
 """
 
+import contextlib
+
 import keras
 import numpy as np
 import pytest
@@ -17,6 +19,7 @@ from test_stream import resnet
 from test_stream import unet
 
 from tf_largeconv import stream
+from tf_largeconv.stream._train import reads_only_the_mean
 
 L = keras.layers
 TOL = {"float64": 1e-9, "float32": 1e-4}
@@ -85,9 +88,26 @@ CASES = {
 }
 
 
+@contextlib.contextmanager
+def loss_floatx(dtype):
+  """Losses compute in `dtype`: Keras's compile rebuilds a loss from its config, which
+  keeps no dtype, so the losses' default (floatx) is what holds."""
+  old = keras.config.floatx()
+  keras.config.set_floatx(dtype)
+  try:
+    yield
+  finally:
+    keras.config.set_floatx(old)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_gradients_equal_the_untiled_model(name, dtype):
+  with loss_floatx(dtype):
+    _gradients_equal_the_untiled_model(name, dtype)
+
+
+def _gradients_equal_the_untiled_model(name, dtype):
   make_trunk, make_head, shape, kind, tiles = CASES[name]
   with floatx(dtype):
     trunk, head = make_trunk(), make_head()
@@ -235,7 +255,7 @@ def test_streamed_forward_runs_outside_the_gradient_tape(monkeypatch):
   from tf_largeconv.stream import _run
 
   depth, seen = [0], []
-  enter, leave, run = tf.GradientTape.__enter__, tf.GradientTape.__exit__, _run.run
+  enter, leave, run = tf.GradientTape.__enter__, tf.GradientTape.__exit__, _run.run_tile
 
   def entered(self):
     depth[0] += 1
@@ -251,8 +271,203 @@ def test_streamed_forward_runs_outside_the_gradient_tape(monkeypatch):
 
   monkeypatch.setattr(tf.GradientTape, "__enter__", entered)
   monkeypatch.setattr(tf.GradientTape, "__exit__", left)
-  monkeypatch.setattr(_run, "run", recorded_run)
-  model = stream.StreamingModel(plain_trunk(), classifier_head(8), tile=16)
-  model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(True))
-  model.streamed_gradients(_image((1, 40, 40, 3), "float32"), np.array([1]))
-  assert seen == [0]
+  monkeypatch.setattr(_run, "run_tile", recorded_run)
+  # Both forwards: the mean streamed for a mean-pooling head, the whole output otherwise.
+  for head in (classifier_head(8), max_head(8)):
+    model = stream.StreamingModel(plain_trunk(), head, tile=16)
+    model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(True))
+    tiles = model.plan((1, 40, 40, 3)).tiles
+    assert tiles > 1
+    seen.clear()
+    model.streamed_gradients(_image((1, 40, 40, 3), "float32"), np.array([1]))
+    assert seen == [0] * tiles + [1] * tiles  # forward outside any tape, backward inside
+
+
+# --- dense training: StreamingModel(model, head=None) ------------------------------------
+
+
+def seg_unet(dtype):
+  """A U-Net with a 3-class per-pixel head (nearest upsampling: see CASES)."""
+  with floatx(dtype):
+    base = unet(bilinear=False)
+    out = L.Conv2D(3, 1)(base.output)
+    return _randomize(keras.Model(base.input, out), seed=5)
+
+
+def seg_dilated(dtype):
+  with floatx(dtype):
+    base = dilated()
+    return _randomize(keras.Model(base.input, L.Conv2D(2, 1)(base.output)), seed=6)
+
+
+DENSE = {
+  # model, input shape, labels: 'sparse' class indices or 'dense' values, tiles
+  "unet": (seg_unet, (2, 40, 48, 2), "sparse", (9, 24)),
+  "dilated": (seg_dilated, (1, 37, 33, 3), "dense", (10, 17)),
+}
+
+
+def _dense_labels(kind, out_shape, dtype):
+  if kind == "sparse":
+    return np.random.default_rng(9).integers(0, out_shape[-1], out_shape[:-1])
+  return _image(out_shape, dtype, seed=9)
+
+
+def _dense_loss(kind, reduction="sum_over_batch_size", dtype="float32"):
+  """The loss, computing in the model's dtype."""
+  if kind == "sparse":
+    return keras.losses.SparseCategoricalCrossentropy(
+      from_logits=True, reduction=reduction, dtype=dtype
+    )
+  return keras.losses.MeanSquaredError(reduction=reduction, dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name", sorted(DENSE))
+def test_dense_gradients_equal_the_untiled_model(name, dtype):
+  make, shape, kind, tiles = DENSE[name]
+  model = make(dtype)
+  x = _image(shape, dtype)
+  y = _dense_labels(kind, tuple(model(x).shape), dtype)
+  rng = np.random.default_rng(2)
+  per_image = rng.uniform(0.5, 2.0, (shape[0],) + (1,) * (len(shape) - 2))
+  per_pixel = rng.uniform(0.0, 2.0, y.shape[: len(shape) - 1]).astype(dtype)
+  for reduction, sample_weight in (
+    ("sum_over_batch_size", None),
+    ("sum", per_pixel),
+    ("sum_over_batch_size", per_image),
+  ):
+    loss_fn = _dense_loss(kind, reduction, dtype)
+    with tf.GradientTape() as tape:
+      want_loss = loss_fn(y, model(x, training=True), sample_weight=sample_weight)
+    want = tape.gradient(want_loss, model.trainable_variables)
+    for tile in tiles:
+      streamed = stream.StreamingModel(model, tile=tile)
+      streamed.compile(optimizer="sgd", loss=loss_fn)
+      assert streamed.plan(shape).tiles > 1
+      # per image: the streamed model takes (batch,), as fit does
+      weights = per_image.ravel() if sample_weight is per_image else sample_weight
+      loss, y_pred, grads, variables = streamed.streamed_gradients(x, y, weights)
+      assert y_pred is None and [v.path for v in variables] == [
+        v.path for v in model.trainable_variables
+      ]
+      assert abs(float(loss) - float(want_loss)) <= TOL[dtype] * abs(float(want_loss))
+      _compare(grads, want, dtype)
+
+
+def test_dense_fit_and_evaluate_follow_untiled_training():
+  """Two SGD steps, with a metric, streamed from lazy inputs and untiled, stay together."""
+  da = pytest.importorskip("dask.array")
+  x = _image((2, 40, 48, 2), "float32")
+  model = seg_unet("float32")
+  y = _dense_labels("sparse", tuple(model(x).shape), "float32")
+  untiled = keras.models.clone_model(model)
+  untiled.set_weights(model.get_weights())
+  loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+  w = np.random.default_rng(4).uniform(0.0, 2.0, y.shape).astype(np.float32)  # per pixel
+
+  def compiled(m):
+    # a mean over pixels (accuracy), unweighted and weighted, and a sum (a confusion matrix)
+    m.compile(
+      optimizer=keras.optimizers.SGD(0.1),
+      loss=loss_fn,
+      metrics=["accuracy", keras.metrics.MeanIoU(3, sparse_y_pred=False, name="iou")],
+      weighted_metrics=["accuracy"],
+    )
+    return m
+
+  untiled, streamed = compiled(untiled), compiled(stream.StreamingModel(model, tile=16))
+  lazy_x, lazy_y = da.from_array(x, chunks=(1, 16, 16, 2)), da.from_array(y, chunks=(1, 8, 8))
+  for _ in range(2):
+    want = untiled.train_on_batch(x, y, sample_weight=w, return_dict=True)
+    got = streamed.train_on_batch(lazy_x, lazy_y, sample_weight=w, return_dict=True)
+    assert sorted(got) == sorted(want) == ["accuracy", "iou", "loss", "weighted_accuracy"]
+    assert abs(got["loss"] - want["loss"]) <= 1e-4 * abs(want["loss"])
+    for name in ("accuracy", "iou", "weighted_accuracy"):
+      assert got[name] == pytest.approx(want[name], abs=1e-6), name
+  for a, b in zip(streamed.trunk.get_weights(), untiled.get_weights()):
+    np.testing.assert_allclose(a, b, rtol=0, atol=1e-4 * max(np.abs(b).max(), 1e-3))
+  want = untiled.evaluate(x, y, return_dict=True, verbose=0)
+  got = streamed.evaluate(lazy_x, lazy_y, batch_size=2, return_dict=True, verbose=0)
+  assert abs(got["loss"] - want["loss"]) <= 1e-4 * abs(want["loss"])
+  for name in ("accuracy", "iou"):
+    assert got[name] == pytest.approx(want[name], abs=1e-6), name
+  np.testing.assert_allclose(
+    streamed.predict(x, verbose=0), untiled.predict(x, verbose=0), atol=1e-4
+  )
+
+
+def test_dense_bad_labels_and_losses():
+  model = seg_dilated("float32")
+  x = _image((1, 37, 33, 3), "float32")
+  out = tuple(model(x).shape)
+  streamed = stream.StreamingModel(model, tile=10)
+  streamed.compile(optimizer="sgd", loss="mse")
+  with pytest.raises(ValueError, match=r"y has shape \(1, 20, 33, 2\); the model's output over "):
+    streamed.streamed_gradients(x, np.zeros((1, 20, 33, 2), np.float32))
+  with pytest.raises(ValueError, match="needs labels y"):
+    streamed.streamed_gradients(x, None)
+  streamed.compile(optimizer="sgd", loss=keras.losses.MeanSquaredError(reduction="none"))
+  with pytest.raises(ValueError, match=r"reduction 'none' is not a sum or a mean over pixels"):
+    streamed.streamed_gradients(x, np.zeros(out, np.float32))
+  streamed.compile(optimizer="sgd", loss=["mse", "mae"])
+  with pytest.raises(ValueError, match="one loss"):
+    streamed.streamed_gradients(x, np.zeros(out, np.float32))
+
+
+def test_dense_loss_by_name_and_function():
+  """A loss given by name or as a function is reduced as Keras reduces it (a mean)."""
+  model = seg_dilated("float32")
+  x = _image((1, 37, 33, 3), "float32")
+  y = _dense_labels("dense", tuple(model(x).shape), "float32")
+  weights = np.array([1.5], np.float32)
+  want = keras.losses.MeanSquaredError()(y, model(x), sample_weight=weights)
+  for loss in ("mse", keras.losses.mean_squared_error):
+    streamed = stream.StreamingModel(model, tile=12)
+    streamed.compile(optimizer="sgd", loss=loss)
+    got, _, _, _ = streamed.streamed_gradients(x, y, weights)
+    assert abs(float(got) - float(want)) <= 1e-5 * float(want)
+
+
+def max_head(channels=8, classes=3):
+  inp = keras.Input((None, None, channels))
+  x = L.Concatenate()([L.GlobalAveragePooling2D()(inp), L.GlobalMaxPooling2D()(inp)])
+  return _randomize(keras.Model(inp, L.Dense(classes)(x)), seed=7)
+
+
+def test_a_mean_pooling_head_never_holds_the_trunk_output(monkeypatch):
+  """A head that reads only the trunk output's mean gets it streamed: the output is never
+  whole, in training and in predict; any other head gets the whole output."""
+  x = _image((2, 61, 50, 3), "float64")
+  y = np.array([0, 2])
+  loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, dtype="float64")
+  with loss_floatx("float64"):
+    _mean_pooling_head(x, y, loss_fn, monkeypatch)
+
+
+def _mean_pooling_head(x, y, loss_fn, monkeypatch):
+  assert reads_only_the_mean(classifier_head(8))
+  assert not reads_only_the_mean(max_head(8)) and not reads_only_the_mean(pixel_head(8))
+  with floatx("float64"):
+    trunk, mean_head, other_head = plain_trunk(), classifier_head(8), max_head(8)
+  want_mean = _untiled(trunk, mean_head, x, y, loss_fn)
+  want_other = _untiled(trunk, other_head, x, y, loss_fn)
+  calls = []
+  original = stream.StreamingModel._trunk_forward
+  monkeypatch.setattr(
+    stream.StreamingModel,
+    "_trunk_forward",
+    lambda self, *a: calls.append(1) or original(self, *a),
+  )
+  for head, (want_loss, want), held in ((mean_head, want_mean, 0), (other_head, want_other, 1)):
+    with floatx("float64"):  # so that predict keeps the input's dtype
+      model = stream.StreamingModel(trunk, head, tile=17)
+    model.compile(optimizer="sgd", loss=loss_fn)
+    calls.clear()
+    loss, _, grads, _ = model.streamed_gradients(x, y)
+    assert len(calls) == held
+    assert abs(float(loss) - float(want_loss)) <= 1e-9 * abs(float(want_loss))
+    _compare(grads, want, "float64")
+    calls.clear()
+    np.testing.assert_allclose(model.predict(x, verbose=0), head(trunk(x)), rtol=0, atol=1e-9)
+    assert len(calls) == held

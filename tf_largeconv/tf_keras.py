@@ -14,68 +14,59 @@ import tensorflow as tf
 import tf_keras
 
 from tf_largeconv import fold as _fold
-from tf_largeconv import ops as _ops
 from tf_largeconv.keras import _settings as _layer_settings
 from tf_largeconv.keras import export as _export
 
 _register = tf_keras.utils.register_keras_serializable(package="tf_largeconv")
 
 
-class _GroupsUncompiled:
-  """tf_keras runs grouped convolutions (groups > 1) through an XLA-compiled function
-  (`_jit_compiled_convolution_op`: TF's CPU kernels have no groups), where the op would hand
-  'auto' back to TensorFlow's convolution and refuse 'direct' and 'fft'; the op computes
-  groups itself, so the layers run it uncompiled."""
+class _TfKeras:
+  """The tf_keras flavour of the LargeConv layers. tf_keras runs grouped convolutions
+  (groups > 1) through an XLA-compiled function (`_jit_compiled_convolution_op`: TF's CPU
+  kernels have no groups), where the op would hand 'auto' back to TensorFlow's convolution
+  and refuse 'direct' and 'fft'; the op computes groups itself, so the layers run it
+  uncompiled."""
 
   def _jit_compiled_convolution_op(self: Any, inputs: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
     return self.convolution_op(inputs, kernel)
 
 
 @_register
-class LargeConv2D(_GroupsUncompiled, _layer_settings.LargeConvSettings, tf_keras.layers.Conv2D):
-  """`tf_keras.layers.Conv2D` computed by `tf_largeconv.conv2d`.
-
-  Args: those of `tf_keras.layers.Conv2D`, plus `algorithm` and `workspace_limit` (see
-  `tf_largeconv.conv2d`).
-  """
-
-  def __init__(
-    self,
-    filters: int,
-    kernel_size: int | Sequence[int],
-    algorithm: str | None = "auto",
-    workspace_limit: int | None = None,
-    **kwargs: Any,
-  ) -> None:
-    self._init_settings(algorithm, workspace_limit)
-    super().__init__(filters, kernel_size, **kwargs)
-
-  def convolution_op(self, inputs: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
-    return _ops.conv2d(
-      inputs, kernel, list(self.strides), self.padding.upper(), **self._op_kwargs()
-    )
+class LargeConv1D(_TfKeras, _layer_settings.Conv1DBase, tf_keras.layers.Conv1D):
+  """`tf_keras.layers.Conv1D` computed by `tf_largeconv.conv1d` (causal padding and groups
+  included); its arguments, plus the keyword-only `algorithm` and `workspace_limit`."""
 
 
 @_register
-class LargeDepthwiseConv2D(_layer_settings.LargeConvSettings, tf_keras.layers.DepthwiseConv2D):
-  """`tf_keras.layers.DepthwiseConv2D` computed by `tf_largeconv.depthwise_conv2d`.
+class LargeConv2D(_TfKeras, _layer_settings.Conv2DBase, tf_keras.layers.Conv2D):
+  """`tf_keras.layers.Conv2D` computed by `tf_largeconv.conv2d`; its arguments, plus the
+  keyword-only `algorithm` and `workspace_limit` (see `tf_largeconv.conv2d`)."""
 
-  Args: those of `tf_keras.layers.DepthwiseConv2D`, plus `algorithm` and
-  `workspace_limit` (see `tf_largeconv.conv2d`).
-  """
 
-  def __init__(
-    self,
-    kernel_size: int | Sequence[int],
-    algorithm: str | None = "auto",
-    workspace_limit: int | None = None,
-    **kwargs: Any,
-  ) -> None:
-    self._init_settings(algorithm, workspace_limit)
-    super().__init__(kernel_size, **kwargs)
+@_register
+class LargeDepthwiseConv2D(
+  _TfKeras, _layer_settings.DepthwiseConv2DBase, tf_keras.layers.DepthwiseConv2D
+):
+  """`tf_keras.layers.DepthwiseConv2D` computed by `tf_largeconv.depthwise_conv2d`; its
+  arguments, plus the keyword-only `algorithm` and `workspace_limit`."""
 
   def call(self, inputs: tf.Tensor) -> tf.Tensor:
-    return self._depthwise_call(inputs, self.depthwise_kernel)
+    return self._bias_and_activation(self.convolution_op(inputs, self.depthwise_kernel))
+
+
+@_register
+class LargeConv2DTranspose(
+  _TfKeras, _layer_settings.Conv2DTransposeBase, tf_keras.layers.Conv2DTranspose
+):
+  """`tf_keras.layers.Conv2DTranspose` computed by `tf_largeconv.conv2d_transpose`
+  (output_padding included); its arguments, plus the keyword-only `algorithm` and
+  `workspace_limit`."""
+
+
+@_register
+class LargeConv3D(_TfKeras, _layer_settings.Conv3DBase, tf_keras.layers.Conv3D):
+  """`tf_keras.layers.Conv3D` computed by `tf_largeconv.conv3d`; its arguments, plus the
+  keyword-only `algorithm` and `workspace_limit` (see `tf_largeconv.conv3d`)."""
 
 
 _FLAVOUR = _fold.Flavour(
@@ -95,16 +86,7 @@ def fold(
   name: str | None = None,
 ) -> LargeConv2D | LargeDepthwiseConv2D:
   """`tf_largeconv.keras.fold` for a tf_keras block; returns tf_keras Large layers."""
-  return _fold.fold(
-    block,
-    _FLAVOUR,
-    exact=exact,
-    input_size=input_size,
-    dtype=dtype,
-    algorithm=algorithm,
-    workspace_limit=workspace_limit,
-    name=name,
-  )
+  return _fold.fold(block, _FLAVOUR, exact, input_size, dtype, algorithm, workspace_limit, name)
 
 
 def reparameterize(
@@ -130,80 +112,3 @@ class FoldedBlock(_fold.FoldedBlockBase, tf_keras.layers.Layer):
 
   _serialize_block = staticmethod(tf_keras.layers.serialize)
   _deserialize_block = staticmethod(tf_keras.layers.deserialize)
-
-
-# LargeConv1D
-
-
-@_register
-class LargeConv1D(_GroupsUncompiled, _layer_settings.LargeConv1DSettings, tf_keras.layers.Conv1D):
-  """`tf_keras.layers.Conv1D` computed by `tf_largeconv.conv1d`.
-
-  Args: those of `tf_keras.layers.Conv1D` (causal padding and groups included), plus
-  `algorithm` and `workspace_limit` (see `tf_largeconv.conv2d`).
-  """
-
-  def __init__(
-    self,
-    filters: int,
-    kernel_size: int | Sequence[int],
-    algorithm: str | None = "auto",
-    workspace_limit: int | None = None,
-    **kwargs: Any,
-  ) -> None:
-    self._init_settings(algorithm, workspace_limit)
-    super().__init__(filters, kernel_size, **kwargs)
-
-  def convolution_op(self, inputs: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
-    # tf_keras's call has already padded causal inputs.
-    return self._conv1d_call(inputs, kernel, causal_done=True)
-
-
-# LargeConv2DTranspose
-
-
-@_register
-class LargeConv2DTranspose(
-  _layer_settings.LargeConvTransposeSettings, tf_keras.layers.Conv2DTranspose
-):
-  """`tf_keras.layers.Conv2DTranspose` computed by `tf_largeconv.conv2d_transpose`.
-
-  Args: those of `tf_keras.layers.Conv2DTranspose` (output_padding included), plus
-  `algorithm` and `workspace_limit` (see `tf_largeconv.conv2d`).
-  """
-
-  def __init__(
-    self,
-    filters: int,
-    kernel_size: int | Sequence[int],
-    algorithm: str | None = "auto",
-    workspace_limit: int | None = None,
-    **kwargs: Any,
-  ) -> None:
-    self._init_settings(algorithm, workspace_limit)
-    super().__init__(filters, kernel_size, **kwargs)
-
-
-# LargeConv3D
-
-
-@_register
-class LargeConv3D(_GroupsUncompiled, _layer_settings.LargeConv3DSettings, tf_keras.layers.Conv3D):
-  """`tf_keras.layers.Conv3D` computed by `tf_largeconv.conv3d`.
-
-  Args: those of `tf_keras.layers.Conv3D` (positional ones in its order), plus the keyword
-  arguments `algorithm` and `workspace_limit` (see `tf_largeconv.conv3d`).
-  """
-
-  def __init__(
-    self,
-    filters: int,
-    kernel_size: int | Sequence[int],
-    *args: Any,
-    algorithm: str | None = "auto",
-    workspace_limit: int | None = None,
-    **kwargs: Any,
-  ) -> None:
-    self._init_settings(algorithm, workspace_limit)
-    super().__init__(filters, kernel_size, *args, **kwargs)
-    self._check_padding()

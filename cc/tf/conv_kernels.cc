@@ -183,8 +183,8 @@ PlanRequest DeviceRequest(OpKernelContext* ctx, PlanRequest req) {
 // Takes a plan's workspace (if any) from the pool of workspaces kept between calls or else
 // from TF's allocator (cc/tf/workspace_pool.h), and asks for huge pages on a fresh one and
 // on the pass's output: both are as a rule mapped fresh (large allocations) and then
-// written in full. With 4 KiB pages a long conv1d pass took 8192 page faults a call on
-// its 32 MiB output alone, and kernel time was 20-30% of its CPU time.
+// written in full. With 4 KiB pages a long conv1d pass takes 8192 page faults a call on
+// its 32 MiB output alone, and kernel time is 20-30% of its CPU time.
 template <class Plan>
 absl::Status AllocateWorkspace(OpKernelContext* ctx, const Plan& plan, Tensor* out,
                                PooledWorkspace* workspace) {
@@ -222,6 +222,31 @@ void RunOnGpu(OpKernelContext* ctx, const Geometry& g, ConvPass pass, const Plan
 }
 #endif
 
+// Runs one pass on operands in the pass's order: on the op's GPU (kGpu), or planned for
+// this device's thread pool (the plan cached in `plans` under `key`, the shapes that
+// determine the geometry) with its workspace from AllocateWorkspace. Geometry:
+// ConvGeometry or Conv3dGeometry.
+template <typename T, bool kGpu, class Geometry, typename Key, typename Plan>
+void PlanAndRun(OpKernelContext* ctx, const Geometry& g, ConvPass pass, const PlanRequest& request,
+                PlanCache<Key, Plan>& plans, const Key& key, const Tensor& a, const Tensor& b,
+                Tensor* out) {
+#ifdef LARGECONV_WITH_CUDA
+  if constexpr (kGpu) {
+    RunOnGpu<T>(ctx, g, pass, request, a, b, out);
+    return;
+  }
+#endif
+  Plan plan;
+  const PlanRequest req = DeviceRequest<T>(ctx, request);
+  OP_REQUIRES_OK(ctx, plans.Get(
+                          key, req.threads,
+                          [&](Plan* p) { return ToStatus(PlanPass(g, pass, req, p)); }, &plan));
+  PooledWorkspace workspace;
+  OP_REQUIRES_OK(ctx, AllocateWorkspace(ctx, plan, out, &workspace));
+  RunPass(g, plan, CorePtr<T>(a), a.NumElements(), CorePtr<T>(b), b.NumElements(), CorePtr<T>(out),
+          plan.workspace_bytes > 0 ? workspace.data() : nullptr, PoolFor(ctx));
+}
+
 class ConvOpBase : public OpKernel {
  public:
   explicit ConvOpBase(OpKernelConstruction* ctx) : OpKernel(ctx) {
@@ -230,33 +255,11 @@ class ConvOpBase : public OpKernel {
   }
 
  protected:
-  // Plans the pass for this geometry and this device's thread pool, and takes the plan's
-  // workspace (if any; see AllocateWorkspace).
-  template <typename T>
-  absl::Status PlanAndAllocate(OpKernelContext* ctx, const ConvGeometry& g, ConvPass pass,
-                               PassPlan* plan, Tensor* out, PooledWorkspace* workspace) {
-    const PlanRequest req = DeviceRequest<T>(ctx, request_);
-    TF_RETURN_IF_ERROR(plans_.Get(
-        g.key(), req.threads, [&](PassPlan* p) { return ToStatus(PlanPass(g, pass, req, p)); },
-        plan));
-    return AllocateWorkspace(ctx, *plan, out, workspace);
-  }
-
   // Plans, allocates the workspace and runs one pass on operands in the pass's order.
   template <typename T, bool kGpu>
   void Run(OpKernelContext* ctx, const ConvGeometry& g, ConvPass pass, const Tensor& a,
            const Tensor& b, Tensor* out) {
-#ifdef LARGECONV_WITH_CUDA
-    if constexpr (kGpu) {
-      RunOnGpu<T>(ctx, g, pass, request_, a, b, out);
-      return;
-    }
-#endif
-    PassPlan plan;
-    PooledWorkspace workspace;
-    OP_REQUIRES_OK(ctx, PlanAndAllocate<T>(ctx, g, pass, &plan, out, &workspace));
-    RunPass(g, plan, CorePtr<T>(a), a.NumElements(), CorePtr<T>(b), b.NumElements(),
-            CorePtr<T>(out), plan.workspace_bytes > 0 ? workspace.data() : nullptr, PoolFor(ctx));
+    PlanAndRun<T, kGpu>(ctx, g, pass, request_, plans_, g.key(), a, b, out);
   }
 
   ConvAttrs attrs_;
@@ -352,25 +355,10 @@ class Conv3dPassOp : public OpKernel {
     const auto operand = [ctx](ConvTensor t) -> const Tensor& {
       return ctx->input(t == ConvTensor::kInput ? 0 : t == ConvTensor::kFilter ? 1 : 2);
     };
-    const Tensor &a = operand(kRoles.a), &b = operand(kRoles.b);
-#ifdef LARGECONV_WITH_CUDA
-    if constexpr (kGpu) {
-      RunOnGpu<T>(ctx, g, kPass, request_, a, b, out);
-      return;
-    }
-#endif
-    Pass3dPlan plan;
-    const PlanRequest req = DeviceRequest<T>(ctx, request_);
     // The shapes determine the geometry (the attrs are the kernel's own).
     const std::pair<Shape5, Shape5> shapes{in_shape, f_shape};
-    OP_REQUIRES_OK(ctx,
-                   plans_.Get(
-                       shapes, req.threads,
-                       [&](Pass3dPlan* p) { return ToStatus(PlanPass(g, kPass, req, p)); }, &plan));
-    PooledWorkspace workspace;
-    OP_REQUIRES_OK(ctx, AllocateWorkspace(ctx, plan, out, &workspace));
-    RunPass(g, plan, CorePtr<T>(a), a.NumElements(), CorePtr<T>(b), b.NumElements(),
-            CorePtr<T>(out), plan.workspace_bytes > 0 ? workspace.data() : nullptr, PoolFor(ctx));
+    PlanAndRun<T, kGpu>(ctx, g, kPass, request_, plans_, shapes, operand(kRoles.a),
+                        operand(kRoles.b), out);
   }
 
  private:
@@ -396,7 +384,7 @@ class RouteOp : public OpKernel {
 
 // Kernels are templated on the core storage type and registered for its TF type: OP's
 // three passes (OP: Conv2D or Conv3D) run by KERNEL (ConvPassOp or Conv3dPassOp).
-#define LARGECONV_REGISTER(OP, KERNEL, DEVICE, C, GPU)                                      \
+#define LARGECONV_REGISTER_OP(OP, KERNEL, DEVICE, C, GPU)                                   \
   REGISTER_KERNEL_BUILDER(Name("LargeConv>" OP).Device(DEVICE).TypeConstraint<TfT<C>>("T"), \
                           KERNEL<C, GPU, ConvPass::kForward>);                              \
   REGISTER_KERNEL_BUILDER(Name("LargeConv>" OP "BackpropInput")                             \
@@ -409,23 +397,25 @@ class RouteOp : public OpKernel {
                               .TypeConstraint<TfT<C>>("T")                                  \
                               .HostMemory("filter_sizes"),                                  \
                           KERNEL<C, GPU, ConvPass::kBackpropFilter>);
-#define LARGECONV_REGISTER_CPU(C, NAME, TF_WORD)                             \
-  LARGECONV_REGISTER("Conv2D", ConvPassOp, tensorflow::DEVICE_CPU, C, false) \
-  LARGECONV_REGISTER("Conv3D", Conv3dPassOp, tensorflow::DEVICE_CPU, C, false)
+// Both ops' passes for type C on DEVICE (GPU: the CUDA kernels).
+#define LARGECONV_REGISTER(DEVICE, C, GPU)                    \
+  LARGECONV_REGISTER_OP("Conv2D", ConvPassOp, DEVICE, C, GPU) \
+  LARGECONV_REGISTER_OP("Conv3D", Conv3dPassOp, DEVICE, C, GPU)
+#define LARGECONV_REGISTER_CPU(C, NAME, TF_WORD) \
+  LARGECONV_REGISTER(tensorflow::DEVICE_CPU, C, false)
 LARGECONV_FOR_EACH_DTYPE(LARGECONV_REGISTER_CPU)
 #undef LARGECONV_REGISTER_CPU
 REGISTER_KERNEL_BUILDER(Name("LargeConv>Conv2DRoute").Device(tensorflow::DEVICE_CPU), RouteOp);
 #ifdef LARGECONV_WITH_CUDA
 // The floating types only: the CUDA kernels take no integer type (TensorFlow keeps int32
 // tensors of GPU kernels in host memory), so an int32 call is placed on the CPU.
-#define LARGECONV_REGISTER_GPU(C, NAME, TF_WORD)                            \
-  LARGECONV_REGISTER("Conv2D", ConvPassOp, tensorflow::DEVICE_GPU, C, true) \
-  LARGECONV_REGISTER("Conv3D", Conv3dPassOp, tensorflow::DEVICE_GPU, C, true)
+#define LARGECONV_REGISTER_GPU(C, NAME, TF_WORD) LARGECONV_REGISTER(tensorflow::DEVICE_GPU, C, true)
 LARGECONV_FOR_EACH_FLOAT_DTYPE(LARGECONV_REGISTER_GPU)
 #undef LARGECONV_REGISTER_GPU
 REGISTER_KERNEL_BUILDER(Name("LargeConv>Conv2DRoute").Device(tensorflow::DEVICE_GPU), RouteOp);
 #endif
 #undef LARGECONV_REGISTER
+#undef LARGECONV_REGISTER_OP
 
 }  // namespace
 }  // namespace largeconv

@@ -2,12 +2,13 @@
 //
 // A pass's workspace (tens of MiB for large filters with many channels) is above the size
 // from which the C library maps every allocation afresh and unmaps it on release, so with
-// TF's default CPU allocator each call took new pages, which the kernel zeroes and faults
-// in: 50-75 ms of system time in a 200-300 ms training step of the 31x31 transpose. The
-// pool keeps released workspaces (tensors from TF's allocator, so allocated and counted
-// as before) for the next call that fits, up to LARGECONV_WORKSPACE_POOL_MIB MiB of idle
-// workspaces per process (read on every call; 0 keeps none). Every pass writes all of
-// its workspace that it reads, so a reused one gives bitwise the same results.
+// TF's default CPU allocator alone each call takes new pages, which the kernel zeroes and
+// faults in: 50-75 ms of system time in a 200-300 ms training step of the 31x31
+// transpose. The pool keeps released workspaces (tensors from TF's allocator, so
+// allocated and counted as any other) for the next call that fits, up to
+// LARGECONV_WORKSPACE_POOL_MIB MiB of idle workspaces per process (read on every call; 0
+// keeps none). Every pass writes all of its workspace that it reads, so a reused one gives
+// bitwise the same results.
 #ifndef TF_LARGECONV_TF_WORKSPACE_POOL_H_
 #define TF_LARGECONV_TF_WORKSPACE_POOL_H_
 

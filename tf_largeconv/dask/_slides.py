@@ -1,5 +1,6 @@
-"""Slides on disk as lazy dask arrays: TIFF (through tifffile's zarr store), zarr, OME-Zarr
-(NGFF 0.4 and 0.5, its metadata read by ngff-zarr) and .npy."""
+"""Slides on disk as lazy dask arrays: the scanners' formats (SVS, NDPI, MRXS, DICOM-WSI and
+the others OpenSlide reads, where the `slides` extra is installed), TIFF (through tifffile's
+zarr store), zarr, OME-Zarr (NGFF 0.4 and 0.5, its metadata read by ngff-zarr) and .npy."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import dask.array as da
 import numpy as np
 
 TIFF_SUFFIXES = (".tif", ".tiff", ".svs", ".ndpi", ".scn", ".btf", ".qptiff")
+# Formats only OpenSlide reads (MIRAX, DICOM-WSI, Hamamatsu VMS/VMU, Ventana BIF, Sakura).
+OPENSLIDE_SUFFIXES = (".mrxs", ".dcm", ".vms", ".vmu", ".bif", ".svslide")
 
 
 class FileArray:
@@ -36,7 +39,12 @@ class FileArray:
     return self._array
 
   def __getitem__(self, key):
-    return self._open()[key]
+    try:
+      return self._open()[key]
+    except (ValueError, IndexError, TypeError):
+      raise
+    except Exception as e:  # a decoder's or the file system's error, whatever its class
+      raise ValueError(f"cannot read {key} of {self.path}: {type(e).__name__}: {e}") from e
 
   def __getstate__(self):
     return dict(self.__dict__, _array=None)
@@ -73,8 +81,107 @@ class TiffLevel(FileArray):
     import tifffile
     import zarr
 
+    try:
+      with tifffile.TiffFile(self.path) as tif:
+        levels = len(tif.series[self.series].levels)
+    except (tifffile.TiffFileError, OSError, ValueError, IndexError) as e:
+      raise ValueError(f"cannot read the TIFF slide {self.path}: {e}") from e
+    if not 0 <= self.level < levels:
+      raise ValueError(
+        f"--level {self.level} (level={self.level}): the slide {self.path} has levels 0 to "
+        f"{levels - 1}"
+      )
     store = tifffile.imread(self.path, aszarr=True, series=self.series, level=self.level)
     return zarr.open(store, mode="r")
+
+
+def _openslide():
+  try:
+    import openslide
+  except ImportError as e:
+    raise ImportError(
+      "scanner formats (SVS, NDPI, MRXS, DICOM-WSI) are read through OpenSlide: "
+      "pip install 'tf_largeconv[slides]' (openslide-python and openslide-bin)"
+    ) from e
+  return openslide
+
+
+def _openslide_format(path):
+  """The vendor format OpenSlide finds in `path` ('aperio', 'hamamatsu', 'mirax', 'dicom',
+  ...), or None where OpenSlide is not installed, does not know the file, or finds only a
+  generic tiled TIFF (which tifffile reads with its dtype and channels kept)."""
+  try:
+    import openslide
+  except ImportError:
+    return None
+  found = openslide.OpenSlide.detect_format(path)
+  return None if found in (None, "generic-tiff") else found
+
+
+class _SlideWindows:
+  """One pyramid level of an OpenSlide slide as an H x W x 3 uint8 array-like: each read is
+  one `read_region` of the window asked for, its transparent pixels (outside the scanned
+  area) composited over the slide's background colour (white where it names none)."""
+
+  def __init__(self, path, level):
+    openslide = _openslide()
+    try:
+      self._slide = openslide.OpenSlide(path)
+    except openslide.OpenSlideError as e:
+      raise ValueError(f"cannot read the slide {path} through OpenSlide: {e}") from e
+    levels = self._slide.level_count
+    if not 0 <= level < levels:
+      raise ValueError(
+        f"--level {level} (level={level}): the slide {path} has levels 0 to {levels - 1}"
+      )
+    self.path, self.level = path, level
+    width, height = self._slide.level_dimensions[level]
+    self.shape, self.dtype = (height, width, 3), np.dtype(np.uint8)
+    self._downsample = self._slide.level_downsamples[level]
+    colour = self._slide.properties.get("openslide.background-color") or "FFFFFF"
+    self._background = np.array([int(colour[i : i + 2], 16) for i in (0, 2, 4)], np.float32)
+
+  def __getitem__(self, key):
+    key = key if isinstance(key, tuple) else (key,)
+    key = key + (slice(None),) * (3 - len(key))
+    rows, cols = (
+      k if isinstance(k, slice) else slice(k, k + 1 if k != -1 else None) for k in key[:2]
+    )
+    (y0, y1, ystep), (x0, x1, xstep) = rows.indices(self.shape[0]), cols.indices(self.shape[1])
+    height, width = max(y1 - y0, 0), max(x1 - x0, 0)
+    window = np.empty((height, width, 3), np.uint8)
+    if height and width:
+      window[...] = self._read(y0, x0, height, width)
+    keep = tuple(slice(None, None, s) for s in (ystep, xstep))
+    # A step or an integer index is applied to the window that was read.
+    picked = window[keep][:, :, key[2]]
+    return picked[tuple(0 if not isinstance(k, slice) else slice(None) for k in key[:2])]
+
+  def _read(self, y0, x0, height, width):
+    openslide = _openslide()
+    origin = (int(round(x0 * self._downsample)), int(round(y0 * self._downsample)))
+    try:
+      rgba = np.asarray(self._slide.read_region(origin, self.level, (width, height)))
+    except openslide.OpenSlideError as e:
+      raise ValueError(
+        f"cannot read rows {y0}:{y0 + height}, columns {x0}:{x0 + width} of level "
+        f"{self.level} of the slide {self.path}: {e}"
+      ) from e
+    alpha = rgba[..., 3:].astype(np.float32) / 255.0
+    mixed = rgba[..., :3] * alpha + self._background * (1.0 - alpha)
+    return np.rint(mixed).astype(np.uint8)
+
+
+class OpenSlideLevel(FileArray):
+  """One pyramid level of a slide OpenSlide reads (SVS, NDPI, MRXS, DICOM-WSI, ...), read
+  window by window as H x W x 3 uint8 (RGB)."""
+
+  def __init__(self, path, level=0):
+    self.level = level
+    super().__init__(path)
+
+  def _load(self):
+    return _SlideWindows(self.path, self.level)
 
 
 OmeImage = collections.namedtuple("OmeImage", ["array_path", "dims", "scale", "units", "levels"])
@@ -177,14 +284,17 @@ def open_slide(
   axes (all of a channel axis in one chunk). Nothing is read until it is computed.
 
   Args:
-    path: a TIFF file (.tif, .tiff, .svs, .ndpi, ...: pyramid `level`, 0 the full
-      resolution), an OME-Zarr image (NGFF 0.4 or 0.5: pyramid `level`, its axes from its
-      metadata), a zarr array (a directory; for a group, its array '0'), or a numpy .npy
-      file (read through a memory map). TIFF and .npy files are opened by each process
-      that reads them (see `FileArray`), so the array also works on a dask.distributed
-      cluster whose workers see the same path.
+    path: a scanner's slide that OpenSlide reads (SVS, NDPI, MRXS, DICOM-WSI, SCN, ...;
+      with the `slides` extra: pyramid `level`, 0 the full resolution, as H x W x 3 RGB
+      uint8, transparent areas over the slide's background colour), a TIFF file (.tif,
+      .tiff, and .svs/.ndpi without OpenSlide: pyramid `level`), an OME-Zarr image
+      (NGFF 0.4 or 0.5: pyramid `level`, its axes from its metadata), a zarr array (a
+      directory; for a group, its array '0'), or a numpy .npy file (read through a memory
+      map). Scanners' slides, TIFF and .npy files are opened by each process that reads
+      them (see `FileArray`), so the array also works on a dask.distributed cluster whose
+      workers see the same path.
     chunk: rows and columns per chunk.
-    level: the TIFF or OME-Zarr pyramid level.
+    level: the pyramid level (scanners' slides, TIFF, OME-Zarr).
     channels_first: a 3-D slide is C x H x W (default: H x W x C). Not for OME-Zarr, whose
       metadata names its axes: its slide is H x W, or H x W x C where it has a channel axis.
 
@@ -193,8 +303,10 @@ def open_slide(
 
   Raises:
     FileNotFoundError: no such file.
-    ValueError: a format it cannot read, a zarr group without an obvious array, an OME-Zarr
-      level it does not have or with more than one plane.
+    ValueError: a format it cannot read, a file that is not whole, a pyramid level the
+      slide does not have, a zarr group without an obvious array, an OME-Zarr image with
+      more than one plane; each names the file.
+    ImportError: an OpenSlide-only format (.mrxs, .dcm, ...) without the `slides` extra.
   """
   if not os.path.exists(path):
     raise FileNotFoundError(f"no such slide: {path}")
@@ -209,14 +321,19 @@ def open_slide(
   source: FileArray  # or a zarr array
   if lower.endswith(".npy"):
     source = NpyFile(path)
+  elif lower.endswith(OPENSLIDE_SUFFIXES) or _openslide_format(path):
+    if channels_first:
+      raise ValueError(f"{path} is a scanner's slide, read as H x W x 3: leave out channels_first")
+    source = OpenSlideLevel(path, level=level)
   elif lower.endswith(TIFF_SUFFIXES):
     source = TiffLevel(path, level=level)
   elif os.path.isdir(path):
     source = _zarr_array(path)
   else:
     raise ValueError(
-      f"cannot read {path}: expected a TIFF file ({', '.join(TIFF_SUFFIXES)}), "
-      f"a zarr directory or a .npy file"
+      f"cannot read {path}: expected a slide OpenSlide reads "
+      f"({', '.join(OPENSLIDE_SUFFIXES)}, .svs, .ndpi, ...), a TIFF file "
+      f"({', '.join(TIFF_SUFFIXES)}), a zarr directory or a .npy file"
     )
   if len(source.shape) not in (2, 3):
     raise ValueError(

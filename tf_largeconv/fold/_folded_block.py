@@ -2,6 +2,8 @@
 every call into one `tf_largeconv.conv2d`."""
 
 import copy
+import dataclasses
+import operator
 
 import tensorflow as tf
 
@@ -15,6 +17,39 @@ from tf_largeconv.fold import _kernels
 from tf_largeconv.fold import _report
 
 
+@dataclasses.dataclass(frozen=True)
+class FoldedConv:
+  """The one convolution a FoldedBlock computes, from its weights at the time of asking:
+  `tf_largeconv.conv2d(x, kernel, strides, [[0, 0], *padding, [0, 0]])` (NHWC) plus `bias`.
+
+  Attributes:
+    kernel: [kh, kw, input channels / groups, output channels], differentiable with
+      respect to the block's variables.
+    bias: [output channels], or None where the block adds none.
+    strides: (rows, columns).
+    padding: explicit ((top, bottom), (left, right)).
+  """
+
+  kernel: tf.Tensor
+  bias: tf.Tensor | None
+  strides: tuple[int, int]
+  padding: tuple[tuple[int, int], tuple[int, int]]
+
+
+def _explicit_padding(padding):
+  """((top, bottom), (left, right)) as non-negative ints, or ValueError naming the form."""
+  try:
+    pairs = tuple(tuple(operator.index(v) for v in pair) for pair in padding)
+  except TypeError:
+    pairs = None
+  if pairs is None or [len(p) for p in pairs] != [2, 2] or min(min(p) for p in pairs) < 0:
+    raise ValueError(
+      "padding must be None or explicit ((top, bottom), (left, right)) of non-negative "
+      f"ints, got {padding!r}"
+    )
+  return pairs
+
+
 class FoldedBlockBase:
   """The body of the FoldedBlock layers, mixed in before the Keras `Layer` of either flavour
   (which sets `_serialize_block` / `_deserialize_block`).
@@ -26,31 +61,52 @@ class FoldedBlockBase:
   """
 
   def __init__(
-    self, block, exact=True, input_size=None, algorithm="auto", workspace_limit=None, **kwargs
+    self,
+    block,
+    exact=True,
+    input_size=None,
+    *,
+    algorithm="auto",
+    workspace_limit=None,
+    **kwargs,
   ):
+    self._init_settings(algorithm, workspace_limit)
     super().__init__(**kwargs)
-    self.algorithm = _args.normalize_algorithm(algorithm)
-    _args.normalize_workspace_limit(workspace_limit)
-    self.workspace_limit = workspace_limit
     self.block = block
     self.exact = bool(exact)
     self.input_size = None if input_size is None else tuple(int(s) for s in input_size)
-    spec = _graph.model_block(block, input_size)
+    self._spec = _graph.model_block(block, input_size)
     state, composer = _composer.compose(
-      spec, _composer.read64, tf.float64, self.exact, count=not self.exact
+      self._spec, _composer.read64, tf.float64, self.exact, count=not self.exact
     )
-    self._fold_spec = (spec,) + _geometry.explicit_geometry(state, spec) + (state.stride,)
-    self.fold_report = _report.report(state, composer, spec)
+    self._padding, self._kernel_zeros = _geometry.explicit_geometry(state, self._spec)
+    self._strides = tuple(state.stride)
+    self.fold_report = _report.report(state, composer, self._spec)
     self._out_channels = state.channels
     self._out_size = state.size
-    # Under XLA, 'auto' runs conv2d's portable path (see call).
+    # Under XLA, 'auto' runs conv2d's portable path (see convolve).
     self.supports_jit = _args.compiles_under_xla(self.algorithm)
     self.built = True
 
-  def call(self, inputs):
-    spec, pads, ext, strides = self._fold_spec
-    state, _ = _composer.compose(spec, lambda v: v, inputs.dtype, exact=False)
-    kernel = _kernels.pad_kernel(state.kernel, *ext)
+  def _init_settings(self, algorithm, workspace_limit):
+    self.algorithm = _args.normalize_algorithm(algorithm)
+    _args.normalize_workspace_limit(workspace_limit)
+    self.workspace_limit = workspace_limit
+
+  def folded_conv(self, dtype=None):
+    """The `FoldedConv` this layer computes, its kernel and bias composed in `dtype` (None:
+    the layer's compute dtype) from the block's current weights."""
+    dtype = tf.as_dtype(self.compute_dtype if dtype is None else dtype)
+    state, _ = _composer.compose(self._spec, lambda v: v, dtype, exact=False)
+    kernel = _kernels.pad_kernel(state.kernel, *self._kernel_zeros)
+    return FoldedConv(kernel, state.bias, self._strides, self._padding)
+
+  def convolve(self, inputs, padding=None):
+    """The layer's output for `inputs` (NHWC) padded by `padding` (explicit ((top, bottom),
+    (left, right)); None: the layer's own): the kernel folded from the current weights, run
+    by the op, algorithm and workspace limit the layer's call runs, plus the bias."""
+    conv = self.folded_conv(inputs.dtype)
+    pads = conv.padding if padding is None else _explicit_padding(padding)
     padding = [[0, 0], list(pads[0]), list(pads[1]), [0, 0]]
     if _args.resolve_algorithm(self.algorithm) == "auto":
       # The op's own planner (direct or FFT), whose workspace stays within the limit.
@@ -58,26 +114,30 @@ class FoldedBlockBase:
       # temporaries growing with the image, beyond the plan's estimate: not what a layer
       # for lean training should do by default. Under XLA, without the op library, or
       # while exporting, conv2d's portable path runs.
-      attrs = _args.conv_attrs(list(strides), padding, "NHWC", None, "auto", self.workspace_limit)
-      y = _loader.ops().large_conv_conv2d(inputs, kernel, **attrs)
+      attrs = _args.conv_attrs(
+        list(conv.strides), padding, "NHWC", None, "auto", self.workspace_limit
+      )
+      y = _loader.ops().large_conv_conv2d(inputs, conv.kernel, **attrs)
     else:
       y = _ops.conv2d(
         inputs,
-        kernel,
-        list(strides),
+        conv.kernel,
+        list(conv.strides),
         padding,
         algorithm=self.algorithm,
         workspace_limit=self.workspace_limit,
       )
-    return y if state.bias is None else y + state.bias
+    return y if conv.bias is None else y + conv.bias
+
+  def call(self, inputs):
+    return self.convolve(inputs)
 
   def compute_output_shape(self, input_shape):
-    spec, _, _, strides = self._fold_spec
     size = list(self._out_size)
     for a in (0, 1):
-      if strides[a] == 1:  # the size difference is independent of the input size
+      if self._strides[a] == 1:  # the size difference is independent of the input size
         h = input_shape[1 + a]
-        size[a] = None if h is None else h + self._out_size[a] - spec.size[a]
+        size[a] = None if h is None else h + self._out_size[a] - self._spec.size[a]
     return (input_shape[0], size[0], size[1], self._out_channels)
 
   def get_config(self):

@@ -154,16 +154,7 @@ def fold(
       exact=False; a stride before a spatial kernel; a block that no 'same' or 'valid'
       convolution computes (e.g. one whose output is larger than its input).
   """
-  return _fold.fold(
-    block,
-    _FLAVOUR,
-    exact=exact,
-    input_size=input_size,
-    dtype=dtype,
-    algorithm=algorithm,
-    workspace_limit=workspace_limit,
-    name=name,
-  )
+  return _fold.fold(block, _FLAVOUR, exact, input_size, dtype, algorithm, workspace_limit, name)
 
 
 def reparameterize(

@@ -1,10 +1,11 @@
 """The Keras 3 layers over the LargeConv ops.
 
-`LargeConv2D` and `LargeDepthwiseConv2D` are `keras.layers.Conv2D` / `DepthwiseConv2D`
-argument for argument, default for default and weight for weight (so `set_weights` moves
-weights both ways); they add `algorithm` and `workspace_limit`. So are `LargeConv1D`,
-`LargeConv2DTranspose` and `LargeConv3D` to their Keras layers. TensorFlow backend only.
-Each is registered under the package name "tf_largeconv", so models using them load
+`LargeConv1D`, `LargeConv2D`, `LargeDepthwiseConv2D`, `LargeConv2DTranspose` and
+`LargeConv3D` are their Keras layers argument for argument (positional ones in Keras's
+order), default for default and weight for weight (so `set_weights` moves weights both
+ways); they add the keyword-only `algorithm` and `workspace_limit`. Each is its family's
+base (`_settings`, shared with tf_keras) bound to Keras 3 by `_Keras3`. TensorFlow backend
+only. Each is registered under the package name "tf_largeconv", so models using them load
 (.keras or SavedModel) after `import tf_largeconv`.
 """
 
@@ -20,7 +21,6 @@ import tensorflow as tf
 from tf_largeconv import _args
 from tf_largeconv import _loader
 from tf_largeconv import fold as _fold
-from tf_largeconv import ops as _ops
 from tf_largeconv.keras import _settings as _layer_settings
 
 _PACKAGE = "tf_largeconv"
@@ -108,10 +108,19 @@ def conv_output_shape(
   return tuple(out)
 
 
-class _LargeConvSettings(_layer_settings.LargeConvSettings):
-  """The shared settings, on the TensorFlow backend only, and the layers' output shape."""
+class _TensorFlowBackend:
+  """The Keras 3 layers run on the TensorFlow backend only: checked when a layer is made."""
 
-  # What the Keras convolution layer these settings are mixed into holds.
+  def _init_settings(self, algorithm: str | None, workspace_limit: int | None) -> None:
+    _check_backend()
+    super()._init_settings(algorithm, workspace_limit)  # type: ignore[misc]
+
+
+class _Keras3(_TensorFlowBackend, _layer_settings.LargeConvBase):
+  """The Keras 3 flavour of the LargeConv layers: `supports_jit`, the layers' output shape
+  and call with the bias added along the channel axis."""
+
+  # What the Keras convolution layer this is mixed into holds.
   rank: int
   filters: int
   kernel_size: tuple[int, ...]
@@ -124,9 +133,10 @@ class _LargeConvSettings(_layer_settings.LargeConvSettings):
   convolution_op: Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
   compute_output_shape: Callable[[tuple[int | None, ...]], tuple[int | None, ...]]
 
-  def _init_settings(self, algorithm: str | None, workspace_limit: int | None) -> None:
-    _check_backend()
-    super()._init_settings(algorithm, workspace_limit)
+  def _made(self) -> None:
+    super()._made()
+    # 'direct' and 'fft' have no XLA kernel; under XLA 'auto' runs the portable path.
+    self.supports_jit = _args.compiles_under_xla(self.algorithm)
 
   def _output_shape(
     self, input_shape: Sequence[int | None], filter_shape: Sequence[int]
@@ -141,11 +151,11 @@ class _LargeConvSettings(_layer_settings.LargeConvSettings):
     )
 
   def _conv_call(self, inputs: tf.Tensor) -> tf.Tensor:
-    """The convolution layers' call: keras's BaseConv.call, but with the bias added by
-    tf.add. BaseConv.call uses keras.ops.add, which on the TensorFlow backend runs
-    tf.nn.bias_add with the channel axis guessed from sizes, so a channels_first output
-    whose width equals `filters` gets its bias along the width (Keras 3.15; its own Conv1D,
-    Conv2D and Conv3D do that too)."""
+    """The layers' call: keras's BaseConv.call, but with the bias added by tf.add.
+    BaseConv.call uses keras.ops.add, which on the TensorFlow backend runs tf.nn.bias_add
+    with the channel axis guessed from sizes, so a channels_first output whose width
+    equals `filters` gets its bias along the width (Keras 3.15; its own Conv1D, Conv2D and
+    Conv3D do that too)."""
     return self._bias_and_activation(
       self._sized(inputs, lambda: self.convolution_op(inputs, self.kernel))
     )
@@ -171,126 +181,50 @@ class _LargeConvSettings(_layer_settings.LargeConvSettings):
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
-class LargeConv2D(_LargeConvSettings, keras.layers.Conv2D):
+class LargeConv1D(_Keras3, _layer_settings.Conv1DBase, keras.layers.Conv1D):
+  """`keras.layers.Conv1D` computed by `tf_largeconv.conv1d`.
+
+  Args: those of `keras.layers.Conv1D`, positional ones in its order, with its defaults
+  (causal padding and groups included), plus `algorithm` and `workspace_limit` as for
+  `LargeConv2D`. Causal padding is passed to the op as explicit padding rather than copied
+  into a padded input.
+  """
+
+  _call_pads_causal = False
+  # Not keras.layers.Conv1D.call, which pads causal inputs itself and calls keras.ops.conv.
+  call = _Keras3._conv_call
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class LargeConv2D(_Keras3, _layer_settings.Conv2DBase, keras.layers.Conv2D):
   """`keras.layers.Conv2D` computed by `tf_largeconv.conv2d`.
 
-  Args: those of `keras.layers.Conv2D`, plus
+  Args: those of `keras.layers.Conv2D`, positional ones in its order, with its defaults,
+  plus the keyword-only
     algorithm: 'auto', 'direct', 'fft', 'tf' or 'portable' (see `tf_largeconv.conv2d`).
       `supports_jit` is True except for 'direct' and 'fft': under XLA (jit_compile=True)
       'auto' runs the portable path.
     workspace_limit: bytes of temporary memory per pass; None means 64 MiB.
+
   Like `keras.layers.Conv2D` it rejects strides > 1 together with dilation_rate > 1 (the op
   itself supports that combination; `tf_largeconv.conv2d` offers it).
   """
 
-  def __init__(
-    self,
-    filters: int,
-    kernel_size: int | Sequence[int],
-    strides: int | Sequence[int] = (1, 1),
-    padding: str = "valid",
-    data_format: str | None = None,
-    dilation_rate: int | Sequence[int] = (1, 1),
-    groups: int = 1,
-    activation: Any = None,
-    use_bias: bool = True,
-    kernel_initializer: Any = "glorot_uniform",
-    bias_initializer: Any = "zeros",
-    kernel_regularizer: Any = None,
-    bias_regularizer: Any = None,
-    activity_regularizer: Any = None,
-    kernel_constraint: Any = None,
-    bias_constraint: Any = None,
-    algorithm: str | None = "auto",
-    workspace_limit: int | None = None,
-    **kwargs: Any,
-  ) -> None:
-    self._init_settings(algorithm, workspace_limit)
-    super().__init__(
-      filters=filters,
-      kernel_size=kernel_size,
-      strides=strides,
-      padding=padding,
-      data_format=data_format,
-      dilation_rate=dilation_rate,
-      groups=groups,
-      activation=activation,
-      use_bias=use_bias,
-      kernel_initializer=kernel_initializer,
-      bias_initializer=bias_initializer,
-      kernel_regularizer=kernel_regularizer,
-      bias_regularizer=bias_regularizer,
-      activity_regularizer=activity_regularizer,
-      kernel_constraint=kernel_constraint,
-      bias_constraint=bias_constraint,
-      **kwargs,
-    )
-    self.supports_jit = _args.compiles_under_xla(self.algorithm)
-
-  def convolution_op(self, inputs: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
-    return _ops.conv2d(
-      inputs, kernel, list(self.strides), self.padding.upper(), **self._op_kwargs()
-    )
-
-  def call(self, inputs: tf.Tensor) -> tf.Tensor:
-    return self._conv_call(inputs)
-
-  def compute_output_shape(self, input_shape: Sequence[int | None]) -> tuple[int | None, ...]:
-    return self._conv_output_shape(input_shape)
+  call = _Keras3._conv_call
+  compute_output_shape = _Keras3._conv_output_shape
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
-class LargeDepthwiseConv2D(_LargeConvSettings, keras.layers.DepthwiseConv2D):
+class LargeDepthwiseConv2D(
+  _Keras3, _layer_settings.DepthwiseConv2DBase, keras.layers.DepthwiseConv2D
+):
   """`keras.layers.DepthwiseConv2D` computed by `tf_largeconv.depthwise_conv2d`.
 
-  Args: those of `keras.layers.DepthwiseConv2D`, plus `algorithm` and `workspace_limit`
-  as for `LargeConv2D`.
+  Args: those of `keras.layers.DepthwiseConv2D`, positional ones in its order, with its
+  defaults, plus `algorithm` and `workspace_limit` as for `LargeConv2D`.
   """
 
-  def __init__(
-    self,
-    kernel_size: int | Sequence[int],
-    strides: int | Sequence[int] = (1, 1),
-    padding: str = "valid",
-    depth_multiplier: int = 1,
-    data_format: str | None = None,
-    dilation_rate: int | Sequence[int] = (1, 1),
-    activation: Any = None,
-    use_bias: bool = True,
-    depthwise_initializer: Any = "glorot_uniform",
-    bias_initializer: Any = "zeros",
-    depthwise_regularizer: Any = None,
-    bias_regularizer: Any = None,
-    activity_regularizer: Any = None,
-    depthwise_constraint: Any = None,
-    bias_constraint: Any = None,
-    algorithm: str | None = "auto",
-    workspace_limit: int | None = None,
-    **kwargs: Any,
-  ) -> None:
-    self._init_settings(algorithm, workspace_limit)
-    super().__init__(
-      kernel_size=kernel_size,
-      strides=strides,
-      padding=padding,
-      depth_multiplier=depth_multiplier,
-      data_format=data_format,
-      dilation_rate=dilation_rate,
-      activation=activation,
-      use_bias=use_bias,
-      depthwise_initializer=depthwise_initializer,
-      bias_initializer=bias_initializer,
-      depthwise_regularizer=depthwise_regularizer,
-      bias_regularizer=bias_regularizer,
-      activity_regularizer=activity_regularizer,
-      depthwise_constraint=depthwise_constraint,
-      bias_constraint=bias_constraint,
-      **kwargs,
-    )
-    self.supports_jit = _args.compiles_under_xla(self.algorithm)
-
-  def call(self, inputs: tf.Tensor) -> tf.Tensor:
-    return self._sized(inputs, lambda: self._depthwise_call(inputs, self.kernel))
+  call = _Keras3._conv_call
 
   def compute_output_shape(self, input_shape: Sequence[int | None]) -> tuple[int | None, ...]:
     c = -1 if self.data_format == "channels_last" else 1
@@ -302,7 +236,35 @@ class LargeDepthwiseConv2D(_LargeConvSettings, keras.layers.DepthwiseConv2D):
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
-class FoldedBlock(_fold.FoldedBlockBase, keras.layers.Layer):
+class LargeConv2DTranspose(
+  _Keras3, _layer_settings.Conv2DTransposeBase, keras.layers.Conv2DTranspose
+):
+  """`keras.layers.Conv2DTranspose` computed by `tf_largeconv.conv2d_transpose`.
+
+  Args: those of `keras.layers.Conv2DTranspose`, positional ones in its order, with its
+  defaults (output_padding included), plus `algorithm` and `workspace_limit` as for
+  `LargeConv2D`. Weights, output shape and checks are Keras's own.
+  """
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class LargeConv3D(_Keras3, _layer_settings.Conv3DBase, keras.layers.Conv3D):
+  """`keras.layers.Conv3D` computed by `tf_largeconv.conv3d`.
+
+  Args: those of `keras.layers.Conv3D`, positional ones in its order, with its defaults
+  (padding 'valid' or 'same', strides, dilation_rate, groups, channels_first too), plus
+  `algorithm` and `workspace_limit` as for `LargeConv2D` (see `tf_largeconv.conv3d`).
+  Weights, their names and the output shape are Keras's. Like `keras.layers.Conv3D` it
+  rejects strides > 1 together with dilation_rate > 1; unlike it, it rejects a list
+  `padding` when made (Keras fails only when called).
+  """
+
+  call = _Keras3._conv_call
+  compute_output_shape = _Keras3._conv_output_shape
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class FoldedBlock(_TensorFlowBackend, _fold.FoldedBlockBase, keras.layers.Layer):
   """A trainable layer computing a linear block as one folded convolution.
 
   It owns the block (a model `fold` accepts) and its weights: training updates the
@@ -314,119 +276,20 @@ class FoldedBlock(_fold.FoldedBlockBase, keras.layers.Layer):
   moving statistics (as frozen BN, or the block called with training=False) and are not
   updated. Unlike `fold`, any output size is fine (the padding is explicit). Serialises
   (.keras, SavedModel) like the other layers; load after `import tf_largeconv`.
+  `folded_conv()` gives the convolution it runs (kernel, bias, strides, padding) and
+  `convolve(x, padding)` runs it, as `tf_largeconv.stream` does on tiles.
 
   Args:
     block: the Keras model.
     exact, input_size: as for `fold` (with exact=False, `fold_report` says what differs).
-    algorithm: 'auto' (default) lets the op's planner choose direct or FFT for each pass,
-      so every pass's temporary memory stays within `workspace_limit` (unlike
-      `tf_largeconv.conv2d`'s 'auto', it never hands the passes to TensorFlow's kernel,
-      whose gradients' temporaries grow with the image); 'direct', 'fft' and 'tf' are
-      passed to `tf_largeconv.conv2d`.
-    workspace_limit: bytes of temporary memory per pass; None means 64 MiB.
+    algorithm: keyword only; 'auto' (default) lets the op's planner choose direct or FFT
+      for each pass, so every pass's temporary memory stays within `workspace_limit`
+      (unlike `tf_largeconv.conv2d`'s 'auto', it never hands the passes to TensorFlow's
+      kernel, whose gradients' temporaries grow with the image); 'direct', 'fft' and 'tf'
+      are passed to `tf_largeconv.conv2d`.
+    workspace_limit: keyword only; bytes of temporary memory per pass; None means 64 MiB.
     **kwargs: those of `keras.layers.Layer` (name, dtype, ...).
   """
 
   _serialize_block = staticmethod(keras.saving.serialize_keras_object)
   _deserialize_block = staticmethod(keras.saving.deserialize_keras_object)
-
-  def __init__(self, block: keras.Model, **kwargs: Any) -> None:
-    _check_backend()
-    super().__init__(block, **kwargs)
-
-
-# LargeConv1D
-
-
-@keras.saving.register_keras_serializable(package=_PACKAGE)
-class LargeConv1D(_LargeConvSettings, _layer_settings.LargeConv1DSettings, keras.layers.Conv1D):
-  """`keras.layers.Conv1D` computed by `tf_largeconv.conv1d`.
-
-  Args: those of `keras.layers.Conv1D` (causal padding and groups included, same defaults
-  and weights), plus `algorithm` and `workspace_limit` as for `LargeConv2D`. Causal padding
-  is passed to the op as explicit padding rather than copied into a padded input.
-  """
-
-  def __init__(
-    self,
-    filters: int,
-    kernel_size: int | Sequence[int],
-    algorithm: str | None = "auto",
-    workspace_limit: int | None = None,
-    **kwargs: Any,
-  ) -> None:
-    self._init_settings(algorithm, workspace_limit)
-    super().__init__(filters, kernel_size, **kwargs)
-    self.supports_jit = _args.compiles_under_xla(self.algorithm)
-
-  def convolution_op(self, inputs: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
-    return self._conv1d_call(inputs, kernel)
-
-  def call(self, inputs: tf.Tensor) -> tf.Tensor:
-    # Not keras.layers.Conv1D.call, which pads causal inputs itself and calls keras.ops.conv:
-    # convolution_op passes causal padding to the op.
-    return self._conv_call(inputs)
-
-
-# Transposed convolution
-
-
-@keras.saving.register_keras_serializable(package=_PACKAGE)
-class LargeConv2DTranspose(
-  _LargeConvSettings, _layer_settings.LargeConvTransposeSettings, keras.layers.Conv2DTranspose
-):
-  """`keras.layers.Conv2DTranspose` computed by `tf_largeconv.conv2d_transpose`.
-
-  Args: those of `keras.layers.Conv2DTranspose` (output_padding included), plus
-  `algorithm` and `workspace_limit` as for `LargeConv2D` (keyword arguments after
-  `filters` and `kernel_size` go to `keras.layers.Conv2DTranspose`, with its defaults).
-  Weights, output shape and checks are Keras's own.
-  """
-
-  def __init__(
-    self,
-    filters: int,
-    kernel_size: int | Sequence[int],
-    algorithm: str | None = "auto",
-    workspace_limit: int | None = None,
-    **kwargs: Any,
-  ) -> None:
-    self._init_settings(algorithm, workspace_limit)
-    super().__init__(filters, kernel_size, **kwargs)
-    self.supports_jit = _args.compiles_under_xla(self.algorithm)
-
-
-# LargeConv3D
-
-
-@keras.saving.register_keras_serializable(package=_PACKAGE)
-class LargeConv3D(_LargeConvSettings, _layer_settings.LargeConv3DSettings, keras.layers.Conv3D):
-  """`keras.layers.Conv3D` computed by `tf_largeconv.conv3d`.
-
-  Args: those of `keras.layers.Conv3D`, positional ones in its order and with its defaults
-  (padding 'valid' or 'same', strides, dilation_rate, groups, channels_first too), plus the
-  keyword arguments `algorithm` and `workspace_limit` as for `LargeConv2D` (see
-  `tf_largeconv.conv3d`). Weights, their names and the output shape are Keras's. Like
-  `keras.layers.Conv3D` it rejects strides > 1 together with dilation_rate > 1; unlike it,
-  it rejects a list `padding` when made (Keras fails only when called).
-  """
-
-  def __init__(
-    self,
-    filters: int,
-    kernel_size: int | Sequence[int],
-    *args: Any,
-    algorithm: str | None = "auto",
-    workspace_limit: int | None = None,
-    **kwargs: Any,
-  ) -> None:
-    self._init_settings(algorithm, workspace_limit)
-    super().__init__(filters, kernel_size, *args, **kwargs)
-    self._check_padding()
-    self.supports_jit = _args.compiles_under_xla(self.algorithm)
-
-  def call(self, inputs: tf.Tensor) -> tf.Tensor:
-    return self._conv_call(inputs)
-
-  def compute_output_shape(self, input_shape: Sequence[int | None]) -> tuple[int | None, ...]:
-    return self._conv_output_shape(input_shape)

@@ -1,8 +1,14 @@
-"""The settings the LargeConv layers add to a Keras convolution, for Keras 3 and tf_keras.
+"""The LargeConv layers' bases, one per layer family, shared by Keras 3 and tf_keras.
 
-Imports no Keras: `keras/_layers.py` (Keras 3) and `tf_keras.py` (Keras 2) both mix these
-classes into their layers, and neither may depend on the other's Keras.
+Imports no Keras: each flavour's layer is a thin subclass
+`Large<Family>(<flavour mixin>, <Family>Base, <its Keras layer>)` in `keras/_layers.py`
+(Keras 3) or `tf_keras.py` (Keras 2), and neither may depend on the other's Keras. A base
+takes its Keras layer's arguments as they are (positional ones in Keras's order, so each
+means what it means there) plus the keyword-only `algorithm` and `workspace_limit`, and
+computes the layer with the family's op.
 """
+
+import inspect
 
 import tensorflow as tf
 
@@ -25,17 +31,49 @@ def op_window(keras_format, values):
   return [1] + values + [1] if keras_format == "channels_last" else [1, 1] + values
 
 
-class LargeConvSettings:
-  """The two settings our layers add to Keras's, validated and serialised once.
+class _KerasSignature:
+  """`inspect.signature` of a Large layer class: its Keras layer's, with `algorithm` and
+  `workspace_limit` keyword-only before `**kwargs`. Instances have none (their signature
+  is their `__call__`'s), nor have the bases (no Keras layer below them)."""
 
-  Mixed in before the Keras convolution layer, whose `rank`, `data_format`, `dilation_rate`
-  and `get_config` it uses.
+  def __get__(self, instance, owner):
+    keras_class = next(
+      (c for c in owner.__mro__ if "__init__" in vars(c) and not issubclass(c, LargeConvBase)),
+      object,
+    )
+    if instance is not None or keras_class is object:
+      raise AttributeError("__signature__")
+    params = list(inspect.signature(keras_class).parameters.values())
+    tail = [p for p in params if p.kind is inspect.Parameter.VAR_KEYWORD]
+    ours = [
+      inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default)
+      for name, default in (("algorithm", "auto"), ("workspace_limit", None))
+    ]
+    return inspect.Signature(params[: len(params) - len(tail)] + ours + tail)
+
+
+class LargeConvBase:
+  """What every LargeConv layer adds to its Keras layer: the two settings, validated and
+  serialised once, the op's keyword arguments and the bias and activation.
+
+  Mixed in before the Keras convolution layer, whose `rank`, `data_format`, `strides`,
+  `dilation_rate`, `use_bias`, `bias`, `activation` and `get_config` it uses.
   """
+
+  __signature__ = _KerasSignature()
+
+  def __init__(self, *args, algorithm="auto", workspace_limit=None, **kwargs):
+    self._init_settings(algorithm, workspace_limit)
+    super().__init__(*args, **kwargs)
+    self._made()
 
   def _init_settings(self, algorithm, workspace_limit):
     self.algorithm = _args.normalize_algorithm(algorithm)
     _args.normalize_workspace_limit(workspace_limit)
     self.workspace_limit = workspace_limit
+
+  def _made(self):
+    """Checks and settings once the Keras layer has taken its own arguments."""
 
   def _op_kwargs(self):
     return dict(
@@ -50,13 +88,6 @@ class LargeConvSettings:
     config.update(algorithm=self.algorithm, workspace_limit=self.workspace_limit)
     return config
 
-  def _depthwise_call(self, inputs, kernel):
-    """The depthwise layers' call (Keras 3 and tf_keras name the kernel differently)."""
-    outputs = _ops.depthwise_conv2d(
-      inputs, kernel, list(self.strides), self.padding.upper(), **self._op_kwargs()
-    )
-    return self._bias_and_activation(outputs)
-
   def _bias_and_activation(self, outputs):
     """Adds the layer's bias (if any) and applies its activation (if any)."""
     if self.use_bias:
@@ -68,24 +99,39 @@ class LargeConvSettings:
     return outputs
 
 
-# LargeConv1D (Keras 3 and tf_keras)
+class Conv1DBase(LargeConvBase):
+  """Conv1D computed by `tf_largeconv.conv1d`, Keras's causal padding passed as explicit
+  padding (no padded copy of the input)."""
 
+  # Whether the Keras layer's call pads causal inputs before convolution_op (tf_keras's
+  # does; the Keras 3 layer's call leaves it to convolution_op).
+  _call_pads_causal = True
 
-class LargeConv1DSettings(LargeConvSettings):
-  """The LargeConv1D layers' convolution: `tf_largeconv.conv1d` with the layer's settings,
-  Keras's causal padding as explicit padding (no padded copy of the input)."""
-
-  def _conv1d_call(self, inputs, kernel, causal_done=False):
-    """conv1d of `inputs`; `causal_done`: the caller has already padded them causally
-    (tf_keras's call does), so 'causal' runs VALID."""
+  def convolution_op(self, inputs, kernel):
     padding = self.padding.upper()
     if padding == "CAUSAL":
       left = self.dilation_rate[0] * (self.kernel_size[0] - 1)
-      padding = "VALID" if causal_done else [[left, 0]]
+      padding = "VALID" if self._call_pads_causal else [[left, 0]]
     return _ops.conv1d(inputs, kernel, list(self.strides), padding, **self._op_kwargs())
 
 
-# Transposed convolutions (Conv2DTranspose)
+class Conv2DBase(LargeConvBase):
+  """Conv2D computed by `tf_largeconv.conv2d`."""
+
+  def convolution_op(self, inputs, kernel):
+    return _ops.conv2d(
+      inputs, kernel, list(self.strides), self.padding.upper(), **self._op_kwargs()
+    )
+
+
+class DepthwiseConv2DBase(LargeConvBase):
+  """DepthwiseConv2D computed by `tf_largeconv.depthwise_conv2d` (the flavours name its
+  kernel differently, so each call passes it)."""
+
+  def convolution_op(self, inputs, kernel):
+    return _ops.depthwise_conv2d(
+      inputs, kernel, list(self.strides), self.padding.upper(), **self._op_kwargs()
+    )
 
 
 def transpose_output_size(size, kernel, stride, padding, output_padding, dilation):
@@ -100,9 +146,9 @@ def transpose_output_size(size, kernel, stride, padding, output_padding, dilatio
   return (size - 1) * stride + extent - 2 * pad + output_padding
 
 
-class LargeConvTransposeSettings(LargeConvSettings):
-  """The settings, and the call of the Conv2DTranspose layers (Keras 3 and tf_keras), which
-  name their kernel alike."""
+class Conv2DTransposeBase(LargeConvBase):
+  """Conv2DTranspose computed by `tf_largeconv.conv2d_transpose`; both flavours name the
+  kernel alike, so the call is this one."""
 
   def call(self, inputs):
     inputs = tf.convert_to_tensor(inputs)
@@ -132,16 +178,14 @@ class LargeConvTransposeSettings(LargeConvSettings):
     return self._bias_and_activation(outputs)
 
 
-# LargeConv3D (Keras 3 and tf_keras)
+class Conv3DBase(LargeConvBase):
+  """Conv3D computed by `tf_largeconv.conv3d`, which takes strides and dilations with five
+  entries and the 5-D data_format names."""
 
-
-class LargeConv3DSettings(LargeConvSettings):
-  """The LargeConv3D layers' convolution: `tf_largeconv.conv3d`, which takes strides and
-  dilations with five entries and the 5-D data_format names."""
-
-  def _check_padding(self):
+  def _made(self):
     """Keras 3 stores a list or tuple `padding` (and fails when called); tf.nn.conv3d has
     no explicit padding, so the layer refuses it when made."""
+    super()._made()
     if not isinstance(self.padding, str):
       raise ValueError(
         "LargeConv3D takes padding 'valid' or 'same' (tf.nn.conv3d has no "

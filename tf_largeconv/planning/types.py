@@ -25,7 +25,9 @@ class PassPlan:
     name: 'forward', 'backprop_input' or 'backprop_filter'.
     algorithm: 'direct', 'fft' or 'tf' (TensorFlow's own kernel).
     workspace_bytes: the temporary memory the pass takes.
-    flops: the pass's floating-point operations as its algorithm runs them.
+    flops: the pass's floating-point operations as its algorithm runs them: the direct
+      sum's (2 per multiply-add) for 'direct' and 'tf', the FFT cost model's count of
+      transforms and spectral products for 'fft'.
     fft_size, tile, tiles: an FFT pass's transform size, the outputs each transform
       yields and the tiles per spatial dimension (2 or 3 entries); None otherwise.
     in_block, out_block, group_block, vec_block, slots: how an FFT pass is cut up.

@@ -15,7 +15,8 @@ dilation and padding (Keras's and tf_largeconv's, depthwise, separable, grouped,
 transposed, FoldedBlock), max and average pooling, upsampling (nearest, bilinear), zero
 padding and cropping, batch normalization at inference, layer normalization over channels,
 element-wise activations and operations, dropout and noise layers (identity at inference),
-Dense on the channel axis, merges of branches (Add, Concatenate, ... : U-Net skips across
+Dense on the channel axis, any other layer whose traced call is element by element or over
+the channel axis only (`_trace`), merges of branches (Add, Concatenate, ... : U-Net skips across
 resolutions included) and nested models. Global average or max pooling may end the image
 part: it is reduced across tiles, then the layers after it (the head) run once.
 
@@ -35,6 +36,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from tf_largeconv.stream import _convert
 from tf_largeconv.stream import _graph
 from tf_largeconv.stream import _plan
 from tf_largeconv.stream import _run
@@ -48,11 +50,13 @@ from tf_largeconv.stream._train import StreamingModel
 
 def _prepare(
   model: Any, image: Any, tile: int | None, memory_limit: int | None, up_to: str | None
-) -> tuple[Any, Source, StreamPlan]:
+) -> tuple[Any, Any, Source, StreamPlan]:
+  """(the Keras 3 model streamed, its graph, the image, the plan)."""
   _plan.check_tile(tile, memory_limit)
+  model = _convert.keras3(model)
   graph = _graph.build(model, up_to)
   source = Source(image, graph.rank, graph.channels[0])
-  return graph, source, plan_for(graph, source.shape, tile, memory_limit)
+  return model, graph, source, plan_for(graph, source.shape, tile, memory_limit)
 
 
 def plan(
@@ -73,7 +77,7 @@ def plan(
   """
   if isinstance(image, tuple) and all(isinstance(n, (int, np.integer)) for n in image):
     image = np.broadcast_to(np.zeros((), np.float32), image)
-  return _prepare(model, image, tile, memory_limit, up_to)[2]
+  return _prepare(model, image, tile, memory_limit, up_to)[3]
 
 
 def predict(
@@ -90,7 +94,9 @@ def predict(
 
   Args:
     model: a Keras 3 model, functional or Sequential, built on an input of shape
-      (batch, *spatial, channels), channels last.
+      (batch, *spatial, channels), channels last; or a tf_keras (Keras 2) model of the
+      same layers, streamed as its Keras 3 twin (rebuilt from its HDF5 form, which needs
+      h5py, with a copy of its weights).
     image: a batch of images (batch, *spatial, channels) as a numpy array or a tensor, or
       one image without the batch axis (*spatial, channels), e.g. a slide from
       `tf_largeconv.dask.open_slide`, a dask or zarr array or a memory map (read one
@@ -116,7 +122,7 @@ def predict(
       the model); an image whose shape does not fit the model; malformed tile,
       memory_limit, up_to or out; a memory_limit too small for one output pixel.
   """
-  graph, source, stream_plan = _prepare(model, image, tile, memory_limit, up_to)
+  _, graph, source, stream_plan = _prepare(model, image, tile, memory_limit, up_to)
   geometry = stream_plan.tiling.geometry
   spatial = graph.spatial.get(graph.output, False)
   write = None
@@ -131,10 +137,10 @@ def predict(
     write = source.writer(out)
   elif out is not None:
     raise ValueError("out: the model ends in a global pooling; its result is returned, not written")
-  pooled = _run.run(stream_plan.tiling, source.read, graph.input_dtype, write, progress)
+  values = _run.run(stream_plan.tilings, source.read, graph.input_dtype, write, progress)
   if spatial:
     return out
-  result = _run.run_head(graph, pooled)
+  result = values[graph.output]
   result = np.asarray(result.numpy() if isinstance(result, tf.Tensor) else result)
   return result if source.layout == "batched" else result[0]
 
@@ -176,7 +182,7 @@ def to_dask(
 
   if not isinstance(image, da.Array):
     raise TypeError(f"image must be a dask array, got {type(image).__name__}")
-  graph, source, stream_plan = _prepare(model, image, tile, memory_limit, up_to)
+  model, graph, source, stream_plan = _prepare(model, image, tile, memory_limit, up_to)
   _dask.check_dask_output(graph)
   x = image
   if source.layout == "single":

@@ -129,3 +129,10 @@ def check_dask_output(graph: Any) -> None:
       "tf_largeconv.stream.to_dask streams models whose output is an image; this one ends "
       "in a global pooling: use stream.predict, which reduces it across tiles"
     )
+  gated = [s.name for s in graph.steps if s.globals]
+  if gated:
+    raise ValueError(
+      f"tf_largeconv.stream.to_dask streams models in one pass; layer '{gated[0]}' reads a "
+      "value pooled over the whole image (squeeze-excitation), which takes several passes: "
+      "use stream.predict"
+    )

@@ -21,13 +21,18 @@ from tf_largeconv.stream._rules import Rule
 
 class Step:
   """One layer or operation of the model: its rule, the values it reads and the one it
-  writes, and how to call it on tensors for those values (`call(*tensors)`)."""
+  writes, and how to call it on tensors for those values (`call(*tensors)`).
 
-  __slots__ = ("name", "kind", "rule", "inputs", "output", "call")
+  A spatial step's `inputs` are its image-shaped values; `globals` are (position in the
+  call, value) of the pooled values it also reads (a squeeze-excitation gate), which the
+  runner puts in place whole."""
+
+  __slots__ = ("name", "kind", "rule", "inputs", "output", "call", "globals")
 
   def __init__(self, name: str, kind: str, rule: Rule | None, inputs: list[int], call: Any):
     self.name, self.kind, self.rule, self.inputs, self.call = name, kind, rule, inputs, call
     self.output = -1
+    self.globals: list[tuple[int, int]] = []
 
 
 class Graph:
@@ -96,12 +101,6 @@ class _Builder:
 
   def _step(self, op: Any, node: Any, refs: list[Any], ins: list[int]) -> int:
     kinds = {self.spatial[v] for v in ins}
-    if kinds == {True, False}:
-      raise ValueError(
-        f"tf_largeconv.stream: layer '{op.name}' combines an image-shaped tensor with a "
-        "globally pooled one, so each of its pixels depends on the whole image: stream the "
-        "model up to the layer before it (up_to=...) and run the rest on the result"
-      )
     rule: Rule | None = None
     call = _node_caller(node, op)
     if kinds == {False}:
@@ -110,9 +109,29 @@ class _Builder:
       raise ValueError(f"tf_largeconv.stream: layer '{op.name}' reads no input tensor")
     else:
       rule, kind = _layers.rule_for(op, refs, self.graph.rank, call)
-    out = self.graph.add(Step(op.name, kind, rule, ins, call))
+    step = Step(op.name, kind, rule, ins, call)
+    if kinds == {True, False}:
+      self._gate(step, refs)
+    out = self.graph.add(step)
     self.spatial[out] = rule is not None and rule.spatial_out
     return out
+
+  def _gate(self, step: Step, refs: list[Any]) -> None:
+    """A per-pixel step reading pooled values of one pixel per image (a squeeze-excitation
+    gate): they become the step's `globals`; anything else is refused."""
+    rank = self.graph.rank
+    pooled = [(i, v, r) for i, (v, r) in enumerate(zip(step.inputs, refs)) if not self.spatial[v]]
+    if step.kind != "pointwise" or any(
+      len(r.shape) != rank + 2 or any(n != 1 for n in r.shape[1:-1]) for _, _, r in pooled
+    ):
+      raise ValueError(
+        f"tf_largeconv.stream: layer '{step.name}' combines an image-shaped tensor with a "
+        "globally pooled one other than pixel by pixel with one pooled pixel per image, so "
+        "each of its pixels depends on the whole image: stream the model up to the layer "
+        "before it (up_to=...) and run the rest on the result"
+      )
+    step.globals = [(i, v) for i, v, _ in pooled]
+    step.inputs = [v for v in step.inputs if self.spatial[v]]
 
   def _inline(self, model: keras.Model, ins: list[int]) -> int:
     inputs, outputs = _flat(model.inputs), _flat(model.outputs)
@@ -133,7 +152,8 @@ def _flat(tensors: Any) -> list[Any]:
 def _model_tensors(model: Any, up_to: str | None) -> tuple[Any, Any]:
   if not isinstance(model, keras.Model):
     raise TypeError(
-      "model must be a Keras 3 model (keras.Model, functional or Sequential), got "
+      "model must be a Keras model (keras.Model or tf_keras.Model, functional or "
+      "Sequential), got "
       f"{type(model).__name__}"
     )
   try:

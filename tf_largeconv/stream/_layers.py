@@ -10,7 +10,9 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from tf_largeconv import fold as _fold
 from tf_largeconv.stream import _rules
+from tf_largeconv.stream import _trace
 
 L = keras.layers
 
@@ -138,28 +140,16 @@ def _pairs(value: Any, rank: int) -> list[tuple[int, int]]:
 
 
 def _folded(op: Any) -> _rules.Rule:
-  """A FoldedBlock: its folded kernel, composed at each call from the block's variables as
-  the layer does, as one convolution with the block's explicit padding."""
-  from tf_largeconv import ops
-  from tf_largeconv.fold import _composer
-  from tf_largeconv.fold import _kernels
-
-  spec, pads, ext, strides = op._fold_spec
-
-  def folded(dtype: tf.DType) -> tuple[tf.Tensor, Any]:
-    state, _ = _composer.compose(spec, lambda v: v, dtype, exact=False)
-    return _kernels.pad_kernel(state.kernel, *ext), state.bias
+  """A FoldedBlock: the layer's own convolution (`convolve`: its folded kernel from the
+  current weights, its op, algorithm and workspace limit) on windows padded by hand."""
+  conv = op.folded_conv()
 
   def call(x: tf.Tensor) -> tf.Tensor:
-    kernel, bias = folded(x.dtype)
-    y = ops.conv2d(
-      x, kernel, list(strides), "VALID", algorithm=op.algorithm, workspace_limit=op.workspace_limit
-    )
-    return y if bias is None else y + bias
+    return op.convolve(x, padding=((0, 0), (0, 0)))
 
-  shape = folded(tf.float32)[0].shape
-  kernel = [int(shape[0]), int(shape[1])]
-  return _rules.Sliding(call, kernel, list(strides), [1, 1], [tuple(p) for p in pads])
+  kernel = [int(n) for n in conv.kernel.shape[:2]]
+  pads = [(int(a), int(b)) for a, b in conv.padding]
+  return _rules.Sliding(call, kernel, list(conv.strides), [1, 1], pads)
 
 
 def _elementwise(op: Any, refs: Sequence[Any], rank: int, call: _rules.Call) -> _rules.Rule | None:
@@ -184,10 +174,11 @@ def rule_for(op: Any, refs: Sequence[Any], rank: int, call: _rules.Call) -> tupl
   if not isinstance(op, keras.layers.Layer):
     rule = _elementwise(op, refs, rank, call)
     if rule is None:
-      raise _refuse(op, "it is not an element-by-element operation")
+      _traced(op, refs, rank, call)
+      rule = _rules.Pointwise(call)
     return rule, "pointwise"
   _channels_last(op)
-  if type(op).__name__ == "FoldedBlock" and hasattr(op, "_fold_spec"):
+  if isinstance(op, _fold.FoldedBlockBase):
     return _folded(op), "folded conv"
   if isinstance(op, CONVS + SEPARABLE):
     clone = _valid_clone(op, channels, rank)
@@ -224,8 +215,19 @@ def rule_for(op: Any, refs: Sequence[Any], rank: int, call: _rules.Call) -> tupl
     return _rules.Shift([sign * p[0] for p in pairs], [sign * p[1] for p in pairs]), "shift"
   if isinstance(op, tuple(POINTWISE)):
     _check_pointwise(op, rank)
-    return _rules.Pointwise(call), "pointwise"
-  raise _refuse(op, "its output pixels are not known to depend only on nearby input pixels")
+  else:
+    _traced(op, refs, rank, call)
+  return _rules.Pointwise(call), "pointwise"
+
+
+def _traced(op: Any, refs: Sequence[Any], rank: int, call: _rules.Call) -> None:
+  """Refuses `op` unless its traced call shows each output pixel computed from the same
+  pixel of its inputs (`_trace`)."""
+  why = _trace.why_not_pointwise(call, refs, rank)
+  if why is not None:
+    raise _refuse(
+      op, f"its output pixels are not shown to depend only on the same pixel of its inputs: {why}"
+    )
 
 
 def _check_pointwise(op: Any, rank: int) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from tf_largeconv.stream import _graph
+from tf_largeconv.stream import _rules
 from tf_largeconv.stream._graph import Graph
 
 Range = tuple[int, int]
@@ -49,16 +50,19 @@ def _hull(r: Range | None, s: Range) -> Range:
 
 
 class Geometry:
-  """The sizes, scales and tiling targets (`sinks`) of a graph for one image size."""
+  """The sizes, scales and tiling targets (`sinks`) of a graph for one image size: by
+  default the output when it is an image and what the global poolings read; for one pass
+  of a model with global context (`passes`), that pass's `sinks`. Only the steps the sinks
+  need (and the poolings of the sinks) are computed."""
 
-  def __init__(self, graph: Graph, sizes: Sequence[int]) -> None:
+  def __init__(self, graph: Graph, sizes: Sequence[int], sinks: set[int] | None = None) -> None:
     self.graph = graph
     self.sizes = _graph.spatial_sizes(graph, sizes)
     self.rank = len(sizes)
-    # The tiled values: the output when it is an image, else what the global poolings read.
-    sinks = {s.inputs[0] for s in graph.steps if s.kind == "reduce"}
-    if graph.spatial.get(graph.output, False):
-      sinks.add(graph.output)
+    if sinks is None:
+      sinks = {s.inputs[0] for s in graph.steps if s.kind == "reduce"}
+      if graph.spatial.get(graph.output, False):
+        sinks.add(graph.output)
     shapes = {self.sizes[v] for v in sinks}
     if len(shapes) != 1:
       raise ValueError(
@@ -74,7 +78,13 @@ class Geometry:
       for i in range(self.rank)
     ]
     self.sink_scale = sink_scale
-    self.spatial_steps = [s for s in graph.steps if s.rule is not None]
+    self.values = _ancestors(graph, sinks)
+    self.spatial_steps = [
+      s
+      for s in graph.steps
+      if s.rule is not None
+      and (s.output in self.values or (s.kind == "reduce" and s.inputs[0] in sinks))
+    ]
     # The index (in spatial_steps) of each value's last reader: a tile frees it after that.
     self.last_use: dict[int, int] = {}
     for k, step in enumerate(self.spatial_steps):
@@ -97,12 +107,11 @@ class Geometry:
       if step.kind == "reduce" or step.output not in r:
         continue
       oa, ob = r[step.output]
-      if oa >= ob:
-        continue
-      lo, hi = step.rule.needs(axis, oa, ob)  # type: ignore[union-attr]
+      # An empty range (a tile wholly inside a padding) still reads its inputs' windows,
+      # empty too, so every value the tile computes has one.
+      lo, hi = step.rule.needs(axis, oa, ob) if oa < ob else (oa, oa)  # type: ignore[union-attr]
       for v in step.inputs:
-        n = self.sizes[v][axis]
-        r[v] = _hull(r.get(v), (min(max(lo, 0), n), max(min(hi, n), 0)))
+        r[v] = _hull(r.get(v), _rules.clip(lo, hi, self.sizes[v][axis]))
     return r
 
   def tile_bounds(self, axis: int, tile_out: int) -> list[Range]:
@@ -161,9 +170,17 @@ class Tiling:
   def recompute(self) -> float:
     """Elements computed over all tiles / elements of the untiled run, less one, over the
     spatial values weighted by their channels."""
+    done, whole = self.work()
+    return done / whole - 1.0
+
+  def work(self) -> tuple[float, float]:
+    """(elements computed over all tiles, elements of the untiled run) of this tiling's
+    spatial values, weighted by their channels."""
     g = self.geometry
     done = whole = 0.0
     for v, size in g.sizes.items():
+      if v not in g.values:
+        continue
       c = g.graph.channels.get(v) or 1
       per_axis = []
       for i, bounds in enumerate(self.bounds):
@@ -171,7 +188,40 @@ class Tiling:
         per_axis.append(sum(max(r[v][1] - r[v][0], 0) for r in ranges if v in r))
       done += c * math.prod(per_axis)
       whole += c * math.prod(size)
-    return done / whole - 1.0
+    return done, whole
+
+
+def _ancestors(graph: Graph, sinks: set[int]) -> set[int]:
+  """The spatial values `sinks` are computed from, themselves and the input included."""
+  by_output = {s.output: s for s in graph.steps}
+  found, todo = set(), list(sinks)
+  while todo:
+    v = todo.pop()
+    if v in found:
+      continue
+    found.add(v)
+    if v in by_output and by_output[v].rule is not None:
+      todo.extend(by_output[v].inputs)
+  return found
+
+
+def passes(graph: Graph, sizes: Sequence[int]) -> list[Geometry]:
+  """The passes over the image a model needs: one, unless a pooled value is multiplied back
+  into the image (squeeze-excitation); then each pass computes the poolings the next passes
+  read (a pooled value is known once the pass over all tiles that pools it has run), and
+  the last one the output. A value's level is the number of passes before it is known."""
+  level: dict[int, int] = {0: 0}
+  for s in graph.steps:
+    reads = s.inputs + [v for _, v in s.globals]
+    level[s.output] = max((level[v] for v in reads), default=0) + (s.kind == "reduce")
+  groups: dict[tuple[int, tuple[int, ...]], set[int]] = {}
+  shapes = _graph.spatial_sizes(graph, sizes)
+  targets = [s.inputs[0] for s in graph.steps if s.kind == "reduce"]
+  if graph.spatial.get(graph.output, False):
+    targets.append(graph.output)
+  for v in targets:
+    groups.setdefault((level[v], shapes[v]), set()).add(v)
+  return [Geometry(graph, sizes, groups[key]) for key in sorted(groups)]
 
 
 def _bytes(tiling: Tiling, v: int, spans: Sequence[Range] | None, batch: int, itemsize: int) -> int:

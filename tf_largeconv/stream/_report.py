@@ -20,18 +20,27 @@ class StreamPlan:
     image_shape: (batch, *spatial, channels) of the image.
     output_size: the spatial size of the tiled output (the model's output, or what its
       global pooling reads).
-    tile: the tile side in input pixels; tile_out: per axis, in output pixels.
+    tile: the tile side in input pixels that was asked for, or the largest that fits the
+      memory limit: an upper bound, which `tile_out` and `tile_in` round to the grid.
+    tile_out: per axis, the output pixels a tile computes (all tiles but the last of an
+      axis); tile_in: per axis, the input pixels that output covers, without its halo.
     tiles: the number of tiles (steps); grid: tiles per axis.
     halo: per layer (name: per axis), the pixels an interior tile computes beyond its
       share of that layer's output on each side (the overlap with its neighbours).
     receptive_field: per axis, the input pixels one output pixel depends on.
     recompute: the work done twice in the overlaps, as a fraction of the untiled run's.
-    peak_bytes: estimated memory a tile holds at its peak; memory_limit: the limit used.
+    passes: the passes over the image: 1, or with global context inside the image part
+      (squeeze-excitation), one more per pooled value that later layers multiply back into
+      the image; tilings: the tiling of each pass (`tiling`: the last one's, the output's).
+    pass_work: the work of the passes before the last, as a fraction of the untiled run's
+      (0 for one pass; tiles' overlaps not counted).
+    peak_bytes: estimated memory a tile holds at its peak (over all passes); memory_limit:
+      the limit used.
   """
 
   def __init__(
     self,
-    tiling: Tiling,
+    tilings: list[Tiling],
     image_shape: tuple[int, ...],
     tile: int,
     memory_limit: int,
@@ -39,18 +48,22 @@ class StreamPlan:
     itemsize: int,
     peak: Any = None,
   ) -> None:
-    self.tiling = tiling
+    tiling = self.tiling = tilings[-1]
+    self.tilings, self.passes = tilings, len(tilings)
     g = tiling.geometry
     self.image_shape = tuple(image_shape)
     self.output_size = tuple(g.out_sizes)
     self.tile = tile
     self.tile_out = tuple(tiling.tile_out)
+    self.tile_in = tuple(math.ceil(t / scale) for t, scale in zip(tiling.tile_out, g.sink_scale))
     self.grid = tuple(len(b) for b in tiling.bounds)
     self.tiles = tiling.count
     self.memory_limit = memory_limit
     middle = _plan.middle_tile(tiling)
-    self.peak_bytes = _plan.worst_peak(tiling, batch, itemsize, peak)
-    self.recompute = tiling.recompute()
+    self.peak_bytes = max(_plan.worst_peak(t, batch, itemsize, peak) for t in tilings)
+    work = [t.work() for t in tilings]
+    self.recompute = sum(d for d, _ in work) / sum(w for _, w in work) - 1.0
+    self.pass_work = sum(w for _, w in work[:-1]) / work[-1][1]
     self.halo: dict[str, tuple[int, ...]] = {}
     sink = g.sink_scale
     for step in g.spatial_steps:
@@ -71,11 +84,18 @@ class StreamPlan:
   def __str__(self) -> str:
     rows = [
       f"image {self.image_shape} -> tiled output {self.output_size}",
-      f"tile {self.tile} input pixels = {self.tile_out} output pixels; "
+      f"tile {self.tile_in} input pixels = {self.tile_out} output pixels; "
       f"{self.tiles} tiles ({' x '.join(str(n) for n in self.grid)})",
       f"receptive field {self.receptive_field} input pixels; "
       f"recomputed in overlaps {100 * self.recompute:.1f}% of the untiled work",
       f"estimated peak per tile {_mib(self.peak_bytes)} (limit {_mib(self.memory_limit)})",
+    ]
+    if self.passes > 1:
+      rows.append(
+        f"{self.passes} passes over the image: the first {self.passes - 1} pool the global "
+        f"context later layers read, adding {100 * self.pass_work:.1f}% of the untiled work"
+      )
+    rows += [
       "halo per layer (pixels beyond the tile on each side, per axis):",
     ]
     width = max((len(n) for n in self.halo), default=0)
@@ -91,10 +111,10 @@ def plan_for(
   """The plan of `graph` over a batch of `shape` (batch, *spatial, channels): `tile`, or
   the largest whose tiles' `peak` (default `_plan.peak_bytes`) fits `memory_limit` (default
   `_plan.DEFAULT_MEMORY_LIMIT`)."""
-  geometry = _plan.Geometry(graph, shape[1:-1])
+  geometries = _plan.passes(graph, shape[1:-1])
   limit = _plan.DEFAULT_MEMORY_LIMIT if memory_limit is None else int(memory_limit)
   itemsize = max(graph.input_dtype.size, 4)
   if tile is None:
-    tile = _plan.choose_tile(geometry, limit, shape[0], itemsize, peak)
-  tiling = _plan.Tiling(geometry, geometry.tile_out(int(tile)))
-  return StreamPlan(tiling, tuple(shape), int(tile), limit, shape[0], itemsize, peak)
+    tile = min(_plan.choose_tile(g, limit, shape[0], itemsize, peak) for g in geometries)
+  tilings = [_plan.Tiling(g, g.tile_out(int(tile))) for g in geometries]
+  return StreamPlan(tilings, tuple(shape), int(tile), limit, shape[0], itemsize, peak)

@@ -70,17 +70,26 @@ def crop(x: tf.Tensor, starts: Sequence[int], lengths: Sequence[int]) -> tf.Tens
 
 class Span:
   """One axis of one step of a tile: the output range [a, b) and the input range [lo, hi)
-  it needs, of which [lo_in, hi_in) lies inside the input (the rest is padding)."""
+  it needs, of which [lo_in, hi_in) lies inside the input (the rest is padding). A range
+  wholly past an edge has an empty [lo_in, hi_in) at that edge and is all padding."""
 
   __slots__ = ("a", "b", "lo", "hi", "lo_in", "hi_in")
 
   def __init__(self, a: int, b: int, lo: int, hi: int, n_in: int) -> None:
     self.a, self.b, self.lo, self.hi = a, b, lo, hi
-    self.lo_in, self.hi_in = min(max(lo, 0), n_in), max(min(hi, n_in), 0)
+    self.lo_in, self.hi_in = clip(lo, hi, n_in)
 
   @property
   def pads(self) -> tuple[int, int]:
-    return self.lo_in - self.lo, self.hi - self.hi_in
+    """Padded pixels before and after the part inside the input (never negative)."""
+    before = min(max(self.lo_in - self.lo, 0), self.hi - self.lo)
+    return before, self.hi - self.lo - before - (self.hi_in - self.lo_in)
+
+
+def clip(lo: int, hi: int, n: int) -> tuple[int, int]:
+  """The part of [lo, hi) inside [0, n): empty (at the nearer edge) when none is."""
+  lo_in = min(max(lo, 0), n)
+  return lo_in, max(min(hi, n), lo_in)
 
 
 class Rule:

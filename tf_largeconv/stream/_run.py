@@ -25,10 +25,15 @@ def _crop(x: tf.Tensor, starts: Sequence[int], spans: Sequence[Range]) -> tf.Ten
 
 
 def run_tile(
-  tiling: Tiling, index: Sequence[int], read: Reader, dtype: tf.DType
+  tiling: Tiling,
+  index: Sequence[int],
+  read: Reader,
+  dtype: tf.DType,
+  pooled: dict[int, tf.Tensor] | None = None,
 ) -> tuple[dict[int, tf.Tensor], dict[int, tuple[tf.Tensor, tf.DType]]]:
   """Computes tile `index`: (the tile of each tiled value (`Geometry.sinks`), the partial
-  global pooling of each reduce step with the dtype of what it pooled)."""
+  global pooling of each reduce step with the dtype of what it pooled). `pooled` holds the
+  values known from earlier passes that steps read whole (`Step.globals`)."""
   g = tiling.geometry
   steps, last_use = g.spatial_steps, g.last_use
   spans0 = tiling.window(index, 0)
@@ -46,7 +51,10 @@ def run_tile(
     else:
       out = tiling.window(index, step.output)
       if out is not None:
-        y = _compute(step, rule, out, windows, g.sizes, g.graph.channels.get(step.output))
+        if step.globals:
+          y = _gated(step, rule, out, windows, pooled or {})
+        else:
+          y = _compute(step, rule, out, windows, g.sizes, g.graph.channels.get(step.output))
         windows[step.output] = (y, [a for a, _ in out])
     for v in set(step.inputs):
       if last_use.get(v) == k and v not in g.sinks:
@@ -82,15 +90,58 @@ def _compute(
   return y
 
 
+def _gated(
+  step: Any,
+  rule: _rules.Rule,
+  out: Sequence[Range],
+  windows: dict[int, tuple[tf.Tensor, list[int]]],
+  pooled: dict[int, tf.Tensor],
+) -> tf.Tensor:
+  """A per-pixel step that also reads pooled values: the image windows cropped to the
+  step's range, the pooled values whole, in the order of the layer's call."""
+  inputs = [_crop(*windows[v], out) for v in step.inputs]
+  for position, v in step.globals:
+    inputs.insert(position, pooled[v])
+  return rule.run(inputs, [])
+
+
 def run(
-  tiling: Tiling,
+  tilings: Sequence[Tiling],
   read: Reader,
   dtype: tf.DType,
   write: Callable[[Sequence[Range], np.ndarray], None] | None,
   progress: Callable[[int, int], None] | None = None,
 ) -> dict[int, tf.Tensor]:
-  """Runs every tile in order: each tile of the output goes to `write(ranges, array)`; the
-  returned dict holds every global pooling's combined result (empty without one)."""
+  """Runs the passes in order (`_plan.passes`), each over all its tiles: every pass but the
+  last pools what later passes read, then the steps after those poolings run on the pooled
+  values; the last pass writes each tile of the output with `write(ranges, array)`.
+  Returns every pooled value and what the head computed from them (empty without global
+  pooling)."""
+  total = sum(t.count for t in tilings)
+  values: dict[int, tf.Tensor] = {}
+  for p, tiling in enumerate(tilings):
+
+    def step_progress(done: int, _: int, before: int = sum(t.count for t in tilings[:p])) -> None:
+      if progress is not None:
+        progress(before + done, total)
+
+    last = p == len(tilings) - 1
+    values.update(run_pass(tiling, read, dtype, write if last else None, step_progress, values))
+    run_head(tiling.geometry.graph, values)
+  return values
+
+
+def run_pass(
+  tiling: Tiling,
+  read: Reader,
+  dtype: tf.DType,
+  write: Callable[[Sequence[Range], np.ndarray], None] | None,
+  progress: Callable[[int, int], None] | None = None,
+  pooled: dict[int, tf.Tensor] | None = None,
+) -> dict[int, tf.Tensor]:
+  """Runs every tile of one pass in order: each tile of the output goes to
+  `write(ranges, array)`; the returned dict holds every global pooling's combined result
+  (empty without one). `pooled`: the values known from earlier passes."""
   g = tiling.geometry
   reduces = [s for s in g.spatial_steps if s.kind == "reduce"]
   sums: dict[int, list[tf.Tensor]] = {s.output: [] for s in reduces}
@@ -98,8 +149,8 @@ def run(
   out_value = g.graph.output if g.graph.spatial.get(g.graph.output) else None
   tiles = tiling.tiles()
   for done, index in enumerate(tiles):
-    sinks, partials = run_tile(tiling, index, read, dtype)
-    if out_value is not None and write is not None:
+    sinks, partials = run_tile(tiling, index, read, dtype, pooled)
+    if out_value in sinks and write is not None:
       bounds = [tiling.bounds[i][t] for i, t in enumerate(index)]
       write(bounds, _arrays.as_array(sinks[out_value]))
     for v, (p, x_dtype) in partials.items():
@@ -121,10 +172,10 @@ def _fold(total: tf.Tensor, part: tf.Tensor, reduces: list[Any], v: int) -> tf.T
   return tf.maximum(total, part) if rule.how == "max" else total + part
 
 
-def run_head(graph: Any, pooled: dict[int, tf.Tensor]) -> tf.Tensor:
-  """Runs the steps after the global poolings on their pooled values."""
-  values = dict(pooled)
+def run_head(graph: Any, values: dict[int, tf.Tensor]) -> None:
+  """Runs the steps after the global poolings whose pooled values are known (in `values`),
+  adding their results to `values`."""
   for step in graph.steps:
-    if step.kind == "head":
-      values[step.output] = step.call(*[values[v] for v in step.inputs])
-  return values[graph.output]
+    if step.kind == "head" and step.output not in values:
+      if all(v in values for v in step.inputs):
+        values[step.output] = step.call(*[values[v] for v in step.inputs])

@@ -1,7 +1,7 @@
 """StreamingModel: a Keras model trained on images larger than memory, its convolutional
 trunk streamed tile by tile forwards and backwards, with the untiled model's gradients.
 
-A training step:
+With a head (classification, regression of one value per image), a training step:
 1. streams the trunk forward over the batch (tile by tile, nothing but the trunk's output
    kept), under no gradient tape;
 2. runs the head and the loss on the trunk's output, and takes the gradients of the loss
@@ -13,16 +13,27 @@ A training step:
 Every trunk output pixel belongs to one tile and a tile's forward computes it from the same
 values as the untiled trunk, so the summed gradients are the untiled model's (float
 rounding aside).
+
+Without a head (dense training: segmentation, per-pixel regression), the whole model is
+streamed and its output is the prediction. A step runs each output tile once, under a
+gradient tape: the tile's forward from its input window, the loss of its pixels against the
+same tile of the labels (read by tile, like the input), and the gradients of that partial
+loss. The loss is a sum over pixels, so the tiles' losses and gradients add up to the
+untiled ones; a mean divides both by the number of loss values once at the end. Nothing of
+the size of the image is held: not the prediction, not its gradient.
 """
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from tf_largeconv import _arrays
+from tf_largeconv.stream import _dense
 from tf_largeconv.stream import _graph
 from tf_largeconv.stream import _plan
 from tf_largeconv.stream import _run
@@ -59,6 +70,13 @@ def check_trunk(trunk: Any, graph: _graph.Graph) -> None:
       f"trunk '{trunk.name}' ends in a global pooling; a StreamingModel's trunk ends in an "
       "image-shaped tensor: move the pooling to the head"
     )
+  pooled = [s.name for s in graph.steps if s.kind == "reduce"]
+  if pooled:
+    raise ValueError(
+      f"trunk '{trunk.name}' pools the image inside ('{pooled[0]}', as squeeze-excitation "
+      "does): a StreamingModel's trunk trains streamed without global context; move the "
+      "pooling to the head"
+    )
   for layer in _layers_of(trunk):
     if isinstance(layer, keras.layers.BatchNormalization) and layer.trainable:
       raise ValueError(
@@ -74,9 +92,29 @@ def check_trunk(trunk: Any, graph: _graph.Graph) -> None:
       )
 
 
+def reads_only_the_mean(head: Any) -> bool:
+  """Whether `head` reads its input only through global average poolings (a classifier's
+  usual first layer): then the head of a 1 x ... x 1 image holding the input's spatial mean
+  is the head of the input, exactly."""
+  try:
+    graph = _graph.build(head)
+  except (TypeError, ValueError):
+    return False
+  for step in graph.steps:
+    reads_input = 0 in step.inputs
+    if step.kind == "reduce":
+      if not reads_input or getattr(step.rule, "how", None) != "mean":
+        return False
+    elif reads_input or step.rule is not None:
+      return False
+  return True
+
+
 @keras.saving.register_keras_serializable(package="tf_largeconv")
 class StreamingModel(keras.Model):
-  """A Keras model `head(trunk(x))` whose trunk runs tile by tile, in training too.
+  """A Keras model `head(trunk(x))` whose trunk runs tile by tile, in training too; or,
+  with `head=None`, a model whose every output pixel is predicted and trained tile by tile
+  (dense training: segmentation, per-pixel regression).
 
   `compile`, `fit`, `train_on_batch`, `evaluate` and `predict` work as for any Keras
   model, with any optimizer, loss, metrics and callbacks; steps run eagerly (the tiles are
@@ -87,7 +125,11 @@ class StreamingModel(keras.Model):
       `tf_largeconv.stream` can stream and that ends in an image-shaped tensor; its
       BatchNormalization layers frozen; no dropout or noise layers.
     head: a Keras model or layer taking the trunk's output (global pooling, dense
-      layers, ...): it runs on the whole trunk output, untiled.
+      layers, ...): it runs on the whole trunk output, untiled. None: the trunk is the
+      whole model; its output is the prediction, the labels `y` have the output's spatial
+      shape (batch, *spatial[, channels]) and are read tile by tile from any array the
+      input may be (numpy, dask, zarr, memory map), and the compiled loss must be one loss
+      reduced by 'sum', 'sum_over_batch_size' or 'mean' (a sum or mean over pixels).
     tile: the tile side in input pixels (see `tf_largeconv.stream.predict`); None: the
       largest whose training step fits `memory_limit`.
     memory_limit: bytes a tile's training step may hold (default 1 GiB).
@@ -101,7 +143,7 @@ class StreamingModel(keras.Model):
   def __init__(
     self,
     trunk: Any,
-    head: Any,
+    head: Any = None,
     *,
     tile: int | None = None,
     memory_limit: int | None = None,
@@ -113,6 +155,7 @@ class StreamingModel(keras.Model):
     self.tile, self.memory_limit = tile, memory_limit
     self._stream_graph = _graph.build(trunk)
     check_trunk(trunk, self._stream_graph)
+    self._pooled_head = head is not None and reads_only_the_mean(head)
     self._plans: dict[tuple[int, ...], StreamPlan] = {}  # by batch shape and training
 
   def plan(self, shape: tuple[int, ...], training: bool = True) -> StreamPlan:
@@ -138,14 +181,39 @@ class StreamingModel(keras.Model):
     g = self._stream_graph
     sizes = plan.tiling.geometry.out_sizes
     out = _arrays.aligned_empty((source.shape[0], *sizes, g.channels[g.output] or 1), g.out_dtype)
-    _run.run(plan.tiling, source.read, g.input_dtype, source.writer(out))
+    _run.run(plan.tilings, source.read, g.input_dtype, source.writer(out))
     return _arrays.as_tensor(out)  # the same memory, not a copy
 
+  def _pooled(self, source: Source, plan: StreamPlan) -> tf.Tensor:
+    """The trunk output's spatial mean as a 1 x ... x 1 image (batch, 1, ..., channels),
+    streamed tile by tile: what a head that reads only that mean sees of the output."""
+    g, tiling = self._stream_graph, plan.tiling
+    total = None
+    for index in tiling.tiles():
+      sinks, _ = _run.run_tile(tiling, index, source.read, g.input_dtype)
+      part = tf.reduce_sum(tf.cast(sinks[g.output], tf.float64), axis=list(range(1, g.rank + 1)))
+      total = part if total is None else total + part
+    assert total is not None
+    count = float(np.prod(tiling.geometry.out_sizes))
+    mean = tf.cast(total / count, g.out_dtype)
+    return tf.reshape(mean, [source.shape[0]] + [1] * g.rank + [mean.shape[-1]])
+
   def call(self, x: Any, training: bool | None = None) -> Any:
-    return self.head(self._trunk_forward(*self._batch(x, training=False)), training=training)
+    if isinstance(x, tf.Tensor) and not tf.executing_eagerly():
+      # Keras tracing the model to build its metrics and losses (as `fit` does under a
+      # distribution strategy): the untiled graph gives the shapes; steps always run
+      # eagerly (`run_eagerly`), so this graph is never run on an image.
+      z = self.trunk(x, training=False)
+      return z if self.head is None else self.head(z, training=training)
+    source, plan = self._batch(x, training=False)
+    if self._pooled_head:
+      return self.head(self._pooled(source, plan), training=training)
+    z = self._trunk_forward(source, plan)
+    return z if self.head is None else self.head(z, training=training)
 
   def compute_output_spec(self, x: Any, training: bool | None = None) -> Any:
-    return self.head.compute_output_spec(self.trunk.compute_output_spec(x))
+    z = self.trunk.compute_output_spec(x)
+    return z if self.head is None else self.head.compute_output_spec(z)
 
   def build(self, input_shape: Any) -> None:
     self.built = True
@@ -181,15 +249,20 @@ class StreamingModel(keras.Model):
   ) -> tuple[tf.Tensor, Any, list[tf.Tensor], list[Any]]:
     """One step's loss, prediction, gradients and variables (trunk's then head's), without
     applying them: what `train_step` applies. Where the whole batch is one tile, the tile
-    runs once under the tape (nothing to recompute)."""
+    runs once under the tape (nothing to recompute). Without a head, the prediction is
+    None (it is never whole in memory) and the compiled metrics are updated tile by tile."""
     check_trunk(self.trunk, self._stream_graph)
     g = self._stream_graph
     source, plan = self._batch(x, training=True)
+    if self.head is None:
+      return self._dense_step(source, plan, y, sample_weight, training=True)
     head_vars = list(self.head.trainable_variables)
     trunk_vars = list(self.trunk.trainable_variables)
     one_tile = plan.tiles == 1
     if not one_tile:  # streamed forward, outside the tape: nothing of the tiles is kept
-      z = self._trunk_forward(source, plan)
+      # A head that reads only the output's mean gets that mean as a 1 x 1 image: the
+      # output itself is never whole.
+      z = self._pooled(source, plan) if self._pooled_head else self._trunk_forward(source, plan)
     with tf.GradientTape() as tape:
       if one_tile:
         sinks, _ = _run.run_tile(plan.tiling, (0,) * g.rank, source.read, g.input_dtype)
@@ -205,7 +278,10 @@ class StreamingModel(keras.Model):
       )
       return loss, y_pred, grads, trunk_vars + head_vars
     *head_grads, dz = tape.gradient(scaled, head_vars + [z])
-    trunk_grads = self._backward(plan, source, dz, trunk_vars)
+    if self._pooled_head:
+      trunk_grads = self._backward_pooled(plan, source, dz, trunk_vars)
+    else:
+      trunk_grads = self._backward(plan, source, dz, trunk_vars)
     return loss, y_pred, trunk_grads + head_grads, trunk_vars + head_vars
 
   def _backward(
@@ -227,18 +303,92 @@ class StreamingModel(keras.Model):
       totals = [gr if t is None else t + gr for t, gr in zip(totals, grads)]
     return totals
 
+  def _backward_pooled(
+    self, plan: StreamPlan, source: Source, d_mean: tf.Tensor, variables: list[Any]
+  ) -> list[tf.Tensor]:
+    """The trunk's gradients from the gradient of its output's mean: each tile pushes it
+    through its share of the mean (its sum over the output's pixel count)."""
+    g, tiling = self._stream_graph, plan.tiling
+    count = float(np.prod(tiling.geometry.out_sizes))
+    d_mean = tf.reshape(d_mean, [d_mean.shape[0], d_mean.shape[-1]])
+    totals: list[Any] = [None] * len(variables)
+    for index in tiling.tiles():
+      with tf.GradientTape() as tape:
+        sinks, _ = _run.run_tile(tiling, index, source.read, g.input_dtype)
+        z = sinks[g.output]
+        share = tf.reduce_sum(z, axis=list(range(1, g.rank + 1))) / tf.cast(count, z.dtype)
+      grads = tape.gradient(
+        share,
+        variables,
+        output_gradients=tf.cast(d_mean, share.dtype),
+        unconnected_gradients=tf.UnconnectedGradients.ZERO,
+      )
+      totals = [gr if t is None else t + gr for t, gr in zip(totals, grads)]
+    return totals
+
+  def _dense_step(
+    self, source: Source, plan: StreamPlan, y: Any, sample_weight: Any, training: bool
+  ) -> tuple[tf.Tensor, Any, list[tf.Tensor], list[Any]]:
+    """Dense training or evaluation: every output tile's loss (and, training, gradients)
+    from its input window, summed; metrics updated per tile."""
+    g = self._stream_graph
+    loss = _dense.PixelLoss(self.loss)
+    out_sizes, batch = plan.tiling.geometry.out_sizes, source.shape[0]
+    labels = _dense.Labels(y, out_sizes, batch)
+    weights = _dense.Weights(sample_weight, out_sizes, batch)
+    variables = list(self.trunk.trainable_variables) if training else []
+    step = _dense.TileSums(variables)
+    for index in plan.tiling.tiles():
+      bounds = [plan.tiling.bounds[i][t] for i, t in enumerate(index)]
+      y_tile, w_tile = labels.read(bounds), weights.read(bounds)
+      # Evaluation records nothing: a tape would keep every value of the tile.
+      with tf.GradientTape() if training else contextlib.nullcontext() as tape:
+        sinks, _ = _run.run_tile(plan.tiling, index, source.read, g.input_dtype)
+        values = loss.values(y_tile, sinks[g.output], w_tile)
+        part = tf.reduce_sum(values)
+        scaled = self.optimizer.scale_loss(part) if training and self.optimizer else part
+      grads = (
+        tape.gradient(scaled, variables, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        if tape is not None
+        else []
+      )
+      step.add(part, int(tf.size(values)), grads)
+      share = float(np.prod([b - a for a, b in bounds])) / float(np.prod(out_sizes))
+      _dense.update_metrics(self._compile_metrics, y_tile, sinks[g.output], w_tile, share)
+    total, grads = step.result(loss.divides)
+    if self.trunk.losses:  # regularization: once per step, not per tile
+      with tf.GradientTape() as tape:
+        extra = tf.add_n([tf.cast(v, total.dtype) for v in self.trunk.losses])
+        extra = extra / tf.cast(tf.distribute.get_strategy().num_replicas_in_sync, extra.dtype)
+      if training:
+        more = tape.gradient(extra, variables, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        grads = [gr + tf.cast(m, gr.dtype) for gr, m in zip(grads, more)]
+      total = total + extra
+    return total, None, grads, variables
+
   def train_step(self, data: Any) -> Any:
     x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
     loss, y_pred, grads, variables = self.streamed_gradients(x, y, sample_weight)
-    self._loss_tracker.update_state(loss, sample_weight=tf.shape(x)[0])
+    self._loss_tracker.update_state(_unscaled(loss), sample_weight=_batch_size(x))
     self.optimizer.apply_gradients(zip(grads, variables))
+    if y_pred is None:  # dense: the metrics were updated tile by tile
+      return self.get_metrics_result()
     return self.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
+
+  def test_step(self, data: Any) -> Any:
+    if self.head is not None:
+      return super().test_step(data)
+    x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+    source, plan = self._batch(x, training=False)
+    loss, _, _, _ = self._dense_step(source, plan, y, sample_weight, training=False)
+    self._loss_tracker.update_state(_unscaled(loss), sample_weight=_batch_size(x))
+    return self.get_metrics_result()
 
   def get_config(self) -> dict[str, Any]:
     return {
       "name": self.name,
       "trunk": keras.saving.serialize_keras_object(self.trunk),
-      "head": keras.saving.serialize_keras_object(self.head),
+      "head": None if self.head is None else keras.saving.serialize_keras_object(self.head),
       "tile": self.tile,
       "memory_limit": self.memory_limit,
     }
@@ -247,5 +397,19 @@ class StreamingModel(keras.Model):
   def from_config(cls, config: dict[str, Any]) -> StreamingModel:
     config = dict(config)
     trunk = keras.saving.deserialize_keras_object(config.pop("trunk"))
-    head = keras.saving.deserialize_keras_object(config.pop("head"))
+    head = config.pop("head")
+    head = None if head is None else keras.saving.deserialize_keras_object(head)
     return cls(trunk, head, **config)
+
+
+def _batch_size(x: Any) -> int:
+  """The batch of `x` from its shape alone (a lazy input is never read for it)."""
+  return int(x.shape[0])
+
+
+def _unscaled(loss: tf.Tensor) -> tf.Tensor:
+  """A replica's loss as the whole batch's: Keras divides mean losses by the number of
+  replicas of a tf.distribute strategy (their gradients are summed), and its loss tracker
+  multiplies them back."""
+  replicas = tf.distribute.get_strategy().num_replicas_in_sync
+  return loss * tf.cast(replicas, loss.dtype) if replicas > 1 else loss

@@ -19,24 +19,17 @@ struct bf16 {
   uint16_t bits;
 };
 
-LC_HD inline float BitsToFloat(uint32_t u) {
-#ifdef __CUDA_ARCH__
-  return __uint_as_float(u);
-#else
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-#endif
+// The bits of `from` as a `To` of the same size (a register move on the host and the
+// device alike).
+template <typename To, typename From>
+LC_HD inline To BitCast(From from) {
+  static_assert(sizeof(To) == sizeof(From), "a bit cast keeps the size");
+  To to;
+  memcpy(&to, &from, sizeof(To));
+  return to;
 }
-LC_HD inline uint32_t FloatToBits(float f) {
-#ifdef __CUDA_ARCH__
-  return __float_as_uint(f);
-#else
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-#endif
-}
+LC_HD inline float BitsToFloat(uint32_t u) { return BitCast<float>(u); }
+LC_HD inline uint32_t FloatToBits(float f) { return BitCast<uint32_t>(f); }
 
 LC_HD inline float HalfToFloat(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;

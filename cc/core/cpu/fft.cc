@@ -44,7 +44,7 @@ struct Correlation : CorrelationOutputs<T> {
   using Item = typename CorrelationOutputs<T>::Item;
   using CorrelationOutputs<T>::g;
   using CorrelationOutputs<T>::c;
-  using CorrelationOutputs<T>::t;
+  using CorrelationOutputs<T>::tiling;
   using CorrelationOutputs<T>::backprop_input;
   using CorrelationOutputs<T>::filter;
   using CorrelationOutputs<T>::kChunk;
@@ -58,44 +58,51 @@ struct Correlation : CorrelationOutputs<T> {
 
   void Run(void* workspace, const ParallelFor& pf) const {
     const Frame f = MakeFrame(workspace);
-    const int64_t per_image = t.tiles_h * t.tiles_w;
+    const int64_t per_image = tiling.tiles_h * tiling.tiles_w;
     // Groups are taken group_block at a time (only with whole groups per block).
-    const int64_t gblock = c.out_block >= f.dcpg ? std::max<int64_t>(1, c.group_block) : 1;
+    const int64_t gblock = c.out_block >= f.dst_per_group ? std::max<int64_t>(1, c.group_block) : 1;
     KeptSpectra kept = FindKeptSpectra(f, gblock);
     int64_t offset = 0;  // of the block's filter spectra among the pass's, in complex values
     for (int64_t g0 = 0; g0 < g.groups; g0 += gblock) {
       const int64_t gb = std::min(gblock, g.groups - g0);
-      for (int64_t ob0 = 0; ob0 < f.dcpg; ob0 += c.out_block) {
-        const int64_t ob = std::min(c.out_block, f.dcpg - ob0);
+      for (int64_t ob0 = 0; ob0 < f.dst_per_group; ob0 += c.out_block) {
+        const int64_t ob = std::min(c.out_block, f.dst_per_group - ob0);
         // vec_block batches groups, or for a single group consecutive tiles (the planner's
         // choice for rows of height 1, whose transforms vectorise across the batch).
         const bool tiles = BatchesTiles(g, c);
         const int64_t all_tiles = g.batch * per_image;
-        const int64_t vb = std::max<int64_t>(1, std::min(c.vec_block, tiles ? all_tiles : gb));
-        Block b{g0,          gb, ob0,   ob,
-                f.scpg * ob, vb, tiles, std::max<int64_t>(1, std::min(c.in_block, f.scpg))};
+        const int64_t batch = std::max<int64_t>(1, std::min(c.vec_block, tiles ? all_tiles : gb));
+        Block b{g0,
+                gb,
+                ob0,
+                ob,
+                f.src_per_group * ob,
+                batch,
+                tiles,
+                std::max<int64_t>(1, std::min(c.in_block, f.src_per_group))};
         b.spectra = BlockSpectra(f, b, pf, kept, offset);
-        offset += b.gb * b.per_group * f.l.bins;
-        const double tile_cost = f.fft_cost * (f.scpg + ob) + 8.0 * f.l.bins * f.scpg * ob;
-        if (tiles) {  // an item is vb consecutive tiles of the batch
-          RunSlots(pf, c.slots, CeilDiv(all_tiles, vb), tile_cost * vb,
+        offset += b.group_count * b.per_group * f.layout.bins;
+        const double tile_cost =
+            f.fft_cost * (f.src_per_group + ob) + 8.0 * f.layout.bins * f.src_per_group * ob;
+        if (tiles) {  // an item is batch consecutive tiles of the batch
+          RunSlots(pf, c.slots, CeilDiv(all_tiles, batch), tile_cost * batch,
                    [&](int64_t slot, int64_t item) {
-                     const int64_t first = item * vb;
+                     const int64_t first = item * batch;
                      CorrelateTile(f, b, slot,
-                                   Item{0, std::min(vb, all_tiles - first), first / per_image,
+                                   Item{0, std::min(batch, all_tiles - first), first / per_image,
                                         first % per_image, per_image, true});
                    });
           continue;
         }
-        // An item is up to vb groups of one tile of one image. Group runs vary fastest, so
+        // An item is up to batch groups of one tile of one image. Group runs vary fastest, so
         // one image's tile is reused from cache by all of them.
-        const int64_t group_runs = CeilDiv(gb, vb);
-        RunSlots(pf, c.slots, group_runs * all_tiles, tile_cost * vb,
+        const int64_t group_runs = CeilDiv(gb, batch);
+        RunSlots(pf, c.slots, group_runs * all_tiles, tile_cost * batch,
                  [&](int64_t slot, int64_t item) {
-                   const int64_t gi0 = item % group_runs * vb;
+                   const int64_t group0 = item % group_runs * batch;
                    item /= group_runs;
                    CorrelateTile(f, b, slot,
-                                 Item{gi0, std::min(vb, gb - gi0), item / per_image,
+                                 Item{group0, std::min(batch, gb - group0), item / per_image,
                                       item % per_image, per_image, false});
                  });
       }
@@ -139,7 +146,7 @@ struct Correlation : CorrelationOutputs<T> {
     if (kept.hit) return static_cast<const C*>(kept.hit->spectra()) + offset;
     TransformFilters(f, b, pf);
     if (kept.fill) {
-      std::copy_n(f.ws.shared(0), b.gb * b.per_group * f.l.bins,
+      std::copy_n(f.ws.shared(0), b.group_count * b.per_group * f.layout.bins,
                   static_cast<C*>(kept.fill->to_fill()) + offset);
     }
     return f.ws.shared(0);
@@ -157,25 +164,27 @@ struct Correlation : CorrelationOutputs<T> {
     const R scale = R(1) / static_cast<R>(f.fh * f.fw);
     const int64_t rows = DilatedExtent(g.filter_h, g.dilation_h);
     const int64_t per = g.filter_h * g.filter_w;
-    const int64_t spread = std::max<int64_t>(1, std::min(kSpread, f.l.slot_spectra - 1));
+    const int64_t spread = std::max<int64_t>(1, std::min(kSpread, f.layout.slot_spectra - 1));
     // Filters whose taps fit the slot's other spectra (a slot holds vec_block * (in_block +
     // out_block) spectra, at least ob + 1, and a filter's taps are fewer than a spectrum's
     // reals), in runs of whole destinations where they fit; the sources are cut into more
     // runs, up to one each, while there are fewer than two items a slot.
-    const int64_t fit = std::max<int64_t>(1, (f.l.slot_spectra - spread) * f.spec_stride * 2 / per);
-    const int64_t nd = std::min(b.ob, fit);
-    const int64_t d_runs = CeilDiv(b.ob, nd);
-    int64_t s_runs = CeilDiv(f.scpg, std::max<int64_t>(1, fit / nd));
-    while (b.gb * s_runs * d_runs < 2 * c.slots && s_runs < f.scpg) ++s_runs;
-    const int64_t ns = CeilDiv(f.scpg, s_runs);
-    s_runs = CeilDiv(f.scpg, ns);
-    RunSlots(pf, c.slots, b.gb * s_runs * d_runs, f.fft_cost * ns * nd,
+    const int64_t fit =
+        std::max<int64_t>(1, (f.layout.slot_spectra - spread) * f.spec_stride * 2 / per);
+    const int64_t nd = std::min(b.out_count, fit);
+    const int64_t d_runs = CeilDiv(b.out_count, nd);
+    int64_t s_runs = CeilDiv(f.src_per_group, std::max<int64_t>(1, fit / nd));
+    while (b.group_count * s_runs * d_runs < 2 * c.slots && s_runs < f.src_per_group) ++s_runs;
+    const int64_t ns = CeilDiv(f.src_per_group, s_runs);
+    s_runs = CeilDiv(f.src_per_group, ns);
+    RunSlots(pf, c.slots, b.group_count * s_runs * d_runs, f.fft_cost * ns * nd,
              [&](int64_t slot, int64_t idx) {
                const int64_t gl = idx / (s_runs * d_runs), run = idx % (s_runs * d_runs);
                const int64_t s0 = run / d_runs * ns, d0 = run % d_runs * nd;
-               const int64_t sn = std::min(ns, f.scpg - s0), dn = std::min(nd, b.ob - d0);
+               const int64_t sn = std::min(ns, f.src_per_group - s0),
+                             dn = std::min(nd, b.out_count - d0);
                R* taps = reinterpret_cast<R*>(f.ws.spectrum(slot, spread));
-               GatherFilters(taps, b.g0 + gl, s0, sn, b.ob0 + d0, dn);
+               GatherFilters(taps, b.group0 + gl, s0, sn, b.out0 + d0, dn);
                for (int64_t d = 0; d < dn; ++d) {
                  for (int64_t s1 = 0; s1 < sn; s1 += spread) {
                    const int64_t m = std::min(spread, sn - s1);
@@ -194,8 +203,8 @@ struct Correlation : CorrelationOutputs<T> {
   // group offset gl, into the block's chunks.
   void SpreadSpectra(const Frame& f, const Block& b, int64_t slot, int64_t m, int64_t gl,
                      int64_t sc, int64_t k) const {
-    for (int64_t i0 = 0; i0 < f.l.bins; i0 += kChunk) {
-      const int64_t width = std::min(kChunk, f.l.bins - i0);
+    for (int64_t i0 = 0; i0 < f.layout.bins; i0 += kChunk) {
+      const int64_t width = std::min(kChunk, f.layout.bins - i0);
       C* out = f.ws.shared(0) + FilterOffset(f, b, gl, sc, k, i0);
       for (int64_t s = 0; s < m; ++s) {
         StreamCopy(f.ws.spectrum(slot, s) + i0, width, out + s * width);

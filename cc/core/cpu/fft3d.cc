@@ -199,7 +199,7 @@ struct Correlation3d {
   void Run(const ParallelFor& pf) const {
     const int64_t tiles = c.tiling.count();
     const double tile_cost = TransformCost(c.fft) * (ch.src_per_group + c.out_block) +
-                             8.0 * ws.l.bins * ch.src_per_group * c.out_block;
+                             8.0 * ws.layout.bins * ch.src_per_group * c.out_block;
     for (int64_t grp = 0; grp < g.groups; ++grp) {
       for (int64_t ob0 = 0; ob0 < ch.dst_per_group; ob0 += c.out_block) {
         const int64_t ob = std::min(c.out_block, ch.dst_per_group - ob0);
@@ -257,13 +257,14 @@ struct Correlation3d {
     for (int i = 0; i < kSpatial3d; ++i) {
       origin[i] = p0[i] + (backprop_input() ? g.pad_before[i] - ke[i] + 1 : -g.pad_before[i]);
     }
-    for (int64_t k = 0; k < ob; ++k) std::fill_n(ws.spectrum(slot, 1 + k), ws.l.bins, C(0));
+    for (int64_t k = 0; k < ob; ++k) std::fill_n(ws.spectrum(slot, 1 + k), ws.layout.bins, C(0));
     for (int64_t sc = 0; sc < ch.src_per_group; ++sc) {
       const DenseVolume<T> v = SourceVolume(n, grp * ch.src_per_group + sc);
       LoadVolume(ws.real(slot), f, v, origin, f);
       ForwardTransform(ws.real(slot), ws.spectrum(slot, 0), f, R(1), v.Data(f, origin, f));
       for (int64_t k = 0; k < ob; ++k) {
-        MacConj(ws.spectrum(slot, 1 + k), ws.spectrum(slot, 0), ws.shared(sc * ob + k), ws.l.bins);
+        MacConj(ws.spectrum(slot, 1 + k), ws.spectrum(slot, 0), ws.shared(sc * ob + k),
+                ws.layout.bins);
       }
     }
     for (int64_t k = 0; k < ob; ++k) {
@@ -316,10 +317,10 @@ struct FilterGradient3d {
   T* filter_backprop;
   Workspace<R> ws;
 
-  // Channel pairs of a unit: input channels [i0, i0 + ni) x output channels [o0, o0 + no)
-  // of group grp (offsets within the group).
+  // Channel pairs of a unit: input channels [in0, in0 + in_count) x output channels
+  // [out0, out0 + out_count) of group grp (offsets within the group).
   struct Unit {
-    int64_t grp, i0, ni, o0, no;
+    int64_t grp, in0, in_count, out0, out_count;
   };
 
   // Slot spectra: the accumulators (i, k), then out_backprop's (k), then the input's.
@@ -338,16 +339,17 @@ struct FilterGradient3d {
     const int64_t nib = CeilDiv(icpg, c.in_block), nob = CeilDiv(ocpg, c.out_block);
     const double unit_cost = static_cast<double>(g.batch) * c.tiling.count() *
                              (TransformCost(c.fft) * (c.in_block + c.out_block) +
-                              8.0 * ws.l.bins * c.in_block * c.out_block);
+                              8.0 * ws.layout.bins * c.in_block * c.out_block);
     RunSlots(pf, c.slots, g.groups * nib * nob, unit_cost, [&](int64_t slot, int64_t unit) {
       Unit u;
       u.grp = unit / (nib * nob);
-      u.i0 = unit / nob % nib * c.in_block;
-      u.o0 = unit % nob * c.out_block;
-      u.ni = std::min(c.in_block, icpg - u.i0);
-      u.no = std::min(c.out_block, ocpg - u.o0);
-      for (int64_t i = 0; i < u.ni; ++i) {
-        for (int64_t k = 0; k < u.no; ++k) std::fill_n(Accumulator(slot, i, k), ws.l.bins, C(0));
+      u.in0 = unit / nob % nib * c.in_block;
+      u.out0 = unit % nob * c.out_block;
+      u.in_count = std::min(c.in_block, icpg - u.in0);
+      u.out_count = std::min(c.out_block, ocpg - u.out0);
+      for (int64_t i = 0; i < u.in_count; ++i) {
+        for (int64_t k = 0; k < u.out_count; ++k)
+          std::fill_n(Accumulator(slot, i, k), ws.layout.bins, C(0));
       }
       for (int64_t n = 0; n < g.batch; ++n) {
         for (int64_t tile = 0; tile < c.tiling.count(); ++tile) AccumulateTile(u, slot, n, tile);
@@ -366,19 +368,20 @@ struct FilterGradient3d {
       origin[i] = p0[i] - g.pad_before[i];
     }
     R* real = ws.real(slot);
-    for (int64_t k = 0; k < u.no; ++k) {
-      const int64_t channel = u.grp * g.out_c_per_group() + u.o0 + k;
+    for (int64_t k = 0; k < u.out_count; ++k) {
+      const int64_t channel = u.grp * g.out_c_per_group() + u.out0 + k;
       const DenseVolume<T> v{out_backprop + n * ys.n + channel * ys.c, ys.s, g.out, g.stride};
       LoadVolume(real, f, v, p0, extent);
       ForwardTransform(real, GradientSpectrum(slot, k), f, R(1), v.Data(f, p0, extent));
     }
-    for (int64_t i = 0; i < u.ni; ++i) {
-      const int64_t channel = u.grp * g.in_c_per_group() + u.i0 + i;
+    for (int64_t i = 0; i < u.in_count; ++i) {
+      const int64_t channel = u.grp * g.in_c_per_group() + u.in0 + i;
       const DenseVolume<T> v{input + n * xs.n + channel * xs.c, xs.s, g.in, {1, 1, 1}};
       LoadVolume(real, f, v, origin, f);
       ForwardTransform(real, InputSpectrum(slot), f, R(1), v.Data(f, origin, f));
-      for (int64_t k = 0; k < u.no; ++k) {
-        MacConj(Accumulator(slot, i, k), InputSpectrum(slot), GradientSpectrum(slot, k), ws.l.bins);
+      for (int64_t k = 0; k < u.out_count; ++k) {
+        MacConj(Accumulator(slot, i, k), InputSpectrum(slot), GradientSpectrum(slot, k),
+                ws.layout.bins);
       }
     }
   }
@@ -387,10 +390,10 @@ struct FilterGradient3d {
     const Dims3& f = c.fft;
     const R scale = R(1) / static_cast<R>(Volume(f));
     R* real = ws.real(slot);
-    for (int64_t i = 0; i < u.ni; ++i) {
-      for (int64_t k = 0; k < u.no; ++k) {
+    for (int64_t i = 0; i < u.in_count; ++i) {
+      for (int64_t k = 0; k < u.out_count; ++k) {
         InverseTransform(Accumulator(slot, i, k), real, f, Box{{0, 0, 0}, DilatedExtents(g)});
-        const int64_t ci = u.i0 + i, co = u.grp * g.out_c_per_group() + u.o0 + k;
+        const int64_t ci = u.in0 + i, co = u.grp * g.out_c_per_group() + u.out0 + k;
         for (int64_t kd = 0; kd < g.filter[0]; ++kd) {
           for (int64_t kh = 0; kh < g.filter[1]; ++kh) {
             const R* row = real + (kd * g.dilation[0] * f[1] + kh * g.dilation[1]) * f[2];

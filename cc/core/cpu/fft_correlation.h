@@ -30,7 +30,7 @@ struct CorrelationFrame {
   using C = std::complex<R>;
   const ConvGeometry& g;
   const FftConfig& c;
-  FftTiling t;
+  FftTiling tiling;
   bool backprop_input;
   const T* src;
   const T* filter;
@@ -96,12 +96,12 @@ struct CorrelationFrame {
   // What every phase of a run reads: the workspace, the transform and the offsets between
   // dense positions of the source and the destination.
   struct Frame {
-    Layout l;
+    Layout layout;
     Workspace<R> ws;
-    int64_t fh, fw, scpg, dcpg;
+    int64_t fh, fw, src_per_group, dst_per_group;
     int64_t off_h, off_w;    // dense output p reads source dense position p + off + k
     int64_t out_sh, out_sw;  // destination stride: dense positions kept (forward)
-    Strides4 ds;             // destination element strides
+    Strides4 dst_strides;    // destination element strides
     double fft_cost;
     int64_t real_stride, spec_stride;  // between a slot's batched planes / spectra
     // Strides in the spectrum: the backprop-input pass's zero-stuffed sources, or the
@@ -109,51 +109,52 @@ struct CorrelationFrame {
     Decimation<R> dec;
   };
 
-  // One block of work: gb groups from g0 (several only when whole groups fit a block), and
-  // destination channels [ob0, ob0 + ob) of each; vb groups share one batched transform,
-  // or, with `tiles` (one group), vb consecutive tiles of an image do.
+  // One block of work: group_count groups from group0 (several only when whole groups fit
+  // a block), and destination channels [out0, out0 + out_count) of each; `batch` groups
+  // share one batched transform, or, with `tiles` (one group), `batch` consecutive tiles
+  // of an image do.
   struct Block {
-    int64_t g0, gb, ob0, ob, per_group, vb;
+    int64_t group0, group_count, out0, out_count, per_group, batch;
     bool tiles;
-    int64_t sb;  // source channels whose spectra a slot holds at once (in_block)
+    int64_t sources;  // source channels whose spectra a slot holds at once (in_block)
     // The block's filter spectra, read only: in the workspace, or kept from an earlier call.
     const C* spectra = nullptr;
   };
 
-  // One item of a slot: nb batched planes, plane j holding group gi0 + j of tile `tile`
-  // of image n; or with `tiles`, group gi0 of the j-th tile counted on from that one
-  // through the batch (per_image tiles an image).
+  // One item of a slot: `planes` batched planes, plane j holding group group0 + j of tile
+  // `tile` of image n; or with `tiles`, group group0 of the j-th tile counted on from that
+  // one through the batch (per_image tiles an image).
   struct Item {
-    int64_t gi0, nb, n, tile, per_image;
+    int64_t group0, planes, n, tile, per_image;
     bool tiles;
-    int64_t group(int64_t j) const { return tiles ? gi0 : gi0 + j; }
+    int64_t group(int64_t j) const { return tiles ? group0 : group0 + j; }
     int64_t image(int64_t j) const { return tiles ? n + (tile + j) / per_image : n; }
     int64_t tile_of(int64_t j) const { return tiles ? (tile + j) % per_image : tile; }
   };
 
   // The first dense position (row, column) of tile `tile`.
   std::pair<int64_t, int64_t> TileOrigin(int64_t tile) const {
-    return {tile / t.tiles_w * t.tile_h, tile % t.tiles_w * t.tile_w};
+    return {tile / tiling.tiles_w * tiling.tile_h, tile % tiling.tiles_w * tiling.tile_w};
   }
 
   Frame MakeFrame(void* workspace) const {
     Frame f;
-    f.l = MakeLayout(g, pass(), c, sizeof(R));
-    f.ws = Workspace<R>{static_cast<char*>(workspace), f.l};
+    f.layout = MakeLayout(g, pass(), c, sizeof(R));
+    f.ws = Workspace<R>{static_cast<char*>(workspace), f.layout};
     f.fh = c.fft_h;
     f.fw = c.fft_w;
-    f.scpg = g.channels(pass()).src_per_group;
-    f.dcpg = g.channels(pass()).dst_per_group;
+    f.src_per_group = g.channels(pass()).src_per_group;
+    f.dst_per_group = g.channels(pass()).dst_per_group;
     const int64_t keh = DilatedExtent(g.filter_h, g.dilation_h),
                   kew = DilatedExtent(g.filter_w, g.dilation_w);
     f.off_h = backprop_input ? g.pad_top - keh + 1 : -g.pad_top;
     f.off_w = backprop_input ? g.pad_left - kew + 1 : -g.pad_left;
     f.out_sh = backprop_input ? 1 : g.stride_h;
     f.out_sw = backprop_input ? 1 : g.stride_w;
-    f.ds = backprop_input ? g.input_strides() : g.output_strides();
+    f.dst_strides = backprop_input ? g.input_strides() : g.output_strides();
     f.fft_cost = 5.0 * f.fh * f.fw * std::log2(static_cast<double>(f.fh * f.fw) + 2);
-    f.real_stride = f.l.plane_bytes / sizeof(R);
-    f.spec_stride = f.l.spectrum_bytes / sizeof(C);
+    f.real_stride = f.layout.plane_bytes / sizeof(R);
+    f.spec_stride = f.layout.spectrum_bytes / sizeof(C);
     f.dec = MakeDecimation<R>(g, pass(), c, backprop_input ? -1 : 1);
     return f;
   }
@@ -163,11 +164,11 @@ struct CorrelationFrame {
   std::pair<int64_t, int64_t> Residues(const Frame& f, int64_t tile) const {
     const auto [p0_h, p0_w] = TileOrigin(tile);
     if (backprop_input) {  // source dense q = origin + u holds data where q % stride == 0
-      return {Mod(-(p0_h + f.off_h + t.shift_h), f.dec.dh),
-              Mod(-(p0_w + f.off_w + t.shift_w), f.dec.dw)};
+      return {Mod(-(p0_h + f.off_h + tiling.shift_h), f.dec.dh),
+              Mod(-(p0_w + f.off_w + tiling.shift_w), f.dec.dw)};
     }
     // Output p = p0 + r, kept where p % stride == 0, sits at transform position r - shift.
-    return {Mod(-(p0_h + t.shift_h), f.dec.dh), Mod(-(p0_w + t.shift_w), f.dec.dw)};
+    return {Mod(-(p0_h + tiling.shift_h), f.dec.dh), Mod(-(p0_w + tiling.shift_w), f.dec.dw)};
   }
 
   // The block's filter spectra are stored for the products' order of reading: in chunks
@@ -182,8 +183,8 @@ struct CorrelationFrame {
   // sits among the block's spectra, i0 a multiple of kChunk.
   int64_t FilterOffset(const Frame& f, const Block& b, int64_t gl, int64_t sc, int64_t k,
                        int64_t i0) const {
-    const int64_t width = std::min(kChunk, f.l.bins - i0);
-    return i0 * b.gb * b.per_group + (gl * b.per_group + k * f.scpg + sc) * width;
+    const int64_t width = std::min(kChunk, f.layout.bins - i0);
+    return i0 * b.group_count * b.per_group + (gl * b.per_group + k * f.src_per_group + sc) * width;
   }
   // The chunk for the products, which only read it (Spectra views are untyped as to const).
   C* FilterChunk(const Frame& f, const Block& b, int64_t gl, int64_t sc, int64_t k,
@@ -191,13 +192,13 @@ struct CorrelationFrame {
     return const_cast<C*>(b.spectra) + FilterOffset(f, b, gl, sc, k, i0);
   }
 
-  // Slot spectra: vb per source channel of a block (sb of them), then vb per destination
-  // channel k.
+  // Slot spectra: b.batch per source channel of a block (b.sources of them), then b.batch
+  // per destination channel k.
   C* Source(const Frame& f, const Block& b, int64_t slot, int64_t s, int64_t j) const {
-    return f.ws.spectrum(slot, s * b.vb + j);
+    return f.ws.spectrum(slot, s * b.batch + j);
   }
   C* Accumulator(const Frame& f, const Block& b, int64_t slot, int64_t k, int64_t j) const {
-    return f.ws.spectrum(slot, (b.sb + k) * b.vb + j);
+    return f.ws.spectrum(slot, (b.sources + k) * b.batch + j);
   }
 
   // Whether an item's spectra double as its real planes: with one group per tile (a single
@@ -206,7 +207,7 @@ struct CorrelationFrame {
   // whole runs of channels, however long the rows) into the spectra, transformed in place,
   // and the destination channels likewise inverse-transformed in place and stored in one
   // pass. Items of several groups at one tile go group-batched through the real planes.
-  static bool InPlace(const Item& it) { return it.tiles || it.nb == 1; }
+  static bool InPlace(const Item& it) { return it.tiles || it.planes == 1; }
 
   // Whether the forward pass's strided outputs are taken from folded spectra (see
   // FoldStrided), whose inverse transforms hold only the kept outputs.

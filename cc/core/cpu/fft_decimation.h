@@ -107,14 +107,14 @@ inline std::complex<R> Times(std::complex<R> a, std::complex<R> b) {
 }
 
 // x (fh x (fw / 2 + 1)): the spectrum of a zero-stuffed plane from d (the decimated
-// plane's half spectrum, rows d.bins_w() apart), its data at residues (sig_h, sig_w).
+// plane's half spectrum, rows d.bins_w() apart), its data at residues (residue_h, residue_w).
 template <typename R>
 void ExpandStuffed(const Decimation<R>& dec, const std::complex<R>* d, std::complex<R>* x,
-                   int64_t sig_h, int64_t sig_w) {
+                   int64_t residue_h, int64_t residue_w) {
   using C = std::complex<R>;
   const int64_t mh = dec.mh(), mw = dec.mw(), dbw = dec.bins_w(), bw = dec.fw / 2 + 1;
-  const C* th = dec.twiddle_h(sig_h);
-  const C* tw = dec.twiddle_w(sig_w);
+  const C* th = dec.twiddle_h(residue_h);
+  const C* tw = dec.twiddle_w(residue_w);
   for (int64_t kh = 0; kh < dec.fh; ++kh) {
     const int64_t a = kh % mh;
     const C* row = d + a * dbw;
@@ -140,34 +140,34 @@ void ExpandStuffed(const Decimation<R>& dec, const std::complex<R>* d, std::comp
 
 // The spectra x + j * x_stride (j < planes) of zero-stuffed tiles whose decimated planes
 // were loaded into their first reals (rows dec.pitch() apart, `data` the rows holding
-// data), with data at residues (sig_h, sig_w): the planes are transformed in place in one
+// data), with data at residues (residue_h, residue_w): the planes are transformed in place in one
 // batch, then each decimated spectrum, copied to `scratch` (room for one), expanded over
 // its own spectrum. A decimated plane in place takes no more reals than a full spectrum
 // (DecimationFactors' condition), so channels loaded together fit their own spectra.
 template <typename R>
 void TransformStuffedInPlace(const Decimation<R>& dec, std::complex<R>* x, int64_t planes,
-                             int64_t x_stride, RowRange data, R* scratch, int64_t sig_h,
-                             int64_t sig_w) {
+                             int64_t x_stride, RowRange data, R* scratch, int64_t residue_h,
+                             int64_t residue_w) {
   using C = std::complex<R>;
   R2CBatch(reinterpret_cast<const R*>(x), x, planes, 2 * x_stride, x_stride, dec.mh(), dec.mw(),
            dec.pitch(), data);
   C* small = reinterpret_cast<C*>(scratch);
   for (int64_t j = 0; j < planes; ++j) {
     std::copy_n(x + j * x_stride, dec.mh() * dec.bins_w(), small);
-    ExpandStuffed(dec, small, x + j * x_stride, sig_h, sig_w);
+    ExpandStuffed(dec, small, x + j * x_stride, residue_h, residue_w);
   }
 }
 
 // z (the decimated half spectrum, rows dec.bins_w() apart): y (fh x (fw / 2 + 1)) folded so
 // that its inverse of (fh / dh) x (fw / dw) is y's inverse at positions
-// (rho_h + dh m, rho_w + dw n).
+// (residue_h + dh m, residue_w + dw n).
 template <typename R>
 void FoldStrided(const Decimation<R>& dec, const std::complex<R>* y, std::complex<R>* z,
-                 int64_t rho_h, int64_t rho_w) {
+                 int64_t residue_h, int64_t residue_w) {
   using C = std::complex<R>;
   const int64_t mh = dec.mh(), mw = dec.mw(), zbw = dec.bins_w(), bw = dec.fw / 2 + 1;
-  const C* th = dec.twiddle_h(rho_h);
-  const C* tw = dec.twiddle_w(rho_w);
+  const C* th = dec.twiddle_h(residue_h);
+  const C* tw = dec.twiddle_w(residue_w);
   for (int64_t kh0 = 0; kh0 < mh; ++kh0) {
     R* out = reinterpret_cast<R*>(z + kh0 * zbw);
     std::fill(out, out + 2 * zbw, R(0));

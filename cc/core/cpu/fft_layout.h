@@ -27,12 +27,12 @@ inline Layout MakeLayout(const ConvGeometry& g, ConvPass pass, const FftConfig& 
   if (WritesFilter(pass)) {
     // Per slot: the unit's accumulators, then one sweep's out_backprop and input spectra
     // (with one group, vec_block tiles of each channel; see FilterGradient), for each of
-    // vb batched groups.
-    const int64_t vb = BatchesTiles(g, c) ? 1 : c.vec_block;
+    // group_batch batched groups.
+    const int64_t group_batch = BatchesTiles(g, c) ? 1 : c.vec_block;
     const int64_t sweep = BatchesTiles(g, c) ? c.vec_block : 1;
     l.shared_spectra = 0;
-    l.slot_spectra = vb * (c.in_block * c.out_block + sweep * (c.in_block + c.out_block));
-    l.real_planes = vb;
+    l.slot_spectra = group_batch * (c.in_block * c.out_block + sweep * (c.in_block + c.out_block));
+    l.real_planes = group_batch;
   } else {  // the block's filter spectra (source channels x out_block), shared by the slots
     l.shared_spectra = c.group_block * g.channels(pass).src_per_group * c.out_block;
     l.slot_spectra = c.vec_block * (c.in_block + c.out_block);

@@ -27,7 +27,7 @@ struct CorrelationOutputs : CorrelationSources<T> {
   using Frame = typename CorrelationSources<T>::Frame;
   using Block = typename CorrelationSources<T>::Block;
   using Item = typename CorrelationSources<T>::Item;
-  using CorrelationSources<T>::t;
+  using CorrelationSources<T>::tiling;
   using CorrelationSources<T>::dst;
   using CorrelationSources<T>::TileOrigin;
   using CorrelationSources<T>::Residues;
@@ -39,21 +39,22 @@ struct CorrelationOutputs : CorrelationSources<T> {
   // (strided) outputs.
   void StoreTile(const Frame& f, const Block& b, int64_t slot, const Item& it) const {
     int64_t rows = 0;  // the most any of the item's tiles keeps
-    for (int64_t j = 0; j < (it.tiles ? it.nb : 1); ++j) {
-      rows = std::max(rows, std::min(t.tile_h, t.dense_h - TileOrigin(it.tile_of(j)).first));
+    for (int64_t j = 0; j < (it.tiles ? it.planes : 1); ++j) {
+      rows =
+          std::max(rows, std::min(tiling.tile_h, tiling.dense_h - TileOrigin(it.tile_of(j)).first));
     }
     // The inverse transforms' size, and the rows of them wanted: with strided outputs in
     // the spectrum, each accumulator is first folded to the decimated size.
     const bool folded = OutputsDecimated(f);
     const int64_t th = folded ? f.dec.mh() : f.fh, tw = folded ? f.dec.mw() : f.fw;
-    int64_t row0 = -t.shift_h;
+    int64_t row0 = -tiling.shift_h;
     if (folded) {
-      for (int64_t k = 0; k < b.ob; ++k) {
-        for (int64_t j = 0; j < it.nb; ++j) {
-          const auto [rho_h, rho_w] = Residues(f, it.tile_of(j));
+      for (int64_t k = 0; k < b.out_count; ++k) {
+        for (int64_t j = 0; j < it.planes; ++j) {
+          const auto [residue_h, residue_w] = Residues(f, it.tile_of(j));
           C* acc = Accumulator(f, b, slot, k, j);
           C* scratch = reinterpret_cast<C*>(f.ws.real(slot));
-          FoldStrided(f.dec, acc, scratch, rho_h, rho_w);
+          FoldStrided(f.dec, acc, scratch, residue_h, residue_w);
           std::copy_n(scratch, th * f.dec.bins_w(), acc);
         }
       }
@@ -61,11 +62,11 @@ struct CorrelationOutputs : CorrelationSources<T> {
       // (r - shift - rho) / dh on; an item whose tiles start on different rows takes all.
       int64_t count = 0;
       bool same_start = true;
-      for (int64_t j = 0; j < (it.tiles ? it.nb : 1); ++j) {
+      for (int64_t j = 0; j < (it.tiles ? it.planes : 1); ++j) {
         const int64_t p0_h = TileOrigin(it.tile_of(j)).first;
         const int64_t first = Mod(-p0_h, f.dec.dh);
         const int64_t start =
-            (Mod(first - t.shift_h, f.fh) - Residues(f, it.tile_of(j)).first) / f.dec.dh;
+            (Mod(first - tiling.shift_h, f.fh) - Residues(f, it.tile_of(j)).first) / f.dec.dh;
         same_start = same_start && (j == 0 || start == row0);
         row0 = start;
         count = std::max(count, CeilDiv(std::max<int64_t>(0, rows - first), f.dec.dh));
@@ -78,23 +79,25 @@ struct CorrelationOutputs : CorrelationSources<T> {
     }
     if (InPlace(it)) {  // every destination channel in place, then all stored in one pass
       const int64_t pitch = folded ? f.dec.pitch() : SpectrumPitch(f.fw);
-      for (int64_t k = 0; k < b.ob; ++k) {
+      for (int64_t k = 0; k < b.out_count; ++k) {
         C* spec = Accumulator(f, b, slot, k, 0);
-        C2RBatch(spec, reinterpret_cast<R*>(spec), it.nb, 2 * f.spec_stride, f.spec_stride, th, tw,
-                 pitch, row0, rows);
+        C2RBatch(spec, reinterpret_cast<R*>(spec), it.planes, 2 * f.spec_stride, f.spec_stride, th,
+                 tw, pitch, row0, rows);
       }
-      for (int64_t j = 0; j < it.nb; ++j) {
-        StorePlanes(f, reinterpret_cast<const R*>(Accumulator(f, b, slot, 0, j)), pitch, b.ob,
-                    2 * b.vb * f.spec_stride, f.ds.c, (b.g0 + it.group(j)) * f.dcpg + b.ob0,
-                    it.image(j), it.tile_of(j));
+      for (int64_t j = 0; j < it.planes; ++j) {
+        StorePlanes(f, reinterpret_cast<const R*>(Accumulator(f, b, slot, 0, j)), pitch,
+                    b.out_count, 2 * b.batch * f.spec_stride, f.dst_strides.c,
+                    (b.group0 + it.group(j)) * f.dst_per_group + b.out0, it.image(j),
+                    it.tile_of(j));
       }
       return;
     }
-    for (int64_t k = 0; k < b.ob; ++k) {  // consecutive groups at one tile
-      C2RBatch(Accumulator(f, b, slot, k, 0), f.ws.real(slot), it.nb, f.real_stride, f.spec_stride,
-               th, tw, tw, row0, rows);
-      StorePlanes(f, f.ws.real(slot), tw, it.nb, f.real_stride, f.dcpg * f.ds.c,
-                  (b.g0 + it.gi0) * f.dcpg + b.ob0 + k, it.n, it.tile);
+    for (int64_t k = 0; k < b.out_count; ++k) {  // consecutive groups at one tile
+      C2RBatch(Accumulator(f, b, slot, k, 0), f.ws.real(slot), it.planes, f.real_stride,
+               f.spec_stride, th, tw, tw, row0, rows);
+      StorePlanes(f, f.ws.real(slot), tw, it.planes, f.real_stride,
+                  f.dst_per_group * f.dst_strides.c,
+                  (b.group0 + it.group0) * f.dst_per_group + b.out0 + k, it.n, it.tile);
     }
   }
 
@@ -104,8 +107,8 @@ struct CorrelationOutputs : CorrelationSources<T> {
   void StorePlanes(const Frame& f, const R* in0, int64_t pitch, int64_t planes, int64_t in_stride,
                    int64_t out_stride, int64_t channel0, int64_t n, int64_t tile) const {
     const auto [p0_h, p0_w] = TileOrigin(tile);
-    const int64_t rows = std::min(t.tile_h, t.dense_h - p0_h);
-    const int64_t cols = std::min(t.tile_w, t.dense_w - p0_w);
+    const int64_t rows = std::min(tiling.tile_h, tiling.dense_h - p0_h);
+    const int64_t cols = std::min(tiling.tile_w, tiling.dense_w - p0_w);
     int64_t c0 = 0;
     while (c0 < cols && (p0_w + c0) % f.out_sw != 0) ++c0;
     const int64_t ow0 = (p0_w + c0) / f.out_sw;
@@ -115,17 +118,18 @@ struct CorrelationOutputs : CorrelationSources<T> {
     // transform, a kept position u at (u - rho) / d, in steps of out_sw / d.
     const bool folded = OutputsDecimated(f);
     const int64_t dh = folded ? f.dec.dh : 1, dw = folded ? f.dec.dw : 1;
-    const auto [rho_h, rho_w] = folded ? Residues(f, tile) : std::pair<int64_t, int64_t>{0, 0};
+    const auto [residue_h, residue_w] =
+        folded ? Residues(f, tile) : std::pair<int64_t, int64_t>{0, 0};
     const int64_t width = f.fw / dw, step = f.out_sw / dw;
-    const int64_t col0 = (Mod(c0 - t.shift_w, f.fw) - rho_w) / dw;
+    const int64_t col0 = (Mod(c0 - tiling.shift_w, f.fw) - residue_w) / dw;
     const bool no_wrap = col0 + (count - 1) * step < width;
-    T* out = dst + n * f.ds.n + channel0 * f.ds.c;
+    T* out = dst + n * f.dst_strides.n + channel0 * f.dst_strides.c;
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t p = p0_h + r;
       if (p % f.out_sh != 0) continue;
-      T* orow = out + (p / f.out_sh) * f.ds.h + ow0 * f.ds.w;
-      const R* in = in0 + (Mod(r - t.shift_h, f.fh) - rho_h) / dh * pitch;
-      if (no_wrap && planes == 1 && step == 1 && f.ds.w == 1) {
+      T* orow = out + (p / f.out_sh) * f.dst_strides.h + ow0 * f.dst_strides.w;
+      const R* in = in0 + (Mod(r - tiling.shift_h, f.fh) - residue_h) / dh * pitch;
+      if (no_wrap && planes == 1 && step == 1 && f.dst_strides.w == 1) {
         for (int64_t q = 0; q < count; ++q) orow[q] = Store<T>(in[col0 + q]);
         continue;
       }
@@ -141,12 +145,12 @@ struct CorrelationOutputs : CorrelationSources<T> {
           const R* v = in + j * in_stride;
           if (no_wrap && step == 1) {  // the common case, without the wrap test
             const R* vq = v + start - q0;
-            for (int64_t q = q0; q < q1; ++q) o[q * f.ds.w] = Store<T>(vq[q]);
+            for (int64_t q = q0; q < q1; ++q) o[q * f.dst_strides.w] = Store<T>(vq[q]);
             continue;
           }
           int64_t col = start;
           for (int64_t q = q0; q < q1; ++q) {
-            o[q * f.ds.w] = Store<T>(v[col]);
+            o[q * f.dst_strides.w] = Store<T>(v[col]);
             col += step;
             if (col >= width) col -= width;
           }

@@ -26,7 +26,7 @@ struct CorrelationSources : CorrelationFrame<T> {
   using Frame = typename CorrelationFrame<T>::Frame;
   using Block = typename CorrelationFrame<T>::Block;
   using Item = typename CorrelationFrame<T>::Item;
-  using CorrelationFrame<T>::t;
+  using CorrelationFrame<T>::tiling;
   using CorrelationFrame<T>::backprop_input;
   using CorrelationFrame<T>::kChunk;
   using CorrelationFrame<T>::SourceChannelStride;
@@ -43,9 +43,10 @@ struct CorrelationSources : CorrelationFrame<T> {
   RowRange LoadSources(const Frame& f, const Block& b, int64_t slot, const Item& it,
                        int64_t sc) const {
     const auto [p0_h, p0_w] = TileOrigin(it.tile);
-    return LoadTiles(f.ws.real(slot), f.real_stride, it.nb, f.scpg * SourceChannelStride(), f.fh,
-                     f.fw, f.fw, SourcePlane(it.n, (b.g0 + it.gi0) * f.scpg + sc),
-                     p0_h + f.off_h + t.shift_h, p0_w + f.off_w + t.shift_w, f.fh, f.fw);
+    return LoadTiles(f.ws.real(slot), f.real_stride, it.planes,
+                     f.src_per_group * SourceChannelStride(), f.fh, f.fw, f.fw,
+                     SourcePlane(it.n, (b.group0 + it.group0) * f.src_per_group + sc),
+                     p0_h + f.off_h + tiling.shift_h, p0_w + f.off_w + tiling.shift_w, f.fh, f.fw);
   }
 
   // Loads source channels [sc0, sc0 + ns) of each of the item's tiles into their spectra
@@ -53,13 +54,13 @@ struct CorrelationSources : CorrelationFrame<T> {
   RowRange LoadSourcesInPlace(const Frame& f, const Block& b, int64_t slot, const Item& it,
                               int64_t sc0, int64_t ns) const {
     RowRange all;
-    for (int64_t j = 0; j < it.nb; ++j) {  // tiles start at different places: one each
+    for (int64_t j = 0; j < it.planes; ++j) {  // tiles start at different places: one each
       const auto [p0_h, p0_w] = TileOrigin(it.tile_of(j));
       const RowRange r =
-          LoadTiles(reinterpret_cast<R*>(Source(f, b, slot, 0, j)), 2 * b.vb * f.spec_stride, ns,
+          LoadTiles(reinterpret_cast<R*>(Source(f, b, slot, 0, j)), 2 * b.batch * f.spec_stride, ns,
                     SourceChannelStride(), f.fh, f.fw, SpectrumPitch(f.fw),
-                    SourcePlane(it.image(j), (b.g0 + it.group(j)) * f.scpg + sc0),
-                    p0_h + f.off_h + t.shift_h, p0_w + f.off_w + t.shift_w, f.fh, f.fw);
+                    SourcePlane(it.image(j), (b.group0 + it.group(j)) * f.src_per_group + sc0),
+                    p0_h + f.off_h + tiling.shift_h, p0_w + f.off_w + tiling.shift_w, f.fh, f.fw);
       if (r.last <= r.first) continue;
       all.first = all.last > all.first ? std::min(all.first, r.first) : r.first;
       all.last = std::max(all.last, r.last);
@@ -67,26 +68,26 @@ struct CorrelationSources : CorrelationFrame<T> {
     return all;
   }
 
-  // Transforms the tile of each source channel, sb channels at a time, and accumulates
+  // Transforms the tile of each source channel, b.sources channels at a time, and accumulates
   // their products with the filter spectra into the destination channels' spectra (which
   // the first block of sources sets rather than adds to, every bin of every one).
   void AccumulateSources(const Frame& f, const Block& b, int64_t slot, const Item& it) const {
-    for (int64_t sc0 = 0; sc0 < f.scpg; sc0 += b.sb) {
-      const int64_t ns = std::min(b.sb, f.scpg - sc0);
+    for (int64_t sc0 = 0; sc0 < f.src_per_group; sc0 += b.sources) {
+      const int64_t ns = std::min(b.sources, f.src_per_group - sc0);
       if (backprop_input && f.dec.on()) {
         TransformStuffedSources(f, b, slot, it, sc0, ns);
       } else if (InPlace(it)) {
         const RowRange data = LoadSourcesInPlace(f, b, slot, it, sc0, ns);
         for (int64_t s = 0; s < ns; ++s) {
           C* spec = Source(f, b, slot, s, 0);
-          R2CBatch(reinterpret_cast<const R*>(spec), spec, it.nb, 2 * f.spec_stride, f.spec_stride,
-                   f.fh, f.fw, SpectrumPitch(f.fw), data);
+          R2CBatch(reinterpret_cast<const R*>(spec), spec, it.planes, 2 * f.spec_stride,
+                   f.spec_stride, f.fh, f.fw, SpectrumPitch(f.fw), data);
         }
       } else {
         for (int64_t s = 0; s < ns; ++s) {
           const RowRange data = LoadSources(f, b, slot, it, sc0 + s);
-          R2CBatch(f.ws.real(slot), Source(f, b, slot, s, 0), it.nb, f.real_stride, f.spec_stride,
-                   f.fh, f.fw, f.fw, data);
+          R2CBatch(f.ws.real(slot), Source(f, b, slot, s, 0), it.planes, f.real_stride,
+                   f.spec_stride, f.fh, f.fw, f.fw, data);
         }
       }
       MultiplySources(f, b, slot, it, sc0, ns);
@@ -102,38 +103,40 @@ struct CorrelationSources : CorrelationFrame<T> {
                                int64_t sc0, int64_t ns) const {
     const Decimation<R>& dec = f.dec;
     const bool in_place = InPlace(it);
-    const int64_t runs = it.tiles ? it.nb : 1, planes = it.tiles ? 1 : it.nb;
+    const int64_t runs = it.tiles ? it.planes : 1, planes = it.tiles ? 1 : it.planes;
     for (int64_t run = 0; run < runs; ++run) {
       const int64_t tile = it.tile_of(run);
       const auto [p0_h, p0_w] = TileOrigin(tile);
-      const auto [sig_h, sig_w] = Residues(f, tile);
+      const auto [residue_h, residue_w] = Residues(f, tile);
       // Dense q = q0 + sig + d m holds plane element (q0 + sig) / d + m: a plane without
       // stuffing in each decimated dimension.
-      int64_t q0_h = p0_h + f.off_h + t.shift_h, q0_w = p0_w + f.off_w + t.shift_w;
-      if (dec.dh > 1) q0_h = (q0_h + sig_h) / dec.dh;
-      if (dec.dw > 1) q0_w = (q0_w + sig_w) / dec.dw;
+      int64_t q0_h = p0_h + f.off_h + tiling.shift_h, q0_w = p0_w + f.off_w + tiling.shift_w;
+      if (dec.dh > 1) q0_h = (q0_h + residue_h) / dec.dh;
+      if (dec.dw > 1) q0_w = (q0_w + residue_w) / dec.dw;
       auto plane = [&](int64_t sc) {
-        return Unstuffed(SourcePlane(it.image(run), (b.g0 + it.group(run)) * f.scpg + sc), dec);
+        return Unstuffed(
+            SourcePlane(it.image(run), (b.group0 + it.group(run)) * f.src_per_group + sc), dec);
       };
       if (in_place) {
         C* first = Source(f, b, slot, 0, run);
-        const int64_t stride = b.vb * f.spec_stride;  // between source channels
+        const int64_t stride = b.batch * f.spec_stride;  // between source channels
         const RowRange data =
             LoadTiles(reinterpret_cast<R*>(first), 2 * stride, ns, SourceChannelStride(), dec.mh(),
                       dec.mw(), dec.pitch(), plane(sc0), q0_h, q0_w, dec.mh(), dec.mw());
-        TransformStuffedInPlace(dec, first, ns, stride, data, f.ws.real(slot), sig_h, sig_w);
+        TransformStuffedInPlace(dec, first, ns, stride, data, f.ws.real(slot), residue_h,
+                                residue_w);
         continue;
       }
       for (int64_t s = 0; s < ns; ++s) {
         R* real = f.ws.real(slot);
-        const RowRange data =
-            LoadTiles(real, f.real_stride, planes, f.scpg * SourceChannelStride(), dec.mh(),
-                      dec.mw(), dec.pitch(), plane(sc0 + s), q0_h, q0_w, dec.mh(), dec.mw());
+        const RowRange data = LoadTiles(
+            real, f.real_stride, planes, f.src_per_group * SourceChannelStride(), dec.mh(),
+            dec.mw(), dec.pitch(), plane(sc0 + s), q0_h, q0_w, dec.mh(), dec.mw());
         R2CBatch(real, reinterpret_cast<C*>(real), planes, f.real_stride, f.real_stride / 2,
                  dec.mh(), dec.mw(), dec.pitch(), data);
         for (int64_t j = 0; j < planes; ++j) {
           ExpandStuffed(dec, reinterpret_cast<const C*>(real + j * f.real_stride),
-                        Source(f, b, slot, s, run + j), sig_h, sig_w);
+                        Source(f, b, slot, s, run + j), residue_h, residue_w);
         }
       }
     }
@@ -147,15 +150,15 @@ struct CorrelationSources : CorrelationFrame<T> {
                      int64_t ns, int64_t i0, bool assign) const {
 #ifdef __AVX__
     if constexpr (std::is_same_v<R, float>) {
-      if (i0 + kChunk > f.l.bins || ns > kSourceBlock) return false;
+      if (i0 + kChunk > f.layout.bins || ns > kSourceBlock) return false;
       static_assert(kChunk == 8, "MacSplit computes eight bins");
       const int64_t ss = f.spec_stride;
       // The filters' chunks follow each other at a whole block's filters per chunk; the
       // prefetch reaches two chunks on.
-      const int64_t chunk_values = kChunk * b.gb * b.per_group;
-      MacSplit(ns, it.nb, b.ob, {Accumulator(f, b, slot, 0, 0) + i0, b.vb * ss, ss},
-               {FilterChunk(f, b, it.gi0, sc0, 0, i0), f.scpg * kChunk, kChunk},
-               {Source(f, b, slot, 0, 0) + i0, ss, b.vb * ss}, 2 * chunk_values, assign);
+      const int64_t chunk_values = kChunk * b.group_count * b.per_group;
+      MacSplit(ns, it.planes, b.out_count, {Accumulator(f, b, slot, 0, 0) + i0, b.batch * ss, ss},
+               {FilterChunk(f, b, it.group0, sc0, 0, i0), f.src_per_group * kChunk, kChunk},
+               {Source(f, b, slot, 0, 0) + i0, ss, b.batch * ss}, 2 * chunk_values, assign);
       return true;
     }
 #endif
@@ -174,26 +177,27 @@ struct CorrelationSources : CorrelationFrame<T> {
     if (it.tiles) {
       // The item's tiles are of one group and share its filter spectra: each filter
       // spectrum (the shared operand) is applied to all the tiles at once.
-      for (int64_t i0 = 0; i0 < f.l.bins; i0 += kChunk) {
+      for (int64_t i0 = 0; i0 < f.layout.bins; i0 += kChunk) {
         if (MultiplySplit(f, b, slot, it, sc0, ns, i0, assign)) continue;
-        const int64_t width = std::min(kChunk, f.l.bins - i0);
-        const Spectra<R> sources{Source(f, b, slot, 0, 0) + i0, ss, b.vb * ss};
-        for (int64_t k = 0; k < b.ob; ++k) {
-          MacSources<R, false>(0, width, ns, it.nb, {Accumulator(f, b, slot, k, 0) + i0, ss, 0},
-                               {FilterChunk(f, b, it.gi0, sc0, k, i0), 0, width}, sources, assign);
+        const int64_t width = std::min(kChunk, f.layout.bins - i0);
+        const Spectra<R> sources{Source(f, b, slot, 0, 0) + i0, ss, b.batch * ss};
+        for (int64_t k = 0; k < b.out_count; ++k) {
+          MacSources<R, false>(0, width, ns, it.planes, {Accumulator(f, b, slot, k, 0) + i0, ss, 0},
+                               {FilterChunk(f, b, it.group0, sc0, k, i0), 0, width}, sources,
+                               assign);
         }
       }
       return;
     }
-    for (int64_t j = 0; j < it.nb; ++j) {
+    for (int64_t j = 0; j < it.planes; ++j) {
       // One tile's source spectrum (the shared operand) is applied to every destination
       // channel's filter spectrum.
-      for (int64_t i0 = 0; i0 < f.l.bins; i0 += kChunk) {
-        const int64_t width = std::min(kChunk, f.l.bins - i0);
-        MacSources<R, true>(0, width, ns, b.ob, {Accumulator(f, b, slot, 0, j) + i0, b.vb * ss, 0},
-                            {Source(f, b, slot, 0, j) + i0, 0, b.vb * ss},
-                            {FilterChunk(f, b, it.group(j), sc0, 0, i0), f.scpg * width, width},
-                            assign);
+      for (int64_t i0 = 0; i0 < f.layout.bins; i0 += kChunk) {
+        const int64_t width = std::min(kChunk, f.layout.bins - i0);
+        MacSources<R, true>(
+            0, width, ns, b.out_count, {Accumulator(f, b, slot, 0, j) + i0, b.batch * ss, 0},
+            {Source(f, b, slot, 0, j) + i0, 0, b.batch * ss},
+            {FilterChunk(f, b, it.group(j), sc0, 0, i0), f.src_per_group * width, width}, assign);
       }
     }
   }

@@ -49,15 +49,15 @@ template <typename R>
 struct Workspace {
   using C = std::complex<R>;
   char* base;
-  Layout l;
-  C* shared(int64_t i) const { return reinterpret_cast<C*>(base + i * l.spectrum_bytes); }
-  char* slot_base(int64_t s) const { return base + l.shared_bytes + s * l.slot_bytes; }
+  Layout layout;
+  C* shared(int64_t i) const { return reinterpret_cast<C*>(base + i * layout.spectrum_bytes); }
+  char* slot_base(int64_t s) const { return base + layout.shared_bytes + s * layout.slot_bytes; }
   C* spectrum(int64_t s, int64_t i) const {
-    return reinterpret_cast<C*>(slot_base(s) + i * l.spectrum_bytes);
+    return reinterpret_cast<C*>(slot_base(s) + i * layout.spectrum_bytes);
   }
   R* real(int64_t s, int64_t plane = 0) const {
-    return reinterpret_cast<R*>(slot_base(s) + l.slot_spectra * l.spectrum_bytes +
-                                plane * l.plane_bytes);
+    return reinterpret_cast<R*>(slot_base(s) + layout.slot_spectra * layout.spectrum_bytes +
+                                plane * layout.plane_bytes);
   }
 };
 
@@ -218,7 +218,7 @@ __attribute__((always_inline)) inline void BroadcastParts(const R* y, typename A
 
 // kOuts outputs x kU registers of bins starting at bin i, summed over the ns sources.
 // Inlined, like MacSources: the 2-D passes call them a chunk of eight bins at a time, where
-// a call's overhead was measured at half the work with one source and three outputs.
+// a call's overhead costs half the work with one source and three outputs.
 template <typename R, bool kConjPer, int kOuts, int kU>
 __attribute__((always_inline)) inline void MacRegisterBlock(int64_t i, int64_t ns, int64_t o0,
                                                             const Spectra<R>& acc,

@@ -24,7 +24,7 @@ class Divisor {
  public:
   constexpr Divisor() = default;
   // d >= 1.
-  constexpr explicit Divisor(int64_t d) : d_(d), mul_(0), shift_(0) {
+  constexpr explicit Divisor(int64_t d) : divisor_(d), mul_(0), shift_(0) {
     if (d >= 1 && d < kLimit) {
       int l = 0;
       while ((int64_t{1} << l) < d) ++l;
@@ -33,19 +33,19 @@ class Divisor {
                                    static_cast<uint64_t>(d));
     }
   }
-  LC_HD constexpr int64_t value() const { return d_; }
+  LC_HD constexpr int64_t value() const { return divisor_; }
 
   // floor(n / d) for n >= 0.
   LC_HD constexpr int64_t Quot(int64_t n) const {
-    return (shift_ != 0 && n < kLimit) ? Fast(static_cast<uint32_t>(n)) : n / d_;
+    return (shift_ != 0 && n < kLimit) ? Fast(static_cast<uint32_t>(n)) : n / divisor_;
   }
   LC_HD constexpr int32_t Quot(int32_t n) const {
     return shift_ != 0 ? static_cast<int32_t>(Fast(static_cast<uint32_t>(n)))
-                       : static_cast<int32_t>(n / d_);
+                       : static_cast<int32_t>(n / divisor_);
   }
   // n mod d in [0, d), for any sign of n.
   LC_HD constexpr int64_t Mod(int64_t n) const {
-    return n >= 0 ? n - Quot(n) * d_ : d_ - 1 - (-(n + 1) - Quot(-(n + 1)) * d_);
+    return n >= 0 ? n - Quot(n) * divisor_ : divisor_ - 1 - (-(n + 1) - Quot(-(n + 1)) * divisor_);
   }
 
  private:
@@ -53,7 +53,7 @@ class Divisor {
   LC_HD constexpr int64_t Fast(uint32_t n) const {
     return static_cast<int64_t>((static_cast<uint64_t>(n) * mul_) >> shift_);
   }
-  int64_t d_ = 1;
+  int64_t divisor_ = 1;
   uint32_t mul_ = 0;
   int shift_ = 0;  // 0: the plain division
 };

@@ -52,28 +52,29 @@ struct alignas(2 * sizeof(R)) Cx {  // aligned as float2 / double2: one load per
 // stride of up to 2^28 on top of the last index).
 constexpr int64_t kNarrowCount = (int64_t{1} << 31) - (int64_t{1} << 28);
 
-// A plane element's position: column c, row r and depth slice z of plane p.
+// A plane element's position: its column, row and depth slice, and its plane.
 struct PlanePos {
-  int64_t c, r, z, p;
+  int64_t col, row, slice, plane;
 };
 // A tile's image and the dense position of its origin.
 struct TileOrigin {
   int64_t image, d, h, w;
 };
 
-// Row `row` of an array [p][nz][ny][nx] as (0, r, z, p).
+// Row `row` of an array [plane][nz][ny][nx] as (0, row, slice, plane).
 template <typename I>
 LC_HD PlanePos SplitRow(I row, const Divisor& ny, const Divisor& nz) {
   const I slab = ny.Quot(row), rest = nz.Quot(slab);
   return {0, row - slab * static_cast<I>(ny.value()), slab - rest * static_cast<I>(nz.value()),
           rest};
 }
-// e as (c, r, z, p): its index in each dimension of an array [p][nz][ny][nx].
+// e as (col, row, slice, plane): its index in each dimension of an array
+// [plane][nz][ny][nx].
 template <typename I>
 LC_HD PlanePos Split3(I e, const Divisor& nx, const Divisor& ny, const Divisor& nz) {
   const I row = nx.Quot(e);
   PlanePos at = SplitRow(row, ny, nz);
-  at.c = e - row * static_cast<I>(nx.value());
+  at.col = e - row * static_cast<I>(nx.value());
   return at;
 }
 
@@ -92,7 +93,7 @@ struct FftGeom {
   int64_t fd, fh, fw, pitch, slice, plane;  // pitch = 2 (fw / 2 + 1); slice = fh * pitch;
                                             // plane = fd * slice
   int64_t bins;                             // fd * fh * (fw / 2 + 1)
-  FftTiling t;                              // height and width
+  FftTiling tiling;                         // height and width
   int64_t tile_d, dense_d;                  // depth
   int64_t tiles_hw, per_image;              // tiles per depth and per image
   Divisor div_fd, div_fh, div_fw, div_pitch, div_tiles_w, div_tiles_hw, div_per_image;
@@ -116,7 +117,8 @@ struct FftGeom {
     const int64_t image = div_per_image.Quot(item), in_image = item - image * per_image;
     const int64_t depth = div_tiles_hw.Quot(in_image), in_depth = in_image - depth * tiles_hw;
     const int64_t row = div_tiles_w.Quot(in_depth);
-    return {image, depth * tile_d, row * t.tile_h, (in_depth - row * t.tiles_w) * t.tile_w};
+    return {image, depth * tile_d, row * tiling.tile_h,
+            (in_depth - row * tiling.tiles_w) * tiling.tile_w};
   }
 };
 inline FftGeom MakeFftGeom(const GpuFftConfig& c, int64_t bins) {
@@ -177,30 +179,32 @@ struct Fill {
 // roles), times `scale`. One call per plane element, padding columns included.
 template <typename T, typename R>
 struct PlaceFilters {
-  TileGeom g;
-  FftGeom f;
+  TileGeom geom;
+  FftGeom fft;
   bool flip;
-  Divisor scpg, dcpg, dilation_d, dilation_h, dilation_w;
+  Divisor src_per_group, dst_per_group, dilation_d, dilation_h, dilation_w;
   R scale;
   const T* filter;
   R* dst;
   int* flag;
   template <typename I>
   LC_HD void operator()(I e) const {
-    const PlanePos at = f.Position(e);
-    const int64_t pair = dcpg.Quot(at.p), grp = scpg.Quot(pair);
-    const int64_t sc = pair - grp * scpg.value(), dc = at.p - pair * dcpg.value();
-    const int64_t ked = DilatedExtent(g.filter_d, g.dilation_d),
-                  keh = DilatedExtent(g.filter_h, g.dilation_h),
-                  kew = DilatedExtent(g.filter_w, g.dilation_w);
-    const int64_t kd = StuffedIndex(flip ? ked - 1 - at.z : at.z, dilation_d, g.filter_d);
-    const int64_t kh = StuffedIndex(flip ? keh - 1 - at.r : at.r, dilation_h, g.filter_h);
-    const int64_t kw = StuffedIndex(flip ? kew - 1 - at.c : at.c, dilation_w, g.filter_w);
+    const PlanePos at = fft.Position(e);
+    const int64_t pair = dst_per_group.Quot(at.plane), grp = src_per_group.Quot(pair);
+    const int64_t sc = pair - grp * src_per_group.value();
+    const int64_t dc = at.plane - pair * dst_per_group.value();
+    const int64_t ked = DilatedExtent(geom.filter_d, geom.dilation_d),
+                  keh = DilatedExtent(geom.filter_h, geom.dilation_h),
+                  kew = DilatedExtent(geom.filter_w, geom.dilation_w);
+    const int64_t kd =
+        StuffedIndex(flip ? ked - 1 - at.slice : at.slice, dilation_d, geom.filter_d);
+    const int64_t kh = StuffedIndex(flip ? keh - 1 - at.row : at.row, dilation_h, geom.filter_h);
+    const int64_t kw = StuffedIndex(flip ? kew - 1 - at.col : at.col, dilation_w, geom.filter_w);
     R v = R(0);
-    if (at.c < f.fw && kd >= 0 && kh >= 0 && kw >= 0) {
-      const int64_t ci = flip ? dc : sc, co = grp * g.cout_g + (flip ? sc : dc);
-      const int64_t tap = (kd * g.filter_h + kh) * g.filter_w + kw;
-      v = scale * LoadChecked<R>(filter[(tap * g.cin_g + ci) * g.out_c + co], flag);
+    if (at.col < fft.fw && kd >= 0 && kh >= 0 && kw >= 0) {
+      const int64_t ci = flip ? dc : sc, co = grp * geom.cout_g + (flip ? sc : dc);
+      const int64_t tap = (kd * geom.filter_h + kh) * geom.filter_w + kw;
+      v = scale * LoadChecked<R>(filter[(tap * geom.cin_g + ci) * geom.out_c + co], flag);
     }
     dst[e] = v;
   }
@@ -254,12 +258,12 @@ inline RowLanes MakeRowLanes(int64_t length, int64_t rows, int64_t threads) {
 // (RowLanes), padding columns included.
 template <typename T, typename R>
 struct PackTiles {
-  FftGeom f;
+  FftGeom fft;
   RowLanes lanes;
   const T* base;
   int64_t image_stride, channel_stride;
   Divisor channels;
-  PackDim d, h, w;
+  PackDim depth, height, width;
   bool clip;
   int64_t item0;
   R* dst;
@@ -267,141 +271,166 @@ struct PackTiles {
   template <typename I>
   LC_HD void operator()(I e) const {
     const I row = lanes.Row(e);
-    const PlanePos at = f.PlaneRow(row);
-    const int64_t r = at.r, z = at.z;
-    const int64_t local = channels.Quot(at.p), ch = at.p - local * channels.value();
-    const TileOrigin o = f.Origin(item0 + local);
-    R* out = dst + static_cast<int64_t>(row) * f.pitch;
+    const PlanePos at = fft.PlaneRow(row);
+    const int64_t r = at.row, z = at.slice;
+    const int64_t local = channels.Quot(at.plane), ch = at.plane - local * channels.value();
+    const TileOrigin o = fft.Origin(item0 + local);
+    const FftTiling& t = fft.tiling;
+    R* out = dst + static_cast<int64_t>(row) * fft.pitch;
     // Columns [0, end) may hold source values; the rest of the row is zero.
-    int64_t end = f.fw;
+    int64_t end = fft.fw;
     if (clip) {
       const bool row_inside =
-          z < f.tile_d && o.d + z < f.dense_d && r < f.t.tile_h && o.h + r < f.t.dense_h;
-      end = row_inside ? MinOf(f.t.tile_w, f.t.dense_w - o.w) : 0;
+          z < fft.tile_d && o.d + z < fft.dense_d && r < t.tile_h && o.h + r < t.dense_h;
+      end = row_inside ? MinOf(t.tile_w, t.dense_w - o.w) : 0;
     }
-    const int64_t iz = d.Index(o.d + d.org + z), iy = h.Index(o.h + h.org + r);
+    const int64_t iz = depth.Index(o.d + depth.org + z), iy = height.Index(o.h + height.org + r);
     if (iz < 0 || iy < 0) end = 0;
-    const T* src = end > 0 ? base + o.image * image_stride + ch * channel_stride + iz * d.stride +
-                                 iy * h.stride
+    const T* src = end > 0 ? base + o.image * image_stride + ch * channel_stride +
+                                 iz * depth.stride + iy * height.stride
                            : base;
-    const int64_t q0 = o.w + w.org;
-    for (int64_t c = lanes.Lane(e); c < f.pitch; c += lanes.width()) {
+    const int64_t q0 = o.w + width.org;
+    for (int64_t c = lanes.Lane(e); c < fft.pitch; c += lanes.width()) {
       R v = R(0);
       if (c < end) {
-        const int64_t ix = w.Index(q0 + c);
-        if (ix >= 0) v = LoadChecked<R>(src[ix * w.stride], flag);
+        const int64_t ix = width.Index(q0 + c);
+        if (ix >= 0) v = LoadChecked<R>(src[ix * width.stride], flag);
       }
       out[c] = v;
     }
   }
 };
 
-// y(item, group, dc) = sum over the group's source channels sc of
-// x(item, group, sc) * conj(filters(group, sc, dc)), bin by bin; a thread owns up to
-// kChannelBlock consecutive dc of one bin (`dblocks` = ceil(dcpg / kChannelBlock)).
+// `n` sums of products a * conj(b_k), k < n, with `a` from `as` and `b_k` from `bs`, `count`
+// terms: term j takes as[j * a_step] and bs[j * b_step + k * k_step]. The spectral products
+// of MultiplyConj and AccumulateConj.
+template <typename R>
+LC_HD void MacConjBlock(const Cx<R>* as, int64_t a_step, const Cx<R>* bs, int64_t b_step,
+                        int64_t k_step, int64_t count, int n, R* re, R* im) {
+  for (int64_t j = 0; j < count; ++j) {
+    const Cx<R> a = as[j * a_step];
+    for (int k = 0; k < n; ++k) {
+      const Cx<R> b = bs[j * b_step + k * k_step];
+      re[k] += a.re * b.re + a.im * b.im;
+      im[k] += a.im * b.re - a.re * b.im;
+    }
+  }
+}
+
+// A spectral-product thread's place: e = ((outer * middle + mid) * blocks + block) * bins +
+// bin, owning `count` (up to kChannelBlock) channels from `first` of one bin, of
+// `channels` in all.
+struct BinBlock {
+  int64_t bin, first, mid, outer;
+  int count;
+};
+template <typename I>
+LC_HD BinBlock SplitBinBlock(I e, const Divisor& bins, const Divisor& blocks, const Divisor& middle,
+                             int64_t channels) {
+  const PlanePos at = Split3(e, bins, blocks, middle);
+  const int64_t first = at.row * kChannelBlock;
+  return {at.col, first, at.slice, at.plane,
+          static_cast<int>(MinOf(kChannelBlock, channels - first))};
+}
+// Stores the `n` sums re + i im, `step` apart.
+template <typename R>
+LC_HD void StoreSums(Cx<R>* out, int64_t step, int n, const R* re, const R* im) {
+  for (int k = 0; k < n; ++k) out[k * step] = Cx<R>{re[k], im[k]};
+}
+
+// dst(item, group, dc) = sum over the group's source channels sc of
+// src(item, group, sc) * conj(filters(group, sc, dc)), bin by bin; a thread owns up to
+// kChannelBlock consecutive dc of one bin (`dblocks` = ceil(dst_per_group / kChannelBlock)).
 template <typename R>
 struct MultiplyConj {
   Divisor bins, dblocks, groups;
-  int64_t scpg, dcpg;
-  const Cx<R>* x;
+  int64_t src_per_group, dst_per_group;
+  const Cx<R>* src;
   const Cx<R>* filters;
-  Cx<R>* y;
+  Cx<R>* dst;
   template <typename I>
   LC_HD void operator()(I e) const {
     // e = ((item * groups + grp) * dblocks + block) * bins + bin
-    const PlanePos at = Split3(e, bins, dblocks, groups);
-    const int64_t nb = bins.value(), bin = at.c, dc0 = at.r * kChannelBlock, grp = at.z;
-    const int64_t item = at.p, ng = groups.value();
-    const int n = static_cast<int>(MinOf(kChannelBlock, dcpg - dc0));
-    const Cx<R>* xs = x + (item * ng * scpg + grp * scpg) * nb + bin;
-    const Cx<R>* fs = filters + (grp * scpg * dcpg + dc0) * nb + bin;
+    const int64_t scpg = src_per_group, dcpg = dst_per_group;
+    const BinBlock at = SplitBinBlock(e, bins, dblocks, groups, dcpg);
+    const int64_t nb = bins.value(), dc0 = at.first, grp = at.mid, item = at.outer;
+    const int64_t ng = groups.value();
+    const Cx<R>* xs = src + (item * ng * scpg + grp * scpg) * nb + at.bin;
+    const Cx<R>* fs = filters + (grp * scpg * dcpg + dc0) * nb + at.bin;
     R re[kChannelBlock] = {}, im[kChannelBlock] = {};
-    for (int64_t sc = 0; sc < scpg; ++sc) {
-      const Cx<R> a = xs[sc * nb];
-      for (int k = 0; k < n; ++k) {
-        const Cx<R> b = fs[(sc * dcpg + k) * nb];
-        re[k] += a.re * b.re + a.im * b.im;
-        im[k] += a.im * b.re - a.re * b.im;
-      }
-    }
-    Cx<R>* ys = y + (item * ng * dcpg + grp * dcpg + dc0) * nb + bin;
-    for (int k = 0; k < n; ++k) ys[k * nb] = Cx<R>{re[k], im[k]};
+    MacConjBlock(xs, nb, fs, dcpg * nb, nb, scpg, at.count, re, im);
+    StoreSums(dst + (item * ng * dcpg + grp * dcpg + dc0) * nb + at.bin, nb, at.count, re, im);
   }
 };
 
 // The wanted outputs of a round's result planes into the destination tensor: dense tile
 // position (z, r, c) of item it is output ((p0 + (z, r, c)) / out_stride) when on the
 // stride grid, read from the plane at (r, c) - shift modulo the transform size (depth has
-// no shift). ds: the destination's element strides, dsd its depth's. One call per lane of
-// a tile row (RowLanes).
+// no shift). One call per lane of a tile row (RowLanes).
 template <typename T, typename R>
 struct StoreTiles {
-  FftGeom f;
+  FftGeom fft;
   RowLanes lanes;
   T* out;
-  Strides4 ds;
-  int64_t dsd;
+  Strides4 out_strides;  // the destination's element strides
+  int64_t out_depth_stride;
   Divisor channels, out_sd, out_sh, out_sw;
   int64_t item0;
   const R* real;
   template <typename I>
   LC_HD void operator()(I e) const {
-    const PlanePos at = f.TileRow(lanes.Row(e));
-    const int64_t r = at.r, z = at.z;
-    const int64_t local = channels.Quot(at.p), ch = at.p - local * channels.value();
-    const TileOrigin o = f.Origin(item0 + local);
+    const PlanePos at = fft.TileRow(lanes.Row(e));
+    const int64_t r = at.row, z = at.slice;
+    const int64_t local = channels.Quot(at.plane), ch = at.plane - local * channels.value();
+    const TileOrigin o = fft.Origin(item0 + local);
+    const FftTiling& t = fft.tiling;
     const int64_t pd = o.d + z, ph = o.h + r;
-    if (pd >= f.dense_d || ph >= f.t.dense_h) return;
+    if (pd >= fft.dense_d || ph >= t.dense_h) return;
     const int64_t od = out_sd.Quot(pd), oh = out_sh.Quot(ph);
     if (od * out_sd.value() != pd || oh * out_sh.value() != ph) return;
-    const R* src = real + at.p * f.plane + z * f.slice + f.div_fh.Mod(r - f.t.shift_h) * f.pitch;
-    T* dst = out + o.image * ds.n + ch * ds.c + od * dsd + oh * ds.h;
-    const int64_t end = MinOf(f.t.tile_w, f.t.dense_w - o.w);
+    const R* src =
+        real + at.plane * fft.plane + z * fft.slice + fft.div_fh.Mod(r - t.shift_h) * fft.pitch;
+    T* dst = out + o.image * out_strides.n + ch * out_strides.c + od * out_depth_stride +
+             oh * out_strides.h;
+    const int64_t end = MinOf(t.tile_w, t.dense_w - o.w);
     for (int64_t c = lanes.Lane(e); c < end; c += lanes.width()) {
       const int64_t pw = o.w + c, ow = out_sw.Quot(pw);
       if (ow * out_sw.value() != pw) continue;
-      dst[ow * ds.w] = Store<T>(src[f.div_fw.Mod(c - f.t.shift_w)]);
+      dst[ow * out_strides.w] = Store<T>(src[fft.div_fw.Mod(c - t.shift_w)]);
     }
   }
 };
 
-// acc(group, i, o) (+)= sum over the round's items, in order, of x(item, group, i) *
-// conj(dy(item, group, o)); `first` starts the sum. A thread owns one bin of up to
-// kChannelBlock consecutive o (`oblocks` = ceil(ocpg / kChannelBlock)), and each sum runs
-// over the items in order, so the gradient is the same whatever the round size.
+// acc(group, i, o) (+)= sum over the round's items, in order, of input(item, group, i) *
+// conj(out_backprop(item, group, o)); `first` starts the sum. A thread owns one bin of up
+// to kChannelBlock consecutive o (`oblocks` = ceil(out_per_group / kChannelBlock)), and
+// each sum runs over the items in order, so the gradient is the same whatever the round
+// size.
 template <typename R>
 struct AccumulateConj {
-  Divisor bins, oblocks, icpg;
-  int64_t groups, ocpg, items;
+  Divisor bins, oblocks, in_per_group;
+  int64_t groups, out_per_group, items;
   bool first;
-  const Cx<R>* x;
-  const Cx<R>* dy;
+  const Cx<R>* input;
+  const Cx<R>* out_backprop;
   Cx<R>* acc;
   template <typename I>
   LC_HD void operator()(I e) const {
-    // e = ((grp * icpg + i) * oblocks + block) * bins + bin
-    const PlanePos at = Split3(e, bins, oblocks, icpg);
-    const int64_t nb = bins.value(), bin = at.c, o0 = at.r * kChannelBlock, i = at.z;
-    const int64_t grp = at.p;
-    const int n = static_cast<int>(MinOf(kChannelBlock, ocpg - o0));
-    const int64_t ni = icpg.value();
-    Cx<R>* out = acc + ((grp * ni + i) * ocpg + o0) * nb + bin;
+    // e = ((grp * in_per_group + i) * oblocks + block) * bins + bin
+    const int64_t ocpg = out_per_group;
+    const BinBlock at = SplitBinBlock(e, bins, oblocks, in_per_group, ocpg);
+    const int64_t nb = bins.value(), o0 = at.first, i = at.mid, grp = at.outer;
+    const int64_t ni = in_per_group.value();
+    Cx<R>* out = acc + ((grp * ni + i) * ocpg + o0) * nb + at.bin;
     R re[kChannelBlock] = {}, im[kChannelBlock] = {};
-    for (int k = 0; k < n && !first; ++k) {
+    for (int k = 0; k < at.count && !first; ++k) {
       re[k] = out[k * nb].re;
       im[k] = out[k * nb].im;
     }
-    const Cx<R>* xs = x + (grp * ni + i) * nb + bin;
-    const Cx<R>* ys = dy + (grp * ocpg + o0) * nb + bin;
-    for (int64_t it = 0; it < items; ++it) {
-      const Cx<R> a = xs[it * groups * ni * nb];
-      for (int k = 0; k < n; ++k) {
-        const Cx<R> b = ys[(it * groups * ocpg + k) * nb];
-        re[k] += a.re * b.re + a.im * b.im;
-        im[k] += a.im * b.re - a.re * b.im;
-      }
-    }
-    for (int k = 0; k < n; ++k) out[k * nb] = Cx<R>{re[k], im[k]};
+    const Cx<R>* xs = input + (grp * ni + i) * nb + at.bin;
+    const Cx<R>* ys = out_backprop + (grp * ocpg + o0) * nb + at.bin;
+    MacConjBlock(xs, groups * ni * nb, ys, groups * ocpg * nb, nb, items, at.count, re, im);
+    StoreSums(out, nb, at.count, re, im);
   }
 };
 
@@ -409,21 +438,23 @@ struct AccumulateConj {
 // (group, i, o): lag (kd, kh, kw) * dilation, less the tiling's shift, times `scale`.
 template <typename T, typename R>
 struct ReadFilter {
-  TileGeom g;
-  FftGeom f;
+  TileGeom geom;
+  FftGeom fft;
   R scale;
   const R* real;
   T* out;
   template <typename I>
   LC_HD void operator()(I e) const {
+    const TileGeom& g = geom;
+    const FftTiling& t = fft.tiling;
     const int64_t co = e % g.out_c, i = e / g.out_c % g.cin_g;
     const int64_t kw = e / (g.out_c * g.cin_g) % g.filter_w,
                   kh = e / (g.out_c * g.cin_g * g.filter_w) % g.filter_h,
                   kd = e / (g.out_c * g.cin_g * g.filter_w * g.filter_h);
     const int64_t s = ((co / g.cout_g) * g.cin_g + i) * g.cout_g + co % g.cout_g;
-    out[e] = Store<T>(scale * real[s * f.plane + kd * g.dilation_d * f.slice +
-                                   f.div_fh.Mod(kh * g.dilation_h - f.t.shift_h) * f.pitch +
-                                   f.div_fw.Mod(kw * g.dilation_w - f.t.shift_w)]);
+    out[e] = Store<T>(scale * real[s * fft.plane + kd * g.dilation_d * fft.slice +
+                                   fft.div_fh.Mod(kh * g.dilation_h - t.shift_h) * fft.pitch +
+                                   fft.div_fw.Mod(kw * g.dilation_w - t.shift_w)]);
   }
 };
 
@@ -440,12 +471,12 @@ template <typename T, class Runner>
 struct FftPassRun {
   using R = AccT<T>;
   const CudaPlan& plan;
-  const GpuFftConfig& c;
-  const TileGeom g;
-  const int rb;
-  const GpuFftLayout l;
-  const FftTiling& t;
-  const FftGeom f;
+  const GpuFftConfig& config;
+  const TileGeom geom;
+  const int real_bytes;
+  const GpuFftLayout layout;
+  const FftTiling& tiling;
+  const FftGeom fft;
   R* filters;
   R* src;
   R* dst;
@@ -456,113 +487,126 @@ struct FftPassRun {
 
   // Geometry: ConvGeometry or Conv3dGeometry.
   template <class Geometry>
-  FftPassRun(const Geometry& geom, const CudaPlan& p, char* workspace, Runner& r)
-      : plan(p),
-        c(p.fft),
-        g(MakeTileGeom(geom)),
-        rb(static_cast<int>(sizeof(R))),
-        l(MakeGpuFftLayout(geom, p.pass, c, rb)),
-        t(c.tiling),
-        f(MakeFftGeom(c, l.bins)),
-        filters(reinterpret_cast<R*>(workspace + l.filters)),
-        src(reinterpret_cast<R*>(workspace + l.src)),
-        dst(reinterpret_cast<R*>(workspace + l.dst)),
-        work(workspace + l.fft_bytes),
+  FftPassRun(const Geometry& conv, const CudaPlan& cuda_plan, char* workspace, Runner& runner)
+      : plan(cuda_plan),
+        config(cuda_plan.fft),
+        geom(MakeTileGeom(conv)),
+        real_bytes(static_cast<int>(sizeof(R))),
+        layout(MakeGpuFftLayout(conv, cuda_plan.pass, config, real_bytes)),
+        tiling(config.tiling),
+        fft(MakeFftGeom(config, layout.bins)),
+        filters(reinterpret_cast<R*>(workspace + layout.filters)),
+        src(reinterpret_cast<R*>(workspace + layout.src)),
+        dst(reinterpret_cast<R*>(workspace + layout.dst)),
+        work(workspace + layout.fft_bytes),
         flag(reinterpret_cast<int*>(workspace)),
-        scale(R(1) / static_cast<R>(c.fft_d * c.fft_h * c.fft_w)),
-        run(r) {}
+        scale(R(1) / static_cast<R>(config.fft_d * config.fft_h * config.fft_w)),
+        run(runner) {}
 
   static Cx<R>* Spectra(R* p) { return reinterpret_cast<Cx<R>*>(p); }
   void Transform(bool inverse, int64_t batch, R* data) const {
     if (batch > 0) {
-      run.Transform(TransformShape{inverse, rb, c.fft_h, c.fft_w, batch, c.fft_d}, data, work);
+      run.Transform(
+          TransformShape{inverse, real_bytes, config.fft_h, config.fft_w, batch, config.fft_d},
+          data, work);
     }
   }
   // The input / output as PackTiles reads them, its dense positions offset by `org`
   // (depth, height, width) and stuffed by `stuff`.
   PackDim InputDim(int i, int64_t org) const {
-    return i == 0   ? PackDim{g.in_d, Divisor(1), org, g.in_sd}
-           : i == 1 ? PackDim{g.in_h, Divisor(1), org, g.in.h}
-                    : PackDim{g.in_w, Divisor(1), org, g.in.w};
+    return i == 0   ? PackDim{geom.in_d, Divisor(1), org, geom.in_sd}
+           : i == 1 ? PackDim{geom.in_h, Divisor(1), org, geom.in.h}
+                    : PackDim{geom.in_w, Divisor(1), org, geom.in.w};
   }
   PackDim OutputDim(int i, int64_t org) const {
-    return i == 0   ? PackDim{g.out_d, Divisor(g.stride_d), org, g.out_sd}
-           : i == 1 ? PackDim{g.out_h, Divisor(g.stride_h), org, g.out.h}
-                    : PackDim{g.out_w, Divisor(g.stride_w), org, g.out.w};
+    return i == 0   ? PackDim{geom.out_d, Divisor(geom.stride_d), org, geom.out_sd}
+           : i == 1 ? PackDim{geom.out_h, Divisor(geom.stride_h), org, geom.out.h}
+                    : PackDim{geom.out_w, Divisor(geom.stride_w), org, geom.out.w};
+  }
+  // PackTiles over the round of `items` items from item0: `channels` planes each from
+  // `base` (`strides` its element strides), into `planes`.
+  void Pack(const T* base, const Strides4& strides, int64_t channels, PackDim depth, PackDim height,
+            PackDim width, bool clip, int64_t item0, int64_t items, R* planes) const {
+    const int64_t rows = items * channels * fft.fd * fft.fh;
+    const RowLanes lanes = MakeRowLanes(fft.pitch, rows, Runner::kRowThreads);
+    run.ForEach(lanes.count(rows),
+                PackTiles<T, R>{fft, lanes, base, strides.n, strides.c, Divisor(channels), depth,
+                                height, width, clip, item0, planes, flag});
   }
 
   // A pass that writes the filter: the gradient spectra accumulate over rounds of items
   // (input against out_backprop transforms), then one inverse transform reads them out.
-  void FilterGradient(const T* a, const T* b, T* out) const {
-    if (c.items == 0) {
+  void FilterGradient(const T* input, const T* out_backprop, T* out) const {
+    const TileGeom& g = geom;
+    if (config.items == 0) {
       run.ForEach(g.filter_elements(), Fill<T>{out});
       return;
     }
-    for (int64_t item0 = 0; item0 < c.items; item0 += c.chunk) {
-      const int64_t items = MinOf(c.chunk, c.items - item0);
-      const int64_t rows_a = items * g.cin_g * g.groups * f.fd * f.fh;
-      const RowLanes pack_a = MakeRowLanes(f.pitch, rows_a, Runner::kRowThreads);
-      run.ForEach(pack_a.count(rows_a),
-                  PackTiles<T, R>{f, pack_a, a, g.in.n, g.in.c, Divisor(g.cin_g * g.groups),
-                                  InputDim(0, -g.pad_front), InputDim(1, t.shift_h - g.pad_top),
-                                  InputDim(2, t.shift_w - g.pad_left), false, item0, src, flag});
-      Transform(false, items * l.src_channels, src);
-      const int64_t rows_b = items * g.out_c * f.fd * f.fh;
-      const RowLanes pack_b = MakeRowLanes(f.pitch, rows_b, Runner::kRowThreads);
-      run.ForEach(pack_b.count(rows_b),
-                  PackTiles<T, R>{f, pack_b, b, g.out.n, g.out.c, Divisor(g.out_c), OutputDim(0, 0),
-                                  OutputDim(1, 0), OutputDim(2, 0), true, item0, dst, flag});
-      Transform(false, items * l.dst_channels, dst);
+    for (int64_t item0 = 0; item0 < config.items; item0 += config.chunk) {
+      const int64_t items = MinOf(config.chunk, config.items - item0);
+      Pack(input, g.in, g.cin_g * g.groups, InputDim(0, -g.pad_front),
+           InputDim(1, tiling.shift_h - g.pad_top), InputDim(2, tiling.shift_w - g.pad_left), false,
+           item0, items, src);
+      Transform(false, items * layout.src_channels, src);
+      Pack(out_backprop, g.out, g.out_c, OutputDim(0, 0), OutputDim(1, 0), OutputDim(2, 0), true,
+           item0, items, dst);
+      Transform(false, items * layout.dst_channels, dst);
       const int64_t oblocks = CeilDiv(g.cout_g, kChannelBlock);
-      run.ForEach(
-          g.groups * g.cin_g * oblocks * l.bins,
-          AccumulateConj<R>{Divisor(l.bins), Divisor(oblocks), Divisor(g.cin_g), g.groups, g.cout_g,
-                            items, item0 == 0, Spectra(src), Spectra(dst), Spectra(filters)});
+      run.ForEach(g.groups * g.cin_g * oblocks * layout.bins,
+                  AccumulateConj<R>{Divisor(layout.bins), Divisor(oblocks), Divisor(g.cin_g),
+                                    g.groups, g.cout_g, items, item0 == 0, Spectra(src),
+                                    Spectra(dst), Spectra(filters)});
     }
-    Transform(true, l.filter_spectra, filters);
-    run.ForEach(g.filter_elements(), ReadFilter<T, R>{g, f, scale, filters, out});
+    Transform(true, layout.filter_spectra, filters);
+    run.ForEach(g.filter_elements(), ReadFilter<T, R>{g, fft, scale, filters, out});
   }
 
   // A pass that writes an image: the filter spectra once, then per round of items the
   // source transforms, their products with the filters, and the destination's tiles.
   void Correlation(const T* a, const T* b, T* out) const {
-    const bool bpi = RolesOf(plan.pass).out == ConvTensor::kInput;
-    const int64_t scpg = bpi ? g.cout_g : g.cin_g, dcpg = bpi ? g.cin_g : g.cout_g;
-    run.ForEach(l.filter_spectra * f.plane,
-                PlaceFilters<T, R>{g, f, bpi, Divisor(scpg), Divisor(dcpg), Divisor(g.dilation_d),
-                                   Divisor(g.dilation_h), Divisor(g.dilation_w), scale, bpi ? a : b,
-                                   filters, flag});
-    Transform(false, l.filter_spectra, filters);
-    const T* source = bpi ? b : a;
-    const Strides4 ss = bpi ? g.out : g.in, ds = bpi ? g.in : g.out;
-    const int64_t off_d =
-        bpi ? g.pad_front - DilatedExtent(g.filter_d, g.dilation_d) + 1 : -g.pad_front;
-    const int64_t off_h =
-        bpi ? g.pad_top - DilatedExtent(g.filter_h, g.dilation_h) + 1 : -g.pad_top;
-    const int64_t off_w =
-        bpi ? g.pad_left - DilatedExtent(g.filter_w, g.dilation_w) + 1 : -g.pad_left;
-    const auto dim = [&](int i, int64_t org) { return bpi ? OutputDim(i, org) : InputDim(i, org); };
-    for (int64_t item0 = 0; item0 < c.items; item0 += c.chunk) {
-      const int64_t items = MinOf(c.chunk, c.items - item0);
-      const int64_t src_rows = items * l.src_channels * f.fd * f.fh;
-      const RowLanes pack = MakeRowLanes(f.pitch, src_rows, Runner::kRowThreads);
-      run.ForEach(pack.count(src_rows),
-                  PackTiles<T, R>{f, pack, source, ss.n, ss.c, Divisor(l.src_channels),
-                                  dim(0, off_d), dim(1, off_h + t.shift_h),
-                                  dim(2, off_w + t.shift_w), false, item0, src, flag});
-      Transform(false, items * l.src_channels, src);
-      const int64_t dblocks = CeilDiv(dcpg, kChannelBlock);
-      run.ForEach(items * g.groups * dblocks * l.bins,
-                  MultiplyConj<R>{Divisor(l.bins), Divisor(dblocks), Divisor(g.groups), scpg, dcpg,
-                                  Spectra(src), Spectra(filters), Spectra(dst)});
-      Transform(true, items * l.dst_channels, dst);
-      const int64_t dst_rows = items * l.dst_channels * c.tile_d * t.tile_h;
-      const RowLanes store = MakeRowLanes(t.tile_w, dst_rows, Runner::kRowThreads);
+    const TileGeom& g = geom;
+    const bool backprop_input = RolesOf(plan.pass).out == ConvTensor::kInput;
+    const int64_t src_per_group = backprop_input ? g.cout_g : g.cin_g;
+    const int64_t dst_per_group = backprop_input ? g.cin_g : g.cout_g;
+    run.ForEach(
+        layout.filter_spectra * fft.plane,
+        PlaceFilters<T, R>{g, fft, backprop_input, Divisor(src_per_group), Divisor(dst_per_group),
+                           Divisor(g.dilation_d), Divisor(g.dilation_h), Divisor(g.dilation_w),
+                           scale, backprop_input ? a : b, filters, flag});
+    Transform(false, layout.filter_spectra, filters);
+    const T* source = backprop_input ? b : a;
+    const Strides4 src_strides = backprop_input ? g.out : g.in;
+    const Strides4 dst_strides = backprop_input ? g.in : g.out;
+    // The source's dense offset in each dimension: the filter's reach before the output
+    // position for backprop-input, the padding before the input for the forward pass.
+    const auto offset = [&](int64_t pad, int64_t filter, int64_t dilation) {
+      return backprop_input ? pad - DilatedExtent(filter, dilation) + 1 : -pad;
+    };
+    const auto dim = [&](int i, int64_t org) {
+      return backprop_input ? OutputDim(i, org) : InputDim(i, org);
+    };
+    for (int64_t item0 = 0; item0 < config.items; item0 += config.chunk) {
+      const int64_t items = MinOf(config.chunk, config.items - item0);
+      Pack(source, src_strides, layout.src_channels,
+           dim(0, offset(g.pad_front, g.filter_d, g.dilation_d)),
+           dim(1, offset(g.pad_top, g.filter_h, g.dilation_h) + tiling.shift_h),
+           dim(2, offset(g.pad_left, g.filter_w, g.dilation_w) + tiling.shift_w), false, item0,
+           items, src);
+      Transform(false, items * layout.src_channels, src);
+      const int64_t dblocks = CeilDiv(dst_per_group, kChannelBlock);
+      run.ForEach(
+          items * g.groups * dblocks * layout.bins,
+          MultiplyConj<R>{Divisor(layout.bins), Divisor(dblocks), Divisor(g.groups), src_per_group,
+                          dst_per_group, Spectra(src), Spectra(filters), Spectra(dst)});
+      Transform(true, items * layout.dst_channels, dst);
+      const int64_t dst_rows = items * layout.dst_channels * config.tile_d * tiling.tile_h;
+      const RowLanes store = MakeRowLanes(tiling.tile_w, dst_rows, Runner::kRowThreads);
       run.ForEach(
           store.count(dst_rows),
-          StoreTiles<T, R>{f, store, out, ds, bpi ? g.in_sd : g.out_sd, Divisor(l.dst_channels),
-                           Divisor(bpi ? 1 : g.stride_d), Divisor(bpi ? 1 : g.stride_h),
-                           Divisor(bpi ? 1 : g.stride_w), item0, dst});
+          StoreTiles<T, R>{fft, store, out, dst_strides, backprop_input ? g.in_sd : g.out_sd,
+                           Divisor(layout.dst_channels), Divisor(backprop_input ? 1 : g.stride_d),
+                           Divisor(backprop_input ? 1 : g.stride_h),
+                           Divisor(backprop_input ? 1 : g.stride_w), item0, dst});
     }
   }
 };

@@ -55,12 +55,11 @@ static_assert(DivisorsAgree(), "Divisor disagrees with the plain division");
 // FFT path: bytes moved by the transforms (cuFFT's passes and the plane loads), bytes moved
 // by the spectrum products, and a cost per launch (FftTerms). Fitted to the FFT steps of
 // every bench case the path runs (16 on an H200, 6 of them also on an H100, three also
-// under a tenth to a third of their workspace) after the row kernels (fft_pipeline.h):
+// under a tenth to a third of their workspace):
 //   python -m benchmarks.gpu.fft_steps --fit FILES, the FILES being
 //       benchmarks/results/gpu/fft_steps_h200_2026-11-27c_rows.json and
 //       benchmarks/results/gpu/fft_steps_h100_2026-11-27c_same.json
-// Model / measured 0.73-1.24 (0.56-1.53 under the rates fitted before the element kernels'
-// divisors and row kernels).
+// Model / measured 0.73-1.24.
 constexpr double kTransformBytesPerSec = 1.49e12;
 constexpr double kProductBytesPerSec = 3.69e12;
 constexpr double kFftLaunchSec = 4.8e-6;

@@ -88,9 +88,10 @@ TileConfig MakeTileConfig(const Conv3dGeometry& g, ConvPass pass, int acc_bytes,
 
 // Output positions x channel blocks of a group: the block order shared by forward and
 // backprop-input (spatial tiles fastest, so neighbouring blocks share filter chunks; then
-// the depth z the block covers).
+// the depth z the block covers): image n, group grp, channel block cblock, and the tile's
+// origin (y0, x0).
 struct SpatialBlock {
-  int64_t n, grp, j, z, y0, x0;
+  int64_t n, grp, cblock, z, y0, x0;
 };
 LC_HD inline SpatialBlock DecodeSpatial(int64_t b, int64_t d, int64_t h, int64_t w, int64_t cblocks,
                                         int64_t groups, const TileConfig& c) {
@@ -102,7 +103,7 @@ LC_HD inline SpatialBlock DecodeSpatial(int64_t b, int64_t d, int64_t h, int64_t
   b /= tiles_y;
   k.z = b % d;
   b /= d;
-  k.j = b % cblocks;
+  k.cblock = b % cblocks;
   b /= cblocks;
   k.grp = b % groups;
   k.n = b / groups;
@@ -134,7 +135,7 @@ LC_HD inline TapStep DecodeTapStep(const TileGeom& g, const TileConfig& c, int64
 // the height of its planes there: 0 outside the tensor, so that a patch loaded from it is
 // all zeros (LoadPatch).
 struct DepthPlane {
-  int64_t offset, h;
+  int64_t offset, height;
 };
 LC_HD inline DepthPlane PlaneAt(int64_t z, int64_t depth, int64_t stride, int64_t h) {
   const bool in = z >= 0 && z < depth;
@@ -205,9 +206,9 @@ struct ForwardTiles {
         PlaneAt(k.z * g.stride_d + t.kd * g.dilation_d - g.pad_front, g.in_d, g.in_sd, g.in_h);
     LoadPatch(p.input + k.n * g.in.n + d.offset + (k.grp * g.cin_g + t.ch) * g.in.c,
               k.y0 * g.stride_h + t.kh0 * g.dilation_h - g.pad_top,
-              k.x0 * g.stride_w + t.kw0 * g.dilation_w - g.pad_left, d.h, g.in_w, g.in, c, tid,
+              k.x0 * g.stride_w + t.kw0 * g.dilation_w - g.pad_left, d.height, g.in_w, g.in, c, tid,
               threads, smem);
-    const int64_t c0 = k.j * C;  // first out-channel of the block within its group
+    const int64_t c0 = k.cblock * C;  // first out-channel of the block within its group
     LoadFilterChunk<C>(p.filter, g, c, t, t.ch * g.out_c + k.grp * g.cout_g + c0, 1, g.cout_g - c0,
                        tid, threads, smem + c.patch_h * c.patch_w);
   }
@@ -233,7 +234,7 @@ struct ForwardTiles {
     const TileGeom& g = p.g;
     const int64_t oy = k.y0 + tid / p.c.tile_w, ox = k.x0 + tid % p.c.tile_w;
     if (oy >= g.out_h || ox >= g.out_w) return;
-    const int64_t c0 = k.j * C;
+    const int64_t c0 = k.cblock * C;
     StoreChannels<C>(acc, g.cout_g - c0, g.out.c,
                      p.output + k.n * g.out.n + k.z * g.out_sd + oy * g.out.h + ox * g.out.w +
                          (k.grp * g.cout_g + c0) * g.out.c);
@@ -283,8 +284,8 @@ struct BackpropInputTiles {
     PatchOrigin(p, k, t, &oy0, &ox0);
     const DepthPlane d = PlaneAt(OutDepth(g, k, t.kd), g.out_d, g.out_sd, g.out_h);
     LoadPatch(p.out_backprop + k.n * g.out.n + d.offset + (k.grp * g.cout_g + t.ch) * g.out.c, oy0,
-              ox0, d.h, g.out_w, g.out, c, tid, threads, smem);
-    const int64_t c0 = k.j * C;  // first in-channel of the block within its group
+              ox0, d.height, g.out_w, g.out, c, tid, threads, smem);
+    const int64_t c0 = k.cblock * C;  // first in-channel of the block within its group
     LoadFilterChunk<C>(p.filter, g, c, t, c0 * g.out_c + k.grp * g.cout_g + t.ch, g.out_c,
                        g.cin_g - c0, tid, threads, smem + c.patch_h * c.patch_w);
   }
@@ -322,7 +323,7 @@ struct BackpropInputTiles {
     const TileGeom& g = p.g;
     const int64_t iy = k.y0 + tid / p.c.tile_w, ix = k.x0 + tid % p.c.tile_w;
     if (iy >= g.in_h || ix >= g.in_w) return;
-    const int64_t c0 = k.j * C;
+    const int64_t c0 = k.cblock * C;
     StoreChannels<C>(acc, g.cin_g - c0, g.in.c,
                      p.in_backprop + k.n * g.in.n + k.z * g.in_sd + iy * g.in.h + ix * g.in.w +
                          (k.grp * g.cin_g + c0) * g.in.c);
@@ -342,7 +343,8 @@ struct BackpropFilterTiles {
     A* partials;         // [reduce_chunks][filter elements] otherwise
   };
   struct Block {
-    int64_t kd, kh0, kw0, j, grp, ci, r, row0, rows;  // r: the slice of batch x depth x rows
+    int64_t kd, kh0, kw0, cblock, grp, ci;
+    int64_t chunk, row0, rows;  // the reduce chunk: its rows of batch x depth x rows
   };
 
   LC_HD static Block Decode(const Params& p, int64_t b) {
@@ -356,7 +358,7 @@ struct BackpropFilterTiles {
     b /= tiles_x;
     k.kh0 = (b % tiles_y) * c.tile_h;
     b /= tiles_y;
-    k.j = b % cblocks;
+    k.cblock = b % cblocks;
     b /= cblocks;
     k.grp = b % g.groups;
     b /= g.groups;
@@ -364,9 +366,9 @@ struct BackpropFilterTiles {
     b /= g.cin_g;
     k.kd = b % g.filter_d;
     const int64_t total = g.batch * g.out_d * g.out_h;
-    k.r = b / g.filter_d;
-    k.row0 = k.r * total / c.reduce_chunks;
-    k.rows = (k.r + 1) * total / c.reduce_chunks - k.row0;
+    k.chunk = b / g.filter_d;
+    k.row0 = k.chunk * total / c.reduce_chunks;
+    k.rows = (k.chunk + 1) * total / c.reduce_chunks - k.row0;
     return k;
   }
   LC_HD static int64_t Steps(const Params& p, const Block& k) {
@@ -387,13 +389,13 @@ struct BackpropFilterTiles {
     for (int64_t e = tid; e < patch; e += threads) {
       const int64_t kh = k.kh0 + e / c.patch_w;
       const int64_t iy = oy * g.stride_h + kh * g.dilation_h - g.pad_top, ix = bx + e % c.patch_w;
-      const bool in = kh < g.filter_h && iy >= 0 && iy < d.h && ix >= 0 && ix < g.in_w;
+      const bool in = kh < g.filter_h && iy >= 0 && iy < d.height && ix >= 0 && ix < g.in_w;
       smem[e] = in ? static_cast<A>(Load(x[iy * g.in.h + ix * g.in.w])) : A(0);
     }
     A* dy = smem + patch;
     const T* src = p.out_backprop + n * g.out.n + od * g.out_sd + oy * g.out.h;
     for (int64_t e = tid; e < c.chunk_w * C; e += threads) {
-      const int64_t o = e % C, ox = ox0 + e / C, co = k.j * C + o;
+      const int64_t o = e % C, ox = ox0 + e / C, co = k.cblock * C + o;
       const bool in = ox < g.out_w && co < g.cout_g;
       dy[e] =
           in ? static_cast<A>(Load(src[ox * g.out.w + (k.grp * g.cout_g + co) * g.out.c])) : A(0);
@@ -418,12 +420,12 @@ struct BackpropFilterTiles {
     const int64_t base = (((k.kd * g.filter_h + kh) * g.filter_w + kw) * g.cin_g + k.ci) * g.out_c +
                          k.grp * g.cout_g;
     for (int o = 0; o < C; ++o) {
-      const int64_t co = k.j * C + o;
+      const int64_t co = k.cblock * C + o;
       if (co >= g.cout_g) continue;
       if (p.c.reduce_chunks == 1) {
         p.filter_backprop[base + co] = Store<T>(acc[o]);
       } else {
-        p.partials[k.r * FilterElements(g) + base + co] = acc[o];
+        p.partials[k.chunk * FilterElements(g) + base + co] = acc[o];
       }
     }
   }

@@ -240,18 +240,10 @@ FftWork CountFftWork(const ConvGeometry& g, ConvPass pass, const FftConfig& c, b
   return w;
 }
 
-// Runs of tiles per item (BatchesTiles) are priced as the model counts them. A margin that
-// raised their price by 1/0.9 (against 2-thread runs on 160x288 transforms that were
-// slower than 160x160 ones) no longer paid once the tiles' channels loaded in one pass:
-// without it (2 threads, builds alternated) a 512x512x8 image with a 31x31x8x8 filter went
-// from 13.4-13.6 to 12.2-12.7 ms (160x288 transforms in runs of 4), four 128x128x16 images
-// with a 63x63x16x16 filter from 11.8-12.0 to 8.7-10.3 ms (runs of 2, each filter value
-// read once per two images), two 512x512x8 images from 31.3-32.7 to 25.3-31.4 ms; one
-// thread 22.3-28.0 -> 21.3, 18.9-20.4 -> 14.6 and 49.0 -> 40.7-41.5 ms.
-
 // Single-thread seconds of a configuration (`kept_filter`: as CountFftWork); *flops: its
 // arithmetic (a real 2-D transform of N points costs about 2.5 N log2 N flops, a complex
-// multiply-add 8).
+// multiply-add 8). Runs of tiles per item (BatchesTiles) are priced as the model counts
+// them, with no margin.
 double FftCost(const ConvGeometry& g, ConvPass pass, const FftConfig& c, double* flops,
                bool kept_filter) {
   const FftWork w = CountFftWork(g, pass, c, kept_filter);

@@ -100,6 +100,43 @@ void ForEachFilterBlocks(const ConvGeometry& g, int64_t threads, FftConfig c, co
   }
 }
 
+// Runs of tiles per item (BatchesTiles) for the largest blocks `c` that fit, so that each
+// filter value read serves the whole run: among destination blocks as large as fit or up
+// to two blocks more (smaller blocks leave room for longer runs), each with the whole
+// source block, and runs from two tiles up to a slot's share, the cheapest for the slots
+// by the cost model (its filter reads against the transforms and the parallel items); one
+// tile per item where none is cheaper. The lengths tried grow by about half a step, to 32
+// (the reads then cost 1/32 of one per multiply-add; longer runs gain little more, and
+// each length tried is a pricing). fits(): whether *c fits the limit.
+template <typename Fits>
+void ChooseTileRuns(const ConvGeometry& g, ConvPass pass, int64_t dest, int64_t source_block,
+                    const Fits& fits, FftConfig* c) {
+  constexpr int64_t kRunLengths[] = {2, 3, 4, 6, 8, 12, 16, 24, 32};
+  const int64_t tiles = g.batch * c->tiling.tiles_h * c->tiling.tiles_w;
+  const int64_t slots = std::max<int64_t>(1, c->slots);
+  const FftConfig largest = *c;
+  const int64_t fewest = CeilDiv(dest, largest.out_block);
+  FftConfig best = largest;
+  double best_cost = LongestRunCost(g, pass, largest, slots);
+  for (int64_t blocks = fewest; blocks <= std::min(dest, fewest + 2); ++blocks) {
+    *c = largest;
+    c->out_block = CeilDiv(dest, blocks);
+    if (blocks > fewest && c->out_block == CeilDiv(dest, blocks - 1)) continue;
+    if (LargestFitting(source_block, &c->in_block, fits) < source_block) continue;
+    for (const int64_t run : kRunLengths) {
+      c->vec_block = std::min(run, CeilDiv(tiles, slots));  // at most a slot's share
+      if (c->vec_block < 2 || !fits()) break;
+      const double cost = LongestRunCost(g, pass, *c, slots);
+      if (cost < best_cost) {
+        best_cost = cost;
+        best = *c;
+      }
+      if (c->vec_block < run) break;
+    }
+  }
+  *c = best;
+}
+
 // Blocks for `threads` (filter pass) or `c->slots` slots that fit the limit; false if
 // none. Without `price`, the largest that fit; with it, for the filter pass, the cheapest
 // by price among all of the ladder's configurations that fit, so that a larger limit, which
@@ -149,38 +186,7 @@ bool FitBlocks(const ConvGeometry& g, ConvPass pass, int64_t limit, int real_byt
   const int64_t source_block = std::min(kSourceBlock, sources);
   LargestFitting(source_block, &c->in_block, fits);
   if (g.groups == 1 && c->fft_h > 1 && c->in_block == source_block && RunsCanPay(g, pass, *c)) {
-    // Runs of tiles per item (BatchesTiles), so that each filter value read serves the
-    // whole run: among destination blocks as large as fit or up to two blocks more
-    // (smaller blocks leave room for longer runs), each with the whole source block, and
-    // runs from two tiles up to a slot's share, the cheapest for the slots by the cost
-    // model (its filter reads against the transforms and the parallel items); one tile per
-    // item where none is cheaper. The lengths tried grow by about half a step, to 32 (the
-    // reads then cost 1/32 of one per multiply-add; longer runs gain little more, and each
-    // length tried is a pricing).
-    constexpr int64_t kRunLengths[] = {2, 3, 4, 6, 8, 12, 16, 24, 32};
-    const int64_t tiles = g.batch * c->tiling.tiles_h * c->tiling.tiles_w;
-    const int64_t slots = std::max<int64_t>(1, c->slots);
-    const FftConfig largest = *c;
-    const int64_t fewest = CeilDiv(dest, largest.out_block);
-    FftConfig best = largest;
-    double best_cost = LongestRunCost(g, pass, largest, slots);
-    for (int64_t blocks = fewest; blocks <= std::min(dest, fewest + 2); ++blocks) {
-      *c = largest;
-      c->out_block = CeilDiv(dest, blocks);
-      if (blocks > fewest && c->out_block == CeilDiv(dest, blocks - 1)) continue;
-      if (LargestFitting(source_block, &c->in_block, fits) < source_block) continue;
-      for (const int64_t run : kRunLengths) {
-        c->vec_block = std::min(run, CeilDiv(tiles, slots));  // at most a slot's share
-        if (c->vec_block < 2 || !fits()) break;
-        const double cost = LongestRunCost(g, pass, *c, slots);
-        if (cost < best_cost) {
-          best_cost = cost;
-          best = *c;
-        }
-        if (c->vec_block < run) break;
-      }
-    }
-    *c = best;
+    ChooseTileRuns(g, pass, dest, source_block, fits, c);
   }
   return true;
 }
