@@ -45,13 +45,17 @@ def parser(progs: dict[str, str] | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None, progs: dict[str, str] | None = None) -> int:
-  """Runs the command line on `argv` (default sys.argv[1:]); returns the exit status."""
+  """Runs the command line on `argv` (default sys.argv[1:]) and returns its exit status
+  (messages go to stdout and stderr; it raises no SystemExit)."""
   argv = sys.argv[1:] if argv is None else [str(a) for a in argv]
-  args = parser(progs).parse_args(argv)
   try:
-    return args.run(args)
-  except (UsageError, ValueError, TypeError, FileNotFoundError, ImportError) as e:
-    args.parser.error(str(e))
+    args = parser(progs).parse_args(argv)
+    try:
+      return args.run(args)
+    except (UsageError, ValueError, TypeError, FileNotFoundError, ImportError) as e:
+      args.parser.error(str(e))  # prints the usage and the message, exits USAGE
+  except SystemExit as e:  # argparse's exits (--help, errors) and the scheduler's
+    return e.code if isinstance(e.code, int) else (OK if e.code is None else USAGE)
   return USAGE  # not reached: error() exits
 
 
