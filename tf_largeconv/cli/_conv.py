@@ -10,6 +10,8 @@ from typing import Any
 from tf_largeconv.cli import _run
 from tf_largeconv.cli import _text
 from tf_largeconv.cli._options import Size
+from tf_largeconv.cli._options import add_command
+from tf_largeconv.cli._options import add_slide_paths
 from tf_largeconv.cli._options import mib
 from tf_largeconv.cli._options import positive
 
@@ -18,17 +20,8 @@ _PIXEL_KINDS = "biuf"  # bool, signed and unsigned integers, floating point
 
 
 def add(subparsers: Any, parent: argparse.ArgumentParser, prog: str | None) -> None:
-  p = subparsers.add_parser(
-    "conv",
-    parents=[parent],
-    help="convolve a slide with a filter into zarr or OME-Zarr",
-    description=_text.CONV,
-    epilog=_text.CONV_EPILOG + _text.EXIT_CODES,
-    formatter_class=argparse.RawDescriptionHelpFormatter,
-    **({"prog": prog} if prog else {}),
-  )
-  p.add_argument("input", metavar="INPUT", help="slide to read: TIFF, OME-Zarr, zarr or .npy")
-  p.add_argument("output", metavar="OUTPUT", help="zarr or OME-Zarr directory to write")
+  p = add_command(subparsers, "conv", prog, [parent])
+  add_slide_paths(p)
   g = p.add_argument_group("the convolution")
   g.add_argument("--filter", required=True, metavar="FILTER.npy", help=_text.FILTER_HELP)
   g.add_argument(

@@ -9,8 +9,9 @@ import os
 from typing import Any
 
 from tf_largeconv.cli import _run
-from tf_largeconv.cli import _text
 from tf_largeconv.cli._options import Refused
+from tf_largeconv.cli._options import add_command
+from tf_largeconv.cli._options import add_slide_paths
 from tf_largeconv.cli._options import mib
 from tf_largeconv.cli._options import positive
 
@@ -19,18 +20,9 @@ DEFAULT_READ_CHUNK = 2048
 
 
 def add(subparsers: Any, parent: argparse.ArgumentParser, prog: str | None) -> None:
-  p = subparsers.add_parser(
-    "model",
-    parents=[parent],
-    help="run a saved Keras model over a slide into zarr or OME-Zarr",
-    description=_text.MODEL,
-    epilog=_text.MODEL_EPILOG + _text.EXIT_CODES,
-    formatter_class=argparse.RawDescriptionHelpFormatter,
-    **({"prog": prog} if prog else {}),
-  )
+  p = add_command(subparsers, "model", prog, [parent])
   p.add_argument("model", metavar="MODEL.keras", help="the Keras model to run")
-  p.add_argument("input", metavar="INPUT", help="slide to read: TIFF, OME-Zarr, zarr or .npy")
-  p.add_argument("output", metavar="OUTPUT", help="zarr or OME-Zarr directory to write")
+  add_slide_paths(p)
   g = p.add_argument_group("the model")
   g.add_argument("--up-to", metavar="LAYER", help="run the model up to this layer's output")
   g.add_argument(
@@ -136,8 +128,6 @@ def _physical(args: argparse.Namespace, p: Any) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-  from dask.base import tokenize
-
   from tf_largeconv import stream
   from tf_largeconv.dask import _output
 
@@ -151,8 +141,8 @@ def run(args: argparse.Namespace) -> int:
     lazy = stream.to_dask(model, slide, tile=p.tile, up_to=args.up_to)
     source = "HWC" if lazy.ndim == 3 else "HW"
     ome = _run.output_format(args) == "ome-zarr"
-    identity = {
-      "input": {"token": tokenize(slide), "shape": list(slide.shape)},
+    identity = {  # the input file itself: the caller's input_file (--read-chunk is free)
+      "input": {"shape": list(slide.shape), "dtype": slide.dtype.name},
       "model_sha256": _digest(args.model),
       "tile": p.tile,
       "up_to": args.up_to,

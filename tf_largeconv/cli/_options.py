@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import re
+from typing import Any
 
 # Units of a size: powers of 1000 (B, KB, MB, ...; K, M, G, T alone too, as dask reads
 # them) and of 1024 (KiB, MiB, ...; Ki, Mi, ...). A plain number is MiB.
@@ -67,6 +68,27 @@ class Refused(argparse.Action):
 
   def __call__(self, parser, namespace, values, option_string=None):
     parser.error(f"{option_string}: {self.help}")
+
+
+def add_command(
+  subparsers: Any, name: str, prog: str | None, parents: list
+) -> argparse.ArgumentParser:
+  """Subcommand `name`'s parser, with its texts (`_text.COMMANDS`); `prog` names it
+  otherwise (the alias)."""
+  from tf_largeconv.cli import _text
+
+  return subparsers.add_parser(
+    name,
+    parents=parents,
+    formatter_class=argparse.RawDescriptionHelpFormatter,
+    **({"prog": prog} if prog else {}),
+    **_text.COMMANDS[name],
+  )
+
+
+def add_slide_paths(p: argparse.ArgumentParser) -> None:
+  p.add_argument("input", metavar="INPUT", help="slide to read: TIFF, OME-Zarr, zarr or .npy")
+  p.add_argument("output", metavar="OUTPUT", help="zarr or OME-Zarr directory to write")
 
 
 def slide_options() -> argparse.ArgumentParser:

@@ -8,8 +8,8 @@ import re
 from typing import Any
 
 from tf_largeconv.cli import _run
-from tf_largeconv.cli import _text
 from tf_largeconv.cli._options import Size
+from tf_largeconv.cli._options import add_command
 from tf_largeconv.cli._options import positive
 
 
@@ -35,15 +35,7 @@ class Ints:
 
 
 def add(subparsers: Any, prog: str | None) -> None:
-  extra = {"prog": f"{prog} plan"} if prog else {}
-  p = subparsers.add_parser(
-    "plan",
-    help="print the op planner's plan for shapes, or a model's stream plan",
-    description=_text.PLAN,
-    epilog=_text.EXIT_CODES,
-    formatter_class=argparse.RawDescriptionHelpFormatter,
-    **extra,
-  )
+  p = add_command(subparsers, "plan", prog and f"{prog} plan", [])
   op = p.add_argument_group("a convolution (the op planner)")
   op.add_argument("--input-shape", type=Ints(1), metavar="SHAPE", help="e.g. 1,4096,4096,3")
   op.add_argument("--filter-shape", type=Ints(1), metavar="SHAPE", help="e.g. 101,101,3,8")
@@ -67,12 +59,7 @@ def add(subparsers: Any, prog: str | None) -> None:
   )
   st.add_argument("--up-to", metavar="LAYER", help="stream the model up to this layer")
   p.set_defaults(run=run_plan, parser=p)
-  i = subparsers.add_parser(
-    "info",
-    help="what this installation runs (tf_largeconv.info())",
-    description="Print tf_largeconv.info(): versions, kernels, the op library, fallbacks.",
-    **({"prog": f"{prog} info"} if prog else {}),
-  )
+  i = add_command(subparsers, "info", prog and f"{prog} info", [])
   i.add_argument("--json", action="store_true", help="one JSON object instead of lines")
   i.set_defaults(run=run_info, parser=i)
 

@@ -164,3 +164,26 @@ Examples:
       --workspace-limit 16MiB
   tf-largeconv plan --model unet.keras --image-shape 4096,4096,3 --task-memory 512MiB
 """
+
+# Per subcommand: its line in the overview, its description and its epilog.
+COMMANDS = {
+  "conv": dict(
+    help="convolve a slide with a filter into zarr or OME-Zarr",
+    description=CONV,
+    epilog=CONV_EPILOG + EXIT_CODES,
+  ),
+  "model": dict(
+    help="run a saved Keras model over a slide into zarr or OME-Zarr",
+    description=MODEL,
+    epilog=MODEL_EPILOG + EXIT_CODES,
+  ),
+  "plan": dict(
+    help="print the op planner's plan for shapes, or a model's stream plan",
+    description=PLAN,
+    epilog=EXIT_CODES,
+  ),
+  "info": dict(
+    help="what this installation runs (tf_largeconv.info())",
+    description="Print tf_largeconv.info(): versions, kernels, the op library, fallbacks.",
+  ),
+}
