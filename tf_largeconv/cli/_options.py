@@ -132,7 +132,8 @@ def _memory_options(p: argparse.ArgumentParser) -> None:
     type=Size("--memory-limit"),
     metavar="SIZE",
     help="memory of all the tasks that run at once, in all: fewer tasks run at once "
-    "(dask threads) when the cores' worth would not fit",
+    "(dask threads) when the cores' worth would not fit (default: none for conv, 1GiB for "
+    "model)",
   )
   g.add_argument(
     "--task-memory",
