@@ -40,10 +40,12 @@ def connect(address: str, timeout: float) -> Any:
 
 
 def slots(client: Any) -> int:
-  """Tasks that run at once: this machine's cores (dask's threaded scheduler), or the
-  cluster's worker threads."""
+  """Tasks that run at once: the threads of dask's threaded scheduler (dask's num_workers
+  setting where one is made, else this machine's cores), or the cluster's worker threads."""
   if client is None:
-    return os.cpu_count() or 1
+    import dask
+
+    return int(dask.config.get("num_workers", None) or os.cpu_count() or 1)
   return sum(w["nthreads"] for w in client.scheduler_info()["workers"].values()) or 1
 
 
@@ -85,7 +87,7 @@ def in_flight(need: int, total: int | None, client: Any, what: str) -> tuple[int
   line = f"{n} tasks at once x up to {mib(need)} each = {mib(n * need)}"
   line += f", within --memory-limit {mib(total)}"
   if n < cores:
-    line += f" (lowered from {cores}, this machine's cores, to fit it)"
+    line += f" (lowered from {cores}, the threads this machine would run, to fit it)"
   return n, line
 
 
