@@ -636,7 +636,8 @@ def test_slide_larger_than_cluster_memory(tmp_path):
 
 
 def _cli(capsys, *argv):
-  """Runs the command line's main() in this process: (exit code, stdout, stderr)."""
+  """Runs `python -m tf_largeconv.dask`'s main() (the alias of `tf-largeconv conv`) in this
+  process: (exit code, stdout, stderr)."""
   from tf_largeconv.dask import __main__ as cli
 
   try:
@@ -671,7 +672,7 @@ def test_cli_tiff_end_to_end(rng, tmp_path):
   w = rng.standard_normal((15, 15, 3, 2)).astype(np.float32)
   np.save(tmp_path / "w.npy", w)
   out = subproc.run(
-    "-m tf_largeconv.dask",
+    "-m tf_largeconv conv",
     tmp_path / "slide.tif",
     tmp_path / "out.zarr",
     "--filter",
@@ -680,7 +681,7 @@ def test_cli_tiff_end_to_end(rng, tmp_path):
     "valid",
     "--strides",
     2,
-    "--chunk",
+    "--tile",
     45,
     timeout=300,
     cwd=tmp_path,
@@ -690,9 +691,10 @@ def test_cli_tiff_end_to_end(rng, tmp_path):
   z = zarr.open(str(tmp_path / "out.zarr"), mode="r")
   want = lc.conv2d(slide[None].astype(np.float32), w, 2, "VALID").numpy()[0]
   assert z.shape == want.shape == (78, 63, 2)
-  assert z.chunks == (23, 23, 2)  # --chunk 45 rounded up to 46, over the stride 2
+  assert z.chunks == (23, 23, 2)  # --tile 45 rounded up to 46, over the stride 2
   np.testing.assert_allclose(z[:], want, rtol=0, atol=1e-5 * np.abs(want).max())
-  # a grayscale .npy slide with a 2-D filter gives a 2-D output
+  # a grayscale .npy slide with a 2-D filter gives a 2-D output (through the alias
+  # `python -m tf_largeconv.dask`, whose --chunk is --tile)
   gray = rng.standard_normal((64, 50)).astype(np.float32)
   np.save(tmp_path / "gray.npy", gray)
   np.save(tmp_path / "f.npy", w[:, :, 0, 0])

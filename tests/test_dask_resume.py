@@ -30,7 +30,8 @@ CLUSTER_TIMEOUT = clusters.CLUSTER_TIMEOUT
 
 
 def _cli(capsys, *argv):
-  """Runs the command line's main() in this process: (exit code, stdout, stderr)."""
+  """Runs `python -m tf_largeconv.dask`'s main() (the alias of `tf-largeconv conv`) in this
+  process: (exit code, stdout, stderr)."""
   from tf_largeconv.dask import __main__ as cli
 
   try:
@@ -205,7 +206,8 @@ def test_resume_refused_against_other_inputs(rng, tmp_path, capsys):
   code, text, err = _cli(capsys, *base, "--filter", tmp_path / "f.npy")
   assert code == 0, err
   assert "wrote" in text and "9 computed, 0 already done" in text, text
-  # an existing output without --overwrite or --resume
+  # an existing output without --overwrite or --resume: a usage error (2); a refused
+  # resume has its own exit status (3)
   code, _, err = _cli(capsys, *base, "--filter", tmp_path / "f.npy")
   assert code == 2 and "exists" in err and "--overwrite" in err and "--resume" in err, err
   # a resume of the finished run computes nothing
@@ -217,12 +219,12 @@ def test_resume_refused_against_other_inputs(rng, tmp_path, capsys):
     (["--filter", tmp_path / "f.npy", "--padding", "valid"], "op.padding"),
   ):
     code, _, err = _cli(capsys, *base, *extra, "--resume")
-    assert code == 2 and field in err and "--overwrite" in err, (field, err)
+    assert code == 3 and field in err and "--overwrite" in err, (field, err)
     assert "Traceback" not in err
   time.sleep(0.01)
   np.save(tmp_path / "slide.npy", slide + 1)
   code, _, err = _cli(capsys, *base, "--filter", tmp_path / "f.npy", "--resume")
-  assert code == 2 and "caller.input_file.stat_sha256" in err, err
+  assert code == 3 and "caller.input_file.stat_sha256" in err, err
   # an output that has no record
   zarr.create_array(str(tmp_path / "plain.zarr"), shape=(4, 4), dtype="f4")
   code, _, err = _cli(
@@ -233,7 +235,7 @@ def test_resume_refused_against_other_inputs(rng, tmp_path, capsys):
     tmp_path / "f.npy",
     "--resume",
   )
-  assert code == 2 and "no record" in err, err
+  assert code == 3 and "no record" in err, err
   # --overwrite starts again
   code, text, err = _cli(capsys, *base, "--filter", tmp_path / "g.npy", "--overwrite")
   assert code == 0 and "9 computed" in text, err
@@ -390,7 +392,7 @@ def test_cli_bad_input_clear_messages(rng, tmp_path, capsys):
     ),
     (
       [tmp_path / "slide.npy", out, "--filter", tmp_path / "big.npy", "--max-task-memory", 1],
-      ["--chunk", "smaller --chunk", "--max-task-memory"],
+      ["--tile", "smaller --tile", "--task-memory"],
     ),
     (
       [tmp_path / "slide.npy", out, "--filter", tmp_path / "f.npy", "--resume", "--overwrite"],

@@ -124,3 +124,58 @@ def test_nothing_that_measures_ships_in_the_package():
     if any(word in n.rpartition(".")[2] for word in ("bench", "measure", "demo"))
   ]
   assert bad == []
+
+
+def _in(name, package):
+  return name == package or name.startswith(package + ".")
+
+
+# The command line's entry points: `python -m tf_largeconv` and its alias
+# `python -m tf_largeconv.dask`.
+ENTRY_POINTS = ("tf_largeconv.__main__", "tf_largeconv.dask.__main__")
+# The modules of stream that make `to_dask` (the one place stream uses the dask subpackage).
+TO_DASK = ("tf_largeconv.stream", "tf_largeconv.stream._dask")
+
+
+def broken_import_rules(graph):
+  """(importer, imported, rule) for each import against ARCHITECTURE.md's rules: the command
+  line (cli) sits on top and only its entry points import it; nothing in the package but
+  cli and memory imports stream; nothing imports memory (the package loads it by name on
+  first use); stream imports the dask subpackage only to make `to_dask`."""
+  broken = []
+  for name, targets in graph.items():
+    for t in sorted(targets):
+      if _in(t, "tf_largeconv.cli") and not _in(name, "tf_largeconv.cli"):
+        if name not in ENTRY_POINTS:
+          broken.append((name, t, "only the entry points import cli"))
+      if _in(t, "tf_largeconv.stream") and not _in(name, "tf_largeconv.stream"):
+        if not (_in(name, "tf_largeconv.cli") or _in(name, "tf_largeconv.memory")):
+          broken.append((name, t, "nothing in the package but cli and memory imports stream"))
+      if _in(t, "tf_largeconv.memory") and not _in(name, "tf_largeconv.memory"):
+        broken.append((name, t, "nothing in the package imports memory"))
+      if _in(name, "tf_largeconv.stream") and _in(t, "tf_largeconv.dask") and name not in TO_DASK:
+        broken.append((name, t, "stream uses dask only in to_dask"))
+  return broken
+
+
+def test_the_subpackages_import_as_the_architecture_says():
+  graph = _graph()
+  assert "tf_largeconv.cli" in graph and "tf_largeconv.stream._dask" in graph
+  assert broken_import_rules(graph) == []
+
+
+def test_the_import_rules_catch_a_break():
+  graph = _graph()
+  graph["tf_largeconv.dask._output"] = graph["tf_largeconv.dask._output"] | {
+    "tf_largeconv.stream._plan"
+  }
+  graph["tf_largeconv.stream._run"] = graph["tf_largeconv.stream._run"] | {"tf_largeconv.dask"}
+  graph["tf_largeconv.keras"] = graph["tf_largeconv.keras"] | {"tf_largeconv.cli"}
+  graph["tf_largeconv.stream._run"] |= {"tf_largeconv.memory._report"}
+  rules = sorted(rule for _, _, rule in broken_import_rules(graph))
+  assert rules == [
+    "nothing in the package but cli and memory imports stream",
+    "nothing in the package imports memory",
+    "only the entry points import cli",
+    "stream uses dask only in to_dask",
+  ]

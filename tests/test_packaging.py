@@ -2,9 +2,11 @@
 without the benchmarks; the demo (benchmarks/demo.py) runs end to end and the example
 trains, both on the package under test."""
 
+import json
 import math
 import os
 import re
+import subprocess
 import sys
 
 import pytest
@@ -40,8 +42,17 @@ def test_pip_install_no_build_isolation(tmp_path):
   path, value = out.stdout.split()
   assert path.startswith(str(target)), out.stdout
   assert float(value) == 9.0
-  # the `dask` extra's subpackage and command line ship too; the benchmarks do not
+  # the `dask` extra's subpackage and the command line ship too (the `tf-largeconv`
+  # console script runs from the target); the benchmarks do not
   assert (target / "tf_largeconv" / "dask" / "__main__.py").is_file()
+  assert (target / "tf_largeconv" / "cli" / "__init__.py").is_file()
+  script = target / "bin" / "tf-largeconv"
+  assert script.is_file()
+  info = subprocess.run(
+    [str(script), "info", "--json"], capture_output=True, text=True, env=env, timeout=300
+  )
+  assert info.returncode == 0, info.stderr
+  assert json.loads(info.stdout)["op_library"].startswith(str(target)), info.stdout
   assert not (target / "benchmarks").exists()
 
 

@@ -545,7 +545,9 @@ def _cli(*args, timeout=180):
   )
 
 
-def test_command_line_runs_a_model_over_a_slide_and_resumes(tmp_path):
+def test_cli_runs_a_model_over_a_slide_and_resumes(tmp_path):
+  # through `python -m tf_largeconv.dask MODEL.keras`, the alias of `tf-largeconv model`
+  # (whose --chunk is --read-chunk)
   zarr = pytest.importorskip("zarr")
   pytest.importorskip("distributed")
   model = resnet()
@@ -576,7 +578,7 @@ def test_command_line_runs_a_model_over_a_slide_and_resumes(tmp_path):
   assert run.returncode == 2 and "exists; pass --overwrite" in run.stderr
   resnet().save(tmp_path / "other.keras")
   run = _cli(tmp_path / "other.keras", tmp_path / "in.zarr", out, "--tile", 40, "--resume")
-  assert run.returncode == 2 and "model_sha256" in run.stderr
+  assert run.returncode == 3 and "model_sha256" in run.stderr  # a refused resume
   run = _cli(tmp_path / "missing.keras", tmp_path / "in.zarr", out)
   assert run.returncode == 2 and "MODEL: no such file" in run.stderr
   np.testing.assert_array_equal(zarr.open_array(out)[:], want)

@@ -1,8 +1,8 @@
 """Resumable chunk-by-chunk output: a record, kept inside the output, of which chunks are
 complete, and the task wrapper that keeps it.
 
-Any command that writes a large result chunk by chunk with dask (the convolution command
-line today, a network run over a slide tomorrow) uses it in four steps:
+Both slide commands (a convolution and a Keras model over a slide) write through it, by way
+of the one writer in `_output`, in four steps:
 
   record = open_output(path, fingerprint, mode, create)
       # mode 'new': `path` must not exist; 'overwrite': it is removed first; 'resume': its
@@ -13,7 +13,7 @@ line today, a network run over a slide tomorrow) uses it in four steps:
       # one task per output chunk: `compute(*args)` (dask resolves keys in args) gives the
       # chunk's values; run_chunk skips a chunk already recorded, records the attempt,
       # computes, writes, and records the chunk as complete last
-  report = run(graph, tasks, record, client=None, progress=print)
+  report = run(graph, tasks, sink, client=None, progress=print)
 
 The fingerprint is a JSON-able dict of whatever defines the output (the input's identity,
 the filter's digest, the arguments, the output's shape and chunks); the caller picks the
@@ -322,22 +322,34 @@ def _total(results: Iterable[int]) -> int:
   return sum(results)
 
 
-class Report(
+class WriteReport(
   collections.namedtuple(
-    "Report", ["total", "computed", "skipped", "recomputed", "retried", "seconds", "pixels"]
+    "WriteReport",
+    [
+      "total",
+      "computed",
+      "skipped",
+      "recomputed",
+      "retried",
+      "seconds",
+      "pixels",
+      "pyramid_seconds",
+    ],
+    defaults=(0.0,),
   )
 ):
-  """What a run did.
+  """What a resumable write did, in chunks of the output (its level 0 for OME-Zarr).
 
   Attributes:
     total: chunks in the output.
-    computed: chunks computed by this run.
-    skipped: chunks recorded complete by an earlier run, not computed again.
-    recomputed: chunks this run computed that an earlier run had started (in flight when
-      it stopped): chunks computed twice across the runs.
-    retried: chunks this run started more than once (their worker was lost).
-    seconds: wall time of the run.
-    pixels: output pixels this run computed (chunk sizes along the image axes).
+    computed: chunks this run computed.
+    skipped: chunks an earlier run had recorded complete (not computed again).
+    recomputed: chunks this run computed that an earlier run had started and not finished
+      (in flight when it stopped): the chunks computed twice across the runs.
+    retried: chunks this run started more than once (a worker lost while on them).
+    seconds: wall time of the chunks.
+    pixels: output pixels (rows x columns) this run computed.
+    pyramid_seconds: wall time of the OME-Zarr pyramid's levels (0 if this run made none).
   """
 
   __slots__ = ()
@@ -366,7 +378,7 @@ def run(
   progress: Callable[[int, int, float], None] | None = None,
   interval: float = 1.0,
   pixels: Callable[[tuple[int, ...]], int] | None = None,
-) -> Report:
+) -> WriteReport:
   """Runs the chunk tasks not yet recorded complete, and says what was done.
 
   Args:
@@ -375,7 +387,7 @@ def run(
     sink: the ZarrSink the tasks write through.
     client: a dask.distributed Client to run on; None: dask's threaded scheduler.
     progress: called as progress(done, total, seconds) about every `interval` seconds.
-    pixels: the output pixels of a chunk index (for Report.pixels); default its size.
+    pixels: the output pixels of a chunk index (for WriteReport.pixels); default its size.
   """
   import dask
   from dask.highlevelgraph import HighLevelGraph
@@ -419,7 +431,7 @@ def run(
   size = pixels or (lambda idx: int(np.prod([r.stop - r.start for r in sink.region(idx)])))
   if progress is not None:
     progress(len(finished), len(tasks), seconds)
-  return Report(
+  return WriteReport(
     total=len(tasks),
     computed=len(computed),
     skipped=len(tasks) - len(pending),

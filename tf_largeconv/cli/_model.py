@@ -1,0 +1,165 @@
+"""`model`: a saved Keras model run over a slide, tile by tile, into zarr or OME-Zarr."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import math
+import os
+from typing import Any
+
+from tf_largeconv.cli import _run
+from tf_largeconv.cli._options import Refused
+from tf_largeconv.cli._options import add_command
+from tf_largeconv.cli._options import add_slide_paths
+from tf_largeconv.cli._options import mib
+from tf_largeconv.cli._options import positive
+
+DEFAULT_MEMORY_LIMIT = 2**30
+DEFAULT_READ_CHUNK = 2048
+
+
+def add(subparsers: Any, parent: argparse.ArgumentParser, prog: str | None) -> None:
+  p = add_command(subparsers, "model", prog, [parent])
+  p.add_argument("model", metavar="MODEL.keras", help="the Keras model to run")
+  add_slide_paths(p)
+  g = p.add_argument_group("the model")
+  g.add_argument("--up-to", metavar="LAYER", help="run the model up to this layer's output")
+  g.add_argument(
+    "--read-chunk",
+    type=positive,
+    default=DEFAULT_READ_CHUNK,
+    metavar="N",
+    help=f"slide rows and columns read at once (default {DEFAULT_READ_CHUNK})",
+  )
+  g.add_argument(
+    "--chunk",
+    nargs="?",
+    action=Refused,
+    help="the model command has --tile N (input pixels per task) and --read-chunk N "
+    "(slide rows and columns read at once); --chunk of `python -m tf_largeconv.dask "
+    "MODEL.keras` is --read-chunk",
+  )
+  p.set_defaults(run=run, parser=p)
+
+
+def _digest(path: str) -> str:
+  h = hashlib.sha256()
+  with open(path, "rb") as f:
+    for block in iter(lambda: f.read(1 << 20), b""):
+      h.update(block)
+  return h.hexdigest()
+
+
+def load_model(path: str, name: str = "MODEL") -> Any:
+  """The Keras model saved at `path`, or a UsageError naming it as `name`."""
+  import keras
+
+  import tf_largeconv  # noqa: F401 (registers the package's layers for loading)
+
+  if not os.path.isfile(path):
+    raise _run.UsageError(f"{name}: no such file: {path}")
+  try:
+    return keras.saving.load_model(path, compile=False)
+  except Exception as e:  # any failure to read the file is the user's to fix
+    raise _run.UsageError(f"{name} {path} could not be loaded: {type(e).__name__}: {e}") from e
+
+
+def _load(args: argparse.Namespace) -> tuple[Any, Any]:
+  """(the model, the slide as H x W x C or H x W)."""
+  import tf_largeconv.dask as ldask
+
+  model = load_model(args.model)
+  slide = ldask.open_slide(
+    args.input, chunk=args.read_chunk, level=args.level, channels_first=args.channels_first
+  )
+  if args.channels_first and slide.ndim == 3:
+    slide = slide.transpose(1, 2, 0)
+  return model, slide
+
+
+def input_bytes(plan: Any, chunk: int, slide: Any) -> int:
+  """The most a task holds of the slide: the read chunks its input window overlaps."""
+  tiling, sides = plan.tiling, []
+  for axis, bounds in enumerate(tiling.bounds):
+    worst = 0
+    for t in range(len(bounds)):
+      a, b = tiling.ranges(axis, t)[0]
+      worst = max(worst, ((b - 1) // chunk - a // chunk + 1) * chunk if b > a else 0)
+    sides.append(min(worst, slide.shape[axis]))
+  channels = slide.shape[2] if slide.ndim == 3 else 1
+  return math.prod(sides) * channels * slide.dtype.itemsize
+
+
+def plan(args: argparse.Namespace, model: Any, slide: Any, task_limit: int) -> tuple[Any, int]:
+  """The stream plan and what one task holds (the tile's estimated peak and its input):
+  --tile, or the largest tile whose task fits `task_limit`."""
+  from tf_largeconv import stream
+
+  limit = task_limit
+  for _ in range(8):  # the input's share grows in steps of read chunks: a few rounds
+    p = stream.plan(model, slide, tile=args.tile, memory_limit=limit, up_to=args.up_to)
+    need = p.peak_bytes + input_bytes(p, args.read_chunk, slide)
+    if args.tile or need <= task_limit:
+      break
+    limit = max(1, limit - (need - task_limit) - limit // 16)
+  if args.task_memory and need > args.task_memory:
+    raise _run.UsageError(
+      f"--tile {p.tile}: a task needs up to {mib(need)}, more than --task-memory "
+      f"{mib(args.task_memory)}; use a smaller --tile, or leave it out"
+    )
+  return p, need
+
+
+def _physical(args: argparse.Namespace, p: Any) -> dict:
+  """The output pixels' size and origin (y, x) and units, from an OME-Zarr input's: an
+  output pixel stands for the block of input pixels it downsamples (or a part of one)."""
+  from tf_largeconv.dask import _slides
+
+  s, units = {"y": 1.0, "x": 1.0}, None
+  if _slides.is_ome_zarr(args.input):
+    ome = _slides.ome_image(args.input, args.level)
+    s = {d: float(ome.scale[d]) for d in "yx"}
+    units = {d: ome.units.get(d) for d in "yx"}
+  factor = dict(zip("yx", (1 / float(f) for f in p.tiling.geometry.sink_scale)))
+  scale = {d: s[d] * factor[d] for d in "yx"}
+  translation = {d: s[d] * (factor[d] - 1) / 2 for d in "yx"}
+  return dict(scale=scale, translation=translation, units=units)
+
+
+def run(args: argparse.Namespace) -> int:
+  from tf_largeconv import stream
+  from tf_largeconv.dask import _output
+
+  model, slide = _load(args)
+  client = _run.connect(args.scheduler, args.timeout) if args.scheduler else None
+  try:
+    total = args.memory_limit or DEFAULT_MEMORY_LIMIT
+    p, need = plan(args, model, slide, args.task_memory or total // _run.slots(client))
+    workers, line = _run.in_flight(need, total, client, "its tile and input")
+    print(f"{args.input} through {args.model}:\n{p}\nmemory: {line}", flush=True)
+    lazy = stream.to_dask(model, slide, tile=p.tile, up_to=args.up_to)
+    source = "HWC" if lazy.ndim == 3 else "HW"
+    ome = _run.output_format(args) == "ome-zarr"
+    identity = {  # the input file itself: the caller's input_file (--read-chunk is free)
+      "input": {"shape": list(slide.shape), "dtype": slide.dtype.name},
+      "model_sha256": _digest(args.model),
+      "tile": p.tile,
+      "up_to": args.up_to,
+    }
+    physical = _physical(args, p)
+    units = physical.pop("units")
+    result = _output.array_result(lazy, source, identity, **physical)
+    fingerprint = {
+      "input_file": _output.file_signature(args.input),
+      "level": args.level,
+      "channels_first": args.channels_first,
+    }
+    axes = ("CHW" if source == "HWC" else "HW") if ome else source
+    return _run.write(
+      args, result, p.tiles, workers, client, output_axes=axes, units=units,
+      fingerprint=fingerprint,
+    )  # fmt: skip
+  finally:
+    if client is not None:
+      client.close()
