@@ -8,7 +8,6 @@ call created.
 
 import tensorflow as tf
 
-from tf_largeconv import _args
 from tf_largeconv import _loader
 from tf_largeconv.ops import _routing
 from tf_largeconv.ops import _transpose
@@ -79,12 +78,11 @@ def _route_grad(op, grad):
   """The input's and filter's gradients by the kernels the op's route names (of conv2d, or
   of conv2d_transpose); none for its first input, the convolution's output, so that the
   kernel which computed it takes no part in the gradient."""
-  key, routes, transposed = _routing.parse_route(op.get_attr("route"))
-  attrs = _args.attrs_from_key(key)
+  problem, routes, transposed = _routing.parse_route(op.get_attr("route"))
   module = _transpose if transposed else _routing
   _, x, w = op.inputs
   return [
     None,
-    module.routed_input_gradient(x, w, grad, routes, attrs),
-    module.routed_filter_gradient(x, w, grad, routes, attrs),
+    module.routed_input_gradient(x, w, grad, routes, problem),
+    module.routed_filter_gradient(x, w, grad, routes, problem),
   ]
