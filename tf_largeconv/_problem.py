@@ -268,10 +268,11 @@ class ConvProblem:
 
   def bind(self, input_shape: Any, filter_shape: Any) -> ConvProblem:
     """The problem with its shapes, given as its kind's function takes them (conv1d: the
-    1-D shapes, with extra batch dimensions; depthwise: [h, w, in_channels, multiplier];
-    None for unknown sizes) and held as the 2-D or 3-D op takes them."""
+    1-D shapes, with extra batch dimensions, or those of its height-1 conv2d; depthwise:
+    [h, w, in_channels, multiplier]; None for unknown sizes) and held as the 2-D or 3-D op
+    takes them."""
     x, f = _shape(input_shape, "input_shape"), _shape(filter_shape, "filter_shape")
-    if self.kind == "conv1d":
+    if self.kind == "conv1d" and len(f) != 4:  # 4 entries: the height-1 conv2d's own
       if len(x) < 3 or len(f) != 3:
         raise ValueError(
           "conv1d needs an input shape batch_shape + [width, channels] (NWC) or batch_shape + "
@@ -321,6 +322,20 @@ class ConvProblem:
     if self.spatial_rank == 3:
       del attrs["explicit_paddings"]
     return attrs
+
+  def kwargs(self) -> dict[str, Any]:
+    """The problem as keyword arguments of the package's public functions."""
+    limit = None if self.workspace_limit < 0 else self.workspace_limit
+    return dict(self.tf_kwargs(), algorithm=self.algorithm, workspace_limit=limit)
+
+  def tf_kwargs(self) -> dict[str, Any]:
+    """strides, padding, data_format and dilations as tf.nn's functions take them."""
+    return dict(
+      strides=list(self.strides),
+      padding=self.tf_padding(),
+      data_format=self.data_format,
+      dilations=list(self.dilations),
+    )
 
   def tf_padding(self) -> str | list[list[int]]:
     """padding as tf.nn's functions take it: the string, or the explicit pairs."""

@@ -150,15 +150,7 @@ class ConvSpec:
 
   def conv_kwargs(self):
     """The in-memory op's arguments for a window: the problem's, padding VALID."""
-    p = self.problem
-    return dict(
-      strides=list(p.strides),
-      padding="VALID",
-      data_format=p.data_format,
-      dilations=list(p.dilations),
-      algorithm=p.algorithm,
-      workspace_limit=None if p.workspace_limit < 0 else p.workspace_limit,
-    )
+    return dict(self.problem.kwargs(), padding="VALID")
 
 
 def take(chunk, index):

@@ -300,13 +300,7 @@ def backprop_input(
       sizes = ([0, f_shape[2]] + sizes) if nchw else ([0] + sizes + [f_shape[2]])
     _routing.check_tf_kernel(sizes, f_shape, out_backprop.dtype, out_backprop, problem)
     return tf.compat.v1.nn.conv2d_backprop_input(
-      input_sizes,
-      filters,
-      out_backprop,
-      list(problem.strides),
-      problem.tf_padding(),
-      data_format=problem.data_format,
-      dilations=list(problem.dilations),
+      input_sizes, filters, out_backprop, **problem.tf_kwargs()
     )
   return _loader.ops().large_conv_conv2d_backprop_input(
     input_sizes, filters, out_backprop, **problem.attrs()
@@ -358,13 +352,7 @@ def conv2d_backprop_filter(
       x_shape = input.shape.as_list() if input.shape.rank == 4 else None
       _routing.check_tf_kernel(x_shape, _static_list(filter_sizes), input.dtype, input, problem)
       return tf.compat.v1.nn.conv2d_backprop_filter(
-        input,
-        filter_sizes,
-        out_backprop,
-        list(problem.strides),
-        problem.tf_padding(),
-        data_format=problem.data_format,
-        dilations=list(problem.dilations),
+        input, filter_sizes, out_backprop, **problem.tf_kwargs()
       )
     return _loader.ops().large_conv_conv2d_backprop_filter(
       input, filter_sizes, out_backprop, **problem.attrs()

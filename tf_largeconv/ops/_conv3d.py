@@ -70,12 +70,5 @@ def conv3d(
     input, filters = _args.as_tensors(input, filters)
     problem = problem.for_dtype(input.dtype)
     if problem.algorithm in ("tf", _args.PORTABLE):  # TensorFlow's own kernels
-      return tf.nn.conv3d(
-        input,
-        filters,
-        list(problem.strides),
-        problem.padding,
-        data_format=problem.data_format,
-        dilations=list(problem.dilations),
-      )
+      return tf.nn.conv3d(input, filters, **problem.tf_kwargs())
     return _loader.ops().large_conv_conv3d(input, filters, **problem.attrs())

@@ -74,13 +74,7 @@ def kernel_for(input, filters, problem, eager=False):
   if problem.algorithm == "tf" and (_args.in_xla_context() or _loader.failure() is not None):
     # XLA compiles TensorFlow's own convolution, in every layout and grouping; without the
     # op library it is the only kernel 'tf' can name.
-    return functools.partial(
-      tf.nn.conv2d,
-      strides=list(problem.strides),
-      padding=problem.tf_padding(),
-      data_format=problem.data_format,
-      dilations=list(problem.dilations),
-    )
+    return functools.partial(tf.nn.conv2d, **problem.tf_kwargs())
   key = problem.unbound()
   schedule = routing.OP_ONLY
   if key.algorithm in ("auto", "tf") and input.shape.rank == 4:

@@ -94,19 +94,17 @@ def conv2d_transpose(
     input, filters, problem = _conv2d.operands(problem, input, filters)
     output_shape = _transpose_shapes.output_shape_tensor(output_shape)
     static = _transpose_shapes.check_shapes(input, filters, output_shape, problem)
-    result = _run(input, filters, output_shape, static, problem)
+    result = _run(input, filters, (output_shape, static), problem)
     result.set_shape(static)
     return result
 
 
 def _run(
-  input: tf.Tensor,
-  filters: tf.Tensor,
-  output_shape: tf.Tensor,
-  static: list[int | None],
-  problem: ConvProblem,
+  input: tf.Tensor, filters: tf.Tensor, shape: tuple[tf.Tensor, list], problem: ConvProblem
 ) -> tf.Tensor:
-  """The transpose of checked tensors by the problem's (resolved) algorithm."""
+  """The transpose of checked tensors by the problem's (resolved) algorithm; `shape`:
+  output_shape as a tensor and its static value (None where unknown)."""
+  output_shape, static = shape
 
   def ours(x: tf.Tensor = input, w: tf.Tensor = filters) -> tf.Tensor:
     return _conv2d.backprop_input(output_shape, w, x, problem)
@@ -220,15 +218,7 @@ def _tf_kernel(
         f"{filters.shape}, data_format={problem.data_format!r}, "
         f"dilations={list(problem.dilations)}, dtype {input.dtype.name}"
       )
-  return tf.nn.conv2d_transpose(
-    input,
-    filters,
-    output_shape,
-    list(problem.strides),
-    problem.tf_padding(),
-    data_format=problem.data_format,
-    dilations=list(problem.dilations),
-  )
+  return tf.nn.conv2d_transpose(input, filters, output_shape, **problem.tf_kwargs())
 
 
 def _portable(

@@ -9,20 +9,14 @@ call created.
 import tensorflow as tf
 
 from tf_largeconv import _loader
+from tf_largeconv._problem import ConvProblem
 from tf_largeconv.ops import _routing
 from tf_largeconv.ops import _transpose
 
-# The attributes each op family's ops share, passed on unchanged to the gradient's ops.
-_CONV2D_ATTRS = (
-  "strides",
-  "padding",
-  "explicit_paddings",
-  "data_format",
-  "dilations",
-  "algorithm",
-  "workspace_limit",
-)
-_CONV3D_ATTRS = ("strides", "padding", "data_format", "dilations", "algorithm", "workspace_limit")
+# The attributes each op family's ops share (a ConvProblem's), passed on unchanged to the
+# gradient's ops.
+_CONV2D_ATTRS = tuple(ConvProblem.conv2d(1, "SAME").attrs())
+_CONV3D_ATTRS = tuple(ConvProblem.conv3d([1] * 5, "SAME").attrs())
 
 
 def _decode(attrs):
