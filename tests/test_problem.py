@@ -40,10 +40,13 @@ def test_conv2d_shapes_extents_and_paddings_are_tensorflows(x, f, strides, paddi
     valid = tf.nn.conv2d(_zeros(x), _zeros(f), 1, "VALID", dilations=dilations).shape
     assert axis.extent == problem.extent(k) == x[1 + k] - valid[1 + k] + 1
     assert axis.out == want[1 + k]
-    # The padding before: TF's output of the input padded by hand with VALID is the same.
+  # The paddings: TF's values for the input padded by hand, with VALID, are its own.
+  rng = np.random.default_rng(0)
+  xs, fs = rng.standard_normal(x).astype(np.float32), rng.standard_normal(f).astype(np.float32)
   pads = [[0, 0]] + [[a.pad_before, a.pad_after] for a in problem.axes()] + [[0, 0]]
-  padded = tf.pad(_zeros(x), pads)
-  assert tf.nn.conv2d(padded, _zeros(f), strides, "VALID", dilations=dilations).shape == want
+  by_hand = tf.nn.conv2d(tf.pad(xs, pads), fs, strides, "VALID", dilations=dilations)
+  ref = tf.nn.conv2d(xs, fs, strides, padding, dilations=dilations)
+  np.testing.assert_allclose(by_hand.numpy(), ref.numpy(), rtol=1e-5, atol=1e-5)
 
 
 def test_conv2d_nchw_names_its_axes():

@@ -37,14 +37,23 @@ def test_positional_parameters_are_tensorflows(ours, theirs):
 
 
 def test_a_positional_call_as_tensorflow_takes_it_gives_its_values():
-  # use_cudnn_on_gpu sixth, data_format seventh, dilations eighth, name ninth.
-  args = (STRIDES, "SAME", False, "NHWC", DILATIONS, "g")
+  # use_cudnn_on_gpu sixth, data_format seventh, dilations eighth, name ninth (TF's CPU
+  # kernels take no dilation: a dilated call is checked against the same call by keywords).
+  args = (STRIDES, "SAME", False, "NHWC", [1, 1, 1, 1], "g")
   want = tf.compat.v1.nn.conv2d_backprop_input(X.shape, W, DY, *args)
   got = lc.conv2d_backprop_input(X.shape, W, DY, *args)
   np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-4)
   want = tf.compat.v1.nn.conv2d_backprop_filter(X, W.shape, DY, *args)
   got = lc.conv2d_backprop_filter(X, W.shape, DY, *args)
   np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-4)
+  dilated = (STRIDES, "SAME", True, "NHWC", DILATIONS)
+  keywords = dict(strides=STRIDES, padding="SAME", dilations=DILATIONS)
+  for ours, a, b in (
+    (lc.conv2d_backprop_input, X.shape, W),
+    (lc.conv2d_backprop_filter, X, W.shape),
+  ):
+    np.testing.assert_array_equal(ours(a, b, DY, *dilated), ours(a, b, DY, **keywords))
+    assert not np.array_equal(ours(a, b, DY, *dilated), ours(a, b, DY, *args[:5]))
 
 
 @pytest.mark.parametrize("keyword", ["filter", "filters"])
