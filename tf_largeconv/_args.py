@@ -11,6 +11,8 @@ import contextlib
 import numbers
 import threading
 from collections.abc import Iterator
+from collections.abc import Sequence
+from typing import Any
 
 import tensorflow as tf
 
@@ -305,3 +307,44 @@ def window3d(value, name):
       f"{name} must have 5 entries (one per dimension of input), got {name}={value!r}"
     )
   return values
+
+
+# conv1d's arguments, as those of the conv2d of height 1 it runs as.
+
+# conv1d: its layouts and the 2-D layouts it runs as (TF's conv1d also takes the 2-D names).
+FORMATS_1D = {"NWC": "NHWC", "NCW": "NCHW", "NHWC": "NHWC", "NCHW": "NCHW"}
+
+
+def _insert_height(values: Sequence[Any], format_2d: str, height_value: Any) -> list[Any]:
+  """3 entries in a 1-D layout's order (N, W, C or N, C, W) as the 4 of the 2-D layout."""
+  if format_2d == "NHWC":
+    return [values[0], height_value, values[1], values[2]]
+  return [values[0], values[1], height_value, values[2]]
+
+
+def window_1d(value: Any, name: str, format_2d: str) -> list[int]:
+  """conv1d's `stride` or `dilations` (an int, or 1 or 3 ints) as conv2d's 4 ints."""
+  values = window_values(1 if value is None else value, name, "1 or 3")
+  if len(values) == 1:
+    values = [1, values[0], 1] if format_2d == "NHWC" else [1, 1, values[0]]
+  elif len(values) != 3:
+    raise ValueError(
+      f"{name} should be of length 1 or 3. Received: {name}={values} of length {len(values)}"
+    )
+  return _insert_height(values, format_2d, 1)
+
+
+def padding_1d(padding: Any, format_2d: str) -> Any:
+  """conv1d's padding: strings as they are, explicit padding (one pair for the width, or
+  three in data_format order) as conv2d's four pairs."""
+  if not isinstance(padding, (list, tuple)):
+    return padding  # strings (and malformed values) are checked as conv2d's
+  pairs = list(padding)
+  if len(pairs) == 1:
+    pairs = [[0, 0], pairs[0], [0, 0]] if format_2d == "NHWC" else [[0, 0], [0, 0], pairs[0]]
+  elif len(pairs) != 3:
+    raise ValueError(
+      "padding must be 'SAME', 'VALID', one [before, after] pair for the width or three "
+      f"pairs in data_format order, got padding={padding!r}"
+    )
+  return _insert_height(pairs, format_2d, [0, 0])

@@ -12,7 +12,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import math
-from collections.abc import Sequence
 from typing import Any
 
 import tensorflow as tf
@@ -36,44 +35,6 @@ def dilated_extent(size: int, dilation: int) -> int:
 Axis = collections.namedtuple(
   "Axis", ["size", "kernel", "stride", "dilation", "out", "pad_before", "pad_after", "extent"]
 )
-
-# conv1d: its layouts and the 2-D layouts it runs as (TF's conv1d also takes the 2-D names).
-_FORMATS_1D = {"NWC": "NHWC", "NCW": "NCHW", "NHWC": "NHWC", "NCHW": "NCHW"}
-
-
-def _insert_height(values: Sequence[Any], format_2d: str, height_value: Any) -> list[Any]:
-  """3 entries in a 1-D layout's order (N, W, C or N, C, W) as the 4 of the 2-D layout."""
-  if format_2d == "NHWC":
-    return [values[0], height_value, values[1], values[2]]
-  return [values[0], values[1], height_value, values[2]]
-
-
-def _window_1d(value: Any, name: str, format_2d: str) -> list[int]:
-  """conv1d's `stride` or `dilations` (an int, or 1 or 3 ints) as conv2d's 4 ints."""
-  values = _args.window_values(1 if value is None else value, name, "1 or 3")
-  if len(values) == 1:
-    values = [1, values[0], 1] if format_2d == "NHWC" else [1, 1, values[0]]
-  elif len(values) != 3:
-    raise ValueError(
-      f"{name} should be of length 1 or 3. Received: {name}={values} of length {len(values)}"
-    )
-  return _insert_height(values, format_2d, 1)
-
-
-def _padding_1d(padding: Any, format_2d: str) -> Any:
-  """conv1d's padding: strings as they are, explicit padding (one pair for the width, or
-  three in data_format order) as conv2d's four pairs."""
-  if not isinstance(padding, (list, tuple)):
-    return padding  # strings (and malformed values) are checked as conv2d's
-  pairs = list(padding)
-  if len(pairs) == 1:
-    pairs = [[0, 0], pairs[0], [0, 0]] if format_2d == "NHWC" else [[0, 0], [0, 0], pairs[0]]
-  elif len(pairs) != 3:
-    raise ValueError(
-      "padding must be 'SAME', 'VALID', one [before, after] pair for the width or three "
-      f"pairs in data_format order, got padding={padding!r}"
-    )
-  return _insert_height(pairs, format_2d, [0, 0])
 
 
 def _shape(value: Any, name: str) -> tuple[int | None, ...]:
@@ -118,6 +79,7 @@ class ConvProblem:
     algorithm: str | None = "auto",
     workspace_limit: int | None = None,
     dtype: Any = None,
+    *,
     kind: str = "conv2d",
   ) -> ConvProblem:
     """tf.nn.conv2d's arguments (strides/dilations: an int or 1, 2 or 4 ints; padding:
@@ -165,17 +127,17 @@ class ConvProblem:
     runs as; `bind` takes the 1-D shapes."""
     if data_format is None:
       data_format = "NWC"
-    if not isinstance(data_format, str) or data_format.upper() not in _FORMATS_1D:
+    if not isinstance(data_format, str) or data_format.upper() not in _args.FORMATS_1D:
       raise ValueError(
         "data_format must be 'NWC' or 'NCW' (or TensorFlow's aliases 'NHWC' / "
         f"'NCHW'), got data_format={data_format!r}"
       )
-    fmt = _FORMATS_1D[data_format.upper()]
+    fmt = _args.FORMATS_1D[data_format.upper()]
     return cls.conv2d(
-      _window_1d(stride, "stride", fmt),
-      _padding_1d(padding, fmt),
+      _args.window_1d(stride, "stride", fmt),
+      _args.padding_1d(padding, fmt),
       fmt,
-      _window_1d(dilations, "dilations", fmt),
+      _args.window_1d(dilations, "dilations", fmt),
       algorithm,
       workspace_limit,
       dtype,
@@ -369,9 +331,9 @@ class ConvProblem:
     which the rest plans as one batch of their product). Raises the core's ValueError or
     NotImplementedError for shapes and arguments that do not fit together."""
     n, x = self.spatial_rank + 1, self.shapes()[0]
-    merged = None
-    if len(x) > n + 1 and None not in x[:-n]:
-      merged = (math.prod(x[:-n]),) + x[-n:]
+    merged, batch = None, [v for v in x[:-n] if v is not None]
+    if len(x) > n + 1 and len(batch) == len(x) - n:
+      merged = (math.prod(batch),) + x[-n:]
     args = self._core_args(merged)
     g = _CORE.geometry3d(*args) if self.spatial_rank == 3 else _CORE.geometry(*args)
     if merged is not None:
@@ -381,9 +343,10 @@ class ConvProblem:
   def extent(self, axis: int) -> int:
     """The dilated filter extent along spatial axis `axis` (0: the first in data_format
     order, height in 2-D), from the bound filter shape."""
-    if self.filter_shape is None or self.filter_shape[axis] is None:
+    size = None if self.filter_shape is None else self.filter_shape[axis]
+    if size is None:
       raise ValueError(f"extent({axis}) needs the filter's size there, got {self.filter_shape}")
-    return dilated_extent(self.filter_shape[axis], self.dilations[self.spatial_axes[axis]])
+    return dilated_extent(size, self.dilations[self.spatial_axes[axis]])
 
   def axes(self) -> list[Axis]:
     """Each spatial axis's geometry, in data_format order (from `geometry`)."""

@@ -266,23 +266,27 @@ def conv2d_to_zarr(
   """
   if resume and overwrite:
     raise ValueError("resume and overwrite exclude each other: pass one")
-  if output_format is None:
-    output_format = "ome-zarr" if output.rstrip("/").endswith(".ome.zarr") else "zarr"
   problem = ConvProblem.conv2d(strides, padding, data_format, dilations, algorithm, workspace_limit)
-  metadata = dict(scale=scale, translation=translation, units=units, fingerprint=fingerprint)
   return _output.write(
     _graph.Forward(input, filters, problem),
     output,
     output_axes=output_axes,
-    fmt=output_format,
+    fmt=output_format or ("ome-zarr" if output.rstrip("/").endswith(".ome.zarr") else "zarr"),
     levels=levels,
     ngff_version=ngff_version,
     compressors=compressors,
     mode="resume" if resume else ("overwrite" if overwrite else "new"),
     client=client if client is not None else _default_client(),
     progress=progress,
-    **{k: None if v is None else dict(v) for k, v in metadata.items()},
+    scale=_copied(scale),
+    translation=_copied(translation),
+    units=_copied(units),
+    fingerprint=_copied(fingerprint),
   )
+
+
+def _copied(mapping: Mapping[str, Any] | None) -> dict[str, Any] | None:
+  return None if mapping is None else dict(mapping)
 
 
 def _default_client() -> Any:

@@ -55,9 +55,9 @@ def conv_output_shape(
   try:
     return problem.static_output_shape()
   except ValueError as e:
+    sizes = [problem.shapes()[0][i] for i in problem.spatial_axes]
     too_small = problem.padding == "VALID" and any(
-      problem.input_shape[i] is not None and problem.input_shape[i] < problem.extent(k)
-      for k, i in enumerate(problem.spatial_axes)
+      s is not None and s < problem.extent(k) for k, s in enumerate(sizes)
     )
     if too_small:  # as Keras's own layers say it
       raise ValueError(

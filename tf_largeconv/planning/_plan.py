@@ -122,8 +122,12 @@ def plan_problem(
     )
   dtype = _args.normalize_dtype(dtype)
   threads = int(num_threads) if num_threads else device.intra_op_threads()
-  assert problem.input_shape is not None and problem.filter_shape is not None
-  input_shape, filter_shape = list(problem.input_shape), list(problem.filter_shape)
+  x, f = problem.shapes()
+  if None in x or None in f:
+    raise ValueError(
+      f"plan needs known shapes, got input_shape {list(x)} and filter_shape {list(f)}"
+    )
+  input_shape, filter_shape = [v for v in x if v is not None], [v for v in f if v is not None]
   batch_shape = input_shape[:-3] if len(input_shape) > 4 else input_shape[:1]
   if len(input_shape) > 4:  # extra batch dimensions, merged as conv2d merges them
     input_shape = [math.prod(batch_shape)] + input_shape[-3:]

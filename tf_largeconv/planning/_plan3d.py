@@ -133,7 +133,7 @@ def _allow_tf(problem: ConvProblem, dtype: tf.DType) -> bool:
   which raises ValueError unless TF's CPU kernel runs this bound 3-D problem."""
   if problem.algorithm != "tf":
     return False
-  x, f = list(problem.input_shape or ()), list(problem.filter_shape or ())
+  x, f = ([v or 0 for v in shape] for shape in problem.shapes())  # known: planned
   as_ndhwc = x if problem.data_format == "NDHWC" else [x[0], x[2], x[3], x[4], x[1]]
   if not tf_kernel_eligible(as_ndhwc, f, problem, dtype):
     raise ValueError(
