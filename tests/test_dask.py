@@ -27,6 +27,7 @@ from reference import assert_close  # noqa: E402
 
 import tf_largeconv as lc  # noqa: E402
 import tf_largeconv.dask as ldask  # noqa: E402
+from tf_largeconv._problem import ConvProblem  # noqa: E402
 
 CLUSTER_TIMEOUT = clusters.CLUSTER_TIMEOUT
 
@@ -272,9 +273,8 @@ def test_backprop_filter_is_a_tree_reduction():
   # 2 x 12 x 10 out_backprop chunks = 240 shares: 30 sums of 8, then 4, then 1.
   x = da.zeros((2, 24, 20, 1), chunks=(1, 2, 2, 1), dtype=np.float32)
   dy = da.zeros((2, 24, 20, 1), chunks=(1, 2, 2, 1), dtype=np.float32)
-  grad = ldask._graph.backprop_filter(
-    x, [3, 3, 1, 1], dy, 1, "SAME", "NHWC", None, "auto", None, "g"
-  )
+  problem = ConvProblem.conv2d(1, "SAME")
+  grad = ldask._graph.backprop_filter(x, [3, 3, 1, 1], dy, problem, "g")
   layer = grad.dask.layers[grad.name]
   sums = {}
   for key in layer:

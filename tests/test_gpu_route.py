@@ -12,8 +12,8 @@ import tensorflow as tf
 import tf_largeconv as lc
 from benchmarks.gpu.cases import CASES
 from benchmarks.gpu.cases import STRIDES
-from tf_largeconv import _args
 from tf_largeconv import planning
+from tf_largeconv._problem import ConvProblem
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GPU_RESULTS = os.path.join(ROOT, "benchmarks", "results", "gpu")
@@ -38,13 +38,11 @@ MEASURED = _measured()
 def _route(name, algorithm="auto"):
   x_shape, w_shape, padding, _, dtype = CASES[name]
   s = STRIDES.get(name, 1)
-  attrs = _args.conv_attrs([1, 1, s, s], padding, "NCHW", None, algorithm)
+  attrs = ConvProblem.conv2d([1, 1, s, s], padding, "NCHW", None, algorithm)
   image = (1,) + tuple(x_shape[1:])
   if not planning.routing.tf_kernel_eligible(image, w_shape, attrs, tf.as_dtype(dtype), "GPU"):
     return None
-  return planning.routing.device_routes(
-    image, tuple(w_shape), _args.attrs_key(attrs), dtype, "GPU"
-  ).forward
+  return planning.routing.device_routes(image, tuple(w_shape), attrs, dtype, "GPU").forward
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -100,7 +98,7 @@ def test_runs_on_gpu_follows_the_tensors_device():
 
 
 def test_gpu_eligibility():
-  attrs = _args.conv_attrs(1, "SAME", "NCHW", 2)
+  attrs = ConvProblem.conv2d(1, "SAME", "NCHW", 2)
   x, w = (1, 64, 56, 56), (3, 3, 64, 64)
   # NCHW, dilated, float16: cuDNN runs it; TF's CPU kernels do not.
   assert planning.routing.tf_kernel_eligible(x, w, attrs, tf.float16, "GPU")

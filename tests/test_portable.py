@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tf_largeconv import _args
 from tf_largeconv import _loader
+from tf_largeconv._problem import ConvProblem
 from tf_largeconv.ops import portable as _portable
 
 CASES = [
@@ -34,15 +34,15 @@ def _nchw_padding(padding):
 
 
 def _run(x, w, strides, padding, data_format, dilations, limit=None):
-  a = _args.conv_attrs(strides, padding, data_format, dilations)
+  a = ConvProblem.conv2d(strides, padding, data_format, dilations)
   return _portable.conv2d(
     x,
     w,
-    a["strides"],
-    a["padding"],
-    a["explicit_paddings"],
-    a["data_format"],
-    a["dilations"],
+    a.strides,
+    a.padding,
+    a.explicit_paddings,
+    a.data_format,
+    a.dilations,
     workspace_limit=limit,
   )
 

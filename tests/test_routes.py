@@ -23,6 +23,7 @@ from tf_largeconv import _args
 from tf_largeconv import _loader
 from tf_largeconv import planning
 from tf_largeconv._passes import PerPass
+from tf_largeconv._problem import ConvProblem
 from tf_largeconv.ops import _dispatch
 from tf_largeconv.ops import _routing
 from tf_largeconv.ops import _transpose
@@ -100,7 +101,7 @@ def test_routes_follow_the_batch():
   image, w_shape = MIXED[0][1:], MIXED[1]
   for batch, want in ((1, True), (3, True), (4, False), (5, False), (1000, False)):
     assert _routes((batch,) + image, w_shape) == (want, False, False), batch
-  attrs = _args.conv_attrs(1, "SAME", "NHWC", None, "auto", None)
+  attrs = ConvProblem.conv2d(1, "SAME", "NHWC", None, "auto", None)
 
   def schedule(x_shape, f_shape):
     return planning.routing.schedule(list(x_shape), list(f_shape), tf.float64, tf.zeros(()), attrs)
@@ -329,7 +330,7 @@ def test_the_route_op_passes_its_input_on_and_routes_each_gradient(rng, monkeypa
   w = tf.constant(rng.standard_normal(w_shape))
   dy = tf.constant(rng.standard_normal(x_shape[:3] + w_shape[3:]))
   y = tf.nn.conv2d(x, w, 1, "SAME")
-  attrs = _args.conv_attrs(1, "SAME", "NHWC", None, "auto", None)
+  attrs = ConvProblem.conv2d(1, "SAME", "NHWC", None, "auto", None)
   calls = []
   for module, name in (
     (tf.raw_ops, "Conv2DBackpropInput"),
@@ -341,7 +342,7 @@ def test_the_route_op_passes_its_input_on_and_routes_each_gradient(rng, monkeypa
       module, name, _recorded(getattr(module, name), calls, lambda _, name=name: name)
     )
   route = _loader.ops().large_conv_conv2d_route
-  spec = _routing.route_spec(_args.attrs_key(attrs), (True, True, False))
+  spec = _routing.route_spec(attrs, (True, True, False))
   with tf.GradientTape(persistent=True) as tape:
     tape.watch([y, x, w])
     out = route(y, x, w, route=spec)
@@ -444,8 +445,8 @@ def test_every_route_gives_tensorflows_values_with_strides_and_padding(rng, rout
   x = tf.constant(rng.standard_normal((2, 11, 13, 3)))
   w = tf.constant(rng.standard_normal((3, 4, 3, 5)))
   for strides, padding in ((2, "SAME"), ([2, 1], [[0, 0], [1, 2], [3, 0], [0, 0]]), (1, "VALID")):
-    attrs = _args.conv_attrs(strides, padding, "NHWC", None, "auto", None)
-    conv = _routing.routed(((1, PerPass.of(routes)),), _args.attrs_key(attrs))
+    attrs = ConvProblem.conv2d(strides, padding, "NHWC", None, "auto", None)
+    conv = _routing.routed(((1, PerPass.of(routes)),), attrs)
     tf_conv = functools.partial(tf.nn.conv2d, strides=strides, padding=padding)
     dy = tf.constant(rng.standard_normal(tf_conv(x, w).shape))
     what = f"routes {routes}, strides {strides}, padding {padding}"
@@ -463,7 +464,7 @@ SPECTRUM_ENV = "LARGECONV_SPECTRUM_CACHE_MIB"
 
 
 def _kept_bytes(x_shape, w_shape, dtype, routes):
-  key = _args.attrs_key(_args.conv_attrs(1, "SAME", "NHWC", None, "auto", None))
+  key = ConvProblem.conv2d(1, "SAME", "NHWC", None, "auto", None)
   return planning.kept_spectra.kept_spectra_bytes(
     tuple(x_shape), tuple(w_shape), key, dtype.name, routes
   )
@@ -578,7 +579,7 @@ import json
 import sys
 import tensorflow as tf
 tf.config.threading.set_intra_op_parallelism_threads(2)
-from tf_largeconv import _args
+from tf_largeconv._problem import ConvProblem
 from tf_largeconv import _loader
 from tf_largeconv.planning import kept_spectra
 from tf_largeconv.planning import routing
@@ -586,10 +587,10 @@ with tf.device("CPU:0"):
   placed = tf.zeros(())
 kept = []
 for x_shape, f_shape, padding in json.loads(sys.argv[1]):
-  attrs = _args.conv_attrs(1, padding, "NHWC", None, "auto", None)
+  attrs = ConvProblem.conv2d(1, padding, "NHWC", None, "auto", None)
   schedule = routing.schedule(x_shape, f_shape, tf.float32, placed, attrs)
   kept.append(kept_spectra.kept_spectra_bytes(
-      tuple(x_shape), tuple(f_shape), _args.attrs_key(attrs), "float32",
+      tuple(x_shape), tuple(f_shape), attrs, "float32",
       routing.at_batch(schedule, x_shape[0])))
 print(json.dumps({"kernels": _loader.core().tf_kernels(), "kept": kept}))
 """

@@ -1,7 +1,7 @@
-"""Argument normalisation shared by the ops, the planner and the layers.
-
-Turns tf.nn.conv2d-style arguments into the LargeConv ops' attributes and checks the
-tensors' dtypes, raising the same errors whichever entry point was called.
+"""The pieces of argument cleaning and the dtype lists: `ConvProblem`'s constructors
+(`_problem.py`, the one cleaning path) clean each argument with these, so every entry
+point raises the same errors; the algorithm's resolution under the current context and the
+operands' conversion and dtype checks are here too.
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ import contextlib
 import numbers
 import threading
 from collections.abc import Iterator
+from collections.abc import Sequence
+from typing import Any
 
 import tensorflow as tf
 
@@ -66,16 +68,6 @@ def portable_only() -> Iterator[None]:
 def forced_portable():
   """True inside `portable_only()` on this thread."""
   return getattr(_FORCED, "on", False)
-
-
-def attrs_key(attrs):
-  """Normalised op attributes as a hashable key (for caches); `attrs_from_key` undoes it."""
-  return tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in sorted(attrs.items()))
-
-
-def attrs_from_key(key):
-  """The attributes of a key made by `attrs_key`."""
-  return {k: list(v) if isinstance(v, tuple) else v for k, v in key}
 
 
 def compiles_under_xla(algorithm):
@@ -168,11 +160,6 @@ def normalize_window(value, name, data_format):
   return [1] + values + [1]
 
 
-def filter_extent(size, dilation):
-  """The input rows (or columns) one output reads: the dilated filter's extent."""
-  return (size - 1) * dilation + 1
-
-
 def normalize_padding(padding):
   """Returns (padding string, explicit_paddings) as the op takes them.
 
@@ -246,21 +233,6 @@ def normalize_workspace_limit(workspace_limit):
   return int(workspace_limit)
 
 
-def conv_attrs(strides, padding, data_format, dilations, algorithm="auto", workspace_limit=None):
-  """The op attributes for tf.nn.conv2d-style arguments (validated for form only)."""
-  data_format = normalize_data_format(data_format)
-  padding, explicit_paddings = normalize_padding(padding)
-  return dict(
-    strides=normalize_window(strides, "strides", data_format),
-    padding=padding,
-    explicit_paddings=explicit_paddings,
-    data_format=data_format,
-    dilations=normalize_window(dilations, "dilations", data_format),
-    algorithm=normalize_algorithm(algorithm),
-    workspace_limit=normalize_workspace_limit(workspace_limit),
-  )
-
-
 def normalize_dtype(dtype):
   """Returns `dtype` as a tf.DType, if the ops support it.
 
@@ -324,7 +296,7 @@ DATA_FORMATS_3D = ("NDHWC", "NCDHW")
 PADDINGS_3D = ("SAME", "VALID")
 
 
-def _window3d(value, name):
+def window3d(value, name):
   """strides or dilations as tf.nn.conv3d takes them: a list of 5 ints in data_format
   order (None: all ones, for dilations)."""
   if value is None:
@@ -337,23 +309,42 @@ def _window3d(value, name):
   return values
 
 
-def conv3d_attrs(
-  strides, padding, data_format="NDHWC", dilations=None, algorithm="auto", workspace_limit=None
-):
-  """The LargeConv>Conv3D attributes for tf.nn.conv3d-style arguments (checked for form;
-  the op checks the values against the shapes)."""
-  if data_format not in DATA_FORMATS_3D:
-    raise ValueError(f"data_format must be 'NDHWC' or 'NCDHW', got data_format={data_format!r}")
-  if padding not in PADDINGS_3D:
+# conv1d's arguments, as those of the conv2d of height 1 it runs as.
+
+# conv1d: its layouts and the 2-D layouts it runs as (TF's conv1d also takes the 2-D names).
+FORMATS_1D = {"NWC": "NHWC", "NCW": "NCHW", "NHWC": "NHWC", "NCHW": "NCHW"}
+
+
+def _insert_height(values: Sequence[Any], format_2d: str, height_value: Any) -> list[Any]:
+  """3 entries in a 1-D layout's order (N, W, C or N, C, W) as the 4 of the 2-D layout."""
+  if format_2d == "NHWC":
+    return [values[0], height_value, values[1], values[2]]
+  return [values[0], values[1], height_value, values[2]]
+
+
+def window_1d(value: Any, name: str, format_2d: str) -> list[int]:
+  """conv1d's `stride` or `dilations` (an int, or 1 or 3 ints) as conv2d's 4 ints."""
+  values = window_values(1 if value is None else value, name, "1 or 3")
+  if len(values) == 1:
+    values = [1, values[0], 1] if format_2d == "NHWC" else [1, 1, values[0]]
+  elif len(values) != 3:
     raise ValueError(
-      f"padding must be 'SAME' or 'VALID' (tf.nn.conv3d has no explicit "
-      f"padding), got padding={padding!r}"
+      f"{name} should be of length 1 or 3. Received: {name}={values} of length {len(values)}"
     )
-  return dict(
-    strides=_window3d(strides, "strides"),
-    padding=padding,
-    data_format=data_format,
-    dilations=_window3d(dilations, "dilations"),
-    algorithm=normalize_algorithm(algorithm),
-    workspace_limit=normalize_workspace_limit(workspace_limit),
-  )
+  return _insert_height(values, format_2d, 1)
+
+
+def padding_1d(padding: Any, format_2d: str) -> Any:
+  """conv1d's padding: strings as they are, explicit padding (one pair for the width, or
+  three in data_format order) as conv2d's four pairs."""
+  if not isinstance(padding, (list, tuple)):
+    return padding  # strings (and malformed values) are checked as conv2d's
+  pairs = list(padding)
+  if len(pairs) == 1:
+    pairs = [[0, 0], pairs[0], [0, 0]] if format_2d == "NHWC" else [[0, 0], [0, 0], pairs[0]]
+  elif len(pairs) != 3:
+    raise ValueError(
+      "padding must be 'SAME', 'VALID', one [before, after] pair for the width or three "
+      f"pairs in data_format order, got padding={padding!r}"
+    )
+  return _insert_height(pairs, format_2d, [0, 0])

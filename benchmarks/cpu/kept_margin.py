@@ -41,19 +41,17 @@ def _in_play(point):
   sweep point's forward pass is priced below its route, else None."""
   import tensorflow as tf
 
-  from tf_largeconv import _args
+  from tf_largeconv._problem import ConvProblem
   from tf_largeconv.planning import kept_spectra
   from tf_largeconv.planning import routing
 
   k, ci, co, n, side, _ = point
   x_shape, f_shape = [n, *sweep.image_hw(side), ci], [k, k, ci, co]
-  attrs = _args.conv_attrs(1, "SAME", "NHWC", None, "auto", None)
+  attrs = ConvProblem.conv2d(1, "SAME", "NHWC", None, "auto", None)
   with tf.device("CPU:0"):
     placed = tf.zeros(())
   routes = routing.at_batch(routing.schedule(x_shape, f_shape, tf.float32, placed, attrs), n)
-  price = kept_spectra.move_price(
-    tuple(x_shape), tuple(f_shape), _args.attrs_key(attrs), "float32", routes
-  )
+  price = kept_spectra.move_price(tuple(x_shape), tuple(f_shape), attrs, "float32", routes)
   if price is None or price[0] >= price[1]:
     return None
   return price[0] / price[1], "tf" if routes.forward else "direct"

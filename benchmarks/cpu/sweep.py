@@ -207,13 +207,13 @@ def _moves_to_kept_spectra(point, plan):
   filter tensor comes back (tf_largeconv.ops._dispatch.KeptSpectraRoute), with the
   spectrum cache's budget as the forward steps run it (the training steps run with it off:
   measure.like_training_loop)."""
-  from tf_largeconv import _args
   from tf_largeconv import _loader
   from tf_largeconv._passes import PerPass
+  from tf_largeconv._problem import ConvProblem
   from tf_largeconv.planning import kept_spectra
 
   k, ci, co, n, side, _ = point
-  key = _args.attrs_key(_args.conv_attrs(1, "SAME", "NHWC", None, "auto", None))
+  key = ConvProblem.conv2d(1, "SAME", "NHWC", None, "auto", None)
   routes = PerPass.of(p.algorithm == "tf" for p in plan.passes)
   kept = kept_spectra.kept_spectra_bytes(
     (n,) + image_hw(side) + (ci,), (k, k, ci, co), key, "float32", routes

@@ -86,6 +86,7 @@ def build(args: argparse.Namespace) -> tuple[Any, Any, dict]:
   """
   import numpy as np
 
+  from tf_largeconv._problem import ConvProblem
   from tf_largeconv.dask import _graph
   from tf_largeconv.dask import _slides
 
@@ -99,14 +100,18 @@ def build(args: argparse.Namespace) -> tuple[Any, Any, dict]:
     x = slide[None]
   else:
     x = slide[None, None] if args.channels_first else slide[None, ..., None]
-  if weights.ndim == 2:  # each channel separately: the grouped (depthwise) filter
-    channels = x.shape[fmt.index("C")]
-    weights = np.broadcast_to(weights[:, :, None, None], weights.shape + (1, channels))
-  forward = _graph.Forward(
-    x, np.ascontiguousarray(weights, dtype), args.strides, args.padding.upper(), fmt,
-    args.dilations, args.algorithm, args.workspace_limit,
+  # A 2-D filter convolves each channel separately: a depthwise problem, multiplier 1.
+  per_channel = weights.ndim == 2
+  build_problem = ConvProblem.depthwise if per_channel else ConvProblem.conv2d
+  problem = build_problem(
+    args.strides, args.padding.upper(), fmt, args.dilations, args.algorithm,
+    args.workspace_limit,
   )  # fmt: skip
-  gray = slide.ndim == 2 and weights.shape[3] == 1
+  if per_channel:
+    channels = x.shape[fmt.index("C")]
+    weights = np.broadcast_to(weights[:, :, None, None], weights.shape + (channels, 1))
+  forward = _graph.Forward(x, np.ascontiguousarray(weights, dtype), problem)
+  gray = slide.ndim == 2 and forward.filters.shape[3] == 1
   ome_out = _run.output_format(args) == "ome-zarr"
   axes = "HW" if gray else ("CHW" if ome_out or args.channels_first else "HWC")
   physical: dict = {}

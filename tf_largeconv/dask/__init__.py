@@ -42,6 +42,13 @@ dask.distributed worker with n threads, TensorFlow's intra-op pool is set to n t
 its inter-op pool to 1 before TensorFlow runs its first op there, so the worker's concurrent
 tasks share n threads and never oversubscribe the cores. tf_largeconv is imported once per
 worker process, when the first task's function is loaded.
+
+Writing (`conv2d_to_zarr`): each output chunk is one task: it computes the chunk, writes it,
+and only then records it complete (an atomic rename in `OUTPUT/.largeconv-record/`). With
+`resume=True` only the chunks not recorded are computed, and the output must have been
+started with the same input, filters, arguments and layout (a fingerprint of them is stored
+with it). A task retried after its worker died skips a chunk already recorded. A depthwise
+convolution is written with its grouped filter [h, w, 1, in_channels * multiplier].
 """
 
 from __future__ import annotations
@@ -61,7 +68,7 @@ except ImportError as e:  # pragma: no cover (the extra is installed where tests
 
 import numpy as np
 
-from tf_largeconv import _args
+from tf_largeconv._problem import ConvProblem
 from tf_largeconv._types import Padding
 from tf_largeconv._types import TensorLike
 from tf_largeconv._types import Window
@@ -108,17 +115,8 @@ def conv2d(
       task exists.
     TypeError: an unsupported dtype, or a filter tensor of another dtype.
   """
-  return _graph.Forward(
-    input,
-    filters,
-    strides,
-    padding,
-    data_format,
-    dilations,
-    algorithm,
-    workspace_limit,
-    name=name or "largeconv-conv2d",
-  ).array()
+  problem = ConvProblem.conv2d(strides, padding, data_format, dilations, algorithm, workspace_limit)
+  return _graph.Forward(input, filters, problem, name=name or "largeconv-conv2d").array()
 
 
 def depthwise_conv2d(
@@ -151,30 +149,11 @@ def depthwise_conv2d(
       from the input depth.
     TypeError: as for `conv2d`.
   """
-  data_format = _args.normalize_data_format(data_format)
-  dtype = _graph.check_input(input)
-  f = _graph.as_filter_array(filter, dtype, "filter")
-  if f.ndim != 4:
-    raise ValueError(
-      f"filter must be 4-D [height, width, in_channels, channel_multiplier], got shape {f.shape}"
-    )
-  depth = input.shape[3 if data_format == "NHWC" else 1]
-  if f.shape[2] != depth:
-    raise ValueError(
-      f"filter in_channels (dimension 2) {f.shape[2]} must equal the input depth {depth}"
-    )
-  grouped = f.reshape(f.shape[0], f.shape[1], 1, f.shape[2] * f.shape[3])
+  problem = ConvProblem.depthwise(
+    strides, padding, data_format, dilations, algorithm, workspace_limit
+  )
   return _graph.Forward(
-    input,
-    grouped,
-    strides,
-    padding,
-    data_format,
-    dilations,
-    algorithm,
-    workspace_limit,
-    name=name or "largeconv-depthwise",
-    filter_name="filter",
+    input, filter, problem, name=name or "largeconv-depthwise", filter_name="filter"
   ).array()
 
 
@@ -219,19 +198,9 @@ def conv2d_backprop_filter(
       convolution's output.
     TypeError: an unsupported dtype.
   """
-  grad = _graph.backprop_filter(
-    input,
-    filter_sizes,
-    out_backprop,
-    strides,
-    padding,
-    data_format,
-    dilations,
-    algorithm,
-    workspace_limit,
-    name or "largeconv-backprop-filter",
-  )
-  return grad.compute()
+  problem = ConvProblem.conv2d(strides, padding, data_format, dilations, algorithm, workspace_limit)
+  name = name or "largeconv-backprop-filter"
+  return _graph.backprop_filter(input, filter_sizes, out_backprop, problem, name).compute()
 
 
 def conv2d_to_zarr(
@@ -260,46 +229,32 @@ def conv2d_to_zarr(
   progress: Callable[[int, int, float], None] | None = None,
 ) -> WriteReport:
   """`conv2d`'s result computed into a zarr array or an OME-Zarr image, chunk by chunk,
-  with a record of the chunks written so that an interrupted run resumes where it stopped.
-
-  Each output chunk is one task: it computes the chunk, writes it, and only then records it
-  complete (an atomic rename in `OUTPUT/.largeconv-record/`). With `resume=True` only the
-  chunks not recorded are computed, and the output must have been started with the same
-  input, filters, arguments and layout (a fingerprint of them is stored with it). A task
-  retried after its worker died skips a chunk already recorded.
+  with a record of the chunks written so that an interrupted run resumes where it stopped
+  (see "Writing" in the module's docstring).
 
   Args:
     input, filters, strides, padding, data_format, dilations, algorithm, workspace_limit:
-      as for `conv2d` (a depthwise convolution is the grouped filter
-      [h, w, 1, in_channels * multiplier]). The rows and columns must be chunked in
-      multiples of the stride (zarr's chunks are regular).
+      as for `conv2d`; rows and columns chunked in multiples of the stride.
     output: the directory to write: a zarr array, or with output_format 'ome-zarr' an
       OME-Zarr image (multiscales: level 0 the result, then `levels - 1` levels each half
       the size of the one before, by 2x2 means; written by ngff-zarr).
-    output_axes: the output's axes as letters of data_format, e.g. 'HWC', 'CHW', 'HW';
-      axes left out must have length 1. Default: data_format for zarr, 'CHW' for OME-Zarr
-      (which takes 'CHW' or 'HW').
+    output_axes: the output's axes as letters of data_format ('HWC', 'CHW', 'HW'; those left
+      out of length 1). Default: data_format for zarr, 'CHW' (or 'HW') for OME-Zarr.
     output_format: 'zarr' or 'ome-zarr'; default 'ome-zarr' when output ends in '.ome.zarr'.
     levels: OME-Zarr pyramid levels; default: halved until the longer side is <= 1024.
     ngff_version: OME-Zarr version, '0.5' (zarr v3) or '0.4' (zarr v2).
-    compressors: a zarr output's compressors, as `zarr.create_array` takes them (default
-      zarr's; None: uncompressed).
+    compressors: a zarr output's, as `zarr.create_array` takes them (None: uncompressed).
     scale, translation, units: the input's pixel size, origin and units along 'y' and 'x'
-      (default 1, 0, none); the output's metadata gives each output pixel's size (scale x
-      stride) and the centre of its window.
+      (default 1, 0, none); the output's are each output pixel's and its window's centre.
     resume: finish an interrupted run into `output` (an absent output is started).
     overwrite: replace `output` if it exists. Neither: an existing output is an error.
     fingerprint: more JSON-able fields that define the output (e.g. the input file's size
-      and time); the input enters by its dask token, which for a file-backed array names
-      the path and layout, not the pixel values.
-    client: a dask.distributed Client to run on; default the current one, else dask's
-      threaded scheduler in this process.
+      and time); the input enters by its dask token (a file's path and layout, not pixels).
+    client: a dask.distributed Client; default the current one, else dask's threads here.
     progress: called as progress(chunks done, chunks in all, seconds) about once a second.
 
   Returns:
-    A `WriteReport`: chunks total, computed, skipped (done before), recomputed (started by
-    an earlier run and not finished), retried (started twice in this run), seconds, pixels
-    computed, pyramid_seconds.
+    A `WriteReport` (chunks computed, skipped, recomputed and retried, seconds, pixels).
 
   Raises:
     ValueError, TypeError: as for `conv2d`; bad output arguments; resume and overwrite
@@ -311,27 +266,27 @@ def conv2d_to_zarr(
   """
   if resume and overwrite:
     raise ValueError("resume and overwrite exclude each other: pass one")
-  if output_format is None:
-    output_format = "ome-zarr" if output.rstrip("/").endswith(".ome.zarr") else "zarr"
-  forward = _graph.Forward(
-    input, filters, strides, padding, data_format, dilations, algorithm, workspace_limit
-  )
+  problem = ConvProblem.conv2d(strides, padding, data_format, dilations, algorithm, workspace_limit)
   return _output.write(
-    forward,
+    _graph.Forward(input, filters, problem),
     output,
     output_axes=output_axes,
-    fmt=output_format,
+    fmt=output_format or ("ome-zarr" if output.rstrip("/").endswith(".ome.zarr") else "zarr"),
     levels=levels,
     ngff_version=ngff_version,
-    scale=None if scale is None else dict(scale),
-    translation=None if translation is None else dict(translation),
-    units=None if units is None else dict(units),
     compressors=compressors,
     mode="resume" if resume else ("overwrite" if overwrite else "new"),
-    fingerprint=None if fingerprint is None else dict(fingerprint),
     client=client if client is not None else _default_client(),
     progress=progress,
+    scale=_copied(scale),
+    translation=_copied(translation),
+    units=_copied(units),
+    fingerprint=_copied(fingerprint),
   )
+
+
+def _copied(mapping: Mapping[str, Any] | None) -> dict[str, Any] | None:
+  return None if mapping is None else dict(mapping)
 
 
 def _default_client() -> Any:
@@ -366,9 +321,8 @@ def task_memory(
     A `TaskMemory`: window_bytes, output_bytes, workspace_bytes, input_bytes, and total
     (= window + output + workspace, what the task allocates).
   """
-  return _graph.Forward(
-    input, filters, strides, padding, data_format, dilations, algorithm, workspace_limit
-  ).task_memory()
+  problem = ConvProblem.conv2d(strides, padding, data_format, dilations, algorithm, workspace_limit)
+  return _graph.Forward(input, filters, problem).task_memory()
 
 
 __all__ = [

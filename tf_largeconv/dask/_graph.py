@@ -102,22 +102,6 @@ def as_filter_array(filters, dtype, name):
   return np.asarray(filters, dtype=dtype)
 
 
-def _geometry(input_shape, filter_shape, attrs):
-  return _CORE.geometry(
-    [int(v) for v in input_shape],
-    [int(v) for v in filter_shape],
-    attrs["strides"],
-    attrs["padding"],
-    attrs["explicit_paddings"],
-    attrs["data_format"],
-    attrs["dilations"],
-  )
-
-
-def _spatial_axes(data_format):
-  return (1, 2) if data_format == "NHWC" else (2, 3)
-
-
 def _edges(chunks):
   return tuple(itertools.accumulate(chunks, initial=0))
 
@@ -211,76 +195,67 @@ class Blocks:
       self.input_bytes.append(nbytes)
 
 
-def _check_windows(shapes, filter_shape, attrs, dtype):
-  """Plans each distinct (window, output block) shape pair as a VALID convolution: errors
-  (e.g. a workspace_limit the FFT cannot meet) surface now, not in a task, and the C++
-  geometry confirms each window gives exactly its output block."""
-  valid = dict(attrs, padding="VALID", explicit_paddings=[])
+def _check_windows(shapes, problem, dtype):
+  """Plans each distinct (window, output block) shape pair as a VALID convolution of the
+  bound problem's filter: errors (e.g. a workspace_limit the FFT cannot meet) surface now,
+  not in a task, and the C++ geometry confirms each window gives exactly its output
+  block."""
+  valid = problem.replace(padding="VALID", explicit_paddings=())
   for window_shape, out_shape in sorted(shapes):
     if 0 in window_shape:
       continue  # an empty batch chunk: nothing to plan
-    p = planning.plan_from_attrs(window_shape, filter_shape, valid, dtype, num_threads=1)
+    p = planning.plan_problem(valid.bind(window_shape, problem.filter_shape), dtype, num_threads=1)
     if tuple(p.output_shape) != tuple(out_shape):
       raise AssertionError(
         f"tf_largeconv.dask: window {window_shape} gives {p.output_shape}, expected {out_shape}"
       )
 
 
-def workspace_bound(attrs):
-  limit = attrs["workspace_limit"]
-  return _CORE.DEFAULT_WORKSPACE_LIMIT if limit < 0 else limit
+def _batch_windows(chunks):
+  """The batch axis's windows: each chunk its own."""
+  edges = _edges(chunks)
+  return list(zip(edges[:-1], edges[1:]))
 
 
 class Forward:
-  """A validated forward convolution over a dask input, and its graph."""
+  """A validated forward convolution over a dask input, and its graph.
 
-  def __init__(
-    self,
-    x,
-    filters,
-    strides,
-    padding,
-    data_format,
-    dilations,
-    algorithm,
-    workspace_limit,
-    name="largeconv-conv2d",
-    filter_name="filters",
-  ):
+  Args:
+    x: the input dask array.
+    filters: the filter, array-like or tensor (converted to x's dtype).
+    problem: the 2-D ConvProblem (its kind's filter: a depthwise one is grouped here).
+    name, filter_name: the prefix of the dask keys; the filter's name in errors.
+  """
+
+  def __init__(self, x, filters, problem, name="largeconv-conv2d", filter_name="filters"):
     self.dtype = check_input(x)
-    self.attrs = _args.conv_attrs(
-      strides, padding, data_format, dilations, algorithm, workspace_limit
-    )
-    self.filters = as_filter_array(filters, self.dtype, filter_name)
-    if self.filters.ndim != 4:
+    filters = as_filter_array(filters, self.dtype, filter_name)
+    if problem.kind == "depthwise":
+      filters = problem.grouped_filter(filters, x.shape[problem.channel_axis])
+      problem = problem.replace(kind="conv2d")
+    if filters.ndim != 4:
       raise ValueError(
         f"{filter_name} must be 4-D [height, width, in_channels / groups, "
-        f"out_channels], got shape {self.filters.shape}"
+        f"out_channels], got shape {filters.shape}"
       )
-    geom = _geometry(x.shape, self.filters.shape, self.attrs)
-    fmt = self.attrs["data_format"]
-    c_axis = _args.channel_index(fmt)
-    out_chunks = [None] * 4
-    windows = [None] * 4
-    out_chunks[0] = x.chunks[0]
-    windows[0] = [(a, b) for a, b in zip(_edges(x.chunks[0])[:-1], _edges(x.chunks[0])[1:])]
-    out_chunks[c_axis] = (geom["out_c"],)
-    windows[c_axis] = [(0, x.shape[c_axis])]
-    for axis, dim in zip(_spatial_axes(fmt), ("h", "w")):
-      stride, out_size = geom[f"stride_{dim}"], geom[f"out_{dim}"]
-      pad_before = geom["pad_top" if dim == "h" else "pad_left"]
-      extent = _args.filter_extent(geom[f"filter_{dim}"], geom[f"dilation_{dim}"])
-      out_chunks[axis] = output_chunks(x.chunks[axis], stride, out_size)
-      windows[axis] = _windows(out_chunks[axis], stride, pad_before, extent)
+    self.filters = filters
+    self.problem = problem.bind(x.shape, filters.shape)
+    self.attrs = problem.attrs()  # the op attributes, as the output's fingerprint has them
+    self.geom = self.problem.geometry()
+    c_axis = self.problem.channel_axis
+    out_chunks, windows = [None] * 4, [None] * 4
+    out_chunks[0], windows[0] = x.chunks[0], _batch_windows(x.chunks[0])
+    out_chunks[c_axis], windows[c_axis] = (self.geom["out_c"],), [(0, x.shape[c_axis])]
+    for axis, a in zip(self.problem.spatial_axes, self.problem.axes()):
+      out_chunks[axis] = output_chunks(x.chunks[axis], a.stride, a.out)
+      windows[axis] = _windows(out_chunks[axis], a.stride, a.pad_before, a.extent)
     self.x = x
-    self.geom = geom
     self.out_chunks = tuple(out_chunks)
     self.name = f"{name}-{tokenize(x, self.filters, sorted(self.attrs.items()))}"
     self.blocks = Blocks(x, windows, self.name)
     _check_windows(
       {(w.shape, self.out_shape(idx)) for idx, w, _ in self.blocks.blocks},
-      self.filters.shape,
-      self.attrs,
+      self.problem,
       self.dtype,
     )
 
@@ -295,7 +270,7 @@ class Forward:
       m = TaskMemory(
         math.prod(window.shape) * itemsize,
         math.prod(self.out_shape(idx)) * itemsize,
-        workspace_bound(self.attrs),
+        self.problem.workspace_bound,
         held,
       )
       if best is None or (m.total, m.input_bytes) > (best.total, best.input_bytes):
@@ -307,7 +282,7 @@ class Forward:
     output chunk index, its task `(forward, spec key, window, piece keys)`)."""
     spec_key = f"{self.name}-spec"
     shared = dict(self.blocks.strips)
-    shared[spec_key] = _tasks.ConvSpec(self.attrs, self.dtype, filters=self.filters)
+    shared[spec_key] = _tasks.ConvSpec(self.problem.unbound(), self.dtype, filters=self.filters)
     tasks = {
       idx: (_tasks.forward, spec_key, window, keys) for idx, window, keys in self.blocks.blocks
     }
@@ -348,26 +323,9 @@ def _filter_sizes(filter_sizes):
   return [int(v) for v in sizes]
 
 
-def backprop_filter(
-  x,
-  filter_sizes,
-  out_backprop,
-  strides,
-  padding,
-  data_format,
-  dilations,
-  algorithm,
-  workspace_limit,
-  name,
-):
-  """The filter gradient over dask arrays, as a one-chunk dask array (see __init__)."""
-  dtype = check_input(x)
-  attrs = _args.conv_attrs(strides, padding, data_format, dilations, algorithm, workspace_limit)
-  filter_sizes = _filter_sizes(filter_sizes)
-  geom = _geometry(x.shape, filter_sizes, attrs)
-  out_shape = tuple(geom["output_shape"])
-  fmt = attrs["data_format"]
-  c_axis = _args.channel_index(fmt)
+def _out_backprop(out_backprop, x, problem, out_shape):
+  """out_backprop as a dask array (an array-like chunked as the forward output would be),
+  checked against the output's shape and x's dtype, with its channels in one chunk."""
   if isinstance(out_backprop, da.Array):
     dy = out_backprop
   else:
@@ -376,45 +334,25 @@ def backprop_filter(
     dy = np.asarray(out_backprop)
     if dy.shape == out_shape:  # chunked as the forward output would be
       chunks = [x.chunks[0], None, None, None]
-      chunks[c_axis] = -1
-      for axis, dim in zip(_spatial_axes(fmt), ("h", "w")):
-        chunks[axis] = output_chunks(x.chunks[axis], geom[f"stride_{dim}"], geom[f"out_{dim}"])
+      chunks[problem.channel_axis] = -1
+      for axis, a in zip(problem.spatial_axes, problem.axes()):
+        chunks[axis] = output_chunks(x.chunks[axis], a.stride, a.out)
       dy = da.from_array(dy, chunks=tuple(chunks))
   if tuple(dy.shape) != out_shape:
     raise ValueError(
       f"out_backprop must have the convolution's output shape {out_shape}, got {tuple(dy.shape)}"
     )
   check_input(dy, "out_backprop")
-  if dy.dtype != dtype:
-    dy = dy.astype(dtype)
-  if len(dy.chunks[c_axis]) > 1:
-    dy = dy.rechunk({c_axis: -1})
-  windows = [None] * 4
-  windows[0] = list(zip(_edges(dy.chunks[0])[:-1], _edges(dy.chunks[0])[1:]))
-  windows[c_axis] = [(0, x.shape[c_axis])]
-  for axis, dim in zip(_spatial_axes(fmt), ("h", "w")):
-    pad_before = geom["pad_top" if dim == "h" else "pad_left"]
-    extent = _args.filter_extent(geom[f"filter_{dim}"], geom[f"dilation_{dim}"])
-    windows[axis] = _windows(dy.chunks[axis], geom[f"stride_{dim}"], pad_before, extent)
-  token = tokenize(x, dy, filter_sizes, sorted(attrs.items()))
-  name = f"{name}-{token}"
-  blocks = Blocks(x, windows, name)
-  compute_dtype = np.dtype(np.float32) if dtype.itemsize < 4 else dtype
-  _check_windows(
-    {(w.shape, tuple(dy.chunks[a][i] for a, i in enumerate(idx))) for idx, w, _ in blocks.blocks},
-    filter_sizes,
-    attrs,
-    compute_dtype,
-  )
+  if dy.dtype != x.dtype:
+    dy = dy.astype(x.dtype)
+  if len(dy.chunks[problem.channel_axis]) > 1:
+    dy = dy.rechunk({problem.channel_axis: -1})
+  return dy
 
-  spec_key = f"{name}-spec"
-  layer = dict(blocks.strips)
-  layer[spec_key] = _tasks.ConvSpec(attrs, compute_dtype, filter_sizes=filter_sizes)
-  level = []
-  for idx, window, keys in blocks.blocks:
-    key = (f"{name}-part",) + idx
-    layer[key] = (_tasks.backprop_filter, spec_key, window, keys, (dy.name,) + idx)
-    level.append(key)
+
+def _tree_sum(layer, level, name):
+  """Adds to `layer` the tree reduction (SPLIT_EVERY per node) of the keys `level`;
+  returns the root's key."""
   depth = 0
   while len(level) > 1:
     level_name = f"{name}-sum{depth}"
@@ -423,7 +361,40 @@ def backprop_filter(
       layer[(level_name, i)] = (_tasks.add, group)
     level = [(level_name, i) for i in range(len(groups))]
     depth += 1
-  layer[(name, 0, 0, 0, 0)] = (_tasks.cast, level[0], dtype)
+  return level[0]
+
+
+def backprop_filter(x, filter_sizes, out_backprop, problem, name):
+  """The filter gradient over dask arrays for a 2-D ConvProblem, as a one-chunk dask
+  array (see __init__)."""
+  dtype = check_input(x)
+  filter_sizes = _filter_sizes(filter_sizes)
+  problem = problem.bind(x.shape, filter_sizes)
+  out_shape = tuple(problem.geometry()["output_shape"])
+  dy = _out_backprop(out_backprop, x, problem, out_shape)
+  c_axis = problem.channel_axis
+  windows = [None] * 4
+  windows[0], windows[c_axis] = _batch_windows(dy.chunks[0]), [(0, x.shape[c_axis])]
+  for axis, a in zip(problem.spatial_axes, problem.axes()):
+    windows[axis] = _windows(dy.chunks[axis], a.stride, a.pad_before, a.extent)
+  token = tokenize(x, dy, filter_sizes, sorted(problem.attrs().items()))
+  name = f"{name}-{token}"
+  blocks = Blocks(x, windows, name)
+  compute_dtype = np.dtype(np.float32) if dtype.itemsize < 4 else dtype
+  _check_windows(
+    {(w.shape, tuple(dy.chunks[a][i] for a, i in enumerate(idx))) for idx, w, _ in blocks.blocks},
+    problem,
+    compute_dtype,
+  )
+  spec_key = f"{name}-spec"
+  layer = dict(blocks.strips)
+  layer[spec_key] = _tasks.ConvSpec(problem.unbound(), compute_dtype, filter_sizes=filter_sizes)
+  level = []
+  for idx, window, keys in blocks.blocks:
+    key = (f"{name}-part",) + idx
+    layer[key] = (_tasks.backprop_filter, spec_key, window, keys, (dy.name,) + idx)
+    level.append(key)
+  layer[(name, 0, 0, 0, 0)] = (_tasks.cast, _tree_sum(layer, level, name), dtype)
   graph = HighLevelGraph.from_collections(name, layer, dependencies=[x, dy])
   return da.Array(
     graph, name, chunks=tuple((s,) for s in filter_sizes), meta=np.empty((0,) * 4, dtype)

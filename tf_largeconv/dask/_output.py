@@ -13,7 +13,6 @@ import time
 import numpy as np
 from dask.base import tokenize
 
-from tf_largeconv import _args
 from tf_largeconv.dask import _record
 from tf_largeconv.dask._record import WriteReport
 
@@ -114,14 +113,12 @@ class Layout:
 def output_scale(forward, scale: dict | None, translation: dict | None) -> tuple[dict, dict]:
   """The output pixels' physical size and origin (y, x) from the input's: output pixel o
   is the centre of its window, input pixels [o * stride - pad, ... + extent)."""
-  geom = forward.geom
   out_scale, out_translation = {}, {}
-  for axis, dim, pad in (("y", "h", "pad_top"), ("x", "w", "pad_left")):
+  for axis, a in zip(("y", "x"), forward.problem.axes()):
     s = float((scale or {}).get(axis, 1.0))
     t = float((translation or {}).get(axis, 0.0))
-    extent = _args.filter_extent(geom[f"filter_{dim}"], geom[f"dilation_{dim}"])
-    out_scale[axis] = s * geom[f"stride_{dim}"]
-    out_translation[axis] = t + s * ((extent - 1) / 2 - geom[pad])
+    out_scale[axis] = s * a.stride
+    out_translation[axis] = t + s * ((a.extent - 1) / 2 - a.pad_before)
   return out_scale, out_translation
 
 

@@ -126,21 +126,21 @@ class Window:
 
 class ConvSpec:
   """A convolution's filter (or, for the filter gradient, the filter's shape), dtypes and
-  op attributes: stored once in the graph and shared by its tasks. The filter's tensor is
+  ConvProblem: stored once in the graph and shared by its tasks. The filter's tensor is
   made once per process (it is not pickled)."""
 
-  def __init__(self, attrs, dtype, filters=None, filter_sizes=None):
-    self.attrs = attrs
+  def __init__(self, problem, dtype, filters=None, filter_sizes=None):
+    self.problem = problem
     self.dtype = np.dtype(dtype)
     self.filters = filters
     self.filter_sizes = filter_sizes
     self._tensor = None
 
   def __getstate__(self):
-    return (self.attrs, self.dtype, self.filters, self.filter_sizes)
+    return (self.problem, self.dtype, self.filters, self.filter_sizes)
 
   def __setstate__(self, state):
-    self.attrs, self.dtype, self.filters, self.filter_sizes = state
+    self.problem, self.dtype, self.filters, self.filter_sizes = state
     self._tensor = None
 
   def filter_tensor(self):
@@ -149,16 +149,8 @@ class ConvSpec:
     return self._tensor
 
   def conv_kwargs(self):
-    """The in-memory op's arguments for a window: the same attributes, padding VALID."""
-    a = self.attrs
-    return dict(
-      strides=a["strides"],
-      padding="VALID",
-      data_format=a["data_format"],
-      dilations=a["dilations"],
-      algorithm=a["algorithm"],
-      workspace_limit=None if a["workspace_limit"] < 0 else a["workspace_limit"],
-    )
+    """The in-memory op's arguments for a window: the problem's, padding VALID."""
+    return dict(self.problem.kwargs(), padding="VALID")
 
 
 def take(chunk, index):

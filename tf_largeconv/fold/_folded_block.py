@@ -10,6 +10,7 @@ import tensorflow as tf
 from tf_largeconv import _args
 from tf_largeconv import _loader
 from tf_largeconv import ops as _ops
+from tf_largeconv._problem import ConvProblem
 from tf_largeconv.fold import _composer
 from tf_largeconv.fold import _geometry
 from tf_largeconv.fold import _graph
@@ -114,10 +115,10 @@ class FoldedBlockBase:
       # temporaries growing with the image, beyond the plan's estimate: not what a layer
       # for lean training should do by default. Under XLA, without the op library, or
       # while exporting, conv2d's portable path runs.
-      attrs = _args.conv_attrs(
+      problem = ConvProblem.conv2d(
         list(conv.strides), padding, "NHWC", None, "auto", self.workspace_limit
       )
-      y = _loader.ops().large_conv_conv2d(inputs, conv.kernel, **attrs)
+      y = _loader.ops().large_conv_conv2d(inputs, conv.kernel, **problem.attrs())
     else:
       y = _ops.conv2d(
         inputs,

@@ -1,22 +1,16 @@
-"""Padding and output sizes for fold, from the package's one geometry (tf_largeconv._core):
+"""Padding and output sizes for fold, from the package's one geometry (`ConvProblem`):
 a layer's own, and those of the one convolution of the block input that computes a block's
 output (its padding, and the zeros the folded kernel needs around it)."""
 
-from tf_largeconv import _loader
+from tf_largeconv._problem import ConvProblem
 
 
 def geometry(size, kernel, strides, padding, dilations=(1, 1)):
   """(pad_top, pad_bottom, pad_left, pad_right), (out_h, out_w) of a convolution."""
-  g = _loader.core().geometry(
-    [1, int(size[0]), int(size[1]), 1],
-    [int(kernel[0]), int(kernel[1]), 1, 1],
-    [1, int(strides[0]), int(strides[1]), 1],
-    padding,
-    [],
-    "NHWC",
-    [1, int(dilations[0]), int(dilations[1]), 1],
-  )
-  return (g["pad_top"], g["pad_bottom"], g["pad_left"], g["pad_right"]), (g["out_h"], g["out_w"])
+  problem = ConvProblem.conv2d(list(strides), padding, "NHWC", list(dilations))
+  axes = problem.bind([1, size[0], size[1], 1], [kernel[0], kernel[1], 1, 1]).axes()
+  pads = tuple(p for a in axes for p in (a.pad_before, a.pad_after))
+  return pads, tuple(a.out for a in axes)
 
 
 def _keras_extension(state, block, mode):

@@ -19,8 +19,8 @@ import keras
 import tensorflow as tf
 
 from tf_largeconv import _args
-from tf_largeconv import _loader
 from tf_largeconv import fold as _fold
+from tf_largeconv._problem import ConvProblem
 from tf_largeconv.keras import _settings as _layer_settings
 
 _PACKAGE = "tf_largeconv"
@@ -47,65 +47,25 @@ def conv_output_shape(
   [height, width, in, out], strides and dilations as tf_largeconv.conv2d takes them) or
   'NDHWC' or 'NCDHW' ([depth, height, width, in, out], strides and dilations of 5 entries
   as tf_largeconv.conv3d takes them)."""
-  rank = len(data_format) - 2  # spatial dimensions
-  if rank == 3:
-    attrs = _args.conv3d_attrs(strides, padding, data_format, dilations)
+  if len(data_format) == 5:
+    problem = ConvProblem.conv3d(strides, padding, data_format, dilations)
   else:
-    attrs = _args.conv_attrs(strides, padding, data_format, dilations)
-  c = 1 if attrs["data_format"][1] == "C" else rank + 1
-  spatial = [i for i in range(1, rank + 2) if i != c]
-  shape = list(input_shape)
-  probe: list[Any] = list(shape)
-  # Each unknown dimension is computed with a stand-in as large as the largest dilated
-  # filter (so valid for any padding), then reported unknown again: output sizes are
-  # independent per dimension.
-  stand_in = max(
-    _args.filter_extent(int(filter_shape[k]), attrs["dilations"][i]) for k, i in enumerate(spatial)
-  )
-  for i, size in enumerate(shape):
-    if size is None:
-      probe[i] = stand_in if i in spatial else 1
-  if shape[c] is None:
-    probe[c] = filter_shape[rank]
-  probe, filter_shape = [int(v) for v in probe], [int(v) for v in filter_shape]
+    problem = ConvProblem.conv2d(strides, padding, data_format, dilations)
+  problem = problem.bind(input_shape, filter_shape)
   try:
-    if rank == 3:
-      geometry = _loader.core().geometry3d(
-        probe,
-        filter_shape,
-        attrs["strides"],
-        attrs["padding"],
-        attrs["data_format"],
-        attrs["dilations"],
-      )
-    else:
-      geometry = _loader.core().geometry(
-        probe,
-        filter_shape,
-        attrs["strides"],
-        attrs["padding"],
-        attrs["explicit_paddings"],
-        attrs["data_format"],
-        attrs["dilations"],
-      )
+    return problem.static_output_shape()
   except ValueError as e:
-    too_small = attrs["padding"] == "VALID" and any(
-      shape[i] is not None
-      and shape[i] < _args.filter_extent(filter_shape[k], attrs["dilations"][i])
-      for k, i in enumerate(spatial)
+    sizes = [problem.shapes()[0][i] for i in problem.spatial_axes]
+    too_small = problem.padding == "VALID" and any(
+      s is not None and s < problem.extent(k) for k, s in enumerate(sizes)
     )
     if too_small:  # as Keras's own layers say it
       raise ValueError(
         f"Computed output size would be zero or negative. Received "
-        f"inputs shape={tuple(shape)}, kernel shape={tuple(filter_shape)}: "
+        f"inputs shape={tuple(input_shape)}, kernel shape={tuple(filter_shape)}: "
         f"{e}"
       ) from None
     raise
-  out = list(geometry["output_shape"])
-  for i, size in enumerate(shape):
-    if size is None and i != c:
-      out[i] = None
-  return tuple(out)
 
 
 class _TensorFlowBackend:

@@ -14,6 +14,7 @@ import tensorflow as tf
 
 from tf_largeconv import _args
 from tf_largeconv import ops as _ops
+from tf_largeconv._problem import dilated_extent
 
 
 def op_data_format(keras_format, rank=2):
@@ -137,7 +138,7 @@ class DepthwiseConv2DBase(LargeConvBase):
 def transpose_output_size(size, kernel, stride, padding, output_padding, dilation):
   """The output height (or width) of a Keras Conv2DTranspose: Keras 3 and tf_keras agree.
   `size` may be an int or a scalar tensor; padding is 'same' or 'valid'."""
-  extent = _args.filter_extent(kernel, dilation)
+  extent = dilated_extent(kernel, dilation)
   if output_padding is None:
     if padding == "same":
       return size * stride

@@ -1,6 +1,6 @@
 """Temporary memory of a convolution op's kernels, forward and gradient.
 
-LargeConv ops: the planner's own figure (`tf_largeconv.planning.plan_from_attrs`), which
+LargeConv ops: the planner's own figure (`tf_largeconv.planning.plan_problem`), which
 the kernel takes through TensorFlow's allocator and never exceeds. TensorFlow's kernels
 (oneDNN's on this build's CPUs): a model of their scratch fitted to measured growth, see
 `tf_conv_bytes`.
@@ -61,9 +61,10 @@ def _threads() -> int:
 
 
 def _large_conv(op: Any, input_grad: bool) -> tuple[int, int]:
+  from tf_largeconv._problem import ConvProblem
   from tf_largeconv.ops.gradients import _CONV2D_ATTRS
   from tf_largeconv.ops.gradients import _decode
-  from tf_largeconv.planning._plan import plan_from_attrs
+  from tf_largeconv.planning._plan import plan_problem
 
   if op.type == "LargeConv>Conv2DRoute":
     return 0, 0
@@ -72,7 +73,7 @@ def _large_conv(op: Any, input_grad: bool) -> tuple[int, int]:
     x, w = _shape(op.outputs[0]), _shape(op.inputs[1])
   else:
     x, w = _shape(op.inputs[0]), _shape(op.inputs[1])
-  plan = plan_from_attrs(x, w, attrs, op.inputs[1].dtype)
+  plan = plan_problem(ConvProblem.from_attrs(attrs).bind(x, w), op.inputs[1].dtype)
   # The two gradient ops are independent: TF's executor may run them at once.
   passes = (plan.backprop_input if input_grad else None, plan.backprop_filter)
   fwd = plan.forward.workspace_bytes if plan.forward else 0

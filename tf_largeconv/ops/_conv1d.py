@@ -11,87 +11,18 @@ thousands of taps; `plan_conv1d` shows the plan.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
-
 import tensorflow as tf
 
-from tf_largeconv import _args
+from tf_largeconv._problem import ConvProblem
 from tf_largeconv._types import DTypeLike
-from tf_largeconv._types import Padding
 from tf_largeconv._types import Padding1d
 from tf_largeconv._types import ShapeLike
 from tf_largeconv._types import TensorLike
 from tf_largeconv._types import Window
 from tf_largeconv.ops import _conv2d
+from tf_largeconv.ops import _dispatch
 from tf_largeconv.planning import _plan
 from tf_largeconv.planning.types import Plan
-
-# The 1-D layouts and the 2-D layouts they run as (TF's conv1d also takes the 2-D names).
-_FORMATS = {"NWC": "NHWC", "NCW": "NCHW", "NHWC": "NHWC", "NCHW": "NCHW"}
-
-
-def _format_2d(data_format: str | None) -> str:
-  """The conv2d data_format ('NHWC' or 'NCHW') of a conv1d one; None means NWC."""
-  if data_format is None:
-    return "NHWC"
-  if not isinstance(data_format, str) or data_format.upper() not in _FORMATS:
-    raise ValueError(
-      "data_format must be 'NWC' or 'NCW' (or TensorFlow's aliases 'NHWC' / "
-      f"'NCHW'), got data_format={data_format!r}"
-    )
-  return _FORMATS[data_format.upper()]
-
-
-def _insert_height(values: Sequence[Any], format_2d: str, height_value: Any) -> list[Any]:
-  """A list of 3 per-dimension entries in the 1-D layout's order (N, W, C or N, C, W) as
-  the 4 entries of the 2-D layout, with `height_value` for the height axis."""
-  if format_2d == "NHWC":  # [N, W, C] -> [N, H, W, C]
-    return [values[0], height_value, values[1], values[2]]
-  return [values[0], values[1], height_value, values[2]]  # [N, C, W] -> [N, C, H, W]
-
-
-def _window(value: Window | None, name: str, format_2d: str) -> list[int]:
-  """`stride` or `dilations` (an int, or a list of 1 or 3 ints as tf.nn.conv1d takes) as
-  the 4 ints of conv2d, 1 on the height axis."""
-  values = _args.window_values(1 if value is None else value, name, "1 or 3")
-  if len(values) == 1:
-    values = [1, values[0], 1] if format_2d == "NHWC" else [1, 1, values[0]]
-  elif len(values) != 3:
-    raise ValueError(
-      f"{name} should be of length 1 or 3. Received: {name}={values} of length {len(values)}"
-    )
-  return _insert_height(values, format_2d, 1)
-
-
-def _padding(padding: Padding1d, format_2d: str) -> Any:
-  """'SAME' / 'VALID' as they are; explicit padding (one [before, after] pair for the
-  width, or three pairs in data_format order) as conv2d's four pairs."""
-  if isinstance(padding, (list, tuple)):
-    pairs = list(padding)
-    if len(pairs) == 1:
-      pairs = [[0, 0], pairs[0], [0, 0]] if format_2d == "NHWC" else [[0, 0], [0, 0], pairs[0]]
-    elif len(pairs) != 3:
-      raise ValueError(
-        "padding must be 'SAME', 'VALID', one [before, after] pair for the "
-        "width or three pairs in data_format order, got "
-        f"padding={padding!r}"
-      )
-    return _insert_height(pairs, format_2d, [0, 0])
-  return padding  # strings (and malformed values) are conv2d's to check
-
-
-def conv1d_attrs(
-  stride: Window, padding: Padding1d, data_format: str | None, dilations: Window | None
-) -> tuple[list[int], Padding, str, list[int]]:
-  """(strides, padding, data_format, dilations) of the height-1 conv2d a conv1d runs."""
-  format_2d = _format_2d(data_format)
-  return (
-    _window(stride, "stride", format_2d),
-    _padding(padding, format_2d),
-    format_2d,
-    _window(dilations, "dilations", format_2d),
-  )
 
 
 def conv1d(
@@ -137,9 +68,9 @@ def conv1d(
     TypeError: unsupported or mismatched dtypes.
     tf.errors.InvalidArgumentError: shapes that do not fit together (eager execution).
   """
-  strides, padding, format_2d, dilations = conv1d_attrs(stride, padding, data_format, dilations)
+  problem = ConvProblem.conv1d(stride, padding, data_format, dilations, algorithm, workspace_limit)
   with tf.name_scope(name or "LargeConv1D"):
-    input, filters = _args.as_tensors(input, filters)
+    input, filters, problem = _conv2d.operands(problem, input, filters)
     if input.shape.rank is not None and input.shape.rank < 3:
       raise ValueError(
         "input must have rank >= 3: batch_shape + [width, channels] (NWC) or "
@@ -151,17 +82,9 @@ def conv1d(
         f"shape {filters.shape}"
       )
     # The height axis sits just before the width: -3 from the end in NWC, -2 in NCW.
-    height_axis = -3 if format_2d == "NHWC" else -2
-    result = _conv2d.conv2d(
-      tf.expand_dims(input, height_axis),
-      tf.expand_dims(filters, 0),
-      strides,
-      padding,
-      data_format=format_2d,
-      dilations=dilations,
-      algorithm=algorithm,
-      workspace_limit=workspace_limit,
-    )
+    height_axis = -3 if problem.data_format == "NHWC" else -2
+    x, w = tf.expand_dims(input, height_axis), tf.expand_dims(filters, 0)
+    result = _conv2d.run(x, w, problem, _dispatch.eager_key(x, w, (problem,)))
     return tf.squeeze(result, [height_axis])
 
 
@@ -195,7 +118,7 @@ def plan_conv1d(
   Raises:
     ValueError: as `conv1d` and `tf_largeconv.plan`.
   """
-  strides, padding, format_2d, dilations = conv1d_attrs(stride, padding, data_format, dilations)
+  problem = ConvProblem.conv1d(stride, padding, data_format, dilations, algorithm, workspace_limit)
   input_shape, filter_shape = list(input_shape), list(filter_shape)
   if len(input_shape) < 3:
     raise ValueError(
@@ -206,20 +129,8 @@ def plan_conv1d(
     raise ValueError(
       f"filter_shape must be [width, in_channels / groups, out_channels], got {filter_shape}"
     )
-  height_axis = len(input_shape) - (2 if format_2d == "NHWC" else 1)
-  shape_2d = input_shape[:height_axis] + [1] + input_shape[height_axis:]
-  p = _plan.plan(
-    shape_2d,
-    [1] + filter_shape,
-    strides,
-    padding,
-    data_format=format_2d,
-    dilations=dilations,
-    dtype=dtype,
-    algorithm=algorithm,
-    workspace_limit=workspace_limit,
-    num_threads=num_threads,
-  )
+  height_axis = len(input_shape) - (2 if problem.data_format == "NHWC" else 1)
+  p = _plan.plan_problem(problem.bind(input_shape, filter_shape), dtype, num_threads)
   out = list(p.output_shape)
   p.output_shape = tuple(out[:height_axis] + out[height_axis + 1 :])
   return p

@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from tf_largeconv import _args
 from tf_largeconv import _loader
+from tf_largeconv._problem import ConvProblem
 from tf_largeconv._types import Padding
 from tf_largeconv._types import TensorLike
 from tf_largeconv._types import Window
@@ -116,20 +117,34 @@ def conv2d(
   kernel = _dispatch.EAGER_KERNELS.get(key) if key is not None else None
   if kernel is not None:
     return kernel(input, filters)
-  attrs = _args.conv_attrs(strides, padding, data_format, dilations, algorithm, workspace_limit)
-  attrs["algorithm"] = _args.resolve_algorithm(attrs["algorithm"])
+  problem = ConvProblem.conv2d(strides, padding, data_format, dilations, algorithm, workspace_limit)
   with tf.name_scope(name or "LargeConv2D"):
-    input, filters = _args.as_tensors(input, filters)
-    _args.check_algorithm(attrs["algorithm"], input.dtype)
-    if attrs["algorithm"] == _args.PORTABLE:
-      return _merge_batch_dims(input, lambda x: _portable2d.conv2d(x, filters, attrs))
-    if key is not None and input.shape.rank == 4:
-      kernel = _dispatch.kernel_for(input, filters, strides, padding, dilations, attrs, eager=True)
-      return _dispatch.remember(key, kernel)(input, filters)
-    return _merge_batch_dims(
-      input,
-      lambda x: _dispatch.kernel_for(x, filters, strides, padding, dilations, attrs)(x, filters),
-    )
+    input, filters, problem = operands(problem, input, filters)
+    return run(input, filters, problem, key)
+
+
+def operands(
+  problem: ConvProblem, a: TensorLike, b: TensorLike
+) -> tuple[tf.Tensor, tf.Tensor, ConvProblem]:
+  """What every 2-D op does with its two data operands before it runs: the algorithm
+  resolved under the current context, the operands as tensors of one dtype (`a`'s), and
+  that dtype checked against the problem."""
+  problem = problem.resolved()
+  a, b = _args.as_tensors(a, b)
+  return a, b, problem.for_dtype(a.dtype)
+
+
+def run(
+  input: tf.Tensor, filters: tf.Tensor, problem: ConvProblem, key: tuple | None = None
+) -> tf.Tensor:
+  """conv2d of tensors for a resolved problem checked for their dtype; input of rank >= 4
+  (extra batch dimensions merged). With the eager cache's `key`, the kernel is kept."""
+  if problem.algorithm == _args.PORTABLE:
+    return _merge_batch_dims(input, lambda x: _portable2d.conv2d(x, filters, problem))
+  if key is not None and input.shape.rank == 4:
+    kernel = _dispatch.kernel_for(input, filters, problem, eager=True)
+    return _dispatch.remember(key, kernel)(input, filters)
+  return _merge_batch_dims(input, lambda x: _dispatch.kernel_for(x, filters, problem)(x, filters))
 
 
 def _static_list(t: tf.Tensor) -> list[int] | None:
@@ -177,107 +192,119 @@ def depthwise_conv2d(
     TypeError: a dtype tf.nn.depthwise_conv2d does not take, or mismatched dtypes.
     tf.errors.InvalidArgumentError: the same mismatch found only at run time.
   """
-  data_format = _args.normalize_data_format(data_format)
+  problem = ConvProblem.depthwise(
+    strides, padding, data_format, dilations, algorithm, workspace_limit
+  )
   with tf.name_scope(name or "LargeDepthwiseConv2D"):
-    input, filter = _args.as_tensors(input, filter)
-    _args.check_dtype("input", input.dtype, _args.FLOAT_DTYPES)
-    if filter.shape.rank is not None and filter.shape.rank != 4:
-      raise ValueError(
-        "filter must be 4-D [height, width, in_channels, channel_multiplier], "
-        f"got shape {filter.shape}"
-      )
+    input, filter, problem = operands(problem, input, filter)
     if input.shape.rank is not None and input.shape.rank < 4:
       raise ValueError(
         "input must be 4-dimensional (or have more leading batch dimensions), "
         f"got shape {input.shape}"
       )
-    axis = _args.channel_axis_from_end(data_format)
+    axis = _args.channel_axis_from_end(problem.data_format)
     depth = input.shape[axis] if input.shape.rank is not None else None
-    if depth is not None and filter.shape[2] is not None and depth != filter.shape[2]:
-      raise ValueError(
-        f"filter in_channels (dimension 2) {filter.shape[2]} must equal the input depth {depth}"
-      )
-    shape = tf.shape(filter)
     checks = []
-    if depth is None or filter.shape[2] is None:
+    if filter.shape.rank == 4 and (depth is None or filter.shape[2] is None):
       checks.append(
         tf.debugging.assert_equal(
           tf.shape(input)[axis],
-          shape[2],
+          tf.shape(filter)[2],
           message="filter in_channels (dimension 2) must equal the input depth",
         )
       )
     with tf.control_dependencies(checks):
-      static = filter.shape.as_list()
-      if all(v is not None for v in static):
-        grouped = tf.reshape(filter, [static[0], static[1], 1, static[2] * static[3]])
-      else:
-        grouped = tf.reshape(filter, tf.stack([shape[0], shape[1], 1, shape[2] * shape[3]]))
-    return conv2d(
-      input,
-      grouped,
-      strides,
-      padding,
-      data_format=data_format,
-      dilations=dilations,
-      algorithm=algorithm,
-      workspace_limit=workspace_limit,
-    )
+      grouped = problem.grouped_filter(filter, depth)
+    return run(input, grouped, problem.replace(kind="conv2d"))
+
+
+def _required(**values: object) -> None:
+  """Raises ValueError naming the first argument given as None (TF's defaults, which it
+  refuses too)."""
+  for name, value in values.items():
+    if value is None:
+      raise ValueError(f"{name} is required")
+
+
+def _cudnn_flag(use_cudnn_on_gpu: object) -> None:
+  if not isinstance(use_cudnn_on_gpu, bool):
+    raise ValueError(f"use_cudnn_on_gpu must be a bool, got use_cudnn_on_gpu={use_cudnn_on_gpu!r}")
 
 
 def conv2d_backprop_input(
   input_sizes: TensorLike,
-  filters: TensorLike,
-  out_backprop: TensorLike,
-  strides: Window,
-  padding: Padding,
+  filter: TensorLike | None = None,
+  out_backprop: TensorLike | None = None,
+  strides: Window | None = None,
+  padding: Padding | None = None,
+  use_cudnn_on_gpu: bool = True,
   data_format: str | None = "NHWC",
   dilations: Window | None = None,
   name: str | None = None,
+  filters: TensorLike | None = None,
+  *,
   algorithm: str | None = "auto",
   workspace_limit: int | None = None,
 ) -> tf.Tensor:
-  """Gradient of `conv2d` with respect to its input (cf. tf.nn.conv2d_backprop_input).
+  """Gradient of `conv2d` with respect to its input.
+
+  Has TensorFlow 2's tf.compat.v1.nn.conv2d_backprop_input's signature (TensorFlow 2 has
+  no tf.nn.conv2d_backprop_input): the same positional arguments in the same order
+  (use_cudnn_on_gpu sixth, accepted and ignored), the filter as `filter=` or, as there,
+  `filters=`; then the keyword-only `algorithm` and `workspace_limit`. Beyond TF's, strides
+  and dilations may be an int or 1 or 2 ints, as for `conv2d`.
 
   Args:
     input_sizes: int32 vector of 4: the shape of the convolution's input; or of 2, its
       height and width (batch from out_backprop, depth from the filter's dimension 2), as
-      tf.nn.conv2d_backprop_input accepts.
-    filters: the convolution's filter (float16, bfloat16, float32, float64 or int32).
+      TF accepts.
+    filter: the convolution's filter (float16, bfloat16, float32, float64 or int32).
     out_backprop: gradient with respect to the convolution's output.
-    strides, padding, data_format, dilations, algorithm, workspace_limit: as for `conv2d`.
+    strides, padding, data_format, dilations: as for `conv2d`.
+    use_cudnn_on_gpu: a bool, ignored.
     name: optional name for the operation.
+    filters: another name for `filter` (give one of them).
+    algorithm, workspace_limit: as for `conv2d`.
 
   Returns:
     Gradient with respect to the input, shaped `input_sizes`.
+
+  Raises:
+    ValueError: both or neither of filter and filters, a missing out_backprop, strides or
+      padding, and as for `conv2d`.
+    TypeError: as for `conv2d`.
   """
-  attrs = _args.conv_attrs(strides, padding, data_format, dilations, algorithm, workspace_limit)
-  attrs["algorithm"] = _args.resolve_algorithm(attrs["algorithm"])
+  if filter is not None and filters is not None:
+    raise ValueError("give the filter as filter= or filters=, not both")
+  filter = filters if filter is None else filter
+  _required(filter=filter, out_backprop=out_backprop, strides=strides, padding=padding)
+  _cudnn_flag(use_cudnn_on_gpu)
+  problem = ConvProblem.conv2d(strides, padding, data_format, dilations, algorithm, workspace_limit)
   with tf.name_scope(name or "LargeConv2DBackpropInput"):
-    out_backprop, filters = _args.as_tensors(out_backprop, filters)
-    _args.check_algorithm(attrs["algorithm"], out_backprop.dtype)
+    out_backprop, filter, problem = operands(problem, out_backprop, filter)
     input_sizes = tf.convert_to_tensor(input_sizes, dtype=tf.int32, name="input_sizes")
-    if attrs["algorithm"] == _args.PORTABLE:
-      return _portable2d.backprop_input(input_sizes, filters, out_backprop, attrs)
-    if attrs["algorithm"] == "tf":
-      sizes = _static_list(input_sizes)
-      f_shape = filters.shape.as_list() if filters.shape.rank is not None else None
-      if sizes is not None and len(sizes) == 2 and f_shape:  # batch and depth implied
-        nchw = attrs["data_format"] == "NCHW"
-        sizes = ([0, f_shape[2]] + sizes) if nchw else ([0] + sizes + [f_shape[2]])
-      _routing.check_tf_kernel(sizes, f_shape, out_backprop.dtype, out_backprop, attrs)
-      return tf.compat.v1.nn.conv2d_backprop_input(
-        input_sizes,
-        filters,
-        out_backprop,
-        attrs["strides"],
-        _routing.tf_padding(attrs),
-        data_format=attrs["data_format"],
-        dilations=attrs["dilations"],
-      )
-    return _loader.ops().large_conv_conv2d_backprop_input(
-      input_sizes, filters, out_backprop, **attrs
+    return backprop_input(input_sizes, filter, out_backprop, problem)
+
+
+def backprop_input(
+  input_sizes: tf.Tensor, filters: tf.Tensor, out_backprop: tf.Tensor, problem: ConvProblem
+) -> tf.Tensor:
+  """conv2d's input gradient of tensors for a resolved problem checked for their dtype."""
+  if problem.algorithm == _args.PORTABLE:
+    return _portable2d.backprop_input(input_sizes, filters, out_backprop, problem)
+  if problem.algorithm == "tf":
+    sizes = _static_list(input_sizes)
+    f_shape = filters.shape.as_list() if filters.shape.rank is not None else None
+    if sizes is not None and len(sizes) == 2 and f_shape:  # batch and depth implied
+      nchw = problem.data_format == "NCHW"
+      sizes = ([0, f_shape[2]] + sizes) if nchw else ([0] + sizes + [f_shape[2]])
+    _routing.check_tf_kernel(sizes, f_shape, out_backprop.dtype, out_backprop, problem)
+    return tf.compat.v1.nn.conv2d_backprop_input(
+      input_sizes, filters, out_backprop, **problem.tf_kwargs()
     )
+  return _loader.ops().large_conv_conv2d_backprop_input(
+    input_sizes, filters, out_backprop, **problem.attrs()
+  )
 
 
 def conv2d_backprop_filter(
@@ -286,44 +313,47 @@ def conv2d_backprop_filter(
   out_backprop: TensorLike,
   strides: Window,
   padding: Padding,
+  use_cudnn_on_gpu: bool = True,
   data_format: str | None = "NHWC",
   dilations: Window | None = None,
   name: str | None = None,
+  *,
   algorithm: str | None = "auto",
   workspace_limit: int | None = None,
 ) -> tf.Tensor:
-  """Gradient of `conv2d` with respect to its filter (cf. tf.nn.conv2d_backprop_filter).
+  """Gradient of `conv2d` with respect to its filter.
+
+  Has TensorFlow 2's tf.compat.v1.nn.conv2d_backprop_filter's signature (TensorFlow 2 has
+  no tf.nn.conv2d_backprop_filter): the same positional arguments in the same order
+  (use_cudnn_on_gpu sixth, accepted and ignored), then the keyword-only `algorithm` and
+  `workspace_limit`. Beyond TF's, strides and dilations may be an int or 1 or 2 ints, as
+  for `conv2d`.
 
   Args:
     input: the convolution's input (float16, bfloat16, float32, float64 or int32).
     filter_sizes: int32 vector of 4: the filter's shape.
     out_backprop: gradient with respect to the convolution's output.
-    strides, padding, data_format, dilations, algorithm, workspace_limit: as for `conv2d`.
+    strides, padding, data_format, dilations: as for `conv2d`.
+    use_cudnn_on_gpu: a bool, ignored.
     name: optional name for the operation.
+    algorithm, workspace_limit: as for `conv2d`.
 
   Returns:
     Gradient with respect to the filter, shaped `filter_sizes`.
   """
-  attrs = _args.conv_attrs(strides, padding, data_format, dilations, algorithm, workspace_limit)
-  attrs["algorithm"] = _args.resolve_algorithm(attrs["algorithm"])
+  _cudnn_flag(use_cudnn_on_gpu)
+  problem = ConvProblem.conv2d(strides, padding, data_format, dilations, algorithm, workspace_limit)
   with tf.name_scope(name or "LargeConv2DBackpropFilter"):
-    input, out_backprop = _args.as_tensors(input, out_backprop)
-    _args.check_algorithm(attrs["algorithm"], input.dtype)
+    input, out_backprop, problem = operands(problem, input, out_backprop)
     filter_sizes = tf.convert_to_tensor(filter_sizes, dtype=tf.int32, name="filter_sizes")
-    if attrs["algorithm"] == _args.PORTABLE:
-      return _portable2d.backprop_filter(input, filter_sizes, out_backprop, attrs)
-    if attrs["algorithm"] == "tf":
+    if problem.algorithm == _args.PORTABLE:
+      return _portable2d.backprop_filter(input, filter_sizes, out_backprop, problem)
+    if problem.algorithm == "tf":
       x_shape = input.shape.as_list() if input.shape.rank == 4 else None
-      _routing.check_tf_kernel(x_shape, _static_list(filter_sizes), input.dtype, input, attrs)
+      _routing.check_tf_kernel(x_shape, _static_list(filter_sizes), input.dtype, input, problem)
       return tf.compat.v1.nn.conv2d_backprop_filter(
-        input,
-        filter_sizes,
-        out_backprop,
-        attrs["strides"],
-        _routing.tf_padding(attrs),
-        data_format=attrs["data_format"],
-        dilations=attrs["dilations"],
+        input, filter_sizes, out_backprop, **problem.tf_kwargs()
       )
     return _loader.ops().large_conv_conv2d_backprop_filter(
-      input, filter_sizes, out_backprop, **attrs
+      input, filter_sizes, out_backprop, **problem.attrs()
     )

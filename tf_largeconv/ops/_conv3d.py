@@ -14,6 +14,7 @@ import tensorflow as tf
 
 from tf_largeconv import _args
 from tf_largeconv import _loader
+from tf_largeconv._problem import ConvProblem
 from tf_largeconv._types import TensorLike
 
 
@@ -62,18 +63,12 @@ def conv3d(
     TypeError: unsupported or mismatched dtypes.
     tf.errors.InvalidArgumentError: shapes that do not fit together (eager execution).
   """
-  attrs = _args.conv3d_attrs(strides, padding, data_format, dilations, algorithm, workspace_limit)
-  attrs["algorithm"] = _args.resolve_algorithm(attrs["algorithm"])
+  problem = ConvProblem.conv3d(
+    strides, padding, data_format, dilations, algorithm, workspace_limit
+  ).resolved()
   with tf.name_scope(name or "LargeConv3D"):
     input, filters = _args.as_tensors(input, filters)
-    if attrs["algorithm"] in ("tf", _args.PORTABLE):  # TensorFlow's own kernels
-      return tf.nn.conv3d(
-        input,
-        filters,
-        attrs["strides"],
-        padding,
-        data_format=data_format,
-        dilations=attrs["dilations"],
-      )
-    _args.check_algorithm(attrs["algorithm"], input.dtype)
-    return _loader.ops().large_conv_conv3d(input, filters, **attrs)
+    problem = problem.for_dtype(input.dtype)
+    if problem.algorithm in ("tf", _args.PORTABLE):  # TensorFlow's own kernels
+      return tf.nn.conv3d(input, filters, **problem.tf_kwargs())
+    return _loader.ops().large_conv_conv3d(input, filters, **problem.attrs())

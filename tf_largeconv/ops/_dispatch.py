@@ -66,37 +66,31 @@ def eager_key(input, filters, args):
   return key
 
 
-def kernel_for(input, filters, strides, padding, dilations, attrs, eager=False):
+def kernel_for(input, filters, problem, eager=False):
   """The function (input, filters) -> output that runs conv2d of this 4-D (or unknown-rank)
-  input: each pass TensorFlow's kernel where the planner prefers it for that pass
-  (`routing.schedule`), the op otherwise. With `eager`, for eager calls of input's shape
-  and device alone (`_routing.eager_routed`)."""
-  if attrs["algorithm"] == "tf" and (_args.in_xla_context() or _loader.failure() is not None):
+  input for a resolved ConvProblem: each pass TensorFlow's kernel where the planner
+  prefers it for that pass (`routing.schedule`), the op otherwise. With `eager`, for eager
+  calls of input's shape and device alone (`_routing.eager_routed`)."""
+  if problem.algorithm == "tf" and (_args.in_xla_context() or _loader.failure() is not None):
     # XLA compiles TensorFlow's own convolution, in every layout and grouping; without the
     # op library it is the only kernel 'tf' can name.
-    return functools.partial(
-      tf.nn.conv2d,
-      strides=strides,
-      padding=padding,
-      data_format=attrs["data_format"],
-      dilations=dilations,
-    )
+    return functools.partial(tf.nn.conv2d, **problem.tf_kwargs())
+  key = problem.unbound()
   schedule = routing.OP_ONLY
-  if attrs["algorithm"] in ("auto", "tf") and input.shape.rank == 4:
+  if key.algorithm in ("auto", "tf") and input.shape.rank == 4:
     schedule = routing.schedule(
-      input.shape.as_list(), _routing.known_shape(filters), input.dtype, input, attrs
+      input.shape.as_list(), _routing.known_shape(filters), input.dtype, input, key
     )
-  key = _args.attrs_key(attrs)
   eager = eager and not device.runs_on_gpu(input)
   if not any(any(routes) for _, routes in schedule):
-    if attrs["algorithm"] == "tf":
+    if key.algorithm == "tf":
       raise ValueError(_routing.TF_KERNEL_NEEDS)
-    kernel = functools.partial(_loader.ops().large_conv_conv2d, **attrs)
+    kernel = functools.partial(_loader.ops().large_conv_conv2d, **key.attrs())
   elif eager:
     kernel = _routing.eager_routed(schedule, key, input.shape[0])
   else:
     return _routing.routed(schedule, key)
-  if eager and attrs["algorithm"] == "auto":
+  if eager and key.algorithm == "auto":
     routes = routing.at_batch(schedule, input.shape[0])
     kept_bytes = kept_spectra.kept_spectra_bytes(
       tuple(input.shape), tuple(filters.shape), key, input.dtype.name, routes
@@ -159,12 +153,12 @@ class KeptSpectraRoute:
 
 
 @functools.lru_cache(maxsize=256)
-def kept_forward(attrs_key, routes):
+def kept_forward(problem, routes):
   """conv2d as the op's FFT forward pass, whose filter spectra the op keeps from call to
   call, recorded on a LargeConv>Conv2DRoute op whose gradient runs the passes `routes`
-  name, as the call without kept spectra would."""
-  attrs = dict(_args.attrs_from_key(attrs_key), algorithm="fft")
+  name, as the call without kept spectra would (`problem`: unbound)."""
+  attrs = problem.replace(algorithm="fft").attrs()
   fft = functools.partial(_loader.ops().large_conv_conv2d, **attrs)
   route = _loader.ops().large_conv_conv2d_route
-  spec = _routing.route_spec(attrs_key, routes)
+  spec = _routing.route_spec(problem, routes)
   return lambda x, w: route(fft(x, w), x, w, route=spec)

@@ -8,7 +8,6 @@ import functools
 
 import tensorflow as tf
 
-from tf_largeconv import _args
 from tf_largeconv import _loader
 from tf_largeconv.ops import portable
 
@@ -34,47 +33,38 @@ def _check_rank4(name, shape):
     )
 
 
-def _portable_geometry(input_shape, filter_shape, attrs):
+def _portable_geometry(input_shape, filter_shape, problem):
   """The package's geometry of static shapes (an unknown batch planned as 1); raises the
   op's errors for shapes that do not fit together."""
   input_shape = [1 if v is None else v for v in input_shape]
   try:
-    return _CORE.geometry(
-      input_shape,
-      list(filter_shape),
-      attrs["strides"],
-      attrs["padding"],
-      attrs["explicit_paddings"],
-      attrs["data_format"],
-      attrs["dilations"],
-    )
+    return problem.bind(input_shape, filter_shape).geometry()
   except (ValueError, NotImplementedError) as e:
     raise op_error(e) from None
 
 
-def _portable_call(x, filters, attrs):
-  """`portable.conv2d` of a 4-D x with the op attributes `attrs`."""
+def _portable_call(x, filters, problem):
+  """`portable.conv2d` of a 4-D x for the ConvProblem `problem`."""
   return portable.conv2d(
     x,
     filters,
-    attrs["strides"],
-    attrs["padding"],
-    attrs["explicit_paddings"],
-    attrs["data_format"],
-    attrs["dilations"],
-    workspace_limit=attrs["workspace_limit"],
+    problem.strides,
+    problem.padding,
+    problem.explicit_paddings,
+    problem.data_format,
+    problem.dilations,
+    workspace_limit=problem.workspace_limit,
   )
 
 
 @functools.lru_cache(maxsize=256)
-def _traced_portable(attrs_key):
-  """`_portable_call` for these (hashable) attributes as a tf.function; it retraces per
-  input and filter shape and dtype."""
-  attrs = _args.attrs_from_key(attrs_key)
-  return tf.function(lambda x, filters: _portable_call(x, filters, attrs), autograph=False)
+def _traced_portable(problem):
+  """`_portable_call` for this (unbound) problem as a tf.function; it retraces per input
+  and filter shape and dtype."""
+  return tf.function(lambda x, filters: _portable_call(x, filters, problem), autograph=False)
 
 
-def conv2d(input, filters, attrs):
+def conv2d(input, filters, problem):
   """conv2d of a 4-D input by `portable`. An unknown batch size goes image by image
   (tf.map_fn), so one loop step stays within workspace_limit whatever the batch."""
   _check_rank4("input", input.shape)
@@ -89,16 +79,16 @@ def conv2d(input, filters, attrs):
       f"batch size may be unknown), got input shape {input.shape} and filter "
       f"shape {filters.shape}"
     )
-  geometry = _portable_geometry(input.shape.as_list(), filters.shape.as_list(), attrs)
+  geometry = _portable_geometry(input.shape.as_list(), filters.shape.as_list(), problem)
 
   if input.shape[0] is not None:
     if tf.executing_eagerly():
       # Traced once per argument set, as eager dispatch of the path's ~40 ops costs about
       # as much as its transforms.
-      return _traced_portable(_args.attrs_key(attrs))(input, filters)
-    return _portable_call(input, filters, attrs)
+      return _traced_portable(problem.unbound())(input, filters)
+    return _portable_call(input, filters, problem)
   return tf.map_fn(
-    lambda image: _portable_call(image[None], filters, attrs)[0],
+    lambda image: _portable_call(image[None], filters, problem)[0],
     input,
     fn_output_signature=tf.TensorSpec(geometry["output_shape"][1:], input.dtype),
   )
@@ -132,11 +122,11 @@ def _static_sizes(name, sizes, spatial_ok, op):
   return value
 
 
-def _check_out_backprop(out_backprop, input_shape, filter_shape, attrs):
+def _check_out_backprop(out_backprop, input_shape, filter_shape, problem):
   _check_rank4("out_backprop", out_backprop.shape)
   if None in input_shape[1:]:
     return  # conv2d names the unknown sizes
-  want = _portable_geometry(input_shape, filter_shape, attrs)["output_shape"]
+  want = _portable_geometry(input_shape, filter_shape, problem)["output_shape"]
   got = out_backprop.shape.as_list() if out_backprop.shape.rank is not None else None
   if got is not None and any(
     g is not None and w != g and not (i == 0 and input_shape[0] is None)
@@ -146,7 +136,7 @@ def _check_out_backprop(out_backprop, input_shape, filter_shape, attrs):
     raise op_error(ValueError(f"out_backprop has shape {got} but the convolution produces {shown}"))
 
 
-def backprop_input(input_sizes, filters, out_backprop, attrs):
+def backprop_input(input_sizes, filters, out_backprop, problem):
   """TensorFlow's gradient of the portable conv2d with respect to its input (exact: the
   convolution is linear in it)."""
   sizes = _static_sizes("input_sizes", input_sizes, True, "Conv2DBackpropInput")
@@ -154,8 +144,8 @@ def backprop_input(input_sizes, filters, out_backprop, attrs):
   if len(sizes) == 2:
     batch = out_backprop.shape[0] if out_backprop.shape.rank is not None else None
     depth = filters.shape[2]
-    sizes = [batch, depth] + sizes if attrs["data_format"] == "NCHW" else [batch] + sizes + [depth]
-  _check_out_backprop(out_backprop, sizes, filters.shape.as_list(), attrs)
+    sizes = [batch, depth] + sizes if problem.channel_axis == 1 else [batch] + sizes + [depth]
+  _check_out_backprop(out_backprop, sizes, filters.shape.as_list(), problem)
   if sizes[0] is None:
     shape = tf.concat([tf.shape(out_backprop)[:1], sizes[1:]], 0)
   else:
@@ -164,19 +154,19 @@ def backprop_input(input_sizes, filters, out_backprop, attrs):
   x.set_shape(sizes)
   with tf.GradientTape() as tape:
     tape.watch(x)
-    y = conv2d(x, filters, attrs)
+    y = conv2d(x, filters, problem)
   return tape.gradient(y, x, output_gradients=out_backprop)
 
 
-def backprop_filter(input, filter_sizes, out_backprop, attrs):
+def backprop_filter(input, filter_sizes, out_backprop, problem):
   """TensorFlow's gradient of the portable conv2d with respect to its filter (exact: the
   convolution is linear in it)."""
   sizes = _static_sizes("filter_sizes", filter_sizes, False, "Conv2DBackpropFilter")
   _check_rank4("input", input.shape)
   if input.shape.rank is not None:
-    _check_out_backprop(out_backprop, input.shape.as_list(), sizes, attrs)
+    _check_out_backprop(out_backprop, input.shape.as_list(), sizes, problem)
   w = tf.zeros(sizes, out_backprop.dtype)
   with tf.GradientTape() as tape:
     tape.watch(w)
-    y = conv2d(input, w, attrs)
+    y = conv2d(input, w, problem)
   return tape.gradient(y, w, output_gradients=out_backprop)

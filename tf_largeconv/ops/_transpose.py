@@ -17,10 +17,12 @@ import tensorflow as tf
 from tf_largeconv import _args
 from tf_largeconv import _loader
 from tf_largeconv._passes import PerPass
+from tf_largeconv._problem import ConvProblem
 from tf_largeconv._types import Padding
 from tf_largeconv._types import TensorLike
 from tf_largeconv._types import Window
 from tf_largeconv.ops import _conv2d
+from tf_largeconv.ops import _portable2d
 from tf_largeconv.ops import _routing
 from tf_largeconv.ops import _transpose_shapes
 from tf_largeconv.planning import device
@@ -85,44 +87,40 @@ def conv2d_transpose(
       at run time where they are known only then: the op's message then names
       output_shape `input_sizes` and input `out_backprop`, as TensorFlow's does).
   """
-  attrs = _args.conv_attrs(strides, padding, data_format, dilations, algorithm, workspace_limit)
+  problem = ConvProblem.transpose(
+    strides, padding, data_format, dilations, algorithm, workspace_limit
+  )
   with tf.name_scope(name or "LargeConv2DTranspose"):
-    input, filters = _args.as_tensors(input, filters)
-    _args.check_algorithm(attrs["algorithm"], input.dtype)
+    input, filters, problem = _conv2d.operands(problem, input, filters)
     output_shape = _transpose_shapes.output_shape_tensor(output_shape)
-    static = _transpose_shapes.check_shapes(input, filters, output_shape, attrs)
-    resolved = _args.resolve_algorithm(attrs["algorithm"])
-
-    def ours(x: tf.Tensor = input, w: tf.Tensor = filters) -> tf.Tensor:
-      return _conv2d.conv2d_backprop_input(
-        output_shape,
-        w,
-        x,
-        attrs["strides"],
-        padding,
-        data_format=attrs["data_format"],
-        dilations=attrs["dilations"],
-        algorithm=attrs["algorithm"],
-        workspace_limit=workspace_limit,
-      )
-
-    if resolved == "tf":
-      result = _tf_kernel(input, filters, output_shape, static, attrs)
-    elif resolved == _args.PORTABLE:
-      result = _portable(input, filters, output_shape, padding, attrs, workspace_limit)
-    elif resolved == "auto":
-      # As conv2d: each pass runs TensorFlow's kernel where the planner prefers it for that
-      # pass of the conv2d this transposes (whose backprop_input pass is this forward one,
-      # and whose input, by its batch, is this result), the op otherwise.
-      schedule = routing.schedule(static, _routing.known_shape(filters), input.dtype, input, attrs)
-      if any(any(routes) for _, routes in schedule):
-        result = _routed_passes(input, filters, ours, schedule, output_shape, static, attrs)
-      else:
-        result = ours()
-    else:
-      result = ours()
+    static = _transpose_shapes.check_shapes(input, filters, output_shape, problem)
+    result = _run(input, filters, (output_shape, static), problem)
     result.set_shape(static)
     return result
+
+
+def _run(
+  input: tf.Tensor, filters: tf.Tensor, shape: tuple[tf.Tensor, list], problem: ConvProblem
+) -> tf.Tensor:
+  """The transpose of checked tensors by the problem's (resolved) algorithm; `shape`:
+  output_shape as a tensor and its static value (None where unknown)."""
+  output_shape, static = shape
+
+  def ours(x: tf.Tensor = input, w: tf.Tensor = filters) -> tf.Tensor:
+    return _conv2d.backprop_input(output_shape, w, x, problem)
+
+  if problem.algorithm == "tf":
+    return _tf_kernel(input, filters, output_shape, static, problem)
+  if problem.algorithm == _args.PORTABLE:
+    return _portable(input, filters, output_shape, problem)
+  if problem.algorithm == "auto":
+    # As conv2d: each pass runs TensorFlow's kernel where the planner prefers it for that
+    # pass of the conv2d this transposes (whose backprop_input pass is this forward one,
+    # and whose input, by its batch, is this result), the op otherwise.
+    schedule = routing.schedule(static, _routing.known_shape(filters), input.dtype, input, problem)
+    if any(any(routes) for _, routes in schedule):
+      return _routed_passes(input, filters, ours, schedule, output_shape, static, problem)
+  return ours()
 
 
 def _routed_passes(
@@ -132,7 +130,7 @@ def _routed_passes(
   schedule: Sequence[tuple[int, PerPass]],
   output_shape: tf.Tensor,
   static: list[int | None],
-  attrs: dict[str, Any],
+  problem: ConvProblem,
 ) -> tf.Tensor:
   """The transpose with its passes routed as conv2d's are (`schedule`: the routes, forward,
   backprop_input, backprop_filter of the transposed conv2d, by batch, as `_routing.by_batch`
@@ -145,28 +143,27 @@ def _routed_passes(
       x,
       schedule,
       lambda routes: (
-        _tf_kernel(x, w, output_shape, static, attrs) if routes.backprop_input else ours(x, w)
+        _tf_kernel(x, w, output_shape, static, problem) if routes.backprop_input else ours(x, w)
       ),
     )
 
   if all(all(routes) for _, routes in schedule):  # TensorFlow's kernel and its own gradients
     return forward(input, filters)
-  op_attrs = dict(attrs, algorithm="auto")  # the op's own choice between its algorithms
+  key = problem.unbound()
+  op_problem = key.replace(algorithm="auto")  # the op's own choice between its algorithms
   if tf.executing_eagerly() and not device.runs_on_gpu(input):
     # As conv2d's eager routes: the gradient is the route op's, which costs an eager call
     # a fraction of tf.custom_gradient's.
-    return _routing.route_op(
-      forward(input, filters), input, filters, schedule, _args.attrs_key(attrs), transpose=True
-    )
+    return _routing.route_op(forward(input, filters), input, filters, schedule, key, transpose=True)
 
   @tf.custom_gradient
   def run(x: tf.Tensor, w: tf.Tensor) -> tuple[tf.Tensor, Callable[..., Any]]:
     def grad(dy: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
       dx = _routing.by_batch(
-        x, schedule, lambda routes: routed_input_gradient(x, w, dy, routes, op_attrs)
+        x, schedule, lambda routes: routed_input_gradient(x, w, dy, routes, op_problem)
       )
       dw = _routing.by_batch(
-        x, schedule, lambda routes: routed_filter_gradient(x, w, dy, routes, op_attrs)
+        x, schedule, lambda routes: routed_filter_gradient(x, w, dy, routes, op_problem)
       )
       return dx, dw
 
@@ -176,27 +173,27 @@ def _routed_passes(
 
 
 def routed_input_gradient(
-  x: tf.Tensor, w: tf.Tensor, dy: tf.Tensor, routes: PerPass, attrs: dict[str, Any]
+  x: tf.Tensor, w: tf.Tensor, dy: tf.Tensor, routes: PerPass, problem: ConvProblem
 ) -> tf.Tensor:
   """The transpose's gradient with respect to its input x: the conv2d it transposes, of
   dy, by TensorFlow's kernel where routes.forward (that conv2d's forward pass) holds,
-  otherwise by the op with attrs' algorithm (`routes` and `attrs` of that conv2d, as
-  _routing.routed_input_gradient takes them)."""
+  otherwise by the op with the problem's algorithm (`routes` and `problem` of that
+  conv2d, as _routing.routed_input_gradient takes them)."""
   if routes.forward:
-    return tf.raw_ops.Conv2D(input=dy, filter=w, **_routing.tf_attrs(attrs))
-  return _loader.ops().large_conv_conv2d(dy, w, **attrs)
+    return tf.raw_ops.Conv2D(input=dy, filter=w, **_routing.tf_attrs(problem))
+  return _loader.ops().large_conv_conv2d(dy, w, **problem.attrs())
 
 
 def routed_filter_gradient(
-  x: tf.Tensor, w: tf.Tensor, dy: tf.Tensor, routes: PerPass, attrs: dict[str, Any]
+  x: tf.Tensor, w: tf.Tensor, dy: tf.Tensor, routes: PerPass, problem: ConvProblem
 ) -> tf.Tensor:
   """The transpose's gradient with respect to its filter w: the backprop_filter pass of the
   conv2d it transposes, for that conv2d's input dy and output gradient x."""
   if routes.backprop_filter:
     return tf.raw_ops.Conv2DBackpropFilter(
-      input=dy, filter_sizes=tf.shape(w), out_backprop=x, **_routing.tf_attrs(attrs)
+      input=dy, filter_sizes=tf.shape(w), out_backprop=x, **_routing.tf_attrs(problem)
     )
-  return _loader.ops().large_conv_conv2d_backprop_filter(dy, tf.shape(w), x, **attrs)
+  return _loader.ops().large_conv_conv2d_backprop_filter(dy, tf.shape(w), x, **problem.attrs())
 
 
 def _tf_kernel(
@@ -204,59 +201,38 @@ def _tf_kernel(
   filters: tf.Tensor,
   output_shape: tf.Tensor,
   static: list[int | None],
-  attrs: dict[str, Any],
+  problem: ConvProblem,
 ) -> tf.Tensor:
   """tf.nn.conv2d_transpose, for algorithm='tf': under XLA or without the op library
   always (XLA compiles it in every layout), otherwise where TensorFlow's kernels on the
   device support the configuration."""
   if not (_args.in_xla_context() or _loader.failure() is not None):
-    if not routing.tf_kernel_runs(static, _routing.known_shape(filters), input.dtype, input, attrs):
+    if not routing.tf_kernel_runs(
+      static, _routing.known_shape(filters), input.dtype, input, problem
+    ):
       raise ValueError(
         "algorithm='tf' runs tf.nn.conv2d_transpose, which needs what TensorFlow's "
         "kernels support: a static output_shape (the batch may be unknown), no groups, "
         "and on the CPU NHWC, dilations 1 and float32/float64 (on a GPU "
         f"float16/bfloat16/float32); got output_shape {static}, filters shape "
-        f"{filters.shape}, data_format={attrs['data_format']!r}, "
-        f"dilations={attrs['dilations']}, dtype {input.dtype.name}"
+        f"{filters.shape}, data_format={problem.data_format!r}, "
+        f"dilations={list(problem.dilations)}, dtype {input.dtype.name}"
       )
-  padding = _routing.tf_padding(attrs)
-  return tf.nn.conv2d_transpose(
-    input,
-    filters,
-    output_shape,
-    attrs["strides"],
-    padding,
-    data_format=attrs["data_format"],
-    dilations=attrs["dilations"],
-  )
+  return tf.nn.conv2d_transpose(input, filters, output_shape, **problem.tf_kwargs())
 
 
 def _portable(
-  input: tf.Tensor,
-  filters: tf.Tensor,
-  output_shape: tf.Tensor,
-  padding: Padding,
-  attrs: dict[str, Any],
-  workspace_limit: int | None,
+  input: tf.Tensor, filters: tf.Tensor, output_shape: tf.Tensor, problem: ConvProblem
 ) -> tf.Tensor:
   """The portable path (stock TF ops), with the transpose's two gradients as portable
   passes of their own. The forward pass is a tf.GradientTape gradient of the portable
   conv2d (a loop over the images where the batch is unknown); differentiating it would take
   a gradient of that loop's gradient, which XLA cannot (Keras fit under jit_compile)."""
-  kwargs = dict(
-    strides=attrs["strides"],
-    padding=padding,
-    data_format=attrs["data_format"],
-    dilations=attrs["dilations"],
-    algorithm=_args.PORTABLE,
-    workspace_limit=workspace_limit,
-  )
-
   value = tf.get_static_value(output_shape)
-  sizes = output_shape if value is None else [int(v) for v in value]
+  sizes = output_shape if value is None else tf.constant([int(v) for v in value], tf.int32)
 
   def forward(x: tf.Tensor, w: tf.Tensor) -> tf.Tensor:
-    return _conv2d.conv2d_backprop_input(sizes, w, x, **kwargs)
+    return _portable2d.backprop_input(sizes, w, x, problem)
 
   if not tf.executing_eagerly():
     # Traced as a function of its own: an enclosing tape then records one call, not the
@@ -266,9 +242,10 @@ def _portable(
   @tf.custom_gradient
   def run(x: tf.Tensor, w: tf.Tensor) -> tuple[tf.Tensor, Callable[..., Any]]:
     def grad(dy: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+      w_shape = tf.constant(w.shape.as_list(), tf.int32)
       return (
-        _conv2d.conv2d(dy, w, **kwargs),
-        _conv2d.conv2d_backprop_filter(dy, w.shape.as_list(), x, **kwargs),
+        _conv2d.run(dy, w, problem),
+        _portable2d.backprop_filter(dy, w_shape, x, problem),
       )
 
     return forward(x, w), grad

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from collections.abc import Sequence
-from typing import Any
 
 import tensorflow as tf
 
-from tf_largeconv import _args
 from tf_largeconv import _loader
+from tf_largeconv._problem import ConvProblem
 from tf_largeconv._types import DTypeLike
 from tf_largeconv._types import Padding
 from tf_largeconv._types import ShapeLike
@@ -46,13 +45,11 @@ def _shape_error(message: str) -> Exception:
 
 
 def check_shapes(
-  input: tf.Tensor, filters: tf.Tensor, output_shape: tf.Tensor, attrs: dict[str, Any]
+  input: tf.Tensor, filters: tf.Tensor, output_shape: tf.Tensor, problem: ConvProblem
 ) -> list[int | None]:
   """Checks what is known of the three shapes; returns the result's static shape (a list,
   None where unknown)."""
-  fmt = attrs["data_format"]
-  c_axis = _args.channel_index(fmt)
-  hw = (2, 3) if fmt == "NCHW" else (1, 2)
+  c_axis, hw = problem.channel_axis, problem.spatial_axes
   for what, shape, form in (
     (
       "input",
@@ -117,7 +114,7 @@ def check_shapes(
       f"(output_channels) {f[2]}: output_shape does not match filter's output channels, "
       f"{depth} != {f[2]}"
     )
-  _check_spatial(x, f, out, attrs)
+  _check_spatial(x, f, out, problem)
   return out
 
 
@@ -125,14 +122,12 @@ def _check_spatial(
   x: Sequence[int | None],
   f: Sequence[int | None],
   out: Sequence[int | None],
-  attrs: dict[str, Any],
+  problem: ConvProblem,
   raised: Callable[[Exception], Exception] = _portable2d.op_error,
 ) -> None:
   """Where they are all known, checks that the conv2d of an output_shape tensor gives
   input's height and width; `raised` turns the ValueError into the error raised."""
-  fmt = attrs["data_format"]
-  c_axis = _args.channel_index(fmt)
-  hw = (2, 3) if fmt == "NCHW" else (1, 2)
+  c_axis, hw = problem.channel_axis, problem.spatial_axes
   if None in f or any(out[i] is None or x[i] is None for i in hw):
     return
   conv_input = list(out)
@@ -140,15 +135,7 @@ def _check_spatial(
   if conv_input[c_axis] is None:
     conv_input[c_axis] = f[2]
   try:
-    want = _CORE.geometry(
-      conv_input,
-      f,
-      attrs["strides"],
-      attrs["padding"],
-      attrs["explicit_paddings"],
-      fmt,
-      attrs["dilations"],
-    )["output_shape"]
+    want = problem.bind(conv_input, f).geometry()["output_shape"]
   except (ValueError, NotImplementedError) as e:
     raise raised(type(e)(f"for output_shape {out} and filters {f}: {e}")) from None
   if any(want[i] != x[i] for i in hw):
@@ -196,7 +183,9 @@ def plan_transpose(
   Raises:
     ValueError: as `tf_largeconv.plan`, and shapes that do not fit together.
   """
-  attrs = _args.conv_attrs(strides, padding, data_format, dilations, algorithm, workspace_limit)
+  problem = ConvProblem.transpose(
+    strides, padding, data_format, dilations, algorithm, workspace_limit
+  )
   x = [int(v) for v in input_shape]
   f = [int(v) for v in filter_shape]
   sizes = [int(v) for v in output_shape]
@@ -205,7 +194,7 @@ def plan_transpose(
       "plan_transpose needs input_shape and filter_shape of 4 ints and an "
       f"output_shape of 4 (or 2), got {x}, {f} and {sizes}"
     )
-  c_axis = _args.channel_index(attrs["data_format"])
+  c_axis = problem.channel_axis
   if len(sizes) == 2:
     sizes = [x[0], f[2]] + sizes if c_axis == 1 else [x[0]] + sizes + [f[2]]
   if x[c_axis] != f[3] or sizes[0] != x[0]:
@@ -214,5 +203,5 @@ def plan_transpose(
       f"{sizes}: the input depth must equal the filters' dimension 3 and the "
       "batches must be equal"
     )
-  _check_spatial(x, f, sizes, attrs, raised=lambda e: e)
-  return _plan.plan_from_attrs(sizes, f, attrs, dtype, num_threads)
+  _check_spatial(x, f, sizes, problem, raised=lambda e: e)
+  return _plan.plan_problem(problem.bind(sizes, f), dtype, num_threads)

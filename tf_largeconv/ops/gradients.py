@@ -8,22 +8,15 @@ call created.
 
 import tensorflow as tf
 
-from tf_largeconv import _args
 from tf_largeconv import _loader
+from tf_largeconv._problem import ConvProblem
 from tf_largeconv.ops import _routing
 from tf_largeconv.ops import _transpose
 
-# The attributes each op family's ops share, passed on unchanged to the gradient's ops.
-_CONV2D_ATTRS = (
-  "strides",
-  "padding",
-  "explicit_paddings",
-  "data_format",
-  "dilations",
-  "algorithm",
-  "workspace_limit",
-)
-_CONV3D_ATTRS = ("strides", "padding", "data_format", "dilations", "algorithm", "workspace_limit")
+# The attributes each op family's ops share (a ConvProblem's), passed on unchanged to the
+# gradient's ops.
+_CONV2D_ATTRS = tuple(ConvProblem.conv2d(1, "SAME").attrs())
+_CONV3D_ATTRS = tuple(ConvProblem.conv3d([1] * 5, "SAME").attrs())
 
 
 def _decode(attrs):
@@ -79,12 +72,11 @@ def _route_grad(op, grad):
   """The input's and filter's gradients by the kernels the op's route names (of conv2d, or
   of conv2d_transpose); none for its first input, the convolution's output, so that the
   kernel which computed it takes no part in the gradient."""
-  key, routes, transposed = _routing.parse_route(op.get_attr("route"))
-  attrs = _args.attrs_from_key(key)
+  problem, routes, transposed = _routing.parse_route(op.get_attr("route"))
   module = _transpose if transposed else _routing
   _, x, w = op.inputs
   return [
     None,
-    module.routed_input_gradient(x, w, grad, routes, attrs),
-    module.routed_filter_gradient(x, w, grad, routes, attrs),
+    module.routed_input_gradient(x, w, grad, routes, problem),
+    module.routed_filter_gradient(x, w, grad, routes, problem),
   ]

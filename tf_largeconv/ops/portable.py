@@ -126,6 +126,72 @@ def plan_tiles(batch, in_c, out_c, ext_h, ext_w, dense_h, dense_w, workspace_lim
   return TilePlan(fh, fw, tile_h, tile_w, tiles_h, tiles_w, per_step, -(-count // per_step))
 
 
+def _nhwc(x, strides, dilations, padding, explicit_paddings):
+  """An NCHW input and its attributes in NHWC order."""
+  x = tf.transpose(x, [0, 2, 3, 1])
+  strides = [strides[0], strides[2], strides[3], strides[1]]
+  dilations = [dilations[0], dilations[2], dilations[3], dilations[1]]
+  if padding == "EXPLICIT":
+    p = explicit_paddings
+    explicit_paddings = [p[0], p[1], p[4], p[5], p[6], p[7], p[2], p[3]]
+  return x, strides, dilations, explicit_paddings
+
+
+def _filter_spectra(w, groups, dilation, extent, fft_size):
+  """The dilated filter [kh, kw, in / groups, out] as [groups, in, out, ext_h, ext_w]
+  spectra of `fft_size`, conjugated (a product with them correlates)."""
+  kh, kw, in_per_group, out_c = w.shape
+  (dh, dw), (ext_h, ext_w) = dilation, extent
+  wd = tf.transpose(w, [2, 3, 0, 1])  # [in, out, kh, kw]
+  if dh > 1 or dw > 1:
+    wd = tf.reshape(wd, [in_per_group, out_c, kh, 1, kw, 1])
+    wd = tf.pad(wd, [[0, 0], [0, 0], [0, 0], [0, dh - 1], [0, 0], [0, dw - 1]])
+    wd = tf.reshape(wd, [in_per_group, out_c, kh * dh, kw * dw])[:, :, :ext_h, :ext_w]
+  wd = tf.reshape(wd, [in_per_group, groups, out_c // groups, ext_h, ext_w])
+  wd = tf.transpose(wd, [1, 0, 2, 3, 4])
+  return tf.math.conj(tf.signal.rfft2d(wd, fft_length=list(fft_size)))
+
+
+def _tiles(xt, w_spec, plan, groups, out_c):
+  """The overlap-save loop over the padded input xt [batch, in, H, W]: every tile's output,
+  as [tiles, batch, out_c, tile_h, tile_w] in row-major tile order."""
+  batch, in_c = xt.shape[0], xt.shape[1]
+  in_per_group = in_c // groups
+  fh, fw, tile_h, tile_w = plan.fft_h, plan.fft_w, plan.tile_h, plan.tile_w
+  per_step, steps, count = plan.per_step, plan.steps, plan.tiles_h * plan.tiles_w
+
+  def tile(index):
+    i, j = index // plan.tiles_w, index % plan.tiles_w
+    window = tf.slice(xt, tf.stack([0, 0, i * tile_h, j * tile_w]), [batch, in_c, fh, fw])
+    spec = tf.signal.rfft2d(tf.reshape(window, [batch, groups, in_per_group, fh, fw]))
+    if in_per_group <= _SUMMED_CHANNELS:
+      # A few input channels: broadcast products summed one channel at a time. einsum
+      # would run a batched matmul of tiny [b x i] @ [i x o] blocks over every bin, several
+      # times slower for a single channel.
+      prod = spec[:, :, 0, None] * w_spec[None, :, 0]
+      for i in range(1, in_per_group):
+        prod += spec[:, :, i, None] * w_spec[None, :, i]
+    else:
+      prod = tf.einsum("bgiuv,giouv->bgouv", spec, w_spec)
+    out = tf.signal.irfft2d(prod, fft_length=[fh, fw])[..., :tile_h, :tile_w]
+    return tf.reshape(out, [batch, out_c, tile_h, tile_w])
+
+  def body(step, acc):
+    first = step * per_step
+    outs = [tile(tf.minimum(first + t, count - 1)) for t in range(per_step)]
+    return step + 1, acc.write(step, tf.stack(outs))
+
+  acc = tf.TensorArray(xt.dtype, size=steps, element_shape=[per_step, batch, out_c, tile_h, tile_w])
+  _, acc = tf.while_loop(
+    lambda s, _: s < steps,
+    body,
+    (tf.constant(0), acc),
+    parallel_iterations=1,
+    maximum_iterations=steps,
+  )
+  return tf.reshape(acc.stack(), [steps * per_step, batch, out_c, tile_h, tile_w])[:count]
+
+
 def conv2d(
   x,
   w,
@@ -148,12 +214,9 @@ def conv2d(
   """
   nchw = data_format == "NCHW"
   if nchw:
-    x = tf.transpose(x, [0, 2, 3, 1])
-    strides = [strides[0], strides[2], strides[3], strides[1]]
-    dilations = [dilations[0], dilations[2], dilations[3], dilations[1]]
-    if padding == "EXPLICIT":
-      p = explicit_paddings
-      explicit_paddings = [p[0], p[1], p[4], p[5], p[6], p[7], p[2], p[3]]
+    x, strides, dilations, explicit_paddings = _nhwc(
+      x, strides, dilations, padding, explicit_paddings
+    )
   dtype = x.dtype
   compute = tf.float64 if dtype == tf.float64 else tf.float32
   x = tf.cast(x, compute)
@@ -162,12 +225,11 @@ def conv2d(
   kh, kw, in_per_group, out_c = w.shape
   if groups is None:
     groups = in_c // in_per_group
-  out_per_group = out_c // groups
   sh, sw = strides[1], strides[2]
   dh, dw = dilations[1], dilations[2]
   ep = explicit_paddings if padding == "EXPLICIT" else [0] * 8
-  out_h, top, bottom = axis_geometry(height, kh, sh, dh, padding, (ep[2], ep[3]))
-  out_w, left, right = axis_geometry(width, kw, sw, dw, padding, (ep[4], ep[5]))
+  out_h, top, _ = axis_geometry(height, kh, sh, dh, padding, (ep[2], ep[3]))
+  out_w, left, _ = axis_geometry(width, kw, sw, dw, padding, (ep[4], ep[5]))
   ext_h, ext_w = (kh - 1) * dh + 1, (kw - 1) * dw + 1
   dense_h, dense_w = (out_h - 1) * sh + 1, (out_w - 1) * sw + 1
   if out_h <= 0 or out_w <= 0 or batch == 0 or out_c == 0:
@@ -177,9 +239,7 @@ def conv2d(
 
   real_bytes = 8 if compute == tf.float64 else 4
   plan = plan_tiles(batch, in_c, out_c, ext_h, ext_w, dense_h, dense_w, workspace_limit, real_bytes)
-  fh, fw, tile_h, tile_w = plan.fft_h, plan.fft_w, plan.tile_h, plan.tile_w
-  tiles_h, tiles_w, per_step, steps = plan.tiles_h, plan.tiles_w, plan.per_step, plan.steps
-  count = tiles_h * tiles_w
+  tile_h, tile_w, tiles_h, tiles_w = plan.tile_h, plan.tile_w, plan.tiles_h, plan.tiles_w
 
   # Zero padding: the convolution's own, then enough after for whole tiles (and whole
   # steps); rows and columns the input has beyond what the tiles read are cropped.
@@ -195,51 +255,8 @@ def conv2d(
       [0, 0],
     ],
   )
-
-  # The dilated filter, as [groups, in, out, ext_h, ext_w], and its spectra (conjugated:
-  # a product with them correlates).
-  wd = tf.transpose(w, [2, 3, 0, 1])  # [in, out, kh, kw]
-  if dh > 1 or dw > 1:
-    wd = tf.reshape(wd, [in_per_group, out_c, kh, 1, kw, 1])
-    wd = tf.pad(wd, [[0, 0], [0, 0], [0, 0], [0, dh - 1], [0, 0], [0, dw - 1]])
-    wd = tf.reshape(wd, [in_per_group, out_c, kh * dh, kw * dw])[:, :, :ext_h, :ext_w]
-  wd = tf.reshape(wd, [in_per_group, groups, out_per_group, ext_h, ext_w])
-  wd = tf.transpose(wd, [1, 0, 2, 3, 4])
-  w_spec = tf.math.conj(tf.signal.rfft2d(wd, fft_length=[fh, fw]))
-
-  xt = tf.transpose(x, [0, 3, 1, 2])  # [batch, in, H, W]
-  padded_count = steps * per_step
-
-  def tile(index):
-    i, j = index // tiles_w, index % tiles_w
-    window = tf.slice(xt, tf.stack([0, 0, i * tile_h, j * tile_w]), [batch, in_c, fh, fw])
-    spec = tf.signal.rfft2d(tf.reshape(window, [batch, groups, in_per_group, fh, fw]))
-    if in_per_group <= _SUMMED_CHANNELS:
-      # A few input channels: broadcast products summed one channel at a time. einsum
-      # would run a batched matmul of tiny [b x i] @ [i x o] blocks over every bin, several
-      # times slower for a single channel.
-      prod = spec[:, :, 0, None] * w_spec[None, :, 0]
-      for i in range(1, in_per_group):
-        prod += spec[:, :, i, None] * w_spec[None, :, i]
-    else:
-      prod = tf.einsum("bgiuv,giouv->bgouv", spec, w_spec)
-    out = tf.signal.irfft2d(prod, fft_length=[fh, fw])[..., :tile_h, :tile_w]
-    return tf.reshape(out, [batch, out_c, tile_h, tile_w])
-
-  def body(step, acc):
-    first = step * per_step
-    outs = [tile(tf.minimum(first + t, count - 1)) for t in range(per_step)]
-    return step + 1, acc.write(step, tf.stack(outs))
-
-  acc = tf.TensorArray(compute, size=steps, element_shape=[per_step, batch, out_c, tile_h, tile_w])
-  _, acc = tf.while_loop(
-    lambda s, _: s < steps,
-    body,
-    (tf.constant(0), acc),
-    parallel_iterations=1,
-    maximum_iterations=steps,
-  )
-  tiles = tf.reshape(acc.stack(), [padded_count, batch, out_c, tile_h, tile_w])[:count]
+  w_spec = _filter_spectra(w, groups, (dh, dw), (ext_h, ext_w), (plan.fft_h, plan.fft_w))
+  tiles = _tiles(tf.transpose(x, [0, 3, 1, 2]), w_spec, plan, groups, out_c)
   y = tf.reshape(tiles, [tiles_h, tiles_w, batch, out_c, tile_h, tile_w])
   y = tf.transpose(y, [2, 0, 4, 1, 5, 3])  # [batch, tiles_h, tile_h, tiles_w, tile_w, out]
   y = tf.reshape(y, [batch, tiles_h * tile_h, tiles_w * tile_w, out_c])

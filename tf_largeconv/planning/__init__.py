@@ -12,7 +12,7 @@ from tf_largeconv.planning import device
 from tf_largeconv.planning import kept_spectra
 from tf_largeconv.planning import routing
 from tf_largeconv.planning._plan import plan
-from tf_largeconv.planning._plan import plan_from_attrs
+from tf_largeconv.planning._plan import plan_problem
 from tf_largeconv.planning._plan3d import plan_conv3d
 from tf_largeconv.planning.types import PassPlan
 from tf_largeconv.planning.types import Plan
@@ -24,6 +24,6 @@ __all__ = [
   "kept_spectra",
   "plan",
   "plan_conv3d",
-  "plan_from_attrs",
+  "plan_problem",
   "routing",
 ]

@@ -16,6 +16,7 @@ import tensorflow as tf
 from tf_largeconv import _args
 from tf_largeconv import _loader
 from tf_largeconv._passes import PerPass
+from tf_largeconv._problem import ConvProblem
 from tf_largeconv._types import DTypeLike
 from tf_largeconv._types import Padding
 from tf_largeconv._types import ShapeLike
@@ -91,8 +92,8 @@ def plan(
       workspace_limit,
       num_threads,
     )
-  attrs = _args.conv_attrs(strides, padding, data_format, dilations, algorithm, workspace_limit)
-  return plan_from_attrs(input_shape, filter_shape, attrs, dtype, num_threads)
+  problem = ConvProblem.conv2d(strides, padding, data_format, dilations, algorithm, workspace_limit)
+  return plan_problem(problem.bind(input_shape, filter_shape), dtype, num_threads)
 
 
 # plan()'s 2-D data_format names for a 3-D convolution: the channels in the same place.
@@ -108,15 +109,12 @@ def _rank(shape: Any) -> int | None:
     return None
 
 
-def plan_from_attrs(
-  input_shape: ShapeLike,
-  filter_shape: ShapeLike,
-  attrs: dict[str, Any],
-  dtype: DTypeLike = tf.float32,
-  num_threads: int | None = None,
+def plan_problem(
+  problem: ConvProblem, dtype: DTypeLike = tf.float32, num_threads: int | None = None
 ) -> Plan:
-  """`plan` for already-normalised op attributes (see `_args.conv_attrs`)."""
-  if attrs["algorithm"] == _args.PORTABLE:
+  """`plan` of a 2-D ConvProblem bound to its shapes (the input's may have extra leading
+  batch dimensions, planned as one batch of their product)."""
+  if problem.algorithm == _args.PORTABLE:
     raise ValueError(
       "algorithm='portable' runs stock TensorFlow ops, not the LargeConv ops "
       "that plan() describes; plan with algorithm='auto', 'direct', 'fft' or "
@@ -124,44 +122,39 @@ def plan_from_attrs(
     )
   dtype = _args.normalize_dtype(dtype)
   threads = int(num_threads) if num_threads else device.intra_op_threads()
-  input_shape = [int(v) for v in input_shape]
-  filter_shape = [int(v) for v in filter_shape]
+  x, f = problem.shapes()
+  if None in x or None in f:
+    raise ValueError(
+      f"plan needs known shapes, got input_shape {list(x)} and filter_shape {list(f)}"
+    )
+  input_shape, filter_shape = [v for v in x if v is not None], [v for v in f if v is not None]
   batch_shape = input_shape[:-3] if len(input_shape) > 4 else input_shape[:1]
   if len(input_shape) > 4:  # extra batch dimensions, merged as conv2d merges them
     input_shape = [math.prod(batch_shape)] + input_shape[-3:]
-  args = (
-    input_shape,
-    filter_shape,
-    attrs["strides"],
-    attrs["padding"],
-    attrs["explicit_paddings"],
-    attrs["data_format"],
-    attrs["dilations"],
-  )
-  geometry = _CORE.geometry(*args)
-  kwargs = dict(workspace_limit=attrs["workspace_limit"], num_threads=threads, dtype=dtype.name)
+    problem = problem.replace(input_shape=tuple(input_shape))
+  geometry = problem.geometry()
+  kwargs = dict(num_threads=threads, dtype=dtype.name)
   # Each pass runs TensorFlow's kernel or the op's, whichever the planner prices lower
   # (TF's backprop kernels are far slower than its forward one with few channels, where the
   # op's FFT passes win), as the CPU schedule has it for this batch.
-  routes = PerPass.every(attrs["algorithm"] == "tf")
-  eligible = routing.tf_kernel_eligible(input_shape, filter_shape, attrs, dtype)
-  if attrs["algorithm"] == "auto" and eligible:
+  routes = PerPass.every(problem.algorithm == "tf")
+  eligible = routing.tf_kernel_eligible(input_shape, filter_shape, problem, dtype)
+  if problem.algorithm == "auto" and eligible:
     routes = routing.at_batch(
       routing.planned_schedule(
-        tuple(input_shape[1:]), tuple(filter_shape), _args.attrs_key(attrs), dtype.name, threads
+        tuple(input_shape[1:]), tuple(filter_shape), problem.unbound(), dtype.name, threads
       ),
       input_shape[0],
     )
   theirs = ours = None
   if any(routes) or eligible:  # raises where 'tf' was asked for and TF's kernels cannot
-    theirs = _CORE.plan(*args, algorithm="tf", allow_tf=eligible, **kwargs)
+    theirs = problem.plan(algorithm="tf", allow_tf=eligible, **kwargs)
   if not all(routes):
-    ours = _CORE.plan(*args, algorithm=attrs["algorithm"], allow_tf=False, **kwargs)
+    ours = problem.plan(allow_tf=False, **kwargs)
     for mine, tfs in zip(ours, theirs or ()):  # what TF's kernel costs, for the table
       mine["cost_tf"] = tfs["cost_tf"]
   passes = [t if r else o for r, t, o in zip(routes, theirs or routes, ours or routes)]
-  limit = attrs["workspace_limit"]
-  if limit < 0:
-    limit = _CORE.DEFAULT_WORKSPACE_LIMIT
   output_shape = batch_shape + list(geometry["output_shape"][1:])
-  return Plan([PassPlan(d) for d in passes], output_shape, limit, threads, _loader.failure())
+  return Plan(
+    [PassPlan(d) for d in passes], output_shape, problem.workspace_bound, threads, _loader.failure()
+  )

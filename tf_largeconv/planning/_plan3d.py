@@ -10,13 +10,12 @@ import tensorflow as tf
 
 from tf_largeconv import _args
 from tf_largeconv import _loader
+from tf_largeconv._problem import ConvProblem
 from tf_largeconv._types import DTypeLike
 from tf_largeconv._types import ShapeLike
 from tf_largeconv.planning import device
 from tf_largeconv.planning.types import PassPlan
 from tf_largeconv.planning.types import Plan
-
-_CORE = _loader.core()
 
 
 def _shape(value: Any, name: str, form: str) -> list[int]:
@@ -38,13 +37,13 @@ def _shape(value: Any, name: str, form: str) -> list[int]:
 
 
 def tf_kernel_eligible(
-  input_shape: Sequence[int], filter_shape: Sequence[int], attrs: dict[str, Any], dtype: tf.DType
+  input_shape: Sequence[int], filter_shape: Sequence[int], problem: ConvProblem, dtype: tf.DType
 ) -> bool:
   """Whether TensorFlow's CPU Conv3D kernels (and their gradients) run this convolution:
   NDHWC, dilations 1, floating dtypes, no groups (TF's CPU kernel refuses each of these)."""
   return (
-    attrs["data_format"] == "NDHWC"
-    and all(d == 1 for d in attrs["dilations"])
+    problem.data_format == "NDHWC"
+    and all(d == 1 for d in problem.dilations)
     and dtype.is_floating
     and input_shape[4] == filter_shape[3]
   )
@@ -96,8 +95,8 @@ def plan_conv3d(
     NotImplementedError: strides or dilations other than 1 in the batch or channel
       dimension, as TensorFlow (the op raises UnimplementedError).
   """
-  attrs = _args.conv3d_attrs(strides, padding, data_format, dilations, algorithm, workspace_limit)
-  if attrs["algorithm"] == _args.PORTABLE:
+  problem = ConvProblem.conv3d(strides, padding, data_format, dilations, algorithm, workspace_limit)
+  if problem.algorithm == _args.PORTABLE:
     raise ValueError(
       "algorithm='portable' runs stock TensorFlow ops, not the LargeConv ops "
       "that plan_conv3d() describes; plan with algorithm='auto', 'direct', "
@@ -112,35 +111,35 @@ def plan_conv3d(
   f = _shape(
     filter_shape, "filter_shape", "[depth, height, width, in_channels / groups, out_channels]"
   )
+  problem = problem.bind(x, f)
   dtype = _args.normalize_dtype(dtype)
   threads = int(num_threads) if num_threads else device.intra_op_threads()
-  args = (x, f, attrs["strides"], attrs["padding"], attrs["data_format"], attrs["dilations"])
   try:
-    geometry = _CORE.geometry3d(*args)
-    allow_tf = False
-    if attrs["algorithm"] == "tf":
-      as_ndhwc = x if attrs["data_format"] == "NDHWC" else [x[0], x[2], x[3], x[4], x[1]]
-      allow_tf = tf_kernel_eligible(as_ndhwc, f, attrs, dtype)
-      if not allow_tf:
-        raise ValueError(
-          "algorithm='tf' runs tf.nn.conv3d, whose CPU kernel needs NDHWC, dilations 1, a "
-          "floating dtype and no groups; got "
-          f"data_format={attrs['data_format']!r}, dilations={attrs['dilations']}, dtype "
-          f"{dtype.name}, input channels {as_ndhwc[4]} and filter in-channels {f[3]}"
-        )
-    passes = _CORE.plan3d(
-      *args,
-      algorithm=attrs["algorithm"],
-      workspace_limit=attrs["workspace_limit"],
-      num_threads=threads,
-      dtype=dtype.name,
-      allow_tf=allow_tf,
-    )
+    geometry = problem.geometry()
+    passes = problem.plan(num_threads=threads, dtype=dtype.name, allow_tf=_allow_tf(problem, dtype))
   except (ValueError, NotImplementedError) as e:
     raise type(e)(f"input_shape {x}, filter_shape {f}: {e}") from None
-  limit = attrs["workspace_limit"]
-  if limit < 0:
-    limit = _CORE.DEFAULT_WORKSPACE_LIMIT
   return Plan(
-    [PassPlan(d) for d in passes], geometry["output_shape"], limit, threads, _loader.failure()
+    [PassPlan(d) for d in passes],
+    geometry["output_shape"],
+    problem.workspace_bound,
+    threads,
+    _loader.failure(),
   )
+
+
+def _allow_tf(problem: ConvProblem, dtype: tf.DType) -> bool:
+  """Whether the planner may plan TensorFlow's kernel: where algorithm='tf' asks for it,
+  which raises ValueError unless TF's CPU kernel runs this bound 3-D problem."""
+  if problem.algorithm != "tf":
+    return False
+  x, f = ([v or 0 for v in shape] for shape in problem.shapes())  # known: planned
+  as_ndhwc = x if problem.data_format == "NDHWC" else [x[0], x[2], x[3], x[4], x[1]]
+  if not tf_kernel_eligible(as_ndhwc, f, problem, dtype):
+    raise ValueError(
+      "algorithm='tf' runs tf.nn.conv3d, whose CPU kernel needs NDHWC, dilations 1, a "
+      "floating dtype and no groups; got "
+      f"data_format={problem.data_format!r}, dilations={list(problem.dilations)}, dtype "
+      f"{dtype.name}, input channels {as_ndhwc[4]} and filter in-channels {f[3]}"
+    )
+  return True

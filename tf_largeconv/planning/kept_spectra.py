@@ -5,7 +5,6 @@ import functools
 
 import tensorflow as tf
 
-from tf_largeconv import _args
 from tf_largeconv import _loader
 from tf_largeconv.planning import device
 from tf_largeconv.planning import routing
@@ -33,22 +32,21 @@ _CORE = _loader.core()
 KEPT_SPECTRA_MARGIN = 1.3
 
 
-def move_price(x_shape, f_shape, attrs_key, dtype_name, routes):
+def move_price(x_shape, f_shape, problem, dtype_name, routes):
   """What the move of this CPU convolution's forward pass (x_shape and f_shape tuples,
-  batch known) to the op's FFT with kept spectra is weighed on, as the planner prices it
-  on TensorFlow's intra-op threads: (seconds of that FFT plus, where `routes` run no
-  LargeConv>Conv2DRoute op, the one the move adds (MIXED_ROUTE_SECONDS); seconds of the
-  forward pass of `routes`, as `routing.schedule` gives them: TF's kernel, or the op's own
-  choice; bytes the spectrum cache keeps). None where there is no move to weigh: the
-  planner refuses the arguments, prices no kept FFT, or the op's own choice is the FFT,
-  whose spectra are kept anyway."""
-  attrs = _args.attrs_from_key(attrs_key)
+  batch known; `problem` an unbound ConvProblem) to the op's FFT with kept spectra is
+  weighed on, as the planner prices it on TensorFlow's intra-op threads: (seconds of that
+  FFT plus, where `routes` run no LargeConv>Conv2DRoute op, the one the move adds
+  (MIXED_ROUTE_SECONDS); seconds of the forward pass of `routes`, as `routing.schedule`
+  gives them: TF's kernel, or the op's own choice; bytes the spectrum cache keeps). None
+  where there is no move to weigh: the planner refuses the arguments, prices no kept FFT,
+  or the op's own choice is the FFT, whose spectra are kept anyway."""
   eligible = routing.tf_kernel_eligible(
-    list(x_shape), list(f_shape), attrs, tf.as_dtype(dtype_name)
+    list(x_shape), list(f_shape), problem, tf.as_dtype(dtype_name)
   )
   try:
     p = routing.auto_plan(
-      x_shape, f_shape, attrs, eligible, device.intra_op_threads(), dtype_name
+      x_shape, f_shape, problem, eligible, device.intra_op_threads(), dtype_name
     ).forward
   except (ValueError, NotImplementedError):
     return None  # the op raises the error, the same in every mode
@@ -66,12 +64,12 @@ def move_price(x_shape, f_shape, attrs_key, dtype_name, routes):
 
 
 @functools.lru_cache(maxsize=1024)
-def kept_spectra_bytes(x_shape, f_shape, attrs_key, dtype_name, routes):
+def kept_spectra_bytes(x_shape, f_shape, problem, dtype_name, routes):
   """The bytes the spectrum cache keeps for this CPU convolution's forward pass where the
   op's FFT with them kept is priced KEPT_SPECTRA_MARGIN times below the forward pass of
   `routes` (`move_price`: the arguments, and the prices); 0 where it is not, or where
   there is no move to weigh."""
-  price = move_price(x_shape, f_shape, attrs_key, dtype_name, routes)
+  price = move_price(x_shape, f_shape, problem, dtype_name, routes)
   if price is None:
     return 0
   kept, current, kept_bytes = price

@@ -31,39 +31,40 @@ TF_KERNEL_DTYPES = tuple(d for d in _args.FLOAT_DTYPES if d.size >= 4)
 TF_GPU_KERNEL_DTYPES = tuple(d for d in _args.FLOAT_DTYPES if d.size <= 4)
 
 
-def tf_kernel_eligible(input_shape, filter_shape, attrs, dtype, device="CPU"):
+def tf_kernel_eligible(input_shape, filter_shape, problem, dtype, device="CPU"):
   """Whether TensorFlow's own kernels on `device` ('CPU' or 'GPU') can run this
-  convolution, gradients included: on the CPU NHWC, dilations 1 and float32/float64; on a
-  GPU every layout and dilation and float16/bfloat16/float32. No groups on either."""
+  convolution (a 2-D ConvProblem and its shapes), gradients included: on the CPU NHWC,
+  dilations 1 and float32/float64; on a GPU every layout and dilation and
+  float16/bfloat16/float32. No groups on either."""
   if len(input_shape) != 4 or len(filter_shape) != 4:
     return False
   if device == "GPU":
-    channels = input_shape[1 if attrs["data_format"] == "NCHW" else 3]
+    channels = input_shape[problem.channel_axis]
     return dtype in TF_GPU_KERNEL_DTYPES and channels == filter_shape[2]
   return (
-    attrs["data_format"] == "NHWC"
-    and all(d == 1 for d in attrs["dilations"])
+    problem.data_format == "NHWC"
+    and all(d == 1 for d in problem.dilations)
     and dtype in TF_KERNEL_DTYPES
     and input_shape[3] == filter_shape[2]
   )
 
 
-def _tf_kernel_device(x_shape, f_shape, dtype, placed, attrs):
+def _tf_kernel_device(x_shape, f_shape, dtype, placed, problem):
   """'CPU' or 'GPU', the device an op taking `placed` runs on, where TensorFlow's own
   kernels there can run this convolution; None where they cannot."""
   if x_shape is None or f_shape is None or None in x_shape[1:] or None in f_shape:
     return None
   where = "GPU" if device.runs_on_gpu(placed) else "CPU"
-  if not tf_kernel_eligible([1] + list(x_shape[1:]), list(f_shape), attrs, dtype, where):
+  if not tf_kernel_eligible([1] + list(x_shape[1:]), list(f_shape), problem, dtype, where):
     return None
   return where
 
 
-def tf_kernel_runs(x_shape, f_shape, dtype, placed, attrs):
+def tf_kernel_runs(x_shape, f_shape, dtype, placed, problem):
   """Whether TensorFlow's own kernels, on the device an op taking `placed` runs on, can run
   this convolution: shapes in data_format order (None, or None entries, where not known
   statically; the batch may be unknown)."""
-  return _tf_kernel_device(x_shape, f_shape, dtype, placed, attrs) is not None
+  return _tf_kernel_device(x_shape, f_shape, dtype, placed, problem) is not None
 
 
 # Which passes run TensorFlow's kernel depends on the batch: a larger one spreads the FFT
@@ -104,32 +105,21 @@ def _unmixed(passes, routes):
   return min(options, key=options.get)
 
 
-def auto_plan(x_shape, f_shape, attrs, allow_tf, threads, dtype_name):
+def auto_plan(x_shape, f_shape, problem, allow_tf, threads, dtype_name):
   """The CPU planner's 'auto' choice for each pass (a PerPass of its dicts) of the
-  convolution of x_shape by f_shape with normalised `attrs`, TF's kernel among the choices
-  where `allow_tf`. Raises ValueError or NotImplementedError for arguments it refuses."""
+  ConvProblem `problem` for x_shape by f_shape, TF's kernel among the choices where
+  `allow_tf`. Raises ValueError or NotImplementedError for arguments it refuses."""
+  bound = problem.bind(x_shape, f_shape)
   return PerPass.of(
-    _CORE.plan(
-      list(x_shape),
-      list(f_shape),
-      attrs["strides"],
-      attrs["padding"],
-      attrs["explicit_paddings"],
-      attrs["data_format"],
-      attrs["dilations"],
-      algorithm="auto",
-      allow_tf=allow_tf,
-      workspace_limit=attrs["workspace_limit"],
-      num_threads=threads,
-      dtype=dtype_name,
-    )
+    bound.plan(algorithm="auto", allow_tf=allow_tf, num_threads=threads, dtype=dtype_name)
   )
 
 
 @functools.lru_cache(maxsize=1024)
-def planned_schedule(image_shape, f_shape, attrs_key, dtype_name, threads):
+def planned_schedule(image_shape, f_shape, problem, dtype_name, threads):
   """The CPU planner's schedule for an eligible convolution of images `image_shape`
-  (height, width and channels in data_format order) on `threads` threads. Each entry's
+  (height, width and channels in data_format order) on `threads` threads (`problem`: an
+  unbound ConvProblem). Each entry's
   routes are the planner's choice per pass, unless a route that mixes TF's kernels
   with the op's saves less than its own cost (MIXED_ROUTE_SECONDS). In the cost model the
   op's time per image falls with the batch while TF's does not, so a pass that leaves TF's
@@ -138,10 +128,9 @@ def planned_schedule(image_shape, f_shape, attrs_key, dtype_name, threads):
   NotImplementedError for arguments the planner refuses."""
   # Cached: eager code calls conv2d with the same shapes over and over, and a graph traced
   # with an unknown batch needs every entry.
-  attrs = _args.attrs_from_key(attrs_key)
   entries = []
   for batch in ROUTE_BATCHES:
-    passes = auto_plan([batch, *image_shape], f_shape, attrs, True, threads, dtype_name)
+    passes = auto_plan([batch, *image_shape], f_shape, problem, True, threads, dtype_name)
     routes = PerPass.of(p["algorithm"] == "tf" for p in passes)
     if any(routes) and not all(routes):
       routes = _unmixed(passes, routes)
@@ -153,13 +142,13 @@ def planned_schedule(image_shape, f_shape, attrs_key, dtype_name, threads):
 
 
 @functools.lru_cache(maxsize=1024)
-def _cpu_schedule(image_shape, f_shape, attrs_key, dtype_name):
+def _cpu_schedule(image_shape, f_shape, problem, dtype_name):
   """`planned_schedule` for TensorFlow's intra-op threads, or OP_ONLY for arguments the
   planner refuses (the op raises the error then, the same in every mode).
   Cached: asking TF for its thread count costs more than a small convolution, and the
   count is fixed once TF runs, which it does once the convolution's tensors exist."""
   try:
-    return planned_schedule(image_shape, f_shape, attrs_key, dtype_name, device.intra_op_threads())
+    return planned_schedule(image_shape, f_shape, problem, dtype_name, device.intra_op_threads())
   except (ValueError, NotImplementedError):
     return OP_ONLY
 
@@ -169,17 +158,17 @@ def at_batch(schedule, batch):
   return [routes for first, routes in schedule if first <= max(batch, 1)][-1]
 
 
-def schedule(x_shape, f_shape, dtype, placed, attrs):
+def schedule(x_shape, f_shape, dtype, placed, problem):
   """The schedule of a call: x_shape and f_shape in data_format order (None, or None
   entries, where not known statically), `placed` a tensor the call takes (its device),
-  `attrs` normalised. One entry where the batch is known (or on a GPU, whose routes do not
+  `problem` its ConvProblem. One entry where the batch is known (or on a GPU, whose routes do not
   depend on it), all of them where it is not; OP_ONLY where TensorFlow's kernels cannot run
   the convolution (`tf_kernel_runs`)."""
-  where = _tf_kernel_device(x_shape, f_shape, dtype, placed, attrs)
+  where = _tf_kernel_device(x_shape, f_shape, dtype, placed, problem)
   if where is None:
     return OP_ONLY
-  key = _args.attrs_key(attrs)
-  if where == "GPU" or attrs["algorithm"] == "tf":
+  key = problem.unbound()
+  if where == "GPU" or key.algorithm == "tf":
     return ((1, device_routes(tuple(x_shape), tuple(f_shape), key, dtype.name, where)),)
   planned = _cpu_schedule(tuple(x_shape[1:]), tuple(f_shape), key, dtype.name)
   if x_shape[0] is not None:
@@ -188,7 +177,7 @@ def schedule(x_shape, f_shape, dtype, placed, attrs):
 
 
 @functools.lru_cache(maxsize=1024)
-def device_routes(x_shape, f_shape, attrs_key, dtype_name, where="CPU"):
+def device_routes(x_shape, f_shape, problem, dtype_name, where="CPU"):
   """The routes of this eligible convolution on device `where` ('CPU' or 'GPU'): every
   pass TensorFlow's kernel where algorithm='tf'. On the CPU those of x_shape's batch (1
   where it is None) in the CPU schedule; on a GPU the CUDA planner weighs cuDNN's modelled
@@ -196,28 +185,16 @@ def device_routes(x_shape, f_shape, attrs_key, dtype_name, where="CPU"):
   and every pass follows that choice."""
   # Cached: eager code calls conv2d with the same shapes over and over, and the decision
   # depends only on these arguments (and the thread count, fixed once TF is initialised).
-  attrs = _args.attrs_from_key(attrs_key)
-  if attrs["algorithm"] == "tf":
+  if problem.algorithm == "tf":
     return PerPass.every(True)
   if where == "GPU":
     try:
       shape = [_CORE.GPU_ROUTE_BATCH] + list(x_shape[1:])
-      passes = _CORE.cuda_plan(
-        shape,
-        list(f_shape),
-        attrs["strides"],
-        attrs["padding"],
-        attrs["explicit_paddings"],
-        attrs["data_format"],
-        attrs["dilations"],
-        "auto",
-        attrs["workspace_limit"],
-        dtype_name,
-      )
+      passes = problem.bind(shape, f_shape).cuda_plan(shape, "auto", dtype_name)
       forward = PerPass.of(passes).forward
     except (ValueError, NotImplementedError):
       return PerPass.every(False)  # bad arguments: the op raises the error, in every mode
     return PerPass.every(bool(forward["tf_faster"]))
   return at_batch(
-    _cpu_schedule(tuple(x_shape[1:]), tuple(f_shape), attrs_key, dtype_name), x_shape[0] or 1
+    _cpu_schedule(tuple(x_shape[1:]), tuple(f_shape), problem, dtype_name), x_shape[0] or 1
   )

@@ -28,7 +28,7 @@ from fractions import Fraction
 
 import tensorflow as tf
 
-from tf_largeconv import _loader
+from tf_largeconv._problem import ConvProblem
 
 Call = Callable[..., tf.Tensor]
 
@@ -37,21 +37,17 @@ def slide_axis(
   n: int, kernel: int, stride: int, dilation: int, padding: str | tuple[int, int]
 ) -> tuple[int, int, int]:
   """(output size, padding before, kernel extent) of a sliding window along one axis of
-  `n` pixels, from the core's geometry (the one used by every op of the package).
+  `n` pixels, from the package's one geometry (`ConvProblem`, as every op of the package).
 
   `padding` is 'valid', 'same', 'causal' (all padding before) or explicit (before, after).
   Raises ValueError when the window is larger than the padded axis."""
-  extent = (kernel - 1) * dilation + 1
+  shapes = ([1, n, 1], [kernel, 1, 1])
   if padding == "causal":
+    extent = ConvProblem.conv1d(stride, "VALID", "NWC", dilation).bind(*shapes).extent(1)
     padding = (extent - 1, 0)
-  if isinstance(padding, tuple):
-    mode, explicit = "EXPLICIT", [0, 0, 0, 0, padding[0], padding[1], 0, 0]
-  else:
-    mode, explicit = padding.upper(), []
-  g = _loader.core().geometry(
-    [1, 1, n, 1], [1, kernel, 1, 1], [1, 1, stride, 1], mode, explicit, "NHWC", [1, 1, dilation, 1]
-  )
-  return g["out_w"], g["pad_left"], extent
+  pads = [list(padding)] if isinstance(padding, tuple) else padding.upper()
+  (axis,) = ConvProblem.conv1d(stride, pads, "NWC", dilation).bind(*shapes).axes()[1:]
+  return axis.out, axis.pad_before, axis.extent
 
 
 def _pad(x: tf.Tensor, pads: Sequence[tuple[int, int]], value: float) -> tf.Tensor:
