@@ -179,3 +179,29 @@ def test_the_import_rules_catch_a_break():
     "only the entry points import cli",
     "stream uses dask only in to_dask",
   ]
+
+
+MAX_FUNCTION_LINES = 80
+
+
+def _long_functions(path):
+  """The functions (methods and nested functions too) of the module at `path` over
+  MAX_FUNCTION_LINES lines, docstring included, each as 'name (n lines)'."""
+  tree = ast.parse(open(path).read(), path)
+  return [
+    f"{node.name} ({node.end_lineno - node.lineno + 1} lines)"
+    for node in ast.walk(tree)
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+    and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
+  ]
+
+
+@pytest.mark.parametrize("name", sorted(_modules()))
+def test_no_function_is_too_long(name):
+  assert _long_functions(_modules()[name]) == []
+
+
+def test_a_long_function_is_found(tmp_path):
+  body = "".join(f"    x{i} = {i}\n" for i in range(MAX_FUNCTION_LINES))
+  (tmp_path / "m.py").write_text(f"def short():\n  pass\n\n\nclass C:\n  def long(self):\n{body}")
+  assert _long_functions(str(tmp_path / "m.py")) == [f"long ({MAX_FUNCTION_LINES + 1} lines)"]
