@@ -13,18 +13,17 @@ def geometry(size, kernel, strides, padding, dilations=(1, 1)):
   return pads, tuple(a.out for a in axes)
 
 
+def _axis(state, block, a):
+  """Along axis `a`: (kernel size, offset, output size, stride, block's input size)."""
+  return state.kernel.shape[a], state.offset[a], state.size[a], state.stride[a], block.size[a]
+
+
 def _keras_extension(state, block, mode):
   """(top, bottom, left, right) zeros to add to the kernel so that a Keras convolution with
   padding `mode` ('SAME' or 'VALID') and the state's stride computes the state, or None."""
   ext = []
   for a in (0, 1):
-    kh, oh, out, s, size = (
-      state.kernel.shape[a],
-      state.offset[a],
-      state.size[a],
-      state.stride[a],
-      block.size[a],
-    )
+    kh, oh, out, s, size = _axis(state, block, a)
     found = None
     for kf in range(kh, kh + 2 * abs(oh) + 2 * s + kh + 2):
       try:
@@ -77,13 +76,7 @@ def explicit_geometry(state, block):
   """(explicit pads ((top, bottom), (left, right)), kernel extension) for conv2d."""
   pads, ext = [], []
   for a in (0, 1):
-    kh, oh, out, s, size = (
-      state.kernel.shape[a],
-      state.offset[a],
-      state.size[a],
-      state.stride[a],
-      block.size[a],
-    )
+    kh, oh, out, s, size = _axis(state, block, a)
     top_zeros = max(0, -oh)
     top = oh + top_zeros
     bottom = (out - 1) * s + kh + top_zeros - size - top
