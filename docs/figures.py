@@ -110,10 +110,12 @@ def dask_geometry():
   import dask.array as da
   import numpy as np
 
+  from tf_largeconv._problem import ConvProblem
   from tf_largeconv.dask import _graph
 
   x = da.zeros(DASK_IMAGE, np.float32, chunks=(1, DASK_CHUNK, DASK_CHUNK, 1))
-  f = _graph.Forward(x, np.ones(DASK_FILTER, np.float32), 1, "SAME", "NHWC", 1, "auto", None)
+  problem = ConvProblem.conv2d(1, "SAME", "NHWC", 1, "auto", None)
+  f = _graph.Forward(x, np.ones(DASK_FILTER, np.float32), problem)
   edges = [list(_graph._edges(c)) for c in x.chunks]
   blocks = f.blocks.blocks
   idx, _, keys = blocks[len(blocks) // 2]
