@@ -67,6 +67,14 @@ ISA_SRCS  := cc/core/cpu/direct.cc cc/core/cpu/direct3d.cc cc/core/cpu/fft.cc cc
              cc/core/common/ducc_threading.cc
 # Only in the levels: these files hold nothing but kernels.
 ISA_ONLY  := cc/core/cpu/direct.cc cc/core/cpu/direct3d.cc
+# The FFT kernels' results are the same bits whatever the thread count only where every
+# product is rounded before it is added: their plans (sweeps of tiles, runs of sources)
+# follow the thread count, and a fused multiply-add rounds the sums of each plan
+# differently. No contraction there (DUCC's transforms included); GCC still fuses the
+# complex products its vectoriser recognises, so the wider levels run only where
+# LARGECONV_ISA asks for them (cc/core/cpu/isa.h). The direct kernels, which sum each
+# output in one fixed order whatever the split, keep FMA.
+ISA_EXACT := cc/core/cpu/fft.cc cc/core/cpu/fft3d.cc
 
 # CUDA kernels: built into tf_largeconv/_cuda when nvcc is found (skipped cleanly when not),
 # as SASS for sm_80 and sm_90 plus compute_90 PTX, with cudart linked statically. `make cuda`
@@ -167,7 +175,7 @@ $(BUILD)/py/%.o: cc/%.cc $(HEADERS) $(TFCONFIG)
 define ISA_RULE
 $$(BUILD)/isa/$(1)/%.o: cc/%.cc $$(HEADERS) $$(TFCONFIG)
 	@mkdir -p $$(dir $$@)
-	$$(CXX) $$(PY_STD) $$(OPT_ANY) $$(ISA_FLAGS_$(1)) -DLARGECONV_ISA_NS=isa_$(1) $$(TF_ABI) -fvisibility=hidden $$(DUCC_INC) -c $$< -o $$@
+	$$(CXX) $$(PY_STD) $$(OPT_ANY) $$(ISA_FLAGS_$(1)) $$(if $$(filter $$<,$$(ISA_EXACT)),-ffp-contract=off) -DLARGECONV_ISA_NS=isa_$(1) $$(TF_ABI) -fvisibility=hidden $$(DUCC_INC) -c $$< -o $$@
 endef
 $(foreach l,$(ISA_LEVELS),$(eval $(call ISA_RULE,$(l))))
 

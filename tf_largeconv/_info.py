@@ -54,7 +54,7 @@ def info() -> dict[str, Any]:
       runs ('avx', 'avx2' or 'avx512'; `_core`'s where the library is not loaded),
       'available': the levels this CPU runs, 'requested': the LARGECONV_ISA environment
       variable (None where unset), 'problem': why that request was not followed, or ''}.
-      The widest available level runs unless LARGECONV_ISA names a lower one.
+      AVX runs unless LARGECONV_ISA names a wider level this CPU has.
     fallback: why the op library could not be loaded, so that every op runs the portable
       path (stock TensorFlow ops); None where it was loaded.
   """

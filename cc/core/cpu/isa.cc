@@ -53,7 +53,7 @@ const char* CpuIsaName(CpuIsa isa) {
 CpuIsaChoice ChooseCpuIsa(const std::vector<CpuIsa>& available, const char* requested) {
   CpuIsaChoice c;
   c.available = available;
-  c.level = available.empty() ? CpuIsa::kAvx : available.back();
+  c.level = CpuIsa::kAvx;  // the default: the one level whose FFT is bitwise across threads
   c.requested = requested ? requested : "";
   std::string want;
   for (char ch : c.requested) {
@@ -75,7 +75,7 @@ CpuIsaChoice ChooseCpuIsa(const std::vector<CpuIsa>& available, const char* requ
     return c;
   }
   c.problem = "LARGECONV_ISA='" + c.requested + "' is not an instruction-set level: it takes " +
-              all + ", or is unset for the widest this CPU runs" + running;
+              all + ", or is unset for avx" + running;
   return c;
 }
 

@@ -4,8 +4,10 @@
 // the level's namespace (the Makefile's ISA_LEVELS), so that nothing a level compiles,
 // DUCC's templates included, is merged with another level's copy. The public entries
 // (DirectPass, FftPass, AllFinite in direct.h and fft.h) are defined once, in isa.cc,
-// and run the level chosen on first use: the widest the CPU reports, or a lower one that
-// LARGECONV_ISA names.
+// and run the level chosen on first use: AVX, or the level LARGECONV_ISA names where the CPU
+// runs it. The wider levels are asked for, not taken by default: their FFT kernels are not
+// yet bitwise the same across thread counts (GCC fuses the complex products it finds into
+// fmaddsub, even with -ffp-contract=off, and the FFT's plans follow the thread count).
 #ifndef TF_LARGECONV_CORE_CPU_ISA_H_
 #define TF_LARGECONV_CORE_CPU_ISA_H_
 
@@ -48,8 +50,8 @@ struct CpuIsaChoice {
 const CpuIsaChoice& ActiveCpuIsa();
 
 // The choice for a CPU that runs `available` and a LARGECONV_ISA of `requested` (null where
-// unset): the widest available level, or the requested one where it is available; a
-// request of a level the CPU lacks, or of no level, runs the widest and says why.
+// unset): AVX, or the requested level where it is available; a request of a level the CPU
+// lacks, or of no level, runs AVX and says why.
 CpuIsaChoice ChooseCpuIsa(const std::vector<CpuIsa>& available, const char* requested);
 
 // One level's kernels, declared in the level's namespace (isa.cc calls them; the level's

@@ -68,10 +68,12 @@ double LinePointFactor(const FftConfig& c) {
   return lines * (c.fft_w > 16384 ? 1.3 : 1.0);
 }
 // The op's kernels at each instruction-set level (cpu/isa.h): the share of the seconds the
-// constants above price (fitted at the AVX level) that they take at that level. Measured as
-// `LARGECONV_ISA=<level> python tools/calibrate_cpu.py --model-ratio`, the model's seconds
-// over the measured at each level on one machine, the AVX level's median over the level's
-// (the FFT's configurations and the direct passes apart). FILLED BELOW.
+// constants above price (fitted at the AVX level) that they take at that level. To be
+// measured as `LARGECONV_ISA=<level> python tools/calibrate_cpu.py --model-ratio` on one
+// machine, levels alternated: a level's share is the AVX level's printed median over its
+// own, times the share the model held while it ran (the FFT's configurations and the
+// direct passes apart). Not measured yet (the machine was shared): every level is priced
+// as AVX, so the planner chooses alike at every level.
 struct LevelSpeed {
   CpuIsa isa;
   double fft, direct;  // seconds at the level / seconds at AVX
