@@ -55,8 +55,31 @@ PYBIND_INC = $(shell $(PY) -c "import pybind11, sysconfig; print('-I' + pybind11
 TFCONFIG  := $(BUILD)/tfconfig.mk
 
 # -mavx: the instruction-set floor of the TensorFlow wheel itself, so it costs no user.
-OPT       := -O3 -mavx -DNDEBUG -fPIC -Wall -Wno-sign-compare -Wno-deprecated-declarations -Wno-interference-size -I.
+OPT_ANY   := -O3 -DNDEBUG -fPIC -Wall -Wno-sign-compare -Wno-deprecated-declarations -Wno-interference-size -I.
+OPT       := $(OPT_ANY) -mavx
 PY_STD    := -std=c++17
+
+# The hot kernels, compiled once per instruction-set level (cc/core/cpu/isa.h) into the
+# level's namespace, and chosen at run time from what the CPU reports. Their objects serve
+# both the op library and _core (hidden symbols, TensorFlow's C++ ABI setting) and are
+# linked after the core's, lowest level first, so that where an inline function of a shared
+# header (or of the C++ library) is emitted by several, the copy kept is the lowest's.
+ISA_LEVELS      := avx avx2 avx512
+ISA_FLAGS_avx    := -mavx
+ISA_FLAGS_avx2   := -mavx -mavx2 -mfma
+ISA_FLAGS_avx512 := -mavx -mavx2 -mfma -mavx512f -mavx512dq -mavx512bw -mavx512vl -mprefer-vector-width=512
+ISA_SRCS  := cc/core/cpu/direct.cc cc/core/cpu/direct3d.cc cc/core/cpu/fft.cc cc/core/cpu/fft3d.cc \
+             cc/core/common/ducc_threading.cc
+# Only in the levels: these files hold nothing but kernels.
+ISA_ONLY  := cc/core/cpu/direct.cc cc/core/cpu/direct3d.cc
+# The FFT kernels' results are the same bits whatever the thread count only where every
+# product is rounded before it is added: their plans (sweeps of tiles, runs of sources)
+# follow the thread count, and a fused multiply-add rounds the sums of each plan
+# differently. No contraction there (DUCC's transforms included); GCC still fuses the
+# complex products its vectoriser recognises, so the wider levels run only where
+# LARGECONV_ISA asks for them (cc/core/cpu/isa.h). The direct kernels, which sum each
+# output in one fixed order whatever the split, keep FMA.
+ISA_EXACT := cc/core/cpu/fft.cc cc/core/cpu/fft3d.cc
 
 # CUDA kernels: built into tf_largeconv/_cuda when nvcc is found (skipped cleanly when not),
 # as SASS for sm_80 and sm_90 plus compute_90 PTX, with cudart linked statically. `make cuda`
@@ -135,8 +158,10 @@ endif
 -include $(TFCONFIG)
 OPS_LIB  = $(PKG)/_large_conv_ops$(EXT_SUFFIX)
 CORE_LIB = $(PKG)/_core$(EXT_SUFFIX)
-TF_OBJS  = $(patsubst cc/%.cc,$(BUILD)/tf/%.o,$(CORE_SRCS) $(TF_SRCS))
-PY_OBJS  = $(patsubst cc/%.cc,$(BUILD)/py/%.o,$(CORE_SRCS) $(PY_SRCS))
+TF_OBJS  = $(patsubst cc/%.cc,$(BUILD)/tf/%.o,$(filter-out $(ISA_ONLY),$(CORE_SRCS)) $(TF_SRCS))
+PY_OBJS  = $(patsubst cc/%.cc,$(BUILD)/py/%.o,$(filter-out $(ISA_ONLY),$(CORE_SRCS)) $(PY_SRCS))
+ISA_OBJS = $(foreach l,$(ISA_LEVELS),$(patsubst cc/%.cc,$(BUILD)/isa/$(l)/%.o,$(ISA_SRCS)))
+TF_ABI   = $(filter -D_GLIBCXX_USE_CXX11_ABI=%,$(TF_CFLAGS))
 
 _libs: $(OPS_LIB) $(CORE_LIB) $(PKG)/_build_info.py
 
@@ -153,12 +178,25 @@ $(BUILD)/tf/%.o: cc/%.cc $(HEADERS) $(TFCONFIG)
 
 $(BUILD)/py/%.o: cc/%.cc $(HEADERS) $(TFCONFIG)
 	@mkdir -p $(dir $@)
-	$(CXX) $(PY_STD) $(OPT) -fvisibility=hidden $(DUCC_INC) $(PYINC) -c $< -o $@
+	$(CXX) $(PY_STD) $(OPT) $(TF_ABI) -fvisibility=hidden $(DUCC_INC) $(PYINC) -c $< -o $@
 
-$(OPS_LIB): $(TF_OBJS) $(TF_CUDA_OBJS)
+define ISA_RULE
+$$(BUILD)/isa/$(1)/%.o: cc/%.cc $$(HEADERS) $$(TFCONFIG)
+	@mkdir -p $$(dir $$@)
+	$$(CXX) $$(PY_STD) $$(OPT_ANY) $$(ISA_FLAGS_$(1)) $$(if $$(filter $$<,$$(ISA_EXACT)),-ffp-contract=off) -DLARGECONV_ISA_NS=isa_$(1) $$(TF_ABI) -fvisibility=hidden $$(DUCC_INC) -c $$< -o $$@
+endef
+$(foreach l,$(ISA_LEVELS),$(eval $(call ISA_RULE,$(l))))
+
+# A level's objects must not run code at load (that would run on any CPU): no static
+# constructors.
+$(BUILD)/isa/.checked: $(ISA_OBJS)
+	@for o in $^; do if objdump -h $$o | grep -q '\.init_array\|\.ctors'; then echo "$$o runs code at load: an instruction-set level must not" >&2; exit 1; fi; done
+	@touch $@
+
+$(OPS_LIB): $(TF_OBJS) $(ISA_OBJS) $(TF_CUDA_OBJS) | $(BUILD)/isa/.checked
 	$(CXX) -shared $^ -o $@ $(TF_LFLAGS) $(TF_CUDA_LIBS)
 
-$(CORE_LIB): $(PY_OBJS)
+$(CORE_LIB): $(PY_OBJS) $(ISA_OBJS) | $(BUILD)/isa/.checked
 	$(CXX) -shared $^ -o $@
 
 _cuda_lib: $(PKG)/_cuda$(CUDA_EXT)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import subproc
 import tensorflow as tf
+from cpuinfo import cpu_flags
 from hypothesis import HealthCheck
 from hypothesis import assume
 from hypothesis import given
@@ -329,14 +330,6 @@ print(json.dumps({"kernels": _loader.core().tf_kernels(), "header": str(p).split
 _ONEDNN_CPU_FLAGS = {"avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile", "amx_int8", "amx_bf16"}
 
 
-def _cpu_flags():
-  with open("/proc/cpuinfo") as f:
-    for line in f:
-      if line.startswith("flags"):
-        return set(line.split(":", 1)[1].split())
-  return set()
-
-
 def _planned_in_child(setting):
   env = subproc.child_env()
   env.pop("TF_ENABLE_ONEDNN_OPTS", None)
@@ -354,7 +347,7 @@ def test_tf_passes_are_priced_as_the_kernels_tf_runs():
   (most of all in the gradients), so the planner prices TF's passes with the fit of the set
   TF runs (plan.cc's kTfCoefficients), decided as TF decides it."""
   plans = {s: _planned_in_child(s) for s in (None, "0", "false", "TRUE")}
-  default = "onednn" if _cpu_flags() & _ONEDNN_CPU_FLAGS else "eigen"
+  default = "onednn" if cpu_flags() & _ONEDNN_CPU_FLAGS else "eigen"
   expected = {None: default, "0": "eigen", "false": "eigen", "TRUE": "onednn"}
   assert {s: p["kernels"] for s, p in plans.items()} == expected
   names = {"onednn": "oneDNN's", "eigen": "Eigen's"}

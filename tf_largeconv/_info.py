@@ -23,6 +23,14 @@ def _cuda_module() -> Any:
     return None
 
 
+def _cpu_isa(loaded: bool) -> dict[str, Any]:
+  """info()'s `cpu_isa`: `_core`'s choice, with the level the op library runs."""
+  choice = dict(_loader.core().cpu_isa())
+  if loaded:
+    choice["level"] = _loader.op_library_cpu_isa()
+  return choice
+
+
 def info() -> dict[str, Any]:
   """What this installation of tf_largeconv runs, as a dict.
 
@@ -42,6 +50,11 @@ def info() -> dict[str, Any]:
       cuFFT on a GPU.
     tf_kernels_priced_as: 'onednn' or 'eigen', the TensorFlow CPU kernels the planner
       weighs its own against.
+    cpu_isa: the instruction-set level of the CPU kernels: {'level': what the op library
+      runs ('avx', 'avx2' or 'avx512'; `_core`'s where the library is not loaded),
+      'available': the levels this CPU runs, 'requested': the LARGECONV_ISA environment
+      variable (None where unset), 'problem': why that request was not followed, or ''}.
+      AVX runs unless LARGECONV_ISA names a wider level this CPU has.
     fallback: why the op library could not be loaded, so that every op runs the portable
       path (stock TensorFlow ops); None where it was loaded.
   """
@@ -68,5 +81,6 @@ def info() -> dict[str, Any]:
     "cufft": dict(cuda.cufft()) if cuda is not None else None,
     "fft_backend": {"CPU": "DUCC (TensorFlow's copy)", "GPU": "cuFFT"},
     "tf_kernels_priced_as": _loader.core().tf_kernels(),
+    "cpu_isa": _cpu_isa(loaded),
     "fallback": failure,
   }

@@ -97,6 +97,24 @@ def workspace_pool_stats():
   return tuple(v.value for v in values)
 
 
+def op_library_cpu_isa():
+  """The instruction-set level the op library's CPU kernels run at ('avx', 'avx2' or
+  'avx512'; cc/core/cpu/isa.h), which it chooses on its first use as `_core` does."""
+  import ctypes
+
+  ops()
+  fn = ctypes.CDLL(_library_path("_large_conv_ops")).LargeConvCpuIsa
+  fn.restype = ctypes.c_char_p
+  return fn().decode()
+
+
+def _warn_cpu_isa():
+  """Warns once where LARGECONV_ISA asks for what this CPU cannot run, or for no level."""
+  problem = core().cpu_isa()["problem"]
+  if problem:
+    warnings.warn(f"tf_largeconv: {problem}", RuntimeWarning, stacklevel=4)
+
+
 def load_or_fall_back():
   """Loads the op library at import. If it cannot be loaded (a TensorFlow upgrade, an ABI
   mismatch, a missing build), warns once with the reason and the rebuild command and
@@ -104,6 +122,7 @@ def load_or_fall_back():
   TensorFlow, must still be there (its import errors name the rebuild command)."""
   global _failure
   core()
+  _warn_cpu_isa()
   try:
     ops()
   except ImportError as e:

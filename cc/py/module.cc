@@ -18,6 +18,7 @@
 #include "cc/core/common/geometry.h"
 #include "cc/core/common/memory.h"
 #include "cc/core/conv.h"
+#include "cc/core/cpu/isa.h"
 #include "cc/core/cpu/spectrum_cache.h"
 #include "cc/core/cuda/emulate.h"
 #include "cc/core/plan/plan.h"
@@ -25,6 +26,31 @@
 
 namespace largeconv {
 namespace {
+
+// An instruction-set choice (cpu/isa.h) as the dict cpu_isa() returns.
+py::dict CpuIsaDict(const CpuIsaChoice& c) {
+  py::list available;
+  for (CpuIsa l : c.available) available.append(CpuIsaName(l));
+  py::dict d;
+  d["level"] = CpuIsaName(c.level);
+  d["available"] = available;
+  d["requested"] = c.requested.empty() ? py::object(py::none()) : py::str(c.requested);
+  d["problem"] = c.problem;
+  return d;
+}
+
+// The choice ChooseCpuIsa makes for a CPU that runs the levels named in `available`.
+py::dict ChooseCpuIsaFor(const std::vector<std::string>& available, py::object requested) {
+  std::vector<CpuIsa> levels;
+  for (const std::string& name : available) {
+    const auto* it = std::find_if(std::begin(kCpuIsas), std::end(kCpuIsas),
+                                  [&](CpuIsa l) { return name == CpuIsaName(l); });
+    if (it == std::end(kCpuIsas)) throw py::value_error("available: no level named '" + name + "'");
+    levels.push_back(*it);
+  }
+  const std::string want = requested.is_none() ? "" : requested.cast<std::string>();
+  return CpuIsaDict(ChooseCpuIsa(levels, requested.is_none() ? nullptr : want.c_str()));
+}
 
 // Splits [0, total) into near-equal contiguous chunks, one std::thread each.
 ParallelFor ThreadFor(int n) {
@@ -439,6 +465,16 @@ PYBIND11_MODULE(_core, m) {
   m.def("tf_kernels", &TfKernels,
         "Which of TensorFlow's CPU kernels the planner prices TF's passes as: 'onednn' or "
         "'eigen' (plan.h).");
+  m.def(
+      "cpu_isa", [] { return CpuIsaDict(ActiveCpuIsa()); },
+      "The instruction-set level the CPU kernels run at (cpu/isa.h), chosen on first use: "
+      "{'level', 'available' (this CPU's levels), 'requested' (LARGECONV_ISA, or None), "
+      "'problem' (why a request was not followed, or '')}.");
+  m.def("_choose_cpu_isa", &ChooseCpuIsaFor, py::arg("available"), py::arg("requested"),
+        "Test hook: the choice cpu_isa() would report on a CPU that runs `available`.");
+  std::vector<std::string> levels;
+  for (CpuIsa l : kCpuIsas) levels.push_back(CpuIsaName(l));
+  m.attr("CPU_ISAS") = py::tuple(py::cast(levels));
   m.def("_raise_status", &RaiseStatus, py::arg("kind"), py::arg("message"),
         "Test hook: raises what a core error of this kind becomes in Python.");
   m.attr("DEFAULT_WORKSPACE_LIMIT") = kDefaultWorkspaceLimit;

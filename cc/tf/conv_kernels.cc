@@ -13,6 +13,7 @@
 #include "cc/core/common/geometry.h"
 #include "cc/core/common/memory.h"
 #include "cc/core/conv.h"
+#include "cc/core/cpu/isa.h"
 #include "cc/core/plan/cpu_algorithms.h"
 #include "cc/core/plan/plan.h"
 #include "cc/tf/attrs.h"
@@ -419,3 +420,9 @@ REGISTER_KERNEL_BUILDER(Name("LargeConv>Conv2DRoute").Device(tensorflow::DEVICE_
 
 }  // namespace
 }  // namespace largeconv
+
+// The instruction-set level this library's CPU kernels run at (cc/core/cpu/isa.h), for
+// tf_largeconv.info(): the library chooses it on its own first use, as _core does.
+extern "C" __attribute__((visibility("default"))) const char* LargeConvCpuIsa() {
+  return largeconv::CpuIsaName(largeconv::ActiveCpuIsa().level);
+}

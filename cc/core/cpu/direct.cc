@@ -9,8 +9,10 @@
 
 #include "cc/core/common/dtypes.h"
 #include "cc/core/common/vocabulary.h"
+#include "cc/core/cpu/isa.h"
 
 namespace largeconv {
+LARGECONV_ISA_BEGIN
 namespace {
 
 constexpr int64_t kManyChannels = 8;
@@ -371,4 +373,5 @@ void DirectPass(const ConvGeometry& g, ConvPass pass, const T* a, const T* b, T*
 LARGECONV_FOR_EACH_DTYPE(LARGECONV_INSTANTIATE_DIRECT)
 #undef LARGECONV_INSTANTIATE_DIRECT
 
+LARGECONV_ISA_END
 }  // namespace largeconv

@@ -9,8 +9,10 @@
 #include "cc/core/common/dtypes.h"
 #include "cc/core/common/vocabulary.h"
 #include "cc/core/cpu/direct.h"
+#include "cc/core/cpu/isa.h"
 
 namespace largeconv {
+LARGECONV_ISA_BEGIN
 namespace {
 
 // Positions [lo, hi) of j in [0, n) whose source (first + j) * stride + off lies in
@@ -252,4 +254,5 @@ void DirectPass(const Conv3dGeometry& g, ConvPass pass, const T* a, const T* b, 
 LARGECONV_FOR_EACH_DTYPE(LARGECONV_INSTANTIATE_DIRECT3D)
 #undef LARGECONV_INSTANTIATE_DIRECT3D
 
+LARGECONV_ISA_END
 }  // namespace largeconv

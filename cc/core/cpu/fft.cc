@@ -26,9 +26,11 @@
 #include "cc/core/cpu/fft_layout.h"
 #include "cc/core/cpu/fft_outputs.h"
 #include "cc/core/cpu/fft_shared.h"
+#include "cc/core/cpu/isa.h"
 #include "cc/core/cpu/spectrum_cache.h"
 
 namespace largeconv {
+LARGECONV_ISA_BEGIN
 namespace fft_internal {
 namespace {
 
@@ -239,6 +241,7 @@ void FftBackpropInput(const ConvGeometry& g, const FftConfig& c, const T* filter
 }  // namespace
 }  // namespace fft_internal
 
+#ifndef LARGECONV_ISA_NS  // the planner's share, compiled once (isa.h)
 int64_t FftWorkspaceBytes(const ConvGeometry& g, ConvPass pass, const FftConfig& c,
                           int real_bytes) {
   return fft_internal::MakeLayout(g, pass, c, real_bytes).total;
@@ -292,6 +295,7 @@ double FftTransformCount(const ConvGeometry& g, ConvPass pass, const FftConfig& 
                           c.in_block, c.out_block);
 }
 
+#else  // a level's kernels
 template <typename T>
 void FftPass(const ConvGeometry& g, ConvPass pass, const FftConfig& c, const T* a, const T* b,
              T* out, void* workspace, const ParallelFor& pf) {
@@ -338,5 +342,7 @@ bool AllFinite(const T* p, int64_t n, const ParallelFor& pf) {
                            T*, void*, const ParallelFor&);
 LARGECONV_FOR_EACH_FLOAT_DTYPE(LARGECONV_INSTANTIATE_FFT)
 #undef LARGECONV_INSTANTIATE_FFT
+#endif  // LARGECONV_ISA_NS
 
+LARGECONV_ISA_END
 }  // namespace largeconv

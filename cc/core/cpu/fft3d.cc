@@ -16,8 +16,10 @@
 #include "cc/core/common/ducc.h"
 #include "cc/core/cpu/fft.h"
 #include "cc/core/cpu/fft_shared.h"
+#include "cc/core/cpu/isa.h"
 
 namespace largeconv {
+LARGECONV_ISA_BEGIN
 namespace {
 
 // The pass's workspace (fft_shared.h's Layout): forward and backprop-input share a block's
@@ -440,6 +442,7 @@ void FftBackpropFilter3d(const Conv3dGeometry& g, const Fft3dConfig& c, const T*
 
 }  // namespace
 
+#ifndef LARGECONV_ISA_NS  // the planner's share, compiled once (isa.h)
 int64_t FftWorkspaceBytes(const Conv3dGeometry& g, ConvPass pass, const Fft3dConfig& c,
                           int real_bytes) {
   return MakeLayout(g, pass, c, real_bytes).total;
@@ -451,6 +454,7 @@ double FftTransformCount(const Conv3dGeometry& g, ConvPass pass, const Fft3dConf
                           c.in_block, c.out_block);
 }
 
+#else  // a level's kernels
 template <typename T>
 void FftPass(const Conv3dGeometry& g, ConvPass pass, const Fft3dConfig& c, const T* a, const T* b,
              T* out, void* workspace, const ParallelFor& pf) {
@@ -469,5 +473,7 @@ void FftPass(const Conv3dGeometry& g, ConvPass pass, const Fft3dConfig& c, const
                            const T*, T*, void*, const ParallelFor&);
 LARGECONV_FOR_EACH_FLOAT_DTYPE(LARGECONV_INSTANTIATE_FFT3D)
 #undef LARGECONV_INSTANTIATE_FFT3D
+#endif  // LARGECONV_ISA_NS
 
+LARGECONV_ISA_END
 }  // namespace largeconv

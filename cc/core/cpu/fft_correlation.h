@@ -16,8 +16,10 @@
 #include "cc/core/cpu/fft_decimation.h"
 #include "cc/core/cpu/fft_layout.h"
 #include "cc/core/cpu/fft_shared.h"
+#include "cc/core/cpu/isa.h"
 
 namespace largeconv {
+LARGECONV_ISA_BEGIN
 namespace fft_internal {
 
 // Forward and backprop-input share this engine: dst[p] = sum_k src[p + off + k] filt[k],
@@ -215,6 +217,7 @@ struct CorrelationFrame {
 };
 
 }  // namespace fft_internal
+LARGECONV_ISA_END
 }  // namespace largeconv
 
 #endif  // TF_LARGECONV_CORE_CPU_FFT_CORRELATION_H_

@@ -14,8 +14,10 @@
 #include "cc/core/common/vocabulary.h"
 #include "cc/core/cpu/fft.h"
 #include "cc/core/cpu/fft_layout.h"
+#include "cc/core/cpu/isa.h"
 
 namespace largeconv {
+LARGECONV_ISA_BEGIN
 namespace fft_internal {
 
 // --- Strides in the spectrum --------------------------------------------------------------
@@ -212,6 +214,7 @@ Plane<T> Unstuffed(Plane<T> p, const Decimation<R>& dec) {
 }
 
 }  // namespace fft_internal
+LARGECONV_ISA_END
 }  // namespace largeconv
 
 #endif  // TF_LARGECONV_CORE_CPU_FFT_DECIMATION_H_

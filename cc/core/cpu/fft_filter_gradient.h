@@ -16,8 +16,10 @@
 #include "cc/core/cpu/fft_decimation.h"
 #include "cc/core/cpu/fft_layout.h"
 #include "cc/core/cpu/fft_shared.h"
+#include "cc/core/cpu/isa.h"
 
 namespace largeconv {
+LARGECONV_ISA_BEGIN
 namespace fft_internal {
 
 // Backprop-filter: dw[k] = sum over images and tiles of x_pad[p + k] dy_z[p], accumulated
@@ -306,6 +308,7 @@ void FftBackpropFilter(const ConvGeometry& g, const FftConfig& c, const T* input
 }
 
 }  // namespace fft_internal
+LARGECONV_ISA_END
 }  // namespace largeconv
 
 #endif  // TF_LARGECONV_CORE_CPU_FFT_FILTER_GRADIENT_H_

@@ -14,8 +14,10 @@
 #include "cc/core/common/vocabulary.h"
 #include "cc/core/cpu/fft.h"
 #include "cc/core/cpu/fft_shared.h"
+#include "cc/core/cpu/isa.h"
 
 namespace largeconv {
+LARGECONV_ISA_BEGIN
 namespace fft_internal {
 
 // How a pass's workspace is carved up for a configuration (FftWorkspaceBytes: its total):
@@ -195,6 +197,7 @@ RowRange LoadTiles(R* real, int64_t real_stride, int64_t planes, int64_t plane_s
 }
 
 }  // namespace fft_internal
+LARGECONV_ISA_END
 }  // namespace largeconv
 
 #endif  // TF_LARGECONV_CORE_CPU_FFT_LAYOUT_H_

@@ -13,8 +13,10 @@
 #include "cc/core/cpu/fft_decimation.h"
 #include "cc/core/cpu/fft_layout.h"
 #include "cc/core/cpu/fft_products.h"
+#include "cc/core/cpu/isa.h"
 
 namespace largeconv {
+LARGECONV_ISA_BEGIN
 namespace fft_internal {
 
 // The outputs' stage of a correlation: each destination channel's spectra inverse-
@@ -161,6 +163,7 @@ struct CorrelationOutputs : CorrelationSources<T> {
 };
 
 }  // namespace fft_internal
+LARGECONV_ISA_END
 }  // namespace largeconv
 
 #endif  // TF_LARGECONV_CORE_CPU_FFT_OUTPUTS_H_

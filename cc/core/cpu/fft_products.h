@@ -12,8 +12,10 @@
 #include "cc/core/cpu/fft_decimation.h"
 #include "cc/core/cpu/fft_layout.h"
 #include "cc/core/cpu/fft_shared.h"
+#include "cc/core/cpu/isa.h"
 
 namespace largeconv {
+LARGECONV_ISA_BEGIN
 namespace fft_internal {
 
 // The sources' stage of a correlation: each item's source tiles loaded and transformed
@@ -204,6 +206,7 @@ struct CorrelationSources : CorrelationFrame<T> {
 };
 
 }  // namespace fft_internal
+LARGECONV_ISA_END
 }  // namespace largeconv
 
 #endif  // TF_LARGECONV_CORE_CPU_FFT_PRODUCTS_H_

@@ -16,8 +16,10 @@
 #include "cc/core/common/parallel.h"
 #include "cc/core/common/vocabulary.h"
 #include "cc/core/cpu/fft.h"
+#include "cc/core/cpu/isa.h"
 
 namespace largeconv {
+LARGECONV_ISA_BEGIN
 
 // How a pass's workspace is carved up: spectra shared by all slots (a block's filter
 // spectra), then per slot its spectra and real planes (a plane: one transform's real
@@ -423,6 +425,7 @@ void MacSweep(int64_t i0, int64_t i1, int64_t ns, int64_t outs, const Spectra<R>
   }
 }
 
+LARGECONV_ISA_END
 }  // namespace largeconv
 
 #endif  // TF_LARGECONV_CORE_CPU_FFT_SHARED_H_

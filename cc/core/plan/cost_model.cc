@@ -9,6 +9,8 @@
 #include <iterator>
 #include <string>
 
+#include "cc/core/cpu/isa.h"
+
 namespace largeconv {
 namespace {
 
@@ -65,6 +67,31 @@ double LinePointFactor(const FftConfig& c) {
   const double lines = c.vec_block >= kLineBlock ? 1.4 : c.vec_block >= 4 ? 2.2 : 4.7;
   return lines * (c.fft_w > 16384 ? 1.3 : 1.0);
 }
+// The op's kernels at each instruction-set level (cpu/isa.h): the share of the seconds the
+// constants above price (fitted at the AVX level) that they take at that level. To be
+// measured as `LARGECONV_ISA=<level> python tools/calibrate_cpu.py --model-ratio` on one
+// machine, levels alternated: a level's share is the AVX level's printed median over its
+// own, times the share the model held while it ran (the FFT's configurations and the
+// direct passes apart). Not measured yet (the machine was shared): every level is priced
+// as AVX, so the planner chooses alike at every level.
+struct LevelSpeed {
+  CpuIsa isa;
+  double fft, direct;  // seconds at the level / seconds at AVX
+};
+constexpr LevelSpeed kLevelSpeeds[] = {
+    {CpuIsa::kAvx, 1.0, 1.0},
+    {CpuIsa::kAvx2, 1.0, 1.0},
+    {CpuIsa::kAvx512, 1.0, 1.0},
+};
+constexpr bool ListsEveryLevel() {
+  if (std::size(kLevelSpeeds) != std::size(kCpuIsas)) return false;
+  for (size_t i = 0; i < std::size(kCpuIsas); ++i) {
+    if (kLevelSpeeds[i].isa != kCpuIsas[i]) return false;
+  }
+  return true;
+}
+static_assert(ListsEveryLevel(), "a speed for every instruction-set level, in order");
+const LevelSpeed& Speed() { return kLevelSpeeds[static_cast<int>(ActiveCpuIsa().level)]; }
 // TensorFlow's CPU kernels, fitted per pass to single-thread warm times (float32, SAME,
 // filters 1x1-15x15, 1->1 to 128->128 channels, batch 1 and 8, a few larger images and a
 // few calls of tens of microseconds) by `python tools/calibrate_cpu.py --tf --seconds 0.6`,
@@ -178,7 +205,7 @@ double DirectSecondsOf(const Geometry& g, ConvPass pass, double flops) {
   const double lanes = g.channels(pass).dst_per_group;
   const DirectRate& r = kDirectRates[static_cast<int>(pass)];
   const double rate = std::min(r.peak, r.base * std::max(1.0, lanes / r.at_base));
-  return flops / rate;
+  return Speed().direct * flops / rate;
 }
 
 double DirectSeconds(const ConvGeometry& g, ConvPass pass, double flops) {
@@ -249,9 +276,10 @@ double FftCost(const ConvGeometry& g, ConvPass pass, const FftConfig& c, double*
   const FftWork w = CountFftWork(g, pass, c, kept_filter);
   const double n = static_cast<double>(c.fft_h) * c.fft_w;
   *flops = w.transform_points * 2.5 * std::log2(std::max(n, 2.0)) + 8.0 * w.complex_macs;
-  return kSecondsPerTransformPoint * LinePointFactor(c) * w.transform_points +
-         kSecondsPerTransform * w.transforms + kSecondsPerComplexMac * w.complex_macs +
-         kSecondsPerFilterRead * w.filter_reads;
+  return Speed().fft *
+         (kSecondsPerTransformPoint * LinePointFactor(c) * w.transform_points +
+          kSecondsPerTransform * w.transforms + kSecondsPerComplexMac * w.complex_macs +
+          kSecondsPerFilterRead * w.filter_reads);
 }
 
 // --- Three spatial dimensions: the same cost model over 3-D transforms -------------------
@@ -277,8 +305,9 @@ double FftCost(const Conv3dGeometry& g, ConvPass pass, const Fft3dConfig& c, dou
   const FftWork w = CountFftWork(g, pass, c);
   const double log_points = std::log2(std::max(static_cast<double>(Volume(c.fft)), 2.0));
   *flops = 2.5 * log_points * w.transform_points + 8.0 * w.complex_macs;
-  return kSecondsPerTransformPoint * w.transform_points + kSecondsPerTransform * w.transforms +
-         kSecondsPerComplexMac * w.complex_macs + kSecondsPerFilterRead * w.filter_reads;
+  return Speed().fft *
+         (kSecondsPerTransformPoint * w.transform_points + kSecondsPerTransform * w.transforms +
+          kSecondsPerComplexMac * w.complex_macs + kSecondsPerFilterRead * w.filter_reads);
 }
 
 const char* TfKernels() { return OneDnn() ? "onednn" : "eigen"; }
