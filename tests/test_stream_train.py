@@ -200,30 +200,27 @@ def test_refused_trunks():
     model.train_on_batch(_image((1, 32, 32, 3), "float32"), np.array([1]))
 
 
-def test_example_script_trains():
+def _run_example(script, *args, timeout):
+  """Runs examples/`script` with `args` in a fresh process; returns its completed run."""
   import os
   import subprocess
   import sys
 
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  run = subprocess.run(
-    [
-      sys.executable,
-      os.path.join(root, "examples", "train_streamed.py"),
-      "--size",
-      "256",
-      "--images",
-      "2",
-      "--epochs",
-      "2",
-      "--memory-limit-mib",
-      "8",
-    ],
+  return subprocess.run(
+    [sys.executable, os.path.join(root, "examples", script), *args],
     capture_output=True,
     text=True,
-    timeout=300,
+    timeout=timeout,
     env=dict(os.environ, PYTHONPATH=root, TF_CPP_MIN_LOG_LEVEL="3"),
   )
+
+
+def test_example_script_trains():
+  run = _run_example(
+    "train_streamed.py", "--size", "256", "--images", "2", "--epochs", "2",
+    "--memory-limit-mib", "8", timeout=300,
+  )  # fmt: skip
   assert run.returncode == 0, run.stderr[-2000:]
   assert "16 tiles (4 x 4)" in run.stdout
   assert "epoch 2: loss" in run.stdout and "4 steps on 256^2 images" in run.stdout
@@ -478,30 +475,12 @@ def test_segmentation_example_trains_and_writes_ome_zarr(tmp_path):
   then the command line writes the third slide's mask as OME-Zarr, which reads back."""
   pytest.importorskip("zarr")
   pytest.importorskip("dask")
-  import os
   import re
-  import subprocess
-  import sys
 
-  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  run = subprocess.run(
-    [
-      sys.executable,
-      os.path.join(root, "examples", "segment_slides.py"),
-      "--size",
-      "512",
-      "--steps",
-      "2",
-      "--memory-limit-mib",
-      "32",
-      "--folder",
-      str(tmp_path / "slides"),
-    ],
-    capture_output=True,
-    text=True,
-    timeout=600,
-    env=dict(os.environ, PYTHONPATH=root, TF_CPP_MIN_LOG_LEVEL="3"),
-  )
+  run = _run_example(
+    "segment_slides.py", "--size", "512", "--steps", "2", "--memory-limit-mib", "32",
+    "--folder", str(tmp_path / "slides"), timeout=600,
+  )  # fmt: skip
   assert run.returncode == 0, run.stderr[-3000:]
   assert "9 tiles (3 x 3)" in run.stdout and "step 2, train1: loss" in run.stdout
   accuracy = float(re.search(r"accuracy of the written mask ([0-9.]+)", run.stdout).group(1))
