@@ -38,7 +38,7 @@ MEASURED = _measured()
 def _route(name, algorithm="auto"):
   x_shape, w_shape, padding, _, dtype = CASES[name]
   s = STRIDES.get(name, 1)
-  attrs = ConvProblem.conv2d([1, 1, s, s], padding, "NCHW", None, algorithm)
+  attrs = ConvProblem.conv2d([1, 1, s, s], padding, "NCHW", None, algorithm=algorithm)
   image = (1,) + tuple(x_shape[1:])
   if not planning.routing.tf_kernel_eligible(image, w_shape, attrs, tf.as_dtype(dtype), "GPU"):
     return None

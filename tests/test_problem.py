@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tf_largeconv import _args
 from tf_largeconv import _loader
 from tf_largeconv._problem import ConvProblem
 
@@ -128,11 +129,11 @@ def test_depthwise_groups_one_per_channel(x, f, strides, padding, dilations):
   # Its filter, grouped as the grouped conv2d takes it, gives TF's values.
   w = np.random.default_rng(0).standard_normal(f).astype(np.float32)
   xs = np.random.default_rng(1).standard_normal(x).astype(np.float32)
-  grouped = problem.grouped_filter(tf.constant(w), x[3])
+  grouped = _args.grouped_filter(tf.constant(w), x[3])
   got = tf.nn.conv2d(xs, grouped, strides, padding, dilations=dilations)
   ref = tf.nn.depthwise_conv2d(xs, w, strides, padding, dilations=dilations)
   np.testing.assert_allclose(got.numpy(), ref.numpy(), rtol=1e-5, atol=1e-5)
-  assert problem.grouped_filter(w, x[3]).shape == grouped.shape
+  assert _args.grouped_filter(w, x[3]).shape == grouped.shape
 
 
 def test_unknown_sizes_stay_unknown():
@@ -148,9 +149,13 @@ def test_workspace_bound_and_attributes():
   assert ConvProblem.conv2d(1, "SAME", workspace_limit=1 << 20).workspace_bound == 1 << 20
   assert ConvProblem.conv3d([1] * 5, "SAME", workspace_limit=0).workspace_bound == 0
   for problem in (
-    ConvProblem.conv2d([1, 2], [[0, 0], [1, 2], [3, 4], [0, 0]], "NHWC", 2, "fft", 4096),
-    ConvProblem.conv2d(1, "VALID", "NCHW", None, "direct"),
-    ConvProblem.conv3d([1, 2, 1, 1, 1], "VALID", "NDHWC", None, "auto", 123),
+    ConvProblem.conv2d(
+      [1, 2], [[0, 0], [1, 2], [3, 4], [0, 0]], "NHWC", 2, algorithm="fft", workspace_limit=4096
+    ),
+    ConvProblem.conv2d(1, "VALID", "NCHW", None, algorithm="direct"),
+    ConvProblem.conv3d(
+      [1, 2, 1, 1, 1], "VALID", "NDHWC", None, algorithm="auto", workspace_limit=123
+    ),
   ):
     assert ConvProblem.from_attrs(problem.attrs()) == problem
     assert hash(ConvProblem.from_attrs(problem.attrs())) == hash(problem)
@@ -229,8 +234,8 @@ def test_bad_shapes_name_themselves():
   with pytest.raises(ValueError, match="filter_shape must be a list of ints"):
     ConvProblem.conv2d(1, "SAME").bind((1, 8, 8, 3), 3)
   with pytest.raises(ValueError, match="filter in_channels \\(dimension 2\\) 3 must equal"):
-    ConvProblem.depthwise(1, "SAME").grouped_filter(np.zeros((3, 3, 3, 1)), 4)
+    _args.grouped_filter(np.zeros((3, 3, 3, 1)), 4)
   with pytest.raises(ValueError, match="filter must be 4-D"):
-    ConvProblem.depthwise(1, "SAME").grouped_filter(np.zeros((3, 3, 3)), 3)
+    _args.grouped_filter(np.zeros((3, 3, 3)), 3)
   with pytest.raises(ValueError, match="bind"):
     ConvProblem.conv2d(1, "SAME").geometry()

@@ -101,7 +101,7 @@ def test_routes_follow_the_batch():
   image, w_shape = MIXED[0][1:], MIXED[1]
   for batch, want in ((1, True), (3, True), (4, False), (5, False), (1000, False)):
     assert _routes((batch,) + image, w_shape) == (want, False, False), batch
-  attrs = ConvProblem.conv2d(1, "SAME", "NHWC", None, "auto", None)
+  attrs = ConvProblem.conv2d(1, "SAME", "NHWC", None)
 
   def schedule(x_shape, f_shape):
     return planning.routing.schedule(list(x_shape), list(f_shape), tf.float64, tf.zeros(()), attrs)
@@ -330,7 +330,7 @@ def test_the_route_op_passes_its_input_on_and_routes_each_gradient(rng, monkeypa
   w = tf.constant(rng.standard_normal(w_shape))
   dy = tf.constant(rng.standard_normal(x_shape[:3] + w_shape[3:]))
   y = tf.nn.conv2d(x, w, 1, "SAME")
-  attrs = ConvProblem.conv2d(1, "SAME", "NHWC", None, "auto", None)
+  attrs = ConvProblem.conv2d(1, "SAME", "NHWC", None)
   calls = []
   for module, name in (
     (tf.raw_ops, "Conv2DBackpropInput"),
@@ -445,7 +445,7 @@ def test_every_route_gives_tensorflows_values_with_strides_and_padding(rng, rout
   x = tf.constant(rng.standard_normal((2, 11, 13, 3)))
   w = tf.constant(rng.standard_normal((3, 4, 3, 5)))
   for strides, padding in ((2, "SAME"), ([2, 1], [[0, 0], [1, 2], [3, 0], [0, 0]]), (1, "VALID")):
-    attrs = ConvProblem.conv2d(strides, padding, "NHWC", None, "auto", None)
+    attrs = ConvProblem.conv2d(strides, padding, "NHWC", None)
     conv = _routing.routed(((1, PerPass.of(routes)),), attrs)
     tf_conv = functools.partial(tf.nn.conv2d, strides=strides, padding=padding)
     dy = tf.constant(rng.standard_normal(tf_conv(x, w).shape))
@@ -464,7 +464,7 @@ SPECTRUM_ENV = "LARGECONV_SPECTRUM_CACHE_MIB"
 
 
 def _kept_bytes(x_shape, w_shape, dtype, routes):
-  key = ConvProblem.conv2d(1, "SAME", "NHWC", None, "auto", None)
+  key = ConvProblem.conv2d(1, "SAME", "NHWC", None)
   return planning.kept_spectra.kept_spectra_bytes(
     tuple(x_shape), tuple(w_shape), key, dtype.name, routes
   )
@@ -587,7 +587,7 @@ with tf.device("CPU:0"):
   placed = tf.zeros(())
 kept = []
 for x_shape, f_shape, padding in json.loads(sys.argv[1]):
-  attrs = ConvProblem.conv2d(1, padding, "NHWC", None, "auto", None)
+  attrs = ConvProblem.conv2d(1, padding, "NHWC", None)
   schedule = routing.schedule(x_shape, f_shape, tf.float32, placed, attrs)
   kept.append(kept_spectra.kept_spectra_bytes(
       tuple(x_shape), tuple(f_shape), attrs, "float32",

@@ -348,3 +348,52 @@ def padding_1d(padding: Any, format_2d: str) -> Any:
       f"pairs in data_format order, got padding={padding!r}"
     )
   return _insert_height(pairs, format_2d, [0, 0])
+
+
+def grouped_filter(filters, depth):
+  """A depthwise filter [h, w, in_channels, multiplier] (numpy array or
+  tensor) as the grouped conv2d's [h, w, 1, in_channels * multiplier], after checking
+  its rank and (where `depth`, the input's channels, is known) its in_channels."""
+  if isinstance(filters, (tf.Tensor, tf.Variable)) and filters.shape.rank is None:
+    s = tf.shape(filters)
+    return tf.reshape(filters, tf.stack([s[0], s[1], 1, s[2] * s[3]]))
+  shape = list(filters.shape)
+  if len(shape) != 4:
+    raise ValueError(
+      "filter must be 4-D [height, width, in_channels, channel_multiplier], got shape "
+      f"{tuple(shape)}"
+    )
+  if depth is not None and shape[2] is not None and shape[2] != depth:
+    raise ValueError(
+      f"filter in_channels (dimension 2) {shape[2]} must equal the input depth {depth}"
+    )
+  if isinstance(filters, (tf.Tensor, tf.Variable)):
+    if None in shape:
+      s = tf.shape(filters)
+      return tf.reshape(filters, tf.stack([s[0], s[1], 1, s[2] * s[3]]))
+    return tf.reshape(filters, [shape[0], shape[1], 1, shape[2] * shape[3]])
+  return filters.reshape(shape[0], shape[1], 1, shape[2] * shape[3])
+
+
+def window_2d(strides, padding, data_format="NHWC", dilations=None):
+  """tf.nn.conv2d's strides, padding, data_format and dilations, cleaned, as a 2-D
+  ConvProblem holds them: (strides, padding, explicit paddings, data_format, dilations)."""
+  data_format = normalize_data_format(data_format)
+  padding, explicit = normalize_padding(padding)
+  strides = tuple(normalize_window(strides, "strides", data_format))
+  dilations = tuple(normalize_window(dilations, "dilations", data_format))
+  return strides, padding, tuple(explicit), data_format, dilations
+
+
+def window_3d(strides, padding, data_format="NDHWC", dilations=None):
+  """tf.nn.conv3d's strides, padding, data_format and dilations, cleaned, as a 3-D
+  ConvProblem holds them (no explicit paddings)."""
+  if data_format not in DATA_FORMATS_3D:
+    raise ValueError(f"data_format must be 'NDHWC' or 'NCDHW', got data_format={data_format!r}")
+  if padding not in PADDINGS_3D:
+    raise ValueError(
+      "padding must be 'SAME' or 'VALID' (tf.nn.conv3d has no explicit "
+      f"padding), got padding={padding!r}"
+    )
+  strides, dilations = window3d(strides, "strides"), window3d(dilations, "dilations")
+  return tuple(strides), padding, (), data_format, tuple(dilations)

@@ -5,6 +5,10 @@ user's arguments with one of its constructors (`conv2d`, `conv1d`, `conv3d`, `tr
 `depthwise`), which are the package's one argument-cleaning path; everything below them
 takes the problem. Bound to shapes (`bind`), it gives the core's geometry (`geometry`,
 `axes`), the dilated filter extent (`extent`) and the planner's plans (`plan`).
+
+The constructors take the package's own options (`tf_largeconv._options.OPTIONS`) by
+keyword and clean them; a problem carries each as a field of the same name, holding the op
+attribute's value.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ import tensorflow as tf
 
 from tf_largeconv import _args
 from tf_largeconv import _loader
+from tf_largeconv._options import OPTIONS
+from tf_largeconv._options import clean_options
 
 _CORE = _loader.core()
 
@@ -61,6 +67,7 @@ class ConvProblem:
   explicit_paddings: tuple[int, ...]
   data_format: str
   dilations: tuple[int, ...]
+  # The OPTIONS, as the op's attributes hold them.
   algorithm: str = "auto"
   workspace_limit: int = -1
   dtype: tf.DType | None = None
@@ -71,31 +78,31 @@ class ConvProblem:
 
   @classmethod
   def conv2d(
-    cls,
-    strides: Any,
-    padding: Any,
-    data_format: str | None = "NHWC",
-    dilations: Any = None,
-    algorithm: str | None = "auto",
-    workspace_limit: int | None = None,
-    dtype: Any = None,
-    *,
-    kind: str = "conv2d",
+    cls, strides: Any, padding: Any, data_format: str | None = "NHWC", *args: Any, **kwargs: Any
   ) -> ConvProblem:
     """tf.nn.conv2d's arguments (strides/dilations: an int or 1, 2 or 4 ints; padding:
-    'SAME', 'VALID' or four [before, after] pairs; data_format None means NHWC)."""
-    data_format = _args.normalize_data_format(data_format)
-    padding, explicit = _args.normalize_padding(padding)
-    problem = cls(
-      kind,
-      tuple(_args.normalize_window(strides, "strides", data_format)),
-      padding,
-      tuple(explicit),
-      data_format,
-      tuple(_args.normalize_window(dilations, "dilations", data_format)),
-      _args.normalize_algorithm(algorithm),
-      _args.normalize_workspace_limit(workspace_limit),
-    )
+    'SAME', 'VALID' or four [before, after] pairs; data_format None means NHWC), then
+    dilations, and by keyword `dtype` and the `OPTIONS`."""
+    return cls._build(kwargs.pop("kind", "conv2d"), strides, padding, data_format, *args, **kwargs)
+
+  @classmethod
+  def _build(
+    cls,
+    kind: str,
+    strides: Any,
+    padding: Any,
+    data_format: str | None,
+    dilations: Any = None,
+    *,
+    dtype: Any = None,
+    **options: Any,
+  ) -> ConvProblem:
+    """The problem of a kind's strides, padding, data_format and dilations (as tf.nn.conv3d
+    takes them for 'conv3d', as tf.nn.conv2d for the others), each cleaned, its options
+    cleaned and, given a dtype, checked for it."""
+    clean = _args.window_3d if kind == "conv3d" else _args.window_2d
+    window = clean(strides, padding, data_format, dilations)
+    problem = cls(kind, *window, **clean_options(options))
     return problem if dtype is None else problem.for_dtype(tf.as_dtype(dtype))
 
   @classmethod
@@ -118,9 +125,7 @@ class ConvProblem:
     padding: Any,
     data_format: str | None = "NWC",
     dilations: Any = None,
-    algorithm: str | None = "auto",
-    workspace_limit: int | None = None,
-    dtype: Any = None,
+    **kwargs: Any,
   ) -> ConvProblem:
     """tf.nn.conv1d's arguments (stride/dilations: an int or 1 or 3 ints; padding beyond
     TF's: one [before, after] pair for the width, or three): the conv2d of height 1 it
@@ -138,69 +143,32 @@ class ConvProblem:
       _args.padding_1d(padding, fmt),
       fmt,
       _args.window_1d(dilations, "dilations", fmt),
-      algorithm,
-      workspace_limit,
-      dtype,
       kind="conv1d",
+      **kwargs,
     )
 
   @classmethod
   def conv3d(
-    cls,
-    strides: Any,
-    padding: Any,
-    data_format: str | None = "NDHWC",
-    dilations: Any = None,
-    algorithm: str | None = "auto",
-    workspace_limit: int | None = None,
-    dtype: Any = None,
+    cls, strides: Any, padding: Any, data_format: str | None = "NDHWC", *args: Any, **kwargs: Any
   ) -> ConvProblem:
     """tf.nn.conv3d's arguments (strides/dilations: 5 ints in data_format order; padding
-    'SAME' or 'VALID'; data_format 'NDHWC' or 'NCDHW')."""
-    if data_format not in _args.DATA_FORMATS_3D:
-      raise ValueError(f"data_format must be 'NDHWC' or 'NCDHW', got data_format={data_format!r}")
-    if padding not in _args.PADDINGS_3D:
-      raise ValueError(
-        "padding must be 'SAME' or 'VALID' (tf.nn.conv3d has no explicit "
-        f"padding), got padding={padding!r}"
-      )
-    problem = cls(
-      "conv3d",
-      tuple(_args.window3d(strides, "strides")),
-      padding,
-      (),
-      data_format,
-      tuple(_args.window3d(dilations, "dilations")),
-      _args.normalize_algorithm(algorithm),
-      _args.normalize_workspace_limit(workspace_limit),
-    )
-    return problem if dtype is None else problem.for_dtype(tf.as_dtype(dtype))
+    'SAME' or 'VALID'; data_format 'NDHWC' or 'NCDHW'), then dilations, and by keyword
+    `dtype` and the `OPTIONS`."""
+    return cls._build("conv3d", strides, padding, data_format, *args, **kwargs)
 
   @classmethod
   def from_attrs(cls, attrs: dict[str, Any]) -> ConvProblem:
     """The problem of an op's attributes (as `attrs()` gives them, or read from a graph's
-    op): a 2-D one for 4 strides, a 3-D one for 5."""
+    op): a 2-D one for 4 strides, a 3-D one for 5. An option it lacks (attributes
+    written before the option existed) takes its default."""
+    options = {o.name: o.public(attrs[o.name]) for o in OPTIONS if o.name in attrs}
+    args = (attrs["strides"], attrs["padding"], attrs["data_format"], attrs["dilations"])
     if len(attrs["strides"]) == 5:
-      return cls.conv3d(
-        attrs["strides"],
-        attrs["padding"],
-        attrs["data_format"],
-        attrs["dilations"],
-        attrs["algorithm"],
-        None if attrs["workspace_limit"] < 0 else attrs["workspace_limit"],
-      )
-    padding = attrs["padding"]
-    if padding == "EXPLICIT":
+      return cls.conv3d(*args, **options)
+    if attrs["padding"] == "EXPLICIT":
       ex = list(attrs["explicit_paddings"])
-      padding = [ex[i : i + 2] for i in range(0, 8, 2)]
-    return cls.conv2d(
-      attrs["strides"],
-      padding,
-      attrs["data_format"],
-      attrs["dilations"],
-      attrs["algorithm"],
-      None if attrs["workspace_limit"] < 0 else attrs["workspace_limit"],
-    )
+      args = (args[0], [ex[i : i + 2] for i in range(0, 8, 2)], *args[2:])
+    return cls.conv2d(*args, **options)
 
   # Derived problems.
 
@@ -278,17 +246,19 @@ class ConvProblem:
       explicit_paddings=list(self.explicit_paddings),
       data_format=self.data_format,
       dilations=list(self.dilations),
-      algorithm=self.algorithm,
-      workspace_limit=self.workspace_limit,
+      **{o.name: getattr(self, o.name) for o in OPTIONS},
     )
     if self.spatial_rank == 3:
       del attrs["explicit_paddings"]
     return attrs
 
+  def options(self) -> dict[str, Any]:
+    """The `OPTIONS` in their public form, as keyword arguments of the public functions."""
+    return {o.name: o.public(getattr(self, o.name)) for o in OPTIONS}
+
   def kwargs(self) -> dict[str, Any]:
     """The problem as keyword arguments of the package's public functions."""
-    limit = None if self.workspace_limit < 0 else self.workspace_limit
-    return dict(self.tf_kwargs(), algorithm=self.algorithm, workspace_limit=limit)
+    return dict(self.tf_kwargs(), **self.options())
 
   def tf_kwargs(self) -> dict[str, Any]:
     """strides, padding, data_format and dilations as tf.nn's functions take them."""
@@ -405,27 +375,3 @@ class ConvProblem:
     """The CUDA planner's passes for `input_shape` and the bound filter (2-D)."""
     args = self._core_args(input_shape)
     return _CORE.cuda_plan(*args, algorithm, self.workspace_limit, dtype_name)
-
-  def grouped_filter(self, filters: Any, depth: int | None) -> Any:
-    """A depthwise problem's filter [h, w, in_channels, multiplier] (numpy array or
-    tensor) as the grouped conv2d's [h, w, 1, in_channels * multiplier], after checking
-    its rank and (where `depth`, the input's channels, is known) its in_channels."""
-    if isinstance(filters, (tf.Tensor, tf.Variable)) and filters.shape.rank is None:
-      s = tf.shape(filters)
-      return tf.reshape(filters, tf.stack([s[0], s[1], 1, s[2] * s[3]]))
-    shape = list(filters.shape)
-    if len(shape) != 4:
-      raise ValueError(
-        "filter must be 4-D [height, width, in_channels, channel_multiplier], got shape "
-        f"{tuple(shape)}"
-      )
-    if depth is not None and shape[2] is not None and shape[2] != depth:
-      raise ValueError(
-        f"filter in_channels (dimension 2) {shape[2]} must equal the input depth {depth}"
-      )
-    if isinstance(filters, (tf.Tensor, tf.Variable)):
-      if None in shape:
-        s = tf.shape(filters)
-        return tf.reshape(filters, tf.stack([s[0], s[1], 1, s[2] * s[3]]))
-      return tf.reshape(filters, [shape[0], shape[1], 1, shape[2] * shape[3]])
-    return filters.reshape(shape[0], shape[1], 1, shape[2] * shape[3])

@@ -14,6 +14,7 @@ import tensorflow as tf
 import tf_keras
 
 from tf_largeconv import fold as _fold
+from tf_largeconv._options import takes_options
 from tf_largeconv.keras import _settings as _layer_settings
 from tf_largeconv.keras import export as _export
 
@@ -34,13 +35,14 @@ class _TfKeras:
 @_register
 class LargeConv1D(_TfKeras, _layer_settings.Conv1DBase, tf_keras.layers.Conv1D):
   """`tf_keras.layers.Conv1D` computed by `tf_largeconv.conv1d` (causal padding and groups
-  included); its arguments, plus the keyword-only `algorithm` and `workspace_limit`."""
+  included); its arguments, plus the package's options (keyword-only,
+  as for `tf_largeconv.keras.LargeConv2D`)."""
 
 
 @_register
 class LargeConv2D(_TfKeras, _layer_settings.Conv2DBase, tf_keras.layers.Conv2D):
   """`tf_keras.layers.Conv2D` computed by `tf_largeconv.conv2d`; its arguments, plus the
-  keyword-only `algorithm` and `workspace_limit` (see `tf_largeconv.conv2d`)."""
+  package's options (keyword-only: `algorithm`, `workspace_limit`; see `tf_largeconv.conv2d`)."""
 
 
 @_register
@@ -48,7 +50,8 @@ class LargeDepthwiseConv2D(
   _TfKeras, _layer_settings.DepthwiseConv2DBase, tf_keras.layers.DepthwiseConv2D
 ):
   """`tf_keras.layers.DepthwiseConv2D` computed by `tf_largeconv.depthwise_conv2d`; its
-  arguments, plus the keyword-only `algorithm` and `workspace_limit`."""
+  arguments, plus the package's options (keyword-only,
+  as for `tf_largeconv.keras.LargeConv2D`)."""
 
   def call(self, inputs: tf.Tensor) -> tf.Tensor:
     return self._bias_and_activation(self.convolution_op(inputs, self.depthwise_kernel))
@@ -59,14 +62,14 @@ class LargeConv2DTranspose(
   _TfKeras, _layer_settings.Conv2DTransposeBase, tf_keras.layers.Conv2DTranspose
 ):
   """`tf_keras.layers.Conv2DTranspose` computed by `tf_largeconv.conv2d_transpose`
-  (output_padding included); its arguments, plus the keyword-only `algorithm` and
-  `workspace_limit`."""
+  (output_padding included); its arguments, plus the package's options (keyword-only,
+  as for `tf_largeconv.keras.LargeConv2D`)."""
 
 
 @_register
 class LargeConv3D(_TfKeras, _layer_settings.Conv3DBase, tf_keras.layers.Conv3D):
   """`tf_keras.layers.Conv3D` computed by `tf_largeconv.conv3d`; its arguments, plus the
-  keyword-only `algorithm` and `workspace_limit` (see `tf_largeconv.conv3d`)."""
+  package's options (keyword-only, as for `tf_largeconv.keras.LargeConv2D`)."""
 
 
 _FLAVOUR = _fold.Flavour(
@@ -76,24 +79,24 @@ FoldReport = _fold.FoldReport
 FoldWarning = _fold.FoldWarning
 
 
+@takes_options
 def fold(
   block: tf_keras.Model,
   exact: bool = True,
   input_size: Sequence[int] | None = None,
   dtype: Any = None,
-  algorithm: str | None = "auto",
-  workspace_limit: int | None = None,
+  *,
   name: str | None = None,
+  **options: Any,
 ) -> LargeConv2D | LargeDepthwiseConv2D:
   """`tf_largeconv.keras.fold` for a tf_keras block; returns tf_keras Large layers."""
-  return _fold.fold(block, _FLAVOUR, exact, input_size, dtype, algorithm, workspace_limit, name)
+  return _fold.fold(block, _FLAVOUR, exact, input_size, dtype, name=name, **options)
 
 
-def reparameterize(
-  model: tf_keras.Model, algorithm: str | None = "auto", workspace_limit: int | None = None
-) -> tf_keras.Model:
+@takes_options
+def reparameterize(model: tf_keras.Model, **options: Any) -> tf_keras.Model:
   """`tf_largeconv.keras.reparameterize` for a tf_keras model."""
-  return _fold.reparameterize(model, _FLAVOUR, algorithm=algorithm, workspace_limit=workspace_limit)
+  return _fold.reparameterize(model, _FLAVOUR, **options)
 
 
 def export_portable(

@@ -47,7 +47,7 @@ def _in_play(point):
 
   k, ci, co, n, side, _ = point
   x_shape, f_shape = [n, *sweep.image_hw(side), ci], [k, k, ci, co]
-  attrs = ConvProblem.conv2d(1, "SAME", "NHWC", None, "auto", None)
+  attrs = ConvProblem.conv2d(1, "SAME", "NHWC", None)
   with tf.device("CPU:0"):
     placed = tf.zeros(())
   routes = routing.at_batch(routing.schedule(x_shape, f_shape, tf.float32, placed, attrs), n)

@@ -213,7 +213,7 @@ def _moves_to_kept_spectra(point, plan):
   from tf_largeconv.planning import kept_spectra
 
   k, ci, co, n, side, _ = point
-  key = ConvProblem.conv2d(1, "SAME", "NHWC", None, "auto", None)
+  key = ConvProblem.conv2d(1, "SAME", "NHWC", None)
   routes = PerPass.of(p.algorithm == "tf" for p in plan.passes)
   kept = kept_spectra.kept_spectra_bytes(
     (n,) + image_hw(side) + (ci,), (k, k, ci, co), key, "float32", routes

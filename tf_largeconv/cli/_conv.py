@@ -104,8 +104,8 @@ def build(args: argparse.Namespace) -> tuple[Any, Any, dict]:
   per_channel = weights.ndim == 2
   build_problem = ConvProblem.depthwise if per_channel else ConvProblem.conv2d
   problem = build_problem(
-    args.strides, args.padding.upper(), fmt, args.dilations, args.algorithm,
-    args.workspace_limit,
+    args.strides, args.padding.upper(), fmt, args.dilations, algorithm=args.algorithm,
+    workspace_limit=args.workspace_limit,
   )  # fmt: skip
   if per_channel:
     channels = x.shape[fmt.index("C")]

@@ -73,7 +73,8 @@ def _op_plan(args: argparse.Namespace) -> Any:
   strides, dilations = (v[0] if len(v) == 1 else v for v in window)
   return lc.plan(
     args.input_shape, args.filter_shape, strides, args.padding, args.data_format, dilations,
-    args.dtype, args.algorithm, args.workspace_limit, args.threads,
+    args.dtype, algorithm=args.algorithm, workspace_limit=args.workspace_limit,
+    num_threads=args.threads,
   )  # fmt: skip
 
 

@@ -68,6 +68,7 @@ except ImportError as e:  # pragma: no cover (the extra is installed where tests
 
 import numpy as np
 
+from tf_largeconv._options import takes_options
 from tf_largeconv._problem import ConvProblem
 from tf_largeconv._types import Padding
 from tf_largeconv._types import TensorLike
@@ -79,6 +80,7 @@ from tf_largeconv.dask._output import WriteReport
 from tf_largeconv.dask._slides import open_slide
 
 
+@takes_options
 def conv2d(
   input: dask.array.Array,
   filters: TensorLike,
@@ -87,8 +89,7 @@ def conv2d(
   data_format: str | None = "NHWC",
   dilations: Window | None = None,
   name: str | None = None,
-  algorithm: str | None = "auto",
-  workspace_limit: int | None = None,
+  **options: Any,
 ) -> dask.array.Array:
   """A 2-D convolution of a dask array: `tf_largeconv.conv2d`, chunk by chunk, lazily.
 
@@ -115,10 +116,11 @@ def conv2d(
       task exists.
     TypeError: an unsupported dtype, or a filter tensor of another dtype.
   """
-  problem = ConvProblem.conv2d(strides, padding, data_format, dilations, algorithm, workspace_limit)
+  problem = ConvProblem.conv2d(strides, padding, data_format, dilations, **options)
   return _graph.Forward(input, filters, problem, name=name or "largeconv-conv2d").array()
 
 
+@takes_options
 def depthwise_conv2d(
   input: dask.array.Array,
   filter: TensorLike,
@@ -127,8 +129,7 @@ def depthwise_conv2d(
   data_format: str | None = None,
   dilations: Window | None = None,
   name: str | None = None,
-  algorithm: str | None = "auto",
-  workspace_limit: int | None = None,
+  **options: Any,
 ) -> dask.array.Array:
   """A depthwise 2-D convolution of a dask array: `tf_largeconv.depthwise_conv2d`, chunk by
   chunk, lazily (the grouped convolution with one group per input channel).
@@ -149,14 +150,13 @@ def depthwise_conv2d(
       from the input depth.
     TypeError: as for `conv2d`.
   """
-  problem = ConvProblem.depthwise(
-    strides, padding, data_format, dilations, algorithm, workspace_limit
-  )
+  problem = ConvProblem.depthwise(strides, padding, data_format, dilations, **options)
   return _graph.Forward(
     input, filter, problem, name=name or "largeconv-depthwise", filter_name="filter"
   ).array()
 
 
+@takes_options
 def conv2d_backprop_filter(
   input: dask.array.Array,
   filter_sizes: Sequence[int],
@@ -166,8 +166,7 @@ def conv2d_backprop_filter(
   data_format: str | None = "NHWC",
   dilations: Window | None = None,
   name: str | None = None,
-  algorithm: str | None = "auto",
-  workspace_limit: int | None = None,
+  **options: Any,
 ) -> np.ndarray:
   """The gradient of `conv2d` with respect to its filter, over dask arrays: what fitting a
   large filter to a slide needs.
@@ -198,11 +197,12 @@ def conv2d_backprop_filter(
       convolution's output.
     TypeError: an unsupported dtype.
   """
-  problem = ConvProblem.conv2d(strides, padding, data_format, dilations, algorithm, workspace_limit)
+  problem = ConvProblem.conv2d(strides, padding, data_format, dilations, **options)
   name = name or "largeconv-backprop-filter"
   return _graph.backprop_filter(input, filter_sizes, out_backprop, problem, name).compute()
 
 
+@takes_options
 def conv2d_to_zarr(
   input: dask.array.Array,
   filters: TensorLike,
@@ -211,8 +211,6 @@ def conv2d_to_zarr(
   output: str,
   data_format: str | None = "NHWC",
   dilations: Window | None = None,
-  algorithm: str | None = "auto",
-  workspace_limit: int | None = None,
   *,
   output_axes: str | None = None,
   output_format: str | None = None,
@@ -227,6 +225,7 @@ def conv2d_to_zarr(
   fingerprint: Mapping[str, Any] | None = None,
   client: Any = None,
   progress: Callable[[int, int, float], None] | None = None,
+  **options: Any,
 ) -> WriteReport:
   """`conv2d`'s result computed into a zarr array or an OME-Zarr image, chunk by chunk,
   with a record of the chunks written so that an interrupted run resumes where it stopped
@@ -266,7 +265,7 @@ def conv2d_to_zarr(
   """
   if resume and overwrite:
     raise ValueError("resume and overwrite exclude each other: pass one")
-  problem = ConvProblem.conv2d(strides, padding, data_format, dilations, algorithm, workspace_limit)
+  problem = ConvProblem.conv2d(strides, padding, data_format, dilations, **options)
   return _output.write(
     _graph.Forward(input, filters, problem),
     output,
@@ -301,6 +300,7 @@ def _default_client() -> Any:
     return None
 
 
+@takes_options
 def task_memory(
   input: dask.array.Array,
   filters: TensorLike,
@@ -308,8 +308,7 @@ def task_memory(
   padding: Padding,
   data_format: str | None = "NHWC",
   dilations: Window | None = None,
-  algorithm: str | None = "auto",
-  workspace_limit: int | None = None,
+  **options: Any,
 ) -> TaskMemory:
   """The memory of the largest task `conv2d` would run, for sizing chunks and workers.
 
@@ -321,7 +320,7 @@ def task_memory(
     A `TaskMemory`: window_bytes, output_bytes, workspace_bytes, input_bytes, and total
     (= window + output + workspace, what the task allocates).
   """
-  problem = ConvProblem.conv2d(strides, padding, data_format, dilations, algorithm, workspace_limit)
+  problem = ConvProblem.conv2d(strides, padding, data_format, dilations, **options)
   return _graph.Forward(input, filters, problem).task_memory()
 
 

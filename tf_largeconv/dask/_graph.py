@@ -231,7 +231,7 @@ class Forward:
     self.dtype = check_input(x)
     filters = as_filter_array(filters, self.dtype, filter_name)
     if problem.kind == "depthwise":
-      filters = problem.grouped_filter(filters, x.shape[problem.channel_axis])
+      filters = _args.grouped_filter(filters, x.shape[problem.channel_axis])
       problem = problem.replace(kind="conv2d")
     if filters.ndim != 4:
       raise ValueError(

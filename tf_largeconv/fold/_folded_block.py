@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from tf_largeconv import _args
 from tf_largeconv import _loader
+from tf_largeconv import _options
 from tf_largeconv import ops as _ops
 from tf_largeconv._problem import ConvProblem
 from tf_largeconv.fold import _composer
@@ -51,7 +52,7 @@ def _explicit_padding(padding):
   return pairs
 
 
-class FoldedBlockBase:
+class FoldedBlockBase(_options.Settings):
   """The body of the FoldedBlock layers, mixed in before the Keras `Layer` of either flavour
   (which sets `_serialize_block` / `_deserialize_block`).
 
@@ -61,17 +62,10 @@ class FoldedBlockBase:
   block input (and kernel-sized tensors) are kept for the backward pass.
   """
 
-  def __init__(
-    self,
-    block,
-    exact=True,
-    input_size=None,
-    *,
-    algorithm="auto",
-    workspace_limit=None,
-    **kwargs,
-  ):
-    self._init_settings(algorithm, workspace_limit)
+  __signature__ = _options.ClassSignature()
+
+  def __init__(self, block, exact=True, input_size=None, **kwargs):
+    self._init_settings(kwargs)
     super().__init__(**kwargs)
     self.block = block
     self.exact = bool(exact)
@@ -88,11 +82,6 @@ class FoldedBlockBase:
     # Under XLA, 'auto' runs conv2d's portable path (see convolve).
     self.supports_jit = _args.compiles_under_xla(self.algorithm)
     self.built = True
-
-  def _init_settings(self, algorithm, workspace_limit):
-    self.algorithm = _args.normalize_algorithm(algorithm)
-    _args.normalize_workspace_limit(workspace_limit)
-    self.workspace_limit = workspace_limit
 
   def folded_conv(self, dtype=None):
     """The `FoldedConv` this layer computes, its kernel and bias composed in `dtype` (None:
@@ -115,19 +104,11 @@ class FoldedBlockBase:
       # temporaries growing with the image, beyond the plan's estimate: not what a layer
       # for lean training should do by default. Under XLA, without the op library, or
       # while exporting, conv2d's portable path runs.
-      problem = ConvProblem.conv2d(
-        list(conv.strides), padding, "NHWC", None, "auto", self.workspace_limit
-      )
+      options = dict(self.settings(), algorithm="auto")
+      problem = ConvProblem.conv2d(list(conv.strides), padding, "NHWC", **options)
       y = _loader.ops().large_conv_conv2d(inputs, conv.kernel, **problem.attrs())
     else:
-      y = _ops.conv2d(
-        inputs,
-        conv.kernel,
-        list(conv.strides),
-        padding,
-        algorithm=self.algorithm,
-        workspace_limit=self.workspace_limit,
-      )
+      y = _ops.conv2d(inputs, conv.kernel, list(conv.strides), padding, **self.settings())
     return y if conv.bias is None else y + conv.bias
 
   def call(self, inputs):
@@ -147,8 +128,6 @@ class FoldedBlockBase:
       block=self._serialize_block(self.block),
       exact=self.exact,
       input_size=self.input_size,
-      algorithm=self.algorithm,
-      workspace_limit=self.workspace_limit,
     )
     return config
 

@@ -5,6 +5,7 @@ import warnings
 
 import tensorflow as tf
 
+from tf_largeconv._options import public_options
 from tf_largeconv.fold import _composer
 from tf_largeconv.fold import _geometry
 from tf_largeconv.fold import _graph
@@ -22,8 +23,9 @@ class Flavour:
   depthwise: type  # LargeDepthwiseConv2D
 
 
-def large_layer(state, composer, block, flavour, dtype, algorithm, workspace_limit, name):
-  """The Large layer computing `state` from the block input, with its weights set."""
+def large_layer(state, composer, block, flavour, dtype, name, options):
+  """The Large layer computing `state` from the block input, with its weights set;
+  `options`: the package's options by keyword, for the layer."""
   padding, ext = _geometry.keras_geometry(state, block)
   kernel = _kernels.pad_kernel(state.kernel, *ext).numpy()
   c0, c, g = block.channels, state.channels, state.groups
@@ -34,10 +36,9 @@ def large_layer(state, composer, block, flavour, dtype, algorithm, workspace_lim
     padding=padding,
     use_bias=state.bias is not None,
     activation=composer.activation,
-    algorithm=algorithm,
-    workspace_limit=workspace_limit,
     dtype=dtype,
     name=name,
+    **options,
   )
   if g == c0 and c0 > 1:
     layer = flavour.depthwise(depth_multiplier=c // c0, **common)
@@ -50,20 +51,12 @@ def large_layer(state, composer, block, flavour, dtype, algorithm, workspace_lim
   return layer
 
 
-def fold(
-  model,
-  flavour,
-  exact=True,
-  input_size=None,
-  dtype=None,
-  algorithm="auto",
-  workspace_limit=None,
-  name=None,
-):
+def fold(model, flavour, exact=True, input_size=None, dtype=None, *, name=None, **options):
   """See `tf_largeconv.keras.fold`."""
+  public_options(options)  # bad options are refused before any work
   block = _graph.model_block(model, input_size)
   state, composer = _composer.compose(block, _composer.read64, tf.float64, exact, count=not exact)
-  layer = large_layer(state, composer, block, flavour, dtype, algorithm, workspace_limit, name)
+  layer = large_layer(state, composer, block, flavour, dtype, name, options)
   report = _report.report(state, composer, block)
   if report is not None:
     layer.fold_report = report

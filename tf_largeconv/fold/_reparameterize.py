@@ -3,6 +3,7 @@ layers behind one tensor, reaching back to one tensor) folded into one Large lay
 
 import tensorflow as tf
 
+from tf_largeconv._options import public_options
 from tf_largeconv.fold import _composer
 from tf_largeconv.fold import _graph
 from tf_largeconv.fold import _large_layer
@@ -72,7 +73,7 @@ def _regions(graph, excluded):
       yield [n for n in graph.nodes if id(n) in members], entry, node.outputs[0]
 
 
-def _fold_regions(graph, flavour, algorithm, workspace_limit):
+def _fold_regions(graph, flavour, options):
   """{output id: (Large layer, entry id)} and the ids of the nodes they replace.
 
   Tensors are visited latest first, so a region is as large as can fold exactly; where a
@@ -98,9 +99,8 @@ def _fold_regions(graph, flavour, algorithm, workspace_limit):
           block,
           flavour,
           last.get_config().get("dtype"),
-          algorithm,
-          workspace_limit,
-          name=f"{last.name}_folded",
+          f"{last.name}_folded",
+          options,
         )
       except _report.Unfoldable as e:
         # A layer no region can hold (say `a * a`): a boundary from now on, so that later
@@ -123,10 +123,11 @@ def _clone(layer):
   return type(layer).from_config(layer.get_config())
 
 
-def reparameterize(model, flavour, algorithm="auto", workspace_limit=None):
+def reparameterize(model, flavour, **options):
   """See `tf_largeconv.keras.reparameterize`."""
+  public_options(options)  # refused here: a region's ValueError means it does not fold
   graph = _graph.Graph(model)
-  folded, covered = _fold_regions(graph, flavour, algorithm, workspace_limit)
+  folded, covered = _fold_regions(graph, flavour, options)
   tensors = {}
   inputs = []
   for i in graph.inputs:

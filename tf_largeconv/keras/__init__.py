@@ -1,8 +1,8 @@
 """Keras 3 layers over the LargeConv ops, and the converters for existing models.
 
 - `_layers`: `LargeConv1D`, `LargeConv2D`, `LargeDepthwiseConv2D`, `LargeConv2DTranspose`,
-  `LargeConv3D` (each its Keras layer argument for argument, plus the keyword-only
-  `algorithm` and `workspace_limit`) and `FoldedBlock`.
+  `LargeConv3D` (each its Keras layer argument for argument, plus the package's
+  options, keyword-only: `algorithm`, `workspace_limit`) and `FoldedBlock`.
 - `_convert`: `convert`, `fold`, `reparameterize`, `export_portable`.
 - `_settings`: one base per layer family, shared with the tf_keras layers
   (`tf_largeconv.tf_keras`); `export`: the portable SavedModel export of either flavour.

@@ -13,6 +13,8 @@ import keras
 import tensorflow as tf
 
 from tf_largeconv import fold as _fold
+from tf_largeconv._options import public_options
+from tf_largeconv._options import takes_options
 from tf_largeconv.keras import export as _export
 from tf_largeconv.keras._layers import LargeConv1D
 from tf_largeconv.keras._layers import LargeConv2D
@@ -21,12 +23,8 @@ from tf_largeconv.keras._layers import LargeConv3D
 from tf_largeconv.keras._layers import LargeDepthwiseConv2D
 
 
-def convert(
-  model: keras.Model,
-  min_kernel_size: int = 15,
-  algorithm: str | None = "auto",
-  workspace_limit: int | None = None,
-) -> keras.Model:
+@takes_options
+def convert(model: keras.Model, min_kernel_size: int = 15, **options: Any) -> keras.Model:
   """Clones a Keras model with its large-kernel convolutions on tf_largeconv.
 
   Every `keras.layers.Conv2D` / `DepthwiseConv2D` / `Conv1D` / `Conv2DTranspose` /
@@ -42,20 +40,20 @@ def convert(
   Returns:
     The converted clone (the input model is left as it was).
   """
+  public_options(options)  # bad options are refused even where no layer is replaced
+  large_layers = {
+    keras.layers.Conv2D: LargeConv2D,
+    keras.layers.DepthwiseConv2D: LargeDepthwiseConv2D,
+    keras.layers.Conv1D: LargeConv1D,
+    keras.layers.Conv2DTranspose: LargeConv2DTranspose,
+    keras.layers.Conv3D: LargeConv3D,
+  }
 
   def clone(layer: keras.layers.Layer) -> keras.layers.Layer:
     config = layer.get_config()
     large = max(getattr(layer, "kernel_size", (0,))) >= min_kernel_size
-    if type(layer) is keras.layers.Conv2D and large:
-      return LargeConv2D(**config, algorithm=algorithm, workspace_limit=workspace_limit)
-    if type(layer) is keras.layers.DepthwiseConv2D and large:
-      return LargeDepthwiseConv2D(**config, algorithm=algorithm, workspace_limit=workspace_limit)
-    if type(layer) is keras.layers.Conv1D and large:
-      return LargeConv1D(**config, algorithm=algorithm, workspace_limit=workspace_limit)
-    if type(layer) is keras.layers.Conv2DTranspose and large:
-      return LargeConv2DTranspose(**config, algorithm=algorithm, workspace_limit=workspace_limit)
-    if type(layer) is keras.layers.Conv3D and large:
-      return LargeConv3D(**config, algorithm=algorithm, workspace_limit=workspace_limit)
+    if type(layer) in large_layers and large:
+      return large_layers[type(layer)](**config, **options)
     return layer.__class__.from_config(config)
 
   converted = keras.models.clone_model(model, clone_function=clone)
@@ -109,14 +107,15 @@ def export_portable(
 # Folding linear blocks (the algebra is in tf_largeconv.fold, shared with tf_keras)
 
 
+@takes_options
 def fold(
   block: keras.Model,
   exact: bool = True,
   input_size: Sequence[int] | None = None,
   dtype: Any = None,
-  algorithm: str | None = "auto",
-  workspace_limit: int | None = None,
+  *,
   name: str | None = None,
+  **options: Any,
 ) -> LargeConv2D | LargeDepthwiseConv2D:
   """Folds a block of linear layers into one `LargeConv2D` or `LargeDepthwiseConv2D`.
 
@@ -154,12 +153,11 @@ def fold(
       exact=False; a stride before a spatial kernel; a block that no 'same' or 'valid'
       convolution computes (e.g. one whose output is larger than its input).
   """
-  return _fold.fold(block, _FLAVOUR, exact, input_size, dtype, algorithm, workspace_limit, name)
+  return _fold.fold(block, _FLAVOUR, exact, input_size, dtype, name=name, **options)
 
 
-def reparameterize(
-  model: keras.Model, algorithm: str | None = "auto", workspace_limit: int | None = None
-) -> keras.Model:
+@takes_options
+def reparameterize(model: keras.Model, **options: Any) -> keras.Model:
   """A copy of `model` with every maximal foldable linear sub-graph as one Large layer.
 
   A sub-graph is foldable when it is the cone of linear layers (see `fold`) behind one
@@ -180,7 +178,7 @@ def reparameterize(
   Returns:
     A functional `keras.Model`.
   """
-  return _fold.reparameterize(model, _FLAVOUR, algorithm=algorithm, workspace_limit=workspace_limit)
+  return _fold.reparameterize(model, _FLAVOUR, **options)
 
 
 _FLAVOUR = _fold.Flavour(

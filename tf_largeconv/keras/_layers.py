@@ -3,7 +3,7 @@
 `LargeConv1D`, `LargeConv2D`, `LargeDepthwiseConv2D`, `LargeConv2DTranspose` and
 `LargeConv3D` are their Keras layers argument for argument (positional ones in Keras's
 order), default for default and weight for weight (so `set_weights` moves weights both
-ways); they add the keyword-only `algorithm` and `workspace_limit`. Each is its family's
+ways); they add the package's options, keyword-only (`tf_largeconv._options`). Each is its family's
 base (`_settings`, shared with tf_keras) bound to Keras 3 by `_Keras3`. TensorFlow backend
 only. Each is registered under the package name "tf_largeconv", so models using them load
 (.keras or SavedModel) after `import tf_largeconv`.
@@ -71,16 +71,17 @@ def conv_output_shape(
 class _TensorFlowBackend:
   """The Keras 3 layers run on the TensorFlow backend only: checked when a layer is made."""
 
-  def _init_settings(self, algorithm: str | None, workspace_limit: int | None) -> None:
+  def _init_settings(self, kwargs: dict[str, Any]) -> None:
     _check_backend()
-    super()._init_settings(algorithm, workspace_limit)  # type: ignore[misc]
+    super()._init_settings(kwargs)  # type: ignore[misc]
 
 
 class _Keras3(_TensorFlowBackend, _layer_settings.LargeConvBase):
   """The Keras 3 flavour of the LargeConv layers: `supports_jit`, the layers' output shape
   and call with the bias added along the channel axis."""
 
-  # What the Keras convolution layer this is mixed into holds.
+  # What the Keras convolution layer this is mixed into holds, and an option it reads.
+  algorithm: str
   rank: int
   filters: int
   kernel_size: tuple[int, ...]
@@ -145,9 +146,8 @@ class LargeConv1D(_Keras3, _layer_settings.Conv1DBase, keras.layers.Conv1D):
   """`keras.layers.Conv1D` computed by `tf_largeconv.conv1d`.
 
   Args: those of `keras.layers.Conv1D`, positional ones in its order, with its defaults
-  (causal padding and groups included), plus `algorithm` and `workspace_limit` as for
-  `LargeConv2D`. Causal padding is passed to the op as explicit padding rather than copied
-  into a padded input.
+  (causal padding and groups included), plus the options as for `LargeConv2D`. Causal
+  padding is passed to the op as explicit padding rather than copied into a padded input.
   """
 
   _call_pads_causal = False
@@ -159,12 +159,13 @@ class LargeConv1D(_Keras3, _layer_settings.Conv1DBase, keras.layers.Conv1D):
 class LargeConv2D(_Keras3, _layer_settings.Conv2DBase, keras.layers.Conv2D):
   """`keras.layers.Conv2D` computed by `tf_largeconv.conv2d`.
 
-  Args: those of `keras.layers.Conv2D`, positional ones in its order, with its defaults,
-  plus the keyword-only
-    algorithm: 'auto', 'direct', 'fft', 'tf' or 'portable' (see `tf_largeconv.conv2d`).
-      `supports_jit` is True except for 'direct' and 'fft': under XLA (jit_compile=True)
-      'auto' runs the portable path.
-    workspace_limit: bytes of temporary memory per pass; None means 64 MiB.
+  Args:
+    *args, **kwargs: those of `keras.layers.Conv2D`, positional ones in its order, with its
+      defaults.
+    algorithm: keyword only; 'auto', 'direct', 'fft', 'tf' or 'portable' (see
+      `tf_largeconv.conv2d`). `supports_jit` is True except for 'direct' and 'fft': under
+      XLA (jit_compile=True) 'auto' runs the portable path.
+    workspace_limit: keyword only; bytes of temporary memory per pass; None means 64 MiB.
 
   Like `keras.layers.Conv2D` it rejects strides > 1 together with dilation_rate > 1 (the op
   itself supports that combination; `tf_largeconv.conv2d` offers it).
@@ -181,7 +182,7 @@ class LargeDepthwiseConv2D(
   """`keras.layers.DepthwiseConv2D` computed by `tf_largeconv.depthwise_conv2d`.
 
   Args: those of `keras.layers.DepthwiseConv2D`, positional ones in its order, with its
-  defaults, plus `algorithm` and `workspace_limit` as for `LargeConv2D`.
+  defaults, plus the options as for `LargeConv2D`.
   """
 
   call = _Keras3._conv_call
@@ -202,8 +203,8 @@ class LargeConv2DTranspose(
   """`keras.layers.Conv2DTranspose` computed by `tf_largeconv.conv2d_transpose`.
 
   Args: those of `keras.layers.Conv2DTranspose`, positional ones in its order, with its
-  defaults (output_padding included), plus `algorithm` and `workspace_limit` as for
-  `LargeConv2D`. Weights, output shape and checks are Keras's own.
+  defaults (output_padding included), plus the options as for `LargeConv2D`. Weights,
+  output shape and checks are Keras's own.
   """
 
 
@@ -213,7 +214,7 @@ class LargeConv3D(_Keras3, _layer_settings.Conv3DBase, keras.layers.Conv3D):
 
   Args: those of `keras.layers.Conv3D`, positional ones in its order, with its defaults
   (padding 'valid' or 'same', strides, dilation_rate, groups, channels_first too), plus
-  `algorithm` and `workspace_limit` as for `LargeConv2D` (see `tf_largeconv.conv3d`).
+  the options as for `LargeConv2D` (see `tf_largeconv.conv3d`).
   Weights, their names and the output shape are Keras's. Like `keras.layers.Conv3D` it
   rejects strides > 1 together with dilation_rate > 1; unlike it, it rejects a list
   `padding` when made (Keras fails only when called).

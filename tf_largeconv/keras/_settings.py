@@ -4,15 +4,15 @@ Imports no Keras: each flavour's layer is a thin subclass
 `Large<Family>(<flavour mixin>, <Family>Base, <its Keras layer>)` in `keras/_layers.py`
 (Keras 3) or `tf_keras.py` (Keras 2), and neither may depend on the other's Keras. A base
 takes its Keras layer's arguments as they are (positional ones in Keras's order, so each
-means what it means there) plus the keyword-only `algorithm` and `workspace_limit`, and
-computes the layer with the family's op.
+means what it means there) plus the package's options (`tf_largeconv._options`, keyword
+only), and computes the layer with the family's op.
 """
 
 import inspect
 
 import tensorflow as tf
 
-from tf_largeconv import _args
+from tf_largeconv import _options
 from tf_largeconv import ops as _ops
 from tf_largeconv._problem import dilated_extent
 
@@ -33,8 +33,8 @@ def op_window(keras_format, values):
 
 
 class _KerasSignature:
-  """`inspect.signature` of a Large layer class: its Keras layer's, with `algorithm` and
-  `workspace_limit` keyword-only before `**kwargs`. Instances have none (their signature
+  """`inspect.signature` of a Large layer class: its Keras layer's, with the options
+  keyword-only before `**kwargs`. Instances have none (their signature
   is their `__call__`'s), nor have the bases (no Keras layer below them)."""
 
   def __get__(self, instance, owner):
@@ -44,18 +44,12 @@ class _KerasSignature:
     )
     if instance is not None or keras_class is object:
       raise AttributeError("__signature__")
-    params = list(inspect.signature(keras_class).parameters.values())
-    tail = [p for p in params if p.kind is inspect.Parameter.VAR_KEYWORD]
-    ours = [
-      inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default)
-      for name, default in (("algorithm", "auto"), ("workspace_limit", None))
-    ]
-    return inspect.Signature(params[: len(params) - len(tail)] + ours + tail)
+    return _options.with_options(inspect.signature(keras_class))
 
 
-class LargeConvBase:
-  """What every LargeConv layer adds to its Keras layer: the two settings, validated and
-  serialised once, the op's keyword arguments and the bias and activation.
+class LargeConvBase(_options.Settings):
+  """What every LargeConv layer adds to its Keras layer: the options (`Settings`: cleaned,
+  kept and serialised once), the op's keyword arguments and the bias and activation.
 
   Mixed in before the Keras convolution layer, whose `rank`, `data_format`, `strides`,
   `dilation_rate`, `use_bias`, `bias`, `activation` and `get_config` it uses.
@@ -63,15 +57,10 @@ class LargeConvBase:
 
   __signature__ = _KerasSignature()
 
-  def __init__(self, *args, algorithm="auto", workspace_limit=None, **kwargs):
-    self._init_settings(algorithm, workspace_limit)
+  def __init__(self, *args, **kwargs):
+    self._init_settings(kwargs)
     super().__init__(*args, **kwargs)
     self._made()
-
-  def _init_settings(self, algorithm, workspace_limit):
-    self.algorithm = _args.normalize_algorithm(algorithm)
-    _args.normalize_workspace_limit(workspace_limit)
-    self.workspace_limit = workspace_limit
 
   def _made(self):
     """Checks and settings once the Keras layer has taken its own arguments."""
@@ -80,14 +69,8 @@ class LargeConvBase:
     return dict(
       data_format=op_data_format(self.data_format, self.rank),
       dilations=list(self.dilation_rate),
-      algorithm=self.algorithm,
-      workspace_limit=self.workspace_limit,
+      **self.settings(),
     )
-
-  def get_config(self):
-    config = super().get_config()
-    config.update(algorithm=self.algorithm, workspace_limit=self.workspace_limit)
-    return config
 
   def _bias_and_activation(self, outputs):
     """Adds the layer's bias (if any) and applies its activation (if any)."""

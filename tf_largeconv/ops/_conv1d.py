@@ -11,8 +11,11 @@ thousands of taps; `plan_conv1d` shows the plan.
 
 from __future__ import annotations
 
+from typing import Any
+
 import tensorflow as tf
 
+from tf_largeconv._options import takes_options
 from tf_largeconv._problem import ConvProblem
 from tf_largeconv._types import DTypeLike
 from tf_largeconv._types import Padding1d
@@ -25,6 +28,7 @@ from tf_largeconv.planning import _plan
 from tf_largeconv.planning.types import Plan
 
 
+@takes_options
 def conv1d(
   input: TensorLike,
   filters: TensorLike,
@@ -33,8 +37,7 @@ def conv1d(
   data_format: str | None = "NWC",
   dilations: Window | None = None,
   name: str | None = None,
-  algorithm: str | None = "auto",
-  workspace_limit: int | None = None,
+  **options: Any,
 ) -> tf.Tensor:
   """Computes a 1-D convolution with tf.nn.conv1d's semantics, lean for long filters.
 
@@ -68,7 +71,7 @@ def conv1d(
     TypeError: unsupported or mismatched dtypes.
     tf.errors.InvalidArgumentError: shapes that do not fit together (eager execution).
   """
-  problem = ConvProblem.conv1d(stride, padding, data_format, dilations, algorithm, workspace_limit)
+  problem = ConvProblem.conv1d(stride, padding, data_format, dilations, **options)
   with tf.name_scope(name or "LargeConv1D"):
     input, filters, problem = _conv2d.operands(problem, input, filters)
     if input.shape.rank is not None and input.shape.rank < 3:
@@ -88,6 +91,7 @@ def conv1d(
     return tf.squeeze(result, [height_axis])
 
 
+@takes_options
 def plan_conv1d(
   input_shape: ShapeLike,
   filter_shape: ShapeLike,
@@ -96,9 +100,9 @@ def plan_conv1d(
   data_format: str | None = "NWC",
   dilations: Window | None = None,
   dtype: DTypeLike = tf.float32,
-  algorithm: str | None = "auto",
-  workspace_limit: int | None = None,
+  *,
   num_threads: int | None = None,
+  **options: Any,
 ) -> Plan:
   """Plans `conv1d` without running it: `tf_largeconv.plan` of its height-1 conv2d.
 
@@ -118,7 +122,7 @@ def plan_conv1d(
   Raises:
     ValueError: as `conv1d` and `tf_largeconv.plan`.
   """
-  problem = ConvProblem.conv1d(stride, padding, data_format, dilations, algorithm, workspace_limit)
+  problem = ConvProblem.conv1d(stride, padding, data_format, dilations, **options)
   input_shape, filter_shape = list(input_shape), list(filter_shape)
   if len(input_shape) < 3:
     raise ValueError(

@@ -8,11 +8,13 @@ Which kernel runs each pass is chosen in `_dispatch`; the registered gradients a
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import tensorflow as tf
 
 from tf_largeconv import _args
 from tf_largeconv import _loader
+from tf_largeconv._options import takes_options
 from tf_largeconv._problem import ConvProblem
 from tf_largeconv._types import Padding
 from tf_largeconv._types import TensorLike
@@ -57,6 +59,7 @@ def _merge_batch_dims(input: tf.Tensor, op: Callable[[tf.Tensor], tf.Tensor]) ->
   return result
 
 
+@takes_options
 def conv2d(
   input: TensorLike,
   filters: TensorLike,
@@ -65,8 +68,7 @@ def conv2d(
   data_format: str | None = "NHWC",
   dilations: Window | None = None,
   name: str | None = None,
-  algorithm: str | None = "auto",
-  workspace_limit: int | None = None,
+  **options: Any,
 ) -> tf.Tensor:
   """Computes a 2-D convolution with tf.nn.conv2d's semantics, lean for large filters.
 
@@ -112,12 +114,12 @@ def conv2d(
     tf.errors.InvalidArgumentError: shapes that do not fit together (eager execution).
   """
   key = _dispatch.eager_key(
-    input, filters, (strides, padding, data_format, dilations, algorithm, workspace_limit)
+    input, filters, (strides, padding, data_format, dilations, *options.items())
   )
   kernel = _dispatch.EAGER_KERNELS.get(key) if key is not None else None
   if kernel is not None:
     return kernel(input, filters)
-  problem = ConvProblem.conv2d(strides, padding, data_format, dilations, algorithm, workspace_limit)
+  problem = ConvProblem.conv2d(strides, padding, data_format, dilations, **options)
   with tf.name_scope(name or "LargeConv2D"):
     input, filters, problem = operands(problem, input, filters)
     return run(input, filters, problem, key)
@@ -152,6 +154,7 @@ def _static_list(t: tf.Tensor) -> list[int] | None:
   return None if value is None else [int(v) for v in value]
 
 
+@takes_options
 def depthwise_conv2d(
   input: TensorLike,
   filter: TensorLike,
@@ -160,8 +163,7 @@ def depthwise_conv2d(
   data_format: str | None = None,
   dilations: Window | None = None,
   name: str | None = None,
-  algorithm: str | None = "auto",
-  workspace_limit: int | None = None,
+  **options: Any,
 ) -> tf.Tensor:
   """Depthwise 2-D convolution with tf.nn.depthwise_conv2d's semantics.
 
@@ -192,9 +194,7 @@ def depthwise_conv2d(
     TypeError: a dtype tf.nn.depthwise_conv2d does not take, or mismatched dtypes.
     tf.errors.InvalidArgumentError: the same mismatch found only at run time.
   """
-  problem = ConvProblem.depthwise(
-    strides, padding, data_format, dilations, algorithm, workspace_limit
-  )
+  problem = ConvProblem.depthwise(strides, padding, data_format, dilations, **options)
   with tf.name_scope(name or "LargeDepthwiseConv2D"):
     input, filter, problem = operands(problem, input, filter)
     if input.shape.rank is not None and input.shape.rank < 4:
@@ -214,7 +214,7 @@ def depthwise_conv2d(
         )
       )
     with tf.control_dependencies(checks):
-      grouped = problem.grouped_filter(filter, depth)
+      grouped = _args.grouped_filter(filter, depth)
     return run(input, grouped, problem.replace(kind="conv2d"))
 
 
@@ -231,6 +231,7 @@ def _cudnn_flag(use_cudnn_on_gpu: object) -> None:
     raise ValueError(f"use_cudnn_on_gpu must be a bool, got use_cudnn_on_gpu={use_cudnn_on_gpu!r}")
 
 
+@takes_options
 def conv2d_backprop_input(
   input_sizes: TensorLike,
   filter: TensorLike | None = None,
@@ -242,9 +243,7 @@ def conv2d_backprop_input(
   dilations: Window | None = None,
   name: str | None = None,
   filters: TensorLike | None = None,
-  *,
-  algorithm: str | None = "auto",
-  workspace_limit: int | None = None,
+  **options: Any,
 ) -> tf.Tensor:
   """Gradient of `conv2d` with respect to its input.
 
@@ -279,7 +278,7 @@ def conv2d_backprop_input(
   filter = filters if filter is None else filter
   _required(filter=filter, out_backprop=out_backprop, strides=strides, padding=padding)
   _cudnn_flag(use_cudnn_on_gpu)
-  problem = ConvProblem.conv2d(strides, padding, data_format, dilations, algorithm, workspace_limit)
+  problem = ConvProblem.conv2d(strides, padding, data_format, dilations, **options)
   with tf.name_scope(name or "LargeConv2DBackpropInput"):
     out_backprop, filter, problem = operands(problem, out_backprop, filter)
     input_sizes = tf.convert_to_tensor(input_sizes, dtype=tf.int32, name="input_sizes")
@@ -307,6 +306,7 @@ def backprop_input(
   )
 
 
+@takes_options
 def conv2d_backprop_filter(
   input: TensorLike,
   filter_sizes: TensorLike,
@@ -317,9 +317,7 @@ def conv2d_backprop_filter(
   data_format: str | None = "NHWC",
   dilations: Window | None = None,
   name: str | None = None,
-  *,
-  algorithm: str | None = "auto",
-  workspace_limit: int | None = None,
+  **options: Any,
 ) -> tf.Tensor:
   """Gradient of `conv2d` with respect to its filter.
 
@@ -342,7 +340,7 @@ def conv2d_backprop_filter(
     Gradient with respect to the filter, shaped `filter_sizes`.
   """
   _cudnn_flag(use_cudnn_on_gpu)
-  problem = ConvProblem.conv2d(strides, padding, data_format, dilations, algorithm, workspace_limit)
+  problem = ConvProblem.conv2d(strides, padding, data_format, dilations, **options)
   with tf.name_scope(name or "LargeConv2DBackpropFilter"):
     input, out_backprop, problem = operands(problem, input, out_backprop)
     filter_sizes = tf.convert_to_tensor(filter_sizes, dtype=tf.int32, name="filter_sizes")

@@ -9,15 +9,18 @@ will do for given shapes: the same C++ planner the kernels call, per pass.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import tensorflow as tf
 
 from tf_largeconv import _args
 from tf_largeconv import _loader
+from tf_largeconv._options import takes_options
 from tf_largeconv._problem import ConvProblem
 from tf_largeconv._types import TensorLike
 
 
+@takes_options
 def conv3d(
   input: TensorLike,
   filters: TensorLike,
@@ -26,8 +29,7 @@ def conv3d(
   data_format: str = "NDHWC",
   dilations: Sequence[int] | None = None,
   name: str | None = None,
-  algorithm: str | None = "auto",
-  workspace_limit: int | None = None,
+  **options: Any,
 ) -> tf.Tensor:
   """Computes a 3-D convolution with tf.nn.conv3d's semantics, lean for large filters.
 
@@ -63,9 +65,7 @@ def conv3d(
     TypeError: unsupported or mismatched dtypes.
     tf.errors.InvalidArgumentError: shapes that do not fit together (eager execution).
   """
-  problem = ConvProblem.conv3d(
-    strides, padding, data_format, dilations, algorithm, workspace_limit
-  ).resolved()
+  problem = ConvProblem.conv3d(strides, padding, data_format, dilations, **options).resolved()
   with tf.name_scope(name or "LargeConv3D"):
     input, filters = _args.as_tensors(input, filters)
     problem = problem.for_dtype(input.dtype)

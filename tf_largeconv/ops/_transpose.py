@@ -16,6 +16,7 @@ import tensorflow as tf
 
 from tf_largeconv import _args
 from tf_largeconv import _loader
+from tf_largeconv._options import takes_options
 from tf_largeconv._passes import PerPass
 from tf_largeconv._problem import ConvProblem
 from tf_largeconv._types import Padding
@@ -31,6 +32,7 @@ from tf_largeconv.planning import routing
 _CORE = _loader.core()
 
 
+@takes_options
 def conv2d_transpose(
   input: TensorLike,
   filters: TensorLike,
@@ -40,8 +42,7 @@ def conv2d_transpose(
   data_format: str | None = "NHWC",
   dilations: Window | None = None,
   name: str | None = None,
-  algorithm: str | None = "auto",
-  workspace_limit: int | None = None,
+  **options: Any,
 ) -> tf.Tensor:
   """The transpose of `conv2d`, with tf.nn.conv2d_transpose's semantics.
 
@@ -87,9 +88,7 @@ def conv2d_transpose(
       at run time where they are known only then: the op's message then names
       output_shape `input_sizes` and input `out_backprop`, as TensorFlow's does).
   """
-  problem = ConvProblem.transpose(
-    strides, padding, data_format, dilations, algorithm, workspace_limit
-  )
+  problem = ConvProblem.transpose(strides, padding, data_format, dilations, **options)
   with tf.name_scope(name or "LargeConv2DTranspose"):
     input, filters, problem = _conv2d.operands(problem, input, filters)
     output_shape = _transpose_shapes.output_shape_tensor(output_shape)

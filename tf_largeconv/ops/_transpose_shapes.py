@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from collections.abc import Sequence
+from typing import Any
 
 import tensorflow as tf
 
 from tf_largeconv import _loader
+from tf_largeconv._options import takes_options
 from tf_largeconv._problem import ConvProblem
 from tf_largeconv._types import DTypeLike
 from tf_largeconv._types import Padding
@@ -149,6 +151,7 @@ def _check_spatial(
     )
 
 
+@takes_options
 def plan_transpose(
   input_shape: ShapeLike,
   filter_shape: ShapeLike,
@@ -158,9 +161,9 @@ def plan_transpose(
   data_format: str | None = "NHWC",
   dilations: Window | None = None,
   dtype: DTypeLike = tf.float32,
-  algorithm: str | None = "auto",
-  workspace_limit: int | None = None,
+  *,
   num_threads: int | None = None,
+  **options: Any,
 ) -> Plan:
   """Plans `conv2d_transpose` without running it: the plan of the conv2d it transposes.
 
@@ -183,9 +186,7 @@ def plan_transpose(
   Raises:
     ValueError: as `tf_largeconv.plan`, and shapes that do not fit together.
   """
-  problem = ConvProblem.transpose(
-    strides, padding, data_format, dilations, algorithm, workspace_limit
-  )
+  problem = ConvProblem.transpose(strides, padding, data_format, dilations, **options)
   x = [int(v) for v in input_shape]
   f = [int(v) for v in filter_shape]
   sizes = [int(v) for v in output_shape]

@@ -20,11 +20,8 @@ _CONV3D_ATTRS = tuple(ConvProblem.conv3d([1] * 5, "SAME").attrs())
 
 
 def _decode(attrs):
-  out = dict(attrs)
-  for k in ("padding", "data_format", "algorithm"):
-    if isinstance(out[k], bytes):
-      out[k] = out[k].decode()
-  return out
+  """An op's attributes with its strings (bytes from get_attr) as str."""
+  return {k: v.decode() if isinstance(v, bytes) else v for k, v in attrs.items()}
 
 
 def _register_family(op_name, wrapper, attr_names):

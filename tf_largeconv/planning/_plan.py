@@ -15,6 +15,7 @@ import tensorflow as tf
 
 from tf_largeconv import _args
 from tf_largeconv import _loader
+from tf_largeconv._options import takes_options
 from tf_largeconv._passes import PerPass
 from tf_largeconv._problem import ConvProblem
 from tf_largeconv._types import DTypeLike
@@ -30,6 +31,7 @@ from tf_largeconv.planning.types import Plan
 _CORE = _loader.core()
 
 
+@takes_options
 def plan(
   input_shape: ShapeLike,
   filter_shape: ShapeLike,
@@ -38,9 +40,9 @@ def plan(
   data_format: str | None = "NHWC",
   dilations: Window | None = None,
   dtype: DTypeLike = tf.float32,
-  algorithm: str | None = "auto",
-  workspace_limit: int | None = None,
+  *,
   num_threads: int | None = None,
+  **options: Any,
 ) -> Plan:
   """Plans a convolution without running it.
 
@@ -88,11 +90,10 @@ def plan(
       _FORMATS_3D.get(data_format or "", data_format),
       dilations,
       dtype,
-      algorithm,
-      workspace_limit,
-      num_threads,
+      num_threads=num_threads,
+      **options,
     )
-  problem = ConvProblem.conv2d(strides, padding, data_format, dilations, algorithm, workspace_limit)
+  problem = ConvProblem.conv2d(strides, padding, data_format, dilations, **options)
   return plan_problem(problem.bind(input_shape, filter_shape), dtype, num_threads)
 
 

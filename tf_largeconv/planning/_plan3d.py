@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from tf_largeconv import _args
 from tf_largeconv import _loader
+from tf_largeconv._options import takes_options
 from tf_largeconv._problem import ConvProblem
 from tf_largeconv._types import DTypeLike
 from tf_largeconv._types import ShapeLike
@@ -49,6 +50,7 @@ def tf_kernel_eligible(
   )
 
 
+@takes_options
 def plan_conv3d(
   input_shape: ShapeLike,
   filter_shape: ShapeLike,
@@ -57,9 +59,9 @@ def plan_conv3d(
   data_format: str = "NDHWC",
   dilations: Sequence[int] | None = None,
   dtype: DTypeLike = tf.float32,
-  algorithm: str | None = "auto",
-  workspace_limit: int | None = None,
+  *,
   num_threads: int | None = None,
+  **options: Any,
 ) -> Plan:
   """Plans `conv3d` without running it: what each of its three passes will do.
 
@@ -95,7 +97,7 @@ def plan_conv3d(
     NotImplementedError: strides or dilations other than 1 in the batch or channel
       dimension, as TensorFlow (the op raises UnimplementedError).
   """
-  problem = ConvProblem.conv3d(strides, padding, data_format, dilations, algorithm, workspace_limit)
+  problem = ConvProblem.conv3d(strides, padding, data_format, dilations, **options)
   if problem.algorithm == _args.PORTABLE:
     raise ValueError(
       "algorithm='portable' runs stock TensorFlow ops, not the LargeConv ops "
