@@ -114,7 +114,7 @@ def dask_geometry():
   from tf_largeconv.dask import _graph
 
   x = da.zeros(DASK_IMAGE, np.float32, chunks=(1, DASK_CHUNK, DASK_CHUNK, 1))
-  problem = ConvProblem.conv2d(1, "SAME", "NHWC", 1, "auto", None)
+  problem = ConvProblem.conv2d(1, "SAME", "NHWC", 1)
   f = _graph.Forward(x, np.ones(DASK_FILTER, np.float32), problem)
   edges = [list(_graph._edges(c)) for c in x.chunks]
   blocks = f.blocks.blocks

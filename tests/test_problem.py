@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from tf_largeconv import _args
 from tf_largeconv import _loader
+from tf_largeconv._options import OPTIONS
 from tf_largeconv._problem import ConvProblem
 
 
@@ -160,16 +161,19 @@ def test_workspace_bound_and_attributes():
     assert ConvProblem.from_attrs(problem.attrs()) == problem
     assert hash(ConvProblem.from_attrs(problem.attrs())) == hash(problem)
   # The op's attributes, with the generated wrappers' names and forms.
+  # The op's attributes, with the generated wrappers' names and forms: TensorFlow's, then
+  # one per option (each at its default but the one given).
   attrs = ConvProblem.conv2d([2, 3], "SAME", algorithm="DIRECT").attrs()
-  assert sorted(attrs.items()) == [
-    ("algorithm", "direct"),
-    ("data_format", "NHWC"),
-    ("dilations", [1, 1, 1, 1]),
-    ("explicit_paddings", []),
-    ("padding", "SAME"),
-    ("strides", [1, 2, 3, 1]),
-    ("workspace_limit", -1),
-  ]
+  options = {o.name: o.clean(o.default) for o in OPTIONS}
+  assert attrs == dict(
+    data_format="NHWC",
+    dilations=[1, 1, 1, 1],
+    explicit_paddings=[],
+    padding="SAME",
+    strides=[1, 2, 3, 1],
+    **dict(options, algorithm="direct"),
+  )
+  assert options["workspace_limit"] == -1
   assert "explicit_paddings" not in ConvProblem.conv3d([1] * 5, "SAME").attrs()
 
 
