@@ -218,6 +218,18 @@ class StreamingModel(keras.Model):
   def build(self, input_shape: Any) -> None:
     self.built = True
 
+  def _maybe_symbolic_build(self, iterator: Any = None, data_batch: Any = None) -> None:
+    # Keras builds the compiled loss and metrics under a strategy from one batch that it
+    # first all-reduces replica by replica; MultiWorkerMirroredStrategy's reduce refuses a
+    # nested batch ("Attempt to convert a value (PerReplica...)"). Only shapes and dtypes
+    # matter to the build: this replica's share of the first batch gives them.
+    if iterator is not None and data_batch is None:
+      strategy = self.distribute_strategy
+      for _, _, it in iterator:
+        data_batch = _first_replica(strategy, next(it))
+        break
+    super()._maybe_symbolic_build(data_batch=data_batch)
+
   @property
   def run_eagerly(self) -> bool:
     """Always True: the tiles are a Python loop (also for a model not compiled)."""
@@ -372,17 +384,26 @@ class StreamingModel(keras.Model):
     self._loss_tracker.update_state(_unscaled(loss), sample_weight=_batch_size(x))
     self.optimizer.apply_gradients(zip(grads, variables))
     if y_pred is None:  # dense: the metrics were updated tile by tile
-      return self.get_metrics_result()
-    return self.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
+      return self._logs(self.get_metrics_result())
+    return self._logs(self.compute_metrics(x, y, y_pred, sample_weight=sample_weight))
 
   def test_step(self, data: Any) -> Any:
     if self.head is not None:
-      return super().test_step(data)
+      return self._logs(super().test_step(data))
     x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
     source, plan = self._batch(x, training=False)
     loss, _, _, _ = self._dense_step(source, plan, y, sample_weight, training=False)
     self._loss_tracker.update_state(_unscaled(loss), sample_weight=_batch_size(x))
-    return self.get_metrics_result()
+    return self._logs(self.get_metrics_result())
+
+  def _logs(self, logs: dict[str, Any]) -> dict[str, Any]:
+    """A step's metric values as Keras reduces them across the replicas. Under
+    MultiWorkerMirroredStrategy Keras reduces each along its axis 0 as well, which a
+    scalar lacks: there every scalar is given as a vector of one value (the reduced
+    result is the same scalar)."""
+    if not isinstance(self.distribute_strategy, tf.distribute.MultiWorkerMirroredStrategy):
+      return logs
+    return {k: tf.reshape(v, [1]) if tf.rank(v) == 0 else v for k, v in logs.items()}
 
   def get_config(self) -> dict[str, Any]:
     return {
@@ -400,6 +421,17 @@ class StreamingModel(keras.Model):
     head = config.pop("head")
     head = None if head is None else keras.saving.deserialize_keras_object(head)
     return cls(trunk, head, **config)
+
+
+def _first_replica(strategy: Any, data: Any) -> Any:
+  """`data` (a nest of tensors and per-replica values) as this worker's first replica sees it."""
+  if isinstance(data, (list, tuple)):
+    return type(data)(_first_replica(strategy, v) for v in data)
+  if isinstance(data, dict):
+    return {k: _first_replica(strategy, v) for k, v in data.items()}
+  if isinstance(data, tf.distribute.DistributedValues):
+    return strategy.experimental_local_results(data)[0]
+  return data
 
 
 def _batch_size(x: Any) -> int:
