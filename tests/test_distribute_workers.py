@@ -5,10 +5,11 @@ started and stopped by the test with bounded time, killed if anything fails.
   streams its own half of every global batch, and after three steps both workers hold the
   weights of single-device training on the whole batches (the oracle, trained in worker 0
   outside the strategy), to float32 summation order.
-- `keras.callbacks.BackupAndRestore`: a worker SIGKILLed in the middle of an epoch. As
-  Keras documents for MultiWorkerMirroredStrategy, the whole cluster is restarted (the
-  surviving worker waits in a collective for its dead peer); it resumes from the last
-  completed epoch and ends at the weights of an undisturbed run.
+- `keras.callbacks.BackupAndRestore`: a worker SIGKILLed in the middle of an epoch. The
+  surviving worker cannot go on alone (its collective is aborted when the dead peer's
+  heartbeats stop, and it exits), so, as Keras documents for MultiWorkerMirroredStrategy,
+  the whole cluster is restarted; it resumes from the last completed epoch and ends at the
+  weights of an undisturbed run.
 """
 
 import json
@@ -148,8 +149,12 @@ def test_backup_and_restore_resumes_after_a_worker_is_killed(tmp_path):
     os.kill(procs[1].pid, signal.SIGKILL)
     procs[1].wait(10)
     assert procs[1].returncode == -signal.SIGKILL
+    # The survivor cannot go on alone: its collective is aborted once the dead peer's
+    # heartbeats stop (about 10 s), and it exits with an error.
+    _, err = procs[0].communicate(timeout=TIMEOUT)
+    assert procs[0].returncode != 0 and "UnavailableError" in err, err[-3000:]
   finally:
-    workers.kill(procs)  # worker 0 waits for its dead peer: the cluster restarts whole
+    workers.kill(procs)
   # Nothing of the killed run reads as done: no final weights; the backup is epoch 1's.
   assert not list(tmp_path.glob("kill*.npz"))
   for i in range(2):

@@ -11,8 +11,9 @@ stream their own --per-worker images of every global batch of 2 x --per-worker. 
 step (tracing, building) is not timed; images per second count the other --steps steps,
 from the end of the first step to the end of the last, on the slowest worker. Prints the
 two rates and their ratio, and the share of a two-worker step that is not the worker's own
-computation (its step time minus the one-process step time), the bound on the ratio when it
-falls short of 2. Writes DIR/bench_workers.json.
+computation (its step time minus the one-process step time), and each run's CPU time over
+wall time per step (below 1: the process waited for its core or for its peer), which say
+what bounds the ratio when it falls short of 2. Writes DIR/bench_workers.json.
 """
 
 import argparse
@@ -63,12 +64,15 @@ def _child(core, index, workers, size, per_worker, steps):
   else:
     with strategy.scope():
       model = build()
-  ends = []
-  done = keras.callbacks.LambdaCallback(
-    on_train_batch_end=lambda b, logs: ends.append(time.perf_counter())
-  )
+  ends, cpu = [], []
+
+  def step_end(batch, logs):
+    ends.append(time.perf_counter())
+    cpu.append(time.process_time())
+
+  done = keras.callbacks.LambdaCallback(on_train_batch_end=step_end)
   model.fit(x, y, batch_size=batch, epochs=1, shuffle=False, verbose=0, callbacks=[done])
-  print(json.dumps({"index": index, "ends": ends, "images_per_step": batch}))
+  print(json.dumps({"index": index, "ends": ends, "cpu": cpu, "images_per_step": batch}))
 
 
 def _free_ports(n):
@@ -82,7 +86,8 @@ def _free_ports(n):
 
 
 def _run(workers, args):
-  """Starts `workers` pinned processes and returns (images per second, seconds per step)."""
+  """Starts `workers` pinned processes and returns (images per second, seconds per step,
+  the least share of its step's wall time a worker spent computing on its core)."""
   ports = _free_ports(workers)
   procs = []
   try:
@@ -122,7 +127,8 @@ def _run(workers, args):
         p.kill()
         p.communicate()
   seconds = max(o["ends"][-1] - o["ends"][0] for o in outs)
-  return outs[0]["images_per_step"] * args.steps / seconds, seconds / args.steps
+  busy = min((o["cpu"][-1] - o["cpu"][0]) / (o["ends"][-1] - o["ends"][0]) for o in outs)
+  return outs[0]["images_per_step"] * args.steps / seconds, seconds / args.steps, busy
 
 
 def main():
@@ -140,8 +146,8 @@ def main():
     return
   if os.cpu_count() < 2:
     sys.exit("benchmark workers: needs two cores (one per worker process)")
-  one, one_step = _run(1, args)
-  two, two_step = _run(2, args)
+  one, one_step, one_busy = _run(1, args)
+  two, two_step, two_busy = _run(2, args)
   result = {
     "size": args.size,
     "per_worker": args.per_worker,
@@ -154,10 +160,15 @@ def main():
     # Each worker computes the same share as the single process; the rest of its step is
     # the all-reduce, the cross-worker synchronisation and what the other core's load costs.
     "two_workers_overhead_share": (two_step - one_step) / two_step,
+    # CPU time over wall time of a step (the least over the workers): 1 where a process
+    # had its core to itself and never waited; below 1, the step waited for its core (other
+    # load) or for the other worker (the collectives).
+    "one_process_busy": one_busy,
+    "two_workers_busy": two_busy,
     "load_average": os.getloadavg(),
   }
-  print(f"one process  {one:8.2f} images/s  ({one_step:.3f} s/step)")
-  print(f"two workers  {two:8.2f} images/s  ({two_step:.3f} s/step)")
+  print(f"one process  {one:8.2f} images/s  ({one_step:.3f} s/step, busy {one_busy:.2f})")
+  print(f"two workers  {two:8.2f} images/s  ({two_step:.3f} s/step, busy {two_busy:.2f})")
   print(f"ratio        {two / one:8.2f}  (target >= 1.6; load average {os.getloadavg()[0]:.1f})")
   os.makedirs(args.out, exist_ok=True)
   with open(os.path.join(args.out, "bench_workers.json"), "w") as f:
