@@ -34,6 +34,7 @@ import tensorflow as tf
 
 from tf_largeconv import _arrays
 from tf_largeconv.stream import _dense
+from tf_largeconv.stream import _distribute
 from tf_largeconv.stream import _graph
 from tf_largeconv.stream import _plan
 from tf_largeconv.stream import _run
@@ -219,15 +220,8 @@ class StreamingModel(keras.Model):
     self.built = True
 
   def _maybe_symbolic_build(self, iterator: Any = None, data_batch: Any = None) -> None:
-    # Keras builds the compiled loss and metrics under a strategy from one batch that it
-    # first all-reduces replica by replica; MultiWorkerMirroredStrategy's reduce refuses a
-    # nested batch ("Attempt to convert a value (PerReplica...)"). Only shapes and dtypes
-    # matter to the build: this replica's share of the first batch gives them.
-    if iterator is not None and data_batch is None:
-      strategy = self.distribute_strategy
-      for _, _, it in iterator:
-        data_batch = _first_replica(strategy, next(it))
-        break
+    if iterator is not None and data_batch is None:  # see _distribute.first_batch
+      data_batch = _distribute.first_batch(self.distribute_strategy, iterator)
     super()._maybe_symbolic_build(data_batch=data_batch)
 
   @property
@@ -397,13 +391,7 @@ class StreamingModel(keras.Model):
     return self._logs(self.get_metrics_result())
 
   def _logs(self, logs: dict[str, Any]) -> dict[str, Any]:
-    """A step's metric values as Keras reduces them across the replicas. Under
-    MultiWorkerMirroredStrategy Keras reduces each along its axis 0 as well, which a
-    scalar lacks: there every scalar is given as a vector of one value (the reduced
-    result is the same scalar)."""
-    if not isinstance(self.distribute_strategy, tf.distribute.MultiWorkerMirroredStrategy):
-      return logs
-    return {k: tf.reshape(v, [1]) if tf.rank(v) == 0 else v for k, v in logs.items()}
+    return _distribute.step_logs(self.distribute_strategy, logs)
 
   def get_config(self) -> dict[str, Any]:
     return {
@@ -421,17 +409,6 @@ class StreamingModel(keras.Model):
     head = config.pop("head")
     head = None if head is None else keras.saving.deserialize_keras_object(head)
     return cls(trunk, head, **config)
-
-
-def _first_replica(strategy: Any, data: Any) -> Any:
-  """`data` (a nest of tensors and per-replica values) as this worker's first replica sees it."""
-  if isinstance(data, (list, tuple)):
-    return type(data)(_first_replica(strategy, v) for v in data)
-  if isinstance(data, dict):
-    return {k: _first_replica(strategy, v) for k, v in data.items()}
-  if isinstance(data, tf.distribute.DistributedValues):
-    return strategy.experimental_local_results(data)[0]
-  return data
 
 
 def _batch_size(x: Any) -> int:
