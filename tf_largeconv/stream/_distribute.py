@@ -9,6 +9,11 @@ from typing import Any
 import tensorflow as tf
 
 
+def multi_worker(strategy: Any) -> bool:
+  """Whether `strategy` is a MultiWorkerMirroredStrategy (where Keras's `fit` needs help)."""
+  return isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+
+
 def first_batch(strategy: Any, iterator: Any) -> Any:
   """This worker's first replica's share of the first batch of Keras's epoch `iterator`.
 
@@ -36,6 +41,6 @@ def step_logs(strategy: Any, logs: dict[str, Any]) -> dict[str, Any]:
   MultiWorkerMirroredStrategy Keras reduces each along its axis 0 as well, which a scalar
   lacks: there every scalar is given as a vector of one value (the reduced result is the
   same scalar). Under any other strategy, `logs` as they are."""
-  if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+  if not multi_worker(strategy):
     return logs
   return {k: tf.reshape(v, [1]) if tf.rank(v) == 0 else v for k, v in logs.items()}

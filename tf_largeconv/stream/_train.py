@@ -220,9 +220,10 @@ class StreamingModel(keras.Model):
     self.built = True
 
   def _maybe_symbolic_build(self, iterator: Any = None, data_batch: Any = None) -> None:
-    if iterator is not None and data_batch is None:  # see _distribute.first_batch
-      data_batch = _distribute.first_batch(self.distribute_strategy, iterator)
-    super()._maybe_symbolic_build(data_batch=data_batch)
+    strategy = self.distribute_strategy
+    if _distribute.multi_worker(strategy) and iterator is not None and data_batch is None:
+      data_batch, iterator = _distribute.first_batch(strategy, iterator), None
+    super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
 
   @property
   def run_eagerly(self) -> bool:
