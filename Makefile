@@ -27,6 +27,9 @@ DASK_DEPS ?= "dask[array]==2026.8.0" distributed==2026.8.0 zarr==3.1.6 tifffile=
 # The `slides` extra (scanners' formats through OpenSlide, its library from a wheel), at the
 # versions checked here; pyproject.toml's `slides` extra names the same packages.
 SLIDES_DEPS ?= openslide-python==1.4.7 openslide-bin==4.0.1.2
+# What the slide tests write DICOM WSI files with (wsidicom and its dependencies are pure
+# Python); pyproject.toml's `slides-test` extra.
+SLIDES_TEST_DEPS ?= wsidicom==0.36.1
 # tf_keras (Keras 2, for the tf_keras layer tests) without its dependency on the full
 # tensorflow package, which would be installed over tensorflow-cpu.
 NODEP_DEPS ?= "tf_keras==2.21.*"
@@ -99,7 +102,8 @@ all: build
 $(VENV)/.ready: Makefile
 	python3 -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --upgrade pip
-	$(VENV)/bin/python -m pip install "$(TF_PIN)" $(DEV_DEPS) $(DASK_DEPS) $(SLIDES_DEPS)
+	$(VENV)/bin/python -m pip install "$(TF_PIN)" $(DEV_DEPS) $(DASK_DEPS) $(SLIDES_DEPS) \
+	  $(SLIDES_TEST_DEPS)
 	$(VENV)/bin/python -m pip install --no-deps $(NODEP_DEPS)
 	touch $@
 

@@ -13,13 +13,9 @@ keras.layers.Conv2D alone ("Attempt to convert a value (PerReplica...)"), so the
 multi-worker test trains with a tf.distribute step (strategy.run, all-reduced gradients)
 over the same layers."""
 
-import json
-import socket
-import threading
-import time
-
 import numpy as np
 import subproc
+import workers
 
 # Distributed and single-device weights differ only by float32 summation order (a batch
 # of 8 summed as 4 + 4 across replicas): at most 2e-6 after the 16 steps, so 1e-5
@@ -129,43 +125,6 @@ print("ok")
   _assert_matches_single_device(tmp_path)
 
 
-def _free_ports(n):
-  socks = [socket.socket() for _ in range(n)]
-  for s in socks:
-    s.bind(("127.0.0.1", 0))
-  ports = [s.getsockname()[1] for s in socks]
-  for s in socks:
-    s.close()
-  return ports
-
-
-def _wait_workers(procs, timeout):
-  """Waits for all workers and returns their stdout. A worker that fails ends the others
-  (they would wait for it until the timeout), and the failure shows every worker's output."""
-  results = [None] * len(procs)
-
-  def wait(i):
-    try:
-      results[i] = subproc.wait(procs[i], timeout)[0]
-    except AssertionError as e:
-      results[i] = e
-
-  threads = [threading.Thread(target=wait, args=(i,)) for i in range(len(procs))]
-  for t in threads:
-    t.start()
-  while any(t.is_alive() for t in threads):
-    if any(isinstance(r, AssertionError) for r in results):
-      for p in procs:
-        if p.poll() is None:
-          p.kill()
-    time.sleep(0.2)
-  for t in threads:
-    t.join()
-  errors = [f"worker {i}: {r}" for i, r in enumerate(results) if isinstance(r, Exception)]
-  assert not errors, "\n".join(errors)
-  return results
-
-
 WORKER = (
   TRAIN
   + """
@@ -219,20 +178,11 @@ print("ok")
 
 
 def test_multi_worker_mirrored_strategy_two_local_workers(tmp_path):
-  ports = _free_ports(2)
-  cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
-  procs = [
-    subproc.start(
-      WORKER,
-      tmp_path,
-      index,
-      env=subproc.child_env(
-        TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
-      ),
-    )
-    for index in range(2)
-  ]
-  outs = _wait_workers(procs, timeout=240)
+  procs, _ = workers.start(WORKER, tmp_path)
+  try:
+    outs = workers.wait(procs, timeout=240)
+  finally:
+    workers.kill(procs)
   assert all(o.startswith("ok") for o in outs)
   w0, w1 = (_load(tmp_path, f"dist{i}") for i in range(2))
   assert sorted(w0) == sorted(w1) and len(w0) == 6
@@ -241,34 +191,16 @@ def test_multi_worker_mirrored_strategy_two_local_workers(tmp_path):
   _assert_matches_single_device(tmp_path, "dist0")
 
 
-STREAMED = """
-import sys
+STREAMED = (
+  """
 import numpy as np, keras, tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-from tf_largeconv import stream
-L = keras.layers
 strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 assert strategy.num_replicas_in_sync == 2
-rng = np.random.default_rng(0)
-x = rng.random((4, 36, 40, 3)).astype("float32")
-labels = {"class": np.array([0, 1, 1, 0]), "dense": rng.integers(0, 3, (4, 18, 20))}
-
-def build(kind):
-  keras.utils.set_random_seed(1)
-  inp = keras.Input((None, None, 3))
-  t = L.Conv2D(6, 5, padding="same", activation="relu")(inp)
-  t = L.DepthwiseConv2D(9, strides=2, padding="same")(t)
-  if kind == "dense":
-    model = stream.StreamingModel(keras.Model(inp, L.Conv2D(3, 1)(t)), tile=12)
-  else:
-    hin = keras.Input((None, None, 6))
-    head = keras.Model(hin, L.Dense(2)(L.GlobalAveragePooling2D()(hin)))
-    model = stream.StreamingModel(keras.Model(inp, t), head, tile=12)
-  model.compile(keras.optimizers.SGD(0.5),
-                keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-  return model
-
+"""
+  + workers.STREAMING_MODELS
+  + """
 for kind, y in labels.items():
   with strategy.scope():
     dist = build(kind)
@@ -289,6 +221,7 @@ for kind, y in labels.items():
   assert moved > 100 * ATOL, (kind, moved)
 print("ok")
 """
+)
 
 
 def test_streaming_model_under_mirrored_strategy(tmp_path):

@@ -145,3 +145,46 @@ def test_transparent_pixels_lie_over_the_background(rng, tmp_path):
   want = rgba[..., :3] * alpha + 255.0 * (1.0 - alpha)
   assert np.abs(got - want).max() <= 1.5
   assert (got[rgba[..., 3] == 0] == 255).all()
+
+
+@pytest.fixture
+def dicom(rng, tmp_path):
+  """A DICOM WSI series written by wsidicom (the `slides-test` extra): one uncompressed
+  instance per level, in a folder of its own."""
+  pytest.importorskip("wsidicom")
+  import dicom_wsi
+
+  levels = _pyramid(rng, 300, 410)
+  folder = tmp_path / "dicom"
+  folder.mkdir()
+  paths = dicom_wsi.write(folder, levels)
+  assert len(paths) == 2
+  return paths, levels
+
+
+def test_dicom_wsi_levels_and_windows_through_openslide(dicom):
+  paths, levels = dicom
+  for path in paths:  # any file of the series opens the whole pyramid
+    assert openslide.OpenSlide.detect_format(path) == "dicom"
+    for level, want in enumerate(levels):
+      x = ldask.open_slide(path, chunk=96, level=level)
+      assert x.shape == want.shape and x.dtype == np.uint8
+      np.testing.assert_array_equal(x.compute(), want)
+  x = ldask.open_slide(paths[0], chunk=64)
+  np.testing.assert_array_equal(x[37:211, 55:300].compute(), levels[0][37:211, 55:300])
+  with pytest.raises(ValueError, match=r"slide .*\.dcm has levels 0 to 1"):
+    ldask.open_slide(paths[0], level=2)
+
+
+def test_a_truncated_dicom_wsi_names_the_file(dicom, tmp_path):
+  paths, _ = dicom
+  cut = tmp_path / "cut"
+  cut.mkdir()
+  for path in paths:
+    with open(path, "rb") as src:
+      data = src.read()
+    with open(cut / os.path.basename(path), "wb") as dst:
+      dst.write(data[: len(data) // 2])
+  bad = str(cut / os.path.basename(paths[0]))
+  with pytest.raises(ValueError, match=r"cut/.*\.dcm"):
+    ldask.open_slide(bad, chunk=64).compute()

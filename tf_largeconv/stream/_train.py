@@ -34,6 +34,7 @@ import tensorflow as tf
 
 from tf_largeconv import _arrays
 from tf_largeconv.stream import _dense
+from tf_largeconv.stream import _distribute
 from tf_largeconv.stream import _graph
 from tf_largeconv.stream import _plan
 from tf_largeconv.stream import _run
@@ -218,6 +219,12 @@ class StreamingModel(keras.Model):
   def build(self, input_shape: Any) -> None:
     self.built = True
 
+  def _maybe_symbolic_build(self, iterator: Any = None, data_batch: Any = None) -> None:
+    strategy = self.distribute_strategy
+    if _distribute.multi_worker(strategy) and iterator is not None and data_batch is None:
+      data_batch, iterator = _distribute.first_batch(strategy, iterator), None
+    super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
+
   @property
   def run_eagerly(self) -> bool:
     """Always True: the tiles are a Python loop (also for a model not compiled)."""
@@ -372,17 +379,20 @@ class StreamingModel(keras.Model):
     self._loss_tracker.update_state(_unscaled(loss), sample_weight=_batch_size(x))
     self.optimizer.apply_gradients(zip(grads, variables))
     if y_pred is None:  # dense: the metrics were updated tile by tile
-      return self.get_metrics_result()
-    return self.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
+      return self._logs(self.get_metrics_result())
+    return self._logs(self.compute_metrics(x, y, y_pred, sample_weight=sample_weight))
 
   def test_step(self, data: Any) -> Any:
     if self.head is not None:
-      return super().test_step(data)
+      return self._logs(super().test_step(data))
     x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
     source, plan = self._batch(x, training=False)
     loss, _, _, _ = self._dense_step(source, plan, y, sample_weight, training=False)
     self._loss_tracker.update_state(_unscaled(loss), sample_weight=_batch_size(x))
-    return self.get_metrics_result()
+    return self._logs(self.get_metrics_result())
+
+  def _logs(self, logs: dict[str, Any]) -> dict[str, Any]:
+    return _distribute.step_logs(self.distribute_strategy, logs)
 
   def get_config(self) -> dict[str, Any]:
     return {
