@@ -3,7 +3,7 @@ limit against the same model called untiled, alternating in one process.
 
   python -m benchmarks.cpu.stream_networks [--nets resnet50 unet efficientnetb0
       mobilenetv3small] [--resnet-size 2048] [--unet-size 4096] [--se-size 1024]
-      [--repeats 2] [--copies] [--profile NET]
+      [--repeats 2] [--copies] [--profile NET] [--memory NET]
   (also: python -m benchmarks.cpu.stream --parts networks)
 
 - resnet50: keras.applications.ResNet50 (random weights, no top) on a --resnet-size^2 x 3
@@ -19,8 +19,9 @@ ratio, the plan's tiles, tile, passes and the share of the work recomputed in ov
 the largest difference from the untiled output. With --copies, a third run streams with
 each windowed layer padding a copy of its window (what the explicit padding replaced).
 --profile NET prints where the streamed run of NET spends its time (cProfile, top
-functions by own time). Timings on a loaded machine are noisy: compare the ratios of one
-run. Writes DIR/bench_stream_networks.json.
+functions by own time). --memory NET: the peak RSS growth of NET's streamed run with
+explicit padding and with padded copies, each in a fresh process. Timings on a loaded
+machine are noisy: compare the ratios of one run. Writes DIR/bench_stream_networks.json.
 """
 
 import argparse
@@ -142,6 +143,31 @@ def run_net(name, size, repeats, copies):
   return row
 
 
+def child_memory(name, size, copies):
+  """In a fresh process: the peak RSS growth of one streamed run (after a warm-up on a
+  small image), as JSON."""
+  from tf_largeconv import stream
+
+  model = network(name)
+  image = np.random.default_rng(1).standard_normal((1, size, size, 3)).astype(np.float32)
+  with padded_copies() if copies else contextlib.nullcontext():
+    stream.predict(model, image[:, :256, :256])
+    base = measure.reset_peak_rss()
+    stream.predict(model, image)
+  print(json.dumps(dict(peak_growth=measure.peak_rss() - base)))
+  return 0
+
+
+def memory(name, size):
+  """Peak RSS growth of the streamed run with explicit padding and with padded copies,
+  each in a fresh process."""
+  args = ["-m", "benchmarks.cpu.stream_networks", "--size", str(size), "--child-memory", name]
+  return {
+    label: measure.run_child([*args, *extra], timeout=1800).get("peak_growth")
+    for label, extra in (("explicit padding", []), ("padded copies", ["--copies"]))
+  }
+
+
 def profile(name, size, top=20):
   import cProfile
   import pstats
@@ -167,9 +193,19 @@ def main(argv=None):
   parser.add_argument("--repeats", type=int, default=2)
   parser.add_argument("--copies", action="store_true")
   parser.add_argument("--profile", choices=NETS)
+  parser.add_argument("--memory", choices=NETS)
   parser.add_argument("--out", default=measure.RESULTS_DIR)
+  parser.add_argument("--child-memory", choices=NETS, help=argparse.SUPPRESS)
+  parser.add_argument("--size", type=int, help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
+  if args.child_memory:
+    return child_memory(args.child_memory, args.size, args.copies)
   sizes = {"resnet50": args.resnet_size, "unet": args.unet_size}
+  if args.memory:
+    size = sizes.get(args.memory, args.se_size)
+    for label, peak in memory(args.memory, size).items():
+      print(f"{args.memory} {size}^2 streamed, {label}: peak RSS growth {peak / 2**20:.0f} MiB")
+    return 0
   if args.profile:
     profile(args.profile, sizes.get(args.profile, args.se_size))
     return 0
