@@ -58,7 +58,7 @@ def _digest(path: str) -> str:
     if name != path:
       h.update(os.path.relpath(name, path).encode() + b"\0")
     with open(name, "rb") as f:
-      for block in iter(lambda f=f: f.read(1 << 20), b""):
+      while block := f.read(1 << 20):
         h.update(block)
   return h.hexdigest()
 
