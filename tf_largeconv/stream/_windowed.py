@@ -4,8 +4,8 @@ op as explicit padding instead of copied into a padded input.
 
 `explicit_call(op, rank)` gives `call(x, pads)` (pads: (before, after) per spatial axis) for
 the layers whose op takes explicit padding, or None where the streamed rule pads a copy:
-- Keras's Conv1D/Conv2D (groups 1), DepthwiseConv1D/2D, SeparableConv1D/2D: tf.nn.conv2d,
-  tf.nn.depthwise_conv2d (1D as 2D of height 1);
+- Keras's Conv1D/Conv2D (groups 1, dilation 1), DepthwiseConv1D/2D, SeparableConv1D/2D:
+  tf.nn.conv2d, tf.nn.depthwise_conv2d, tf.nn.separable_conv2d (1D as 2D of height 1);
 - MaxPooling1D/2D: tf.nn.max_pool2d, where every padding is smaller than the window (the
   op's own limit; a window wholly inside a padding pads a copy);
 - the package's LargeConv1D/LargeConv2D/LargeDepthwiseConv2D: tf_largeconv.conv1d, conv2d,
@@ -13,7 +13,9 @@ the layers whose op takes explicit padding, or None where the streamed rule pads
 - FoldedBlock: its `convolve(x, padding)`.
 Copies stay for AveragePooling (tf.nn.avg_pool has no explicit padding), 3D layers
 (tf.nn.conv3d has none), grouped Keras convolutions (TensorFlow runs them on the CPU only
-under XLA), quantized layers and subclasses that replace the layer's call.
+under XLA), dilated Keras convolutions (tf.nn.conv2d has no gradient for dilations on the
+CPU; Keras runs them through tf.nn.convolution, which takes no explicit padding), quantized
+layers and subclasses that replace the layer's call.
 """
 
 from __future__ import annotations
@@ -73,7 +75,7 @@ def _window(op: Any, rank: int) -> tuple[list[int], list[int]]:
 
 def _keras_conv(op: Any, rank: int) -> PaddedCall | None:
   base = L.Conv1D if rank == 1 else L.Conv2D
-  if not _own_call(op, base, "convolution_op") or op.groups != 1:
+  if not _own_call(op, base, "convolution_op") or op.groups != 1 or max(op.dilation_rate) > 1:
     return None
   strides, dilations = _window(op, rank)
 
