@@ -28,6 +28,9 @@ branch, a 3x3 depthwise and 1x1 convolutions; float32.
    image (8192^2) in a child (peak RSS), with the untiled step tried under an address-space
    cap at the machine's memory.
 
+5. Networks (`benchmarks.cpu.stream_networks`, also run alone): ResNet50, a U-Net,
+   EfficientNetB0 and MobileNetV3Small streamed against untiled, alternating.
+
 Prints a table; writes DIR/bench_stream.json. The slide is kept in benchmarks/scratch/.
 """
 
@@ -394,7 +397,7 @@ def main(argv=None):
   parser.add_argument("--cluster-size", type=int, default=24576)
   parser.add_argument("--workers", type=int, default=2)
   parser.add_argument("--worker-limit", type=int, default=2 * GiB)
-  parts = ["speed", "memory", "cluster", "train-speed", "train-memory"]
+  parts = ["speed", "memory", "cluster", "train-speed", "train-memory", "networks"]
   parser.add_argument("--parts", nargs="*", choices=parts, default=parts)
   parser.add_argument("--train-size", type=int, default=8192)
   parser.add_argument("--train-pool", type=int, default=TRAIN_POOL)
@@ -479,6 +482,10 @@ def main(argv=None):
         f"{s_['tile']} px ({s_['outcome']}); untiled under a {u['cap_bytes'] / GiB:.1f} GiB "
         f"cap: {u['outcome']}"
       )
+  if "networks" in args.parts:  # Keras's applications and a U-Net: its own table and file
+    from benchmarks.cpu import stream_networks
+
+    stream_networks.main(["--out", args.out])
   os.makedirs(args.out, exist_ok=True)
   with open(os.path.join(args.out, "bench_stream.json"), "w", encoding="utf-8") as f:
     json.dump(results, f, indent=1)

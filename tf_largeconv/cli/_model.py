@@ -21,7 +21,11 @@ DEFAULT_READ_CHUNK = 2048
 
 def add(subparsers: Any, parent: argparse.ArgumentParser, prog: str | None) -> None:
   p = add_command(subparsers, "model", prog, [parent])
-  p.add_argument("model", metavar="MODEL.keras", help="the Keras model to run")
+  p.add_argument(
+    "model",
+    metavar="MODEL.keras",
+    help="the Keras model to run: a .keras or .h5 file, or a tf_keras SavedModel directory",
+  )
   add_slide_paths(p)
   g = p.add_argument_group("the model")
   g.add_argument("--up-to", metavar="LAYER", help="run the model up to this layer's output")
@@ -44,25 +48,75 @@ def add(subparsers: Any, parent: argparse.ArgumentParser, prog: str | None) -> N
 
 
 def _digest(path: str) -> str:
+  """SHA-256 of the model file, or of a SavedModel directory's files (names and contents)."""
   h = hashlib.sha256()
-  with open(path, "rb") as f:
-    for block in iter(lambda: f.read(1 << 20), b""):
-      h.update(block)
+  files = [path]
+  if os.path.isdir(path):
+    found = (os.path.join(d, f) for d, _, names in os.walk(path) for f in names)
+    files = sorted(found)
+  for name in files:
+    if name != path:
+      h.update(os.path.relpath(name, path).encode() + b"\0")
+    with open(name, "rb") as f:
+      while block := f.read(1 << 20):
+        h.update(block)
   return h.hexdigest()
 
 
+MODEL_FORMS = "a .keras or .h5 file, or a SavedModel directory saved by tf_keras"
+
+
+def _saved_model(path: str, name: str) -> Any:
+  """The tf_keras model saved at directory `path`, as its Keras 3 twin (`stream._convert`)."""
+  from tf_largeconv.stream import _convert
+
+  if not os.path.isfile(os.path.join(path, "saved_model.pb")):
+    raise _run.UsageError(
+      f"{name} {path} is a directory without saved_model.pb; expected {MODEL_FORMS}"
+    )
+  try:
+    import tf_keras
+  except ImportError:
+    raise _run.UsageError(
+      f"{name} {path} is a SavedModel directory: loading it needs tf_keras (pip install tf_keras)"
+    ) from None
+  try:
+    model = tf_keras.models.load_model(path, compile=False)
+  except Exception as e:  # any failure to read the directory is the user's to fix
+    raise _run.UsageError(
+      f"{name} {path} could not be loaded as a tf_keras SavedModel: {type(e).__name__}: {e}"
+    ) from e
+  if not _convert.is_tf_keras(model):
+    raise _run.UsageError(
+      f"{name} {path} holds a SavedModel that is not a tf_keras model "
+      f"({type(model).__name__}); expected {MODEL_FORMS}"
+    )
+  try:
+    return _convert.keras3(model)
+  except ValueError as e:
+    raise _run.UsageError(f"{name} {path}: {e}") from e
+
+
 def load_model(path: str, name: str = "MODEL") -> Any:
-  """The Keras model saved at `path`, or a UsageError naming it as `name`."""
+  """The Keras model saved at `path` (a .keras or .h5 file, or a tf_keras SavedModel
+  directory; a tf_keras model as its Keras 3 twin), or a UsageError naming it as `name`."""
   import keras
 
   import tf_largeconv  # noqa: F401 (registers the package's layers for loading)
+  from tf_largeconv.stream import _convert
 
+  if os.path.isdir(path):
+    return _saved_model(path, name)
   if not os.path.isfile(path):
-    raise _run.UsageError(f"{name}: no such file: {path}")
+    raise _run.UsageError(f"{name}: no such file or directory: {path}; expected {MODEL_FORMS}")
   try:
+    if path.lower().endswith((".h5", ".hdf5")):
+      return _convert.load_h5(path)
     return keras.saving.load_model(path, compile=False)
   except Exception as e:  # any failure to read the file is the user's to fix
-    raise _run.UsageError(f"{name} {path} could not be loaded: {type(e).__name__}: {e}") from e
+    raise _run.UsageError(
+      f"{name} {path} could not be loaded: {type(e).__name__}: {e}; expected {MODEL_FORMS}"
+    ) from e
 
 
 def _load(args: argparse.Namespace) -> tuple[Any, Any]:

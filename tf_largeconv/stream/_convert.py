@@ -42,6 +42,12 @@ def _lenient(name: str) -> Any:
   return Loader
 
 
+def load_h5(path: str) -> Any:
+  """The Keras 3 model in the HDF5 file at `path`, saved by Keras 3 or by tf_keras."""
+  loaders = {name: _lenient(name) for name in KERAS2_ONLY}
+  return keras.saving.load_model(path, compile=False, custom_objects=loaders)
+
+
 def keras3(model: Any) -> Any:
   """`model` itself, or for a tf_keras model its Keras 3 twin with a copy of its weights."""
   if not is_tf_keras(model):
@@ -50,8 +56,7 @@ def keras3(model: Any) -> Any:
     path = os.path.join(d, "model.h5")
     try:
       model.save(path, save_format="h5")
-      loaders = {name: _lenient(name) for name in KERAS2_ONLY}
-      return keras.saving.load_model(path, compile=False, custom_objects=loaders)
+      return load_h5(path)
     except Exception as e:  # noqa: BLE001 - any layer Keras 3 cannot rebuild
       raise ValueError(
         f"model '{model.name}' is a tf_keras model that Keras 3 cannot rebuild from its "

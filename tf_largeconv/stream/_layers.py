@@ -13,6 +13,7 @@ import tensorflow as tf
 from tf_largeconv import fold as _fold
 from tf_largeconv.stream import _rules
 from tf_largeconv.stream import _trace
+from tf_largeconv.stream import _windowed
 
 L = keras.layers
 
@@ -141,15 +142,16 @@ def _pairs(value: Any, rank: int) -> list[tuple[int, int]]:
 
 def _folded(op: Any) -> _rules.Rule:
   """A FoldedBlock: the layer's own convolution (`convolve`: its folded kernel from the
-  current weights, its op, algorithm and workspace limit) on windows padded by hand."""
+  current weights, its op, algorithm and workspace limit) with each window's padded rows as
+  its explicit padding."""
   conv = op.folded_conv()
 
-  def call(x: tf.Tensor) -> tf.Tensor:
-    return op.convolve(x, padding=((0, 0), (0, 0)))
+  def call(x: tf.Tensor, pads: Sequence[tuple[int, int]]) -> tf.Tensor:
+    return op.convolve(x, padding=tuple(pads))
 
   kernel = [int(n) for n in conv.kernel.shape[:2]]
   pads = [(int(a), int(b)) for a, b in conv.padding]
-  return _rules.Sliding(call, kernel, list(conv.strides), [1, 1], pads)
+  return _rules.Sliding(call, kernel, list(conv.strides), [1, 1], pads, explicit=True)
 
 
 def _elementwise(op: Any, refs: Sequence[Any], rank: int, call: _rules.Call) -> _rules.Rule | None:
@@ -181,10 +183,12 @@ def rule_for(op: Any, refs: Sequence[Any], rank: int, call: _rules.Call) -> tupl
   if isinstance(op, _fold.FoldedBlockBase):
     return _folded(op), "folded conv"
   if isinstance(op, CONVS + SEPARABLE):
-    clone = _valid_clone(op, channels, rank)
+    explicit = _windowed.explicit_call(op, rank)
     kernel = _tuple(op.kernel_size, rank)
     strides, dilations = _tuple(op.strides, rank), _tuple(op.dilation_rate, rank)
-    return _rules.Sliding(clone, kernel, strides, dilations, op.padding), "conv"
+    call = explicit or _valid_clone(op, channels, rank)
+    sliding = _rules.Sliding(call, kernel, strides, dilations, op.padding, explicit=bool(explicit))
+    return sliding, "conv"
   if isinstance(op, TRANSPOSED):
     clone = _valid_clone(op, channels, rank)
 
@@ -195,11 +199,15 @@ def rule_for(op: Any, refs: Sequence[Any], rank: int, call: _rules.Call) -> tupl
     strides, dilations = _tuple(op.strides, rank), _tuple(op.dilation_rate, rank)
     return _rules.Transpose(clone, kernel, strides, dilations, op.padding, out_size), "transpose"
   if isinstance(op, MAX_POOLS + AVG_POOLS):
-    clone = _valid_clone(op, channels, rank)
+    explicit = _windowed.explicit_call(op, rank)
+    call = explicit or _valid_clone(op, channels, rank)
     kernel, strides = _tuple(op.pool_size, rank), _tuple(op.strides, rank)
     average = isinstance(op, AVG_POOLS)
     low = 0.0 if average else float("-inf")
-    return _rules.Sliding(clone, kernel, strides, [1] * rank, op.padding, low, average), "pool"
+    rule = _rules.Sliding(
+      call, kernel, strides, [1] * rank, op.padding, low, average, explicit=bool(explicit)
+    )
+    return rule, "pool"
   if isinstance(op, GLOBAL_AVG + GLOBAL_MAX):
     how = "max" if isinstance(op, GLOBAL_MAX) else "mean"
     return _rules.Reduce(how, bool(op.keepdims)), "reduce"

@@ -10,9 +10,11 @@ padded rows on each side; `run` returns exactly the output range.
 Kinds of rule:
 - `Pointwise`: each output pixel from the same input pixel (activations, normalization over
   channels, 1x1 dense layers, merges of branches).
-- `Sliding`: convolutions and pooling (any kernel, stride, dilation, padding): the layer is
-  run with padding 'valid' on the window padded by hand, so a window that reaches an edge of
-  the image sees exactly the padding the whole image would.
+- `Sliding`: convolutions and pooling (any kernel, stride, dilation, padding): the layer's
+  op is given the window's padded rows as explicit padding (`_windowed`), or, where the op
+  cannot take it, the layer is run with padding 'valid' on the window padded by hand; either
+  way a window that reaches an edge of the image sees exactly the padding the whole image
+  would.
 - `Shift`: ZeroPadding and Cropping.
 - `Upsample`: UpSampling, nearest (no halo) or bilinear (one input pixel of halo, which the
   result drops except at the image's edges, where the window's edge is the image's).
@@ -136,9 +138,10 @@ class _Kernel(Rule):
 
 class Sliding(_Kernel):
   """A window of `kernel` taps per axis, `strides`, `dilations` and `padding` ('valid',
-  'same', 'causal' or explicit pairs per axis); `call` runs it with padding 'valid'.
-  `pad_value` is what the padding holds. With `average`, the padded taps are left out of
-  each mean (average pooling with padding 'same')."""
+  'same', 'causal' or explicit pairs per axis). With `explicit`, `call(x, pads)` runs it on
+  `x` padded by `pads` ((before, after) per axis); else `call(x)` runs it with padding
+  'valid' on `x` padded by hand with `pad_value`. With `average`, the padded taps are left
+  out of each mean (average pooling with padding 'same')."""
 
   kind = "sliding"
 
@@ -151,10 +154,11 @@ class Sliding(_Kernel):
     padding: str | Sequence[tuple[int, int]],
     pad_value: float = 0.0,
     average: bool = False,
+    explicit: bool = False,
   ) -> None:
     super().__init__(call, kernel, strides, dilations)
     self.padding = padding
-    self.pad_value, self.average = pad_value, average
+    self.pad_value, self.average, self.explicit = pad_value, average, explicit
     self.geometry: list[tuple[int, int, int]] = []
 
   def _padding(self, axis: int) -> str | tuple[int, int]:
@@ -180,6 +184,8 @@ class Sliding(_Kernel):
 
   def run(self, inputs: list[tf.Tensor], spans: Sequence[Span]) -> tf.Tensor:
     pads = [sp.pads for sp in spans]
+    if self.explicit:
+      return self.call(inputs[0], pads)
     y = self.call(_pad(inputs[0], pads, self.pad_value))
     if self.average and any(p for pair in pads for p in pair):
       shape = [1] + [sp.hi_in - sp.lo_in for sp in spans] + [1]

@@ -1,0 +1,136 @@
+"""Windowed layers streamed with explicit padding (`stream._windowed`): which layers take
+each tile's padding as their op's explicit padding and which pad a copy, and the streamed
+result of each against the untiled model in float64, with tiles small enough that edge
+tiles pad on every side (and one asymmetric padding of a strided window)."""
+
+import keras
+import pytest
+from test_stream import _image
+from test_stream import _randomize
+from test_stream import check
+from test_stream import floatx
+
+from tf_largeconv import keras as lk
+from tf_largeconv.stream import _windowed
+
+L = keras.layers
+
+
+class OwnCall(L.Conv2D):
+  """A Conv2D whose call is the user's: streamed by its own call on a padded copy."""
+
+  def call(self, inputs):
+    return super().call(inputs) * 2.0
+
+
+EXPLICIT_2D = [
+  lambda: L.Conv2D(3, 5, padding="same", activation="relu"),
+  lambda: L.Conv2D(3, 4, strides=3, padding="same"),
+  lambda: L.DepthwiseConv2D(5, strides=2, padding="same", depth_multiplier=2),
+  lambda: L.SeparableConv2D(4, 3, dilation_rate=3, padding="same", activation="tanh"),
+  lambda: L.MaxPooling2D(3, strides=2, padding="same"),
+  lambda: L.MaxPooling2D(4, strides=3, padding="same"),
+  lambda: lk.LargeConv2D(2, 9, padding="same"),
+  lambda: lk.LargeDepthwiseConv2D(7, strides=2, padding="same"),
+]
+COPIED_2D = [
+  lambda: L.AveragePooling2D(3, strides=2, padding="same"),
+  lambda: L.Conv2D(4, 3, padding="same", groups=2),
+  lambda: OwnCall(3, 3, padding="same"),
+  lambda: L.Conv2D(2, 3, dilation_rate=2, padding="same", use_bias=False),
+]
+EXPLICIT_1D = [
+  lambda: L.Conv1D(3, 5, padding="causal"),
+  lambda: L.Conv1D(3, 4, strides=2, padding="same"),
+  lambda: L.DepthwiseConv1D(5, padding="same"),
+  lambda: L.SeparableConv1D(3, 3, padding="same"),
+  lambda: L.MaxPooling1D(3, strides=2, padding="same"),
+  lambda: lk.LargeConv1D(2, 7, padding="causal"),
+]
+
+
+def _model(make, shape):
+  inp = keras.Input(shape)
+  x = L.Conv2D(4, 1)(inp) if len(shape) == 3 else L.Conv1D(4, 1)(inp)
+  return _randomize(keras.Model(inp, make()(x)))
+
+
+@pytest.mark.parametrize("k", range(len(EXPLICIT_2D) + len(COPIED_2D)))
+def test_2d_layers_stream_exactly_with_or_without_a_copy(k):
+  makes = EXPLICIT_2D + COPIED_2D
+  with floatx("float64"):
+    model = _model(makes[k], (None, None, 3))
+  layer = model.layers[-1]
+  assert (_windowed.explicit_call(layer, 2) is not None) == (k < len(EXPLICIT_2D)), layer
+  check(model, _image((2, 37, 30, 3), "float64"), (5, 8, 16), "float64")
+
+
+@pytest.mark.parametrize("k", range(len(EXPLICIT_1D)))
+def test_1d_layers_stream_exactly_with_explicit_padding(k):
+  with floatx("float64"):
+    model = _model(EXPLICIT_1D[k], (None, 3))
+  assert _windowed.explicit_call(model.layers[-1], 1) is not None
+  check(model, _image((2, 53, 3), "float64"), (5, 11), "float64")
+
+
+def test_3d_layers_pad_a_copy():
+  assert _windowed.explicit_call(L.Conv3D(2, 3, padding="same"), 3) is None
+
+
+def test_padded_copies_happen_only_where_the_op_cannot_take_the_padding(monkeypatch):
+  """No tf.pad runs for a network of explicit-padding layers, one per tile for the
+  average pooling."""
+  import tensorflow as tf
+
+  from tf_largeconv import stream
+
+  calls = []
+  real = tf.pad
+  monkeypatch.setattr(tf, "pad", lambda *a, **k: calls.append(1) or real(*a, **k))
+  with floatx("float64"):
+    inp = keras.Input((None, None, 3))
+    x = inp
+    for make in EXPLICIT_2D[:5]:
+      x = make()(x)
+    explicit = _randomize(keras.Model(inp, x))
+  image = _image((1, 64, 64, 3), "float64")
+  stream.predict(explicit, image, tile=16)
+  assert calls == []
+  with floatx("float64"):
+    pooled = _model(COPIED_2D[0], (None, None, 3))
+  stream.predict(pooled, image, tile=16)
+  assert len(calls) > 0
+
+
+@pytest.mark.parametrize("k", range(len(EXPLICIT_2D)))
+def test_explicit_calls_have_the_layers_gradients(k):
+  """On a whole image with the layer's own 'same' padding, the explicit call and its
+  gradients (input and every variable) are the layer's."""
+  import tensorflow as tf
+
+  from tf_largeconv.stream import _layers
+  from tf_largeconv.stream import _rules
+
+  with floatx("float64"):
+    model = _model(EXPLICIT_2D[k], (None, None, 3))
+  layer, x = model.layers[-1], tf.constant(_image((1, 19, 22, 3), "float64"))
+  x = model.layers[-2](x)
+  rule, _ = _layers.rule_for(layer, [model.layers[-2].output], 2, layer)
+  assert rule.explicit
+  pads = []
+  for n, size, s, d in zip(x.shape[1:3], rule.kernel, rule.strides, rule.dilations):
+    out, before, extent = _rules.slide_axis(n, size, s, d, "same")
+    pads.append((before, (out - 1) * s + extent - n - before))
+  weights = tf.constant(_image(tuple(layer(x).shape), "float64", seed=5))
+  got, want = [], []
+  for run, grads in ((lambda: rule.call(x, pads), got), (lambda: layer(x), want)):
+    with tf.GradientTape() as tape:
+      tape.watch(x)
+      y = run()
+      loss = tf.reduce_sum(y * weights)
+    grads += [y, *tape.gradient(loss, [x, *layer.trainable_variables])]
+  assert len(got) == len(want)
+  for g, w in zip(got, want):
+    assert g is not None and w is not None
+    scale = float(tf.reduce_max(tf.abs(w))) or 1.0
+    assert float(tf.reduce_max(tf.abs(g - w))) <= 1e-10 * scale

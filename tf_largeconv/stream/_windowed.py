@@ -1,0 +1,192 @@
+"""Windowed layers run on a tile with explicit padding: the layer's computation from its
+own variables, with the padded rows of the tile's window (`_rules.Span.pads`) passed to the
+op as explicit padding instead of copied into a padded input.
+
+`explicit_call(op, rank)` gives `call(x, pads)` (pads: (before, after) per spatial axis) for
+the layers whose op takes explicit padding, or None where the streamed rule pads a copy:
+- Keras's Conv1D/Conv2D (groups 1, dilation 1), DepthwiseConv1D/2D, SeparableConv1D/2D:
+  tf.nn.conv2d, tf.nn.depthwise_conv2d, tf.nn.separable_conv2d (1D as 2D of height 1);
+- MaxPooling1D/2D: tf.nn.max_pool2d, where every padding is smaller than the window (the
+  op's own limit; a window wholly inside a padding pads a copy);
+- the package's LargeConv1D/LargeConv2D/LargeDepthwiseConv2D: tf_largeconv.conv1d, conv2d,
+  depthwise_conv2d with the layer's algorithm and workspace limit;
+- FoldedBlock: its `convolve(x, padding)`.
+Copies stay for AveragePooling (tf.nn.avg_pool has no explicit padding), 3D layers
+(tf.nn.conv3d has none), grouped Keras convolutions (TensorFlow runs them on the CPU only
+under XLA), dilated Keras convolutions (tf.nn.conv2d has no gradient for dilations on the
+CPU; Keras runs them through tf.nn.convolution, which takes no explicit padding), quantized
+layers and subclasses that replace the layer's call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from collections.abc import Sequence
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+from tf_largeconv import ops as _ops
+
+L = keras.layers
+Pads = Sequence[tuple[int, int]]
+PaddedCall = Callable[[tf.Tensor, Pads], tf.Tensor]
+
+
+def _nhwc(pads: Pads) -> list[list[int]]:
+  return [[0, 0], *[[int(a), int(b)] for a, b in pads], [0, 0]]
+
+
+def _as_2d(rank: int, run: PaddedCall) -> PaddedCall:
+  """`run` (on NHWC) for a layer of `rank` 1 (NWC, run as height 1) or 2."""
+  if rank == 2:
+    return run
+
+  def call(x: tf.Tensor, pads: Pads) -> tf.Tensor:
+    return tf.squeeze(run(tf.expand_dims(x, 1), [(0, 0), *pads]), 1)
+
+  return call
+
+
+def _value(variable: Any, dtype: Any) -> tf.Tensor:
+  return tf.cast(tf.convert_to_tensor(variable), dtype)
+
+
+def _finish(op: Any, y: tf.Tensor) -> tf.Tensor:
+  """The bias and activation of a Keras convolution, as its call adds them."""
+  if op.use_bias:
+    y = y + _value(op.bias, y.dtype)
+  return op.activation(y) if op.activation is not None else y
+
+
+def _own_call(op: Any, base: type, *names: str) -> bool:
+  """Whether `op` computes as Keras's `base` does: its call (and the named methods) not
+  replaced, channels last, not quantized."""
+  if op.data_format != "channels_last" or getattr(op, "quantization_mode", None):
+    return False
+  return all(getattr(type(op), n) is getattr(base, n) for n in ("call", *names))
+
+
+def _window(op: Any, rank: int) -> tuple[list[int], list[int]]:
+  ones = [1] * (2 - rank)
+  return ones + list(op.strides), ones + list(op.dilation_rate)
+
+
+def _keras_conv(op: Any, rank: int) -> PaddedCall | None:
+  base = L.Conv1D if rank == 1 else L.Conv2D
+  if not _own_call(op, base, "convolution_op") or op.groups != 1 or max(op.dilation_rate) > 1:
+    return None
+  strides, dilations = _window(op, rank)
+
+  def run(x: tf.Tensor, pads: Pads) -> tf.Tensor:
+    x = tf.cast(x, op.compute_dtype)
+    kernel = _value(op.kernel, x.dtype)
+    if rank == 1:
+      kernel = kernel[None]
+    y = tf.nn.conv2d(x, kernel, [1, *strides, 1], _nhwc(pads), dilations=dilations)
+    return _finish(op, y)
+
+  return _as_2d(rank, run)
+
+
+def _keras_depthwise(op: Any, rank: int) -> PaddedCall | None:
+  base = L.DepthwiseConv1D if rank == 1 else L.DepthwiseConv2D
+  if not _own_call(op, base):
+    return None
+  strides, dilations = _window(op, rank)
+
+  def run(x: tf.Tensor, pads: Pads) -> tf.Tensor:
+    x = tf.cast(x, op.compute_dtype)
+    kernel = _value(op.kernel, x.dtype)
+    if rank == 1:
+      kernel = kernel[None]
+    y = tf.nn.depthwise_conv2d(x, kernel, [1, *strides, 1], _nhwc(pads), dilations=dilations)
+    return _finish(op, y)
+
+  return _as_2d(rank, run)
+
+
+def _keras_separable(op: Any, rank: int) -> PaddedCall | None:
+  base = L.SeparableConv1D if rank == 1 else L.SeparableConv2D
+  if not _own_call(op, base):
+    return None
+  strides, dilations = _window(op, rank)
+
+  def run(x: tf.Tensor, pads: Pads) -> tf.Tensor:
+    x = tf.cast(x, op.compute_dtype)
+    depthwise = _value(op.depthwise_kernel, x.dtype)
+    pointwise = _value(op.pointwise_kernel, x.dtype)
+    if rank == 1:
+      depthwise, pointwise = depthwise[None], pointwise[None]
+    y = tf.nn.separable_conv2d(
+      x, depthwise, pointwise, [1, *strides, 1], _nhwc(pads), dilations=dilations
+    )
+    return _finish(op, y)
+
+  return _as_2d(rank, run)
+
+
+def _max_pool(op: Any, rank: int) -> PaddedCall | None:
+  base = L.MaxPooling1D if rank == 1 else L.MaxPooling2D
+  if not _own_call(op, base):
+    return None
+  ones = [1] * (2 - rank)
+  size, strides = ones + list(op.pool_size), ones + list(op.strides)
+
+  def run(x: tf.Tensor, pads: Pads) -> tf.Tensor:
+    if any(p >= k for pair, k in zip(pads, size) for p in pair):
+      # The op takes paddings smaller than the window only.
+      low = float("-inf")
+      return tf.nn.max_pool2d(tf.pad(x, _nhwc(pads), constant_values=low), size, strides, "VALID")
+    return tf.nn.max_pool2d(x, size, strides, _nhwc(pads))
+
+  return _as_2d(rank, run)
+
+
+def _package_conv(op: Any, rank: int) -> PaddedCall | None:
+  """The package's LargeConv1D/2D and LargeDepthwiseConv2D: its op with explicit padding."""
+  from tf_largeconv import keras as lk
+
+  families = (
+    (lk.LargeConv1D, _ops.conv1d),
+    (lk.LargeDepthwiseConv2D, _ops.depthwise_conv2d),
+    (lk.LargeConv2D, _ops.conv2d),
+  )
+  found = next(((f, c) for f, c in families if isinstance(op, f)), None)
+  if found is None:
+    return None
+  family, conv = found
+  if op.data_format != "channels_last" or not all(
+    getattr(type(op), n) is getattr(family, n) for n in ("call", "convolution_op")
+  ):
+    return None
+  strides = list(op.strides)
+
+  def run(x: tf.Tensor, pads: Pads) -> tf.Tensor:
+    x = tf.cast(x, op.compute_dtype)
+    padding = [list(p) for p in pads] if rank == 1 else _nhwc(pads)
+    y = conv(x, _value(op.kernel, x.dtype), strides, padding, **op._op_kwargs())
+    return op._bias_and_activation(y)
+
+  return run
+
+
+def explicit_call(op: Any, rank: int) -> PaddedCall | None:
+  """`call(x, pads)`: `op` (a Keras layer) on the window `x` with `pads` padded rows per
+  spatial axis given to its op as explicit padding, or None where the op cannot take it."""
+  if rank not in (1, 2):
+    return None
+  from tf_largeconv import keras as lk
+
+  if isinstance(op, (lk.LargeConv1D, lk.LargeConv2D, lk.LargeDepthwiseConv2D)):
+    return _package_conv(op, rank)
+  if isinstance(op, (L.SeparableConv1D, L.SeparableConv2D)):
+    return _keras_separable(op, rank)
+  if isinstance(op, (L.DepthwiseConv1D, L.DepthwiseConv2D)):
+    return _keras_depthwise(op, rank)
+  if isinstance(op, (L.Conv1D, L.Conv2D)):
+    return _keras_conv(op, rank)
+  if isinstance(op, (L.MaxPooling1D, L.MaxPooling2D)):
+    return _max_pool(op, rank)
+  return None
