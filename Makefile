@@ -79,11 +79,16 @@ ISA_ONLY  := cc/core/cpu/direct.cc cc/core/cpu/direct3d.cc
 # The FFT kernels' results are the same bits whatever the thread count only where every
 # product is rounded before it is added: their plans (sweeps of tiles, runs of sources)
 # follow the thread count, and a fused multiply-add rounds the sums of each plan
-# differently. No contraction there (DUCC's transforms included); GCC still fuses the
-# complex products its vectoriser recognises, so the wider levels run only where
-# LARGECONV_ISA asks for them (cc/core/cpu/isa.h). The direct kernels, which sum each
+# differently. No contraction there (DUCC's transforms included). At the wider levels GCC's
+# vectoriser still fuses the complex products it recognises (vfmaddsub) whatever
+# -ffp-contract says, in DUCC's one-plane transforms, which run the planes a batch leaves
+# over: those files are built without the vectoriser there (DUCC's batched path and the
+# products are explicit SIMD and keep their width). The direct kernels, which sum each
 # output in one fixed order whatever the split, keep FMA.
 ISA_EXACT := cc/core/cpu/fft.cc cc/core/cpu/fft3d.cc
+ISA_EXACT_FLAGS_avx    := -ffp-contract=off
+ISA_EXACT_FLAGS_avx2   := -ffp-contract=off -fno-tree-vectorize
+ISA_EXACT_FLAGS_avx512 := -ffp-contract=off -fno-tree-vectorize
 
 # CUDA kernels: built into tf_largeconv/_cuda when nvcc is found (skipped cleanly when not),
 # as SASS for sm_80 and sm_90 plus compute_90 PTX, with cudart linked statically. `make cuda`
@@ -188,7 +193,7 @@ $(BUILD)/py/%.o: cc/%.cc $(HEADERS) $(TFCONFIG)
 define ISA_RULE
 $$(BUILD)/isa/$(1)/%.o: cc/%.cc $$(HEADERS) $$(TFCONFIG)
 	@mkdir -p $$(dir $$@)
-	$$(CXX) $$(PY_STD) $$(OPT_ANY) $$(ISA_FLAGS_$(1)) $$(if $$(filter $$<,$$(ISA_EXACT)),-ffp-contract=off) -DLARGECONV_ISA_NS=isa_$(1) $$(TF_ABI) -fvisibility=hidden $$(DUCC_INC) -c $$< -o $$@
+	$$(CXX) $$(PY_STD) $$(OPT_ANY) $$(ISA_FLAGS_$(1)) $$(if $$(filter $$<,$$(ISA_EXACT)),$$(ISA_EXACT_FLAGS_$(1))) -DLARGECONV_ISA_NS=isa_$(1) $$(TF_ABI) -fvisibility=hidden $$(DUCC_INC) -c $$< -o $$@
 endef
 $(foreach l,$(ISA_LEVELS),$(eval $(call ISA_RULE,$(l))))
 

@@ -153,9 +153,8 @@ def test_every_level_agrees_with_the_avx_level_to_rounding(level, avx_results, w
   assert any(got[k].tobytes() != v.tobytes() for k, v in avx_results.items())
 
 
-# The wider levels' FFT kernels are not yet bitwise across thread counts (cpu/isa.h), which
-# is why they run only where LARGECONV_ISA asks for them.
-@pytest.mark.xfail(strict=True, reason="FFT at AVX2/AVX-512: fused complex products")
+# Every level gives the same bits whatever the thread count: its FFT files are built with
+# nothing fused (the Makefile's ISA_EXACT_FLAGS).
 @pytest.mark.parametrize("level", WIDER_LEVELS)
 def test_every_level_gives_the_same_bits_on_one_thread_and_two(level, wider_results):
   got = wider_results[level]

@@ -5,9 +5,9 @@
 // DUCC's templates included, is merged with another level's copy. The public entries
 // (DirectPass, FftPass, AllFinite in direct.h and fft.h) are defined once, in isa.cc,
 // and run the level chosen on first use: AVX, or the level LARGECONV_ISA names where the CPU
-// runs it. The wider levels are asked for, not taken by default: their FFT kernels are not
-// yet bitwise the same across thread counts (GCC fuses the complex products it finds into
-// fmaddsub, even with -ffp-contract=off, and the FFT's plans follow the thread count).
+// runs it. Every level gives the same bits on any number of threads (the Makefile builds
+// the FFT files with nothing fused); the wider levels are asked for, not taken by default,
+// until their speed is measured against AVX's.
 #ifndef TF_LARGECONV_CORE_CPU_ISA_H_
 #define TF_LARGECONV_CORE_CPU_ISA_H_
 
