@@ -2,29 +2,13 @@
 processes, each with its TF_CONFIG, on ports picked free, waited for with a bound in time
 and killed if anything fails."""
 
-import json
-import socket
 import threading
 import time
 
 import subproc
 
-
-def free_ports(n):
-  """`n` ports on 127.0.0.1 that are free now."""
-  socks = [socket.socket() for _ in range(n)]
-  for s in socks:
-    s.bind(("127.0.0.1", 0))
-  ports = [s.getsockname()[1] for s in socks]
-  for s in socks:
-    s.close()
-  return ports
-
-
-def tf_config(ports, index):
-  """The TF_CONFIG of worker `index` of a cluster of workers on `ports`."""
-  cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
-  return json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
+from benchmarks.cpu.workers import free_ports
+from benchmarks.cpu.workers import tf_config
 
 
 def start(code, *args, n=2, ports=None):

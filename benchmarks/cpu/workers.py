@@ -75,7 +75,8 @@ def _child(core, index, workers, size, per_worker, steps):
   print(json.dumps({"index": index, "ends": ends, "cpu": cpu, "images_per_step": batch}))
 
 
-def _free_ports(n):
+def free_ports(n):
+  """`n` ports on 127.0.0.1 that are free now (also the tests' worker clusters')."""
   socks = [socket.socket() for _ in range(n)]
   for s in socks:
     s.bind(("127.0.0.1", 0))
@@ -85,19 +86,22 @@ def _free_ports(n):
   return ports
 
 
+def tf_config(ports, index):
+  """The TF_CONFIG of worker `index` of a cluster of workers on `ports` (127.0.0.1)."""
+  cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+  return json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
+
+
 def _run(workers, args):
   """Starts `workers` pinned processes and returns (images per second, seconds per step,
   the least share of its step's wall time a worker spent computing on its core)."""
-  ports = _free_ports(workers)
+  ports = free_ports(workers)
   procs = []
   try:
     for index in range(workers):
       env = {"TF_CPP_MIN_LOG_LEVEL": "3"}
       if workers > 1:
-        cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
-        env["TF_CONFIG"] = json.dumps(
-          {"cluster": cluster, "task": {"type": "worker", "index": index}}
-        )
+        env["TF_CONFIG"] = tf_config(ports, index)
       argv = [
         sys.executable,
         "-m",

@@ -73,58 +73,43 @@ def _window(op: Any, rank: int) -> tuple[list[int], list[int]]:
   return ones + list(op.strides), ones + list(op.dilation_rate)
 
 
-def _keras_conv(op: Any, rank: int) -> PaddedCall | None:
-  base = L.Conv1D if rank == 1 else L.Conv2D
-  if not _own_call(op, base, "convolution_op") or op.groups != 1 or max(op.dilation_rate) > 1:
-    return None
+def _keras_windowed(op: Any, rank: int, kernels: tuple[str, ...], conv: Any) -> PaddedCall:
+  """`op`, a Keras convolution that computes as Keras's does, as `conv` (tf.nn's 2-D op) on
+  its `kernels` (attribute names; 1-D kernels lifted to height 1), then its bias and
+  activation."""
   strides, dilations = _window(op, rank)
 
   def run(x: tf.Tensor, pads: Pads) -> tf.Tensor:
     x = tf.cast(x, op.compute_dtype)
-    kernel = _value(op.kernel, x.dtype)
+    weights = [_value(getattr(op, name), x.dtype) for name in kernels]
     if rank == 1:
-      kernel = kernel[None]
-    y = tf.nn.conv2d(x, kernel, [1, *strides, 1], _nhwc(pads), dilations=dilations)
+      weights = [w[None] for w in weights]
+    y = conv(x, *weights, [1, *strides, 1], _nhwc(pads), dilations=dilations)
     return _finish(op, y)
 
   return _as_2d(rank, run)
+
+
+def _keras_conv(op: Any, rank: int) -> PaddedCall | None:
+  base = L.Conv1D if rank == 1 else L.Conv2D
+  if not _own_call(op, base, "convolution_op") or op.groups != 1 or max(op.dilation_rate) > 1:
+    return None
+  return _keras_windowed(op, rank, ("kernel",), tf.nn.conv2d)
 
 
 def _keras_depthwise(op: Any, rank: int) -> PaddedCall | None:
   base = L.DepthwiseConv1D if rank == 1 else L.DepthwiseConv2D
   if not _own_call(op, base):
     return None
-  strides, dilations = _window(op, rank)
-
-  def run(x: tf.Tensor, pads: Pads) -> tf.Tensor:
-    x = tf.cast(x, op.compute_dtype)
-    kernel = _value(op.kernel, x.dtype)
-    if rank == 1:
-      kernel = kernel[None]
-    y = tf.nn.depthwise_conv2d(x, kernel, [1, *strides, 1], _nhwc(pads), dilations=dilations)
-    return _finish(op, y)
-
-  return _as_2d(rank, run)
+  return _keras_windowed(op, rank, ("kernel",), tf.nn.depthwise_conv2d)
 
 
 def _keras_separable(op: Any, rank: int) -> PaddedCall | None:
   base = L.SeparableConv1D if rank == 1 else L.SeparableConv2D
   if not _own_call(op, base):
     return None
-  strides, dilations = _window(op, rank)
-
-  def run(x: tf.Tensor, pads: Pads) -> tf.Tensor:
-    x = tf.cast(x, op.compute_dtype)
-    depthwise = _value(op.depthwise_kernel, x.dtype)
-    pointwise = _value(op.pointwise_kernel, x.dtype)
-    if rank == 1:
-      depthwise, pointwise = depthwise[None], pointwise[None]
-    y = tf.nn.separable_conv2d(
-      x, depthwise, pointwise, [1, *strides, 1], _nhwc(pads), dilations=dilations
-    )
-    return _finish(op, y)
-
-  return _as_2d(rank, run)
+  kernels = ("depthwise_kernel", "pointwise_kernel")
+  return _keras_windowed(op, rank, kernels, tf.nn.separable_conv2d)
 
 
 def _max_pool(op: Any, rank: int) -> PaddedCall | None:
