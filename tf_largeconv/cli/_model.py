@@ -153,7 +153,7 @@ def plan(args: argparse.Namespace, model: Any, slide: Any, task_limit: int) -> t
   limit = task_limit
   for _ in range(8):  # the input's share grows in steps of read chunks: a few rounds
     p = stream.plan(model, slide, tile=args.tile, memory_limit=limit, up_to=args.up_to)
-    need = p.peak_bytes + input_bytes(p, args.read_chunk, slide)
+    need = p.worst_bytes + input_bytes(p, args.read_chunk, slide)
     if args.tile or need <= task_limit:
       break
     limit = max(1, limit - (need - task_limit) - limit // 16)

@@ -69,7 +69,7 @@ def plan(
 ) -> StreamPlan:
   """The memory plan `predict` would follow, without computing anything: the tile size, the
   number of tiles, each layer's halo, the share of work recomputed in the overlaps and the
-  estimated peak memory of a tile. `print()` it for a table.
+  memory the run takes (`peak_bytes`, `worst_bytes`). `print()` it for a table.
 
   Args:
     model, image, tile, memory_limit, up_to: as for `predict` (image may also be just a
@@ -104,7 +104,7 @@ def predict(
     tile: the side, in input pixels, of the part of the image each step computes (its
       halo not counted); rounded down to a multiple of the network's total stride where
       that is smaller. A tile larger than the image: one step. None: the largest tile
-      whose estimated peak fits `memory_limit`.
+      whose memory at its worst (`plan(...).worst_bytes`) fits `memory_limit`.
     memory_limit: bytes a step may hold (default 1 GiB); used when `tile` is None.
     up_to: the name of a layer: stream the model up to that layer's output.
     out: where to write the result (an array of the result's shape: numpy, zarr, memory

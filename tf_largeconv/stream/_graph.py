@@ -27,12 +27,15 @@ class Step:
   call, value) of the pooled values it also reads (a squeeze-excitation gate), which the
   runner puts in place whole."""
 
-  __slots__ = ("name", "kind", "rule", "inputs", "output", "call", "globals")
+  __slots__ = ("name", "kind", "rule", "inputs", "output", "call", "globals", "allocs")
 
   def __init__(self, name: str, kind: str, rule: Rule | None, inputs: list[int], call: Any):
     self.name, self.kind, self.rule, self.inputs, self.call = name, kind, rule, inputs, call
     self.output = -1
     self.globals: list[tuple[int, int]] = []
+    # The tensors the step's call makes, as shares of its output: temporaries, then the
+    # output (`_layers.allocs`).
+    self.allocs: tuple[float, ...] = (1.0,)
 
 
 class Graph:
@@ -110,6 +113,7 @@ class _Builder:
     else:
       rule, kind = _layers.rule_for(op, refs, self.graph.rank, call)
     step = Step(op.name, kind, rule, ins, call)
+    step.allocs = _layers.allocs(op, kind, len(ins))
     if kinds == {True, False}:
       self._gate(step, refs)
     out = self.graph.add(step)

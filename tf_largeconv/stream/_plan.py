@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from tf_largeconv.stream import _graph
+from tf_largeconv.stream import _pool
 from tf_largeconv.stream import _rules
 from tf_largeconv.stream._graph import Graph
 
@@ -237,34 +238,95 @@ def _padded(step: Any, out_spans: Sequence[Range]) -> list[Range]:
   return [step.rule.needs(i, a, b) for i, (a, b) in enumerate(out_spans)]
 
 
-def peak_bytes(tiling: Tiling, index: Sequence[int], batch: int, itemsize: int) -> int:
-  """What the tile `index` holds at its peak: the values alive after each step (freed
-  after their last reader), plus the step's output, a temporary of that size and, for a
-  windowed layer, its padded input copy."""
+def _needed(tiling: Tiling, step: Any, out_spans: Sequence[Range], v: int) -> list[Range]:
+  """The part of input `v` step `step` reads for `out_spans` (inside the input)."""
+  size = tiling.geometry.sizes[v]
+  if step.kind == "pointwise":
+    return list(out_spans)
+  need = [step.rule.needs(i, a, b) for i, (a, b) in enumerate(out_spans)]
+  return [_rules.clip(lo, hi, size[i]) for i, (lo, hi) in enumerate(need)]
+
+
+def tile_events(tiling: Tiling, index: Sequence[int], batch: int, itemsize: int) -> list[Any]:
+  """The tensors tile `index` allocates and frees, in the order `_run.run_tile` makes them:
+  ('a', key, bytes) and ('f', key). Per step: a copy of each input window cropped to what
+  the step reads (where that is less than the window), a padded copy for a windowed layer
+  whose op takes no explicit padding, then the layer's own tensors (`Step.allocs`: its
+  temporaries as fractions of its output, freed after the step, then the output); inputs
+  are freed after their last reader, the tiled values after the tile."""
   g = tiling.geometry
   steps, last_use = g.spatial_steps, g.last_use
-
-  def nbytes(v: int, spans: Sequence[Range] | None) -> int:
-    return _bytes(tiling, v, spans, batch, itemsize)
-
-  live = {0: 2 * nbytes(0, tiling.window(index, 0))}  # the read window and its tensor
-  peak = live[0]
+  ev: list[tuple[Any, ...]] = [
+    ("a", 0, _bytes(tiling, 0, tiling.window(index, 0), batch, itemsize))
+  ]
   for k, step in enumerate(steps):
     out_spans = tiling.window(index, step.output) if step.rule.spatial_out else None  # type: ignore[union-attr]
-    out = nbytes(step.output, out_spans)
-    # A layer's result passes through a temporary of its size (a convolution before its
-    # bias and activation, a normalization's intermediate), and a windowed layer reads a
-    # padded copy of its input.
-    temp = out
-    if out_spans is not None and step.kind not in ("pointwise", "reduce"):
-      temp += nbytes(step.inputs[0], _padded(step, out_spans))
-    peak = max(peak, sum(live.values()) + temp + out)
-    if out_spans is not None:
-      live[step.output] = out
-    for v in set(step.inputs):
-      if last_use.get(v) == k and v != step.output:
-        live.pop(v, None)
-  return int(peak)
+    if out_spans is not None and min(b - a for a, b in out_spans) > 0:
+      temps: list[Any] = []
+      for v in dict.fromkeys(step.inputs):
+        need = _needed(tiling, step, out_spans, v)
+        if need != tiling.window(index, v):
+          temps.append(("crop", k, v))
+          ev.append(("a", temps[-1], _bytes(tiling, v, need, batch, itemsize)))
+      if step.kind in ("conv", "pool", "folded conv") and not step.rule.explicit:  # type: ignore[union-attr]
+        pads = _padded(step, out_spans)
+        if pads != _needed(tiling, step, out_spans, step.inputs[0]):
+          temps.append(("pad", k))
+          ev.append(("a", temps[-1], _bytes(tiling, step.inputs[0], pads, batch, itemsize)))
+      out = _bytes(tiling, step.output, out_spans, batch, itemsize)
+      *shares, _ = step.allocs
+      for j, share in enumerate(shares):
+        temps.append(("tmp", k, j))
+        ev.append(("a", temps[-1], int(share * out)))
+      ev.append(("a", step.output, out))
+      ev.extend(("f", t) for t in temps)
+    for v in dict.fromkeys(step.inputs):
+      if last_use.get(v) == k and v not in g.sinks:
+        ev.append(("f", v))
+  ev.extend(("f", v) for v in g.sinks)
+  return ev
+
+
+def simulate(tiling: Tiling, batch: int, itemsize: int) -> _pool.Pool:
+  """TensorFlow's CPU pool (`_pool`) after serving a pass over `tiling`. The tiles run in
+  order, the first three and last two of each axis standing for the rest (interior tiles
+  repeat one another); a tile whose tensors match one already run twice is skipped."""
+  pool = _pool.Pool(_pool.pooled())
+  seen: dict[tuple[Any, ...], int] = {}
+  picks = [
+    sorted({t for t in (0, 1, 2, len(b) - 2, len(b) - 1) if 0 <= t < len(b)}) for b in tiling.bounds
+  ]
+  for index in itertools.product(*picks):
+    events = tile_events(tiling, index, batch, itemsize)
+    key = tuple(e[2] if e[0] == "a" else 0 for e in events)
+    if seen.get(key, 0) >= 2:
+      continue
+    seen[key] = seen.get(key, 0) + 1
+    handles: dict[Any, Any] = {}
+    for e in events:
+      if e[0] == "a":
+        handles[e[1]] = pool.alloc(e[2])
+      else:
+        pool.free(handles.pop(e[1], None))
+  return pool
+
+
+def pass_peak(tiling: Tiling, batch: int, itemsize: int) -> int:
+  """The anonymous memory a pass over `tiling` leaves the process holding (`simulate`)."""
+  return simulate(tiling, batch, itemsize).grown
+
+
+def peak_bytes(tiling: Tiling, index: Sequence[int], batch: int, itemsize: int) -> int:
+  """The most bytes of tensors tile `index` holds at once (`tile_events`)."""
+  live: dict[Any, int] = {}
+  peak = 0
+  for e in tile_events(tiling, index, batch, itemsize):
+    if e[0] == "a":
+      live[e[1]] = e[2]
+      peak = max(peak, sum(live.values()))
+    else:
+      live.pop(e[1], None)
+  return peak
 
 
 def train_peak_bytes(tiling: Tiling, index: Sequence[int], batch: int, itemsize: int) -> int:
@@ -293,10 +355,12 @@ def middle_tile(tiling: Tiling) -> tuple[int, ...]:
 
 
 def worst_peak(tiling: Tiling, batch: int, itemsize: int, peak: Any = None) -> int:
-  """The largest `peak` (default `peak_bytes`) over the first, middle and last tiles of
-  each axis and their combinations: edge tiles pad, interior tiles carry halos on both
-  sides."""
-  peak = peak or peak_bytes
+  """What a pass over `tiling` needs: by default the memory the process keeps after all its
+  tiles (`pass_peak`); with a per-tile `peak`, the largest over the first, middle and last
+  tiles of each axis and their combinations (edge tiles pad, interior tiles carry halos on
+  both sides)."""
+  if peak is None:
+    return pass_peak(tiling, batch, itemsize)
   middle = middle_tile(tiling)
   picks = [sorted({0, m, len(b) - 1}) for m, b in zip(middle, tiling.bounds)]
   return max(peak(tiling, index, batch, itemsize) for index in itertools.product(*picks))
@@ -305,19 +369,22 @@ def worst_peak(tiling: Tiling, batch: int, itemsize: int, peak: Any = None) -> i
 def choose_tile(
   geometry: Geometry, memory_limit: int, batch: int, itemsize: int, peak: Any = None
 ) -> int:
-  """The largest tile (input pixels) whose tiles' peak (`worst_peak`) fits `memory_limit`."""
+  """The largest tile (input pixels) whose tiles' peak (`worst_peak`; the pool's figure at
+  its worst, `_pool.WORST` times the model's) fits `memory_limit`."""
   n_in = max(geometry.sizes[0])
   lo, hi = 1, max(n_in, 1)
 
+  scale = _pool.WORST if peak is None else 1.0
+
   def fits(tile: int) -> bool:
     tiling = Tiling(geometry, geometry.tile_out(tile))
-    return worst_peak(tiling, batch, itemsize, peak) <= memory_limit
+    return scale * worst_peak(tiling, batch, itemsize, peak) <= memory_limit
 
   if fits(hi):
     return hi
   if not fits(lo):
     tiling = Tiling(geometry, geometry.tile_out(1))
-    need = worst_peak(tiling, batch, itemsize, peak)
+    need = int(scale * worst_peak(tiling, batch, itemsize, peak))
     raise ValueError(
       f"memory_limit: {memory_limit} bytes is less than one output pixel's step needs "
       f"(about {need} bytes for a batch of {batch}); raise it or pass a smaller batch"

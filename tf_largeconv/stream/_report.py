@@ -6,6 +6,7 @@ import math
 from typing import Any
 
 from tf_largeconv.stream import _plan
+from tf_largeconv.stream import _pool
 from tf_largeconv.stream._plan import Tiling
 
 
@@ -34,8 +35,10 @@ class StreamPlan:
       the image; tilings: the tiling of each pass (`tiling`: the last one's, the output's).
     pass_work: the work of the passes before the last, as a fraction of the untiled run's
       (0 for one pass; tiles' overlaps not counted).
-    peak_bytes: estimated memory a tile holds at its peak (over all passes); memory_limit:
-      the limit used.
+    peak_bytes: the expected growth of the process's anonymous memory over the run (over
+      all passes): TensorFlow's CPU pool after serving every tile's tensors (`_pool`);
+      worst_bytes: the most it grew to on the benchmark's cases for the same figure, which
+      the chosen tile keeps within the limit; memory_limit: the limit used.
   """
 
   def __init__(
@@ -60,7 +63,9 @@ class StreamPlan:
     self.tiles = tiling.count
     self.memory_limit = memory_limit
     middle = _plan.middle_tile(tiling)
-    self.peak_bytes = max(_plan.worst_peak(t, batch, itemsize, peak) for t in tilings)
+    base = max(_plan.worst_peak(t, batch, itemsize, peak) for t in tilings)
+    spread = (_pool.EXPECTED, _pool.WORST) if peak is None else (1.0, 1.0)
+    self.peak_bytes, self.worst_bytes = (int(f * base) for f in spread)
     work = [t.work() for t in tilings]
     self.recompute = sum(d for d, _ in work) / sum(w for _, w in work) - 1.0
     self.pass_work = sum(w for _, w in work[:-1]) / work[-1][1]
@@ -88,7 +93,8 @@ class StreamPlan:
       f"{self.tiles} tiles ({' x '.join(str(n) for n in self.grid)})",
       f"receptive field {self.receptive_field} input pixels; "
       f"recomputed in overlaps {100 * self.recompute:.1f}% of the untiled work",
-      f"estimated peak per tile {_mib(self.peak_bytes)} (limit {_mib(self.memory_limit)})",
+      f"estimated memory {_mib(self.peak_bytes)}, at most {_mib(self.worst_bytes)} "
+      f"(limit {_mib(self.memory_limit)})",
     ]
     if self.passes > 1:
       rows.append(

@@ -159,6 +159,7 @@ def run_pass(
       dtypes[v] = x_dtype
     if progress is not None:
       progress(done + 1, len(tiles))
+    del sinks, partials  # before the next tile's tensors are made
   count = int(np.prod(g.out_sizes))
   pooled = {}
   for s in reduces:

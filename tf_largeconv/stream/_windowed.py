@@ -84,8 +84,8 @@ def _keras_windowed(op: Any, rank: int, kernels: tuple[str, ...], conv: Any) -> 
     weights = [_value(getattr(op, name), x.dtype) for name in kernels]
     if rank == 1:
       weights = [w[None] for w in weights]
-    y = conv(x, *weights, [1, *strides, 1], _nhwc(pads), dilations=dilations)
-    return _finish(op, y)
+    # No name holds the op's result: _finish frees it once the bias is added.
+    return _finish(op, conv(x, *weights, [1, *strides, 1], _nhwc(pads), dilations=dilations))
 
   return _as_2d(rank, run)
 
@@ -151,8 +151,9 @@ def _package_conv(op: Any, rank: int) -> PaddedCall | None:
   def run(x: tf.Tensor, pads: Pads) -> tf.Tensor:
     x = tf.cast(x, op.compute_dtype)
     padding = [list(p) for p in pads] if rank == 1 else _nhwc(pads)
-    y = conv(x, _value(op.kernel, x.dtype), strides, padding, **op._op_kwargs())
-    return op._bias_and_activation(y)
+    return op._bias_and_activation(
+      conv(x, _value(op.kernel, x.dtype), strides, padding, **op._op_kwargs())
+    )
 
   return run
 
