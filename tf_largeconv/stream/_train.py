@@ -38,9 +38,11 @@ from tf_largeconv.stream import _distribute
 from tf_largeconv.stream import _graph
 from tf_largeconv.stream import _plan
 from tf_largeconv.stream import _run
+from tf_largeconv.stream import _trunk_out
 from tf_largeconv.stream._report import StreamPlan
 from tf_largeconv.stream._report import plan_for
 from tf_largeconv.stream._source import Source
+from tf_largeconv.stream._trunk_out import reads_only_the_mean
 
 STOCHASTIC = (
   keras.layers.Dropout,
@@ -93,24 +95,6 @@ def check_trunk(trunk: Any, graph: _graph.Graph) -> None:
       )
 
 
-def reads_only_the_mean(head: Any) -> bool:
-  """Whether `head` reads its input only through global average poolings (a classifier's
-  usual first layer): then the head of a 1 x ... x 1 image holding the input's spatial mean
-  is the head of the input, exactly."""
-  try:
-    graph = _graph.build(head)
-  except (TypeError, ValueError):
-    return False
-  for step in graph.steps:
-    reads_input = 0 in step.inputs
-    if step.kind == "reduce":
-      if not reads_input or getattr(step.rule, "how", None) != "mean":
-        return False
-    elif reads_input or step.rule is not None:
-      return False
-  return True
-
-
 @keras.saving.register_keras_serializable(package="tf_largeconv")
 class StreamingModel(keras.Model):
   """A Keras model `head(trunk(x))` whose trunk runs tile by tile, in training too; or,
@@ -157,17 +141,36 @@ class StreamingModel(keras.Model):
     self._stream_graph = _graph.build(trunk)
     check_trunk(trunk, self._stream_graph)
     self._pooled_head = head is not None and reads_only_the_mean(head)
+    # A head with dropout, noise or trainable BatchNormalization trains whole: its layers
+    # run with training=True.
+    whole = (
+      head is None
+      or self._pooled_head
+      or any(
+        isinstance(layer, STOCHASTIC)
+        or (isinstance(layer, keras.layers.BatchNormalization) and layer.trainable)
+        for layer in (_layers_of(head) if isinstance(head, keras.Model) else [])
+      )
+    )
+    self._streamed_head = None if whole else _trunk_out.StreamedHead.of(head)
     self._plans: dict[tuple[int, ...], StreamPlan] = {}  # by batch shape and training
 
   def plan(self, shape: tuple[int, ...], training: bool = True) -> StreamPlan:
     """The plan of a training step (or, with training=False, of the streamed forward pass
     alone) on a batch of `shape` (batch, *spatial, channels): tiles, halos, recomputed
-    share, and the estimated peak of a tile (for training, of its backward pass)."""
+    share, the estimated peak of a tile (for training, of its backward pass), and
+    `trunk_output` (a `TrunkOutputPlan`): where the trunk's output and its gradient are
+    kept (its mean, memory or disk), their bytes in memory and on disk, and the input
+    window's bytes."""
     shape = tuple(int(n) for n in shape)
     key = shape + (int(training),)
     if key not in self._plans:
       peak = _plan.train_peak_bytes if training else _plan.peak_bytes
-      self._plans[key] = plan_for(self._stream_graph, shape, self.tile, self.memory_limit, peak)
+      plan = plan_for(self._stream_graph, shape, self.tile, self.memory_limit, peak)
+      head = "mean" if self._pooled_head else "streamed" if self._streamed_head else "whole"
+      itemsize = self._stream_graph.input_dtype.size
+      plan.trunk_output = _trunk_out.plan_trunk_output(plan, head, itemsize, training)  # type: ignore[attr-defined]
+      self._plans[key] = plan
     return self._plans[key]
 
   def _batch(self, x: Any, training: bool) -> tuple[Source, StreamPlan]:
@@ -177,9 +180,13 @@ class StreamingModel(keras.Model):
       raise ValueError(f"x must be a batch (batch, *spatial, channels), got shape {source.shape}")
     return source, self.plan(source.shape, training)
 
-  def _trunk_forward(self, source: Source, plan: StreamPlan) -> tf.Tensor:
-    """The trunk's output, streamed tile by tile into one buffer."""
+  def _trunk_forward(self, source: Source, plan: StreamPlan, out: Any = None) -> tf.Tensor:
+    """The trunk's output, streamed tile by tile into one buffer (or into `out`, a
+    memory map, then returned as it is)."""
     g = self._stream_graph
+    if out is not None:
+      _run.run(plan.tilings, source.read, g.input_dtype, source.writer(out))
+      return out
     sizes = plan.tiling.geometry.out_sizes
     out = _arrays.aligned_empty((source.shape[0], *sizes, g.channels[g.output] or 1), g.out_dtype)
     _run.run(plan.tilings, source.read, g.input_dtype, source.writer(out))
@@ -209,6 +216,8 @@ class StreamingModel(keras.Model):
     source, plan = self._batch(x, training=False)
     if self._pooled_head:
       return self.head(self._pooled(source, plan), training=training)
+    if self.head is not None and plan.trunk_output.where == "disk":  # type: ignore[attr-defined]
+      return _trunk_out.disk_predict(self, source, plan, training)
     z = self._trunk_forward(source, plan)
     return z if self.head is None else self.head(z, training=training)
 
@@ -266,6 +275,10 @@ class StreamingModel(keras.Model):
     head_vars = list(self.head.trainable_variables)
     trunk_vars = list(self.trunk.trainable_variables)
     one_tile = plan.tiles == 1
+    if not one_tile and plan.trunk_output.where == "disk":  # type: ignore[attr-defined]
+      data = (x, y, sample_weight)
+      loss, y_pred, grads = _trunk_out.disk_step(self, source, plan, data, trunk_vars, head_vars)
+      return loss, y_pred, grads, trunk_vars + head_vars
     if not one_tile:  # streamed forward, outside the tape: nothing of the tiles is kept
       # A head that reads only the output's mean gets that mean as a 1 x 1 image: the
       # output itself is never whole.
@@ -292,8 +305,10 @@ class StreamingModel(keras.Model):
     return loss, y_pred, trunk_grads + head_grads, trunk_vars + head_vars
 
   def _backward(
-    self, plan: StreamPlan, source: Source, dz: tf.Tensor, variables: list[Any]
+    self, plan: StreamPlan, source: Source, dz: Any, variables: list[Any]
   ) -> list[tf.Tensor]:
+    """The trunk's gradients from `dz`, the gradient of its output (a tensor, or a memory
+    map read one tile at a time)."""
     g, tiling = self._stream_graph, plan.tiling
     totals: list[Any] = [None] * len(variables)
     for index in tiling.tiles():
@@ -301,6 +316,8 @@ class StreamingModel(keras.Model):
         sinks, _ = _run.run_tile(tiling, index, source.read, g.input_dtype)
       bounds = [tiling.bounds[i][t] for i, t in enumerate(index)]
       part = dz[(slice(None),) + tuple(slice(a, b) for a, b in bounds) + (slice(None),)]
+      if isinstance(part, np.ndarray):  # a memory map's: read here
+        part = tf.convert_to_tensor(np.ascontiguousarray(part))
       grads = tape.gradient(
         sinks[g.output],
         variables,

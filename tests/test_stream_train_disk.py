@@ -1,0 +1,171 @@
+"""StreamingModel with its trunk output on disk: gradients against the untiled tape, the
+temporary folder's removal, and what the plan counts.
+
+The oracle is the same model untiled, `head(trunk(x))`, differentiated by one gradient
+tape. Tolerances, relative to each gradient's largest magnitude: float64 1e-9, float32 1e-4.
+"""
+
+import os
+
+import keras
+import numpy as np
+import pytest
+from test_stream import _image
+from test_stream import _randomize
+from test_stream import floatx
+from test_stream_train import TOL
+from test_stream_train import _compare
+from test_stream_train import _untiled
+from test_stream_train import classifier_head
+from test_stream_train import loss_floatx
+from test_stream_train import max_head
+from test_stream_train import plain_trunk
+
+from tf_largeconv import stream
+from tf_largeconv.stream import _trunk_out
+
+L = keras.layers
+SHAPE = (2, 61, 50, 3)  # plain_trunk's output: (2, 13, 11, 8)
+
+
+def conv_pool_head(channels=8, classes=3):
+  """A convolution over the trunk output, then global average pooling: streamed by tile."""
+  inp = keras.Input((None, None, channels))
+  x = L.Conv2D(6, 3, padding="same", activation="relu")(inp)
+  x = L.Conv2D(5, 3, padding="valid")(x)
+  x = L.GlobalAveragePooling2D()(x)
+  return _randomize(keras.Model(inp, L.Dense(classes)(x)), seed=9)
+
+
+def flatten_head(z_shape, classes=3):
+  """Flatten and Dense: needs the trunk output whole."""
+  inp = keras.Input(tuple(z_shape[1:]))
+  return _randomize(keras.Model(inp, L.Dense(classes)(L.Flatten()(inp))), seed=10)
+
+
+HEADS = {
+  "conv_pool": (lambda z: conv_pool_head(), "streamed"),
+  "flatten": (flatten_head, "whole"),
+  "max": (lambda z: max_head(8), "whole"),
+}
+
+
+def _models(head_name, dtype, tile=17):
+  with floatx(dtype):
+    trunk = plain_trunk()
+    z_shape = tuple(trunk(_image(SHAPE, dtype)).shape)
+    head = HEADS[head_name][0](z_shape)
+  out_bytes = int(np.prod(z_shape)) * np.dtype(dtype).itemsize
+  # Below the output and its gradient, so both go to disk; enough for a tile.
+  with floatx(dtype):
+    model = stream.StreamingModel(trunk, head, tile=tile, memory_limit=2 * out_bytes - 1)
+  return trunk, head, model, z_shape, out_bytes
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("head_name", sorted(HEADS))
+def test_disk_gradients_equal_the_untiled_model(head_name, dtype):
+  with loss_floatx(dtype):
+    trunk, head, model, z_shape, out_bytes = _models(head_name, dtype)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    model.compile(optimizer="sgd", loss=loss_fn)
+    x, y = _image(SHAPE, dtype), np.array([0, 2])
+    plan = model.plan(SHAPE)
+    assert plan.tiles > 1
+    assert (plan.trunk_output.where, plan.trunk_output.head) == ("disk", HEADS[head_name][1])
+    if head_name == "conv_pool":  # the head itself runs in several tiles, with halos
+      tiling = model._streamed_head._tiling(np.empty(z_shape, dtype), plan.memory_limit)
+      assert tiling.count > 1
+    want_loss, want = _untiled(trunk, head, x, y, loss_fn)
+    loss, _, grads, variables = model.streamed_gradients(x, y)
+  assert [v.path for v in variables] == [
+    v.path for v in trunk.trainable_variables + head.trainable_variables
+  ]
+  assert abs(float(loss) - float(want_loss)) <= TOL[dtype] * abs(float(want_loss))
+  _compare(grads, want, dtype)
+  # The forward pass keeps the output alone: on disk below its size. (Keras's predict
+  # passes float64 input through float32, so call() is compared at float64's tolerance.)
+  with floatx(dtype):
+    forward = stream.StreamingModel(trunk, head, tile=17, memory_limit=out_bytes - 1)
+  assert forward.plan(SHAPE, training=False).trunk_output.where == "disk"
+  want_pred = np.asarray(head(trunk(x)))
+  for got, tol in ((forward(x), TOL[dtype]), (forward.predict(x, verbose=0), TOL["float32"])):
+    assert np.abs(np.asarray(got) - want_pred).max() <= tol * np.abs(want_pred).max()
+
+
+def _recording_folders(monkeypatch):
+  made = []
+  original = _trunk_out.tempfile.TemporaryDirectory
+
+  def recorded(*args, **kwargs):
+    folder = original(*args, **kwargs)
+    made.append(folder.name)
+    return folder
+
+  monkeypatch.setattr(_trunk_out.tempfile, "TemporaryDirectory", recorded)
+  return made
+
+
+@pytest.mark.parametrize("head_name", ["conv_pool", "flatten"])
+def test_the_temporary_folder_is_removed(monkeypatch, head_name):
+  """After a step, and after a step that raises in its backward pass, the temporary folder
+  holding the output and its gradient is gone; during the step it held both."""
+  trunk, head, model, z_shape, out_bytes = _models(head_name, "float32")
+  model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(True))
+  x, y = _image(SHAPE, "float32"), np.array([0, 2])
+  made = _recording_folders(monkeypatch)
+  seen = []
+  backward = type(model)._backward
+
+  def looking(self, plan, source, dz, variables):
+    seen.append(sorted(os.listdir(made[-1])))
+    assert isinstance(dz, np.memmap) and dz.shape == z_shape
+    return backward(self, plan, source, dz, variables)
+
+  monkeypatch.setattr(type(model), "_backward", looking)
+  model.train_on_batch(x, y)
+  assert seen == [["gradient.npy", "output.npy"]]
+  assert len(made) == 1 and not os.path.exists(made[0])
+
+  def failing(self, *args):
+    raise RuntimeError("failed in the backward pass")
+
+  monkeypatch.setattr(type(model), "_backward", failing)
+  with pytest.raises(RuntimeError, match="failed in the backward pass"):
+    model.streamed_gradients(x, y)
+  assert len(made) == 2 and not os.path.exists(made[1])
+
+
+def test_the_plan_counts_the_trunk_output_and_the_input_window(monkeypatch):
+  """Bytes against what the step holds: the trunk output's array, the largest window the
+  trunk reads; where each is kept for each kind of head and limit."""
+  x = _image(SHAPE, "float32")
+  trunk = plain_trunk()
+  z = trunk(x).numpy()
+  reads = []
+  original = stream._train.Source.read
+
+  def read(self, spans):
+    window = original(self, spans)
+    reads.append(window.nbytes)
+    return window
+
+  monkeypatch.setattr(stream._train.Source, "read", read)
+  cases = [
+    (classifier_head(8), 1 << 30, ("mean", "mean", 0, 0)),
+    (conv_pool_head(), 1 << 30, ("memory", "streamed", 2 * z.nbytes, 0)),
+    (conv_pool_head(), 2 * z.nbytes - 1, ("disk", "streamed", 0, 2 * z.nbytes)),
+    (flatten_head(z.shape), 2 * z.nbytes - 1, ("disk", "whole", 2 * z.nbytes, 2 * z.nbytes)),
+  ]
+  for head, limit, (where, how, memory, disk) in cases:
+    model = stream.StreamingModel(trunk, head, tile=17, memory_limit=limit)
+    out = model.plan(SHAPE).trunk_output
+    assert (out.where, out.head, out.memory_bytes, out.disk_bytes) == (where, how, memory, disk)
+    assert out.output_bytes == z.nbytes
+    assert "trunk output" in str(out) and where in str(out)
+    reads.clear()
+    model.predict(x, verbose=0)
+    assert out.input_window_bytes == max(reads)
+  forward = stream.StreamingModel(trunk, conv_pool_head(), tile=17, memory_limit=z.nbytes - 1)
+  out = forward.plan(SHAPE, training=False).trunk_output
+  assert (out.where, out.disk_bytes, out.memory_bytes) == ("disk", z.nbytes, 0)
