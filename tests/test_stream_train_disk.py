@@ -169,3 +169,72 @@ def test_the_plan_counts_the_trunk_output_and_the_input_window(monkeypatch):
   forward = stream.StreamingModel(trunk, conv_pool_head(), tile=17, memory_limit=z.nbytes - 1)
   out = forward.plan(SHAPE, training=False).trunk_output
   assert (out.where, out.disk_bytes, out.memory_bytes) == ("disk", z.nbytes, 0)
+
+
+class Counted:
+  """An array read through `[...]` only, counting the elements each read returns: a lazy
+  batch (as zarr, dask or a memory map are), which never turns into one array whole."""
+
+  def __init__(self, array, reads):
+    self.array, self.reads = array, reads
+    self.shape, self.dtype = array.shape, array.dtype
+
+  def __getitem__(self, index):
+    part = np.asarray(self.array[index])
+    self.reads.append(part.size)
+    return part
+
+
+class Slides(keras.utils.PyDataset):
+  """Batches of one image from a memory map, each batch lazy (`Counted`)."""
+
+  def __init__(self, images, labels, reads):
+    super().__init__()
+    self.images, self.labels, self.reads = images, labels, reads
+
+  def __len__(self):
+    return len(self.images)
+
+  def __getitem__(self, i):
+    return Counted(self.images[i : i + 1], self.reads), self.labels[i : i + 1]
+
+
+def test_a_lazy_pydataset_is_read_window_by_window(tmp_path):
+  """fit, evaluate and predict on a PyDataset of memory-mapped batches read each batch
+  window by window (never whole), and one epoch gives the weights of the same batches as
+  numpy."""
+  shape = (3, 61, 50, 3)
+  images = np.lib.format.open_memmap(tmp_path / "x.npy", "w+", np.float32, shape)
+  images[:] = _image(shape, "float32")
+  labels = np.array([0, 2, 1])
+  reads = []
+  data = Slides(np.load(tmp_path / "x.npy", mmap_mode="r"), labels, reads)
+  trunk, head = plain_trunk(), max_head(8)
+  start = trunk.get_weights(), head.get_weights()
+  loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+  whole = int(np.prod(shape[1:]))
+
+  def trained(x, **kwargs):
+    trunk.set_weights(start[0])
+    head.set_weights(start[1])
+    model = stream.StreamingModel(trunk, head, tile=17)
+    model.compile(optimizer=keras.optimizers.SGD(0.05), loss=loss_fn)
+    model.fit(x, epochs=1, verbose=0, shuffle=False, **kwargs)
+    return model, [w.copy() for w in trunk.get_weights() + head.get_weights()]
+
+  model, lazy = trained(data)
+  tiles = model.plan((1,) + shape[1:]).tiles
+  assert tiles > 1
+  # Each step: the forward's and the backward's windows, each less than the image.
+  assert len(reads) >= 2 * tiles * len(labels)
+  assert max(reads) < whole
+  _, eager = trained(np.asarray(images), y=labels, batch_size=1)
+  for a, b in zip(lazy, eager):
+    assert np.abs(a - b).max() <= 1e-5 * max(np.abs(b).max(), 1e-6)
+  for run in (lambda: model.evaluate(data, verbose=0), lambda: model.predict(data, verbose=0)):
+    reads.clear()
+    got = run()
+    assert len(reads) >= tiles * len(labels) and max(reads) < whole
+  want = head(trunk(np.asarray(images))).numpy()
+  np.testing.assert_allclose(got, want, rtol=0, atol=1e-4 * np.abs(want).max())
+  assert abs(model.evaluate(data, verbose=0) - model.evaluate(images, labels, verbose=0)) < 1e-5

@@ -36,6 +36,7 @@ from tf_largeconv import _arrays
 from tf_largeconv.stream import _dense
 from tf_largeconv.stream import _distribute
 from tf_largeconv.stream import _graph
+from tf_largeconv.stream import _lazy
 from tf_largeconv.stream import _plan
 from tf_largeconv.stream import _run
 from tf_largeconv.stream import _trunk_out
@@ -393,20 +394,36 @@ class StreamingModel(keras.Model):
   def train_step(self, data: Any) -> Any:
     x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
     loss, y_pred, grads, variables = self.streamed_gradients(x, y, sample_weight)
-    self._loss_tracker.update_state(_unscaled(loss), sample_weight=_batch_size(x))
+    self._loss_tracker.update_state(
+      _distribute.unscaled(loss), sample_weight=_distribute.batch_size(x)
+    )
     self.optimizer.apply_gradients(zip(grads, variables))
     if y_pred is None:  # dense: the metrics were updated tile by tile
       return self._logs(self.get_metrics_result())
     return self._logs(self.compute_metrics(x, y, y_pred, sample_weight=sample_weight))
 
   def test_step(self, data: Any) -> Any:
-    if self.head is not None:
-      return self._logs(super().test_step(data))
     x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
-    source, plan = self._batch(x, training=False)
-    loss, _, _, _ = self._dense_step(source, plan, y, sample_weight, training=False)
-    self._loss_tracker.update_state(_unscaled(loss), sample_weight=_batch_size(x))
-    return self._logs(self.get_metrics_result())
+    if self.head is not None:  # Keras's test_step, but for reading the batch size
+      y_pred = self.call(x, training=False)
+      loss = self._compute_loss(x, y, y_pred, sample_weight, training=False)
+    else:
+      source, plan = self._batch(x, training=False)
+      loss, _, _, _ = self._dense_step(source, plan, y, sample_weight, training=False)
+    batch, loss = _distribute.batch_size(x), _distribute.unscaled(loss)
+    self._loss_tracker.update_state(loss, sample_weight=batch)
+    if self.head is None:  # the metrics were updated tile by tile
+      return self._logs(self.get_metrics_result())
+    return self._logs(self.compute_metrics(x, y, y_pred, sample_weight=sample_weight))
+
+  def predict_step(self, data: Any) -> Any:
+    return self.call(keras.utils.unpack_x_y_sample_weight(data)[0], training=False)
+
+  # A PyDataset's batches reach the steps as the dataset returns them (`_lazy`); the steps
+  # call `call` (Keras's __call__ would turn a lazy batch into a tensor).
+  fit = _lazy.keeping_batches(keras.Model.fit)
+  evaluate = _lazy.keeping_batches(keras.Model.evaluate)
+  predict = _lazy.keeping_batches(keras.Model.predict)
 
   def _logs(self, logs: dict[str, Any]) -> dict[str, Any]:
     return _distribute.step_logs(self.distribute_strategy, logs)
@@ -427,16 +444,3 @@ class StreamingModel(keras.Model):
     head = config.pop("head")
     head = None if head is None else keras.saving.deserialize_keras_object(head)
     return cls(trunk, head, **config)
-
-
-def _batch_size(x: Any) -> int:
-  """The batch of `x` from its shape alone (a lazy input is never read for it)."""
-  return int(x.shape[0])
-
-
-def _unscaled(loss: tf.Tensor) -> tf.Tensor:
-  """A replica's loss as the whole batch's: Keras divides mean losses by the number of
-  replicas of a tf.distribute strategy (their gradients are summed), and its loss tracker
-  multiplies them back."""
-  replicas = tf.distribute.get_strategy().num_replicas_in_sync
-  return loss * tf.cast(replicas, loss.dtype) if replicas > 1 else loss
