@@ -39,8 +39,8 @@ class _Batches:
     return next(self._batches)
 
 
-def _epoch_iterator(base: type) -> type:
-  class LazyEpochIterator(base):  # type: ignore[valid-type, misc]
+def _epoch_iterator(base: Any) -> Any:
+  class LazyEpochIterator(base):
     """Keras's TensorFlow epoch iterator without its tf.data dataset."""
 
     def __init__(self, distribute_strategy: Any = None, *args: Any, **kwargs: Any) -> None:
@@ -60,7 +60,7 @@ def _epoch_iterator(base: type) -> type:
 def batches_as_they_are(x: Any, strategy: Any) -> Iterator[None]:
   """While inside: Keras's fit, evaluate and predict hand the batches of `x`, where it is
   a PyDataset and `strategy` (the model's) has one replica, to the steps as they are."""
-  trainer = importlib.import_module("keras.src.backend.tensorflow.trainer")
+  trainer: Any = importlib.import_module("keras.src.backend.tensorflow.trainer")
   base = getattr(trainer, "TFEpochIterator", None)
   lazy = (
     isinstance(x, keras.utils.PyDataset)

@@ -153,11 +153,11 @@ def disk_predict(model: Any, source: Any, plan: Any, training: Any) -> tf.Tensor
 
 
 @contextlib.contextmanager
-def disk_store(shape: Sequence[int], dtype: Any, count: int) -> Iterator[list[np.ndarray]]:
+def disk_store(shape: Sequence[int], dtype: Any, count: int) -> Iterator[list[Any]]:
   """`count` zero-filled memory maps of `shape` (the output, then its gradient) in a
   temporary folder, which is removed on leaving, whatever happened inside."""
   with tempfile.TemporaryDirectory(prefix="tf_largeconv-trunk-") as folder:
-    maps = [
+    maps: list[Any] = [
       np.lib.format.open_memmap(
         os.path.join(folder, name), "w+", np.dtype(dtype), tuple(int(n) for n in shape)
       )
@@ -167,7 +167,16 @@ def disk_store(shape: Sequence[int], dtype: Any, count: int) -> Iterator[list[np
       yield maps
     finally:
       for m in maps:
-        m._mmap.close()  # type: ignore[attr-defined]
+        m._mmap.close()
+
+
+def _given(window: tf.Tensor) -> Any:
+  """A reader returning `window` (already read, and watched by a tape)."""
+
+  def read(spans: Sequence[Range]) -> tf.Tensor:
+    return window
+
+  return read
 
 
 def _index(spans: Sequence[Range]) -> tuple[slice, ...]:
@@ -258,7 +267,7 @@ class StreamedHead:
       window = tf.cast(tf.convert_to_tensor(read(spans)), dtype)
       with tf.GradientTape() as tape:
         tape.watch(window)
-        _, partials = _run.run_tile(tiling, index, lambda _, w=window: w, dtype)
+        _, partials = _run.run_tile(tiling, index, _given(window), dtype)
         shares = [partials[k][0] / count for k in keys]
       outs = [tf.reshape(tf.cast(d, s.dtype), s.shape) for d, s in zip(d_pooled, shares)]
       got = _gradients(tape, shares, variables + [window], output_gradients=outs)
