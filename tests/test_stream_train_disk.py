@@ -6,6 +6,7 @@ tape. Tolerances, relative to each gradient's largest magnitude: float64 1e-9, f
 """
 
 import os
+import tempfile
 
 import keras
 import numpy as np
@@ -22,7 +23,6 @@ from test_stream_train import max_head
 from test_stream_train import plain_trunk
 
 from tf_largeconv import stream
-from tf_largeconv.stream import _trunk_out
 
 L = keras.layers
 SHAPE = (2, 61, 50, 3)  # plain_trunk's output: (2, 13, 11, 8)
@@ -93,47 +93,41 @@ def test_disk_gradients_equal_the_untiled_model(head_name, dtype):
     assert np.abs(np.asarray(got) - want_pred).max() <= tol * np.abs(want_pred).max()
 
 
-def _recording_folders(monkeypatch):
-  made = []
-  original = _trunk_out.tempfile.TemporaryDirectory
-
-  def recorded(*args, **kwargs):
-    folder = original(*args, **kwargs)
-    made.append(folder.name)
-    return folder
-
-  monkeypatch.setattr(_trunk_out.tempfile, "TemporaryDirectory", recorded)
-  return made
-
-
 @pytest.mark.parametrize("head_name", ["conv_pool", "flatten"])
-def test_the_temporary_folder_is_removed(monkeypatch, head_name):
-  """After a step, and after a step that raises in its backward pass, the temporary folder
-  holding the output and its gradient is gone; during the step it held both."""
+def test_the_temporary_folder_is_removed(monkeypatch, tmp_path, head_name):
+  """After a step, and after a step that raises in its backward pass, nothing is left in
+  the temporary folders' place; during the step one folder held the output and its
+  gradient."""
   trunk, head, model, z_shape, out_bytes = _models(head_name, "float32")
   model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(True))
   x, y = _image(SHAPE, "float32"), np.array([0, 2])
-  made = _recording_folders(monkeypatch)
+  scratch = tmp_path / "tmp"
+  scratch.mkdir()
+  monkeypatch.setattr(tempfile, "tempdir", str(scratch))
   seen = []
   backward = type(model)._backward
 
-  def looking(self, plan, source, dz, variables):
-    seen.append(sorted(os.listdir(made[-1])))
+  def held(dz):
+    (folder,) = os.listdir(scratch)
+    seen.append(sorted(os.listdir(scratch / folder)))
     assert isinstance(dz, np.memmap) and dz.shape == z_shape
+
+  def looking(self, plan, source, dz, variables):
+    held(dz)
     return backward(self, plan, source, dz, variables)
+
+  def failing(self, plan, source, dz, variables):
+    held(dz)
+    raise RuntimeError("failed in the backward pass")
 
   monkeypatch.setattr(type(model), "_backward", looking)
   model.train_on_batch(x, y)
   assert seen == [["gradient.npy", "output.npy"]]
-  assert len(made) == 1 and not os.path.exists(made[0])
-
-  def failing(self, *args):
-    raise RuntimeError("failed in the backward pass")
-
+  assert os.listdir(scratch) == []
   monkeypatch.setattr(type(model), "_backward", failing)
   with pytest.raises(RuntimeError, match="failed in the backward pass"):
     model.streamed_gradients(x, y)
-  assert len(made) == 2 and not os.path.exists(made[1])
+  assert len(seen) == 2 and os.listdir(scratch) == []
 
 
 def test_the_plan_counts_the_trunk_output_and_the_input_window(monkeypatch):
