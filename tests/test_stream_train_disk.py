@@ -232,3 +232,5 @@ def test_a_lazy_pydataset_is_read_window_by_window(tmp_path):
   want = head(trunk(np.asarray(images))).numpy()
   np.testing.assert_allclose(got, want, rtol=0, atol=1e-4 * np.abs(want).max())
   assert abs(model.evaluate(data, verbose=0) - model.evaluate(images, labels, verbose=0)) < 1e-5
+  assert "on disk" in str(forward.plan(SHAPE, training=False))
+  assert stream.StreamingModel(trunk).plan(SHAPE).trunk_output is None  # dense: no head

@@ -36,6 +36,8 @@ class StreamPlan:
       (0 for one pass; tiles' overlaps not counted).
     peak_bytes: estimated memory a tile holds at its peak (over all passes); memory_limit:
       the limit used.
+    trunk_output: in a StreamingModel's plan with a head, where the trunk's output and its
+      gradient are kept and their bytes (`stream._trunk_out.TrunkOutputPlan`); else None.
   """
 
   def __init__(
@@ -59,6 +61,7 @@ class StreamPlan:
     self.grid = tuple(len(b) for b in tiling.bounds)
     self.tiles = tiling.count
     self.memory_limit = memory_limit
+    self.trunk_output: Any = None
     middle = _plan.middle_tile(tiling)
     self.peak_bytes = max(_plan.worst_peak(t, batch, itemsize, peak) for t in tilings)
     work = [t.work() for t in tilings]
@@ -95,6 +98,8 @@ class StreamPlan:
         f"{self.passes} passes over the image: the first {self.passes - 1} pool the global "
         f"context later layers read, adding {100 * self.pass_work:.1f}% of the untiled work"
       )
+    if self.trunk_output is not None:  # a StreamingModel's plan with a head
+      rows.append(str(self.trunk_output))
     rows += [
       "halo per layer (pixels beyond the tile on each side, per axis):",
     ]

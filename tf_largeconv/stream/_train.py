@@ -168,9 +168,10 @@ class StreamingModel(keras.Model):
     if key not in self._plans:
       peak = _plan.train_peak_bytes if training else _plan.peak_bytes
       plan = plan_for(self._stream_graph, shape, self.tile, self.memory_limit, peak)
-      head = "mean" if self._pooled_head else "streamed" if self._streamed_head else "whole"
-      itemsize = self._stream_graph.input_dtype.size
-      plan.trunk_output = _trunk_out.plan_trunk_output(plan, head, itemsize, training)  # type: ignore[attr-defined]
+      if self.head is not None:
+        how = "mean" if self._pooled_head else "streamed" if self._streamed_head else "whole"
+        itemsize = self._stream_graph.input_dtype.size
+        plan.trunk_output = _trunk_out.plan_trunk_output(plan, how, itemsize, training)
       self._plans[key] = plan
     return self._plans[key]
 
@@ -217,7 +218,7 @@ class StreamingModel(keras.Model):
     source, plan = self._batch(x, training=False)
     if self._pooled_head:
       return self.head(self._pooled(source, plan), training=training)
-    if self.head is not None and plan.trunk_output.where == "disk":  # type: ignore[attr-defined]
+    if self.head is not None and plan.trunk_output.where == "disk":
       return _trunk_out.disk_predict(self, source, plan, training)
     z = self._trunk_forward(source, plan)
     return z if self.head is None else self.head(z, training=training)
@@ -276,7 +277,7 @@ class StreamingModel(keras.Model):
     head_vars = list(self.head.trainable_variables)
     trunk_vars = list(self.trunk.trainable_variables)
     one_tile = plan.tiles == 1
-    if not one_tile and plan.trunk_output.where == "disk":  # type: ignore[attr-defined]
+    if not one_tile and plan.trunk_output.where == "disk":
       data = (x, y, sample_weight)
       loss, y_pred, grads = _trunk_out.disk_step(self, source, plan, data, trunk_vars, head_vars)
       return loss, y_pred, grads, trunk_vars + head_vars
