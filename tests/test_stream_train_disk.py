@@ -147,7 +147,7 @@ def test_the_plan_counts_the_trunk_output_and_the_input_window(monkeypatch):
   monkeypatch.setattr(stream._train.Source, "read", read)
   cases = [
     (classifier_head(8), 1 << 30, ("mean", "mean", 0, 0)),
-    (conv_pool_head(), 1 << 30, ("memory", "streamed", 2 * z.nbytes, 0)),
+    (conv_pool_head(), 1 << 30, ("memory", "whole", 2 * z.nbytes, 0)),
     (conv_pool_head(), 2 * z.nbytes - 1, ("disk", "streamed", 0, 2 * z.nbytes)),
     (flatten_head(z.shape), 2 * z.nbytes - 1, ("disk", "whole", 2 * z.nbytes, 2 * z.nbytes)),
   ]
@@ -163,6 +163,8 @@ def test_the_plan_counts_the_trunk_output_and_the_input_window(monkeypatch):
   forward = stream.StreamingModel(trunk, conv_pool_head(), tile=17, memory_limit=z.nbytes - 1)
   out = forward.plan(SHAPE, training=False).trunk_output
   assert (out.where, out.disk_bytes, out.memory_bytes) == ("disk", z.nbytes, 0)
+  assert "on disk" in str(forward.plan(SHAPE, training=False))
+  assert stream.StreamingModel(trunk).plan(SHAPE).trunk_output is None  # dense: no head
 
 
 class Counted:
@@ -232,5 +234,3 @@ def test_a_lazy_pydataset_is_read_window_by_window(tmp_path):
   want = head(trunk(np.asarray(images))).numpy()
   np.testing.assert_allclose(got, want, rtol=0, atol=1e-4 * np.abs(want).max())
   assert abs(model.evaluate(data, verbose=0) - model.evaluate(images, labels, verbose=0)) < 1e-5
-  assert "on disk" in str(forward.plan(SHAPE, training=False))
-  assert stream.StreamingModel(trunk).plan(SHAPE).trunk_output is None  # dense: no head

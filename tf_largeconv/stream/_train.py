@@ -3,9 +3,9 @@ trunk streamed tile by tile forwards and backwards, with the untiled model's gra
 
 With a head (classification, regression of one value per image), a training step:
 1. streams the trunk forward over the batch (tile by tile, nothing but the trunk's output
-   kept), under no gradient tape;
+   kept: its mean, in memory, or on disk beyond the memory limit, `_trunk_out`), untaped;
 2. runs the head and the loss on the trunk's output, and takes the gradients of the loss
-   with respect to the head's variables and to the trunk's output;
+   with respect to the head's variables and to the trunk's output (in memory or on disk);
 3. streams the backward pass: each tile's forward is computed again from its input window
    under a gradient tape, and the tile's slice of the trunk-output gradient is pushed
    through it; the trunk's variable gradients are summed over the tiles in tile order
@@ -111,14 +111,16 @@ class StreamingModel(keras.Model):
       `tf_largeconv.stream` can stream and that ends in an image-shaped tensor; its
       BatchNormalization layers frozen; no dropout or noise layers.
     head: a Keras model or layer taking the trunk's output (global pooling, dense
-      layers, ...): it runs on the whole trunk output, untiled. None: the trunk is the
-      whole model; its output is the prediction, the labels `y` have the output's spatial
-      shape (batch, *spatial[, channels]) and are read tile by tile from any array the
+      layers, ...), run on the output's mean, whole, or tile by tile (`plan(...)`'s
+      `trunk_output` says which). None: the trunk is the whole model; its output is the
+      prediction, the labels `y` have the output's spatial shape
+      (batch, *spatial[, channels]) and are read tile by tile from any array the
       input may be (numpy, dask, zarr, memory map), and the compiled loss must be one loss
       reduced by 'sum', 'sum_over_batch_size' or 'mean' (a sum or mean over pixels).
     tile: the tile side in input pixels (see `tf_largeconv.stream.predict`); None: the
       largest whose training step fits `memory_limit`.
-    memory_limit: bytes a tile's training step may hold (default 1 GiB).
+    memory_limit: bytes a tile's training step may hold (default 1 GiB); a trunk output
+      whose size and its gradient's exceed it is kept on disk (a temporary memory map).
     **kwargs: for `keras.Model` (name, ...).
 
   Raises:

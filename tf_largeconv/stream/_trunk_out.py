@@ -53,7 +53,7 @@ class TrunkOutputPlan:
   Attributes:
     where: 'mean', 'memory' or 'disk' (module docstring).
     head: how the head reads the output: 'mean' (its streamed mean), 'streamed' (tile by
-      tile from the memory map) or 'whole' (one tensor).
+      tile from the memory map, on disk only) or 'whole' (one tensor).
     output_bytes: the trunk output's size; its gradient has as many.
     memory_bytes: anonymous memory the output and its gradient take (0 on disk with a
       streamed head; with a 'whole' head on disk, while the head runs only).
@@ -93,8 +93,8 @@ def plan_trunk_output(
   window = _plan.input_window_bytes(plan.tiling, batch, window_itemsize)
   if head == "mean":
     return TrunkOutputPlan("mean", head, out, 0, 0, window)
-  if copies * out <= plan.memory_limit:
-    return TrunkOutputPlan("memory", head, out, copies * out, 0, window)
+  if copies * out <= plan.memory_limit:  # the head runs on the whole tensor
+    return TrunkOutputPlan("memory", "whole", out, copies * out, 0, window)
   held = 0 if head == "streamed" else copies * out
   return TrunkOutputPlan("disk", head, out, held, copies * out, window)
 
