@@ -218,11 +218,12 @@ def test_a_lazy_pydataset_is_read_window_by_window(tmp_path):
     model.fit(x, epochs=1, verbose=0, shuffle=False, **kwargs)
     return model, [w.copy() for w in trunk.get_weights() + head.get_weights()]
 
-  model, lazy = trained(data)
+  model, lazy = trained(data, validation_data=data)  # a PyDataset in both places
   tiles = model.plan((1,) + shape[1:]).tiles
   assert tiles > 1
-  # Each step: the forward's and the backward's windows, each less than the image.
-  assert len(reads) >= 2 * tiles * len(labels)
+  # Each step: the forward's and the backward's windows, each less than the image; then
+  # the validation's forward.
+  assert len(reads) >= 3 * tiles * len(labels)
   assert max(reads) < whole
   _, eager = trained(np.asarray(images), y=labels, batch_size=1)
   for a, b in zip(lazy, eager):

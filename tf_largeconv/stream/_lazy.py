@@ -41,17 +41,27 @@ class _Batches:
 
 def _epoch_iterator(base: Any) -> Any:
   class LazyEpochIterator(base):
-    """Keras's TensorFlow epoch iterator without its tf.data dataset."""
+    """Keras's TensorFlow epoch iterator, without its tf.data dataset for a PyDataset (for
+    any other data, as it is: a fit's validation arrays)."""
+
+    lazy_batches = True
 
     def __init__(self, distribute_strategy: Any = None, *args: Any, **kwargs: Any) -> None:
+      self._lazy = isinstance(kwargs.get("x"), keras.utils.PyDataset)
+      if not self._lazy:
+        base.__init__(self, distribute_strategy, *args, **kwargs)
+        return
       super(base, self).__init__(*args, **kwargs)  # the plain EpochIterator's
       self._distribute_strategy = distribute_strategy
 
-    def _get_iterator(self) -> _Batches:
+    def _get_iterator(self) -> Any:
+      if not self._lazy:
+        return base._get_iterator(self)
       return _Batches(iter(self.data_adapter._get_iterator()))
 
     def tf_sync(self) -> None:
-      pass
+      if not self._lazy:
+        base.tf_sync(self)
 
   return LazyEpochIterator
 
@@ -65,6 +75,7 @@ def batches_as_they_are(x: Any, strategy: Any) -> Iterator[None]:
   lazy = (
     isinstance(x, keras.utils.PyDataset)
     and base is not None
+    and not getattr(base, "lazy_batches", False)  # already, in a fit's validation
     and strategy.num_replicas_in_sync == 1
     and keras.backend.backend() == "tensorflow"
   )
