@@ -16,7 +16,7 @@ memory map, then runs one `train_on_batch` on it while a thread samples RssAnon 
 (`benchmarks.cpu.memory.sampled_growth`). Printed: the growth of anonymous memory over the
 warm process, the step's seconds (under load: compare them as ratios only), the plan's tile
 peak and, where the checkout's plan has it, where it keeps the trunk output
-(`plan.trunk_output`). Writes DIR/train_memory.json.
+(`plan.trunk_output`). Writes DIR/train_memory_SIZE.json.
 """
 
 import argparse
@@ -116,7 +116,7 @@ def main(argv=None):
   parser.add_argument("--checkouts", nargs="*", default=[ROOT])
   parser.add_argument("--heads", nargs="*", choices=("conv", "flatten"), default=["conv"])
   parser.add_argument("--scratch", default=os.path.join(ROOT, "benchmarks", "scratch"))
-  parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"))
+  parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "cpu"))
   parser.add_argument("--timeout", type=int, default=3600)
   parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
@@ -143,7 +143,7 @@ def main(argv=None):
       rows.append(row)
       print(json.dumps(row), flush=True)
   os.makedirs(args.out, exist_ok=True)
-  with open(os.path.join(args.out, "train_memory.json"), "w", encoding="utf-8") as f:
+  with open(os.path.join(args.out, f"train_memory_{args.size}.json"), "w", encoding="utf-8") as f:
     json.dump(rows, f, indent=1)
   print(f"{'checkout':40s}{'head':>8s}{'RssAnon growth':>16s}{'seconds':>9s}{'tiles':>7s}")
   for r in rows:
