@@ -396,3 +396,23 @@ def choose_tile(
     else:
       hi = mid
   return lo
+
+
+def trunk_output_bytes(tiling: Tiling, batch: int) -> int:
+  """Bytes of the whole tiled output of `tiling` (a StreamingModel's trunk output) in its
+  dtype; its gradient has as many."""
+  g = tiling.geometry
+  channels = g.graph.channels.get(g.sinks[0]) or 1
+  itemsize = np.dtype(g.graph.out_dtype).itemsize
+  return batch * channels * itemsize * math.prod(g.out_sizes)
+
+
+def input_window_bytes(tiling: Tiling, batch: int, itemsize: int) -> int:
+  """Bytes of the largest input window (halo included) a tile of `tiling` reads, at
+  `itemsize` bytes an element."""
+  middle = middle_tile(tiling)
+  picks = [sorted({0, m, len(b) - 1}) for m, b in zip(middle, tiling.bounds)]
+  return max(
+    _bytes(tiling, 0, tiling.window(index, 0), batch, itemsize)
+    for index in itertools.product(*picks)
+  )

@@ -39,6 +39,8 @@ class StreamPlan:
       all passes): TensorFlow's CPU pool after serving every tile's tensors (`_pool`);
       worst_bytes: the most it grew to on the benchmark's cases for the same figure, which
       the chosen tile keeps within the limit; memory_limit: the limit used.
+    trunk_output: in a StreamingModel's plan with a head, where the trunk's output and its
+      gradient are kept and their bytes (`stream._trunk_out.TrunkOutputPlan`); else None.
   """
 
   def __init__(
@@ -62,6 +64,7 @@ class StreamPlan:
     self.grid = tuple(len(b) for b in tiling.bounds)
     self.tiles = tiling.count
     self.memory_limit = memory_limit
+    self.trunk_output: Any = None
     middle = _plan.middle_tile(tiling)
     base = max(_plan.worst_peak(t, batch, itemsize, peak) for t in tilings)
     spread = (_pool.EXPECTED, _pool.WORST) if peak is None else (1.0, 1.0)
@@ -101,6 +104,8 @@ class StreamPlan:
         f"{self.passes} passes over the image: the first {self.passes - 1} pool the global "
         f"context later layers read, adding {100 * self.pass_work:.1f}% of the untiled work"
       )
+    if self.trunk_output is not None:  # a StreamingModel's plan with a head
+      rows.append(str(self.trunk_output))
     rows += [
       "halo per layer (pixels beyond the tile on each side, per axis):",
     ]
