@@ -319,13 +319,14 @@ def pass_peak(tiling: Tiling, batch: int, itemsize: int) -> int:
 def peak_bytes(tiling: Tiling, index: Sequence[int], batch: int, itemsize: int) -> int:
   """The most bytes of tensors tile `index` holds at once (`tile_events`)."""
   live: dict[Any, int] = {}
-  peak = 0
+  total = peak = 0
   for e in tile_events(tiling, index, batch, itemsize):
     if e[0] == "a":
       live[e[1]] = e[2]
-      peak = max(peak, sum(live.values()))
+      total += e[2]
+      peak = max(peak, total)
     else:
-      live.pop(e[1], None)
+      total -= live.pop(e[1], 0)
   return peak
 
 
@@ -354,16 +355,20 @@ def middle_tile(tiling: Tiling) -> tuple[int, ...]:
   return tuple(index)
 
 
-def worst_peak(tiling: Tiling, batch: int, itemsize: int, peak: Any = None) -> int:
-  """What a pass over `tiling` needs: by default the memory the process keeps after all its
-  tiles (`pass_peak`); with a per-tile `peak`, the largest over the first, middle and last
-  tiles of each axis and their combinations (edge tiles pad, interior tiles carry halos on
-  both sides)."""
-  if peak is None:
-    return pass_peak(tiling, batch, itemsize)
+def edge_and_middle_tiles(tiling: Tiling) -> list[tuple[int, ...]]:
+  """The first, middle and last tiles of each axis and their combinations: edge tiles pad,
+  interior tiles carry halos on both sides."""
   middle = middle_tile(tiling)
   picks = [sorted({0, m, len(b) - 1}) for m, b in zip(middle, tiling.bounds)]
-  return max(peak(tiling, index, batch, itemsize) for index in itertools.product(*picks))
+  return list(itertools.product(*picks))
+
+
+def worst_peak(tiling: Tiling, batch: int, itemsize: int, peak: Any = None) -> int:
+  """What a pass over `tiling` needs: by default the memory the process keeps after all its
+  tiles (`pass_peak`); with a per-tile `peak`, the largest over `edge_and_middle_tiles`."""
+  if peak is None:
+    return pass_peak(tiling, batch, itemsize)
+  return max(peak(tiling, index, batch, itemsize) for index in edge_and_middle_tiles(tiling))
 
 
 def choose_tile(
@@ -410,9 +415,7 @@ def trunk_output_bytes(tiling: Tiling, batch: int) -> int:
 def input_window_bytes(tiling: Tiling, batch: int, itemsize: int) -> int:
   """Bytes of the largest input window (halo included) a tile of `tiling` reads, at
   `itemsize` bytes an element."""
-  middle = middle_tile(tiling)
-  picks = [sorted({0, m, len(b) - 1}) for m, b in zip(middle, tiling.bounds)]
   return max(
     _bytes(tiling, 0, tiling.window(index, 0), batch, itemsize)
-    for index in itertools.product(*picks)
+    for index in edge_and_middle_tiles(tiling)
   )

@@ -188,13 +188,13 @@ class StreamingModel(keras.Model):
     """The trunk's output, streamed tile by tile into one buffer (or into `out`, a
     memory map, then returned as it is)."""
     g = self._stream_graph
-    if out is not None:
-      _run.run(plan.tilings, source.read, g.input_dtype, source.writer(out))
-      return out
-    sizes = plan.tiling.geometry.out_sizes
-    out = _arrays.aligned_empty((source.shape[0], *sizes, g.channels[g.output] or 1), g.out_dtype)
+    given = out is not None
+    if not given:
+      sizes = plan.tiling.geometry.out_sizes
+      shape = (source.shape[0], *sizes, g.channels[g.output] or 1)
+      out = _arrays.aligned_empty(shape, g.out_dtype)
     _run.run(plan.tilings, source.read, g.input_dtype, source.writer(out))
-    return _arrays.as_tensor(out)  # the same memory, not a copy
+    return out if given else _arrays.as_tensor(out)  # the buffer's memory, not a copy
 
   def _pooled(self, source: Source, plan: StreamPlan) -> tf.Tensor:
     """The trunk output's spatial mean as a 1 x ... x 1 image (batch, 1, ..., channels),
@@ -319,7 +319,7 @@ class StreamingModel(keras.Model):
       with tf.GradientTape() as tape:
         sinks, _ = _run.run_tile(tiling, index, source.read, g.input_dtype)
       bounds = [tiling.bounds[i][t] for i, t in enumerate(index)]
-      part = dz[(slice(None),) + tuple(slice(a, b) for a, b in bounds) + (slice(None),)]
+      part = dz[_trunk_out.window_index(bounds)]
       if isinstance(part, np.ndarray):  # a memory map's: read here
         part = tf.convert_to_tensor(np.ascontiguousarray(part))
       grads = tape.gradient(

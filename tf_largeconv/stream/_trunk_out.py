@@ -179,7 +179,8 @@ def _given(window: tf.Tensor) -> Any:
   return read
 
 
-def _index(spans: Sequence[Range]) -> tuple[slice, ...]:
+def window_index(spans: Sequence[Range]) -> tuple[slice, ...]:
+  """The numpy index of the window `spans` of a (batch, *spatial, channels) array."""
   return (slice(None), *(slice(a, b) for a, b in spans), slice(None))
 
 
@@ -209,6 +210,7 @@ class StreamedHead:
 
   def __init__(self, graph: _graph.Graph) -> None:
     self.graph = graph
+    self._tilings: dict[tuple[Any, ...], _plan.Tiling] = {}  # by input shape and limit
 
   @classmethod
   def of(cls, head: Any) -> StreamedHead | None:
@@ -226,10 +228,16 @@ class StreamedHead:
     return cls(graph)
 
   def _tiling(self, z: np.ndarray, limit: int) -> _plan.Tiling:
-    return plan_for(self.graph, tuple(z.shape), None, limit, _plan.train_peak_bytes).tiling
+    """The head's tiling of `z`, planned once per shape and limit (every step reads it
+    twice: forward, then backward)."""
+    key = (*z.shape, limit)
+    if key not in self._tilings:
+      plan = plan_for(self.graph, tuple(z.shape), None, limit, _plan.train_peak_bytes)
+      self._tilings[key] = plan.tiling
+    return self._tilings[key]
 
   def _read(self, z: np.ndarray) -> Callable[[Sequence[Range]], np.ndarray]:
-    return lambda spans: np.asarray(z[_index(spans)])
+    return lambda spans: np.asarray(z[window_index(spans)])
 
   def forward(self, z: np.ndarray, limit: int) -> dict[int, tf.Tensor]:
     """The pooled values, from `z` tile by tile."""
@@ -272,5 +280,5 @@ class StreamedHead:
       outs = [tf.reshape(tf.cast(d, s.dtype), s.shape) for d, s in zip(d_pooled, shares)]
       got = _gradients(tape, shares, variables + [window], output_gradients=outs)
       head_grads = [a + tf.cast(b, a.dtype) for a, b in zip(head_grads, got[:n])]
-      dz[_index(spans)] += got[-1].numpy()
+      dz[window_index(spans)] += got[-1].numpy()
     return loss, y_pred, head_grads
