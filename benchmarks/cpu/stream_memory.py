@@ -1,11 +1,16 @@
 """tf_largeconv.stream.plan's memory figures against measured memory: for each network and
 memory limit, `stream.predict` over a 3072^2 x 3 image read from a .npy memory map into a
-.npy memory map, in a fresh process per case, after a warm call on a small image. Measured:
+.npy memory map, and (`train_*` cases) one dense `StreamingModel` training step (head None,
+mean squared error, SGD, batch normalization frozen) on a 1536^2 x 3 image and labels of
+the output's shape, both .npy memory maps; in a fresh process per case, after a warm call
+on a 32^2 image (its tensors too small for TensorFlow's pool, which so starts empty).
+Measured:
 the growth of anonymous resident memory (RssAnon, sampled every 2 ms by a thread) over the
 warm process. Printed beside the plan's expected figure (`peak_bytes`) and the figure the
 tile is sized by (`worst_bytes`), and whether the limit held.
 
-  python -m benchmarks.cpu.stream_memory [--cases NAME ...] [--size N] [--out DIR]
+  python -m benchmarks.cpu.stream_memory [--cases NAME ...] [--size N] [--train-size N]
+      [--out DIR]
 
 Writes DIR/stream_memory.json and DIR/stream_memory.png (predicted against measured).
 """
@@ -71,9 +76,57 @@ def resnet(keras):
 
 NETWORKS = {"unet": unet, "depthwise": depthwise, "resnet": resnet}
 CASES = {f"{n}_{mib}": (n, mib) for n in NETWORKS for mib in (256, 512, 1024)}
+CASES.update({f"train_{n}_{mib}": (n, mib) for n in NETWORKS for mib in (256, 512, 1024)})
 
 
-def _child(name, size):
+def _memmap(path, shape, seed):
+  import numpy as np
+
+  array = np.lib.format.open_memmap(path, "w+", np.float32, shape)
+  for row in range(0, shape[1], 512):
+    part = array[:, row : row + 512]
+    part[...] = np.random.default_rng(seed + row).standard_normal(part.shape, np.float32)
+  array.flush()
+  del array
+  return np.load(path, mmap_mode="r")
+
+
+def _train_child(name, size):
+  """One dense StreamingModel step: (plan, measured growth)."""
+  import keras
+  import numpy as np
+
+  from tf_largeconv import stream
+
+  network, mib = CASES[name]
+  trunk = NETWORKS[network](keras)
+  for layer in trunk.layers:
+    if isinstance(layer, keras.layers.BatchNormalization):
+      layer.trainable = False
+  model = stream.StreamingModel(trunk, head=None, memory_limit=mib * MiB)
+  model.compile(optimizer="sgd", loss="mse")
+  small = np.zeros((1, 32, 32, 3), np.float32)
+  model.train_on_batch(small, np.zeros(trunk.compute_output_shape(small.shape), np.float32))
+  with tempfile.TemporaryDirectory() as tmp:
+    x = _memmap(os.path.join(tmp, "x.npy"), (1, size, size, 3), 0)
+    y = _memmap(os.path.join(tmp, "y.npy"), trunk.compute_output_shape(x.shape), 1)
+    plan = model.plan(x.shape)
+    _, grown = memory.sampled_growth(lambda: model.train_on_batch(x, y))
+  return plan, grown
+
+
+def _child(name, size, train_size):
+  if name.startswith("train_"):
+    plan, grown = _train_child(name, train_size)
+  else:
+    plan, grown = _predict_child(name, size)
+  figures = (plan.tile, plan.tiles, plan.peak_bytes, plan.worst_bytes, grown)
+  keys = ("tile", "tiles", "predicted", "worst", "measured")
+  limit = CASES[name][1] * MiB
+  print(json.dumps({"case": name, "limit": limit, **dict(zip(keys, figures))}))
+
+
+def _predict_child(name, size):
   import keras
   import numpy as np
 
@@ -82,42 +135,36 @@ def _child(name, size):
   network, mib = CASES[name]
   model = NETWORKS[network](keras)
   limit = mib * MiB
-  stream.predict(model, np.zeros((1, 256, 256, 3), np.float32), memory_limit=limit)
+  # Warm on an image whose tensors all stay under the pool's smallest request, so the
+  # pool starts empty, as the plan assumes.
+  stream.predict(model, np.zeros((1, 32, 32, 3), np.float32), memory_limit=limit)
   with tempfile.TemporaryDirectory() as tmp:
-    path = os.path.join(tmp, "image.npy")
-    image = np.lib.format.open_memmap(path, "w+", np.float32, (1, size, size, 3))
-    for row in range(0, size, 512):
-      image[:, row : row + 512] = np.random.default_rng(row).standard_normal(
-        image[:, row : row + 512].shape, np.float32
-      )
-    image.flush()
-    del image
-    image = np.load(path, mmap_mode="r")
+    image = _memmap(os.path.join(tmp, "image.npy"), (1, size, size, 3), 0)
     plan = stream.plan(model, image, memory_limit=limit)
     shape = model.compute_output_shape((1, size, size, 3))
     out = np.lib.format.open_memmap(os.path.join(tmp, "out.npy"), "w+", np.float32, shape)
     _, grown = memory.sampled_growth(
       lambda: stream.predict(model, image, memory_limit=limit, out=out)
     )
-  figures = (plan.tile, plan.tiles, plan.peak_bytes, plan.worst_bytes, grown)
-  keys = ("tile", "tiles", "predicted", "worst", "measured")
-  print(json.dumps({"case": name, "limit": limit, **dict(zip(keys, figures))}))
+  return plan, grown
 
 
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--cases", nargs="*", default=list(CASES), choices=list(CASES))
   parser.add_argument("--size", type=int, default=3072)
+  parser.add_argument("--train-size", type=int, default=1536)
   parser.add_argument("--out", default=measure.RESULTS_DIR)
   parser.add_argument("--timeout", type=int, default=900)
   parser.add_argument("--child", help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
   if args.child:
-    return _child(args.child, args.size)
+    return _child(args.child, args.size, args.train_size)
   rows = []
   print(f"{'case':<16}{'tiles':>6}{'expected':>12}{'worst':>12}{'measured':>12}{'error':>8}  limit")
   for name in args.cases:
     child = ["-m", "benchmarks.cpu.stream_memory", "--child", name, "--size", str(args.size)]
+    child += ["--train-size", str(args.train_size)]
     r = measure.run_child(child, args.timeout)
     if "error" in r:
       print(f"{name:<16}{r['error']}")

@@ -203,6 +203,30 @@ def allocs(op: Any, kind: str, n_inputs: int) -> tuple[float, ...]:
   return (1.0,)
 
 
+def tape_allocs(op: Any, kind: str, n_inputs: int) -> tuple[float, ...]:
+  """`allocs` under a gradient tape, which keeps every tensor the call makes: a
+  convolution's raw result too, where its bias and activation follow."""
+  made = allocs(op, kind, n_inputs)
+  act = getattr(getattr(op, "activation", None), "__name__", "linear")
+  if kind in ("conv", "folded conv", "transpose") and getattr(op, "use_bias", False):
+    return (1.0, *made) if act != "linear" else made
+  return made
+
+
+def grad_temps(op: Any, kind: str) -> tuple[float, float, bool]:
+  """A step's backward pass besides its inputs' gradients: its temporaries as shares of its
+  output and of what it read, and whether it hands its output's gradient to its inputs as
+  it is (a sum). Measured per layer with TensorFlow's allocator statistics."""
+  act = getattr(getattr(op, "activation", None), "__name__", "linear")
+  if kind in ("conv", "folded conv", "transpose"):
+    return (0.0 if act == "linear" else 1.0), 0.0, False  # the activation's gradient
+  if kind == "pool" and isinstance(op, MAX_POOLS):
+    return 3.0, 0.0, False
+  if kind == "upsample":
+    return 0.0, 1.0, False
+  return 0.0, 0.0, isinstance(op, (L.Add, L.Subtract))
+
+
 def rule_for(op: Any, refs: Sequence[Any], rank: int, call: _rules.Call) -> tuple[_rules.Rule, str]:
   """The rule that streams `op` (a layer or operation reading the symbolic tensors `refs`,
   all spatial; `call(*tensors)` calls it as the model does) and the kind of step it is.
@@ -223,6 +247,7 @@ def rule_for(op: Any, refs: Sequence[Any], rank: int, call: _rules.Call) -> tupl
     strides, dilations = _tuple(op.strides, rank), _tuple(op.dilation_rate, rank)
     call = explicit or _valid_clone(op, channels, rank)
     sliding = _rules.Sliding(call, kernel, strides, dilations, op.padding, explicit=bool(explicit))
+    sliding.taped_copy = _windowed.copies_under_tape(explicit)
     return sliding, "conv"
   if isinstance(op, TRANSPOSED):
     clone = _valid_clone(op, channels, rank)

@@ -247,13 +247,16 @@ def _needed(tiling: Tiling, step: Any, out_spans: Sequence[Range], v: int) -> li
   return [_rules.clip(lo, hi, size[i]) for i, (lo, hi) in enumerate(need)]
 
 
-def tile_events(tiling: Tiling, index: Sequence[int], batch: int, itemsize: int) -> list[Any]:
+def tile_events(
+  tiling: Tiling, index: Sequence[int], batch: int, itemsize: int, taped: bool = False
+) -> list[Any]:
   """The tensors tile `index` allocates and frees, in the order `_run.run_tile` makes them:
   ('a', key, bytes) and ('f', key). Per step: a copy of each input window cropped to what
   the step reads (where that is less than the window), a padded copy for a windowed layer
   whose op takes no explicit padding, then the layer's own tensors (`Step.allocs`: its
   temporaries as fractions of its output, freed after the step, then the output); inputs
-  are freed after their last reader, the tiled values after the tile."""
+  are freed after their last reader, the tiled values after the tile. `taped`: as the
+  tile runs under a gradient tape (`_windowed.taped`, `Step.tape_allocs`)."""
   g = tiling.geometry
   steps, last_use = g.spatial_steps, g.last_use
   ev: list[tuple[Any, ...]] = [
@@ -268,13 +271,16 @@ def tile_events(tiling: Tiling, index: Sequence[int], batch: int, itemsize: int)
         if need != tiling.window(index, v):
           temps.append(("crop", k, v))
           ev.append(("a", temps[-1], _bytes(tiling, v, need, batch, itemsize)))
-      if step.kind in ("conv", "pool", "folded conv") and not step.rule.explicit:  # type: ignore[union-attr]
+      rule: Any = step.rule
+      if step.kind in ("conv", "pool", "folded conv") and (
+        not rule.explicit or (taped and getattr(rule, "taped_copy", False))
+      ):
         pads = _padded(step, out_spans)
         if pads != _needed(tiling, step, out_spans, step.inputs[0]):
           temps.append(("pad", k))
           ev.append(("a", temps[-1], _bytes(tiling, step.inputs[0], pads, batch, itemsize)))
       out = _bytes(tiling, step.output, out_spans, batch, itemsize)
-      *shares, _ = step.allocs
+      *shares, _ = step.tape_allocs if taped else step.allocs
       for j, share in enumerate(shares):
         temps.append(("tmp", k, j))
         ev.append(("a", temps[-1], int(share * out)))
@@ -287,23 +293,27 @@ def tile_events(tiling: Tiling, index: Sequence[int], batch: int, itemsize: int)
   return ev
 
 
-def simulate(tiling: Tiling, batch: int, itemsize: int) -> _pool.Pool:
-  """TensorFlow's CPU pool (`_pool`) after serving a pass over `tiling`. The tiles run in
+def simulate(
+  tiling: Tiling, batch: int, itemsize: int, events: Any = None, pool: _pool.Pool | None = None
+) -> _pool.Pool:
+  """TensorFlow's CPU pool (`_pool`) after serving a pass over `tiling` (the tensors of each
+  tile by `events`, default `tile_events`), from empty or from `pool`. The tiles run in
   order, the first three and last two of each axis standing for the rest (interior tiles
   repeat one another); a tile whose tensors match one already run twice is skipped."""
-  pool = _pool.Pool(_pool.pooled())
+  events = events or tile_events
+  pool = pool or _pool.Pool(_pool.pooled())
   seen: dict[tuple[Any, ...], int] = {}
   picks = [
     sorted({t for t in (0, 1, 2, len(b) - 2, len(b) - 1) if 0 <= t < len(b)}) for b in tiling.bounds
   ]
   for index in itertools.product(*picks):
-    events = tile_events(tiling, index, batch, itemsize)
-    key = tuple(e[2] if e[0] == "a" else 0 for e in events)
+    tensors = events(tiling, index, batch, itemsize)
+    key = tuple(e[2] if e[0] == "a" else 0 for e in tensors)
     if seen.get(key, 0) >= 2:
       continue
     seen[key] = seen.get(key, 0) + 1
     handles: dict[Any, Any] = {}
-    for e in events:
+    for e in tensors:
       if e[0] == "a":
         handles[e[1]] = pool.alloc(e[2])
       else:
@@ -314,36 +324,6 @@ def simulate(tiling: Tiling, batch: int, itemsize: int) -> _pool.Pool:
 def pass_peak(tiling: Tiling, batch: int, itemsize: int) -> int:
   """The anonymous memory a pass over `tiling` leaves the process holding (`simulate`)."""
   return simulate(tiling, batch, itemsize).grown
-
-
-def peak_bytes(tiling: Tiling, index: Sequence[int], batch: int, itemsize: int) -> int:
-  """The most bytes of tensors tile `index` holds at once (`tile_events`)."""
-  live: dict[Any, int] = {}
-  total = peak = 0
-  for e in tile_events(tiling, index, batch, itemsize):
-    if e[0] == "a":
-      live[e[1]] = e[2]
-      total += e[2]
-      peak = max(peak, total)
-    else:
-      total -= live.pop(e[1], 0)
-  return peak
-
-
-def train_peak_bytes(tiling: Tiling, index: Sequence[int], batch: int, itemsize: int) -> int:
-  """What the tile `index` holds at the peak of its backward pass: every value the tile
-  computes and every padded copy (a gradient tape keeps them all), plus the gradients in
-  flight, about twice the largest value."""
-  g = tiling.geometry
-  kept, largest = 0, 0
-  for v in [0] + [s.output for s in g.spatial_steps]:
-    n = _bytes(tiling, v, tiling.window(index, v), batch, itemsize)
-    kept, largest = kept + n, max(largest, n)
-  for step in g.spatial_steps:
-    out_spans = tiling.window(index, step.output)
-    if out_spans is not None and step.kind not in ("pointwise", "reduce"):
-      kept += _bytes(tiling, step.inputs[0], _padded(step, out_spans), batch, itemsize)
-  return int(kept + 2 * largest)
 
 
 def middle_tile(tiling: Tiling) -> tuple[int, ...]:
@@ -363,33 +343,24 @@ def edge_and_middle_tiles(tiling: Tiling) -> list[tuple[int, ...]]:
   return list(itertools.product(*picks))
 
 
-def worst_peak(tiling: Tiling, batch: int, itemsize: int, peak: Any = None) -> int:
-  """What a pass over `tiling` needs: by default the memory the process keeps after all its
-  tiles (`pass_peak`); with a per-tile `peak`, the largest over `edge_and_middle_tiles`."""
-  if peak is None:
-    return pass_peak(tiling, batch, itemsize)
-  return max(peak(tiling, index, batch, itemsize) for index in edge_and_middle_tiles(tiling))
-
-
 def choose_tile(
   geometry: Geometry, memory_limit: int, batch: int, itemsize: int, peak: Any = None
 ) -> int:
-  """The largest tile (input pixels) whose tiles' peak (`worst_peak`; the pool's figure at
-  its worst, `_pool.WORST` times the model's) fits `memory_limit`."""
+  """The largest tile (input pixels) whose pass (`peak`, default `pass_peak`) at its worst,
+  `_pool.WORST` times the model's figure, fits `memory_limit`."""
   n_in = max(geometry.sizes[0])
   lo, hi = 1, max(n_in, 1)
-
-  scale = _pool.WORST if peak is None else 1.0
+  peak = peak or pass_peak
 
   def fits(tile: int) -> bool:
     tiling = Tiling(geometry, geometry.tile_out(tile))
-    return scale * worst_peak(tiling, batch, itemsize, peak) <= memory_limit
+    return _pool.WORST * peak(tiling, batch, itemsize) <= memory_limit
 
   if fits(hi):
     return hi
   if not fits(lo):
     tiling = Tiling(geometry, geometry.tile_out(1))
-    need = int(scale * worst_peak(tiling, batch, itemsize, peak))
+    need = int(_pool.WORST * peak(tiling, batch, itemsize))
     raise ValueError(
       f"memory_limit: {memory_limit} bytes is less than one output pixel's step needs "
       f"(about {need} bytes for a batch of {batch}); raise it or pass a smaller batch"

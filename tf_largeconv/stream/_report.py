@@ -66,9 +66,8 @@ class StreamPlan:
     self.memory_limit = memory_limit
     self.trunk_output: Any = None
     middle = _plan.middle_tile(tiling)
-    base = max(_plan.worst_peak(t, batch, itemsize, peak) for t in tilings)
-    spread = (_pool.EXPECTED, _pool.WORST) if peak is None else (1.0, 1.0)
-    self.peak_bytes, self.worst_bytes = (int(f * base) for f in spread)
+    base = max((peak or _plan.pass_peak)(t, batch, itemsize) for t in tilings)
+    self.peak_bytes, self.worst_bytes = (int(f * base) for f in (_pool.EXPECTED, _pool.WORST))
     work = [t.work() for t in tilings]
     self.recompute = sum(d for d, _ in work) / sum(w for _, w in work) - 1.0
     self.pass_work = sum(w for _, w in work[:-1]) / work[-1][1]
@@ -120,7 +119,8 @@ def plan_for(
   graph: Any, shape: tuple[int, ...], tile: int | None, memory_limit: int | None, peak: Any = None
 ) -> StreamPlan:
   """The plan of `graph` over a batch of `shape` (batch, *spatial, channels): `tile`, or
-  the largest whose tiles' `peak` (default `_plan.peak_bytes`) fits `memory_limit` (default
+  the largest whose pass (`peak(tiling, batch, itemsize)`, default `_plan.pass_peak`;
+  `_backprop.train_pass_peak` for training) fits `memory_limit` (default
   `_plan.DEFAULT_MEMORY_LIMIT`)."""
   geometries = _plan.passes(graph, shape[1:-1])
   limit = _plan.DEFAULT_MEMORY_LIMIT if memory_limit is None else int(memory_limit)

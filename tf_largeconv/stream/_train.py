@@ -33,6 +33,7 @@ import numpy as np
 import tensorflow as tf
 
 from tf_largeconv import _arrays
+from tf_largeconv.stream import _backprop
 from tf_largeconv.stream import _dense
 from tf_largeconv.stream import _distribute
 from tf_largeconv.stream import _graph
@@ -40,6 +41,7 @@ from tf_largeconv.stream import _lazy
 from tf_largeconv.stream import _plan
 from tf_largeconv.stream import _run
 from tf_largeconv.stream import _trunk_out
+from tf_largeconv.stream import _windowed
 from tf_largeconv.stream._report import StreamPlan
 from tf_largeconv.stream._report import plan_for
 from tf_largeconv.stream._source import Source
@@ -159,16 +161,15 @@ class StreamingModel(keras.Model):
     self._plans: dict[tuple[int, ...], StreamPlan] = {}  # by batch shape and training
 
   def plan(self, shape: tuple[int, ...], training: bool = True) -> StreamPlan:
-    """The plan of a training step (or, with training=False, of the streamed forward pass
-    alone) on a batch of `shape` (batch, *spatial, channels): tiles, halos, recomputed
-    share, the estimated peak of a tile (for training, of its backward pass), and
-    `trunk_output` (a `TrunkOutputPlan`): where the trunk's output and its gradient are
-    kept (its mean, memory or disk), their bytes in memory and on disk, and the input
-    window's bytes."""
+    """The plan of a training step (training=False: of the streamed forward pass) on a
+    batch of `shape` (batch, *spatial, channels): tiles, halos, recomputed share, the
+    memory the tiles' passes take (`peak_bytes`, `worst_bytes`), and `trunk_output` (a
+    `TrunkOutputPlan`): where the trunk's output and its gradient are kept (its mean,
+    memory or disk) and their bytes in memory and on disk, beyond that."""
     shape = tuple(int(n) for n in shape)
     key = shape + (int(training),)
     if key not in self._plans:
-      peak = _plan.train_peak_bytes if training else _plan.peak_bytes
+      peak = _backprop.step_peak(training, forward=self.head is not None)
       plan = plan_for(self._stream_graph, shape, self.tile, self.memory_limit, peak)
       if self.head is not None:
         how = "mean" if self._pooled_head else "streamed" if self._streamed_head else "whole"
@@ -287,7 +288,7 @@ class StreamingModel(keras.Model):
       # A head that reads only the output's mean gets that mean as a 1 x 1 image: the
       # output itself is never whole.
       z = self._pooled(source, plan) if self._pooled_head else self._trunk_forward(source, plan)
-    with tf.GradientTape() as tape:
+    with _windowed.tile_tape() as tape:
       if one_tile:
         sinks, _ = _run.run_tile(plan.tiling, (0,) * g.rank, source.read, g.input_dtype)
         z = sinks[g.output]
@@ -316,7 +317,7 @@ class StreamingModel(keras.Model):
     g, tiling = self._stream_graph, plan.tiling
     totals: list[Any] = [None] * len(variables)
     for index in tiling.tiles():
-      with tf.GradientTape() as tape:
+      with _windowed.tile_tape() as tape:
         sinks, _ = _run.run_tile(tiling, index, source.read, g.input_dtype)
       bounds = [tiling.bounds[i][t] for i, t in enumerate(index)]
       part = dz[_trunk_out.window_index(bounds)]
@@ -341,7 +342,7 @@ class StreamingModel(keras.Model):
     d_mean = tf.reshape(d_mean, [d_mean.shape[0], d_mean.shape[-1]])
     totals: list[Any] = [None] * len(variables)
     for index in tiling.tiles():
-      with tf.GradientTape() as tape:
+      with _windowed.tile_tape() as tape:
         sinks, _ = _run.run_tile(tiling, index, source.read, g.input_dtype)
         z = sinks[g.output]
         share = tf.reduce_sum(z, axis=list(range(1, g.rank + 1))) / tf.cast(count, z.dtype)
@@ -370,7 +371,7 @@ class StreamingModel(keras.Model):
       bounds = [plan.tiling.bounds[i][t] for i, t in enumerate(index)]
       y_tile, w_tile = labels.read(bounds), weights.read(bounds)
       # Evaluation records nothing: a tape would keep every value of the tile.
-      with tf.GradientTape() if training else contextlib.nullcontext() as tape:
+      with _windowed.tile_tape() if training else contextlib.nullcontext() as tape:
         sinks, _ = _run.run_tile(plan.tiling, index, source.read, g.input_dtype)
         values = loss.values(y_tile, sinks[g.output], w_tile)
         part = tf.reduce_sum(values)

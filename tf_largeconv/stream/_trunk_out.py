@@ -32,9 +32,11 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from tf_largeconv.stream import _backprop
 from tf_largeconv.stream import _graph
 from tf_largeconv.stream import _plan
 from tf_largeconv.stream import _run
+from tf_largeconv.stream import _windowed
 from tf_largeconv.stream._plan import Range
 from tf_largeconv.stream._report import plan_for
 
@@ -232,7 +234,7 @@ class StreamedHead:
     twice: forward, then backward)."""
     key = (*z.shape, limit)
     if key not in self._tilings:
-      plan = plan_for(self.graph, tuple(z.shape), None, limit, _plan.train_peak_bytes)
+      plan = plan_for(self.graph, tuple(z.shape), None, limit, _backprop.train_pass_peak)
       self._tilings[key] = plan.tiling
     return self._tilings[key]
 
@@ -273,7 +275,7 @@ class StreamedHead:
       spans = tiling.window(index, 0)
       assert spans is not None
       window = tf.cast(tf.convert_to_tensor(read(spans)), dtype)
-      with tf.GradientTape() as tape:
+      with _windowed.tile_tape() as tape:
         tape.watch(window)
         _, partials = _run.run_tile(tiling, index, _given(window), dtype)
         shares = [partials[k][0] / count for k in keys]
