@@ -10,7 +10,10 @@ warm process. Printed beside the plan's expected figure (`peak_bytes`) and the f
 tile is sized by (`worst_bytes`), and whether the limit held.
 
   python -m benchmarks.cpu.stream_memory [--cases NAME ...] [--size N] [--train-size N]
-      [--out DIR]
+      [--zarr-size N] [--out DIR]
+
+`--cases zarr_unet2` (not run by default: minutes, and 4 GiB of disk): the two-level U-Net
+from a 16384^2 x 3 zarr slide into zarr, under the default limit.
 
 Writes DIR/stream_memory.json and DIR/stream_memory.png (predicted against measured).
 """
@@ -74,9 +77,19 @@ def resnet(keras):
   return keras.Model(inp, x)
 
 
-NETWORKS = {"unet": unet, "depthwise": depthwise, "resnet": resnet}
-CASES = {f"{n}_{mib}": (n, mib) for n in NETWORKS for mib in (256, 512, 1024)}
-CASES.update({f"train_{n}_{mib}": (n, mib) for n in NETWORKS for mib in (256, 512, 1024)})
+def unet2(keras):
+  """Two levels, 32-64 channels (the slide command's network in `cli_memory`)."""
+  from benchmarks.cpu import cli_memory
+
+  return cli_memory.unet(keras)
+
+
+NETWORKS = {"unet": unet, "depthwise": depthwise, "resnet": resnet, "unet2": unet2}
+THREE = ("unet", "depthwise", "resnet")
+CASES = {f"{n}_{mib}": (n, mib) for n in THREE for mib in (256, 512, 1024)}
+CASES.update({f"train_{n}_{mib}": (n, mib) for n in THREE for mib in (256, 512, 1024)})
+# A slide: zarr to zarr at --zarr-size, the default limit (run on its own: --cases zarr_unet2).
+ZARR_CASES = {"zarr_unet2": ("unet2", 1024)}
 
 
 def _memmap(path, shape, seed):
@@ -115,14 +128,41 @@ def _train_child(name, size):
   return plan, grown
 
 
-def _child(name, size, train_size):
-  if name.startswith("train_"):
+def _zarr_child(name, size):
+  """stream.predict from a zarr slide (size^2 x 3, chunks of 1024) into a zarr array."""
+  import keras
+  import numpy as np
+  import zarr
+
+  from tf_largeconv import stream
+
+  network, _ = ZARR_CASES[name]
+  model = NETWORKS[network](keras)
+  stream.predict(model, np.zeros((32, 32, 3), np.float32))
+  with tempfile.TemporaryDirectory() as tmp:
+    slide = zarr.open(os.path.join(tmp, "in.zarr"), mode="w", shape=(size, size, 3),
+                      chunks=(1024, 1024, 3), dtype="float32")  # fmt: skip
+    for row in range(0, size, 1024):
+      part = np.random.default_rng(row).random((min(1024, size - row), size, 3), "float32")
+      slide[row : row + 1024] = part
+    shape = model.compute_output_shape((1, size, size, 3))[1:]
+    out = zarr.open(os.path.join(tmp, "out.zarr"), mode="w", shape=shape,
+                    chunks=(1024, 1024, shape[-1]), dtype="float32")  # fmt: skip
+    plan = stream.plan(model, slide)
+    _, grown = memory.sampled_growth(lambda: stream.predict(model, slide, out=out))
+  return plan, grown
+
+
+def _child(name, size, train_size, zarr_size):
+  if name in ZARR_CASES:
+    plan, grown = _zarr_child(name, zarr_size)
+  elif name.startswith("train_"):
     plan, grown = _train_child(name, train_size)
   else:
     plan, grown = _predict_child(name, size)
   figures = (plan.tile, plan.tiles, plan.peak_bytes, plan.worst_bytes, grown)
   keys = ("tile", "tiles", "predicted", "worst", "measured")
-  limit = CASES[name][1] * MiB
+  limit = {**CASES, **ZARR_CASES}[name][1] * MiB
   print(json.dumps({"case": name, "limit": limit, **dict(zip(keys, figures))}))
 
 
@@ -151,20 +191,22 @@ def _predict_child(name, size):
 
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--cases", nargs="*", default=list(CASES), choices=list(CASES))
+  choices = list(CASES) + list(ZARR_CASES)
+  parser.add_argument("--cases", nargs="*", default=list(CASES), choices=choices)
   parser.add_argument("--size", type=int, default=3072)
   parser.add_argument("--train-size", type=int, default=1536)
+  parser.add_argument("--zarr-size", type=int, default=16384)
   parser.add_argument("--out", default=measure.RESULTS_DIR)
   parser.add_argument("--timeout", type=int, default=900)
   parser.add_argument("--child", help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
   if args.child:
-    return _child(args.child, args.size, args.train_size)
+    return _child(args.child, args.size, args.train_size, args.zarr_size)
   rows = []
   print(f"{'case':<16}{'tiles':>6}{'expected':>12}{'worst':>12}{'measured':>12}{'error':>8}  limit")
   for name in args.cases:
     child = ["-m", "benchmarks.cpu.stream_memory", "--child", name, "--size", str(args.size)]
-    child += ["--train-size", str(args.train_size)]
+    child += ["--train-size", str(args.train_size), "--zarr-size", str(args.zarr_size)]
     r = measure.run_child(child, args.timeout)
     if "error" in r:
       print(f"{name:<16}{r['error']}")

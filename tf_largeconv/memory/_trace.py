@@ -37,6 +37,10 @@ class Op:
   weight_grad_bytes: int = 0
   priced: bool = True
   largeconv_workspace: int | None = None  # the LargeConv planner's bound, for TF's convs
+  # A LargeConv op's kernels' workspaces, from the package's pool (`_workspace.Workspaces`):
+  # the forward's, then its gradients'.
+  pooled: tuple[int, ...] = ()
+  grad_pooled: tuple[int, ...] = ()
 
 
 @dataclasses.dataclass
@@ -138,6 +142,9 @@ class _Builder:
     )
     if op.type in _optable.TF_CONVS:
       self.ops[-1].largeconv_workspace = _workspace.largeconv_bound(op)
+    if op.type in _optable.LARGE_CONVS:
+      grad_in = bool(data_in) and self.tensors[data_in[0]].needs_grad
+      self.ops[-1].pooled, self.ops[-1].grad_pooled = _workspace.large_conv_passes(op, grad_in)
 
   def root(self, tid: int) -> int:
     while self.tensors[tid].alias_of is not None:
