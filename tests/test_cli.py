@@ -141,7 +141,7 @@ def test_memory_limit_lowers_the_tasks_in_flight(rng, tmp_path, capsys, monkeypa
     argv = [out if a is None else a for a in base] + (["--memory-limit", limit] if limit else [])
     code, text, err = _main(capsys, *argv)
     assert code == _run.OK, err
-    assert f"memory: {most} tasks at once" in text, text
+    assert f"memory: {most} task{'s' * (most != 1)} at once" in text, text
     assert ("lowered from 3" in text) == (most < 3), text
     assert state["most"] == most, (limit, state)
     got = zarr.open_array(str(out), mode="r")[:]
@@ -312,7 +312,7 @@ def test_model_command_fits_its_tasks_when_a_share_holds_no_task(tmp_path, capsy
     "--memory-limit", "6MiB", "--read-chunk", 256,
   )  # fmt: skip
   assert code == _run.OK, err
-  assert "memory: 1 tasks at once" in text and "lowered from 2" in text, text
+  assert "memory: 1 task at once" in text and "lowered from 2" in text, text
   tiles = int(text.split(" tiles (")[0].rsplit(" ", 1)[-1])
   assert tiles > 1, text
   want = np.asarray(model(image[None], training=False))[0]
