@@ -64,11 +64,18 @@ class _Grads:
     return ("sum", v)
 
 
+# Output-sized tensors a tile's loss holds when its backward pass starts: the label tile,
+# and the per-pixel loss's difference and square (mean squared error, as measured; a
+# head's step instead reads the output gradient's tile, one).
+DENSE_LOSS, HEAD_LOSS = 3, 1
+
+
 def train_tile_events(
-  tiling: _plan.Tiling, index: Sequence[int], batch: int, itemsize: int
+  tiling: _plan.Tiling, index: Sequence[int], batch: int, itemsize: int, loss: int = DENSE_LOSS
 ) -> list[Event]:
   """The tensors tile `index`'s training step allocates and frees, in order: ('a', key,
-  bytes) and ('f', key), as `_plan.tile_events`."""
+  bytes) and ('f', key), as `_plan.tile_events`; `loss` output-sized tensors for the loss
+  (`DENSE_LOSS`, `HEAD_LOSS`), freed once the output's gradient is made."""
   g = tiling.geometry
   steps = g.spatial_steps
   forward = _plan.tile_events(tiling, index, batch, itemsize, taped=True)
@@ -78,7 +85,9 @@ def train_tile_events(
   grads = _Grads(ev)
   for v in g.sinks:  # the output's gradient, from the loss or the head
     if v in size and v in needs:
+      ev.extend(("a", ("loss", v, j), size[v]) for j in range(loss))
       ev.append(("a", ("g", v), size[v]))
+      ev.extend(("f", ("loss", v, j)) for j in range(loss))
       grads.send(v, ("g", v))
   for k in reversed(range(len(steps))):
     step = steps[k]
@@ -142,7 +151,12 @@ def train_pass_peak(tiling: _plan.Tiling, batch: int, itemsize: int, forward: bo
   (`_plan.simulate` of `train_tile_events`); with `forward`, after a streamed forward pass
   over the same tiles (a StreamingModel with a head runs one first)."""
   pool = _plan.simulate(tiling, batch, itemsize) if forward else None
-  return _plan.simulate(tiling, batch, itemsize, train_tile_events, pool).grown
+  loss = HEAD_LOSS if forward else DENSE_LOSS
+
+  def events(tiling: _plan.Tiling, index: Sequence[int], batch: int, itemsize: int) -> Any:
+    return train_tile_events(tiling, index, batch, itemsize, loss)
+
+  return _plan.simulate(tiling, batch, itemsize, events, pool).grown
 
 
 def forward_then_train_peak(tiling: _plan.Tiling, batch: int, itemsize: int) -> int:
