@@ -152,7 +152,9 @@ def plan(args: argparse.Namespace, model: Any, slide: Any, task_limit: int) -> t
 
   limit = task_limit
   for _ in range(8):  # the input's share grows in steps of read chunks: a few rounds
-    p = stream.plan(model, slide, tile=args.tile, memory_limit=limit, up_to=args.up_to)
+    p = stream.plan(
+      model, slide, tile=args.tile, memory_limit=limit, up_to=args.up_to, stages=False
+    )
     need = p.worst_bytes + input_bytes(p, args.read_chunk, slide)
     if args.tile or need <= task_limit:
       break
