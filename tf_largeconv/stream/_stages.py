@@ -43,8 +43,8 @@ MARGIN = 0.05
 
 class Cut:
   """A place in the step order where the network can be cut: after step `position` of
-  `order`, with `values` alive across it (all of one spatial size), `elements` of them in
-  all, named by the layer before it."""
+  `order`, with `values` alive across it (all of one spatial size), named by the layer
+  before it; `elements`: of those values in all but the input's (read from the image)."""
 
   def __init__(self, position: int, name: str, values: list[int], elements: int) -> None:
     self.position, self.name, self.values, self.elements = position, name, values, elements
@@ -73,7 +73,7 @@ def cuts(graph: Any, whole: Sequence[_plan.Geometry], batch: int) -> list[Cut]:
     alive.add(step.output)
     alive = {v for v in alive if last_read.get(v, -1) > k}
     if len({sizes[v] for v in alive}) == 1 and alive != {0}:
-      channels = [graph.channels.get(v) or 1 for v in alive]
+      channels = [graph.channels.get(v) or 1 for v in alive if v != 0]  # 0: the image's
       n = batch * sum(channels) * math.prod(sizes[min(alive)])
       found.append(Cut(k, step.name, sorted(alive), n))
   return found
