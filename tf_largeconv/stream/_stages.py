@@ -212,6 +212,11 @@ def plan(
   )
 
 
+def _index(spans: Sequence[Range]) -> tuple[slice, ...]:
+  """The index of `spans` in a (batch, *spatial, channels) array."""
+  return (slice(None),) + tuple(slice(a, b) for a, b in spans) + (slice(None),)
+
+
 class _Stores:
   """The values stages hand on, as `.npy` memory maps in `folder`, made on their first
   tile (their dtype is the one they were computed in)."""
@@ -232,13 +237,13 @@ class _Stores:
       if v not in self.maps:
         shape = (tile.shape[0], *self.sizes[v], tile.shape[-1])
         self.maps[v] = np.lib.format.open_memmap(self._path(v), "w+", tile.dtype, shape)
-      self.maps[v][(slice(None), *(slice(a, b) for a, b in spans), slice(None))] = tile
+      self.maps[v][_index(spans)] = tile
 
     return store
 
   def reader(self, v: int) -> _run.Reader:
     def read(spans: Sequence[Range]) -> np.ndarray:
-      return np.asarray(self.maps[v][(slice(None), *(slice(a, b) for a, b in spans), slice(None))])
+      return np.asarray(self.maps[v][_index(spans)])
 
     return read
 
