@@ -79,11 +79,6 @@ def cuts(graph: Any, whole: Sequence[_plan.Geometry], batch: int) -> list[Cut]:
   return found
 
 
-def _first_reduce(graph: Any, whole: Sequence[_plan.Geometry]) -> int:
-  order = _order(graph, whole)
-  return next((k for k, s in enumerate(order) if s.kind == "reduce" or s.globals), len(order))
-
-
 class _Planner:
   """Stages between cuts, each planned once: sources from the cut before, sinks at the cut
   after (or the passes to the end), its tile from the memory limit (or `tile`)."""
@@ -143,9 +138,10 @@ class _Planner:
     def gain(a: int, m: int, b: int) -> float:
       parts = [self.stage(a, m), self.stage(m, b)]
       if any(p is None for p in parts):
-        return math.inf  # a part that fits no tile: merge it
+        return -math.inf  # a part that fits no tile: merged, it would hold more
       most = min(p.tile for p in parts)  # type: ignore[union-attr]
-      return self.cost(a, m) + self.cost(m, b) - self.cost(a, b, most)
+      merged = self.cost(a, b, most)
+      return -math.inf if merged == math.inf else self.cost(a, m) + self.cost(m, b) - merged
 
     while len(bounds) > 2:
       gains = [gain(*bounds[j - 1 : j + 2]) for j in range(1, len(bounds) - 1)]
@@ -184,24 +180,35 @@ def plan(
   None, stages where they cut the work (disk included) by `MARGIN` at least, when the tile
   is chosen from the memory limit and the image is more than one tile; True, the stages
   `_Planner.merged` chooses; layer names: cuts after those layers."""
-  single = plan_for(graph, shape, tile, memory_limit)
+  try:
+    single: StreamPlan | None = plan_for(graph, shape, tile, memory_limit)
+  except ValueError as e:  # the limit holds no tile of the whole network: stages may fit
+    if stages is False or tile is not None:
+      raise
+    single, too_small = None, e
   if stages is False or (
-    stages is None and (tile is not None or all(t.count == 1 for t in single.tilings))
+    single is not None
+    and stages is None
+    and (tile is not None or all(t.count == 1 for t in single.tilings))
   ):
-    return single
+    return single  # type: ignore[return-value]
   limit = _plan.DEFAULT_MEMORY_LIMIT if memory_limit is None else int(memory_limit)
   planner = _Planner(graph, tuple(shape), tile, limit)
   bounds = planner.merged() if stages in (None, True) else planner.named(stages)  # type: ignore[arg-type]
-  if len(bounds) == 2:
-    return single
   chosen = [planner.stage(a, b) for a, b in zip(bounds, bounds[1:])]
-  if any(s is None for s in chosen):
+  if len(bounds) == 2 or any(s is None for s in chosen):
+    if single is None:
+      raise too_small
+    if len(bounds) == 2 or stages in (None, True):
+      return single
     raise ValueError(
-      f"memory_limit: {limit} bytes is less than one output pixel of a stage needs; raise it"
+      f"memory_limit: {limit} bytes is less than one output pixel of a stage needs; raise "
+      "it, or cut elsewhere"
     )
   cost = sum(planner.cost(a, b) for a, b in zip(bounds, bounds[1:]))
-  if stages is None and cost > (1 - MARGIN) * sum(d for d, _ in single.stages[0].work):
-    return single
+  if single is not None and stages is None:
+    if cost > (1 - MARGIN) * sum(d for d, _ in single.stages[0].work):
+      return single
   return StreamPlan(
     chosen,  # type: ignore[arg-type]
     tuple(shape),
