@@ -25,7 +25,9 @@ resizing to a fixed size, a pooled value broadcast back over the image) is refus
 error naming it: stream the model up to the layer before it (`up_to=`).
 
 Memory: a tile holds the windows of the layers alive at once; `plan()` shows the estimate
-and the tile chosen for a memory limit.
+and the tile chosen for a memory limit. A deep network may run in stages (`stages=`): cut
+where few values are alive, each stage tiled with only its own halo, the values at each cut
+handed on through temporary files on disk, so that less work is recomputed in overlaps.
 """
 
 from __future__ import annotations
