@@ -7,6 +7,9 @@ tile is sized by (`worst_bytes`), and whether the limit held.
 
   python -m benchmarks.cpu.stream_memory [--cases NAME ...] [--size N] [--out DIR]
 
+The cases resnet50_512 and resnet50_1024 (Keras's ResNet50, which `predict` runs in stages
+through disk) run only when named; their `tiles` is the last stage's.
+
 Writes DIR/stream_memory.json and DIR/stream_memory.png (predicted against measured).
 """
 
@@ -69,8 +72,16 @@ def resnet(keras):
   return keras.Model(inp, x)
 
 
+def resnet50(keras):
+  """Keras's ResNet50 without top: deep enough that `predict` runs it in stages."""
+  return keras.applications.ResNet50(weights=None, include_top=False, input_shape=(None, None, 3))
+
+
 NETWORKS = {"unet": unet, "depthwise": depthwise, "resnet": resnet}
 CASES = {f"{n}_{mib}": (n, mib) for n in NETWORKS for mib in (256, 512, 1024)}
+# Staged streams (not run by default): the plan's figures are its largest stage's.
+STAGED = {"resnet50_512": ("resnet50", 512), "resnet50_1024": ("resnet50", 1024)}
+NETWORKS["resnet50"] = resnet50
 
 
 def _child(name, size):
@@ -79,7 +90,7 @@ def _child(name, size):
 
   from tf_largeconv import stream
 
-  network, mib = CASES[name]
+  network, mib = {**CASES, **STAGED}[name]
   model = NETWORKS[network](keras)
   limit = mib * MiB
   stream.predict(model, np.zeros((1, 256, 256, 3), np.float32), memory_limit=limit)
@@ -99,14 +110,14 @@ def _child(name, size):
     _, grown = memory.sampled_growth(
       lambda: stream.predict(model, image, memory_limit=limit, out=out)
     )
-  figures = (plan.tile, plan.tiles, plan.peak_bytes, plan.worst_bytes, grown)
-  keys = ("tile", "tiles", "predicted", "worst", "measured")
+  figures = (plan.tile, plan.tiles, len(plan.stages), plan.peak_bytes, plan.worst_bytes, grown)
+  keys = ("tile", "tiles", "stages", "predicted", "worst", "measured")
   print(json.dumps({"case": name, "limit": limit, **dict(zip(keys, figures))}))
 
 
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--cases", nargs="*", default=list(CASES), choices=list(CASES))
+  parser.add_argument("--cases", nargs="*", default=list(CASES), choices=list(CASES) + list(STAGED))
   parser.add_argument("--size", type=int, default=3072)
   parser.add_argument("--out", default=measure.RESULTS_DIR)
   parser.add_argument("--timeout", type=int, default=900)
