@@ -303,11 +303,12 @@ def tile_events(tiling: Tiling, index: Sequence[int], batch: int, itemsize: int)
   return ev
 
 
-def simulate(tiling: Tiling, batch: int, itemsize: int) -> _pool.Pool:
-  """TensorFlow's CPU pool (`_pool`) after serving a pass over `tiling`. The tiles run in
-  order, the first three and last two of each axis standing for the rest (interior tiles
-  repeat one another); a tile whose tensors match one already run twice is skipped."""
-  pool = _pool.Pool(_pool.pooled())
+def simulate(tiling: Tiling, batch: int, itemsize: int, pool: Any = None) -> _pool.Pool:
+  """TensorFlow's CPU pool (`_pool`; a new one, or `pool`) after serving a pass over
+  `tiling`. The tiles run in order, the first three and last two of each axis standing for
+  the rest (interior tiles repeat one another); a tile whose tensors match one already run
+  twice is skipped."""
+  pool = pool or _pool.Pool(_pool.pooled())
   seen: dict[tuple[Any, ...], int] = {}
   picks = [
     sorted({t for t in (0, 1, 2, len(b) - 2, len(b) - 1) if 0 <= t < len(b)}) for b in tiling.bounds

@@ -111,6 +111,12 @@ class StreamPlan:
     self.memory_limit = memory_limit
     self.trunk_output: Any = None
     base = max(s.peak(batch, itemsize, peak) for s in stages)
+    if len(stages) > 1 and peak is None:
+      # TensorFlow's pool keeps what each stage took: one pool serves the stages in turn.
+      pool = None
+      for tiling_ in (t for s in stages for t in s.tilings):
+        pool = _plan.simulate(tiling_, batch, itemsize, pool)
+      base = max(base, pool.grown)  # type: ignore[union-attr]
     spread = (_pool.EXPECTED, _pool.WORST) if peak is None else (1.0, 1.0)
     self.peak_bytes, self.worst_bytes = (int(f * base) for f in spread)
     self.disk_bytes = sum(s.disk_bytes for s in stages)

@@ -169,6 +169,32 @@ class _Planner:
     return [-1] + sorted(set(chosen)) + [len(self.cuts)]
 
 
+def _staged(
+  graph: Any,
+  shape: tuple[int, ...],
+  tile: int | None,
+  limits: tuple[int, int],
+  stages: bool | Sequence[str] | None,
+) -> tuple[StreamPlan | None, float]:
+  """(the staged plan, its cost) with each stage's tile fitting the first of `limits` (the
+  plan's limit: the second); no plan where no cut pays or a stage fits no tile."""
+  planner = _Planner(graph, shape, tile, limits[0])
+  bounds = planner.merged() if stages in (None, True) else planner.named(stages)  # type: ignore[arg-type]
+  chosen = [planner.stage(a, b) for a, b in zip(bounds, bounds[1:])]
+  if len(bounds) == 2 or any(s is None for s in chosen):
+    return None, math.inf
+  cost = sum(planner.cost(a, b) for a, b in zip(bounds, bounds[1:]))
+  staged = StreamPlan(
+    chosen,  # type: ignore[arg-type]
+    shape,
+    limits[1],
+    shape[0],
+    planner.itemsize,
+    whole=planner.whole[-1],
+  )
+  return staged, cost
+
+
 def plan(
   graph: Any,
   shape: tuple[int, ...],
@@ -179,7 +205,9 @@ def plan(
   """The plan of `graph` over a batch of `shape`, in stages: False, one stage (`plan_for`);
   None, stages where they cut the work (disk included) by `MARGIN` at least, when the tile
   is chosen from the memory limit and the image is more than one tile; True, the stages
-  `_Planner.merged` chooses; layer names: cuts after those layers."""
+  `_Planner.merged` chooses; layer names: cuts after those layers. The stages' tiles are
+  chosen for a budget lowered until all the stages in turn fit the limit (TensorFlow's pool
+  keeps what each took: `StreamPlan.peak_bytes`)."""
   try:
     single: StreamPlan | None = plan_for(graph, shape, tile, memory_limit)
   except ValueError as e:  # the limit holds no tile of the whole network: stages may fit
@@ -193,30 +221,27 @@ def plan(
   ):
     return single  # type: ignore[return-value]
   limit = _plan.DEFAULT_MEMORY_LIMIT if memory_limit is None else int(memory_limit)
-  planner = _Planner(graph, tuple(shape), tile, limit)
-  bounds = planner.merged() if stages in (None, True) else planner.named(stages)  # type: ignore[arg-type]
-  chosen = [planner.stage(a, b) for a, b in zip(bounds, bounds[1:])]
-  if len(bounds) == 2 or any(s is None for s in chosen):
+  budget = limit
+  for _ in range(4):
+    staged, cost = _staged(graph, tuple(shape), tile, (budget, limit), stages)
+    if staged is None or tile is not None or staged.worst_bytes <= limit:
+      break
+    budget = int(budget * limit / staged.worst_bytes * 0.95)
+  if staged is not None and tile is None and staged.worst_bytes > limit:
+    staged = None
+  if staged is None:
+    if single is not None and (stages in (None, True) or tile is not None):
+      return single
     if single is None:
       raise too_small
-    if len(bounds) == 2 or stages in (None, True):
-      return single
     raise ValueError(
-      f"memory_limit: {limit} bytes is less than one output pixel of a stage needs; raise "
-      "it, or cut elsewhere"
+      f"memory_limit: {limit} bytes holds no tiles of the stages cut after {list(stages)}"  # type: ignore[arg-type]
+      "; raise it, or cut elsewhere"
     )
-  cost = sum(planner.cost(a, b) for a, b in zip(bounds, bounds[1:]))
   if single is not None and stages is None:
     if cost > (1 - MARGIN) * sum(d for d, _ in single.stages[0].work):
       return single
-  return StreamPlan(
-    chosen,  # type: ignore[arg-type]
-    tuple(shape),
-    limit,
-    shape[0],
-    planner.itemsize,
-    whole=planner.whole[-1],
-  )
+  return staged
 
 
 def _index(spans: Sequence[Range]) -> tuple[slice, ...]:
