@@ -81,8 +81,8 @@ class StreamPlan:
       last stage's; `halo` gives each layer's within its stage; `recompute` is over all
       stages.
     peak_bytes: the expected growth of the process's anonymous memory over the run (over
-      all passes and stages): TensorFlow's CPU pool after serving every tile's tensors
-      (`_pool`); worst_bytes: the most it grew to on the benchmark's cases for the same
+      all passes; over all stages, one pool serving them in turn): TensorFlow's CPU pool
+      after serving every tile's tensors (`_pool`); worst_bytes: the most it grew to on the benchmark's cases for the same
       figure, which the chosen tile keeps within the limit; memory_limit: the limit used.
       Pages of the temporary files are the system's page cache, not counted.
     trunk_output: in a StreamingModel's plan with a head, where the trunk's output and its
