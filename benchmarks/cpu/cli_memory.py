@@ -109,9 +109,8 @@ def main(argv=None):
       limit_bytes = int(limit[:-3]) * (MiB if limit.endswith("MiB") else 1024 * MiB)
       held = grown <= limit_bytes
       rows.append(dict(limit=limit, measured=grown, held=held, plan=planned))
-      print(
-        f"--memory-limit {limit}: grew {grown / MiB:.0f} MiB ({'held' if held else 'EXCEEDED'}); {planned}"
-      )
+      verdict = "held" if held else "EXCEEDED"
+      print(f"--memory-limit {limit}: grew {grown / MiB:.0f} MiB ({verdict}); {planned}")
   os.makedirs(args.out, exist_ok=True)
   with open(os.path.join(args.out, "cli_memory.json"), "w") as f:
     json.dump(dict(size=args.size, rows=rows), f, indent=1)

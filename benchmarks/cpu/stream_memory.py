@@ -15,6 +15,9 @@ tile is sized by (`worst_bytes`), and whether the limit held.
 `--cases zarr_unet2` (not run by default: minutes, and 4 GiB of disk): the two-level U-Net
 from a 16384^2 x 3 zarr slide into zarr, under the default limit.
 
+The cases resnet50_512 and resnet50_1024 (Keras's ResNet50, which `predict` runs in stages
+through disk) run only when named; their `tiles` is the last stage's.
+
 Writes DIR/stream_memory.json and DIR/stream_memory.png (predicted against measured).
 """
 
@@ -84,10 +87,18 @@ def unet2(keras):
   return cli_memory.unet(keras)
 
 
+def resnet50(keras):
+  """Keras's ResNet50 without top: deep enough that `predict` runs it in stages."""
+  return keras.applications.ResNet50(weights=None, include_top=False, input_shape=(None, None, 3))
+
+
 NETWORKS = {"unet": unet, "depthwise": depthwise, "resnet": resnet, "unet2": unet2}
+NETWORKS["resnet50"] = resnet50
 THREE = ("unet", "depthwise", "resnet")
 CASES = {f"{n}_{mib}": (n, mib) for n in THREE for mib in (256, 512, 1024)}
 CASES.update({f"train_{n}_{mib}": (n, mib) for n in THREE for mib in (256, 512, 1024)})
+# Staged streams (not run by default): the plan's figures are its largest stage's.
+STAGED = {"resnet50_512": ("resnet50", 512), "resnet50_1024": ("resnet50", 1024)}
 # A slide: zarr to zarr at --zarr-size, the default limit (run on its own: --cases zarr_unet2).
 ZARR_CASES = {"zarr_unet2": ("unet2", 1024)}
 
@@ -160,9 +171,9 @@ def _child(name, size, train_size, zarr_size):
     plan, grown = _train_child(name, train_size)
   else:
     plan, grown = _predict_child(name, size)
-  figures = (plan.tile, plan.tiles, plan.peak_bytes, plan.worst_bytes, grown)
-  keys = ("tile", "tiles", "predicted", "worst", "measured")
-  limit = {**CASES, **ZARR_CASES}[name][1] * MiB
+  figures = (plan.tile, plan.tiles, len(plan.stages), plan.peak_bytes, plan.worst_bytes, grown)
+  keys = ("tile", "tiles", "stages", "predicted", "worst", "measured")
+  limit = {**CASES, **STAGED, **ZARR_CASES}[name][1] * MiB
   print(json.dumps({"case": name, "limit": limit, **dict(zip(keys, figures))}))
 
 
@@ -172,7 +183,7 @@ def _predict_child(name, size):
 
   from tf_largeconv import stream
 
-  network, mib = CASES[name]
+  network, mib = {**CASES, **STAGED}[name]
   model = NETWORKS[network](keras)
   limit = mib * MiB
   # Warm on an image whose tensors all stay under the pool's smallest request, so the
@@ -191,7 +202,7 @@ def _predict_child(name, size):
 
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  choices = list(CASES) + list(ZARR_CASES)
+  choices = list(CASES) + list(STAGED) + list(ZARR_CASES)
   parser.add_argument("--cases", nargs="*", default=list(CASES), choices=choices)
   parser.add_argument("--size", type=int, default=3072)
   parser.add_argument("--train-size", type=int, default=1536)

@@ -154,7 +154,9 @@ def plan(
   from tf_largeconv import stream
 
   def planned(limit: int) -> tuple[Any, int]:
-    p = stream.plan(model, slide, tile=args.tile, memory_limit=limit, up_to=args.up_to)
+    p = stream.plan(
+      model, slide, tile=args.tile, memory_limit=limit, up_to=args.up_to, stages=False
+    )
     return p, p.worst_bytes + input_bytes(p, args.read_chunk, slide)
 
   found = None

@@ -54,12 +54,22 @@ class Geometry:
   """The sizes, scales and tiling targets (`sinks`) of a graph for one image size: by
   default the output when it is an image and what the global poolings read; for one pass
   of a model with global context (`passes`), that pass's `sinks`. Only the steps the sinks
-  need (and the poolings of the sinks) are computed."""
+  need (and the poolings of the sinks) are computed, from the `sources`: the input (value
+  0) by default; for one stage of a staged stream (`_stages`), the values alive where it
+  starts, read from disk."""
 
-  def __init__(self, graph: Graph, sizes: Sequence[int], sinks: set[int] | None = None) -> None:
+  def __init__(
+    self,
+    graph: Graph,
+    sizes: Sequence[int] | dict[int, tuple[int, ...]],
+    sinks: set[int] | None = None,
+    sources: Sequence[int] | None = None,
+  ) -> None:
     self.graph = graph
-    self.sizes = _graph.spatial_sizes(graph, sizes)
-    self.rank = len(sizes)
+    self.sources = sorted(sources) if sources is not None else [0]
+    # The image's spatial sizes, or every value's as `_graph.spatial_sizes` bound them.
+    self.sizes = dict(sizes) if isinstance(sizes, dict) else _graph.spatial_sizes(graph, sizes)
+    self.rank = len(self.sizes[0])
     if sinks is None:
       sinks = {s.inputs[0] for s in graph.steps if s.kind == "reduce"}
       if graph.spatial.get(graph.output, False):
@@ -73,17 +83,19 @@ class Geometry:
     self.sinks = sorted(sinks)
     self.out_sizes = shapes.pop()
     self.scales = self._scales()
+    self.values = _ancestors(graph, sinks, set(self.sources))
     sink_scale = self.scales[self.sinks[0]]
+    aligned = self.scales if sources is None else {v: self.scales[v] for v in self.values}
     self.align = [
-      math.lcm(*(((sc[i] / sink_scale[i]).denominator) for sc in self.scales.values()))
+      math.lcm(*(((sc[i] / sink_scale[i]).denominator) for sc in aligned.values()))
       for i in range(self.rank)
     ]
     self.sink_scale = sink_scale
-    self.values = _ancestors(graph, sinks)
     self.spatial_steps = [
       s
       for s in graph.steps
       if s.rule is not None
+      and s.output not in self.sources
       and (s.output in self.values or (s.kind == "reduce" and s.inputs[0] in sinks))
     ]
     # The index (in spatial_steps) of each value's last reader: a tile frees it after that.
@@ -180,7 +192,7 @@ class Tiling:
     g = self.geometry
     done = whole = 0.0
     for v, size in g.sizes.items():
-      if v not in g.values:
+      if v not in g.values or (v in g.sources and v != 0):  # a stage's stored inputs
         continue
       c = g.graph.channels.get(v) or 1
       per_axis = []
@@ -192,8 +204,8 @@ class Tiling:
     return done, whole
 
 
-def _ancestors(graph: Graph, sinks: set[int]) -> set[int]:
-  """The spatial values `sinks` are computed from, themselves and the input included."""
+def _ancestors(graph: Graph, sinks: set[int], sources: set[int]) -> set[int]:
+  """The spatial values `sinks` are computed from back to `sources`, both included."""
   by_output = {s.output: s for s in graph.steps}
   found, todo = set(), list(sinks)
   while todo:
@@ -201,12 +213,16 @@ def _ancestors(graph: Graph, sinks: set[int]) -> set[int]:
     if v in found:
       continue
     found.add(v)
-    if v in by_output and by_output[v].rule is not None:
+    if v not in sources and v in by_output and by_output[v].rule is not None:
       todo.extend(by_output[v].inputs)
   return found
 
 
-def passes(graph: Graph, sizes: Sequence[int]) -> list[Geometry]:
+def passes(
+  graph: Graph,
+  sizes: Sequence[int] | dict[int, tuple[int, ...]],
+  sources: Sequence[int] | None = None,
+) -> list[Geometry]:
   """The passes over the image a model needs: one, unless a pooled value is multiplied back
   into the image (squeeze-excitation); then each pass computes the poolings the next passes
   read (a pooled value is known once the pass over all tiles that pools it has run), and
@@ -216,13 +232,13 @@ def passes(graph: Graph, sizes: Sequence[int]) -> list[Geometry]:
     reads = s.inputs + [v for _, v in s.globals]
     level[s.output] = max((level[v] for v in reads), default=0) + (s.kind == "reduce")
   groups: dict[tuple[int, tuple[int, ...]], set[int]] = {}
-  shapes = _graph.spatial_sizes(graph, sizes)
+  shapes = dict(sizes) if isinstance(sizes, dict) else _graph.spatial_sizes(graph, sizes)
   targets = [s.inputs[0] for s in graph.steps if s.kind == "reduce"]
   if graph.spatial.get(graph.output, False):
     targets.append(graph.output)
   for v in targets:
     groups.setdefault((level[v], shapes[v]), set()).add(v)
-  return [Geometry(graph, sizes, groups[key]) for key in sorted(groups)]
+  return [Geometry(graph, shapes, groups[key], sources) for key in sorted(groups)]
 
 
 def _bytes(tiling: Tiling, v: int, spans: Sequence[Range] | None, batch: int, itemsize: int) -> int:
@@ -260,7 +276,7 @@ def tile_events(
   g = tiling.geometry
   steps, last_use = g.spatial_steps, g.last_use
   ev: list[tuple[Any, ...]] = [
-    ("a", 0, _bytes(tiling, 0, tiling.window(index, 0), batch, itemsize))
+    ("a", v, _bytes(tiling, v, tiling.window(index, v), batch, itemsize)) for v in g.sources
   ]
   for k, step in enumerate(steps):
     out_spans = tiling.window(index, step.output) if step.rule.spatial_out else None  # type: ignore[union-attr]
@@ -344,17 +360,26 @@ def edge_and_middle_tiles(tiling: Tiling) -> list[tuple[int, ...]]:
 
 
 def choose_tile(
-  geometry: Geometry, memory_limit: int, batch: int, itemsize: int, peak: Any = None
+  geometry: Geometry,
+  memory_limit: int,
+  batch: int,
+  itemsize: int,
+  peak: Any = None,
+  most: int | None = None,
 ) -> int:
-  """The largest tile (input pixels) whose pass (`peak`, default `pass_peak`) at its worst,
-  `_pool.WORST` times the model's figure, fits `memory_limit`."""
+  """The largest tile (input pixels; at most `most`) whose pass (`peak`, default
+  `pass_peak`) at its worst, `_pool.WORST` times the model's figure, fits `memory_limit`."""
   n_in = max(geometry.sizes[0])
-  lo, hi = 1, max(n_in, 1)
+  lo, hi = 1, max(min(n_in, most or n_in), 1)
   peak = peak or pass_peak
+  known: dict[Any, bool] = {}  # tiles of many sizes cut the output alike
 
   def fits(tile: int) -> bool:
     tiling = Tiling(geometry, geometry.tile_out(tile))
-    return _pool.WORST * peak(tiling, batch, itemsize) <= memory_limit
+    key = tuple(map(tuple, tiling.bounds))
+    if key not in known:
+      known[key] = _pool.WORST * peak(tiling, batch, itemsize) <= memory_limit
+    return known[key]
 
   if fits(hi):
     return hi
