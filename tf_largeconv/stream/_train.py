@@ -277,7 +277,7 @@ class StreamingModel(keras.Model):
     source, plan = self._batch(x, training=True)
     if self.head is None:
       return self._dense_step(source, plan, y, sample_weight, training=True)
-    head_vars = list(self.head.trainable_variables)
+    head_vars = _trunk_out.head_variables(self, plan)
     trunk_vars = list(self.trunk.trainable_variables)
     one_tile = plan.tiles == 1
     if not one_tile and plan.trunk_output.where == "disk":

@@ -101,6 +101,19 @@ def plan_trunk_output(
   return TrunkOutputPlan("disk", head, out, held, copies * out, window)
 
 
+def head_variables(model: Any, plan: Any) -> list[Any]:
+  """The trainable variables of a StreamingModel's head, a head made without an input shape
+  (a Sequential of layers) built first on what it reads under `plan` (the trunk output, or
+  its mean as a 1 x 1 image): else its first call, inside the step, would make variables
+  that the step's gradients and the optimizer had not listed."""
+  head = model.head
+  if not head.built:
+    g = model._stream_graph
+    sizes = [1] * g.rank if model._pooled_head else list(plan.tiling.geometry.out_sizes)
+    head.build((None, *sizes, g.channels[g.output] or 1))
+  return list(head.trainable_variables)
+
+
 def _output_shape(model: Any, batch: int, plan: Any) -> tuple[int, ...]:
   g = model._stream_graph
   return (batch, *plan.tiling.geometry.out_sizes, g.channels[g.output] or 1)
