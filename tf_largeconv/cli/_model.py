@@ -223,8 +223,10 @@ def run(args: argparse.Namespace) -> int:
   try:
     total = args.memory_limit or DEFAULT_MEMORY_LIMIT
     cores = _run.slots(client)
-    # Fewer tasks at once where a task of the slide's read chunks needs more than a share.
-    fewer = () if args.task_memory or client else [total // n for n in range(cores - 1, 0, -1)]
+    # Fewer tasks at once (halved, down to one) where no task fits a share, as when a
+    # task's read chunks alone exceed it.
+    counts = sorted({max(1, cores >> k) for k in range(1, cores.bit_length() + 1)} - {cores})[::-1]
+    fewer = () if args.task_memory or client else [total // n for n in counts]
     p, need = plan(args, model, slide, args.task_memory or total // cores, fewer)
     workers, line = _run.in_flight(need, total, client, "its tile and input")
     print(f"{args.input} through {args.model}:\n{p}\nmemory: {line}", flush=True)

@@ -146,12 +146,16 @@ def _input_grads(
       grads.send(v, ("gpart", k, v))
 
 
-def train_pass_peak(tiling: _plan.Tiling, batch: int, itemsize: int, forward: bool = False) -> int:
+def train_pass_peak(
+  tiling: _plan.Tiling, batch: int, itemsize: int, forward: bool = False, loss: int | None = None
+) -> int:
   """The anonymous memory a training pass over `tiling` leaves the process holding
   (`_plan.simulate` of `train_tile_events`); with `forward`, after a streamed forward pass
-  over the same tiles (a StreamingModel with a head runs one first)."""
+  over the same tiles (a StreamingModel with a head runs one first). `loss`: as for
+  `train_tile_events` (default `HEAD_LOSS` with `forward`, else `DENSE_LOSS`)."""
   pool = _plan.simulate(tiling, batch, itemsize) if forward else None
-  loss = HEAD_LOSS if forward else DENSE_LOSS
+  if loss is None:
+    loss = HEAD_LOSS if forward else DENSE_LOSS
 
   def events(tiling: _plan.Tiling, index: Sequence[int], batch: int, itemsize: int) -> Any:
     return train_tile_events(tiling, index, batch, itemsize, loss)
@@ -162,6 +166,12 @@ def train_pass_peak(tiling: _plan.Tiling, batch: int, itemsize: int, forward: bo
 def forward_then_train_peak(tiling: _plan.Tiling, batch: int, itemsize: int) -> int:
   """`train_pass_peak` after a forward pass."""
   return train_pass_peak(tiling, batch, itemsize, forward=True)
+
+
+def head_tiles_peak(tiling: _plan.Tiling, batch: int, itemsize: int) -> int:
+  """`train_pass_peak` of a head streamed over the trunk's output: each tile's gradient
+  comes from its share of a pooling, one tensor of the tile's size."""
+  return train_pass_peak(tiling, batch, itemsize, loss=HEAD_LOSS)
 
 
 def step_peak(training: bool, forward: bool) -> Any:

@@ -247,7 +247,7 @@ class StreamedHead:
     twice: forward, then backward)."""
     key = (*z.shape, limit)
     if key not in self._tilings:
-      plan = plan_for(self.graph, tuple(z.shape), None, limit, _backprop.train_pass_peak)
+      plan = plan_for(self.graph, tuple(z.shape), None, limit, _backprop.head_tiles_peak)
       self._tilings[key] = plan.tiling
     return self._tilings[key]
 
