@@ -119,12 +119,13 @@ print(json.dumps({"model": pool.peak_in_use, "tf": peak, "tiles": p.tiles}))
 """
 
 
-@pytest.mark.parametrize("name,tile", [("depthwise", 320), ("unet", 256)])
+@pytest.mark.parametrize("name,tile", [("depthwise", 320), ("unet", 160)])
 def test_plan_counts_the_tensors_tensorflow_makes(name, tile):
   """A streamed run's in-use peak, as TensorFlow's allocator reports it, against the model
-  fed `tile_events` for the same tiles: within 15% (TensorFlow's own figure moves by up to
-  that much between runs of the U-Net, as freed chunks fall). Leaving out the crops fails
-  the U-Net; leaving out the convolutions' bias and activation tensors fails the other."""
+  fed `tile_events` for the same tiles: within 15%. The U-Net runs in tiles of 160, where
+  TensorFlow's figure was the same in twelve fresh processes; in tiles of 256 it is 28.3 or
+  33.5 MB between identical runs, as whole chunks fall. Leaving out the crops fails the
+  U-Net; leaving out the convolutions' bias and activation tensors fails the other."""
   got = _fresh(STREAM_RUN.replace("NAME", repr(name)).replace("TILE", str(tile)))
   assert got["tiles"] > 4
   assert got["model"] == pytest.approx(got["tf"], rel=0.15), got
