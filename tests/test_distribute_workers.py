@@ -4,7 +4,8 @@ started and stopped by the test with bounded time, killed if anything fails.
 - `fit` in both training modes (classification head, dense without a head): each worker
   streams its own half of every global batch, and after three steps both workers hold the
   weights of single-device training on the whole batches (the oracle, trained in worker 0
-  outside the strategy), to float32 summation order.
+  outside the strategy), to float32 summation order. The same fit from a PyDataset of zarr
+  arrays reads only the worker's rows and ends at the same weights, bit for bit.
 - `keras.callbacks.BackupAndRestore`: a worker SIGKILLed in the middle of an epoch. The
   surviving worker cannot go on alone (its collective is aborted when the dead peer's
   heartbeats stop, and it exits), so, as Keras documents for MultiWorkerMirroredStrategy,
@@ -37,6 +38,9 @@ FIT = (
   + """
 OUT, INDEX = sys.argv[1], int(sys.argv[2])
 assert strategy.num_replicas_in_sync == 2
+"""
+  + workers.ZARR_BATCHES
+  + """
 for kind, y in labels.items():
   with strategy.scope():
     dist = build(kind)
@@ -46,6 +50,16 @@ for kind, y in labels.items():
   # Each worker streamed its own half of every batch of 4.
   assert {key[0] for key in dist._plans} == {2}, list(dist._plans)
   np.savez(f"{OUT}/{kind}{INDEX}.npz", *dist.get_weights(), loss=loss)
+  # The same fit from a PyDataset of zarr arrays: this worker reads only its rows of each
+  # global batch, and ends where the numpy fit did.
+  data = Batches(saved(f"x{kind}{INDEX}", x), saved(f"y{kind}{INDEX}", y) if y.ndim > 1 else y)
+  with strategy.scope():
+    lazy = build(kind)
+  assert lazy.fit(data, epochs=3, verbose=0).history["loss"] == loss, kind
+  for a, b in zip(lazy.get_weights(), dist.get_weights(), strict=True):
+    np.testing.assert_array_equal(a, b, err_msg=kind)
+  assert {r[:2] for r in reads} == {(2 * INDEX, 2 * INDEX + 2)}, (kind, reads[:3])
+  reads.clear()
   if INDEX == 0:
     ref = build(kind)  # outside the strategy: one device, whole batches
     ref.set_weights(init)

@@ -7,12 +7,15 @@ one epoch the weights agree to 1e-5 of each weight's largest magnitude. Laziness
 watched where the package reads: every zarr `[...]`, every dask `compute` and every window
 a slide file gives is recorded (`Reads`), and turning a whole lazy array into numpy
 (`__array__`) fails the test; the largest input read is at most a tile's input window
-(halo included) and the largest label read a tile's output, never the image.
+(halo included) and the largest label read a tile's output, never the image. Under
+MirroredStrategy (two logical CPUs), each replica reads only its rows of the global batch.
 """
 
 import keras
 import numpy as np
 import pytest
+import subproc
+import workers
 from test_stream import _image
 from test_stream import _randomize
 from test_stream import unet
@@ -234,3 +237,64 @@ def test_lazy_batches_train_as_numpy_and_stay_lazy(kind, dense, tmp_path, monkey
     assert reads.largest("file", 3) <= CHUNK * CHUNK * 3
     if dense:
       assert reads.largest("file", 2) <= CHUNK * CHUNK
+
+
+# Under MirroredStrategy (two logical CPUs, a fresh process): a PyDataset of zarr arrays,
+# one global batch of four images, each replica streaming its own two; the oracle is the
+# same model on one device fit on the batch as numpy. Every zarr read is recorded with the
+# rows it asked for.
+MIRRORED = (
+  """
+import sys
+import numpy as np, keras, tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+"""
+  + workers.STREAMING_MODELS
+  + """
+OUT = sys.argv[1]
+"""
+  + workers.ZARR_BATCHES
+  + """
+for kind, y in labels.items():
+  data = Batches(saved("x" + kind, x), saved("y" + kind, y) if y.ndim > 1 else y)
+  with strategy.scope():
+    dist = build(kind)
+  ref = build(kind)  # one device, the batch as numpy
+  init = [w.copy() for w in ref.get_weights()]
+  got = dist.fit(data, epochs=3, verbose=0).history["loss"]
+  want = ref.fit(x, y, batch_size=4, epochs=3, shuffle=False, verbose=0).history["loss"]
+  np.testing.assert_allclose(got, want, rtol=RTOL, err_msg=kind)
+  moved = 0.0
+  for a, b, w0 in zip(dist.get_weights(), ref.get_weights(), init):
+    np.testing.assert_allclose(a, b, rtol=RTOL, atol=ATOL, err_msg=kind)
+    moved = max(moved, float(np.abs(b - w0).max()))
+  assert moved > 100 * ATOL, (kind, moved)
+  got = dist.evaluate(data, verbose=0)
+  want = ref.evaluate(x, y, batch_size=4, verbose=0)
+  np.testing.assert_allclose(got, want, rtol=RTOL, err_msg=kind)
+  got, want = dist.predict(data, verbose=0), ref.predict(x, batch_size=4, verbose=0)
+  np.testing.assert_allclose(got, want, rtol=0, atol=ATOL * np.abs(want).max(), err_msg=kind)
+  # each read: one replica's rows, at most a tile's window of them
+  window = _plan.input_window_bytes(dist.plan((2, 36, 40, 3)).tiling, 2, 1)
+  assert {r[:2] for r in reads} == {(0, 2), (2, 4)}, kind
+  assert max(r[2] for r in reads) <= window < 2 * 36 * 40 * 3, kind
+  reads.clear()
+try:
+  dist.fit(Batches(saved("one", x[:1]), y[:1]), verbose=0)
+except ValueError as e:
+  assert "a batch of 1 images cannot be shared among 2 replicas" in str(e), e
+else:
+  raise AssertionError("a batch smaller than the replicas was taken")
+print("ok")
+"""
+)
+
+
+def test_lazy_batches_split_among_mirrored_replicas(tmp_path):
+  """Each replica reads only its rows of a lazy global batch, window by window; fit,
+  evaluate and predict equal one device's on the batch as numpy."""
+  code = f"RTOL = ATOL = 1e-5\nfrom tf_largeconv.stream import _plan\n{MIRRORED}"
+  out = subproc.run(code, tmp_path, timeout=300)
+  assert out.stdout.startswith("ok")

@@ -84,3 +84,34 @@ def build(kind, optimizer=None):
                 keras.losses.SparseCategoricalCrossentropy(from_logits=True))
   return model
 """
+
+# One global batch of four images an epoch from a PyDataset of zarr arrays written to OUT
+# (`saved`), every zarr read recorded as (first row, row after the last, elements) in
+# `reads`; converting a whole zarr array into numpy fails.
+ZARR_BATCHES = """
+import zarr
+reads = []
+read = zarr.Array.__getitem__
+def recorded(array, index):
+  part = read(array, index)
+  rows = index[0] if isinstance(index, tuple) else index
+  reads.append((rows.start, rows.stop, int(np.size(part))))
+  return part
+zarr.Array.__getitem__ = recorded
+def whole(array, *args, **kwargs):
+  raise AssertionError(f"a zarr array of shape {array.shape} was converted whole")
+zarr.Array.__array__ = whole
+
+class Batches(keras.utils.PyDataset):
+  def __init__(self, *arrays):
+    super().__init__()
+    self.arrays = arrays
+  def __len__(self):
+    return 1
+  def __getitem__(self, i):
+    return self.arrays
+
+def saved(name, a):
+  zarr.create_array(f"{OUT}/{name}.zarr", data=a, chunks=(1, 6, 6) + a.shape[3:])
+  return zarr.open_array(f"{OUT}/{name}.zarr", mode="r")
+"""

@@ -19,8 +19,9 @@ def first_batch(strategy: Any, iterator: Any) -> Any:
 
   Keras builds the compiled loss and metrics under a strategy from one batch that it first
   all-reduces replica by replica; MultiWorkerMirroredStrategy's reduce refuses a nested
-  batch ("Attempt to convert a value (PerReplica...)"). Only shapes and dtypes matter to the
-  build, and one replica's share has them."""
+  batch ("Attempt to convert a value (PerReplica...)"), and a lazy batch's shares (`_lazy`)
+  are not tensors. Only shapes and dtypes matter to the build, and one replica's share has
+  them."""
   for _, _, it in iterator:
     return _first_replica(strategy, next(it))
   return None
