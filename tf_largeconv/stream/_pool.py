@@ -12,8 +12,10 @@ but the pages of the pool's regions that some tensor ever wrote:
 - a freed chunk merges with free neighbours in its region.
 
 `Pool.touched` is the bytes of regions written so far; requests under 256 KiB go to malloc,
-counted at their peak (`small_peak`). `Pool.grown` is what the process's anonymous memory
-grows by.
+counted at their peak (`small_peak`). Some of oneDNN's kernels keep a buffer of their own,
+outside the pool, for each shape they have run on, as long as the process lives
+(`Pool.keep`: once per key, never freed; `kept`). `Pool.grown` is what the process's
+anonymous memory grows by.
 
 Fed a known sequence of tensors, the model gives TensorFlow's own in-use peak exactly and the
 measured growth to within a few percent. Fed the plan's tensors of a streamed model, whose
@@ -62,12 +64,21 @@ class Pool:
     self.peak_in_use = 0
     self.small = 0
     self.small_peak = 0
+    self.kept_keys: set[object] = set()
+    self.kept = 0
 
   @property
   def grown(self) -> int:
     """The growth of anonymous memory: the pool's written pages (at least its largest
-    in-use total) and malloc's requests at their peak."""
-    return max(self.touched, self.peak_in_use) + self.small_peak
+    in-use total), malloc's requests at their peak and what kernels keep."""
+    return max(self.touched, self.peak_in_use) + self.small_peak + self.kept
+
+  def keep(self, key: object, nbytes: int) -> None:
+    """A buffer of `nbytes` a oneDNN kernel keeps for the life of the process, once per
+    `key` (the layer and the shape it ran on); nothing without oneDNN (`pooled` False)."""
+    if self.pooled and key not in self.kept_keys:
+      self.kept_keys.add(key)
+      self.kept += nbytes
 
   def _insert_free(self, addr: int) -> None:
     bisect.insort(self.free_list, (self.chunks[addr][0], addr))
