@@ -61,7 +61,7 @@ def test_pool_model_is_tensorflows_pool():
 def test_pool_rounding_and_regions():
   """The rules by hand: 256-byte grains; a region of 2 MiB doubled until the request fits;
   a chunk split only when the rest is at least the request or 128 MiB; written bytes are
-  the requests', not the chunks'."""
+  the requests', not the chunks', and they are what the process grows by."""
   pool = _pool.Pool()
   assert _pool.Pool(pooled=False).alloc(1 << 30) < 0  # without the pool: malloc's
   a = pool.alloc(300_000)  # 300,032 in a 2 MiB region: split
@@ -72,6 +72,8 @@ def test_pool_rounding_and_regions():
   )
   b = pool.alloc(1_500_000)  # fits the 2 MiB region's rest (1,797,120): not split
   assert pool.in_use == 2 << 20 and len(pool.regions) == 1
+  # The chunk's unwritten tail is in use, not resident: the process grows by what was written.
+  assert pool.peak_in_use == 2 << 20 and pool.grown == pool.touched == 1_800_000
   pool.free(a)
   pool.free(b)
   assert pool.in_use == 0 and pool.touched == 1_800_000

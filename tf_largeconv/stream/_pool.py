@@ -69,9 +69,10 @@ class Pool:
 
   @property
   def grown(self) -> int:
-    """The growth of anonymous memory: the pool's written pages (at least its largest
-    in-use total), malloc's requests at their peak and what kernels keep."""
-    return max(self.touched, self.peak_in_use) + self.small_peak + self.kept
+    """The growth of anonymous memory: the pool's written pages, malloc's requests at their
+    peak and what kernels keep. (The in-use total counts whole chunks, whose unsplit tails
+    no tensor writes: it can exceed the written pages, which are what the process holds.)"""
+    return self.touched + self.small_peak + self.kept
 
   def keep(self, key: object, nbytes: int) -> None:
     """A buffer of `nbytes` a oneDNN kernel keeps for the life of the process, once per
