@@ -19,10 +19,10 @@ anonymous memory grows by.
 
 Fed a known sequence of tensors, the model gives TensorFlow's own in-use peak exactly and the
 measured growth to within a few percent. Fed the plan's tensors of a streamed model, whose
-kernels' order and temporaries it knows only in outline, measured growth came to 0.88 to
-1.28 times the model's figure (`benchmarks.cpu.memory`'s stream cases: how the chunks
-fall decides how many pages are written): the plan states EXPECTED times it, within 20% of
-each of those, and sizes tiles so that WORST times it fits the limit.
+kernels' order and temporaries it knows only in outline, measured growth came to 0.85 to
+1.29 times the model's figure (`benchmarks.cpu.stream_memory`'s cases: how the chunks
+fall decides how many pages are written): the plan states EXPECTED times it, and sizes
+tiles so that WORST times it fits the limit.
 """
 
 from __future__ import annotations
