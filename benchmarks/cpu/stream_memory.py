@@ -2,7 +2,9 @@
 memory limit, `stream.predict` over a 3072^2 x 3 image read from a .npy memory map into a
 .npy memory map, and (`train_*` cases) one dense `StreamingModel` training step (head None,
 mean squared error, SGD, batch normalization frozen) on a 1536^2 x 3 image and labels of
-the output's shape, both .npy memory maps; in a fresh process per case, after a warm call
+the output's shape, both .npy memory maps, and (`head_*` cases) one step of a
+`StreamingModel` with a head (global average pooling, a dense layer of 10 classes,
+cross-entropy) on the same image; in a fresh process per case, after a warm call
 on a 32^2 image (its tensors too small for TensorFlow's pool, which so starts empty).
 Measured:
 the growth of anonymous resident memory (RssAnon, sampled every 2 ms by a thread) over the
@@ -97,6 +99,8 @@ NETWORKS["resnet50"] = resnet50
 THREE = ("unet", "depthwise", "resnet")
 CASES = {f"{n}_{mib}": (n, mib) for n in THREE for mib in (256, 512, 1024)}
 CASES.update({f"train_{n}_{mib}": (n, mib) for n in THREE for mib in (256, 512, 1024)})
+# A StreamingModel with a classification head on the ResNet-style trunk.
+CASES.update({f"head_resnet_{mib}": ("resnet", mib) for mib in (256, 512, 1024)})
 # Staged streams (not run by default): the plan's figures are its largest stage's.
 STAGED = {"resnet50_512": ("resnet50", 512), "resnet50_1024": ("resnet50", 1024)}
 # A slide: zarr to zarr at --zarr-size, the default limit (run on its own: --cases zarr_unet2).
@@ -116,7 +120,9 @@ def _memmap(path, shape, seed):
 
 
 def _train_child(name, size):
-  """One dense StreamingModel step: (plan, measured growth)."""
+  """One StreamingModel step: (plan, measured growth). Dense (`train_*`: head None, mean
+  squared error against labels of the output's shape) or with a head (`head_*`: global
+  average pooling and a dense layer of 10 classes, cross-entropy against one label)."""
   import keras
   import numpy as np
 
@@ -127,13 +133,27 @@ def _train_child(name, size):
   for layer in trunk.layers:
     if isinstance(layer, keras.layers.BatchNormalization):
       layer.trainable = False
-  model = stream.StreamingModel(trunk, head=None, memory_limit=mib * MiB)
-  model.compile(optimizer="sgd", loss="mse")
+  if name.startswith("head_"):
+    L = keras.layers
+    head = keras.Sequential([L.GlobalAveragePooling2D(), L.Dense(10)])
+    model = stream.StreamingModel(trunk, head=head, memory_limit=mib * MiB)
+    model.compile(optimizer="sgd", loss=keras.losses.CategoricalCrossentropy(from_logits=True))
+
+    def labels(shape, seed):
+      return np.eye(10, dtype=np.float32)[[seed % 10]]
+
+  else:
+    model = stream.StreamingModel(trunk, head=None, memory_limit=mib * MiB)
+    model.compile(optimizer="sgd", loss="mse")
+
+    def labels(shape, seed):
+      return _memmap(os.path.join(tmp, "y.npy"), trunk.compute_output_shape(shape), seed)
+
   small = np.zeros((1, 32, 32, 3), np.float32)
-  model.train_on_batch(small, np.zeros(trunk.compute_output_shape(small.shape), np.float32))
   with tempfile.TemporaryDirectory() as tmp:
+    model.train_on_batch(small, np.zeros_like(labels(small.shape, 0)))
     x = _memmap(os.path.join(tmp, "x.npy"), (1, size, size, 3), 0)
-    y = _memmap(os.path.join(tmp, "y.npy"), trunk.compute_output_shape(x.shape), 1)
+    y = labels(x.shape, 1)
     plan = model.plan(x.shape)
     _, grown = memory.sampled_growth(lambda: model.train_on_batch(x, y))
   return plan, grown
@@ -167,7 +187,7 @@ def _zarr_child(name, size):
 def _child(name, size, train_size, zarr_size):
   if name in ZARR_CASES:
     plan, grown = _zarr_child(name, zarr_size)
-  elif name.startswith("train_"):
+  elif name.startswith(("train_", "head_")):
     plan, grown = _train_child(name, train_size)
   else:
     plan, grown = _predict_child(name, size)

@@ -13,6 +13,10 @@ scattered into a whole window where it read a crop or a padded copy (a sum passe
 output's gradient on as it is). Then its output's gradient and what the tape kept for it
 are freed. Values no layer with weights leads to (the input window and what is computed
 from it alone) get no gradient: TensorFlow does not compute it.
+
+A strided convolution's kernel gradient also leaves a buffer of its output's size held
+outside TensorFlow's pool for each shape it runs on (`Step.kept`, a ('k', key, bytes)
+event: `_pool.Pool.keep`): a pass over tiles of several shapes holds one per shape.
 """
 
 from __future__ import annotations
@@ -74,7 +78,8 @@ def train_tile_events(
   tiling: _plan.Tiling, index: Sequence[int], batch: int, itemsize: int, loss: int = DENSE_LOSS
 ) -> list[Event]:
   """The tensors tile `index`'s training step allocates and frees, in order: ('a', key,
-  bytes) and ('f', key), as `_plan.tile_events`; `loss` output-sized tensors for the loss
+  bytes) and ('f', key), as `_plan.tile_events`, and ('k', key, bytes) for what a kernel
+  keeps per shape (`Step.kept`); `loss` output-sized tensors for the loss
   (`DENSE_LOSS`, `HEAD_LOSS`), freed once the output's gradient is made."""
   g = tiling.geometry
   steps = g.spatial_steps
@@ -100,6 +105,10 @@ def train_tile_events(
     if dy is None:
       ev.extend(("f", key) for key in made + read)
       continue
+    if step.kept:  # the kernel's gradient keeps a buffer per output shape (`_pool.Pool.keep`)
+      spans = tiling.window(index, step.output) or []
+      shape = tuple(b - a for a, b in spans)
+      ev.append(("k", ("kept", k, shape), int(step.kept * size[step.output])))
     out_share = step.grads[0]
     if out_share:  # the activation's gradient, from its output: then the tape lets go of it
       ev.append(("a", ("gtmp", k), int(out_share * size[step.output])))

@@ -38,6 +38,7 @@ class Step:
     "allocs",
     "tape_allocs",
     "grads",
+    "kept",
   )
 
   def __init__(self, name: str, kind: str, rule: Rule | None, inputs: list[int], call: Any):
@@ -51,6 +52,9 @@ class Step:
     # (`_layers.tape_allocs`, `_layers.grad_temps`).
     self.tape_allocs: tuple[float, ...] = (1.0,)
     self.grads: tuple[float, float, bool] = (0.0, 0.0, False)
+    # What its backward pass's kernel keeps for the process's life per output shape, as a
+    # share of its output (`_layers.kept_by_kernel`).
+    self.kept = 0.0
 
 
 class Graph:
@@ -131,6 +135,7 @@ class _Builder:
     step.allocs = _layers.allocs(op, kind, len(ins))
     step.tape_allocs = _layers.tape_allocs(op, kind, len(ins))
     step.grads = _layers.grad_temps(op, kind)
+    step.kept = _layers.kept_by_kernel(op, kind, rule)
     if kinds == {True, False}:
       self._gate(step, refs)
     out = self.graph.add(step)

@@ -313,7 +313,8 @@ def simulate(
   tiling: Tiling, batch: int, itemsize: int, events: Any = None, pool: _pool.Pool | None = None
 ) -> _pool.Pool:
   """TensorFlow's CPU pool (`_pool`) after serving a pass over `tiling` (the tensors of each
-  tile by `events`, default `tile_events`), from empty or from `pool`. The tiles run in
+  tile by `events`, default `tile_events`; ('k', key, bytes) events go to `Pool.keep`),
+  from empty or from `pool`. The tiles run in
   order, the first three and last two of each axis standing for the rest (interior tiles
   repeat one another); a tile whose tensors match one already run twice is skipped."""
   events = events or tile_events
@@ -324,7 +325,7 @@ def simulate(
   ]
   for index in itertools.product(*picks):
     tensors = events(tiling, index, batch, itemsize)
-    key = tuple(e[2] if e[0] == "a" else 0 for e in tensors)
+    key = tuple(e[2] if e[0] == "a" else e[1] if e[0] == "k" else 0 for e in tensors)
     if seen.get(key, 0) >= 2:
       continue
     seen[key] = seen.get(key, 0) + 1
@@ -332,6 +333,8 @@ def simulate(
     for e in tensors:
       if e[0] == "a":
         handles[e[1]] = pool.alloc(e[2])
+      elif e[0] == "k":
+        pool.keep(e[1], e[2])
       else:
         pool.free(handles.pop(e[1], None))
   return pool

@@ -12,15 +12,17 @@ but the pages of the pool's regions that some tensor ever wrote:
 - a freed chunk merges with free neighbours in its region.
 
 `Pool.touched` is the bytes of regions written so far; requests under 256 KiB go to malloc,
-counted at their peak (`small_peak`). `Pool.grown` is what the process's anonymous memory
-grows by.
+counted at their peak (`small_peak`). Some of oneDNN's kernels keep a buffer of their own,
+outside the pool, for each shape they have run on, as long as the process lives
+(`Pool.keep`: once per key, never freed; `kept`). `Pool.grown` is what the process's
+anonymous memory grows by.
 
 Fed a known sequence of tensors, the model gives TensorFlow's own in-use peak exactly and the
 measured growth to within a few percent. Fed the plan's tensors of a streamed model, whose
-kernels' order and temporaries it knows only in outline, measured growth came to 0.88 to
-1.28 times the model's figure (`benchmarks.cpu.memory`'s stream cases: how the chunks
-fall decides how many pages are written): the plan states EXPECTED times it, within 20% of
-each of those, and sizes tiles so that WORST times it fits the limit.
+kernels' order and temporaries it knows only in outline, measured growth came to 0.85 to
+1.29 times the model's figure (`benchmarks.cpu.stream_memory`'s cases: how the chunks
+fall decides how many pages are written): the plan states EXPECTED times it, and sizes
+tiles so that WORST times it fits the limit.
 """
 
 from __future__ import annotations
@@ -62,12 +64,22 @@ class Pool:
     self.peak_in_use = 0
     self.small = 0
     self.small_peak = 0
+    self.kept_keys: set[object] = set()
+    self.kept = 0
 
   @property
   def grown(self) -> int:
-    """The growth of anonymous memory: the pool's written pages (at least its largest
-    in-use total) and malloc's requests at their peak."""
-    return max(self.touched, self.peak_in_use) + self.small_peak
+    """The growth of anonymous memory: the pool's written pages, malloc's requests at their
+    peak and what kernels keep. (The in-use total counts whole chunks, whose unsplit tails
+    no tensor writes: it can exceed the written pages, which are what the process holds.)"""
+    return self.touched + self.small_peak + self.kept
+
+  def keep(self, key: object, nbytes: int) -> None:
+    """A buffer of `nbytes` a oneDNN kernel keeps for the life of the process, once per
+    `key` (the layer and the shape it ran on); nothing without oneDNN (`pooled` False)."""
+    if self.pooled and key not in self.kept_keys:
+      self.kept_keys.add(key)
+      self.kept += nbytes
 
   def _insert_free(self, addr: int) -> None:
     bisect.insort(self.free_list, (self.chunks[addr][0], addr))

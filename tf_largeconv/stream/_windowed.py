@@ -77,6 +77,11 @@ def copies_under_tape(call: Any) -> bool:
   return bool(getattr(call, "copies_under_tape", False))
 
 
+def package_under_tape(call: Any) -> bool:
+  """Whether `call` (from `explicit_call`) runs the package's op under `taped()`."""
+  return bool(getattr(call, "package_under_tape", False))
+
+
 def _nhwc(pads: Pads) -> list[list[int]]:
   return [[0, 0], *[[int(a), int(b)] for a, b in pads], [0, 0]]
 
@@ -149,6 +154,7 @@ def _keras_windowed(
   # What the plan counts for a padded copy under the tape: the copy, or the package op's
   # workspace, bounded by the copy's bytes.
   call.copies_under_tape = copies or large  # type: ignore[attr-defined]
+  call.package_under_tape = large  # type: ignore[attr-defined]
   return call
 
 
