@@ -14,6 +14,16 @@ def multi_worker(strategy: Any) -> bool:
   return isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
 
 
+def build_from_first_replica(strategy: Any, iterator: Any) -> bool:
+  """Whether Keras's symbolic build must take `first_batch` of `iterator` (an epoch
+  iterator, or None): under MultiWorkerMirroredStrategy, and for lazy batches (`_lazy`)
+  split among several replicas."""
+  if iterator is None:
+    return False
+  lazy = getattr(iterator, "_lazy", False) and strategy.num_replicas_in_sync > 1
+  return bool(lazy) or multi_worker(strategy)
+
+
 def first_batch(strategy: Any, iterator: Any) -> Any:
   """This worker's first replica's share of the first batch of Keras's epoch `iterator`.
 

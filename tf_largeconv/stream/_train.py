@@ -235,8 +235,7 @@ class StreamingModel(keras.Model):
 
   def _maybe_symbolic_build(self, iterator: Any = None, data_batch: Any = None) -> None:
     strategy = self.distribute_strategy
-    lazy = getattr(iterator, "_lazy", False) and strategy.num_replicas_in_sync > 1
-    if (lazy or _distribute.multi_worker(strategy)) and iterator is not None and data_batch is None:
+    if _distribute.build_from_first_replica(strategy, iterator) and data_batch is None:
       data_batch, iterator = _distribute.first_batch(strategy, iterator), None
     super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
 
