@@ -14,11 +14,7 @@ the layers whose op takes explicit padding, or None where the streamed rule pads
 Under a gradient tape (`taped()`), Keras's Conv1D/Conv2D pad a copy and run 'VALID':
 TensorFlow's CPU gradients of tf.nn.conv2d with explicit padding leave oneDNN, and the
 filter's gradient then builds a buffer of kernel taps x input channels x output pixels
-(nine times the input for a 3x3 kernel) and takes two to three times as long. Keras's
-convolutions and depthwise convolutions with large kernels (`PACKAGE_UNDER_TAPE`: from
-where the package's gradients are the faster, `benchmarks/cpu/taped_ops.py`) run the
-package's op under the tape instead, with explicit padding and a workspace limit of the
-padded window's bytes, which the plan counts as the layer's padded copy.
+(nine times the input for a 3x3 kernel) and takes two to three times as long.
 Copies stay for AveragePooling (tf.nn.avg_pool has no explicit padding), 3D layers
 (tf.nn.conv3d has none), grouped Keras convolutions (TensorFlow runs them on the CPU only
 under XLA), dilated Keras convolutions (tf.nn.conv2d has no gradient for dilations on the
@@ -47,12 +43,6 @@ PaddedCall = Callable[[tf.Tensor, Pads], tf.Tensor]
 
 _TAPED = contextvars.ContextVar("tf_largeconv_stream_taped", default=False)
 
-# The kernel size (largest spatial side) from which a Keras convolution runs, under a
-# gradient tape, the package's op with its gradients instead of TensorFlow's. Measured with
-# `python -m benchmarks.cpu.taped_ops`: TensorFlow's CPU gradients of both ops grow with the
-# kernel's area, and from these sizes the package's forward and backward pass is faster.
-PACKAGE_UNDER_TAPE = {"conv2d": 9, "depthwise_conv2d": 11}
-
 
 @contextlib.contextmanager
 def taped() -> Iterator[None]:
@@ -75,11 +65,6 @@ def tile_tape() -> Iterator[tf.GradientTape]:
 def copies_under_tape(call: Any) -> bool:
   """Whether `call` (from `explicit_call`) pads a copy when it runs under `taped()`."""
   return bool(getattr(call, "copies_under_tape", False))
-
-
-def package_under_tape(call: Any) -> bool:
-  """Whether `call` (from `explicit_call`) runs the package's op under `taped()`."""
-  return bool(getattr(call, "package_under_tape", False))
 
 
 def _nhwc(pads: Pads) -> list[list[int]]:
@@ -121,16 +106,13 @@ def _window(op: Any, rank: int) -> tuple[list[int], list[int]]:
   return ones + list(op.strides), ones + list(op.dilation_rate)
 
 
-def _keras_windowed(
-  op: Any, rank: int, kernels: tuple[str, ...], conv: Any, package: str | None = None
-) -> PaddedCall:
+def _keras_windowed(op: Any, rank: int, kernels: tuple[str, ...], conv: Any) -> PaddedCall:
   """`op`, a Keras convolution that computes as Keras's does, as `conv` (tf.nn's 2-D op) on
   its `kernels` (attribute names; 1-D kernels lifted to height 1), then its bias and
-  activation; under the tape, for kernels from `PACKAGE_UNDER_TAPE[package]`, as the
-  package's op of that name."""
+  activation."""
   strides, dilations = _window(op, rank)
-  large = package is not None and max(op.kernel_size) >= PACKAGE_UNDER_TAPE[package]
-  copies = conv is tf.nn.conv2d and not large
+
+  copies = conv is tf.nn.conv2d
 
   def run(x: tf.Tensor, pads: Pads) -> tf.Tensor:
     x = tf.cast(x, op.compute_dtype)
@@ -138,47 +120,28 @@ def _keras_windowed(
     if rank == 1:
       weights = [w[None] for w in weights]
     padding: Any = _nhwc(pads)
-    options: dict[str, Any] = {}
-    run_conv = conv
-    if large and _TAPED.get():
-      run_conv = getattr(_ops, str(package))
-      options["workspace_limit"] = padded_bytes(x, padding)
-    elif copies and _TAPED.get():
+    if copies and _TAPED.get():
       x, padding = tf.pad(x, padding), "VALID"
     # No name holds the op's result: _finish frees it once the bias is added.
-    return _finish(
-      op, run_conv(x, *weights, [1, *strides, 1], padding, dilations=dilations, **options)
-    )
+    return _finish(op, conv(x, *weights, [1, *strides, 1], padding, dilations=dilations))
 
   call = _as_2d(rank, run)
-  # What the plan counts for a padded copy under the tape: the copy, or the package op's
-  # workspace, bounded by the copy's bytes.
-  call.copies_under_tape = copies or large  # type: ignore[attr-defined]
-  call.package_under_tape = large  # type: ignore[attr-defined]
+  call.copies_under_tape = copies  # type: ignore[attr-defined]
   return call
-
-
-def padded_bytes(x: tf.Tensor, padding: Sequence[Sequence[int]]) -> int:
-  """The bytes of `x` (NHWC) padded by `padding` (per axis, before and after)."""
-  sizes = [int(n) + int(a) + int(b) for n, (a, b) in zip(x.shape, padding)]
-  count = 1
-  for n in sizes:
-    count *= n
-  return count * x.dtype.size
 
 
 def _keras_conv(op: Any, rank: int) -> PaddedCall | None:
   base = L.Conv1D if rank == 1 else L.Conv2D
   if not _own_call(op, base, "convolution_op") or op.groups != 1 or max(op.dilation_rate) > 1:
     return None
-  return _keras_windowed(op, rank, ("kernel",), tf.nn.conv2d, "conv2d")
+  return _keras_windowed(op, rank, ("kernel",), tf.nn.conv2d)
 
 
 def _keras_depthwise(op: Any, rank: int) -> PaddedCall | None:
   base = L.DepthwiseConv1D if rank == 1 else L.DepthwiseConv2D
   if not _own_call(op, base):
     return None
-  return _keras_windowed(op, rank, ("kernel",), tf.nn.depthwise_conv2d, "depthwise_conv2d")
+  return _keras_windowed(op, rank, ("kernel",), tf.nn.depthwise_conv2d)
 
 
 def _keras_separable(op: Any, rank: int) -> PaddedCall | None:
