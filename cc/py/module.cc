@@ -18,6 +18,7 @@
 #include "cc/core/common/geometry.h"
 #include "cc/core/common/memory.h"
 #include "cc/core/conv.h"
+#include "cc/core/cpu/fft.h"
 #include "cc/core/cpu/isa.h"
 #include "cc/core/cpu/spectrum_cache.h"
 #include "cc/core/cuda/emulate.h"
@@ -368,11 +369,12 @@ py::list PlanList(const std::vector<int64_t>& input_shape, const std::vector<int
     d["kept_spectra_bytes"] = p.kept_spectra_bytes;
     return d;
   };
-  return PlansOf(g, req, describe, [](const PassPlan& p, py::dict& d) {
+  return PlansOf(g, req, describe, [&g](const PassPlan& p, py::dict& d) {
     d["in_block"] = p.fft.in_block;
     d["out_block"] = p.fft.out_block;
     d["group_block"] = p.fft.group_block;
     d["vec_block"] = p.fft.vec_block;
+    d["fft_gemm"] = UsesGemm(g, p.pass, p.fft);  // the products as matrix products
     d["fft_work"] = py::dict(py::arg("transforms") = p.fft_work.transforms,
                              py::arg("transform_points") = p.fft_work.transform_points,
                              py::arg("complex_macs") = p.fft_work.complex_macs,
@@ -482,6 +484,7 @@ PYBIND11_MODULE(_core, m) {
   m.attr("ALGORITHMS") = py::tuple(py::cast(AlgorithmNames()));
   m.attr("GPU_ROUTE_BATCH") = cuda::kRouteBatch;
   m.attr("REFERENCE_SLOTS") = kReferenceSlots;
+  m.attr("FFT_GEMM_CHANNELS") = kGemmChannels;
   // float64 first: overload resolution tries in order, and forcecast would otherwise turn
   // double arrays into float32.
   DefKernels<double, false>(m);

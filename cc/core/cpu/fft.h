@@ -64,6 +64,29 @@ inline bool BatchesTiles(const ConvGeometry& g, const FftConfig& c) {
   return g.groups == 1 && c.vec_block > 1;
 }
 
+// Where a forward or backprop-input pass's spectral products are matrix products
+// (cpu/fft_gemm.h): from kGemmChannels source and destination channels per group, both,
+// over at least kGemmTiles tiles (images x tiles per image), with more filter spectra than
+// kGemmFilterValues complex values (8 MiB of float: beyond the cache, where the planner
+// runs tiles in runs, each a product's columns). Measured (docs/benchmarks.md): 64 x 64
+// channels over 64 tiles gain with the matrix products, over 4 tiles (one 160 x 160
+// transform per image, k63c64_forward) they lose, and fewer channels keep the
+// hand-blocked kernels (fft_shared.h's MacSplit, MacSources).
+constexpr int64_t kGemmChannels = 64, kGemmTiles = 16, kGemmFilterValues = 1 << 20;
+
+// Whether a pass's products are matrix products: from the geometry and the transform's
+// size and tiling alone, which never follow the thread count (cpu_fft.cc), so every thread
+// count computes the same sums the same way.
+inline bool UsesGemm(const ConvGeometry& g, ConvPass pass, const FftConfig& c) {
+  if (WritesFilter(pass)) return false;
+  const PassChannels ch = g.channels(pass);
+  const int64_t filter_values =
+      g.groups * ch.src_per_group * ch.dst_per_group * c.fft_h * (c.fft_w / 2 + 1);
+  return ch.src_per_group >= kGemmChannels && ch.dst_per_group >= kGemmChannels &&
+         g.batch * c.tiling.tiles_h * c.tiling.tiles_w >= kGemmTiles &&
+         filter_values > kGemmFilterValues;
+}
+
 // Number of real transforms (each fft_h x fft_w) a pass performs; the planner's cost model.
 double FftTransformCount(const ConvGeometry& g, ConvPass pass, const FftConfig& c);
 // Their points: those of FftTransformCount's, less what strides take out of the transforms
