@@ -5,7 +5,7 @@
 #                    wheel and installs TensorFlow from PyPI into a venv of its own)
 #   make build     - build the op library and the pybind11 module in place (uses $(PY))
 #   make bench     - set up .venv, build, install BENCH_DEPS, run the CPU benchmark
-#                    (benchmarks/cpu/bench.py, memory.py and stream_networks.py; results
+#                    (benchmarks/cpu/bench.py, memory.py, stream_memory.py and stream_networks.py; results
 #                    in benchmarks/results/cpu/)
 #   make gpu-check - on a GPU machine (torch, no TensorFlow): build the CUDA module, run
 #                    tests/gpu and the GPU benchmark (benchmarks/gpu/bench.py)
@@ -293,6 +293,7 @@ bench: $(VENV)/.ready
 	$(VENV)/bin/python -m pip install -q $(BENCH_DEPS)
 	$(VENV)/bin/python -m benchmarks.cpu.bench
 	$(VENV)/bin/python -m benchmarks.cpu.memory
+	$(VENV)/bin/python -m benchmarks.cpu.stream_memory
 	$(VENV)/bin/python -m benchmarks.cpu.stream_networks
 
 # On a machine with a GPU, torch and pytest (no TensorFlow needed): build the CUDA module,

@@ -141,7 +141,7 @@ def test_memory_limit_lowers_the_tasks_in_flight(rng, tmp_path, capsys, monkeypa
     argv = [out if a is None else a for a in base] + (["--memory-limit", limit] if limit else [])
     code, text, err = _main(capsys, *argv)
     assert code == _run.OK, err
-    assert f"memory: {most} tasks at once" in text, text
+    assert f"memory: {most} task{'s' * (most != 1)} at once" in text, text
     assert ("lowered from 3" in text) == (most < 3), text
     assert state["most"] == most, (limit, state)
     got = zarr.open_array(str(out), mode="r")[:]
@@ -294,6 +294,30 @@ def test_model_command_chunk_is_refused_and_the_alias_translates_it(tmp_path, ca
   assert code == _run.OK, err
   want = stream.predict(_unet(), image, tile=16)
   np.testing.assert_array_equal(zarr.open_array(str(out), mode="r")[:], want)
+
+
+def test_model_command_fits_its_tasks_when_a_share_holds_no_task(tmp_path, capsys, monkeypatch):
+  """Two cores and 6 MiB: a share of 3 MiB cannot hold a task, whose input alone is four
+  read chunks of 0.75 MiB. The command runs one task at a time, its tile lowered until it
+  fits the 6 MiB, and the result is the model's."""
+  model = _unet()
+  model.save(tmp_path / "net.keras")
+  image = np.random.default_rng(6).random((512, 512, 3), dtype=np.float32)
+  np.save(tmp_path / "in.npy", image)
+  assert stream.plan(model, image, memory_limit=6 << 20).worst_bytes > 3 << 20
+  monkeypatch.setattr(os, "cpu_count", lambda: 2)
+  out = tmp_path / "o.zarr"
+  code, text, err = _main(
+    capsys, "model", tmp_path / "net.keras", tmp_path / "in.npy", out,
+    "--memory-limit", "6MiB", "--read-chunk", 256,
+  )  # fmt: skip
+  assert code == _run.OK, err
+  assert "memory: 1 task at once" in text and "lowered from 2" in text, text
+  tiles = int(text.split(" tiles (")[0].rsplit(" ", 1)[-1])
+  assert tiles > 1, text
+  want = np.asarray(model(image[None], training=False))[0]
+  got = zarr.open_array(str(out), mode="r")[:]
+  np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * np.abs(want).max())
 
 
 # --- the alias ---------------------------------------------------------------------------

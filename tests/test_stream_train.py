@@ -155,6 +155,39 @@ def test_fit_steps_follow_untiled_training():
   assert set(history.history) == {"loss", "accuracy"}
 
 
+@pytest.mark.parametrize("conv", [False, True], ids=["mean", "conv"])
+def test_a_head_without_an_input_shape_trains(conv):
+  """A head made as a Sequential of layers, without an input shape, is built before the
+  first step lists its variables: it trains as the same head given its input shape, in a
+  step of one tile and then of several."""
+  trunk = plain_trunk()
+  start = trunk.get_weights()
+
+  def head_layers():  # the same initial weights every time
+    seeded = dict(kernel_initializer=keras.initializers.GlorotUniform(seed=1))
+    seeded.update(bias_initializer=keras.initializers.RandomNormal(seed=2))
+    first = [L.Conv2D(4, 3, **seeded)] if conv else []
+    return first + [L.GlobalAveragePooling2D(), L.Dense(3, **seeded)]
+
+  def trained(head):
+    trunk.set_weights(start)
+    model = stream.StreamingModel(trunk, head, memory_limit=1 << 20)
+    model.compile(
+      optimizer=keras.optimizers.SGD(0.1),
+      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    for size, tiles in ((24, 1), (160, 4)):
+      assert (model.plan((1, size, size, 3)).tiles > 1) == (tiles > 1)
+      model.train_on_batch(_image((1, size, size, 3), "float32"), np.array([2]))
+    return [w.copy() for w in trunk.get_weights() + head.get_weights()]
+
+  want = trained(keras.Sequential([keras.Input((None, None, 8)), *head_layers()]))
+  got = trained(keras.Sequential(head_layers()))
+  assert len(got) == len(want)
+  for a, b in zip(got, want):
+    assert np.abs(a - b).max() <= 1e-5 * max(np.abs(b).max(), 1e-6)
+
+
 def test_keras_workflow(tmp_path):
   """fit on a tf.data pipeline, evaluate, predict, and a .keras round trip."""
   trunk, head = plain_trunk(), classifier_head(8)

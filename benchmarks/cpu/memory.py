@@ -161,7 +161,9 @@ def _child(name, frame):
   print(json.dumps(dict(case=name, predicted=predicted, measured=measured)))
 
 
-def _plot(rows, path):
+def plot(rows, path, what="memory.report"):
+  """Predicted against measured, one point per row (case, predicted, measured), on log
+  axes with the 20% band."""
   plt = measure.pyplot()
   if plt is None:
     return
@@ -176,7 +178,7 @@ def _plot(rows, path):
   ax.fill_between([lo, hi], [lo * 0.8, hi * 0.8], [lo * 1.2, hi * 1.2], alpha=0.15)
   ax.set_xlabel("measured growth (MiB)")
   ax.set_ylabel("predicted peak (MiB)")
-  ax.set_title("memory.report: predicted vs measured (band: 20%)")
+  ax.set_title(f"{what}: predicted vs measured (band: 20%)")
   fig.tight_layout()
   fig.savefig(path)
 
@@ -208,7 +210,7 @@ def main(argv=None):
   os.makedirs(args.out, exist_ok=True)
   with open(os.path.join(args.out, "memory.json"), "w") as f:
     json.dump(dict(frame=list(args.frame), rows=rows), f, indent=1)
-  _plot(rows, os.path.join(args.out, "memory.png"))
+  plot(rows, os.path.join(args.out, "memory.png"))
   return 0
 
 

@@ -3,7 +3,7 @@ limit against the same model called untiled, alternating in one process.
 
   python -m benchmarks.cpu.stream_networks [--nets resnet50 unet efficientnetb0
       mobilenetv3small] [--resnet-size 2048] [--unet-size 4096] [--se-size 1024]
-      [--repeats 2] [--copies] [--profile NET] [--memory NET]
+      [--repeats 2] [--copies] [--one-stage] [--profile NET] [--memory NET]
   (also: python -m benchmarks.cpu.stream --parts networks)
 
 - resnet50: keras.applications.ResNet50 (random weights, no top) on a --resnet-size^2 x 3
@@ -17,7 +17,9 @@ Each row: the best of --repeats timed runs of each (after one warm-up of each; t
 and streamed runs alternate so that a change in the machine's load reaches both), their
 ratio, the plan's tiles, tile, passes and the share of the work recomputed in overlaps, and
 the largest difference from the untiled output. With --copies, a third run streams with
-each windowed layer padding a copy of its window (what the explicit padding replaced).
+each windowed layer padding a copy of its window (what the explicit padding replaced);
+with --one-stage, one streams the network in one stage (`stages=False`), where `predict`
+runs it in stages through disk (`stages` in the row: how many).
 --profile NET prints where the streamed run of NET spends its time (cProfile, top
 functions by own time). --memory NET: the peak RSS growth of NET's streamed run with
 explicit padding and with padded copies, each in a fresh process. Timings on a loaded
@@ -102,7 +104,7 @@ def _timed(fn):
   return time.perf_counter() - t0, out
 
 
-def run_net(name, size, repeats, copies):
+def run_net(name, size, repeats, copies, one_stage=False):
   from tf_largeconv import stream
 
   model = network(name)
@@ -119,6 +121,8 @@ def run_net(name, size, repeats, copies):
         return stream.predict(model, image)
 
     runs["streamed, padded copies"] = with_copies
+  if one_stage:
+    runs["streamed, one stage"] = lambda: stream.predict(model, image, stages=False)
   best, outs = {}, {}
   for r in range(repeats + 1):  # the first round warms up
     for label, fn in runs.items():
@@ -133,12 +137,15 @@ def run_net(name, size, repeats, copies):
     tiles=p.tiles,
     tile=p.tile,
     passes=p.passes,
+    stages=len(p.stages),
     recompute=p.recompute,
     max_rel_error=float(np.abs(outs["streamed"] - ref).max() / np.abs(ref).max()),
   )
   row["ratio"] = best["streamed"] / best["untiled"]
   if copies:
     row["copies_ratio"] = best["streamed, padded copies"] / best["untiled"]
+  if one_stage:
+    row["one_stage_ratio"] = best["streamed, one stage"] / best["untiled"]
   row["target"] = TARGET.get(name, 1.2 * p.passes)
   return row
 
@@ -192,6 +199,7 @@ def main(argv=None):
   parser.add_argument("--se-size", type=int, default=1024)
   parser.add_argument("--repeats", type=int, default=2)
   parser.add_argument("--copies", action="store_true")
+  parser.add_argument("--one-stage", action="store_true")
   parser.add_argument("--profile", choices=NETS)
   parser.add_argument("--memory", choices=NETS)
   parser.add_argument("--out", default=measure.RESULTS_DIR)
@@ -214,7 +222,8 @@ def main(argv=None):
   head += f"{'target':>8s}{'tiles':>6s}{'tile':>6s}{'passes':>7s}{'overlap':>8s}{'rel.err':>9s}"
   rows = []
   for name in args.nets:
-    r = results[name] = run_net(name, sizes.get(name, args.se_size), args.repeats, args.copies)
+    size = sizes.get(name, args.se_size)
+    r = results[name] = run_net(name, size, args.repeats, args.copies, args.one_stage)
     s = r["seconds"]
     line = (
       f"{name:18s}{r['size']:6d}{s['untiled']:10.2f}{s['streamed']:11.2f}{r['ratio']:6.2f}x"
@@ -223,6 +232,8 @@ def main(argv=None):
     )
     if args.copies:
       line += f"  (padded copies: {r['copies_ratio']:.2f}x)"
+    if args.one_stage:
+      line += f"  ({r['stages']} stages; one stage: {r['one_stage_ratio']:.2f}x)"
     rows.append(line)
     print(line if len(rows) > 1 else head + "\n" + line, flush=True)
   print(

@@ -145,24 +145,57 @@ def input_bytes(plan: Any, chunk: int, slide: Any) -> int:
   return math.prod(sides) * channels * slide.dtype.itemsize
 
 
-def plan(args: argparse.Namespace, model: Any, slide: Any, task_limit: int) -> tuple[Any, int]:
-  """The stream plan and what one task holds (the tile's estimated peak and its input):
-  --tile, or the largest tile whose task fits `task_limit`."""
+def plan(
+  args: argparse.Namespace, model: Any, slide: Any, task_limit: int, fallbacks: Any = ()
+) -> tuple[Any, int]:
+  """The stream plan and what one task holds (the tile's memory at its worst and the read
+  chunks of its input): --tile, or the largest tile whose task fits `task_limit`, else
+  the first of the larger `fallbacks` (fewer tasks at once) that one fits."""
   from tf_largeconv import stream
 
-  limit = task_limit
-  for _ in range(8):  # the input's share grows in steps of read chunks: a few rounds
-    p = stream.plan(model, slide, tile=args.tile, memory_limit=limit, up_to=args.up_to)
-    need = p.peak_bytes + input_bytes(p, args.read_chunk, slide)
-    if args.tile or need <= task_limit:
+  def planned(limit: int) -> tuple[Any, int]:
+    p = stream.plan(
+      model, slide, tile=args.tile, memory_limit=limit, up_to=args.up_to, stages=False
+    )
+    return p, p.worst_bytes + input_bytes(p, args.read_chunk, slide)
+
+  found = None
+  for limit in () if args.tile else (task_limit, *fallbacks):
+    found = _largest_fitting(planned, limit)
+    if found is not None:
       break
-    limit = max(1, limit - (need - task_limit) - limit // 16)
+  p, need = found or planned(task_limit)
   if args.task_memory and need > args.task_memory:
     raise _run.UsageError(
       f"--tile {p.tile}: a task needs up to {mib(need)}, more than --task-memory "
       f"{mib(args.task_memory)}; use a smaller --tile, or leave it out"
     )
   return p, need
+
+
+def _largest_fitting(planned: Any, task_limit: int) -> tuple[Any, int] | None:
+  """`planned(limit)` (a plan and its task's bytes) for the largest tiles' limit whose task
+  fits `task_limit`, by bisection; None where none does."""
+
+  def fitting(limit: int) -> tuple[Any, int] | None:
+    try:
+      got = planned(limit)
+    except ValueError:  # below one output pixel's step
+      return None
+    return got if got[1] <= task_limit else None
+
+  best = fitting(task_limit)
+  if best is not None:
+    return best
+  lo, hi = 0, task_limit  # no task fits at hi
+  while hi - lo > max(1, task_limit // 256):
+    mid = (lo + hi) // 2
+    got = fitting(mid)
+    if got is None:
+      hi = mid
+    else:
+      best, lo = got, mid
+  return best
 
 
 def _physical(args: argparse.Namespace, p: Any) -> dict:
@@ -189,7 +222,12 @@ def run(args: argparse.Namespace) -> int:
   client = _run.connect(args.scheduler, args.timeout) if args.scheduler else None
   try:
     total = args.memory_limit or DEFAULT_MEMORY_LIMIT
-    p, need = plan(args, model, slide, args.task_memory or total // _run.slots(client))
+    cores = _run.slots(client)
+    # Fewer tasks at once (halved, down to one) where no task fits a share, as when a
+    # task's read chunks alone exceed it.
+    counts = sorted({max(1, cores >> k) for k in range(1, cores.bit_length() + 1)} - {cores})[::-1]
+    fewer = () if args.task_memory or client else [total // n for n in counts]
+    p, need = plan(args, model, slide, args.task_memory or total // cores, fewer)
     workers, line = _run.in_flight(need, total, client, "its tile and input")
     print(f"{args.input} through {args.model}:\n{p}\nmemory: {line}", flush=True)
     lazy = stream.to_dask(model, slide, tile=p.tile, up_to=args.up_to)

@@ -88,7 +88,7 @@ def _stream_plan(args: argparse.Namespace) -> Any:
   shape = tuple(args.image_shape)
   batched = shape if len(shape) == len(model.inputs[0].shape) else (1, *shape)
   return stream.plan(
-    model, batched, tile=args.tile, memory_limit=args.task_memory, up_to=args.up_to
+    model, batched, tile=args.tile, memory_limit=args.task_memory, up_to=args.up_to, stages=False
   )
 
 

@@ -84,7 +84,7 @@ def in_flight(need: int, total: int | None, client: Any, what: str) -> tuple[int
       f"{mib(need)} each ({mib(cores * need)} in all); start its workers with fewer "
       f"threads, use a smaller --tile, or a larger --memory-limit"
     )
-  line = f"{n} tasks at once x up to {mib(need)} each = {mib(n * need)}"
+  line = f"{n} task{'s' * (n != 1)} at once x up to {mib(need)} each = {mib(n * need)}"
   line += f", within --memory-limit {mib(total)}"
   if n < cores:
     line += f" (lowered from {cores}, the threads this machine would run, to fit it)"

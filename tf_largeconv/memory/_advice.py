@@ -29,7 +29,7 @@ def _stream(model: Any, shape: tuple[int, ...], budget: int | None) -> Advice | 
   from tf_largeconv import stream
 
   try:
-    p = stream.plan(model, shape, memory_limit=budget)
+    p = stream.plan(model, shape, memory_limit=budget, stages=False)
   except (ValueError, TypeError) as e:
     if budget is not None and "memory_limit" in str(e):
       minimum = stream.plan(model, shape, tile=1).peak_bytes

@@ -19,6 +19,7 @@ import dataclasses
 from typing import Any
 
 from tf_largeconv.memory import _optable
+from tf_largeconv.memory import _workspace
 from tf_largeconv.memory._trace import Traced
 
 
@@ -71,9 +72,12 @@ def _grad_ops(t: Traced) -> list[Any]:
   return [op for op in t.ops if any(t.tensors[o].needs_grad for o in op.outputs)]
 
 
-def forward(t: Traced, training: bool, eager: bool) -> tuple[Peak, _Pool, dict[int, int]]:
+def forward(
+  t: Traced, training: bool, eager: bool, ws: _workspace.Workspaces
+) -> tuple[Peak, _Pool, dict[int, int]]:
   """The forward pass's peak, the pool left at its end (what the backward pass starts
-  with), and the buffer each tensor was written into."""
+  with), and the buffer each tensor was written into. `ws`: the package's workspace pool,
+  which keeps LargeConv kernels' workspaces between calls."""
   reads = _readers(t, t.ops)
   pinned = {_root(t, o) for o in t.outputs}
   kept: dict[int, int] = {}
@@ -98,7 +102,7 @@ def forward(t: Traced, training: bool, eager: bool) -> tuple[Peak, _Pool, dict[i
       buf[o] = donor if donor is not None else o
       if donor is None:
         new += t.tensors[o].nbytes
-    now = pool.live + new + op.workspace
+    now = pool.live + new + (ws.run(op.pooled) if op.pooled else ws.held + op.workspace)
     if now > peak.bytes:
       peak = Peak(now, op.layer, op.type, "forward")
     for o in op.outputs:
@@ -146,7 +150,9 @@ def _donor(
   return None
 
 
-def backward(t: Traced, pool: _Pool, buf: dict[int, int], loss_bytes: int) -> Peak:
+def backward(
+  t: Traced, pool: _Pool, buf: dict[int, int], loss_bytes: int, ws: _workspace.Workspaces
+) -> Peak:
   """The backward pass's peak, starting from the forward's pool with the gradient of the
   model's outputs and the loss's temporaries."""
   grads: dict[int, int] = {}  # forward root -> its gradient's bytes, while pending
@@ -174,7 +180,8 @@ def backward(t: Traced, pool: _Pool, buf: dict[int, int], loss_bytes: int) -> Pe
       if r in grads:  # a second reader's gradient: summed into the first (AddN)
         continue
       grads[r] = nbytes
-    now = pool.live + live_grads + new + op.grad_workspace + weights + op.weight_grad_bytes
+    held = ws.run(op.grad_pooled) if op.grad_pooled else ws.held + op.grad_workspace
+    now = pool.live + live_grads + new + held + weights + op.weight_grad_bytes
     if now > peak.bytes:
       peak = Peak(now, op.layer, op.type + " gradient", "backward")
     weights += op.weight_grad_bytes
@@ -189,7 +196,8 @@ def backward(t: Traced, pool: _Pool, buf: dict[int, int], loss_bytes: int) -> Pe
 
 def peaks(t: Traced, training: bool, eager: bool, loss_bytes: int) -> tuple[Peak, Peak]:
   """(forward peak, backward peak); without training the backward's is the forward's."""
-  fwd, pool, buf = forward(t, training, eager)
+  ws = _workspace.Workspaces()
+  fwd, pool, buf = forward(t, training, eager, ws)
   if not training:
     return fwd, fwd
-  return fwd, backward(t, pool, buf, loss_bytes)
+  return fwd, backward(t, pool, buf, loss_bytes, ws)

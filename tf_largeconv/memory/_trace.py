@@ -37,6 +37,10 @@ class Op:
   weight_grad_bytes: int = 0
   priced: bool = True
   largeconv_workspace: int | None = None  # the LargeConv planner's bound, for TF's convs
+  # A LargeConv op's kernels' workspaces, from the package's pool (`_workspace.Workspaces`):
+  # the forward's, then its gradients'.
+  pooled: tuple[int, ...] = ()
+  grad_pooled: tuple[int, ...] = ()
 
 
 @dataclasses.dataclass
@@ -131,13 +135,18 @@ class _Builder:
     kept_in, kept_out = _optable.KEPT.get(op.type, ((), False))
     kept = [inputs[i] for i in kept_in if i < len(inputs) and inputs[i] >= 0]
     kept += outs if kept_out else []
-    ws, gws = _workspace.of(op, bool(data_in) and self.tensors[data_in[0]].needs_grad)
+    grad_in = bool(data_in) and self.tensors[data_in[0]].needs_grad
+    pooled, grad_pooled = _workspace.large_conv_passes(op, grad_in)  # planned once
+    large = op.type in _optable.LARGE_CONVS
+    ws, gws = (sum(pooled), sum(grad_pooled)) if large else _workspace.of(op, grad_in)
     wgrad = sum(_nbytes(t) for t in op.inputs if t.name in weight_like) if from_weight else 0
     self.ops.append(
       Op(op.type, op.name, lname, inputs, outs, kept, ws, gws, wgrad, _optable.priced(op.type))
     )
     if op.type in _optable.TF_CONVS:
       self.ops[-1].largeconv_workspace = _workspace.largeconv_bound(op)
+    if op.type in _optable.LARGE_CONVS:
+      self.ops[-1].pooled, self.ops[-1].grad_pooled = pooled, grad_pooled
 
   def root(self, tid: int) -> int:
     while self.tensors[tid].alias_of is not None:

@@ -9,6 +9,7 @@ the kernel takes through TensorFlow's allocator and never exceeds. TensorFlow's 
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
 from tf_largeconv.memory import _optable
@@ -61,23 +62,9 @@ def _threads() -> int:
 
 
 def _large_conv(op: Any, input_grad: bool) -> tuple[int, int]:
-  from tf_largeconv._problem import ConvProblem
-  from tf_largeconv.ops.gradients import _CONV2D_ATTRS
-  from tf_largeconv.ops.gradients import _decode
-  from tf_largeconv.planning._plan import plan_problem
-
-  if op.type == "LargeConv>Conv2DRoute":
-    return 0, 0
-  attrs = _decode({k: op.get_attr(k) for k in _CONV2D_ATTRS})
-  if op.type == "LargeConv>Conv2DBackpropInput":
-    x, w = _shape(op.outputs[0]), _shape(op.inputs[1])
-  else:
-    x, w = _shape(op.inputs[0]), _shape(op.inputs[1])
-  plan = plan_problem(ConvProblem.from_attrs(attrs).bind(x, w), op.inputs[1].dtype)
+  forward, grads = large_conv_passes(op, input_grad)
   # The two gradient ops are independent: TF's executor may run them at once.
-  passes = (plan.backprop_input if input_grad else None, plan.backprop_filter)
-  fwd = plan.forward.workspace_bytes if plan.forward else 0
-  return fwd, sum(p.workspace_bytes for p in passes if p)
+  return sum(forward), sum(grads)
 
 
 def of(op: Any, input_grad: bool = True) -> tuple[int, int]:
@@ -116,3 +103,59 @@ def largeconv_bound(op: Any) -> int | None:
   except (ValueError, TypeError):
     return None
   return p.forward.workspace_bytes if p.forward else None
+
+
+def large_conv_passes(op: Any, input_grad: bool) -> tuple[tuple[int, ...], tuple[int, ...]]:
+  """The workspaces of LargeConv op `op`'s kernels, each taken from the package's workspace
+  pool (`Workspaces`): (the forward's,), (its gradients': input, filter); empty for other
+  ops."""
+  from tf_largeconv._problem import ConvProblem
+  from tf_largeconv.ops.gradients import _CONV2D_ATTRS
+  from tf_largeconv.ops.gradients import _decode
+  from tf_largeconv.planning._plan import plan_problem
+
+  skipped = ("LargeConv>Conv3D", "LargeConv>Conv2DRoute")
+  if op.type not in _optable.LARGE_CONVS or op.type in skipped:
+    return (), ()
+  attrs = _decode({k: op.get_attr(k) for k in _CONV2D_ATTRS})
+  out_is_input = op.type == "LargeConv>Conv2DBackpropInput"
+  x, w = _shape(op.outputs[0] if out_is_input else op.inputs[0]), _shape(op.inputs[1])
+  plan = plan_problem(ConvProblem.from_attrs(attrs).bind(x, w), op.inputs[1].dtype)
+  grads = (plan.backprop_input if input_grad else None, plan.backprop_filter)
+  forward = (plan.forward.workspace_bytes,) if plan.forward else ()
+  return forward, tuple(p.workspace_bytes for p in grads if p)
+
+
+class Workspaces:
+  """The package's workspace pool (`cc/tf/workspace_pool.cc`): a LargeConv kernel's
+  workspace of 256 KiB or more is kept when the kernel returns, newest first, the oldest
+  dropped beyond the budget (LARGECONV_WORKSPACE_POOL_MIB, default 128 MiB); a kernel takes
+  the smallest kept one of its size up to twice it, or a new one."""
+
+  MIN = 256 << 10
+
+  def __init__(self) -> None:
+    mib = os.environ.get("LARGECONV_WORKSPACE_POOL_MIB", "").strip()
+    self.budget = (int(mib) if mib.isdigit() else 128) << 20
+    self.idle: list[int] = []
+
+  @property
+  def held(self) -> int:
+    return sum(self.idle)
+
+  def run(self, sizes: tuple[int, ...]) -> int:
+    """The bytes of workspace held while kernels of workspaces `sizes` run at once (the
+    kept ones and theirs); then keeps theirs."""
+    active = []
+    for b in sizes:
+      fits = [s for s in self.idle if b <= s <= 2 * b] if b >= self.MIN and self.budget else []
+      if fits:
+        self.idle.remove(min(fits))
+      active.append(min(fits) if fits else b)
+    now = self.held + sum(active)
+    for b in active:
+      if self.MIN <= b <= self.budget:
+        self.idle.insert(0, b)
+    while self.held > self.budget:
+      self.idle.pop()
+    return now

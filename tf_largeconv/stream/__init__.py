@@ -25,12 +25,15 @@ resizing to a fixed size, a pooled value broadcast back over the image) is refus
 error naming it: stream the model up to the layer before it (`up_to=`).
 
 Memory: a tile holds the windows of the layers alive at once; `plan()` shows the estimate
-and the tile chosen for a memory limit.
+and the tile chosen for a memory limit. A deep network may run in stages (`stages=`): cut
+where few values are alive, each stage tiled with only its own halo, the values at each cut
+handed on through temporary files on disk, so that less work is recomputed in overlaps.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -39,24 +42,40 @@ import tensorflow as tf
 from tf_largeconv.stream import _convert
 from tf_largeconv.stream import _graph
 from tf_largeconv.stream import _plan
-from tf_largeconv.stream import _run
+from tf_largeconv.stream import _stages
 from tf_largeconv.stream._layers import register_pointwise
 from tf_largeconv.stream._plan import DEFAULT_MEMORY_LIMIT
 from tf_largeconv.stream._report import StreamPlan
-from tf_largeconv.stream._report import plan_for
 from tf_largeconv.stream._source import Source
 from tf_largeconv.stream._train import StreamingModel
 
 
+def _check_stages(stages: Any) -> Any:
+  """`stages` as the planner takes it: None, a bool or a tuple of layer names."""
+  if stages is None or isinstance(stages, bool):
+    return stages
+  if isinstance(stages, (list, tuple)) and stages and all(isinstance(n, str) for n in stages):
+    return tuple(stages)
+  raise ValueError(
+    f"stages must be None (automatic), True, False or a list of layer names, got {stages!r}"
+  )
+
+
 def _prepare(
-  model: Any, image: Any, tile: int | None, memory_limit: int | None, up_to: str | None
+  model: Any,
+  image: Any,
+  tile: int | None,
+  memory_limit: int | None,
+  up_to: str | None,
+  stages: Any = False,
 ) -> tuple[Any, Any, Source, StreamPlan]:
   """(the Keras 3 model streamed, its graph, the image, the plan)."""
   _plan.check_tile(tile, memory_limit)
+  stages = _check_stages(stages)
   model = _convert.keras3(model)
   graph = _graph.build(model, up_to)
   source = Source(image, graph.rank, graph.channels[0])
-  return model, graph, source, plan_for(graph, source.shape, tile, memory_limit)
+  return model, graph, source, _stages.plan(graph, source.shape, tile, memory_limit, stages)
 
 
 def plan(
@@ -66,18 +85,23 @@ def plan(
   tile: int | None = None,
   memory_limit: int | None = None,
   up_to: str | None = None,
+  stages: bool | Sequence[str] | None = None,
 ) -> StreamPlan:
   """The memory plan `predict` would follow, without computing anything: the tile size, the
-  number of tiles, each layer's halo, the share of work recomputed in the overlaps and the
-  estimated peak memory of a tile. `print()` it for a table.
+  number of tiles, each layer's halo, the share of work recomputed in the overlaps, the
+  stages and their temporary files, and the memory the run takes (`peak_bytes`,
+  `worst_bytes`). `print()` it for a table.
+
+  `to_dask` and `StreamingModel` always run one stage: their plan is this one with
+  `stages=False`.
 
   Args:
-    model, image, tile, memory_limit, up_to: as for `predict` (image may also be just a
-      shape tuple: (batch, *spatial, channels)).
+    model, image, tile, memory_limit, up_to, stages: as for `predict` (image may also be
+      just a shape tuple: (batch, *spatial, channels)).
   """
   if isinstance(image, tuple) and all(isinstance(n, (int, np.integer)) for n in image):
     image = np.broadcast_to(np.zeros((), np.float32), image)
-  return _prepare(model, image, tile, memory_limit, up_to)[3]
+  return _prepare(model, image, tile, memory_limit, up_to, stages)[3]
 
 
 def predict(
@@ -89,6 +113,7 @@ def predict(
   up_to: str | None = None,
   out: Any = None,
   progress: Callable[[int, int], None] | None = None,
+  stages: bool | Sequence[str] | None = None,
 ) -> Any:
   """`model(image, training=False)`, computed tile by tile.
 
@@ -104,12 +129,19 @@ def predict(
     tile: the side, in input pixels, of the part of the image each step computes (its
       halo not counted); rounded down to a multiple of the network's total stride where
       that is smaller. A tile larger than the image: one step. None: the largest tile
-      whose estimated peak fits `memory_limit`.
+      whose memory at its worst (`plan(...).worst_bytes`) fits `memory_limit`.
     memory_limit: bytes a step may hold (default 1 GiB); used when `tile` is None.
     up_to: the name of a layer: stream the model up to that layer's output.
     out: where to write the result (an array of the result's shape: numpy, zarr, memory
       map), tile by tile; by default a new numpy array.
     progress: called as progress(tiles done, tiles in all) after each tile.
+    stages: whether to run the network in stages through disk, each tiled with only its
+      own halo (cut where few values are alive, before any global pooling; those values go
+      to temporary `.npy` files in the system's temporary folder (`TMPDIR`), removed
+      afterwards, also on error; `plan(...).disk_bytes` says how many bytes). None
+      (default): where that cuts the work by 5% or more, the tile being chosen from
+      `memory_limit`; True: at the cuts that cost least, even with `tile`; False: never;
+      a list of layer names: cut after each of those layers.
 
   Returns:
     The result as a numpy array (or `out`), shaped as the model's output for `image`
@@ -120,9 +152,10 @@ def predict(
     TypeError: model is not a Keras model; image is not a numeric array.
     ValueError: a layer that cannot be streamed (the message names it and where to split
       the model); an image whose shape does not fit the model; malformed tile,
-      memory_limit, up_to or out; a memory_limit too small for one output pixel.
+      memory_limit, up_to, out or stages (a layer not followed by a cut); a memory_limit
+      too small for one output pixel.
   """
-  _, graph, source, stream_plan = _prepare(model, image, tile, memory_limit, up_to)
+  _, graph, source, stream_plan = _prepare(model, image, tile, memory_limit, up_to, stages)
   geometry = stream_plan.tiling.geometry
   spatial = graph.spatial.get(graph.output, False)
   write = None
@@ -137,7 +170,7 @@ def predict(
     write = source.writer(out)
   elif out is not None:
     raise ValueError("out: the model ends in a global pooling; its result is returned, not written")
-  values = _run.run(stream_plan.tilings, source.read, graph.input_dtype, write, progress)
+  values = _stages.run(stream_plan, source.read, graph.input_dtype, write, progress)
   if spatial:
     return out
   result = values[graph.output]

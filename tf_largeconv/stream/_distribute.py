@@ -44,3 +44,16 @@ def step_logs(strategy: Any, logs: dict[str, Any]) -> dict[str, Any]:
   if not multi_worker(strategy):
     return logs
   return {k: tf.reshape(v, [1]) if tf.rank(v) == 0 else v for k, v in logs.items()}
+
+
+def batch_size(x: Any) -> int:
+  """The batch of `x` from its shape alone (a lazy input is never read for it)."""
+  return int(x.shape[0])
+
+
+def unscaled(loss: tf.Tensor) -> tf.Tensor:
+  """A replica's loss as the whole batch's: Keras divides mean losses by the number of
+  replicas of a tf.distribute strategy (their gradients are summed), and its loss tracker
+  multiplies them back."""
+  replicas = tf.distribute.get_strategy().num_replicas_in_sync
+  return loss * tf.cast(replicas, loss.dtype) if replicas > 1 else loss

@@ -27,12 +27,30 @@ class Step:
   call, value) of the pooled values it also reads (a squeeze-excitation gate), which the
   runner puts in place whole."""
 
-  __slots__ = ("name", "kind", "rule", "inputs", "output", "call", "globals")
+  __slots__ = (
+    "name",
+    "kind",
+    "rule",
+    "inputs",
+    "output",
+    "call",
+    "globals",
+    "allocs",
+    "tape_allocs",
+    "grads",
+  )
 
   def __init__(self, name: str, kind: str, rule: Rule | None, inputs: list[int], call: Any):
     self.name, self.kind, self.rule, self.inputs, self.call = name, kind, rule, inputs, call
     self.output = -1
     self.globals: list[tuple[int, int]] = []
+    # The tensors the step's call makes, as shares of its output: temporaries, then the
+    # output (`_layers.allocs`).
+    self.allocs: tuple[float, ...] = (1.0,)
+    # The same under a gradient tape, and the backward pass's temporaries
+    # (`_layers.tape_allocs`, `_layers.grad_temps`).
+    self.tape_allocs: tuple[float, ...] = (1.0,)
+    self.grads: tuple[float, float, bool] = (0.0, 0.0, False)
 
 
 class Graph:
@@ -110,6 +128,9 @@ class _Builder:
     else:
       rule, kind = _layers.rule_for(op, refs, self.graph.rank, call)
     step = Step(op.name, kind, rule, ins, call)
+    step.allocs = _layers.allocs(op, kind, len(ins))
+    step.tape_allocs = _layers.tape_allocs(op, kind, len(ins))
+    step.grads = _layers.grad_temps(op, kind)
     if kinds == {True, False}:
       self._gate(step, refs)
     out = self.graph.add(step)

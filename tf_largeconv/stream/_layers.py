@@ -168,6 +168,65 @@ def _elementwise(op: Any, refs: Sequence[Any], rank: int, call: _rules.Call) -> 
   return _rules.Pointwise(call)
 
 
+# Activations whose call makes temporaries the size of its output (eager, measured with
+# TensorFlow's allocator statistics): how many, beside the output.
+_ACTIVATION_TEMPS = {"gelu": 2, "swish": 1, "silu": 1, "elu": 1, "selu": 1, "softplus": 1}
+_TWO_TENSORS = (L.BatchNormalization, L.Rescaling, L.Normalization, L.Dense, L.Softmax, L.PReLU)
+
+
+def allocs(op: Any, kind: str, n_inputs: int) -> tuple[float, ...]:
+  """The tensors a step's call makes on a tile, as shares of its output, the output last:
+  what `_plan.tile_events` feeds the memory model. Measured per layer with TensorFlow's
+  allocator statistics in eager calls (a temporary is freed only when the call returns)."""
+  if kind in ("conv", "folded conv", "transpose"):
+    # The convolution's result, then the bias added, then the activation (with its own
+    # temporaries) on that: each alive until the next is made.
+    act = getattr(getattr(op, "activation", None), "__name__", "linear")
+    if act == "linear":
+      return (1.0, 1.0) if getattr(op, "use_bias", False) else (1.0,)
+    return (1.0,) * (2 + _ACTIVATION_TEMPS.get(act, 0))
+  if kind == "upsample":
+    return (0.5, 1.0) if getattr(op, "interpolation", "nearest") == "nearest" else (1.0,)
+  if kind != "pointwise" or not isinstance(op, keras.layers.Layer):
+    return (1.0,)
+  if isinstance(op, L.LayerNormalization):
+    return (1.0,) * 4
+  if isinstance(op, (L.Activation, L.ReLU, L.LeakyReLU, L.ELU)):
+    name = getattr(getattr(op, "activation", None), "__name__", "")
+    return (1.0,) * (1 + _ACTIVATION_TEMPS.get(name, 1 if isinstance(op, L.ELU) else 0))
+  if isinstance(op, (L.Add, L.Subtract, L.Multiply, L.Maximum, L.Minimum)):
+    return (1.0,) * max(1, n_inputs - 1)
+  if isinstance(op, L.Average):
+    return (1.0,) * max(1, n_inputs)
+  if isinstance(op, _TWO_TENSORS) or not isinstance(op, BUILTIN_POINTWISE):
+    return (1.0, 1.0)
+  return (1.0,)
+
+
+def tape_allocs(op: Any, kind: str, n_inputs: int) -> tuple[float, ...]:
+  """`allocs` under a gradient tape, which keeps every tensor the call makes: a
+  convolution's raw result too, where its bias and activation follow."""
+  made = allocs(op, kind, n_inputs)
+  act = getattr(getattr(op, "activation", None), "__name__", "linear")
+  if kind in ("conv", "folded conv", "transpose") and getattr(op, "use_bias", False):
+    return (1.0, *made) if act != "linear" else made
+  return made
+
+
+def grad_temps(op: Any, kind: str) -> tuple[float, float, bool]:
+  """A step's backward pass besides its inputs' gradients: its temporaries as shares of its
+  output and of what it read, and whether it hands its output's gradient to its inputs as
+  it is (a sum). Measured per layer with TensorFlow's allocator statistics."""
+  act = getattr(getattr(op, "activation", None), "__name__", "linear")
+  if kind in ("conv", "folded conv", "transpose"):
+    return (0.0 if act == "linear" else 1.0), 0.0, False  # the activation's gradient
+  if kind == "pool" and isinstance(op, MAX_POOLS):
+    return 3.0, 0.0, False
+  if kind == "upsample":
+    return 0.0, 1.0, False
+  return 0.0, 0.0, isinstance(op, (L.Add, L.Subtract))
+
+
 def rule_for(op: Any, refs: Sequence[Any], rank: int, call: _rules.Call) -> tuple[_rules.Rule, str]:
   """The rule that streams `op` (a layer or operation reading the symbolic tensors `refs`,
   all spatial; `call(*tensors)` calls it as the model does) and the kind of step it is.
@@ -188,6 +247,7 @@ def rule_for(op: Any, refs: Sequence[Any], rank: int, call: _rules.Call) -> tupl
     strides, dilations = _tuple(op.strides, rank), _tuple(op.dilation_rate, rank)
     call = explicit or _valid_clone(op, channels, rank)
     sliding = _rules.Sliding(call, kernel, strides, dilations, op.padding, explicit=bool(explicit))
+    sliding.taped_copy = _windowed.copies_under_tape(explicit)
     return sliding, "conv"
   if isinstance(op, TRANSPOSED):
     clone = _valid_clone(op, channels, rank)

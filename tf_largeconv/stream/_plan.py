@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from tf_largeconv.stream import _graph
+from tf_largeconv.stream import _pool
 from tf_largeconv.stream import _rules
 from tf_largeconv.stream._graph import Graph
 
@@ -53,12 +54,22 @@ class Geometry:
   """The sizes, scales and tiling targets (`sinks`) of a graph for one image size: by
   default the output when it is an image and what the global poolings read; for one pass
   of a model with global context (`passes`), that pass's `sinks`. Only the steps the sinks
-  need (and the poolings of the sinks) are computed."""
+  need (and the poolings of the sinks) are computed, from the `sources`: the input (value
+  0) by default; for one stage of a staged stream (`_stages`), the values alive where it
+  starts, read from disk."""
 
-  def __init__(self, graph: Graph, sizes: Sequence[int], sinks: set[int] | None = None) -> None:
+  def __init__(
+    self,
+    graph: Graph,
+    sizes: Sequence[int] | dict[int, tuple[int, ...]],
+    sinks: set[int] | None = None,
+    sources: Sequence[int] | None = None,
+  ) -> None:
     self.graph = graph
-    self.sizes = _graph.spatial_sizes(graph, sizes)
-    self.rank = len(sizes)
+    self.sources = sorted(sources) if sources is not None else [0]
+    # The image's spatial sizes, or every value's as `_graph.spatial_sizes` bound them.
+    self.sizes = dict(sizes) if isinstance(sizes, dict) else _graph.spatial_sizes(graph, sizes)
+    self.rank = len(self.sizes[0])
     if sinks is None:
       sinks = {s.inputs[0] for s in graph.steps if s.kind == "reduce"}
       if graph.spatial.get(graph.output, False):
@@ -72,17 +83,19 @@ class Geometry:
     self.sinks = sorted(sinks)
     self.out_sizes = shapes.pop()
     self.scales = self._scales()
+    self.values = _ancestors(graph, sinks, set(self.sources))
     sink_scale = self.scales[self.sinks[0]]
+    aligned = self.scales if sources is None else {v: self.scales[v] for v in self.values}
     self.align = [
-      math.lcm(*(((sc[i] / sink_scale[i]).denominator) for sc in self.scales.values()))
+      math.lcm(*(((sc[i] / sink_scale[i]).denominator) for sc in aligned.values()))
       for i in range(self.rank)
     ]
     self.sink_scale = sink_scale
-    self.values = _ancestors(graph, sinks)
     self.spatial_steps = [
       s
       for s in graph.steps
       if s.rule is not None
+      and s.output not in self.sources
       and (s.output in self.values or (s.kind == "reduce" and s.inputs[0] in sinks))
     ]
     # The index (in spatial_steps) of each value's last reader: a tile frees it after that.
@@ -179,7 +192,7 @@ class Tiling:
     g = self.geometry
     done = whole = 0.0
     for v, size in g.sizes.items():
-      if v not in g.values:
+      if v not in g.values or (v in g.sources and v != 0):  # a stage's stored inputs
         continue
       c = g.graph.channels.get(v) or 1
       per_axis = []
@@ -191,8 +204,8 @@ class Tiling:
     return done, whole
 
 
-def _ancestors(graph: Graph, sinks: set[int]) -> set[int]:
-  """The spatial values `sinks` are computed from, themselves and the input included."""
+def _ancestors(graph: Graph, sinks: set[int], sources: set[int]) -> set[int]:
+  """The spatial values `sinks` are computed from back to `sources`, both included."""
   by_output = {s.output: s for s in graph.steps}
   found, todo = set(), list(sinks)
   while todo:
@@ -200,12 +213,16 @@ def _ancestors(graph: Graph, sinks: set[int]) -> set[int]:
     if v in found:
       continue
     found.add(v)
-    if v in by_output and by_output[v].rule is not None:
+    if v not in sources and v in by_output and by_output[v].rule is not None:
       todo.extend(by_output[v].inputs)
   return found
 
 
-def passes(graph: Graph, sizes: Sequence[int]) -> list[Geometry]:
+def passes(
+  graph: Graph,
+  sizes: Sequence[int] | dict[int, tuple[int, ...]],
+  sources: Sequence[int] | None = None,
+) -> list[Geometry]:
   """The passes over the image a model needs: one, unless a pooled value is multiplied back
   into the image (squeeze-excitation); then each pass computes the poolings the next passes
   read (a pooled value is known once the pass over all tiles that pools it has run), and
@@ -215,13 +232,13 @@ def passes(graph: Graph, sizes: Sequence[int]) -> list[Geometry]:
     reads = s.inputs + [v for _, v in s.globals]
     level[s.output] = max((level[v] for v in reads), default=0) + (s.kind == "reduce")
   groups: dict[tuple[int, tuple[int, ...]], set[int]] = {}
-  shapes = _graph.spatial_sizes(graph, sizes)
+  shapes = dict(sizes) if isinstance(sizes, dict) else _graph.spatial_sizes(graph, sizes)
   targets = [s.inputs[0] for s in graph.steps if s.kind == "reduce"]
   if graph.spatial.get(graph.output, False):
     targets.append(graph.output)
   for v in targets:
     groups.setdefault((level[v], shapes[v]), set()).add(v)
-  return [Geometry(graph, sizes, groups[key]) for key in sorted(groups)]
+  return [Geometry(graph, shapes, groups[key], sources) for key in sorted(groups)]
 
 
 def _bytes(tiling: Tiling, v: int, spans: Sequence[Range] | None, batch: int, itemsize: int) -> int:
@@ -237,50 +254,92 @@ def _padded(step: Any, out_spans: Sequence[Range]) -> list[Range]:
   return [step.rule.needs(i, a, b) for i, (a, b) in enumerate(out_spans)]
 
 
-def peak_bytes(tiling: Tiling, index: Sequence[int], batch: int, itemsize: int) -> int:
-  """What the tile `index` holds at its peak: the values alive after each step (freed
-  after their last reader), plus the step's output, a temporary of that size and, for a
-  windowed layer, its padded input copy."""
+def _needed(tiling: Tiling, step: Any, out_spans: Sequence[Range], v: int) -> list[Range]:
+  """The part of input `v` step `step` reads for `out_spans` (inside the input)."""
+  size = tiling.geometry.sizes[v]
+  if step.kind == "pointwise":
+    return list(out_spans)
+  need = [step.rule.needs(i, a, b) for i, (a, b) in enumerate(out_spans)]
+  return [_rules.clip(lo, hi, size[i]) for i, (lo, hi) in enumerate(need)]
+
+
+def tile_events(
+  tiling: Tiling, index: Sequence[int], batch: int, itemsize: int, taped: bool = False
+) -> list[Any]:
+  """The tensors tile `index` allocates and frees, in the order `_run.run_tile` makes them:
+  ('a', key, bytes) and ('f', key). Per step: a copy of each input window cropped to what
+  the step reads (where that is less than the window), a padded copy for a windowed layer
+  whose op takes no explicit padding, then the layer's own tensors (`Step.allocs`: its
+  temporaries as fractions of its output, freed after the step, then the output); inputs
+  are freed after their last reader, the tiled values after the tile. `taped`: as the
+  tile runs under a gradient tape (`_windowed.taped`, `Step.tape_allocs`)."""
   g = tiling.geometry
   steps, last_use = g.spatial_steps, g.last_use
-
-  def nbytes(v: int, spans: Sequence[Range] | None) -> int:
-    return _bytes(tiling, v, spans, batch, itemsize)
-
-  live = {0: 2 * nbytes(0, tiling.window(index, 0))}  # the read window and its tensor
-  peak = live[0]
+  ev: list[tuple[Any, ...]] = [
+    ("a", v, _bytes(tiling, v, tiling.window(index, v), batch, itemsize)) for v in g.sources
+  ]
   for k, step in enumerate(steps):
     out_spans = tiling.window(index, step.output) if step.rule.spatial_out else None  # type: ignore[union-attr]
-    out = nbytes(step.output, out_spans)
-    # A layer's result passes through a temporary of its size (a convolution before its
-    # bias and activation, a normalization's intermediate), and a windowed layer reads a
-    # padded copy of its input.
-    temp = out
-    if out_spans is not None and step.kind not in ("pointwise", "reduce"):
-      temp += nbytes(step.inputs[0], _padded(step, out_spans))
-    peak = max(peak, sum(live.values()) + temp + out)
-    if out_spans is not None:
-      live[step.output] = out
-    for v in set(step.inputs):
-      if last_use.get(v) == k and v != step.output:
-        live.pop(v, None)
-  return int(peak)
+    if out_spans is not None and min(b - a for a, b in out_spans) > 0:
+      temps: list[Any] = []
+      for v in dict.fromkeys(step.inputs):
+        need = _needed(tiling, step, out_spans, v)
+        if need != tiling.window(index, v):
+          temps.append(("crop", k, v))
+          ev.append(("a", temps[-1], _bytes(tiling, v, need, batch, itemsize)))
+      rule: Any = step.rule
+      if step.kind in ("conv", "pool", "folded conv") and (
+        not rule.explicit or (taped and getattr(rule, "taped_copy", False))
+      ):
+        pads = _padded(step, out_spans)
+        if pads != _needed(tiling, step, out_spans, step.inputs[0]):
+          temps.append(("pad", k))
+          ev.append(("a", temps[-1], _bytes(tiling, step.inputs[0], pads, batch, itemsize)))
+      out = _bytes(tiling, step.output, out_spans, batch, itemsize)
+      *shares, _ = step.tape_allocs if taped else step.allocs
+      for j, share in enumerate(shares):
+        temps.append(("tmp", k, j))
+        ev.append(("a", temps[-1], int(share * out)))
+      ev.append(("a", step.output, out))
+      ev.extend(("f", t) for t in temps)
+    for v in dict.fromkeys(step.inputs):
+      if last_use.get(v) == k and v not in g.sinks:
+        ev.append(("f", v))
+  ev.extend(("f", v) for v in g.sinks)
+  return ev
 
 
-def train_peak_bytes(tiling: Tiling, index: Sequence[int], batch: int, itemsize: int) -> int:
-  """What the tile `index` holds at the peak of its backward pass: every value the tile
-  computes and every padded copy (a gradient tape keeps them all), plus the gradients in
-  flight, about twice the largest value."""
-  g = tiling.geometry
-  kept, largest = 0, 0
-  for v in [0] + [s.output for s in g.spatial_steps]:
-    n = _bytes(tiling, v, tiling.window(index, v), batch, itemsize)
-    kept, largest = kept + n, max(largest, n)
-  for step in g.spatial_steps:
-    out_spans = tiling.window(index, step.output)
-    if out_spans is not None and step.kind not in ("pointwise", "reduce"):
-      kept += _bytes(tiling, step.inputs[0], _padded(step, out_spans), batch, itemsize)
-  return int(kept + 2 * largest)
+def simulate(
+  tiling: Tiling, batch: int, itemsize: int, events: Any = None, pool: _pool.Pool | None = None
+) -> _pool.Pool:
+  """TensorFlow's CPU pool (`_pool`) after serving a pass over `tiling` (the tensors of each
+  tile by `events`, default `tile_events`), from empty or from `pool`. The tiles run in
+  order, the first three and last two of each axis standing for the rest (interior tiles
+  repeat one another); a tile whose tensors match one already run twice is skipped."""
+  events = events or tile_events
+  pool = pool or _pool.Pool(_pool.pooled())
+  seen: dict[tuple[Any, ...], int] = {}
+  picks = [
+    sorted({t for t in (0, 1, 2, len(b) - 2, len(b) - 1) if 0 <= t < len(b)}) for b in tiling.bounds
+  ]
+  for index in itertools.product(*picks):
+    tensors = events(tiling, index, batch, itemsize)
+    key = tuple(e[2] if e[0] == "a" else 0 for e in tensors)
+    if seen.get(key, 0) >= 2:
+      continue
+    seen[key] = seen.get(key, 0) + 1
+    handles: dict[Any, Any] = {}
+    for e in tensors:
+      if e[0] == "a":
+        handles[e[1]] = pool.alloc(e[2])
+      else:
+        pool.free(handles.pop(e[1], None))
+  return pool
+
+
+def pass_peak(tiling: Tiling, batch: int, itemsize: int) -> int:
+  """The anonymous memory a pass over `tiling` leaves the process holding (`simulate`)."""
+  return simulate(tiling, batch, itemsize).grown
 
 
 def middle_tile(tiling: Tiling) -> tuple[int, ...]:
@@ -292,32 +351,41 @@ def middle_tile(tiling: Tiling) -> tuple[int, ...]:
   return tuple(index)
 
 
-def worst_peak(tiling: Tiling, batch: int, itemsize: int, peak: Any = None) -> int:
-  """The largest `peak` (default `peak_bytes`) over the first, middle and last tiles of
-  each axis and their combinations: edge tiles pad, interior tiles carry halos on both
-  sides."""
-  peak = peak or peak_bytes
+def edge_and_middle_tiles(tiling: Tiling) -> list[tuple[int, ...]]:
+  """The first, middle and last tiles of each axis and their combinations: edge tiles pad,
+  interior tiles carry halos on both sides."""
   middle = middle_tile(tiling)
   picks = [sorted({0, m, len(b) - 1}) for m, b in zip(middle, tiling.bounds)]
-  return max(peak(tiling, index, batch, itemsize) for index in itertools.product(*picks))
+  return list(itertools.product(*picks))
 
 
 def choose_tile(
-  geometry: Geometry, memory_limit: int, batch: int, itemsize: int, peak: Any = None
+  geometry: Geometry,
+  memory_limit: int,
+  batch: int,
+  itemsize: int,
+  peak: Any = None,
+  most: int | None = None,
 ) -> int:
-  """The largest tile (input pixels) whose tiles' peak (`worst_peak`) fits `memory_limit`."""
+  """The largest tile (input pixels; at most `most`) whose pass (`peak`, default
+  `pass_peak`) at its worst, `_pool.WORST` times the model's figure, fits `memory_limit`."""
   n_in = max(geometry.sizes[0])
-  lo, hi = 1, max(n_in, 1)
+  lo, hi = 1, max(min(n_in, most or n_in), 1)
+  peak = peak or pass_peak
+  known: dict[Any, bool] = {}  # tiles of many sizes cut the output alike
 
   def fits(tile: int) -> bool:
     tiling = Tiling(geometry, geometry.tile_out(tile))
-    return worst_peak(tiling, batch, itemsize, peak) <= memory_limit
+    key = tuple(map(tuple, tiling.bounds))
+    if key not in known:
+      known[key] = _pool.WORST * peak(tiling, batch, itemsize) <= memory_limit
+    return known[key]
 
   if fits(hi):
     return hi
   if not fits(lo):
     tiling = Tiling(geometry, geometry.tile_out(1))
-    need = worst_peak(tiling, batch, itemsize, peak)
+    need = int(_pool.WORST * peak(tiling, batch, itemsize))
     raise ValueError(
       f"memory_limit: {memory_limit} bytes is less than one output pixel's step needs "
       f"(about {need} bytes for a batch of {batch}); raise it or pass a smaller batch"
@@ -329,3 +397,21 @@ def choose_tile(
     else:
       hi = mid
   return lo
+
+
+def trunk_output_bytes(tiling: Tiling, batch: int) -> int:
+  """Bytes of the whole tiled output of `tiling` (a StreamingModel's trunk output) in its
+  dtype; its gradient has as many."""
+  g = tiling.geometry
+  channels = g.graph.channels.get(g.sinks[0]) or 1
+  itemsize = np.dtype(g.graph.out_dtype).itemsize
+  return batch * channels * itemsize * math.prod(g.out_sizes)
+
+
+def input_window_bytes(tiling: Tiling, batch: int, itemsize: int) -> int:
+  """Bytes of the largest input window (halo included) a tile of `tiling` reads, at
+  `itemsize` bytes an element."""
+  return max(
+    _bytes(tiling, 0, tiling.window(index, 0), batch, itemsize)
+    for index in edge_and_middle_tiles(tiling)
+  )

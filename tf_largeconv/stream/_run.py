@@ -5,6 +5,7 @@ poolings, then runs the head on the pooled values."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,6 +18,11 @@ from tf_largeconv.stream._plan import Range
 from tf_largeconv.stream._plan import Tiling
 
 Reader = Callable[[Sequence[Range]], np.ndarray]
+# What a tile reads its sources from: the input's reader, or one reader per source value
+# (a stage of a staged stream, `_stages`). The input (value 0) is cast to the graph's dtype;
+# stored values are read in the dtype they were computed in.
+Readers = Reader | Mapping[int, Reader]
+Store = Callable[[int, Sequence[Range], np.ndarray], None]
 
 
 def _crop(x: tf.Tensor, starts: Sequence[int], spans: Sequence[Range]) -> tf.Tensor:
@@ -27,7 +33,7 @@ def _crop(x: tf.Tensor, starts: Sequence[int], spans: Sequence[Range]) -> tf.Ten
 def run_tile(
   tiling: Tiling,
   index: Sequence[int],
-  read: Reader,
+  read: Readers,
   dtype: tf.DType,
   pooled: dict[int, tf.Tensor] | None = None,
 ) -> tuple[dict[int, tf.Tensor], dict[int, tuple[tf.Tensor, tf.DType]]]:
@@ -36,10 +42,12 @@ def run_tile(
   values known from earlier passes that steps read whole (`Step.globals`)."""
   g = tiling.geometry
   steps, last_use = g.spatial_steps, g.last_use
-  spans0 = tiling.window(index, 0)
   windows: dict[int, tuple[tf.Tensor, list[int]]] = {}
-  if spans0 is not None:
-    windows[0] = (tf.cast(tf.convert_to_tensor(read(spans0)), dtype), [a for a, _ in spans0])
+  for v in g.sources:
+    spans = tiling.window(index, v)
+    if spans is not None:
+      x = tf.convert_to_tensor((read[v] if isinstance(read, Mapping) else read)(spans))
+      windows[v] = (tf.cast(x, dtype) if v == 0 else x, [a for a, _ in spans])
   tile = [tiling.bounds[i][t] for i, t in enumerate(index)]
   partials: dict[int, tuple[tf.Tensor, tf.DType]] = {}
   for k, step in enumerate(steps):
@@ -107,7 +115,7 @@ def _gated(
 
 def run(
   tilings: Sequence[Tiling],
-  read: Reader,
+  read: Readers,
   dtype: tf.DType,
   write: Callable[[Sequence[Range], np.ndarray], None] | None,
   progress: Callable[[int, int], None] | None = None,
@@ -133,15 +141,18 @@ def run(
 
 def run_pass(
   tiling: Tiling,
-  read: Reader,
+  read: Readers,
   dtype: tf.DType,
   write: Callable[[Sequence[Range], np.ndarray], None] | None,
   progress: Callable[[int, int], None] | None = None,
   pooled: dict[int, tf.Tensor] | None = None,
+  store: Store | None = None,
 ) -> dict[int, tf.Tensor]:
   """Runs every tile of one pass in order: each tile of the output goes to
-  `write(ranges, array)`; the returned dict holds every global pooling's combined result
-  (empty without one). `pooled`: the values known from earlier passes."""
+  `write(ranges, array)`, and with `store`, the tile of every tiled value `v` to
+  `store(v, ranges, array)` (a stage's results); the returned dict holds every global
+  pooling's combined result (empty without one). `pooled`: the values known from earlier
+  passes."""
   g = tiling.geometry
   reduces = [s for s in g.spatial_steps if s.kind == "reduce"]
   sums: dict[int, list[tf.Tensor]] = {s.output: [] for s in reduces}
@@ -150,15 +161,19 @@ def run_pass(
   tiles = tiling.tiles()
   for done, index in enumerate(tiles):
     sinks, partials = run_tile(tiling, index, read, dtype, pooled)
+    bounds = [tiling.bounds[i][t] for i, t in enumerate(index)]
     if out_value in sinks and write is not None:
-      bounds = [tiling.bounds[i][t] for i, t in enumerate(index)]
       write(bounds, _arrays.as_array(sinks[out_value]))
+    if store is not None:
+      for v, y in sinks.items():
+        store(v, bounds, _arrays.as_array(y))
     for v, (p, x_dtype) in partials.items():
       # Folded in tile order as they come: the same order on every run.
       sums[v] = [p] if not sums[v] else [_fold(sums[v][0], p, reduces, v)]
       dtypes[v] = x_dtype
     if progress is not None:
       progress(done + 1, len(tiles))
+    del sinks, partials  # before the next tile's tensors are made
   count = int(np.prod(g.out_sizes))
   pooled = {}
   for s in reduces:

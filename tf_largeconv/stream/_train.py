@@ -3,9 +3,9 @@ trunk streamed tile by tile forwards and backwards, with the untiled model's gra
 
 With a head (classification, regression of one value per image), a training step:
 1. streams the trunk forward over the batch (tile by tile, nothing but the trunk's output
-   kept), under no gradient tape;
+   kept: its mean, in memory, or on disk beyond the memory limit, `_trunk_out`), untaped;
 2. runs the head and the loss on the trunk's output, and takes the gradients of the loss
-   with respect to the head's variables and to the trunk's output;
+   with respect to the head's variables and to the trunk's output (in memory or on disk);
 3. streams the backward pass: each tile's forward is computed again from its input window
    under a gradient tape, and the tile's slice of the trunk-output gradient is pushed
    through it; the trunk's variable gradients are summed over the tiles in tile order
@@ -33,14 +33,19 @@ import numpy as np
 import tensorflow as tf
 
 from tf_largeconv import _arrays
+from tf_largeconv.stream import _backprop
 from tf_largeconv.stream import _dense
 from tf_largeconv.stream import _distribute
 from tf_largeconv.stream import _graph
+from tf_largeconv.stream import _lazy
 from tf_largeconv.stream import _plan
 from tf_largeconv.stream import _run
+from tf_largeconv.stream import _trunk_out
+from tf_largeconv.stream import _windowed
 from tf_largeconv.stream._report import StreamPlan
 from tf_largeconv.stream._report import plan_for
 from tf_largeconv.stream._source import Source
+from tf_largeconv.stream._trunk_out import reads_only_the_mean
 
 STOCHASTIC = (
   keras.layers.Dropout,
@@ -93,24 +98,6 @@ def check_trunk(trunk: Any, graph: _graph.Graph) -> None:
       )
 
 
-def reads_only_the_mean(head: Any) -> bool:
-  """Whether `head` reads its input only through global average poolings (a classifier's
-  usual first layer): then the head of a 1 x ... x 1 image holding the input's spatial mean
-  is the head of the input, exactly."""
-  try:
-    graph = _graph.build(head)
-  except (TypeError, ValueError):
-    return False
-  for step in graph.steps:
-    reads_input = 0 in step.inputs
-    if step.kind == "reduce":
-      if not reads_input or getattr(step.rule, "how", None) != "mean":
-        return False
-    elif reads_input or step.rule is not None:
-      return False
-  return True
-
-
 @keras.saving.register_keras_serializable(package="tf_largeconv")
 class StreamingModel(keras.Model):
   """A Keras model `head(trunk(x))` whose trunk runs tile by tile, in training too; or,
@@ -126,14 +113,16 @@ class StreamingModel(keras.Model):
       `tf_largeconv.stream` can stream and that ends in an image-shaped tensor; its
       BatchNormalization layers frozen; no dropout or noise layers.
     head: a Keras model or layer taking the trunk's output (global pooling, dense
-      layers, ...): it runs on the whole trunk output, untiled. None: the trunk is the
-      whole model; its output is the prediction, the labels `y` have the output's spatial
-      shape (batch, *spatial[, channels]) and are read tile by tile from any array the
+      layers, ...), run on the output's mean, whole, or tile by tile (`plan(...)`'s
+      `trunk_output` says which). None: the trunk is the whole model; its output is the
+      prediction, the labels `y` have the output's spatial shape
+      (batch, *spatial[, channels]) and are read tile by tile from any array the
       input may be (numpy, dask, zarr, memory map), and the compiled loss must be one loss
       reduced by 'sum', 'sum_over_batch_size' or 'mean' (a sum or mean over pixels).
     tile: the tile side in input pixels (see `tf_largeconv.stream.predict`); None: the
       largest whose training step fits `memory_limit`.
-    memory_limit: bytes a tile's training step may hold (default 1 GiB).
+    memory_limit: bytes a tile's training step may hold (default 1 GiB); a trunk output
+      whose size and its gradient's exceed it is kept on disk (a temporary memory map).
     **kwargs: for `keras.Model` (name, ...).
 
   Raises:
@@ -157,17 +146,36 @@ class StreamingModel(keras.Model):
     self._stream_graph = _graph.build(trunk)
     check_trunk(trunk, self._stream_graph)
     self._pooled_head = head is not None and reads_only_the_mean(head)
+    # A head with dropout, noise or trainable BatchNormalization trains whole: its layers
+    # run with training=True.
+    whole = (
+      head is None
+      or self._pooled_head
+      or any(
+        isinstance(layer, STOCHASTIC)
+        or (isinstance(layer, keras.layers.BatchNormalization) and layer.trainable)
+        for layer in (_layers_of(head) if isinstance(head, keras.Model) else [])
+      )
+    )
+    self._streamed_head = None if whole else _trunk_out.StreamedHead.of(head)
     self._plans: dict[tuple[int, ...], StreamPlan] = {}  # by batch shape and training
 
   def plan(self, shape: tuple[int, ...], training: bool = True) -> StreamPlan:
-    """The plan of a training step (or, with training=False, of the streamed forward pass
-    alone) on a batch of `shape` (batch, *spatial, channels): tiles, halos, recomputed
-    share, and the estimated peak of a tile (for training, of its backward pass)."""
+    """The plan of a training step (training=False: of the streamed forward pass) on a
+    batch of `shape` (batch, *spatial, channels): tiles, halos, recomputed share, the
+    memory the tiles' passes take (`peak_bytes`, `worst_bytes`), and `trunk_output` (a
+    `TrunkOutputPlan`): where the trunk's output and its gradient are kept (its mean,
+    memory or disk) and their bytes in memory and on disk, beyond that."""
     shape = tuple(int(n) for n in shape)
     key = shape + (int(training),)
     if key not in self._plans:
-      peak = _plan.train_peak_bytes if training else _plan.peak_bytes
-      self._plans[key] = plan_for(self._stream_graph, shape, self.tile, self.memory_limit, peak)
+      peak = _backprop.step_peak(training, forward=self.head is not None)
+      plan = plan_for(self._stream_graph, shape, self.tile, self.memory_limit, peak)
+      if self.head is not None:
+        how = "mean" if self._pooled_head else "streamed" if self._streamed_head else "whole"
+        itemsize = self._stream_graph.input_dtype.size
+        plan.trunk_output = _trunk_out.plan_trunk_output(plan, how, itemsize, training)
+      self._plans[key] = plan
     return self._plans[key]
 
   def _batch(self, x: Any, training: bool) -> tuple[Source, StreamPlan]:
@@ -177,13 +185,17 @@ class StreamingModel(keras.Model):
       raise ValueError(f"x must be a batch (batch, *spatial, channels), got shape {source.shape}")
     return source, self.plan(source.shape, training)
 
-  def _trunk_forward(self, source: Source, plan: StreamPlan) -> tf.Tensor:
-    """The trunk's output, streamed tile by tile into one buffer."""
+  def _trunk_forward(self, source: Source, plan: StreamPlan, out: Any = None) -> tf.Tensor:
+    """The trunk's output, streamed tile by tile into one buffer (or into `out`, a
+    memory map, then returned as it is)."""
     g = self._stream_graph
-    sizes = plan.tiling.geometry.out_sizes
-    out = _arrays.aligned_empty((source.shape[0], *sizes, g.channels[g.output] or 1), g.out_dtype)
+    given = out is not None
+    if not given:
+      sizes = plan.tiling.geometry.out_sizes
+      shape = (source.shape[0], *sizes, g.channels[g.output] or 1)
+      out = _arrays.aligned_empty(shape, g.out_dtype)
     _run.run(plan.tilings, source.read, g.input_dtype, source.writer(out))
-    return _arrays.as_tensor(out)  # the same memory, not a copy
+    return out if given else _arrays.as_tensor(out)  # the buffer's memory, not a copy
 
   def _pooled(self, source: Source, plan: StreamPlan) -> tf.Tensor:
     """The trunk output's spatial mean as a 1 x ... x 1 image (batch, 1, ..., channels),
@@ -209,6 +221,8 @@ class StreamingModel(keras.Model):
     source, plan = self._batch(x, training=False)
     if self._pooled_head:
       return self.head(self._pooled(source, plan), training=training)
+    if self.head is not None and plan.trunk_output.where == "disk":
+      return _trunk_out.disk_predict(self, source, plan, training)
     z = self._trunk_forward(source, plan)
     return z if self.head is None else self.head(z, training=training)
 
@@ -263,14 +277,18 @@ class StreamingModel(keras.Model):
     source, plan = self._batch(x, training=True)
     if self.head is None:
       return self._dense_step(source, plan, y, sample_weight, training=True)
-    head_vars = list(self.head.trainable_variables)
+    head_vars = _trunk_out.head_variables(self, plan)
     trunk_vars = list(self.trunk.trainable_variables)
     one_tile = plan.tiles == 1
+    if not one_tile and plan.trunk_output.where == "disk":
+      data = (x, y, sample_weight)
+      loss, y_pred, grads = _trunk_out.disk_step(self, source, plan, data, trunk_vars, head_vars)
+      return loss, y_pred, grads, trunk_vars + head_vars
     if not one_tile:  # streamed forward, outside the tape: nothing of the tiles is kept
       # A head that reads only the output's mean gets that mean as a 1 x 1 image: the
       # output itself is never whole.
       z = self._pooled(source, plan) if self._pooled_head else self._trunk_forward(source, plan)
-    with tf.GradientTape() as tape:
+    with _windowed.tile_tape() as tape:
       if one_tile:
         sinks, _ = _run.run_tile(plan.tiling, (0,) * g.rank, source.read, g.input_dtype)
         z = sinks[g.output]
@@ -292,15 +310,19 @@ class StreamingModel(keras.Model):
     return loss, y_pred, trunk_grads + head_grads, trunk_vars + head_vars
 
   def _backward(
-    self, plan: StreamPlan, source: Source, dz: tf.Tensor, variables: list[Any]
+    self, plan: StreamPlan, source: Source, dz: Any, variables: list[Any]
   ) -> list[tf.Tensor]:
+    """The trunk's gradients from `dz`, the gradient of its output (a tensor, or a memory
+    map read one tile at a time)."""
     g, tiling = self._stream_graph, plan.tiling
     totals: list[Any] = [None] * len(variables)
     for index in tiling.tiles():
-      with tf.GradientTape() as tape:
+      with _windowed.tile_tape() as tape:
         sinks, _ = _run.run_tile(tiling, index, source.read, g.input_dtype)
       bounds = [tiling.bounds[i][t] for i, t in enumerate(index)]
-      part = dz[(slice(None),) + tuple(slice(a, b) for a, b in bounds) + (slice(None),)]
+      part = dz[_trunk_out.window_index(bounds)]
+      if isinstance(part, np.ndarray):  # a memory map's: read here
+        part = tf.convert_to_tensor(np.ascontiguousarray(part))
       grads = tape.gradient(
         sinks[g.output],
         variables,
@@ -320,7 +342,7 @@ class StreamingModel(keras.Model):
     d_mean = tf.reshape(d_mean, [d_mean.shape[0], d_mean.shape[-1]])
     totals: list[Any] = [None] * len(variables)
     for index in tiling.tiles():
-      with tf.GradientTape() as tape:
+      with _windowed.tile_tape() as tape:
         sinks, _ = _run.run_tile(tiling, index, source.read, g.input_dtype)
         z = sinks[g.output]
         share = tf.reduce_sum(z, axis=list(range(1, g.rank + 1))) / tf.cast(count, z.dtype)
@@ -349,7 +371,7 @@ class StreamingModel(keras.Model):
       bounds = [plan.tiling.bounds[i][t] for i, t in enumerate(index)]
       y_tile, w_tile = labels.read(bounds), weights.read(bounds)
       # Evaluation records nothing: a tape would keep every value of the tile.
-      with tf.GradientTape() if training else contextlib.nullcontext() as tape:
+      with _windowed.tile_tape() if training else contextlib.nullcontext() as tape:
         sinks, _ = _run.run_tile(plan.tiling, index, source.read, g.input_dtype)
         values = loss.values(y_tile, sinks[g.output], w_tile)
         part = tf.reduce_sum(values)
@@ -376,20 +398,36 @@ class StreamingModel(keras.Model):
   def train_step(self, data: Any) -> Any:
     x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
     loss, y_pred, grads, variables = self.streamed_gradients(x, y, sample_weight)
-    self._loss_tracker.update_state(_unscaled(loss), sample_weight=_batch_size(x))
+    self._loss_tracker.update_state(
+      _distribute.unscaled(loss), sample_weight=_distribute.batch_size(x)
+    )
     self.optimizer.apply_gradients(zip(grads, variables))
     if y_pred is None:  # dense: the metrics were updated tile by tile
       return self._logs(self.get_metrics_result())
     return self._logs(self.compute_metrics(x, y, y_pred, sample_weight=sample_weight))
 
   def test_step(self, data: Any) -> Any:
-    if self.head is not None:
-      return self._logs(super().test_step(data))
     x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
-    source, plan = self._batch(x, training=False)
-    loss, _, _, _ = self._dense_step(source, plan, y, sample_weight, training=False)
-    self._loss_tracker.update_state(_unscaled(loss), sample_weight=_batch_size(x))
-    return self._logs(self.get_metrics_result())
+    if self.head is not None:  # Keras's test_step, but for reading the batch size
+      y_pred = self.call(x, training=False)
+      loss = self._compute_loss(x, y, y_pred, sample_weight, training=False)
+    else:
+      source, plan = self._batch(x, training=False)
+      loss, _, _, _ = self._dense_step(source, plan, y, sample_weight, training=False)
+    batch, loss = _distribute.batch_size(x), _distribute.unscaled(loss)
+    self._loss_tracker.update_state(loss, sample_weight=batch)
+    if self.head is None:  # the metrics were updated tile by tile
+      return self._logs(self.get_metrics_result())
+    return self._logs(self.compute_metrics(x, y, y_pred, sample_weight=sample_weight))
+
+  def predict_step(self, data: Any) -> Any:
+    return self.call(keras.utils.unpack_x_y_sample_weight(data)[0], training=False)
+
+  # A PyDataset's batches reach the steps as the dataset returns them (`_lazy`); the steps
+  # call `call` (Keras's __call__ would turn a lazy batch into a tensor).
+  fit = _lazy.keeping_batches(keras.Model.fit)
+  evaluate = _lazy.keeping_batches(keras.Model.evaluate)
+  predict = _lazy.keeping_batches(keras.Model.predict)
 
   def _logs(self, logs: dict[str, Any]) -> dict[str, Any]:
     return _distribute.step_logs(self.distribute_strategy, logs)
@@ -410,16 +448,3 @@ class StreamingModel(keras.Model):
     head = config.pop("head")
     head = None if head is None else keras.saving.deserialize_keras_object(head)
     return cls(trunk, head, **config)
-
-
-def _batch_size(x: Any) -> int:
-  """The batch of `x` from its shape alone (a lazy input is never read for it)."""
-  return int(x.shape[0])
-
-
-def _unscaled(loss: tf.Tensor) -> tf.Tensor:
-  """A replica's loss as the whole batch's: Keras divides mean losses by the number of
-  replicas of a tf.distribute strategy (their gradients are summed), and its loss tracker
-  multiplies them back."""
-  replicas = tf.distribute.get_strategy().num_replicas_in_sync
-  return loss * tf.cast(replicas, loss.dtype) if replicas > 1 else loss

@@ -11,6 +11,10 @@ the layers whose op takes explicit padding, or None where the streamed rule pads
 - the package's LargeConv1D/LargeConv2D/LargeDepthwiseConv2D: tf_largeconv.conv1d, conv2d,
   depthwise_conv2d with the layer's algorithm and workspace limit;
 - FoldedBlock: its `convolve(x, padding)`.
+Under a gradient tape (`taped()`), Keras's Conv1D/Conv2D pad a copy and run 'VALID':
+TensorFlow's CPU gradients of tf.nn.conv2d with explicit padding leave oneDNN, and the
+filter's gradient then builds a buffer of kernel taps x input channels x output pixels
+(nine times the input for a 3x3 kernel) and takes two to three times as long.
 Copies stay for AveragePooling (tf.nn.avg_pool has no explicit padding), 3D layers
 (tf.nn.conv3d has none), grouped Keras convolutions (TensorFlow runs them on the CPU only
 under XLA), dilated Keras convolutions (tf.nn.conv2d has no gradient for dilations on the
@@ -20,7 +24,10 @@ layers and subclasses that replace the layer's call.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 from collections.abc import Callable
+from collections.abc import Iterator
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,6 +39,32 @@ from tf_largeconv import ops as _ops
 L = keras.layers
 Pads = Sequence[tuple[int, int]]
 PaddedCall = Callable[[tf.Tensor, Pads], tf.Tensor]
+
+
+_TAPED = contextvars.ContextVar("tf_largeconv_stream_taped", default=False)
+
+
+@contextlib.contextmanager
+def taped() -> Iterator[None]:
+  """Within it, tiles run under a gradient tape: layers whose op's gradient is lean only
+  without explicit padding pad a copy instead (`copies_under_tape`)."""
+  token = _TAPED.set(True)
+  try:
+    yield
+  finally:
+    _TAPED.reset(token)
+
+
+@contextlib.contextmanager
+def tile_tape() -> Iterator[tf.GradientTape]:
+  """A gradient tape for tiles, within `taped()`."""
+  with taped(), tf.GradientTape() as tape:
+    yield tape
+
+
+def copies_under_tape(call: Any) -> bool:
+  """Whether `call` (from `explicit_call`) pads a copy when it runs under `taped()`."""
+  return bool(getattr(call, "copies_under_tape", False))
 
 
 def _nhwc(pads: Pads) -> list[list[int]]:
@@ -79,15 +112,22 @@ def _keras_windowed(op: Any, rank: int, kernels: tuple[str, ...], conv: Any) -> 
   activation."""
   strides, dilations = _window(op, rank)
 
+  copies = conv is tf.nn.conv2d
+
   def run(x: tf.Tensor, pads: Pads) -> tf.Tensor:
     x = tf.cast(x, op.compute_dtype)
     weights = [_value(getattr(op, name), x.dtype) for name in kernels]
     if rank == 1:
       weights = [w[None] for w in weights]
-    y = conv(x, *weights, [1, *strides, 1], _nhwc(pads), dilations=dilations)
-    return _finish(op, y)
+    padding: Any = _nhwc(pads)
+    if copies and _TAPED.get():
+      x, padding = tf.pad(x, padding), "VALID"
+    # No name holds the op's result: _finish frees it once the bias is added.
+    return _finish(op, conv(x, *weights, [1, *strides, 1], padding, dilations=dilations))
 
-  return _as_2d(rank, run)
+  call = _as_2d(rank, run)
+  call.copies_under_tape = copies  # type: ignore[attr-defined]
+  return call
 
 
 def _keras_conv(op: Any, rank: int) -> PaddedCall | None:
@@ -151,8 +191,9 @@ def _package_conv(op: Any, rank: int) -> PaddedCall | None:
   def run(x: tf.Tensor, pads: Pads) -> tf.Tensor:
     x = tf.cast(x, op.compute_dtype)
     padding = [list(p) for p in pads] if rank == 1 else _nhwc(pads)
-    y = conv(x, _value(op.kernel, x.dtype), strides, padding, **op._op_kwargs())
-    return op._bias_and_activation(y)
+    return op._bias_and_activation(
+      conv(x, _value(op.kernel, x.dtype), strides, padding, **op._op_kwargs())
+    )
 
   return run
 
