@@ -434,6 +434,14 @@ void DefKernels(py::module_& m) {
         py::arg("num_threads") = 0, "Gradient of conv2d with respect to its filter.");
 }
 
+// The names of a list of instruction-set levels, lowest first.
+template <size_t N>
+py::tuple LevelNames(const CpuIsa (&levels)[N]) {
+  std::vector<std::string> names;
+  for (CpuIsa l : levels) names.push_back(CpuIsaName(l));
+  return py::tuple(py::cast(names));
+}
+
 }  // namespace
 }  // namespace largeconv
 
@@ -474,9 +482,7 @@ PYBIND11_MODULE(_core, m) {
       "'problem' (why a request was not followed, or '')}.");
   m.def("_choose_cpu_isa", &ChooseCpuIsaFor, py::arg("available"), py::arg("requested"),
         "Test hook: the choice cpu_isa() would report on a CPU that runs `available`.");
-  std::vector<std::string> levels;
-  for (CpuIsa l : kCpuIsas) levels.push_back(CpuIsaName(l));
-  m.attr("CPU_ISAS") = py::tuple(py::cast(levels));
+  m.attr("CPU_ISAS") = LevelNames(kCpuIsas);
   m.def("_raise_status", &RaiseStatus, py::arg("kind"), py::arg("message"),
         "Test hook: raises what a core error of this kind becomes in Python.");
   m.attr("DEFAULT_WORKSPACE_LIMIT") = kDefaultWorkspaceLimit;
@@ -485,6 +491,9 @@ PYBIND11_MODULE(_core, m) {
   m.attr("GPU_ROUTE_BATCH") = cuda::kRouteBatch;
   m.attr("REFERENCE_SLOTS") = kReferenceSlots;
   m.attr("FFT_GEMM_CHANNELS") = kGemmChannels;
+  m.attr("FFT_GEMM_SWEEP") = kGemmSweep;
+  m.attr("FFT_GEMM_LEVELS") = LevelNames(kGemmLevels);  // the forward passes'
+  m.attr("FFT_GEMM_FILTER_LEVELS") = LevelNames(kGemmFilterLevels);
   // float64 first: overload resolution tries in order, and forcecast would otherwise turn
   // double arrays into float32.
   DefKernels<double, false>(m);

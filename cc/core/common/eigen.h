@@ -18,6 +18,13 @@
 #else
 #define Eigen tf_largeconv_eigen
 #endif
+// GCC 12 warns that the placeholder of _mm512_undefined_pd (GCC's AVX-512 header) "may be
+// used uninitialized" wherever Eigen's AVX-512 packet transposes are inlined (its packing of
+// complex<double> products): a false positive of the intrinsic, silenced for Eigen's
+// headers alone.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <Eigen/Core>  // IWYU pragma: export
+#pragma GCC diagnostic pop
 
 #endif  // TF_LARGECONV_CORE_COMMON_EIGEN_H_

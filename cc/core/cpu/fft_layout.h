@@ -42,8 +42,8 @@ inline Layout MakeLayout(const ConvGeometry& g, ConvPass pass, const FftConfig& 
     // A run of tiles is loaded into and stored from its spectra (CorrelationFrame::InPlace):
     // one real plane, for the filter transforms.
     if (BatchesTiles(g, c)) l.real_planes = 1;
-    l.slot_scratch = GemmScratchValues(g, pass, c);
   }
+  l.slot_scratch = GemmScratchValues(g, pass, c);
   return FinishLayout(l, c.fft_h * c.fft_w, c.slots, rb);
 }
 

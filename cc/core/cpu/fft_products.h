@@ -183,8 +183,8 @@ struct CorrelationSources : CorrelationFrame<T> {
       const int64_t width = std::min(kChunk, f.layout.bins - i0);
       const int64_t runs = it.tiles ? 1 : it.planes, tiles = it.tiles ? it.planes : 1;
       for (int64_t j = 0; j < runs; ++j) {
-        GemmProducts<R>(
-            width, ns, tiles, b.out_count, {Accumulator(f, b, slot, 0, j) + i0, b.batch * ss, ss},
+        GemmProducts<R, true>(
+            width, ns, b.out_count, tiles, {Accumulator(f, b, slot, 0, j) + i0, b.batch * ss, ss},
             {FilterChunk(f, b, it.group(j), sc0, 0, i0), f.src_per_group * width, width},
             {Source(f, b, slot, 0, j) + i0, ss, b.batch * ss}, f.ws.scratch(slot), sc0 == 0);
       }
