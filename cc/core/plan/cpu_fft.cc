@@ -59,13 +59,14 @@ constexpr int64_t kFilterSweeps[] = {8, 4, 2};
 // with whole groups per unit, batched (vec_block halving); otherwise enough (input,
 // output) units to keep `threads` busy, output channels split first, then both halved in
 // turn down to single channels.
-// With `only_sweep`, every one-group configuration sweeps that many tiles.
+// With `only_sweep` (one group), every configuration sweeps that many tiles, on any number
+// of threads.
 template <typename Visit>
 void ForEachFilterBlocks(const ConvGeometry& g, int64_t threads, FftConfig c, int64_t only_sweep,
                          const Visit& visit) {
   const int64_t icpg = std::max<int64_t>(1, g.in_c_per_group());
   const int64_t ocpg = std::max<int64_t>(1, g.out_c_per_group());
-  if (g.groups >= threads) {
+  if (g.groups >= threads && only_sweep == 0) {  // (only_sweep: one group, on any threads)
     c.in_block = icpg;
     c.out_block = ocpg;
     constexpr int64_t kVecBlock = 16;
