@@ -182,18 +182,25 @@ TF_CUDA_OBJS = $(patsubst cc/%.cu,$(BUILD)/cuda/%.o,$(CU_SRCS))
 TF_CUDA_LIBS = $(CUDA_HOME)/lib64/libcudart_static.a -ldl -lrt -lpthread
 endif
 
-$(BUILD)/tf/%.o: cc/%.cc $(HEADERS) $(TFCONFIG)
+# Eigen's headers (cc/core/common/eigen.h) from TensorFlow's wheel, through a folder of the
+# build's that holds only them, so the core's compiles see Eigen and no TensorFlow header.
+EIGEN_INC = -I$(BUILD)/eigen
+$(BUILD)/eigen/Eigen: $(TFCONFIG)
+	@mkdir -p $(dir $@)
+	ln -sfn $(EIGEN_DIR) $@
+
+$(BUILD)/tf/%.o: cc/%.cc $(HEADERS) $(TFCONFIG) | $(BUILD)/eigen/Eigen
 	@mkdir -p $(dir $@)
 	$(CXX) $(TF_CFLAGS) $(OPT) $(TF_CUDA_DEFS) $(DUCC_INC) -c $< -o $@
 
-$(BUILD)/py/%.o: cc/%.cc $(HEADERS) $(TFCONFIG)
+$(BUILD)/py/%.o: cc/%.cc $(HEADERS) $(TFCONFIG) | $(BUILD)/eigen/Eigen
 	@mkdir -p $(dir $@)
-	$(CXX) $(PY_STD) $(OPT) $(TF_ABI) -fvisibility=hidden $(DUCC_INC) $(PYINC) -c $< -o $@
+	$(CXX) $(PY_STD) $(OPT) $(TF_ABI) -fvisibility=hidden $(DUCC_INC) $(EIGEN_INC) $(PYINC) -c $< -o $@
 
 define ISA_RULE
-$$(BUILD)/isa/$(1)/%.o: cc/%.cc $$(HEADERS) $$(TFCONFIG)
+$$(BUILD)/isa/$(1)/%.o: cc/%.cc $$(HEADERS) $$(TFCONFIG) | $$(BUILD)/eigen/Eigen
 	@mkdir -p $$(dir $$@)
-	$$(CXX) $$(PY_STD) $$(OPT_ANY) $$(ISA_FLAGS_$(1)) $$(if $$(filter $$<,$$(ISA_EXACT)),$$(ISA_EXACT_FLAGS_$(1))) -DLARGECONV_ISA_NS=isa_$(1) $$(TF_ABI) -fvisibility=hidden $$(DUCC_INC) -c $$< -o $$@
+	$$(CXX) $$(PY_STD) $$(OPT_ANY) $$(ISA_FLAGS_$(1)) $$(if $$(filter $$<,$$(ISA_EXACT)),$$(ISA_EXACT_FLAGS_$(1))) -DLARGECONV_ISA_NS=isa_$(1) $$(TF_ABI) -fvisibility=hidden $$(DUCC_INC) $$(EIGEN_INC) -c $$< -o $$@
 endef
 $(foreach l,$(ISA_LEVELS),$(eval $(call ISA_RULE,$(l))))
 

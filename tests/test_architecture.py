@@ -264,3 +264,36 @@ def test_a_long_function_is_found(tmp_path):
   assert [name for name, _, _ in functions(source)] == ["Long", "S", "Short"]
   (tmp_path / "a.h").write_text(source)
   assert long_functions(str(tmp_path), MAX_FUNCTION_LINES) == {"a.h:Long": 82}
+
+
+# What the core may include in angle brackets beyond the C++ and C libraries, and where:
+# Eigen's headers (from TensorFlow's wheel, through a build folder that holds only them:
+# the Makefile's EIGEN_INC) in common/eigen.h alone, the CUDA runtime in the CUDA files.
+FOREIGN_HEADERS = {
+  "Eigen/": {"common/eigen.h"},
+  "cuda_runtime": {"cuda/cuda_status.h", "cuda/cufft.cu", "cuda/fft.cu", "cuda/direct.cu"},
+}
+
+
+def test_core_includes_no_tensorflow_header():
+  """The core includes no TensorFlow, pybind11 or absl header (docs/ARCHITECTURE.md), and
+  Eigen's and the CUDA runtime's only where FOREIGN_HEADERS allows: Eigen's headers ship
+  inside TensorFlow's include folder but are not TensorFlow's, and the core's compiles
+  reach them through a folder holding nothing else."""
+  bad = []
+  for path in _core_files():
+    with open(os.path.join(CORE, path)) as src:
+      text = src.read()
+    for inc in re.findall(r'#include [<"]([^>"]+)[>"]', text):
+      if inc.startswith(("tensorflow/", "third_party/", "absl/", "pybind11", "unsupported/")):
+        bad.append(f"{path} -> {inc}")
+      for prefix, allowed in FOREIGN_HEADERS.items():
+        if inc.startswith(prefix) and path not in allowed:
+          bad.append(f"{path} -> {inc}")
+  assert bad == []
+  with open(os.path.join(ROOT, "Makefile")) as f:
+    makefile = f.read()
+  # The core's own compiles (the _core module and the instruction-set levels) see Eigen's
+  # folder alone, never TensorFlow's include folder.
+  assert "EIGEN_INC = -I$(BUILD)/eigen" in makefile
+  assert "ln -sfn $(EIGEN_DIR) $@" in makefile

@@ -173,7 +173,8 @@ def test_rounding_differences_are_found():
 
 
 # The oracle tests of the kernels (float64 references, TensorFlow's kernels), each level
-# running them whole: forward, both gradients, dtypes, depthwise, 3-D, non-finite inputs.
+# running them whole: forward, both gradients, dtypes, depthwise, 3-D, non-finite inputs,
+# many channels' matrix products (Eigen's kernels with the level's FMA, one thread or two).
 ORACLE_TESTS = [
   "test_ops.py::test_forward_float64_matches_oracle",
   "test_ops.py::test_fft_runs_of_tiles_match_oracle",
@@ -182,6 +183,7 @@ ORACLE_TESTS = [
   "test_gradients.py::test_backprop_ops_match_oracle",
   "test_depthwise.py::test_depthwise_forward_and_gradients_match_oracle",
   "test_conv3d.py::test_passes_match_oracle",
+  "test_fft_gemm.py::test_gemm_passes_match_the_oracle_on_any_thread_count",
 ]
 
 

@@ -59,6 +59,20 @@ CASES = {
   # 4x256x256x16 (SAME, stride 2: each side doubles).
   "transpose31_train": ((4, 128, 128, 32), (31, 31, 16, 32), 2, "SAME", "train", 1, "transpose"),
 }
+# Many channels (64 in, 64 out), SAME: 16 images of 56x56 and 64 of 32x32, for 31x31, 15x15
+# and 7x7 filters. Their spectral products run as matrix products (cc/core/cpu/fft_gemm.h).
+# TF's direct kernel takes minutes on the 31x31 ones, so it runs once there.
+for _k, _tf_runs in ((31, 0), (15, 1), (7, 3)):
+  for _n, _hw in ((16, 56), (64, 32)):
+    for _mode in ("forward", "train"):
+      CASES[f"c64k{_k}_n{_n}_{_mode}"] = (
+        (_n, _hw, _hw, 64),
+        (_k, _k, 64, 64),
+        1,
+        "SAME",
+        _mode,
+        _tf_runs if _mode == "forward" else min(_tf_runs, 1),
+      )
 # kind "conv1d": an NWC input and a [width, in, out] filter through conv1d (TF: tf.nn.conv1d).
 CASES.update(
   {

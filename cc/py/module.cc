@@ -18,6 +18,7 @@
 #include "cc/core/common/geometry.h"
 #include "cc/core/common/memory.h"
 #include "cc/core/conv.h"
+#include "cc/core/cpu/fft.h"
 #include "cc/core/cpu/isa.h"
 #include "cc/core/cpu/spectrum_cache.h"
 #include "cc/core/cuda/emulate.h"
@@ -368,11 +369,12 @@ py::list PlanList(const std::vector<int64_t>& input_shape, const std::vector<int
     d["kept_spectra_bytes"] = p.kept_spectra_bytes;
     return d;
   };
-  return PlansOf(g, req, describe, [](const PassPlan& p, py::dict& d) {
+  return PlansOf(g, req, describe, [&g](const PassPlan& p, py::dict& d) {
     d["in_block"] = p.fft.in_block;
     d["out_block"] = p.fft.out_block;
     d["group_block"] = p.fft.group_block;
     d["vec_block"] = p.fft.vec_block;
+    d["fft_gemm"] = UsesGemm(g, p.pass, p.fft);  // the products as matrix products
     d["fft_work"] = py::dict(py::arg("transforms") = p.fft_work.transforms,
                              py::arg("transform_points") = p.fft_work.transform_points,
                              py::arg("complex_macs") = p.fft_work.complex_macs,
@@ -432,6 +434,14 @@ void DefKernels(py::module_& m) {
         py::arg("num_threads") = 0, "Gradient of conv2d with respect to its filter.");
 }
 
+// The names of a list of instruction-set levels, lowest first.
+template <size_t N>
+py::tuple LevelNames(const CpuIsa (&levels)[N]) {
+  std::vector<std::string> names;
+  for (CpuIsa l : levels) names.push_back(CpuIsaName(l));
+  return py::tuple(py::cast(names));
+}
+
 }  // namespace
 }  // namespace largeconv
 
@@ -472,9 +482,7 @@ PYBIND11_MODULE(_core, m) {
       "'problem' (why a request was not followed, or '')}.");
   m.def("_choose_cpu_isa", &ChooseCpuIsaFor, py::arg("available"), py::arg("requested"),
         "Test hook: the choice cpu_isa() would report on a CPU that runs `available`.");
-  std::vector<std::string> levels;
-  for (CpuIsa l : kCpuIsas) levels.push_back(CpuIsaName(l));
-  m.attr("CPU_ISAS") = py::tuple(py::cast(levels));
+  m.attr("CPU_ISAS") = LevelNames(kCpuIsas);
   m.def("_raise_status", &RaiseStatus, py::arg("kind"), py::arg("message"),
         "Test hook: raises what a core error of this kind becomes in Python.");
   m.attr("DEFAULT_WORKSPACE_LIMIT") = kDefaultWorkspaceLimit;
@@ -482,6 +490,10 @@ PYBIND11_MODULE(_core, m) {
   m.attr("ALGORITHMS") = py::tuple(py::cast(AlgorithmNames()));
   m.attr("GPU_ROUTE_BATCH") = cuda::kRouteBatch;
   m.attr("REFERENCE_SLOTS") = kReferenceSlots;
+  m.attr("FFT_GEMM_CHANNELS") = kGemmChannels;
+  m.attr("FFT_GEMM_SWEEP") = kGemmSweep;
+  m.attr("FFT_GEMM_LEVELS") = LevelNames(kGemmLevels);  // the forward passes'
+  m.attr("FFT_GEMM_FILTER_LEVELS") = LevelNames(kGemmFilterLevels);
   // float64 first: overload resolution tries in order, and forcecast would otherwise turn
   // double arrays into float32.
   DefKernels<double, false>(m);

@@ -15,6 +15,7 @@
 #include "cc/core/common/geometry.h"
 #include "cc/core/common/parallel.h"
 #include "cc/core/common/vocabulary.h"
+#include "cc/core/cpu/isa.h"
 #include "cc/core/plan/tiling.h"
 
 namespace largeconv {
@@ -62,6 +63,59 @@ int64_t FftWorkspaceBytes(const ConvGeometry& g, ConvPass pass, const FftConfig&
 // FftConfig).
 inline bool BatchesTiles(const ConvGeometry& g, const FftConfig& c) {
   return g.groups == 1 && c.vec_block > 1;
+}
+
+// Many channels' spectral products as matrix products (cpu/fft_gemm.h) run at the
+// instruction-set levels where they were measured faster than the hand-blocked kernels
+// (docs/benchmarks.md): the forward and backprop-input passes' with FMA (AVX2 and
+// AVX-512; at AVX they were level), the filter gradient's at AVX-512 (at AVX2 level).
+constexpr CpuIsa kGemmLevels[] = {CpuIsa::kAvx2, CpuIsa::kAvx512};
+constexpr CpuIsa kGemmFilterLevels[] = {CpuIsa::kAvx512};
+inline bool GemmAtLevel(CpuIsa level, ConvPass pass) {
+  const auto listed = [level](const auto& levels) {
+    for (const CpuIsa l : levels) {
+      if (l == level) return true;
+    }
+    return false;
+  };
+  return WritesFilter(pass) ? listed(kGemmFilterLevels) : listed(kGemmLevels);
+}
+
+// Where a pass's spectral products are matrix products: from kGemmChannels source and
+// destination channels per group (input and output channels, for the filter gradient),
+// both, over at least kGemmTiles tiles (images x tiles per image). The forward and
+// backprop-input passes also need more filter spectra than kGemmFilterValues complex
+// values (8 MiB of float: beyond the cache, where the planner runs tiles in runs, each a
+// product's columns); the filter gradient, one group and sweeps of kGemmSweep tiles (the
+// depth of its products, which the planner fixes whatever the thread count: cpu_fft.cc).
+// Measured (docs/benchmarks.md): 64 x 64 channels over 64 tiles gain with the matrix
+// products, over 4 tiles (one 160 x 160 transform per image, k63c64_forward) they lose,
+// and fewer channels keep the hand-blocked kernels (fft_shared.h's MacSplit, MacSources,
+// MacSweep).
+constexpr int64_t kGemmChannels = 64, kGemmTiles = 16, kGemmFilterValues = 1 << 20;
+constexpr int64_t kGemmSweep = 8;
+
+// Whether a pass's products are matrix products at instruction-set level `level`: from the
+// level, the geometry and the transform's size and tiling, and for the filter gradient the
+// sweep, none of which follow the thread count, so every thread count computes the same
+// sums the same way.
+inline bool UsesGemmAt(CpuIsa level, const ConvGeometry& g, ConvPass pass, const FftConfig& c) {
+  if (!GemmAtLevel(level, pass)) return false;
+  const int64_t tiles = g.batch * c.tiling.tiles_h * c.tiling.tiles_w;
+  if (WritesFilter(pass)) {
+    return g.groups == 1 && g.in_c_per_group() >= kGemmChannels &&
+           g.out_c_per_group() >= kGemmChannels && tiles >= kGemmTiles && c.vec_block == kGemmSweep;
+  }
+  const PassChannels ch = g.channels(pass);
+  const int64_t filter_values =
+      g.groups * ch.src_per_group * ch.dst_per_group * c.fft_h * (c.fft_w / 2 + 1);
+  return ch.src_per_group >= kGemmChannels && ch.dst_per_group >= kGemmChannels &&
+         tiles >= kGemmTiles && filter_values > kGemmFilterValues;
+}
+// The same at the level the kernels run (ActiveCpuIsa): what the planner, the workspace
+// layout and the kernels ask.
+inline bool UsesGemm(const ConvGeometry& g, ConvPass pass, const FftConfig& c) {
+  return UsesGemmAt(ActiveCpuIsa().level, g, pass, c);
 }
 
 // Number of real transforms (each fft_h x fft_w) a pass performs; the planner's cost model.

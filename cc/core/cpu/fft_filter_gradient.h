@@ -14,6 +14,7 @@
 #include "cc/core/common/vocabulary.h"
 #include "cc/core/cpu/fft.h"
 #include "cc/core/cpu/fft_decimation.h"
+#include "cc/core/cpu/fft_gemm.h"
 #include "cc/core/cpu/fft_layout.h"
 #include "cc/core/cpu/fft_shared.h"
 #include "cc/core/cpu/isa.h"
@@ -222,13 +223,22 @@ struct FilterGradient {
   // sweep): a chunk of bins at a time, so that the chunk's spectra of every channel and
   // tile stay in cache while each accumulator chunk is read and written once, held in
   // registers across the tiles (MacSweep: tile by tile, so any sweep length gives the
-  // same sums).
+  // same sums). Where UsesGemm holds, the sweep's products are matrix products instead, per
+  // bin the unit's input spectra [input channels x tiles] by its out_backprop spectra
+  // conjugated [tiles x output channels] (fft_gemm.h), over a sweep the planner fixes.
   void Multiply(const Unit& u, int64_t slot, int64_t nt, bool assign) const {
+    const int64_t ss = spec_stride;
+    if (UsesGemm(g, ConvPass::kBackpropFilter, c)) {  // one group: accumulators (i, k)
+      return GemmOverBins<R, false>(layout.bins, nt, u.in_count, u.out_count,
+                                    {Accumulator(slot, 0, 0, 0), c.out_block * ss, ss},
+                                    {InputSpectrum(slot, 0, 0, 0), sweep * ss, ss},
+                                    {GradientSpectrum(slot, 0, 0, 0), sweep * ss, ss},
+                                    ws.scratch(slot), assign);
+    }
     // Chunks whose spectra (every channel of every tile) fill about half of L2.
     constexpr int64_t kChunkBytes = 256 << 10;
     const int64_t chunk = std::clamp<int64_t>(
         kChunkBytes / ((u.in_count + u.out_count) * nt * int64_t{sizeof(C)}) / 8 * 8, 16, 1024);
-    const int64_t ss = spec_stride;
     for (int64_t j = 0; j < u.group_count; ++j) {
       const Spectra<R> dys{GradientSpectrum(slot, 0, 0, j), sweep * group_batch * ss,
                            group_batch * ss};

@@ -13,6 +13,7 @@
 #include "cc/core/common/geometry.h"
 #include "cc/core/common/vocabulary.h"
 #include "cc/core/cpu/fft.h"
+#include "cc/core/cpu/fft_gemm.h"
 #include "cc/core/cpu/fft_shared.h"
 #include "cc/core/cpu/isa.h"
 
@@ -42,6 +43,7 @@ inline Layout MakeLayout(const ConvGeometry& g, ConvPass pass, const FftConfig& 
     // one real plane, for the filter transforms.
     if (BatchesTiles(g, c)) l.real_planes = 1;
   }
+  l.slot_scratch = GemmScratchValues(g, pass, c);
   return FinishLayout(l, c.fft_h * c.fft_w, c.slots, rb);
 }
 

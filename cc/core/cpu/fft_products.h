@@ -10,6 +10,7 @@
 
 #include "cc/core/cpu/fft_correlation.h"
 #include "cc/core/cpu/fft_decimation.h"
+#include "cc/core/cpu/fft_gemm.h"
 #include "cc/core/cpu/fft_layout.h"
 #include "cc/core/cpu/fft_shared.h"
 #include "cc/core/cpu/isa.h"
@@ -39,6 +40,9 @@ struct CorrelationSources : CorrelationFrame<T> {
   using CorrelationFrame<T>::Source;
   using CorrelationFrame<T>::Accumulator;
   using CorrelationFrame<T>::InPlace;
+  using CorrelationFrame<T>::g;
+  using CorrelationFrame<T>::c;
+  using CorrelationFrame<T>::pass;
 
   // Loads source channel sc of the item's planes (consecutive groups at one tile) into the
   // slot's real planes; returns the rows that hold data.
@@ -167,6 +171,26 @@ struct CorrelationSources : CorrelationFrame<T> {
     return false;
   }
 
+  // MultiplySources for many channels (UsesGemm), a chunk of bins at a time: a run of
+  // tiles of one group as one matrix product per bin, or each plane of an item of one tile
+  // (a single tile, or batched groups) as a product of one column, which computes each
+  // output as the run's do (fft_gemm.h).
+  void MultiplyGemm(const Frame& f, const Block& b, int64_t slot, const Item& it, int64_t sc0,
+                    int64_t ns) const {
+    static_assert(kChunk == kGemmBins, "the products gather the filters' chunks");
+    const int64_t ss = f.spec_stride;
+    for (int64_t i0 = 0; i0 < f.layout.bins; i0 += kChunk) {
+      const int64_t width = std::min(kChunk, f.layout.bins - i0);
+      const int64_t runs = it.tiles ? 1 : it.planes, tiles = it.tiles ? it.planes : 1;
+      for (int64_t j = 0; j < runs; ++j) {
+        GemmProducts<R, true>(
+            width, ns, b.out_count, tiles, {Accumulator(f, b, slot, 0, j) + i0, b.batch * ss, ss},
+            {FilterChunk(f, b, it.group(j), sc0, 0, i0), f.src_per_group * width, width},
+            {Source(f, b, slot, 0, j) + i0, ss, b.batch * ss}, f.ws.scratch(slot), sc0 == 0);
+      }
+    }
+  }
+
   // Accumulates the products of the slot's source spectra (channels [sc0, sc0 + ns)) with
   // the filter spectra, a chunk of bins at a time (the filters' storage order), so that
   // the chunk's source spectra stay in cache across the destination channels; within a
@@ -176,6 +200,7 @@ struct CorrelationSources : CorrelationFrame<T> {
                        int64_t ns) const {
     const int64_t ss = f.spec_stride;
     const bool assign = sc0 == 0;
+    if (UsesGemm(g, pass(), c)) return MultiplyGemm(f, b, slot, it, sc0, ns);
     if (it.tiles) {
       // The item's tiles are of one group and share its filter spectra: each filter
       // spectrum (the shared operand) is applied to all the tiles at once.

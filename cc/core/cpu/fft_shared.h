@@ -28,6 +28,7 @@ struct Layout {
   int64_t bins = 0;            // complex bins of one spectrum
   int64_t shared_spectra = 0;  // filter spectra shared by all slots
   int64_t slot_spectra = 0;    // spectra owned by each slot
+  int64_t slot_scratch = 0;    // complex values of each slot's scratch (fft_gemm.h), if any
   int64_t spectrum_bytes = 0, plane_bytes = 0, real_planes = 1;
   int64_t slot_bytes = 0, shared_bytes = 0, total = 0;
 };
@@ -39,7 +40,8 @@ inline Layout FinishLayout(Layout l, int64_t plane_points, int64_t slots, int rb
   l.spectrum_bytes = AlignUp(l.bins * 2 * rb, kAlign);
   l.plane_bytes = AlignUp(plane_points * rb, kAlign);
   l.shared_bytes = l.shared_spectra * l.spectrum_bytes;
-  l.slot_bytes = l.slot_spectra * l.spectrum_bytes + l.real_planes * l.plane_bytes;
+  l.slot_bytes = l.slot_spectra * l.spectrum_bytes + l.real_planes * l.plane_bytes +
+                 AlignUp(l.slot_scratch * 2 * rb, kAlign);
   // Whole multiples of 256 bytes, the granule TF's CPU allocator counts in, so the planned
   // number is exactly what the allocator reports.
   l.total = (l.shared_bytes + slots * l.slot_bytes + 255) / 256 * 256;
@@ -61,6 +63,7 @@ struct Workspace {
     return reinterpret_cast<R*>(slot_base(s) + layout.slot_spectra * layout.spectrum_bytes +
                                 plane * layout.plane_bytes);
   }
+  C* scratch(int64_t s) const { return reinterpret_cast<C*>(real(s, layout.real_planes)); }
 };
 
 // Runs fn(slot, item) for items [0, items) in at most `slots` slots that execute

@@ -61,6 +61,14 @@ constexpr double kSecondsPerTransform = 2.6e-6;
 // the fitted 0.56 ns, which credits shared reads conservatively.
 constexpr double kSecondsPerComplexMac = 0.12e-9;
 constexpr double kSecondsPerFilterRead = 0.44e-9;
+// Many channels' products as matrix products (UsesGemm, cpu/fft_gemm.h): the share of the
+// products' seconds above (multiply-adds and filter reads) they take, in the forward
+// passes and in the filter gradient. From one-thread passes against the hand-blocked
+// kernels' build (benchmarks/cpu/ab_core.py, 64 x 64 channels, 15x15 and 7x7 filters, at
+// the levels that run them; docs/benchmarks.md): a pass's time ratio r where the model
+// gives the products a share p of its seconds makes their own share 1 - (1 - r) / p. The
+// medians over those runs, 0.47 (13 runs) and 0.77 (6), rounded up: the machine was shared.
+constexpr double kGemmProductShare = 0.5, kGemmFilterProductShare = 0.8;
 // Rows of height 1 (conv1d's transforms, kLineBlock in cost_model.h) cost more per point.
 double LinePointFactor(const FftConfig& c) {
   if (c.fft_h != 1) return 1;
@@ -276,10 +284,13 @@ double FftCost(const ConvGeometry& g, ConvPass pass, const FftConfig& c, double*
   const FftWork w = CountFftWork(g, pass, c, kept_filter);
   const double n = static_cast<double>(c.fft_h) * c.fft_w;
   *flops = w.transform_points * 2.5 * std::log2(std::max(n, 2.0)) + 8.0 * w.complex_macs;
-  return Speed().fft *
-         (kSecondsPerTransformPoint * LinePointFactor(c) * w.transform_points +
-          kSecondsPerTransform * w.transforms + kSecondsPerComplexMac * w.complex_macs +
-          kSecondsPerFilterRead * w.filter_reads);
+  const double products =
+      (kSecondsPerComplexMac * w.complex_macs + kSecondsPerFilterRead * w.filter_reads) *
+      (!UsesGemm(g, pass, c) ? 1.0
+       : WritesFilter(pass)  ? kGemmFilterProductShare
+                             : kGemmProductShare);
+  return Speed().fft * (kSecondsPerTransformPoint * LinePointFactor(c) * w.transform_points +
+                        kSecondsPerTransform * w.transforms + products);
 }
 
 // --- Three spatial dimensions: the same cost model over 3-D transforms -------------------

@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "cc/core/cpu/fft.h"
 #include "cc/core/plan/cost_model.h"
 #include "cc/core/plan/cpu_direct.h"
 #include "cc/core/plan/search.h"
@@ -58,11 +59,14 @@ constexpr int64_t kFilterSweeps[] = {8, 4, 2};
 // with whole groups per unit, batched (vec_block halving); otherwise enough (input,
 // output) units to keep `threads` busy, output channels split first, then both halved in
 // turn down to single channels.
+// With `only_sweep` (one group), every configuration sweeps that many tiles, on any number
+// of threads.
 template <typename Visit>
-void ForEachFilterBlocks(const ConvGeometry& g, int64_t threads, FftConfig c, const Visit& visit) {
+void ForEachFilterBlocks(const ConvGeometry& g, int64_t threads, FftConfig c, int64_t only_sweep,
+                         const Visit& visit) {
   const int64_t icpg = std::max<int64_t>(1, g.in_c_per_group());
   const int64_t ocpg = std::max<int64_t>(1, g.out_c_per_group());
-  if (g.groups >= threads) {
+  if (g.groups >= threads && only_sweep == 0) {  // (only_sweep: one group, on any threads)
     c.in_block = icpg;
     c.out_block = ocpg;
     constexpr int64_t kVecBlock = 16;
@@ -81,6 +85,10 @@ void ForEachFilterBlocks(const ConvGeometry& g, int64_t threads, FftConfig c, co
   // first), then one tile at a time.
   const int64_t tiles = g.batch * c.tiling.tiles_h * c.tiling.tiles_w;
   const auto visit_sweeps = [&](FftConfig& b) {
+    if (g.groups == 1 && only_sweep > 0) {
+      b.vec_block = only_sweep;
+      return visit(b);
+    }
     if (g.groups == 1) {
       for (const int64_t sweep : kFilterSweeps) {
         if (sweep > tiles) continue;
@@ -144,18 +152,29 @@ void ChooseTileRuns(const ConvGeometry& g, ConvPass pass, int64_t dest, int64_t 
 bool FitBlocks(const ConvGeometry& g, ConvPass pass, int64_t limit, int real_bytes, int64_t threads,
                FftConfig* c, const std::function<double(const FftConfig&)>& price = nullptr) {
   if (WritesFilter(pass)) {
+    // Matrix products (UsesGemm) sum each sweep of kGemmSweep tiles at once, so where the
+    // geometry takes them and their smallest blocks fit the limit on one slot (neither
+    // follows the thread count), every configuration sweeps kGemmSweep tiles; elsewhere no
+    // configuration with that sweep fits, and the ladder's sweeps run tile by tile.
+    FftConfig gemm = *c;
+    gemm.in_block = gemm.out_block = gemm.slots = 1;
+    gemm.vec_block = kGemmSweep;
+    const bool sums_sweeps =
+        UsesGemm(g, pass, gemm) && FftWorkspaceBytes(g, pass, gemm, real_bytes) <= limit;
     bool found = false;
     double best = 0;
-    ForEachFilterBlocks(g, std::max<int64_t>(1, threads), *c, [&](const FftConfig& trial) {
-      if (FftWorkspaceBytes(g, pass, trial, real_bytes) > limit) return false;
-      const double cost = price ? price(trial) : 0;
-      if (!found || cost < best) {
-        found = true;
-        best = cost;
-        *c = trial;
-      }
-      return !price;  // the largest that fits, or go on pricing
-    });
+    const int64_t only_sweep = sums_sweeps ? kGemmSweep : 0;
+    ForEachFilterBlocks(g, std::max<int64_t>(1, threads), *c, only_sweep,
+                        [&](const FftConfig& trial) {
+                          if (FftWorkspaceBytes(g, pass, trial, real_bytes) > limit) return false;
+                          const double cost = price ? price(trial) : 0;
+                          if (!found || cost < best) {
+                            found = true;
+                            best = cost;
+                            *c = trial;
+                          }
+                          return !price;  // the largest that fits, or go on pricing
+                        });
     return found;
   }
   const int64_t dest = std::max<int64_t>(1, g.channels(pass).dst_per_group);
