@@ -215,8 +215,12 @@ def test_plan_counts_what_strided_kernel_gradients_keep(tile):
   keep outside it grows), against the model's `Pool.kept`: within 15%. oneDNN's gradient
   of a strided convolution's kernel keeps a buffer of its output's size for each shape it
   runs on; the tiles here have four. Counting it once per layer rather than per shape, or
-  not at all, fails."""
-  got = _fresh(KEPT_RUN.replace("TILE", str(tile)))
+  not at all, fails. What else a gradient call grows only adds (a thread's first stack
+  pages, a malloc arena: 2 MB in one of four runs), so the smaller of two fresh processes'
+  figures is the one compared."""
+  got = min(
+    (_fresh(KEPT_RUN.replace("TILE", str(tile))) for _ in range(2)), key=lambda r: r["held"]
+  )
   assert got["tiles"] > 4 and got["shapes"] == 4
   assert got["in_use"] < 128 << 20  # inside the pool's written region
   assert got["model"] == pytest.approx(got["held"], rel=0.15), got
