@@ -224,8 +224,12 @@ class Upsample(Rule):
 
   kind = "upsample"
 
-  def __init__(self, call: Call, factors: Sequence[int], halo: int) -> None:
+  def __init__(
+    self, call: Call, factors: Sequence[int], halo: int, window: Call | None = None
+  ) -> None:
     self.call, self.factors, self.halo = call, factors, halo
+    # window(x, starts, lengths): only the wanted output pixels, or None to run `call`.
+    self.window = window
 
   def bind(self, sizes: Sequence[int]) -> tuple[int, ...]:
     return tuple(n * f for n, f in zip(sizes, self.factors))
@@ -238,9 +242,10 @@ class Upsample(Rule):
     return Fraction(self.factors[axis])
 
   def run(self, inputs: list[tf.Tensor], spans: Sequence[Span]) -> tf.Tensor:
-    y = self.call(inputs[0])
     starts = [sp.a - sp.lo_in * f for sp, f in zip(spans, self.factors)]
-    return crop(y, starts, [sp.b - sp.a for sp in spans])
+    lengths = [sp.b - sp.a for sp in spans]
+    y = self.window(inputs[0], starts, lengths) if self.window is not None else None
+    return y if y is not None else crop(self.call(inputs[0]), starts, lengths)
 
 
 class Transpose(_Kernel):
