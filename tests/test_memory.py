@@ -200,3 +200,22 @@ def test_a_large_conv_training_step_counts_the_workspaces_the_package_keeps():
   assert run.returncode == 0, run.stderr[-3000:]
   got = json.loads(run.stdout.strip().splitlines()[-1])
   assert got["predicted"] == pytest.approx(got["tf"], rel=0.15), got
+
+
+def test_a_large_conv_that_keeps_no_memory_holds_no_workspace_through_its_gradients():
+  """A LargeConv2D training step: with keep_memory (the default) the package's pool holds
+  the forward's workspace while the gradient's runs; with keep_memory=False it is freed
+  when the forward returns, so the training peak is lower by exactly the planner's forward
+  workspace. Pooling the workspaces of a layer that keeps no memory fails."""
+  from tf_largeconv import plan
+  from tf_largeconv.keras import LargeConv2D
+
+  shape = (2, 161, 241, 1)
+  peaks = []
+  for keep in (True, False):
+    inp = keras.Input(shape[1:])
+    model = keras.Model(inp, LargeConv2D(3, 67, padding="valid", keep_memory=keep)(inp))
+    peaks.append(memory.report(model, shape, training=True).training_peak)
+  forward = plan(shape, (67, 67, 1, 3), 1, "VALID").forward
+  assert forward.algorithm == "fft" and forward.workspace_bytes > 1 << 20
+  assert peaks[0] - peaks[1] == forward.workspace_bytes

@@ -177,3 +177,36 @@ def test_conv3d_passes_give_fresh_bits_in_another_problems_workspace(pool_mib):
   want = [y.numpy()] + [t.numpy() for t in tape.gradient(loss, [x, w])]
   for g, v in zip(got, want):
     np.testing.assert_allclose(g, v, rtol=2e-4, atol=2e-4 * np.abs(v).max())
+
+
+def test_a_call_that_keeps_no_memory_leaves_the_pool_and_the_spectra_alone(pool_mib, monkeypatch):
+  """keep_memory=False: each pass's workspace is TF's temporary (the pool neither gives
+  nor takes one) and no filter spectra are kept, however often the filter is seen; the
+  results are bitwise those of calls that keep both, which the same calls then do."""
+  x, w = tf.constant(_rand((2, 40, 44, 3), 50)), tf.constant(_rand((21, 21, 3, 4), 51))
+  monkeypatch.setenv("LARGECONV_SPECTRUM_CACHE_MIB", "64")
+  pool_mib(64)
+  assert _loader.spectrum_cache_stats() == (0, 0)  # emptied by the fixture's call
+
+  def step(keep):
+    with tf.GradientTape() as tape:
+      tape.watch([x, w])
+      y = lc.conv2d(x, w, 1, "SAME", algorithm="fft", keep_memory=keep)
+      loss = tf.reduce_sum(y * y)
+    return [t.numpy() for t in [y, *tape.gradient(loss, [x, w])]]
+
+  reuses = _loader.workspace_pool_stats()[2]
+  lean = [step(False) for _ in range(3)]
+  assert _loader.workspace_pool_stats() == (0, 0, reuses)
+  assert _loader.spectrum_cache_stats() == (0, 0)
+  kept = [step(True) for _ in range(3)]
+  idle, idle_bytes, reused = _loader.workspace_pool_stats()
+  assert idle >= 1 and idle_bytes >= _workspace(x.shape, w.shape) and reused > reuses
+  assert _loader.spectrum_cache_stats()[0] == 2  # the forward's and the input gradient's
+  for got in lean[1:] + kept:
+    for g, want in zip(got, lean[0], strict=True):
+      np.testing.assert_array_equal(g, want)
+  conv = reference.Conv(x.shape, w.shape, padding="SAME")
+  conv.check("forward", lean[-1][0], x.numpy(), w.numpy(), "float32")
+  with pytest.raises(ValueError, match="keep_memory must be True or False"):
+    lc.conv2d(x, w, 1, "SAME", keep_memory="no")

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import tensorflow as tf
 
 from tf_largeconv import _loader
@@ -231,6 +232,13 @@ def normalize_workspace_limit(workspace_limit):
       f"workspace_limit={workspace_limit!r}"
     )
   return int(workspace_limit)
+
+
+def normalize_keep_memory(keep_memory):
+  """Returns keep_memory as the op takes it: a bool (numpy's too)."""
+  if not isinstance(keep_memory, (bool, np.bool_)):
+    raise ValueError(f"keep_memory must be True or False, got keep_memory={keep_memory!r}")
+  return bool(keep_memory)
 
 
 def normalize_dtype(dtype):

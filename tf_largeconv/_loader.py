@@ -97,6 +97,18 @@ def workspace_pool_stats():
   return tuple(v.value for v in values)
 
 
+def spectrum_cache_stats():
+  """The op library's cache of filter spectra kept between calls
+  (cc/core/cpu/spectrum_cache.h): (entries, their bytes). For tests and diagnostics."""
+  import ctypes
+
+  ops()
+  lib = ctypes.CDLL(_library_path("_large_conv_ops"))
+  values = [ctypes.c_int64() for _ in range(2)]
+  lib.LargeConvSpectrumCacheStats(*[ctypes.byref(v) for v in values])
+  return tuple(v.value for v in values)
+
+
 def op_library_cpu_isa():
   """The instruction-set level the op library's CPU kernels run at ('avx', 'avx2' or
   'avx512'; cc/core/cpu/isa.h), which it chooses on its first use as `_core` does."""

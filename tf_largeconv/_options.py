@@ -53,6 +53,16 @@ OPTIONS = (
     "int | None",
     "hard bound in bytes on the temporary memory of each pass; None means 64 MiB.",
   ),
+  Option(
+    "keep_memory",
+    True,
+    _args.normalize_keep_memory,
+    lambda value: value,
+    "bool",
+    "whether a call may keep memory for later calls on the CPU: its workspace in the pool of "
+    "idle workspaces (up to LARGECONV_WORKSPACE_POOL_MIB) and its filter spectra (up to "
+    "LARGECONV_SPECTRUM_CACHE_MIB); False frees both when the call returns.",
+  ),
 )
 NAMES = tuple(o.name for o in OPTIONS)
 

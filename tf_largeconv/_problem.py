@@ -70,6 +70,7 @@ class ConvProblem:
   # The OPTIONS, as the op's attributes hold them.
   algorithm: str = "auto"
   workspace_limit: int = -1
+  keep_memory: bool = True
   dtype: tf.DType | None = None
   input_shape: tuple[int | None, ...] | None = None
   filter_shape: tuple[int | None, ...] | None = None

@@ -6,6 +6,7 @@
 #include <array>
 #include <map>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "cc/core/common/memory.h"
 #include "cc/core/conv.h"
 #include "cc/core/cpu/isa.h"
+#include "cc/core/cpu/spectrum_cache.h"
 #include "cc/core/plan/cpu_algorithms.h"
 #include "cc/core/plan/plan.h"
 #include "cc/tf/attrs.h"
@@ -164,12 +166,21 @@ TensorShape ToShape(const std::array<int64_t, 4>& s) {
   return TensorShape({s[0], s[1], s[2], s[3]});
 }
 
-// The algorithm and workspace_limit attributes every op of the family has.
-absl::Status ReadRequest(OpKernelConstruction* ctx, PlanRequest* request) {
+// What a call of the family's ops asks: the plan's algorithm and workspace_limit, and
+// whether the call may keep memory for later calls (keep_memory: its workspace in the pool,
+// workspace_pool.h; its filter spectra, spectrum_cache.h).
+struct CallRequest {
+  PlanRequest plan;
+  bool keep_memory = true;
+};
+
+// The attributes every op of the family has.
+absl::Status ReadRequest(OpKernelConstruction* ctx, CallRequest* request) {
   std::string algorithm;
   TF_RETURN_IF_ERROR(ctx->GetAttr("algorithm", &algorithm));
-  TF_RETURN_IF_ERROR(ToStatus(ParseAlgorithm(algorithm, &request->algorithm)));
-  return ctx->GetAttr("workspace_limit", &request->workspace_limit);
+  TF_RETURN_IF_ERROR(ToStatus(ParseAlgorithm(algorithm, &request->plan.algorithm)));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("keep_memory", &request->keep_memory));
+  return ctx->GetAttr("workspace_limit", &request->plan.workspace_limit);
 }
 
 // The request for one pass of element type T on this device's thread pool.
@@ -187,12 +198,12 @@ PlanRequest DeviceRequest(OpKernelContext* ctx, PlanRequest req) {
 // written in full. With 4 KiB pages a long conv1d pass takes 8192 page faults a call on
 // its 32 MiB output alone, and kernel time is 20-30% of its CPU time.
 template <class Plan>
-absl::Status AllocateWorkspace(OpKernelContext* ctx, const Plan& plan, Tensor* out,
+absl::Status AllocateWorkspace(OpKernelContext* ctx, const Plan& plan, bool keep, Tensor* out,
                                PooledWorkspace* workspace) {
   AdviseHugePages(out->data(), static_cast<int64_t>(out->TotalBytes()));
   if (plan.workspace_bytes > 0) {
     bool fresh = false;
-    TF_RETURN_IF_ERROR(workspace->Acquire(ctx, plan.workspace_bytes, &fresh));
+    TF_RETURN_IF_ERROR(workspace->Acquire(ctx, plan.workspace_bytes, keep, &fresh));
     if (fresh) AdviseHugePages(workspace->data(), plan.workspace_bytes);
   }
   return absl::OkStatus();
@@ -225,25 +236,26 @@ void RunOnGpu(OpKernelContext* ctx, const Geometry& g, ConvPass pass, const Plan
 
 // Runs one pass on operands in the pass's order: on the op's GPU (kGpu), or planned for
 // this device's thread pool (the plan cached in `plans` under `key`, the shapes that
-// determine the geometry) with its workspace from AllocateWorkspace. Geometry:
-// ConvGeometry or Conv3dGeometry.
+// determine the geometry) with its workspace from AllocateWorkspace, keeping memory for
+// later calls only where the request allows it. Geometry: ConvGeometry or Conv3dGeometry.
 template <typename T, bool kGpu, class Geometry, typename Key, typename Plan>
-void PlanAndRun(OpKernelContext* ctx, const Geometry& g, ConvPass pass, const PlanRequest& request,
+void PlanAndRun(OpKernelContext* ctx, const Geometry& g, ConvPass pass, const CallRequest& request,
                 PlanCache<Key, Plan>& plans, const Key& key, const Tensor& a, const Tensor& b,
                 Tensor* out) {
 #ifdef LARGECONV_WITH_CUDA
   if constexpr (kGpu) {
-    RunOnGpu<T>(ctx, g, pass, request, a, b, out);
+    RunOnGpu<T>(ctx, g, pass, request.plan, a, b, out);  // no pool or spectrum cache there
     return;
   }
 #endif
   Plan plan;
-  const PlanRequest req = DeviceRequest<T>(ctx, request);
+  const PlanRequest req = DeviceRequest<T>(ctx, request.plan);
   OP_REQUIRES_OK(ctx, plans.Get(
                           key, req.threads,
                           [&](Plan* p) { return ToStatus(PlanPass(g, pass, req, p)); }, &plan));
+  if constexpr (std::is_same_v<Plan, PassPlan>) plan.fft.keep_spectra = request.keep_memory;
   PooledWorkspace workspace;
-  OP_REQUIRES_OK(ctx, AllocateWorkspace(ctx, plan, out, &workspace));
+  OP_REQUIRES_OK(ctx, AllocateWorkspace(ctx, plan, request.keep_memory, out, &workspace));
   RunPass(g, plan, CorePtr<T>(a), a.NumElements(), CorePtr<T>(b), b.NumElements(), CorePtr<T>(out),
           plan.workspace_bytes > 0 ? workspace.data() : nullptr, PoolFor(ctx));
 }
@@ -264,7 +276,7 @@ class ConvOpBase : public OpKernel {
   }
 
   ConvAttrs attrs_;
-  PlanRequest request_;
+  CallRequest request_;
   PlanCache<ConvGeometry::Key, PassPlan> plans_;
 };
 
@@ -364,7 +376,7 @@ class Conv3dPassOp : public OpKernel {
 
  private:
   Conv3dAttrs attrs_;
-  PlanRequest request_;
+  CallRequest request_;
   PlanCache<std::pair<Shape5, Shape5>, Pass3dPlan> plans_;
 };
 
@@ -425,4 +437,13 @@ REGISTER_KERNEL_BUILDER(Name("LargeConv>Conv2DRoute").Device(tensorflow::DEVICE_
 // tf_largeconv.info(): the library chooses it on its own first use, as _core does.
 extern "C" __attribute__((visibility("default"))) const char* LargeConvCpuIsa() {
   return largeconv::CpuIsaName(largeconv::ActiveCpuIsa().level);
+}
+
+// What this library's filter-spectrum cache holds (cc/core/cpu/spectrum_cache.h), for the
+// package's tests (tf_largeconv/_loader.py reads it by ctypes): entries and their bytes.
+extern "C" __attribute__((visibility("default"))) void LargeConvSpectrumCacheStats(int64_t* entries,
+                                                                                   int64_t* bytes) {
+  largeconv::SpectrumCache& cache = largeconv::SpectrumCache::Global();
+  *entries = cache.entries();
+  *bytes = cache.bytes_held();
 }

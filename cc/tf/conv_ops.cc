@@ -275,7 +275,8 @@ std::string AlgorithmAttr() {
       .Attr("data_format: {'NHWC', 'NCHW'} = 'NHWC'") \
       .Attr("dilations: list(int) = [1, 1, 1, 1]")    \
       .Attr(largeconv::AlgorithmAttr())               \
-      .Attr("workspace_limit: int = -1")
+      .Attr("workspace_limit: int = -1")              \
+      .Attr("keep_memory: bool = true")
 
 REGISTER_OP("LargeConv>Conv2D")
     .Input("input: T")
@@ -337,7 +338,8 @@ tf.custom_gradient, which costs several times as much.
       .Attr("data_format: {'NDHWC', 'NCDHW'} = 'NDHWC'") \
       .Attr("dilations: list(int) = [1, 1, 1, 1, 1]")    \
       .Attr(largeconv::AlgorithmAttr())                  \
-      .Attr("workspace_limit: int = -1")
+      .Attr("workspace_limit: int = -1")                 \
+      .Attr("keep_memory: bool = true")
 
 REGISTER_OP("LargeConv>Conv3D")
     .Input("input: T")

@@ -56,13 +56,14 @@ WorkspacePool::Stats WorkspacePool::stats() {
 
 PooledWorkspace::~PooledWorkspace() {
   // A small workspace is not kept, but its call still applies the budget (0 empties the
-  // pool).
-  if (held_) WorkspacePool::Global().Give(pooled_ ? &tensor_ : nullptr, budget_);
+  // pool); a call that keeps nothing leaves the pool as it is.
+  if (held_ && kept_) WorkspacePool::Global().Give(pooled_ ? &tensor_ : nullptr, budget_);
 }
 
-absl::Status PooledWorkspace::Acquire(tensorflow::OpKernelContext* ctx, int64_t bytes,
+absl::Status PooledWorkspace::Acquire(tensorflow::OpKernelContext* ctx, int64_t bytes, bool keep,
                                       bool* fresh) {
-  budget_ = WorkspacePool::BudgetFromEnvironment();
+  kept_ = keep;
+  budget_ = keep ? WorkspacePool::BudgetFromEnvironment() : 0;
   pooled_ = budget_ > 0 && bytes >= WorkspacePool::kMinBytes;
   *fresh = !(pooled_ && WorkspacePool::Global().Take(bytes, &tensor_));
   if (*fresh) {

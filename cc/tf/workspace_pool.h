@@ -7,8 +7,10 @@
 // transpose. The pool keeps released workspaces (tensors from TF's allocator, so
 // allocated and counted as any other) for the next call that fits, up to
 // LARGECONV_WORKSPACE_POOL_MIB MiB of idle workspaces per process (read on every call; 0
-// keeps none). Every pass writes all of its workspace that it reads, so a reused one gives
-// bitwise the same results.
+// keeps none). A call whose op has keep_memory=false neither takes nor keeps one: its
+// workspace is a temporary of TF's allocator, freed when the call returns. Every pass
+// writes all of its workspace that it reads, so a reused one gives bitwise the same
+// results.
 #ifndef TF_LARGECONV_TF_WORKSPACE_POOL_H_
 #define TF_LARGECONV_TF_WORKSPACE_POOL_H_
 
@@ -50,20 +52,21 @@ class WorkspacePool {
 };
 
 // A call's workspace: taken from the pool or allocated, and given back to the pool when
-// the call ends.
+// the call ends; or, for a call that keeps nothing, allocated and freed.
 class PooledWorkspace {
  public:
   PooledWorkspace() = default;
   PooledWorkspace(const PooledWorkspace&) = delete;
   PooledWorkspace& operator=(const PooledWorkspace&) = delete;
   ~PooledWorkspace();
-  // Sets *fresh to whether the workspace was newly allocated.
-  absl::Status Acquire(tensorflow::OpKernelContext* ctx, int64_t bytes, bool* fresh);
+  // Sets *fresh to whether the workspace was newly allocated. `keep`: whether the call may
+  // use the pool (its op's keep_memory attribute).
+  absl::Status Acquire(tensorflow::OpKernelContext* ctx, int64_t bytes, bool keep, bool* fresh);
   void* data() { return held_ ? tensor_.data() : nullptr; }
 
  private:
   tensorflow::Tensor tensor_;
-  bool held_ = false, pooled_ = false;
+  bool held_ = false, kept_ = false, pooled_ = false;
   int64_t budget_ = 0;
 };
 

@@ -38,7 +38,8 @@ class Op:
   priced: bool = True
   largeconv_workspace: int | None = None  # the LargeConv planner's bound, for TF's convs
   # A LargeConv op's kernels' workspaces, from the package's pool (`_workspace.Workspaces`):
-  # the forward's, then its gradients'.
+  # the forward's, then its gradients'; none for an op that keeps no memory between calls
+  # (its workspaces are then plain temporaries, `workspace` and `grad_workspace`).
   pooled: tuple[int, ...] = ()
   grad_pooled: tuple[int, ...] = ()
 
@@ -145,7 +146,7 @@ class _Builder:
     )
     if op.type in _optable.TF_CONVS:
       self.ops[-1].largeconv_workspace = _workspace.largeconv_bound(op)
-    if op.type in _optable.LARGE_CONVS:
+    if op.type in _optable.LARGE_CONVS and _workspace.keeps_memory(op):
       self.ops[-1].pooled, self.ops[-1].grad_pooled = pooled, grad_pooled
 
   def root(self, tid: int) -> int:

@@ -126,6 +126,16 @@ def large_conv_passes(op: Any, input_grad: bool) -> tuple[tuple[int, ...], tuple
   return forward, tuple(p.workspace_bytes for p in grads if p)
 
 
+def keeps_memory(op: Any) -> bool:
+  """Whether LargeConv op `op` keeps memory between calls (its keep_memory attribute; the
+  route op has none and runs no kernel of its own): its workspaces then go to the pool
+  (`Workspaces`)."""
+  try:
+    return bool(op.get_attr("keep_memory"))
+  except ValueError:
+    return True
+
+
 class Workspaces:
   """The package's workspace pool (`cc/tf/workspace_pool.cc`): a LargeConv kernel's
   workspace of 256 KiB or more is kept when the kernel returns, newest first, the oldest

@@ -95,13 +95,19 @@ def conv2d(
       only), 'tf' or 'portable' (stock TF ops only: FFT overlap-save in `tf.signal`,
       floating dtypes, static image and filter shapes). Under XLA compilation
       (jit_compile=True) 'auto' runs 'portable' and 'direct'/'fft' raise ValueError.
-      Gradients use the same setting. An eager 'auto' call whose filter tensor is among
-      the last few of calls with the same shapes and arguments may run the forward pass
-      through the op's FFT with the filter spectra it kept (see
-      `tf_largeconv.planning.kept_spectra`), where the first call ran TensorFlow's kernel or the
-      op's direct kernels: results then differ in the last bits.
+      Gradients use the same setting. An eager 'auto' call (keep_memory True) whose filter
+      tensor is among the last few of calls with the same shapes and arguments may run the
+      forward pass through the op's FFT with the filter spectra it kept (see
+      `tf_largeconv.planning.kept_spectra`), where the first call ran TensorFlow's kernel
+      or the op's direct kernels: results then differ in the last bits.
     workspace_limit: hard bound in bytes on the temporary memory of each pass (forward and
       both gradients); None means 64 MiB. See `tf_largeconv.plan`.
+    keep_memory: whether a CPU call may keep memory for later calls: its workspace in the
+      pool of idle workspaces (up to LARGECONV_WORKSPACE_POOL_MIB, default 128 MiB) and its
+      filter spectra (up to LARGECONV_SPECTRUM_CACHE_MIB, default 64 MiB), which spare
+      later calls the allocation and the filter's transforms. False frees both when the
+      call returns (it still uses spectra an earlier call kept): a call then holds its
+      output and at most workspace_limit. Gradients use the same setting.
 
   Returns:
     A tensor of input's dtype: batch_shape + [out_height, out_width, out_channels] for NHWC.
@@ -250,8 +256,9 @@ def conv2d_backprop_input(
   Has TensorFlow 2's tf.compat.v1.nn.conv2d_backprop_input's signature (TensorFlow 2 has
   no tf.nn.conv2d_backprop_input): the same positional arguments in the same order
   (use_cudnn_on_gpu sixth, accepted and ignored), the filter as `filter=` or, as there,
-  `filters=`; then the keyword-only `algorithm` and `workspace_limit`. Beyond TF's, strides
-  and dilations may be an int or 1 or 2 ints, as for `conv2d`.
+  `filters=`; then the keyword-only options (`algorithm`, `workspace_limit`,
+  `keep_memory`). Beyond TF's, strides and dilations may be an int or 1 or 2 ints, as for
+  `conv2d`.
 
   Args:
     input_sizes: int32 vector of 4: the shape of the convolution's input; or of 2, its

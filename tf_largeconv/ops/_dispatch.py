@@ -90,7 +90,7 @@ def kernel_for(input, filters, problem, eager=False):
     kernel = _routing.eager_routed(schedule, key, input.shape[0])
   else:
     return _routing.routed(schedule, key)
-  if eager and key.algorithm == "auto":
+  if eager and key.algorithm == "auto" and key.keep_memory:  # spectra kept between calls
     routes = routing.at_batch(schedule, input.shape[0])
     kept_bytes = kept_spectra.kept_spectra_bytes(
       tuple(input.shape), tuple(filters.shape), key, input.dtype.name, routes

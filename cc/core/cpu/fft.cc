@@ -134,7 +134,7 @@ struct Correlation : CorrelationOutputs<T> {
         size_t(g.filter_elements()) * sizeof(T)};
     SpectrumCache& cache = SpectrumCache::Global();
     k.hit = cache.Find(source, k.budget);
-    if (!k.hit) {
+    if (!k.hit && c.keep_spectra) {
       const int64_t values = KeptSpectraValues(g, pass(), c);  // every block's
       k.fill = cache.Begin(source, size_t(values) * sizeof(C), k.budget);
     }

@@ -53,6 +53,10 @@ struct FftConfig {
   int64_t group_block = 1;
   int64_t vec_block = 1;
   int64_t slots = 1;
+  // Not the planner's: whether the call may keep its filter spectra for later calls
+  // (spectrum_cache.h; the op's keep_memory attribute). Either way it uses spectra an
+  // earlier call kept.
+  bool keep_spectra = true;
 };
 
 // Exact workspace bytes of a pass for a given config and real type size (4 for float,
