@@ -17,9 +17,11 @@ from tf_largeconv.stream import _pool
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _fresh(code: str) -> dict:
+def _fresh(code: str, **env: str) -> dict:
   # oneDNN's operations on, as TensorFlow runs by default (the suite turns them off).
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT, TF_ENABLE_ONEDNN_OPTS="1")
+  env = dict(
+    os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT, TF_ENABLE_ONEDNN_OPTS="1", **env
+  )
   run = subprocess.run(
     [sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=env
   )
@@ -236,3 +238,44 @@ def test_kept_buffers_count_once_per_key():
   plain = _pool.Pool(pooled=False)
   plain.keep(("kept", 3, (10, 12)), 5 << 20)
   assert plain.kept == 0 and plain.grown == 0
+
+
+LEAN_RUN = """
+import json
+import keras, numpy as np, tensorflow as tf
+from tf_largeconv import _loader, ops, stream
+L = keras.layers
+x = i = keras.Input((None, None, 3))
+x = L.Conv2D(16, 3, padding="same")(x)
+x = L.DepthwiseConv2D(15, padding="same")(x)
+model = keras.Model(i, L.Conv2D(4, 1)(x))
+image = np.random.default_rng(0).standard_normal((1, 480, 480, 3)).astype(np.float32)
+labels = np.ones(model.compute_output_shape(image.shape), np.float32)
+trainer = stream.StreamingModel(model, head=None, tile=160)
+trainer.compile(optimizer="sgd", loss="mse")
+trainer.streamed_gradients(tf.constant(image), tf.constant(labels))
+streamed = _loader.workspace_pool_stats()[:2] + _loader.spectrum_cache_stats()
+window = tf.constant(image[:, :180, :180].repeat(6, axis=-1)[..., :16])
+kernel = tf.convert_to_tensor(model.layers[2].kernel)
+for _ in range(3):  # the same op as the tiles run it, keeping memory as by default
+  with tf.GradientTape() as tape:
+    tape.watch(window)
+    y = ops.depthwise_conv2d(window, kernel, [1, 1, 1, 1], [[0, 0], [7, 7], [7, 7], [0, 0]],
+                             workspace_limit=4 * 194 * 194 * 16)
+  tape.gradient(y, [window, kernel])
+kept = _loader.workspace_pool_stats()[:2] + _loader.spectrum_cache_stats()
+print(json.dumps({"tiles": trainer.plan(image.shape).tiles, "streamed": streamed, "kept": kept}))
+"""
+
+
+def test_a_streamed_step_keeps_no_workspace_or_spectra_of_the_packages_op():
+  """A dense StreamingModel step whose large depthwise convolution runs the package's op
+  under the tape leaves the op's pool of idle workspaces and its spectrum cache empty, at
+  their default budgets: nothing the plan does not count outlives a tile's call. The same
+  op called as the tiles call it but keeping memory fills both."""
+  env = {"LARGECONV_WORKSPACE_POOL_MIB": "128", "LARGECONV_SPECTRUM_CACHE_MIB": "64"}
+  got = _fresh(LEAN_RUN, **env)
+  assert got["tiles"] == 9
+  assert got["streamed"] == [0, 0, 0, 0], got
+  idle, idle_bytes, entries, spectra = got["kept"]
+  assert idle >= 1 and idle_bytes >= 256 << 10 and entries >= 1 and spectra > 0, got

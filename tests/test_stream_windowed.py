@@ -177,3 +177,71 @@ def test_nearest_upsampling_gathers_only_the_tiles_pixels(k):
     np.testing.assert_array_equal(got.numpy(), full[(slice(None), *index)])
   with _windowed.taped():
     assert window(x, [0] * rank, list(full.shape[1:-1])) is None
+
+
+LARGE = [  # (layer, rank, whether the package's op runs under the tape)
+  (lambda: L.Conv2D(3, 15, strides=2, padding="same", activation="relu"), 2, True),
+  (lambda: L.DepthwiseConv2D(11, padding="same", depth_multiplier=2), 2, True),
+  (lambda: L.DepthwiseConv2D((11, 5), strides=2, padding="same", activation="tanh"), 2, True),
+  (lambda: L.DepthwiseConv2D(11, dilation_rate=2, padding="same"), 2, True),
+  (lambda: L.Conv1D(2, 15, padding="causal"), 1, True),
+  (lambda: L.DepthwiseConv1D(11, padding="same"), 1, True),
+  (lambda: L.Conv2D(3, 14, padding="same"), 2, False),
+  (lambda: L.DepthwiseConv2D(10, padding="same"), 2, False),
+]
+
+
+@pytest.mark.parametrize("k", range(len(LARGE)))
+def test_large_keras_kernels_run_the_packages_op_under_the_tape(k, monkeypatch):
+  """Under a tile's gradient tape, Keras convolutions with kernels from
+  `PACKAGE_UNDER_TAPE` run the package's op (TensorFlow's not at all; smaller kernels
+  TensorFlow's), with the layer's result and gradients (input and every variable), on a
+  window padded on every side."""
+  import tensorflow as tf
+
+  from tf_largeconv import ops
+  from tf_largeconv.stream import _layers
+  from tf_largeconv.stream import _rules
+
+  calls = {"tf": 0, "package": 0}
+  for module, name, who in [
+    (tf.nn, "conv2d", "tf"),
+    (tf.nn, "depthwise_conv2d", "tf"),
+    (ops, "conv2d", "package"),
+    (ops, "depthwise_conv2d", "package"),
+  ]:
+    real = getattr(module, name)
+    monkeypatch.setattr(
+      module,
+      name,
+      lambda *a, real=real, who=who, **kw: calls.__setitem__(who, calls[who] + 1) or real(*a, **kw),
+    )
+  make, rank, package = LARGE[k]
+  with floatx("float64"):
+    model = _model(make, (None, None, 3) if rank == 2 else (None, 3))
+  layer = model.layers[-1]
+  shape = (1, 19, 22, 3) if rank == 2 else (1, 23, 3)
+  x = model.layers[-2](tf.constant(_image(shape, "float64")))
+  rule, _ = _layers.rule_for(layer, [model.layers[-2].output], rank, layer)
+  assert rule.explicit and (rule.taped_copy or not package)
+  pads = []
+  for n, size, s, d in zip(x.shape[1:-1], rule.kernel, rule.strides, rule.dilations):
+    out, before, extent = _rules.slide_axis(n, size, s, d, layer.padding)
+    pads.append((before, (out - 1) * s + extent - n - before))
+  weights = tf.constant(_image(tuple(layer(x).shape), "float64", seed=5))
+  got, want = [], []
+  calls.update(tf=0, package=0)
+  for run, grads, tape in (
+    (lambda: rule.call(x, pads), got, _windowed.tile_tape),
+    (lambda: layer(x), want, tf.GradientTape),
+  ):
+    with tape() as t:
+      t.watch(x)
+      y = run()
+      loss = tf.reduce_sum(y * weights)
+    grads += [y, *t.gradient(loss, [x, *layer.trainable_variables])]
+    if grads is got:
+      assert calls == ({"tf": 0, "package": 1} if package else {"tf": 1, "package": 0}), calls
+  for g, w in zip(got, want, strict=True):
+    scale = float(tf.reduce_max(tf.abs(w))) or 1.0
+    assert float(tf.reduce_max(tf.abs(g - w))) <= 1e-10 * scale

@@ -1,7 +1,8 @@
 """Keras's convolutions as a streamed tile runs them under the gradient tape: TensorFlow's
 op (tf.nn.conv2d on a padded copy, tf.nn.depthwise_conv2d with explicit padding) against
-the package's op with explicit padding, forward and both gradients, per kernel size: where
-running the package's op in a streamed training step would be the faster.
+the package's op as the stream runs it there (explicit padding, the padded window's bytes
+as its workspace limit, keep_memory=False), forward and both gradients, per kernel size.
+The sizes from which the package's is faster are `stream._windowed.PACKAGE_UNDER_TAPE`.
 
   python -m benchmarks.cpu.taped_ops [--size 256] [--kernels 3 5 7 9 15 31] [--repeats 3]
 
@@ -50,6 +51,7 @@ def main(argv=None):
   import tensorflow as tf
 
   from tf_largeconv import ops
+  from tf_largeconv.stream import _windowed
 
   rng = np.random.default_rng(0)
   families = {
@@ -64,18 +66,21 @@ def main(argv=None):
       w = tf.constant(rng.standard_normal((k, k, channels, out), np.float32))
       pads = [[0, 0], [k // 2, k - 1 - k // 2], [k // 2, k - 1 - k // 2], [0, 0]]
       package = getattr(ops, name)
+      lean = dict(workspace_limit=_windowed.padded_bytes(x, pads), keep_memory=False)
+
+      def package_call(x, w, p, op=package, lean=lean):
+        return op(x, w, [1] * 4, p, **lean)
+
       times = {
         "tensorflow": _best(_step(tf, tf_call, x, w, pads), args.repeats, args.budget),
-        "package": _best(
-          _step(tf, lambda x, w, p, op=package: op(x, w, [1] * 4, p), x, w, pads),
-          args.repeats,
-          args.budget,
-        ),
+        "package": _best(_step(tf, package_call, x, w, pads), args.repeats, args.budget),
       }
       ratio = times["tensorflow"] / times["package"]
+      used = "package" if k >= _windowed.PACKAGE_UNDER_TAPE[name] else "tensorflow"
       print(
         f"{name} {k}x{k}, {channels} channels, {args.size}^2: TensorFlow "
-        f"{times['tensorflow']:.3f} s, package {times['package']:.3f} s ({ratio:.2f}x)",
+        f"{times['tensorflow']:.3f} s, package {times['package']:.3f} s ({ratio:.2f}x); "
+        f"the stream uses {used}",
         flush=True,
       )
 

@@ -135,7 +135,7 @@ class _Builder:
     step.allocs = _layers.allocs(op, kind, len(ins))
     step.tape_allocs = _layers.tape_allocs(op, kind, len(ins))
     step.grads = _layers.grad_temps(op, kind)
-    step.kept = _layers.kept_by_kernel(op, kind)
+    step.kept = _layers.kept_by_kernel(op, kind, rule)
     if kinds == {True, False}:
       self._gate(step, refs)
     out = self.graph.add(step)

@@ -234,11 +234,14 @@ def grad_temps(op: Any, kind: str) -> tuple[float, float, bool]:
 KEPT_BY_STRIDED_KERNEL_GRAD = 1.05
 
 
-def kept_by_kernel(op: Any, kind: str) -> float:
+def kept_by_kernel(op: Any, kind: str, rule: Any = None) -> float:
   """The bytes a step's backward pass leaves held for the life of the process, once per
   shape of its output, as a share of that output: a trainable strided Conv1D/Conv2D's
-  (`KEPT_BY_STRIDED_KERNEL_GRAD`); else 0."""
+  (`KEPT_BY_STRIDED_KERNEL_GRAD`) where TensorFlow's gradient runs (not the package's:
+  `rule.package_under_tape`); else 0."""
   if kind != "conv" or not isinstance(op, (L.Conv1D, L.Conv2D)) or not op.trainable:
+    return 0.0
+  if getattr(rule, "package_under_tape", False):
     return 0.0
   strided = any(s > 1 for s in _tuple(op.strides, 2))
   return KEPT_BY_STRIDED_KERNEL_GRAD if strided and max(_tuple(op.kernel_size, 2)) > 1 else 0.0
@@ -265,6 +268,7 @@ def rule_for(op: Any, refs: Sequence[Any], rank: int, call: _rules.Call) -> tupl
     call = explicit or _valid_clone(op, channels, rank)
     sliding = _rules.Sliding(call, kernel, strides, dilations, op.padding, explicit=bool(explicit))
     sliding.taped_copy = _windowed.copies_under_tape(explicit)
+    sliding.package_under_tape = _windowed.package_under_tape(explicit)
     return sliding, "conv"
   if isinstance(op, TRANSPOSED):
     clone = _valid_clone(op, channels, rank)

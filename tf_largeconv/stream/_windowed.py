@@ -16,7 +16,15 @@ gives Keras's nearest upsampling of only a tile's output pixels.
 Under a gradient tape (`taped()`), Keras's Conv1D/Conv2D pad a copy and run 'VALID':
 TensorFlow's CPU gradients of tf.nn.conv2d with explicit padding leave oneDNN, and the
 filter's gradient then builds a buffer of kernel taps x input channels x output pixels
-(nine times the input for a 3x3 kernel) and takes two to three times as long.
+(nine times the input for a 3x3 kernel) and takes two to three times as long. Keras's
+convolutions and depthwise convolutions with large kernels (`PACKAGE_UNDER_TAPE`: from
+where the package's gradients are the faster, `benchmarks/cpu/taped_ops.py`) run the
+package's op under the tape instead, with explicit padding, a workspace limit of the
+padded window's bytes, which the plan counts as the layer's padded copy, and
+keep_memory=False: each pass's workspace is a temporary of TensorFlow's allocator, freed
+when the pass returns, and no filter spectra are kept, so nothing outlives the call that
+the plan does not count (the op's pool of idle workspaces and its spectrum cache would
+otherwise hold up to 128 and 64 MiB across a pass's tile shapes).
 Copies stay for AveragePooling (tf.nn.avg_pool has no explicit padding), 3D layers
 (tf.nn.conv3d has none), grouped Keras convolutions (TensorFlow runs them on the CPU only
 under XLA), dilated Keras convolutions (tf.nn.conv2d has no gradient for dilations on the
@@ -45,6 +53,15 @@ PaddedCall = Callable[[tf.Tensor, Pads], tf.Tensor]
 
 _TAPED = contextvars.ContextVar("tf_largeconv_stream_taped", default=False)
 
+# The kernel size (largest spatial side) from which a Keras convolution runs, under a
+# gradient tape, the package's op with its gradients instead of TensorFlow's. Measured with
+# `python -m benchmarks.cpu.taped_ops` (the package's op as `_keras_windowed` runs it, its
+# workspace bounded by the padded window): from these sizes its forward and backward pass
+# is the faster on tiles of 128^2 and 256^2. TensorFlow's conv2d gradient takes hundreds of
+# times as long from 15x15; below that, within the padded window's bytes, the package's
+# conv2d is not faster.
+PACKAGE_UNDER_TAPE = {"conv2d": 15, "depthwise_conv2d": 11}
+
 
 @contextlib.contextmanager
 def taped() -> Iterator[None]:
@@ -67,6 +84,11 @@ def tile_tape() -> Iterator[tf.GradientTape]:
 def copies_under_tape(call: Any) -> bool:
   """Whether `call` (from `explicit_call`) pads a copy when it runs under `taped()`."""
   return bool(getattr(call, "copies_under_tape", False))
+
+
+def package_under_tape(call: Any) -> bool:
+  """Whether `call` (from `explicit_call`) runs the package's op under `taped()`."""
+  return bool(getattr(call, "package_under_tape", False))
 
 
 def _nhwc(pads: Pads) -> list[list[int]]:
@@ -115,42 +137,65 @@ def _window(op: Any, rank: int) -> tuple[list[int], list[int]]:
   return ones + list(op.strides), ones + list(op.dilation_rate)
 
 
-def _keras_windowed(op: Any, rank: int, kernels: tuple[str, ...], conv: Any) -> PaddedCall:
+def _keras_windowed(
+  op: Any, rank: int, kernels: tuple[str, ...], conv: Any, package: str | None = None
+) -> PaddedCall:
   """`op`, a Keras convolution that computes as Keras's does, as `conv` (tf.nn's 2-D op) on
   its `kernels` (attribute names; 1-D kernels lifted to height 1), then its bias and
-  activation."""
+  activation; under the tape, for kernels from `PACKAGE_UNDER_TAPE[package]`, as the
+  package's op of that name."""
   strides, dilations = _window(op, rank)
-
-  copies = conv is tf.nn.conv2d
+  large = package is not None and max(op.kernel_size) >= PACKAGE_UNDER_TAPE[package]
+  copies = conv is tf.nn.conv2d and not large
 
   def run(x: tf.Tensor, pads: Pads) -> tf.Tensor:
     x = tf.cast(x, op.compute_dtype)
     weights = [_value(getattr(op, name), x.dtype) for name in kernels]
     if rank == 1:
       weights = [w[None] for w in weights]
+    pairs = _nhwc(pads)
     padding = _op_padding(pads)
-    if copies and _TAPED.get() and padding != "VALID":
-      x, padding = tf.pad(x, padding), "VALID"
+    options: dict[str, Any] = {}
+    run_conv = conv
+    if large and _TAPED.get():
+      run_conv = getattr(_ops, str(package))
+      options.update(workspace_limit=padded_bytes(x, pairs), keep_memory=False)
+    elif copies and _TAPED.get() and padding != "VALID":
+      x, padding = tf.pad(x, pairs), "VALID"
     # No name holds the op's result: _finish frees it once the bias is added.
-    return _finish(op, conv(x, *weights, [1, *strides, 1], padding, dilations=dilations))
+    return _finish(
+      op, run_conv(x, *weights, [1, *strides, 1], padding, dilations=dilations, **options)
+    )
 
   call = _as_2d(rank, run)
-  call.copies_under_tape = copies  # type: ignore[attr-defined]
+  # What the plan counts for a padded copy under the tape: the copy, or the package op's
+  # workspace, bounded by the copy's bytes and freed with the call.
+  call.copies_under_tape = copies or large  # type: ignore[attr-defined]
+  call.package_under_tape = large  # type: ignore[attr-defined]
   return call
+
+
+def padded_bytes(x: tf.Tensor, padding: Sequence[Sequence[int]]) -> int:
+  """The bytes of `x` (NHWC) padded by `padding` (per axis, before and after)."""
+  sizes = [int(n) + int(a) + int(b) for n, (a, b) in zip(x.shape, padding)]
+  count = 1
+  for n in sizes:
+    count *= n
+  return count * x.dtype.size
 
 
 def _keras_conv(op: Any, rank: int) -> PaddedCall | None:
   base = L.Conv1D if rank == 1 else L.Conv2D
   if not _own_call(op, base, "convolution_op") or op.groups != 1 or max(op.dilation_rate) > 1:
     return None
-  return _keras_windowed(op, rank, ("kernel",), tf.nn.conv2d)
+  return _keras_windowed(op, rank, ("kernel",), tf.nn.conv2d, "conv2d")
 
 
 def _keras_depthwise(op: Any, rank: int) -> PaddedCall | None:
   base = L.DepthwiseConv1D if rank == 1 else L.DepthwiseConv2D
   if not _own_call(op, base):
     return None
-  return _keras_windowed(op, rank, ("kernel",), tf.nn.depthwise_conv2d)
+  return _keras_windowed(op, rank, ("kernel",), tf.nn.depthwise_conv2d, "depthwise_conv2d")
 
 
 def _keras_separable(op: Any, rank: int) -> PaddedCall | None:
