@@ -279,31 +279,3 @@ def test_a_streamed_step_keeps_no_workspace_or_spectra_of_the_packages_op():
   assert got["streamed"] == [0, 0, 0, 0], got
   idle, idle_bytes, entries, spectra = got["kept"]
   assert idle >= 1 and idle_bytes >= 256 << 10 and entries >= 1 and spectra > 0, got
-
-
-def test_plan_counts_the_package_ops_workspace_on_every_taped_window():
-  """Under the tape a large Keras depthwise convolution runs the package's op with a
-  workspace limit of its padded window's bytes, on windows with nothing to pad as well:
-  the training plan counts that window's bytes for the step on an interior tile, and the
-  forward plan (TensorFlow's op, explicit padding) counts nothing there."""
-  import keras
-  import numpy as np
-
-  from tf_largeconv import stream
-  from tf_largeconv.stream import _plan
-
-  inp = keras.Input((None, None, 4))
-  model = keras.Model(inp, keras.layers.DepthwiseConv2D(15, padding="same")(inp))
-  plan = stream.plan(model, np.zeros((1, 200, 200, 4), np.float32), tile=50)
-  tiling = plan.tiling
-  assert tiling.count >= 9
-  index = (1, 1)  # every side inside the image
-  spans = tiling.window(index, 0)
-  window = 4 * 4 * int(np.prod([b - a for a, b in spans]))
-
-  def padded(taped):
-    events = _plan.tile_events(tiling, index, 1, 4, taped=taped)
-    return [e[2] for e in events if e[0] == "a" and isinstance(e[1], tuple) and e[1][0] == "pad"]
-
-  assert padded(True) == [window]
-  assert padded(False) == []
