@@ -292,10 +292,7 @@ def tile_events(
         not rule.explicit or (taped and getattr(rule, "taped_copy", False))
       ):
         pads = _padded(step, out_spans)
-        # The package's op under the tape takes a workspace of up to the padded window's
-        # bytes on every window, padded or not (`_windowed.package_under_tape`).
-        package = taped and getattr(rule, "package_under_tape", False)
-        if package or pads != _needed(tiling, step, out_spans, step.inputs[0]):
+        if pads != _needed(tiling, step, out_spans, step.inputs[0]):
           temps.append(("pad", k))
           ev.append(("a", temps[-1], _bytes(tiling, step.inputs[0], pads, batch, itemsize)))
       out = _bytes(tiling, step.output, out_spans, batch, itemsize)
