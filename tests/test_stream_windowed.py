@@ -202,3 +202,46 @@ def test_large_keras_kernels_run_the_packages_op_under_the_tape(k, monkeypatch):
   for g, w in zip(got, want, strict=True):
     scale = float(tf.reduce_max(tf.abs(w))) or 1.0
     assert float(tf.reduce_max(tf.abs(g - w))) <= 1e-10 * scale
+
+
+class OwnUpsampling(L.UpSampling2D):
+  """An UpSampling2D whose call is the user's: streamed by its own call and a crop."""
+
+  def call(self, inputs):
+    return super().call(inputs) + 1.0
+
+
+NEAREST = [  # (layer, rank, whether it gathers the tile's pixels)
+  (lambda: L.UpSampling1D(3), 1, True),
+  (lambda: L.UpSampling2D((2, 3)), 2, True),
+  (lambda: L.UpSampling3D((2, 1, 3)), 3, True),
+  (lambda: L.UpSampling2D(2, interpolation="bilinear"), 2, False),
+  (lambda: OwnUpsampling(2), 2, False),
+]
+
+
+@pytest.mark.parametrize("k", range(len(NEAREST)))
+def test_nearest_upsampling_gathers_only_the_tiles_pixels(k):
+  """Keras's nearest upsampling gives a tile's output pixels directly (`nearest_window`),
+  equal to upsampling the window and cropping it, from odd and even starts; under the
+  tape, and for layers that compute otherwise, the layer's own call runs."""
+  import numpy as np
+  import tensorflow as tf
+
+  make, rank, gathers = NEAREST[k]
+  layer = make()
+  window = _windowed.nearest_window(layer, rank)
+  assert (window is not None) == gathers
+  if window is None:
+    return
+  sizes = (5, 4, 3)[:rank]
+  x = tf.constant(np.random.default_rng(k).standard_normal((2, *sizes, 3)))
+  full = layer(x).numpy()
+  factors = [full.shape[1 + i] // n for i, n in enumerate(sizes)]
+  for starts in ([1] * rank, [f + 1 for f in factors], [0] * rank):
+    lengths = [full.shape[1 + i] - s - 1 for i, s in enumerate(starts)]
+    index = tuple(slice(s, s + n) for s, n in zip(starts, lengths))
+    got = window(x, starts, lengths)
+    np.testing.assert_array_equal(got.numpy(), full[(slice(None), *index)])
+  with _windowed.taped():
+    assert window(x, [0] * rank, list(full.shape[1:-1])) is None

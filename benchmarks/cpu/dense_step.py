@@ -3,14 +3,16 @@ pixel) against the streamed forward pass over the same image, both under the sam
 `memory_limit`, in one process: the best of `--repeats` alternating rounds each.
 
   python -m benchmarks.cpu.dense_step [--networks unet depthwise resnet] [--size 512]
-      [--memory-limit 256] [--repeats 3] [--budget 30] [--json PATH]
+      [--memory-limit 256] [--repeats 3] [--budget 30] [--eager] [--json PATH]
 
 A case that takes longer than `--budget` seconds is timed once after its warm-up. The step
 streams the model's forward and backward pass tile by tile (its tiles are planned
 for the training step, which holds more per pixel, so they are smaller than the forward's);
 the forward is `StreamingModel.predict` on the same batch. The untiled model's step and
 forward (`train_on_batch`, `predict_on_batch` of a Keras model with the same weights) are
-timed alongside, for what the network's own layers cost.
+timed alongside, for what the network's own layers cost. With --eager, also the untiled
+model's `GradientTape` step (mean squared error, SGD) and forward call run eagerly, as the
+streamed step runs its layers, and the same step under `tf.function`.
 """
 
 import argparse
@@ -20,7 +22,23 @@ import time
 from benchmarks.cpu import stream_memory
 
 
-def _case(keras, network, size, memory_limit, repeats, budget):
+def _eager_runs(keras, plain, x, y):
+  """The untiled model's step and forward pass called eagerly, and the step traced."""
+  import tensorflow as tf
+
+  optimizer = keras.optimizers.SGD()
+  xt, yt = tf.constant(x), tf.constant(y)
+
+  def step():
+    with tf.GradientTape() as tape:
+      loss = tf.reduce_mean(tf.square(plain(xt) - yt))
+    grads = tape.gradient(loss, plain.trainable_variables)
+    optimizer.apply_gradients(zip(grads, plain.trainable_variables))
+
+  return {"eager_step": step, "eager_forward": lambda: plain(xt), "traced_step": tf.function(step)}
+
+
+def _case(keras, network, size, memory_limit, repeats, budget, eager=False):
   import numpy as np
 
   from tf_largeconv import stream
@@ -43,6 +61,8 @@ def _case(keras, network, size, memory_limit, repeats, budget):
     "untiled_step": lambda: plain.train_on_batch(x, y),
     "untiled_forward": lambda: plain.predict_on_batch(x),
   }
+  if eager:
+    runs.update(_eager_runs(keras, plain, x, y))
   times: dict[str, list[float]] = {name: [] for name in runs}
   for r in range(repeats + 1):
     for name, run in runs.items():
@@ -53,7 +73,11 @@ def _case(keras, network, size, memory_limit, repeats, budget):
       if r:  # the first round warms every case
         times[name].append(time.perf_counter() - start)
   best = {name: min(t) for name, t in times.items()}
+  extra = {
+    f"untiled_{name}_s": best[name] for name in runs if name.split("_")[0] in ("eager", "traced")
+  }
   return {
+    **extra,
     "network": network,
     "size": size,
     "memory_limit_mib": memory_limit,
@@ -79,6 +103,9 @@ def main(argv=None):
     default=30.0,
     help="seconds: a case slower than this once is not repeated",
   )
+  parser.add_argument(
+    "--eager", action="store_true", help="also time the untiled model's step and forward eagerly"
+  )
   parser.add_argument("--json", help="write the rows here")
   args = parser.parse_args(argv)
 
@@ -86,7 +113,7 @@ def main(argv=None):
 
   rows = []
   for network in args.networks:
-    row = _case(keras, network, args.size, args.memory_limit, args.repeats, args.budget)
+    row = _case(keras, network, args.size, args.memory_limit, args.repeats, args.budget, args.eager)
     rows.append(row)
     print(
       f"{network} {args.size}^2, {args.memory_limit} MiB: step {row['step_s']:.2f} s "
@@ -95,6 +122,13 @@ def main(argv=None):
       f"{row['untiled_step_s']:.2f} s, forward {row['untiled_forward_s']:.2f} s",
       flush=True,
     )
+    if args.eager:
+      print(
+        f"  untiled, eager: step {row['untiled_eager_step_s']:.3f} s, forward "
+        f"{row['untiled_eager_forward_s']:.3f} s; the step traced "
+        f"{row['untiled_traced_step_s']:.3f} s",
+        flush=True,
+      )
   if args.json:
     with open(args.json, "w") as f:
       json.dump(rows, f, indent=1)

@@ -297,7 +297,8 @@ def rule_for(op: Any, refs: Sequence[Any], rank: int, call: _rules.Call) -> tupl
     if interpolation not in ("nearest", "bilinear"):
       raise _refuse(op, f"interpolation {interpolation!r} (streamed: 'nearest', 'bilinear')")
     halo = 1 if interpolation == "bilinear" else 0
-    return _rules.Upsample(call, _tuple(op.size, rank), halo), "upsample"
+    window = _windowed.nearest_window(op, rank)
+    return _rules.Upsample(call, _tuple(op.size, rank), halo, window), "upsample"
   if isinstance(op, ZERO_PADDING + CROPPING):
     pairs = _pairs(op.padding if isinstance(op, ZERO_PADDING) else op.cropping, rank)
     sign = 1 if isinstance(op, ZERO_PADDING) else -1

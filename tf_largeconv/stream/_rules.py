@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from collections.abc import Sequence
 from fractions import Fraction
+from typing import Any
 
 import tensorflow as tf
 
@@ -59,11 +60,24 @@ def _pad(x: tf.Tensor, pads: Sequence[tuple[int, int]], value: float) -> tf.Tens
 
 
 def crop(x: tf.Tensor, starts: Sequence[int], lengths: Sequence[int]) -> tf.Tensor:
-  """x's spatial window of `lengths` from `starts` (x itself when that is all of it)."""
+  """x's spatial window of `lengths` from `starts` (x itself when that is all of it).
+
+  Its gradient pads the window's gradient with zeros to x's shape: the same tensor as
+  TensorFlow's gradient of a slice (StridedSliceGrad), whose CPU kernel takes about 25
+  times as long (0.24 s against 0.008 s for a 600^2 x 32 float32 window)."""
   if all(s == 0 and n == m for s, n, m in zip(starts, lengths, x.shape[1:-1])):
     return x
   index = (slice(None),) + tuple(slice(s, s + n) for s, n in zip(starts, lengths)) + (Ellipsis,)
-  return x[index]
+  sizes = x.shape[1:-1]
+  if any(m is None for m in sizes):
+    return x[index]
+  pads = [[0, 0], *[[s, m - s - n] for s, n, m in zip(starts, lengths, sizes)], [0, 0]]
+
+  @tf.custom_gradient
+  def window(t: tf.Tensor) -> Any:
+    return t[index], lambda dy: tf.pad(dy, pads)
+
+  return window(x)
 
 
 class Span:
@@ -226,8 +240,12 @@ class Upsample(Rule):
 
   kind = "upsample"
 
-  def __init__(self, call: Call, factors: Sequence[int], halo: int) -> None:
+  def __init__(
+    self, call: Call, factors: Sequence[int], halo: int, window: Call | None = None
+  ) -> None:
     self.call, self.factors, self.halo = call, factors, halo
+    # window(x, starts, lengths): only the wanted output pixels, or None to run `call`.
+    self.window = window
 
   def bind(self, sizes: Sequence[int]) -> tuple[int, ...]:
     return tuple(n * f for n, f in zip(sizes, self.factors))
@@ -240,9 +258,10 @@ class Upsample(Rule):
     return Fraction(self.factors[axis])
 
   def run(self, inputs: list[tf.Tensor], spans: Sequence[Span]) -> tf.Tensor:
-    y = self.call(inputs[0])
     starts = [sp.a - sp.lo_in * f for sp, f in zip(spans, self.factors)]
-    return crop(y, starts, [sp.b - sp.a for sp in spans])
+    lengths = [sp.b - sp.a for sp in spans]
+    y = self.window(inputs[0], starts, lengths) if self.window is not None else None
+    return y if y is not None else crop(self.call(inputs[0]), starts, lengths)
 
 
 class Transpose(_Kernel):

@@ -11,6 +11,8 @@ the layers whose op takes explicit padding, or None where the streamed rule pads
 - the package's LargeConv1D/LargeConv2D/LargeDepthwiseConv2D: tf_largeconv.conv1d, conv2d,
   depthwise_conv2d with the layer's algorithm and workspace limit;
 - FoldedBlock: its `convolve(x, padding)`.
+A window with nothing to pad runs the op with 'VALID' (`_op_padding`). `nearest_window`
+gives Keras's nearest upsampling of only a tile's output pixels.
 Under a gradient tape (`taped()`), Keras's Conv1D/Conv2D pad a copy and run 'VALID':
 TensorFlow's CPU gradients of tf.nn.conv2d with explicit padding leave oneDNN, and the
 filter's gradient then builds a buffer of kernel taps x input channels x output pixels
@@ -93,6 +95,13 @@ def _nhwc(pads: Pads) -> list[list[int]]:
   return [[0, 0], *[[int(a), int(b)] for a, b in pads], [0, 0]]
 
 
+def _op_padding(pads: Pads) -> Any:
+  """`pads` as tf.nn's ops take them: 'VALID' where nothing is padded (the tiles inside
+  the image), whose CPU kernels run faster than the same op given explicit zeros (max
+  pooling about five times), else explicit pairs."""
+  return _nhwc(pads) if any(p for pair in pads for p in pair) else "VALID"
+
+
 def _as_2d(rank: int, run: PaddedCall) -> PaddedCall:
   """`run` (on NHWC) for a layer of `rank` 1 (NWC, run as height 1) or 2."""
   if rank == 2:
@@ -144,13 +153,13 @@ def _keras_windowed(
     weights = [_value(getattr(op, name), x.dtype) for name in kernels]
     if rank == 1:
       weights = [w[None] for w in weights]
-    padding: Any = _nhwc(pads)
+    padding = _op_padding(pads)
     options: dict[str, Any] = {}
     run_conv = conv
     if large and _TAPED.get():
       run_conv = getattr(_ops, str(package))
-      options.update(workspace_limit=padded_bytes(x, padding), keep_memory=False)
-    elif copies and _TAPED.get():
+      options.update(workspace_limit=padded_bytes(x, _nhwc(pads)), keep_memory=False)
+    elif copies and _TAPED.get() and padding != "VALID":
       x, padding = tf.pad(x, padding), "VALID"
     # No name holds the op's result: _finish frees it once the bias is added.
     return _finish(
@@ -208,7 +217,7 @@ def _max_pool(op: Any, rank: int) -> PaddedCall | None:
       # The op takes paddings smaller than the window only.
       low = float("-inf")
       return tf.nn.max_pool2d(tf.pad(x, _nhwc(pads), constant_values=low), size, strides, "VALID")
-    return tf.nn.max_pool2d(x, size, strides, _nhwc(pads))
+    return tf.nn.max_pool2d(x, size, strides, _op_padding(pads))
 
   return _as_2d(rank, run)
 
@@ -240,6 +249,34 @@ def _package_conv(op: Any, rank: int) -> PaddedCall | None:
     )
 
   return run
+
+
+def nearest_window(op: Any, rank: int) -> Callable[..., tf.Tensor | None] | None:
+  """`call(x, starts, lengths)`: Keras's nearest UpSampling1D/2D/3D on the window `x`, only
+  the output pixels from `starts` (relative to the window's upsampled origin) for `lengths`
+  along each spatial axis, gathered row by row instead of upsampling the window and
+  cropping a copy; None under a gradient tape (which runs the layer's own call), and None
+  for a layer that does not compute as Keras's does."""
+  bases = {1: L.UpSampling1D, 2: L.UpSampling2D, 3: L.UpSampling3D}
+  base = bases.get(rank)
+  if base is None or not isinstance(op, base) or type(op).call is not base.call:
+    return None
+  if getattr(op, "data_format", "channels_last") != "channels_last":
+    return None
+  if getattr(op, "interpolation", "nearest") != "nearest":
+    return None
+  factors = [int(f) for f in (op.size if rank > 1 else [op.size])]
+
+  def call(x: tf.Tensor, starts: Sequence[int], lengths: Sequence[int]) -> tf.Tensor | None:
+    if _TAPED.get():
+      return None
+    if x.dtype.is_floating:
+      x = tf.cast(x, op.compute_dtype)
+    for axis, (f, s, n) in enumerate(zip(factors, starts, lengths)):
+      x = tf.gather(x, tf.range(s, s + n) // f, axis=axis + 1)
+    return x
+
+  return call
 
 
 def explicit_call(op: Any, rank: int) -> PaddedCall | None:
