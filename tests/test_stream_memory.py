@@ -279,3 +279,40 @@ def test_a_streamed_step_keeps_no_workspace_or_spectra_of_the_packages_op():
   assert got["streamed"] == [0, 0, 0, 0], got
   idle, idle_bytes, entries, spectra = got["kept"]
   assert idle >= 1 and idle_bytes >= 256 << 10 and entries >= 1 and spectra > 0, got
+
+
+def test_a_layer_on_the_packages_op_takes_its_bounded_workspace_in_each_pass():
+  """A dense step's tensors (`_backprop.train_tile_events`) for a 15x15 depthwise layer that
+  runs the package's op under the tape: no padded copy; its workspace, the padded window's
+  bytes (46^2 x 4 channels x 4 bytes for a 32^2 tile's output), made and freed with the
+  forward call (not kept by the tape), and again while its gradients are made. A 9x9 one
+  (TensorFlow's op) takes none."""
+  import keras
+
+  from tf_largeconv import stream
+  from tf_largeconv.stream import _backprop
+
+  L = keras.layers
+  for kernel, routed in ((15, True), (9, False)):
+    inp = keras.Input((None, None, 3))
+    x = L.DepthwiseConv2D(kernel, padding="same")(L.Conv2D(4, 1)(inp))
+    trainer = stream.StreamingModel(keras.Model(inp, L.Conv2D(2, 1)(x)), head=None, tile=32)
+    tiling = trainer.plan((1, 64, 64, 3)).tiling
+    ev = _backprop.train_tile_events(tiling, (0, 0), 1, 4)
+    keys = [e[1] for e in ev]
+    ws = [e for e in ev if isinstance(e[1], tuple) and e[1][0] in ("ws", "gws", "pad")]
+    if not routed:
+      assert ws == [], ws
+      continue
+    assert ws, "no workspace counted"
+    k = ws[0][1][1]
+    assert ws == [
+      ("a", ("ws", k), 46 * 46 * 4 * 4),
+      ("f", ("ws", k)),
+      ("a", ("gws", k), 46 * 46 * 4 * 4),
+      ("f", ("gws", k)),
+    ]
+    at = keys.index(("ws", k))
+    assert ev[at + 1] == ("f", ("ws", k))  # freed as the call returns
+    made = [i for i, key in enumerate(keys) if key == ("tmp", k, 0)]
+    assert made and made[0] == at - 1  # right after the op's result

@@ -18,7 +18,10 @@ tile is sized by (`worst_bytes`), and whether the limit held.
 from a 16384^2 x 3 zarr slide into zarr, under the default limit.
 
 The cases resnet50_512 and resnet50_1024 (Keras's ResNet50, which `predict` runs in stages
-through disk) run only when named; their `tiles` is the last stage's.
+through disk) run only when named; their `tiles` is the last stage's. So do
+train_thin31_256 and train_thin9_256: the dense step of a trunk whose largest tensors feed
+one depthwise convolution (31x31, which a streamed step runs on the package's op; 9x9, on
+TensorFlow's).
 
 Writes DIR/stream_memory.json and DIR/stream_memory.png (predicted against measured).
 """
@@ -94,8 +97,18 @@ def resnet50(keras):
   return keras.applications.ResNet50(weights=None, include_top=False, input_shape=(None, None, 3))
 
 
+def thin(keras, kernel):
+  """A 1x1 convolution to 16 channels, a `kernel` x `kernel` depthwise convolution, a 1x1
+  convolution to 2."""
+  L = keras.layers
+  inp = keras.Input((None, None, 3))
+  x = L.DepthwiseConv2D(kernel, padding="same")(L.Conv2D(16, 1)(inp))
+  return keras.Model(inp, L.Conv2D(2, 1)(x))
+
+
 NETWORKS = {"unet": unet, "depthwise": depthwise, "resnet": resnet, "unet2": unet2}
 NETWORKS["resnet50"] = resnet50
+NETWORKS.update(thin31=lambda keras: thin(keras, 31), thin9=lambda keras: thin(keras, 9))
 THREE = ("unet", "depthwise", "resnet")
 CASES = {f"{n}_{mib}": (n, mib) for n in THREE for mib in (256, 512, 1024)}
 CASES.update({f"train_{n}_{mib}": (n, mib) for n in THREE for mib in (256, 512, 1024)})
@@ -103,6 +116,8 @@ CASES.update({f"train_{n}_{mib}": (n, mib) for n in THREE for mib in (256, 512, 
 CASES.update({f"head_resnet_{mib}": ("resnet", mib) for mib in (256, 512, 1024)})
 # Staged streams (not run by default): the plan's figures are its largest stage's.
 STAGED = {"resnet50_512": ("resnet50", 512), "resnet50_1024": ("resnet50", 1024)}
+# Dense steps of the thin trunks (not run by default).
+PROBES = {"train_thin31_256": ("thin31", 256), "train_thin9_256": ("thin9", 256)}
 # A slide: zarr to zarr at --zarr-size, the default limit (run on its own: --cases zarr_unet2).
 ZARR_CASES = {"zarr_unet2": ("unet2", 1024)}
 
@@ -128,7 +143,7 @@ def _train_child(name, size):
 
   from tf_largeconv import stream
 
-  network, mib = CASES[name]
+  network, mib = {**CASES, **PROBES}[name]
   trunk = NETWORKS[network](keras)
   for layer in trunk.layers:
     if isinstance(layer, keras.layers.BatchNormalization):
@@ -193,7 +208,7 @@ def _child(name, size, train_size, zarr_size):
     plan, grown = _predict_child(name, size)
   figures = (plan.tile, plan.tiles, len(plan.stages), plan.peak_bytes, plan.worst_bytes, grown)
   keys = ("tile", "tiles", "stages", "predicted", "worst", "measured")
-  limit = {**CASES, **STAGED, **ZARR_CASES}[name][1] * MiB
+  limit = {**CASES, **STAGED, **ZARR_CASES, **PROBES}[name][1] * MiB
   print(json.dumps({"case": name, "limit": limit, **dict(zip(keys, figures))}))
 
 
@@ -222,7 +237,7 @@ def _predict_child(name, size):
 
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  choices = list(CASES) + list(STAGED) + list(ZARR_CASES)
+  choices = list(CASES) + list(STAGED) + list(ZARR_CASES) + list(PROBES)
   parser.add_argument("--cases", nargs="*", default=list(CASES), choices=choices)
   parser.add_argument("--size", type=int, default=3072)
   parser.add_argument("--train-size", type=int, default=1536)

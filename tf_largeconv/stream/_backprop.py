@@ -17,6 +17,11 @@ from it alone) get no gradient: TensorFlow does not compute it.
 A strided convolution's kernel gradient also leaves a buffer of its output's size held
 outside TensorFlow's pool for each shape it runs on (`Step.kept`, a ('k', key, bytes)
 event: `_pool.Pool.keep`): a pass over tiles of several shapes holds one per shape.
+
+A layer that runs the package's op under the tape (`package_under_tape`) takes a workspace
+of at most the padded window's bytes in its forward pass (freed as the op returns, not
+kept by the tape) and one of the same bound while its gradients are made (their two passes
+run one after the other; `keep_memory=False`: nothing is kept after them).
 """
 
 from __future__ import annotations
@@ -84,8 +89,10 @@ def train_tile_events(
   g = tiling.geometry
   steps = g.spatial_steps
   forward = _plan.tile_events(tiling, index, batch, itemsize, taped=True)
-  size = {e[1]: e[2] for e in forward if e[0] == "a"}
-  ev: list[Event] = [e for e in forward if e[0] == "a"]
+  # The tape keeps what the forward pass makes, but not an op's workspace ('ws', k).
+  ws = {e[1][1]: e[2] for e in forward if e[0] == "a" and _is_ws(e[1])}
+  size = {e[1]: e[2] for e in forward if e[0] == "a" and not _is_ws(e[1])}
+  ev: list[Event] = [e for e in forward if e[0] == "a" or _is_ws(e[1])]
   needs = _with_grads(steps)
   grads = _Grads(ev)
   for v in g.sinks:  # the output's gradient, from the loss or the head
@@ -113,7 +120,11 @@ def train_tile_events(
     if out_share:  # the activation's gradient, from its output: then the tape lets go of it
       ev.append(("a", ("gtmp", k), int(out_share * size[step.output])))
     ev.extend(("f", key) for key in made)
+    if k in ws:  # the package's op: each gradient pass's workspace, one pass at a time
+      ev.append(("a", ("gws", k), ws[k]))
     _input_grads(step, k, size, needs, grads, dy)
+    if k in ws:
+      ev.append(("f", ("gws", k)))
     grads.drop(dy)
     if out_share:
       ev.append(("f", ("gtmp", k)))
@@ -123,6 +134,10 @@ def train_tile_events(
       grads.drop(key)
   ev.append(("f", 0))
   return ev
+
+
+def _is_ws(key: Any) -> bool:
+  return isinstance(key, tuple) and key[0] == "ws"
 
 
 def _input_grads(

@@ -272,7 +272,9 @@ def tile_events(
   whose op takes no explicit padding, then the layer's own tensors (`Step.allocs`: its
   temporaries as fractions of its output, freed after the step, then the output); inputs
   are freed after their last reader, the tiled values after the tile. `taped`: as the
-  tile runs under a gradient tape (`_windowed.taped`, `Step.tape_allocs`)."""
+  tile runs under a gradient tape (`_windowed.taped`, `Step.tape_allocs`), where a layer
+  that runs the package's op there (`package_under_tape`) also takes its workspace, ('ws',
+  k), bounded by the padded window's bytes, while its first tensor is made."""
   g = tiling.geometry
   steps, last_use = g.spatial_steps, g.last_use
   ev: list[tuple[Any, ...]] = [
@@ -297,11 +299,16 @@ def tile_events(
           ev.append(("a", temps[-1], _bytes(tiling, step.inputs[0], pads, batch, itemsize)))
       out = _bytes(tiling, step.output, out_spans, batch, itemsize)
       *shares, _ = step.tape_allocs if taped else step.allocs
-      for j, share in enumerate(shares):
-        temps.append(("tmp", k, j))
-        ev.append(("a", temps[-1], int(share * out)))
-      ev.append(("a", step.output, out))
-      ev.extend(("f", t) for t in temps)
+      made = [("tmp", k, j) for j in range(len(shares))]
+      keys = made + [step.output]
+      for key, nbytes in zip(keys, [int(f * out) for f in shares] + [out]):
+        ev.append(("a", key, nbytes))
+        if key == keys[0] and taped and getattr(rule, "package_under_tape", False):
+          # The package's op: its workspace, at most the padded window's bytes (its
+          # workspace_limit), from its result's allocation until it returns.
+          ws = _bytes(tiling, step.inputs[0], _padded(step, out_spans), batch, itemsize)
+          ev.extend([("a", ("ws", k), ws), ("f", ("ws", k))])
+      ev.extend(("f", t) for t in temps + made)
     for v in dict.fromkeys(step.inputs):
       if last_use.get(v) == k and v not in g.sinks:
         ev.append(("f", v))

@@ -20,11 +20,11 @@ filter's gradient then builds a buffer of kernel taps x input channels x output 
 convolutions and depthwise convolutions with large kernels (`PACKAGE_UNDER_TAPE`: from
 where the package's gradients are the faster, `benchmarks/cpu/taped_ops.py`) run the
 package's op under the tape instead, with explicit padding, a workspace limit of the
-padded window's bytes, which the plan counts as the layer's padded copy, and
-keep_memory=False: each pass's workspace is a temporary of TensorFlow's allocator, freed
-when the pass returns, and no filter spectra are kept, so nothing outlives the call that
-the plan does not count (the op's pool of idle workspaces and its spectrum cache would
-otherwise hold up to 128 and 64 MiB across a pass's tile shapes).
+padded window's bytes, which the plan counts for each pass (`_plan.tile_events`,
+`_backprop`), and keep_memory=False: each pass's workspace is a temporary of TensorFlow's
+allocator, freed when the pass returns, and no filter spectra are kept, so nothing
+outlives the call that the plan does not count (the op's pool of idle workspaces and its
+spectrum cache would otherwise hold up to 128 and 64 MiB across a pass's tile shapes).
 Copies stay for AveragePooling (tf.nn.avg_pool has no explicit padding), 3D layers
 (tf.nn.conv3d has none), grouped Keras convolutions (TensorFlow runs them on the CPU only
 under XLA), dilated Keras convolutions (tf.nn.conv2d has no gradient for dilations on the
@@ -168,9 +168,8 @@ def _keras_windowed(
     )
 
   call = _as_2d(rank, run)
-  # What the plan counts for a padded copy under the tape: the copy, or the package op's
-  # workspace, bounded by the copy's bytes and freed with the call.
-  call.copies_under_tape = copies or large  # type: ignore[attr-defined]
+  call.copies_under_tape = copies  # type: ignore[attr-defined]
+  # The plan counts the package op's workspace under the tape (`_plan.tile_events`).
   call.package_under_tape = large  # type: ignore[attr-defined]
   return call
 
