@@ -281,7 +281,8 @@ def test_convert_swaps_each_kind_with_the_given_settings(rng, kind, make, shape)
   assert type(kept) is type(small) and type(swapped).__name__ == kind
   assert (swapped.algorithm, swapped.workspace_limit) == ("direct", limit)
   config = swapped.get_config()
-  assert (config.pop("algorithm"), config.pop("workspace_limit")) == ("direct", limit)
+  options = [config.pop(k) for k in ("algorithm", "workspace_limit", "keep_memory")]
+  assert options == ["direct", limit, True]
   assert config == large.get_config()
   x = rng.standard_normal((2,) + shape).astype(np.float32)
   want = model(x).numpy()
@@ -553,7 +554,8 @@ def _keras_config(layer):
 @pytest.mark.parametrize("kind", KINDS)
 def test_positional_arguments_mean_what_they_mean_in_keras(flavour, kind):
   """`LargeConv1D(16, 31, 2)` is `Conv1D(16, 31, 2)` (strides 2), and so on for every
-  positional argument of every kind; algorithm and workspace_limit are keyword-only."""
+  positional argument of every kind; algorithm, workspace_limit and keep_memory are
+  keyword-only."""
   ours_module, their_keras = _flavour(flavour)
   ours, theirs = getattr(ours_module, kind), getattr(their_keras.layers, kind[len("Large") :])
   sig = inspect.signature(ours)
@@ -563,15 +565,14 @@ def test_positional_arguments_mean_what_they_mean_in_keras(flavour, kind):
     for p in inspect.signature(theirs).parameters.values()
     if p.kind in POSITIONAL
   ] == [(p.name, p.kind, p.default) for p in sig.parameters.values() if p.kind in POSITIONAL]
-  assert [p.kind for p in sig.parameters.values()][-3:] == [
+  assert [p.kind for p in sig.parameters.values()][-4:] == [
+    inspect.Parameter.KEYWORD_ONLY,
     inspect.Parameter.KEYWORD_ONLY,
     inspect.Parameter.KEYWORD_ONLY,
     inspect.Parameter.VAR_KEYWORD,
   ]
-  assert (sig.parameters["algorithm"].default, sig.parameters["workspace_limit"].default) == (
-    "auto",
-    None,
-  )
+  defaults = [sig.parameters[k].default for k in ("algorithm", "workspace_limit", "keep_memory")]
+  assert defaults == ["auto", None, True]
   rank = 1 if "1D" in kind else 3 if "3D" in kind else 2
   required = [n for n in names if sig.parameters[n].default is inspect.Parameter.empty]
   regularizers = their_keras.regularizers
@@ -583,7 +584,8 @@ def test_positional_arguments_mean_what_they_mean_in_keras(flavour, kind):
   ):
     layer = ours(*args)
     config = _keras_config(layer)
-    assert (config.pop("algorithm"), config.pop("workspace_limit")) == ("auto", None)
+    options = [config.pop(k) for k in ("algorithm", "workspace_limit", "keep_memory")]
+    assert options == ["auto", None, True]
     assert config == _keras_config(theirs(*args)), args
   with pytest.raises(TypeError):
     ours(*_positional_values(names, rank, False, regularizers), "fft")  # one more than Keras's
