@@ -427,6 +427,39 @@ def test_memory_limit_picks_the_largest_tile_that_fits():
   assert np.abs(got - ref).max() <= 2e-5 * np.abs(ref).max()
 
 
+def test_a_model_plans_once_per_setting_and_runs_its_current_weights(monkeypatch):
+  """`predict` plans a model once for each image shape, tile, memory limit and stage
+  setting it is given (the last PLANS_PER_MODEL of them), and runs the weights the model
+  has when called: after new weights, the result is the untiled model's again."""
+  from tf_largeconv.stream import _stages
+
+  planned = []
+  real = _stages.plan
+  monkeypatch.setattr(_stages, "plan", lambda *a, **k: planned.append(a[1:]) or real(*a, **k))
+  model = resnet()
+  small, large = _image((1, 40, 36, 3), "float32"), _image((1, 52, 44, 3), "float32")
+  for image, tile in ((small, 16), (small, 16), (large, 16), (small, 16), (small, 20)):
+    got = stream.predict(model, image, tile=tile)
+    ref = model(image, training=False).numpy()
+    assert np.abs(got - ref).max() <= 2e-5 * np.abs(ref).max()
+    _randomize(model, seed=len(planned) + 7)
+  stream.predict(model, small, tile=16, memory_limit=1 << 20)  # the limit is unused with a tile
+  stream.predict(model, small, memory_limit=1 << 20)
+  stream.plan(model, small, memory_limit=1 << 20)
+  assert [(shape, tile, limit) for shape, tile, limit, _ in planned] == [
+    ((1, 40, 36, 3), 16, None),
+    ((1, 52, 44, 3), 16, None),
+    ((1, 40, 36, 3), 20, None),
+    ((1, 40, 36, 3), 16, 1 << 20),
+    ((1, 40, 36, 3), None, 1 << 20),
+  ]
+  for tile in range(21, 21 + stream.PLANS_PER_MODEL):
+    stream.predict(model, small, tile=tile)
+  count = len(planned)
+  stream.predict(model, small, tile=16)  # left out as the oldest
+  assert len(planned) == count + 1
+
+
 def test_progress_and_out():
   model = dilated()
   image = _image((2, 30, 26, 3), "float32")

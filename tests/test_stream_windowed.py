@@ -246,3 +246,72 @@ def test_large_keras_kernels_run_the_packages_op_under_the_tape(k, monkeypatch):
   for g, w in zip(got, want, strict=True):
     scale = float(tf.reduce_max(tf.abs(w))) or 1.0
     assert float(tf.reduce_max(tf.abs(g - w))) <= 1e-10 * scale
+
+
+def test_same_is_taken_exactly_where_it_gives_the_explicit_padding():
+  """`_same_as` holds for an axis exactly where tf.nn.conv2d with padding 'SAME' gives the
+  output of the explicit padding: the same shape and values, over small sizes, kernels,
+  strides, dilations and paddings (where an output reads only padding, it may hold less
+  often)."""
+  import numpy as np
+  import tensorflow as tf
+
+  rng = np.random.default_rng(3)
+  checked = {True: 0, False: 0}
+  for n, k, s, d in np.ndindex(9, 5, 3, 2):
+    n, k, s, d = n + 1, k + 1, s + 1, d + 1
+    x = tf.constant(rng.normal(size=(1, 1, n, 1)))
+    w = tf.constant(rng.normal(size=(1, k, 1, 1)))
+    same = tf.nn.conv2d(x, w, [1, s], "SAME", dilations=[1, d])
+    extent = (k - 1) * d + 1
+    for a, b in np.ndindex(extent + 1, extent + 1):
+      if n + a + b < extent:
+        continue
+      pads = [[0, 0], [0, 0], [a, b], [0, 0]]
+      y = tf.nn.conv2d(x, w, [1, s], pads, dilations=[1, d])
+      equal = y.shape == same.shape and bool(tf.reduce_all(y == same))
+      got = _windowed._same_as(n, k, s, d, (int(a), int(b)))
+      # Where some output reads padding only, another padding can give it too.
+      reads = tf.nn.conv2d(tf.ones_like(x), tf.ones_like(w), [1, s], pads, dilations=[1, d])
+      if bool(tf.reduce_all(reads > 0)):
+        assert got == equal, (n, k, s, d, a, b)
+      else:
+        assert equal or not got, (n, k, s, d, a, b)
+      checked[got] += 1
+  assert checked[True] > 100 and checked[False] > 1000
+
+
+def test_a_tile_that_spans_the_image_runs_its_ops_with_same(monkeypatch):
+  """One tile over the whole image of a network of stride 1: every windowed op gets 'SAME'
+  (no explicit pairs), and the streamed result is the untiled model's; small tiles take
+  'VALID' inside and explicit pairs at the edges."""
+  import numpy as np
+  import tensorflow as tf
+
+  from tf_largeconv import stream
+
+  seen = []
+  for name in ("conv2d", "depthwise_conv2d", "separable_conv2d", "max_pool2d"):
+    real = getattr(tf.nn, name)
+
+    def spy(*args, real=real, at=4 if name == "separable_conv2d" else 3, **kwargs):
+      seen.append(args[at] if len(args) > at else kwargs.get("padding"))
+      return real(*args, **kwargs)
+
+    monkeypatch.setattr(tf.nn, name, spy)
+  with floatx("float64"):
+    inp = keras.Input((None, None, 3))
+    x = L.Conv2D(3, 5, padding="same", activation="relu")(inp)
+    x = L.DepthwiseConv2D(4, padding="same", depth_multiplier=2)(x)
+    x = L.SeparableConv2D(4, 3, dilation_rate=3, padding="same")(x)
+    x = L.MaxPooling2D(3, strides=1, padding="same")(x)
+    model = _randomize(keras.Model(inp, x))
+  image = _image((1, 40, 36, 3), "float64")
+  want = model(image, training=False).numpy()
+  seen.clear()
+  got = stream.predict(model, image, tile=64)
+  assert np.abs(got - want).max() <= 1e-12 * np.abs(want).max()
+  assert seen and all(p == "SAME" for p in seen), seen
+  seen.clear()
+  stream.predict(model, _image((1, 160, 160, 3), "float64"), tile=48)
+  assert "VALID" in seen and any(not isinstance(p, str) for p in seen), seen
