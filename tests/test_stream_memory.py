@@ -316,3 +316,39 @@ def test_a_layer_on_the_packages_op_takes_its_bounded_workspace_in_each_pass():
     assert ev[at + 1] == ("f", ("ws", k))  # freed as the call returns
     made = [i for i, key in enumerate(keys) if key == ("tmp", k, 0)]
     assert made and made[0] == at - 1  # right after the op's result
+
+
+@pytest.mark.parametrize("tile,grid", [(64, 1), (24, 2)])
+def test_padded_copies_under_the_tape_are_the_plans(tile, grid, monkeypatch):
+  """Under the tape a Keras 3x3 convolution pads a copy of a window with padding to take
+  (TensorFlow's gradient of explicit padding is slow), except where 'SAME' gives that
+  padding (a tile that spans the image), which it runs without one. The tf.pad calls of a
+  dense step are the ('pad', k) events the plan has for its tiles: none for one tile over
+  the image, one per convolution per tile of a 2 x 2 grid (every tile touches two edges)."""
+  import keras
+  import numpy as np
+  import tensorflow as tf
+
+  from tf_largeconv import stream
+  from tf_largeconv.stream import _backprop
+
+  L = keras.layers
+  inp = keras.Input((None, None, 3))
+  x = L.Conv2D(4, 3, padding="same", activation="relu")(inp)
+  model = keras.Model(inp, L.Conv2D(2, 3, padding="same")(x))
+  trainer = stream.StreamingModel(model, head=None, tile=tile)
+  trainer.compile(optimizer="sgd", loss="mse")
+  image = np.random.default_rng(0).standard_normal((1, 48, 48, 3)).astype(np.float32)
+  tiling = trainer.plan(image.shape).tiling
+  assert tiling.count == grid * grid
+  planned = sum(
+    1
+    for index in tiling.tiles()
+    for e in _backprop.train_tile_events(tiling, index, 1, 4)
+    if e[0] == "a" and isinstance(e[1], tuple) and e[1][0] == "pad"
+  )
+  calls = []
+  real = tf.pad
+  monkeypatch.setattr(tf, "pad", lambda *a, **k: calls.append(1) or real(*a, **k))
+  trainer.streamed_gradients(tf.constant(image), tf.zeros((1, 48, 48, 2)))
+  assert planned == len(calls) == (0 if grid == 1 else 2 * grid * grid)

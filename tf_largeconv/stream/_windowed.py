@@ -112,12 +112,24 @@ def _op_padding(
   times, 3x3 convolutions of 64 channels about 1.5 times)."""
   if not any(p for pair in pads for p in pair):
     return "VALID"
-  if all(
-    _same_as(int(n), k, s, d, (int(a), int(b)))
-    for n, k, s, d, (a, b) in zip(x.shape[1:-1], kernel, strides, dilations, pads)
-  ):
+  if same_padding([int(n) for n in x.shape[1:-1]], pads, kernel, strides, dilations):
     return "SAME"
   return _nhwc(pads)
+
+
+def same_padding(
+  sizes: Sequence[int],
+  pads: Pads,
+  kernel: Sequence[int],
+  strides: Sequence[int],
+  dilations: Sequence[int],
+) -> bool:
+  """Whether padding 'same' on a window of `sizes` gives what `pads` give, on every axis
+  (`_same_as`)."""
+  return all(
+    _same_as(n, k, s, d, (int(a), int(b)))
+    for n, k, s, d, (a, b) in zip(sizes, kernel, strides, dilations, pads)
+  )
 
 
 def _same_as(n: int, kernel: int, stride: int, dilation: int, pads: tuple[int, int]) -> bool:
