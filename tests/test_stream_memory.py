@@ -281,17 +281,25 @@ def test_a_streamed_step_keeps_no_workspace_or_spectra_of_the_packages_op():
   assert idle >= 1 and idle_bytes >= 256 << 10 and entries >= 1 and spectra > 0, got
 
 
-def test_a_layer_on_the_packages_op_takes_its_bounded_workspace_in_each_pass():
+def test_a_layer_on_the_packages_op_takes_its_planned_workspace_in_each_pass():
   """A dense step's tensors (`_backprop.train_tile_events`) for a 15x15 depthwise layer that
-  runs the package's op under the tape: no padded copy; its workspace, the padded window's
-  bytes (46^2 x 4 channels x 4 bytes for a 32^2 tile's output), made and freed with the
-  forward call (not kept by the tape), and again while its gradients are made. A 9x9 one
-  (TensorFlow's op) takes none."""
+  runs the package's op under the tape: no padded copy; the workspaces its planner gives
+  for the tile's input (39^2 x 4 channels read for a 32^2 output at the image's corner,
+  padded by 7 before, limited to the padded window's 46^2 x 4 x 4 bytes): the forward's,
+  made and freed with the call (not kept by the tape); then, once the input's gradient is
+  allocated, the input gradient's and the filter gradient's, one after the other. A 9x9
+  one (TensorFlow's op) takes none."""
   import keras
 
+  from tf_largeconv import plan
   from tf_largeconv import stream
   from tf_largeconv.stream import _backprop
 
+  pads = [[0, 0], [7, 0], [7, 0], [0, 0]]
+  want = plan((1, 39, 39, 4), (15, 15, 1, 4), [1] * 4, pads, workspace_limit=46 * 46 * 4 * 4)
+  fwd, grad_in, grad_w = (p.workspace_bytes for p in (want.forward, want.backprop_input,
+                                                      want.backprop_filter))  # fmt: skip
+  assert min(fwd, grad_in, grad_w) > 0 and grad_in != fwd
   L = keras.layers
   for kernel, routed in ((15, True), (9, False)):
     inp = keras.Input((None, None, 3))
@@ -307,12 +315,16 @@ def test_a_layer_on_the_packages_op_takes_its_bounded_workspace_in_each_pass():
     assert ws, "no workspace counted"
     k = ws[0][1][1]
     assert ws == [
-      ("a", ("ws", k), 46 * 46 * 4 * 4),
+      ("a", ("ws", k), fwd),
       ("f", ("ws", k)),
-      ("a", ("gws", k), 46 * 46 * 4 * 4),
-      ("f", ("gws", k)),
+      ("a", ("gws", k, 0), grad_in),
+      ("f", ("gws", k, 0)),
+      ("a", ("gws", k, 1), grad_w),
+      ("f", ("gws", k, 1)),
     ]
     at = keys.index(("ws", k))
     assert ev[at + 1] == ("f", ("ws", k))  # freed as the call returns
+    gpart = [i for i, key in enumerate(keys) if isinstance(key, tuple) and key[:2] == ("gpart", k)]
+    assert gpart and gpart[0] == keys.index(("gws", k, 0)) - 1  # the input's gradient first
     made = [i for i, key in enumerate(keys) if key == ("tmp", k, 0)]
     assert made and made[0] == at - 1  # right after the op's result

@@ -20,8 +20,9 @@ filter's gradient then builds a buffer of kernel taps x input channels x output 
 convolutions and depthwise convolutions with large kernels (`PACKAGE_UNDER_TAPE`: from
 where the package's gradients are the faster, `benchmarks/cpu/taped_ops.py`) run the
 package's op under the tape instead, with explicit padding, a workspace limit of the
-padded window's bytes, which the plan counts for each pass (`_plan.tile_events`,
-`_backprop`), and keep_memory=False: each pass's workspace is a temporary of TensorFlow's
+padded window's bytes (the plan counts each pass's workspace as the op's planner gives it
+for the tile's input: the call's `workspaces`, `_plan.package_workspaces`), and
+keep_memory=False: each pass's workspace is a temporary of TensorFlow's
 allocator, freed when the pass returns, and no filter spectra are kept, so nothing
 outlives the call that the plan does not count (the op's pool of idle workspaces and its
 spectrum cache would otherwise hold up to 128 and 64 MiB across a pass's tile shapes).
@@ -45,6 +46,7 @@ import keras
 import tensorflow as tf
 
 from tf_largeconv import ops as _ops
+from tf_largeconv import planning as _plan
 
 L = keras.layers
 Pads = Sequence[tuple[int, int]]
@@ -159,7 +161,7 @@ def _keras_windowed(
     run_conv = conv
     if large and _TAPED.get():
       run_conv = getattr(_ops, str(package))
-      options.update(workspace_limit=padded_bytes(x, pairs), keep_memory=False)
+      options.update(workspace_limit=padded_bytes(x.shape, pairs, x.dtype.size), keep_memory=False)
     elif copies and _TAPED.get() and padding != "VALID":
       x, padding = tf.pad(x, pairs), "VALID"
     # No name holds the op's result: _finish frees it once the bias is added.
@@ -167,20 +169,42 @@ def _keras_windowed(
       op, run_conv(x, *weights, [1, *strides, 1], padding, dilations=dilations, **options)
     )
 
+  def workspaces(shape: Sequence[int], pads: Pads) -> tuple[int, int, int]:
+    """The planner's workspace bytes of the package's op as `run` calls it under the tape
+    on an input of `shape` (batch, spatial, channels) padded by `pads`: its forward pass,
+    its input's gradient and its filter's."""
+    kernel = [int(d) for d in getattr(op, kernels[0]).shape]
+    if rank == 1:
+      kernel, shape, pads = [1, *kernel], [shape[0], 1, *shape[1:]], [(0, 0), *pads]
+    if package == "depthwise_conv2d":  # the op's grouped filter, one group per channel
+      kernel = [*kernel[:2], 1, kernel[2] * kernel[3]]
+    itemsize = tf.as_dtype(op.compute_dtype).size
+    passes = _plan.plan(
+      [int(n) for n in shape], kernel, [1, *strides, 1], _op_padding(pads),
+      dilations=dilations, dtype=op.compute_dtype, keep_memory=False,
+      workspace_limit=padded_bytes(shape, _nhwc(pads), itemsize),
+    )  # fmt: skip
+    return tuple(  # type: ignore[return-value]
+      q.workspace_bytes if q else 0
+      for q in (passes.forward, passes.backprop_input, passes.backprop_filter)
+    )
+
   call = _as_2d(rank, run)
   call.copies_under_tape = copies  # type: ignore[attr-defined]
-  # The plan counts the package op's workspace under the tape (`_plan.tile_events`).
+  # The plan counts the package op's workspaces under the tape (`_plan.tile_events`,
+  # `_backprop`): `workspaces` gives them for a tile's input.
   call.package_under_tape = large  # type: ignore[attr-defined]
+  call.workspaces = workspaces  # type: ignore[attr-defined]
   return call
 
 
-def padded_bytes(x: tf.Tensor, padding: Sequence[Sequence[int]]) -> int:
-  """The bytes of `x` (NHWC) padded by `padding` (per axis, before and after)."""
-  sizes = [int(n) + int(a) + int(b) for n, (a, b) in zip(x.shape, padding)]
-  count = 1
-  for n in sizes:
-    count *= n
-  return count * x.dtype.size
+def padded_bytes(shape: Sequence[Any], padding: Sequence[Sequence[int]], itemsize: int) -> int:
+  """The bytes of a tensor of `shape` (NHWC) and `itemsize` padded by `padding` (per axis,
+  before and after)."""
+  count = itemsize
+  for n, (a, b) in zip(shape, padding):
+    count *= int(n) + int(a) + int(b)
+  return count
 
 
 def _keras_conv(op: Any, rank: int) -> PaddedCall | None:
