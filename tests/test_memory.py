@@ -227,4 +227,3 @@ def test_a_large_conv_that_keeps_no_memory_holds_no_workspace_through_its_gradie
   forward = plan(shape, (67, 67, 1, 3), 1, "VALID").forward
   assert forward.algorithm == "fft" and forward.workspace_bytes > 1 << 20
   assert peaks[0] - peaks[1] == forward.workspace_bytes
-

@@ -169,33 +169,47 @@ def _keras_windowed(
       op, run_conv(x, *weights, [1, *strides, 1], padding, dilations=dilations, **options)
     )
 
+  call = _as_2d(rank, run)
+  call.copies_under_tape = copies  # type: ignore[attr-defined]
+  # The plan counts the package op's workspaces under the tape (`_plan.tile_events`,
+  # `_backprop`): `workspaces` gives them for a tile's input.
+  call.package_under_tape = large  # type: ignore[attr-defined]
+  depthwise = package == "depthwise_conv2d"
+  call.workspaces = _planned(op, rank, getattr(op, kernels[0]), depthwise, {})  # type: ignore[attr-defined]
+  return call
+
+
+def _planned(
+  op: Any, rank: int, kernel: Any, depthwise: bool, options: dict[str, Any]
+) -> Callable[[Sequence[int], Pads], tuple[int, int, int]]:
+  """`workspaces(shape, pads)`: the planner's workspace bytes of the package's op as a
+  layer's call runs it under the tape on an input of `shape` (batch, spatial, channels)
+  padded by `pads`, with keep_memory=False and the layer's `options` (algorithm,
+  workspace_limit; default: the padded window's bytes): its forward pass's, its input
+  gradient's and its filter gradient's."""
+  strides, dilations = _window(op, rank)
+
   def workspaces(shape: Sequence[int], pads: Pads) -> tuple[int, int, int]:
-    """The planner's workspace bytes of the package's op as `run` calls it under the tape
-    on an input of `shape` (batch, spatial, channels) padded by `pads`: its forward pass,
-    its input's gradient and its filter's."""
-    kernel = [int(d) for d in getattr(op, kernels[0]).shape]
+    filter_shape = [int(d) for d in kernel.shape]
     if rank == 1:
-      kernel, shape, pads = [1, *kernel], [shape[0], 1, *shape[1:]], [(0, 0), *pads]
-    if package == "depthwise_conv2d":  # the op's grouped filter, one group per channel
-      kernel = [*kernel[:2], 1, kernel[2] * kernel[3]]
-    itemsize = tf.as_dtype(op.compute_dtype).size
+      filter_shape, shape = [1, *filter_shape], [shape[0], 1, *shape[1:]]
+      pads = [(0, 0), *pads]
+    if depthwise:  # the op's grouped filter, one group per channel
+      filter_shape = [*filter_shape[:2], 1, filter_shape[2] * filter_shape[3]]
+    dtype = tf.as_dtype(op.compute_dtype)
+    kept = dict(options, keep_memory=False)
+    if kept.get("workspace_limit") is None:
+      kept["workspace_limit"] = padded_bytes(shape, _nhwc(pads), dtype.size)
     passes = _plan.plan(
-      [int(n) for n in shape], kernel, [1, *strides, 1], _op_padding(pads),
-      dilations=dilations, dtype=op.compute_dtype, keep_memory=False,
-      workspace_limit=padded_bytes(shape, _nhwc(pads), itemsize),
+      [int(n) for n in shape], filter_shape, [1, *strides, 1], _op_padding(pads),
+      dilations=dilations, dtype=dtype, **kept,
     )  # fmt: skip
     return tuple(  # type: ignore[return-value]
       q.workspace_bytes if q else 0
       for q in (passes.forward, passes.backprop_input, passes.backprop_filter)
     )
 
-  call = _as_2d(rank, run)
-  call.copies_under_tape = copies  # type: ignore[attr-defined]
-  # The plan counts the package op's workspaces under the tape (`_plan.tile_events`,
-  # `_backprop`): `workspaces` gives them for a tile's input.
-  call.package_under_tape = large  # type: ignore[attr-defined]
-  call.workspaces = workspaces  # type: ignore[attr-defined]
-  return call
+  return workspaces
 
 
 def padded_bytes(shape: Sequence[Any], padding: Sequence[Sequence[int]], itemsize: int) -> int:
@@ -268,10 +282,16 @@ def _package_conv(op: Any, rank: int) -> PaddedCall | None:
   def run(x: tf.Tensor, pads: Pads) -> tf.Tensor:
     x = tf.cast(x, op.compute_dtype)
     padding = [list(p) for p in pads] if rank == 1 else _nhwc(pads)
-    return op._bias_and_activation(
-      conv(x, _value(op.kernel, x.dtype), strides, padding, **op._op_kwargs())
-    )
+    options = op._op_kwargs()
+    if _TAPED.get():  # nothing kept past the call, as the plan counts it
+      options["keep_memory"] = False
+    return op._bias_and_activation(conv(x, _value(op.kernel, x.dtype), strides, padding, **options))
 
+  # Under the tape the plan counts the op's workspaces (`_plan.tile_events`, `_backprop`).
+  run.package_under_tape = True  # type: ignore[attr-defined]
+  settings = {k: v for k, v in op.settings().items() if k in ("algorithm", "workspace_limit")}
+  depthwise = family is lk.LargeDepthwiseConv2D
+  run.workspaces = _planned(op, rank, op.kernel, depthwise, settings)  # type: ignore[attr-defined]
   return run
 
 
