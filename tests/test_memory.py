@@ -39,22 +39,27 @@ def test_conv_relu_rows_and_peaks_match_a_count_by_hand():
   assert rep.eager_inference_peak == max(2 * out, out + row.workspace_bytes)
 
 
-def _two_convs():
-  inp = keras.Input((16, 16, 4))
+def _two_convs(size=16):
+  inp = keras.Input((size, size, 4))
   x = keras.layers.Conv2D(6, 3, padding="same", use_bias=False)(inp)
   x = keras.layers.Conv2D(2, 3, padding="same", use_bias=False)(x)
   return keras.Model(inp, x)
 
 
-def test_training_peak_of_two_convs_matches_a_count_by_hand():
-  rep = memory.report(_two_convs(), (3, 16, 16, 4), training=True)
-  mid = 3 * 16 * 16 * 6 * F32  # conv 1's output: kept as conv 2's input
-  out = 3 * 16 * 16 * 2 * F32
+@pytest.mark.parametrize("size", [16, 700])
+def test_training_peak_of_two_convs_matches_a_count_by_hand(size):
+  rep = memory.report(_two_convs(size), (3, size, size, 4), training=True)
+  mid = 3 * size * size * 6 * F32  # conv 1's output: kept as conv 2's input
+  out = 3 * size * size * 2 * F32
   w2 = 3 * 3 * 6 * 2 * F32
   w1 = 3 * 3 * 4 * 6 * F32
   first, second = rep.layers
   assert (first.output_bytes, first.kept_bytes) == (mid, 0)  # keeps the model's input
   assert (second.output_bytes, second.kept_bytes) == (out, mid)
+  # TensorFlow folds the loss gradient's broadcast (the output's shape) into a constant up
+  # to 10 MiB: the function holds it, and its folding leaves 3.5 times it in the heap.
+  folded = out + int(3.5 * out) if out <= 10 << 20 else 0
+  assert (size == 16) == (folded > 0)
   ws2 = second.workspace_bytes
   # backward through conv 2: kept mid + the prediction (fit computes its metrics after the
   # update) + its gradient + the loss's difference + the new gradient of mid + conv 2's
@@ -62,7 +67,7 @@ def test_training_peak_of_two_convs_matches_a_count_by_hand():
   at_conv2 = mid + out + out + out + mid + w2 + ws2
   # conv 1's gradient: only its filter's (the input needs none)
   at_conv1 = out + mid + w2 + w1 + first.workspace_bytes
-  assert rep.training_peak == max(at_conv2, at_conv1)
+  assert rep.training_peak == folded + max(at_conv2, at_conv1)
   assert "conv2d" in rep.training_layer
 
 
@@ -167,6 +172,7 @@ import json
 import keras, numpy as np, tensorflow as tf
 from tf_largeconv import memory
 from tf_largeconv.keras import LargeConv2D
+from tf_largeconv.memory import _simulate
 inp = keras.Input((161, 241, 1))
 model = keras.Model(inp, LargeConv2D(3, 67, padding="valid")(inp))
 opt = keras.optimizers.SGD()
@@ -184,7 +190,9 @@ tf.config.experimental.reset_memory_stats("CPU:0")
 before = tf.config.experimental.get_memory_info("CPU:0")["current"]
 step(x, y)
 peak = tf.config.experimental.get_memory_info("CPU:0")["peak"] - before
-print(json.dumps({"predicted": rep.training_peak, "tf": peak}))
+# the heap TensorFlow's constant folding leaves is outside its allocator's statistics
+heap = int(_simulate.FOLDED_COPIES * 2 * 95 * 175 * 3 * 4)
+print(json.dumps({"predicted": rep.training_peak - heap, "tf": peak}))
 """
 
 

@@ -244,10 +244,11 @@ LEAN_RUN = """
 import json
 import keras, numpy as np, tensorflow as tf
 from tf_largeconv import _loader, ops, stream
+from tf_largeconv.keras import LargeDepthwiseConv2D
 L = keras.layers
 x = i = keras.Input((None, None, 3))
 x = L.Conv2D(16, 3, padding="same")(x)
-x = L.DepthwiseConv2D(15, padding="same")(x)
+x = LAYER(x)
 model = keras.Model(i, L.Conv2D(4, 1)(x))
 image = np.random.default_rng(0).standard_normal((1, 480, 480, 3)).astype(np.float32)
 labels = np.ones(model.compute_output_shape(image.shape), np.float32)
@@ -268,34 +269,62 @@ print(json.dumps({"tiles": trainer.plan(image.shape).tiles, "streamed": streamed
 """
 
 
-def test_a_streamed_step_keeps_no_workspace_or_spectra_of_the_packages_op():
+@pytest.mark.parametrize(
+  "layer", ['L.DepthwiseConv2D(15, padding="same")', 'LargeDepthwiseConv2D(15, padding="same")']
+)
+def test_a_streamed_step_keeps_no_workspace_or_spectra_of_the_packages_op(layer):
   """A dense StreamingModel step whose large depthwise convolution runs the package's op
-  under the tape leaves the op's pool of idle workspaces and its spectrum cache empty, at
-  their default budgets: nothing the plan does not count outlives a tile's call. The same
-  op called as the tiles call it but keeping memory fills both."""
+  under the tape (Keras's layer, or the package's, which keeps memory by default) leaves
+  the op's pool of idle workspaces and its spectrum cache empty, at their default budgets:
+  nothing the plan does not count outlives a tile's call. The same op called as the tiles
+  call it but keeping memory fills both."""
   env = {"LARGECONV_WORKSPACE_POOL_MIB": "128", "LARGECONV_SPECTRUM_CACHE_MIB": "64"}
-  got = _fresh(LEAN_RUN, **env)
+  got = _fresh(LEAN_RUN.replace("LAYER", layer), **env)
   assert got["tiles"] == 9
   assert got["streamed"] == [0, 0, 0, 0], got
   idle, idle_bytes, entries, spectra = got["kept"]
   assert idle >= 1 and idle_bytes >= 256 << 10 and entries >= 1 and spectra > 0, got
 
 
-def test_a_layer_on_the_packages_op_takes_its_bounded_workspace_in_each_pass():
+def test_a_layer_on_the_packages_op_takes_its_planned_workspace_in_each_pass():
   """A dense step's tensors (`_backprop.train_tile_events`) for a 15x15 depthwise layer that
-  runs the package's op under the tape: no padded copy; its workspace, the padded window's
-  bytes (46^2 x 4 channels x 4 bytes for a 32^2 tile's output), made and freed with the
-  forward call (not kept by the tape), and again while its gradients are made. A 9x9 one
-  (TensorFlow's op) takes none."""
+  runs the package's op under the tape: no padded copy; the workspaces its planner gives
+  for the tile's input (39^2 x 4 channels read for a 32^2 output at the image's corner,
+  padded by 7 before, limited to the padded window's 46^2 x 4 x 4 bytes): the forward's,
+  made and freed with the call (not kept by the tape); then, once the input's gradient is
+  allocated, the input gradient's and the filter gradient's, one after the other. The
+  package's own LargeDepthwiseConv2D: the same, within its own workspace limit. A 9x9
+  Keras one (TensorFlow's op) takes none."""
   import keras
 
+  from tf_largeconv import plan
   from tf_largeconv import stream
+  from tf_largeconv.keras import LargeDepthwiseConv2D
   from tf_largeconv.stream import _backprop
 
+  pads = [[0, 0], [7, 0], [7, 0], [0, 0]]
+  want = plan((1, 39, 39, 4), (15, 15, 1, 4), [1] * 4, pads, workspace_limit=46 * 46 * 4 * 4)
+  fwd, grad_in, grad_w = (p.workspace_bytes for p in (want.forward, want.backprop_input,
+                                                      want.backprop_filter))  # fmt: skip
+  assert min(fwd, grad_in, grad_w) > 0 and grad_in != fwd
+  own = plan((1, 39, 39, 4), (15, 15, 1, 4), [1] * 4, pads, workspace_limit=20000)
+  own = tuple(
+    p.workspace_bytes if p else 0 for p in (own.forward, own.backprop_input, own.backprop_filter)
+  )
+  assert own != (fwd, grad_in, grad_w) and max(own) > 0
   L = keras.layers
-  for kernel, routed in ((15, True), (9, False)):
+  layers = {
+    "keras15": lambda: L.DepthwiseConv2D(15, padding="same"),
+    "keras9": lambda: L.DepthwiseConv2D(9, padding="same"),
+    # the package's layer: its own workspace limit
+    "package": lambda: LargeDepthwiseConv2D(15, padding="same", workspace_limit=20000),
+  }
+  for name, make in layers.items():
+    routed = name != "keras9"
+    if name == "package":
+      fwd, grad_in, grad_w = own
     inp = keras.Input((None, None, 3))
-    x = L.DepthwiseConv2D(kernel, padding="same")(L.Conv2D(4, 1)(inp))
+    x = make()(L.Conv2D(4, 1)(inp))
     trainer = stream.StreamingModel(keras.Model(inp, L.Conv2D(2, 1)(x)), head=None, tile=32)
     tiling = trainer.plan((1, 64, 64, 3)).tiling
     ev = _backprop.train_tile_events(tiling, (0, 0), 1, 4)
@@ -307,13 +336,17 @@ def test_a_layer_on_the_packages_op_takes_its_bounded_workspace_in_each_pass():
     assert ws, "no workspace counted"
     k = ws[0][1][1]
     assert ws == [
-      ("a", ("ws", k), 46 * 46 * 4 * 4),
+      ("a", ("ws", k), fwd),
       ("f", ("ws", k)),
-      ("a", ("gws", k), 46 * 46 * 4 * 4),
-      ("f", ("gws", k)),
+      ("a", ("gws", k, 0), grad_in),
+      ("f", ("gws", k, 0)),
+      ("a", ("gws", k, 1), grad_w),
+      ("f", ("gws", k, 1)),
     ]
     at = keys.index(("ws", k))
     assert ev[at + 1] == ("f", ("ws", k))  # freed as the call returns
+    gpart = [i for i, key in enumerate(keys) if isinstance(key, tuple) and key[:2] == ("gpart", k)]
+    assert gpart and gpart[0] == keys.index(("gws", k, 0)) - 1  # the input's gradient first
     made = [i for i, key in enumerate(keys) if key == ("tmp", k, 0)]
     assert made and made[0] == at - 1  # right after the op's result
 

@@ -66,7 +66,9 @@ def main(argv=None):
       w = tf.constant(rng.standard_normal((k, k, channels, out), np.float32))
       pads = [[0, 0], [k // 2, k - 1 - k // 2], [k // 2, k - 1 - k // 2], [0, 0]]
       package = getattr(ops, name)
-      lean = dict(workspace_limit=_windowed.padded_bytes(x, pads), keep_memory=False)
+      lean = dict(
+        workspace_limit=_windowed.padded_bytes(x.shape, pads, x.dtype.size), keep_memory=False
+      )
 
       def package_call(x, w, p, op=package, lean=lean):
         return op(x, w, [1] * 4, p, **lean)

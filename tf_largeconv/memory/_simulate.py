@@ -4,9 +4,9 @@ over a dying input), its kernel's temporary memory, and what frees after it.
 
 Four regimes:
 - traced inference (`predict`, a `tf.function`): a buffer dies after its last reader;
-- traced training (`fit`): the same forwards, plus what the gradients keep, then the
-  backward pass in reverse op order with the gradients of the pending tensors and of the
-  weights;
+- traced training (`fit`): the same forwards, plus what the gradients keep and the loss
+  gradient TensorFlow folds into a constant (`FOLD_LIMIT`), then the backward pass in
+  reverse op order with the gradients of the pending tensors and of the weights;
 - eager inference (`model(x)`): no buffer is written over (Python holds every result), and
   every layer's output lives until the call returns;
 - eager training (a `GradientTape` step): the eager forward with the tape's kept tensors,
@@ -22,6 +22,18 @@ from tf_largeconv.memory import _optable
 from tf_largeconv.memory import _workspace
 from tf_largeconv.memory._trace import Traced
 
+# On a traced step's first call TensorFlow's graph optimizer (grappler's constant folding)
+# computes the loss gradient's broadcast, a tensor of the output's shape, as a constant,
+# unless it is over the optimizer's limit (kMaxConstantSize, 10 MiB): the step's function
+# then holds the constant, and the optimizer's copies of it (its value and the graph's
+# protos, malloc'd and freed before the step runs) leave heap that the process keeps,
+# FOLDED_COPIES times the constant. Fitted (benchmarks.cpu.folded_loss) to the RssAnon
+# growth of the 135x135 LargeConv2D step (benchmarks.cpu.memory's seed case) at batches 1
+# to 8, traced with a static batch against an unknown one (then nothing is folded): 1.4 to
+# 5.6 times the constant, median 4.4, the held copy included.
+FOLD_LIMIT = 10 << 20
+FOLDED_COPIES = 3.5
+
 
 @dataclasses.dataclass
 class Peak:
@@ -35,15 +47,15 @@ class _Pool:
   """Live buffers: bytes and reference counts."""
 
   def __init__(self) -> None:
-    self.size: dict[int, int] = {}
-    self.refs: dict[int, int] = {}
+    self.size: dict[object, int] = {}
+    self.refs: dict[object, int] = {}
     self.live = 0
 
-  def add(self, key: int, nbytes: int, refs: int) -> None:
+  def add(self, key: object, nbytes: int, refs: int) -> None:
     self.size[key], self.refs[key] = nbytes, refs
     self.live += nbytes
 
-  def drop(self, key: int, n: int = 1) -> None:
+  def drop(self, key: object, n: int = 1) -> None:
     if key not in self.refs:
       return
     self.refs[key] -= n
@@ -92,6 +104,11 @@ def forward(
   pool = _Pool()
   buf: dict[int, int] = {}
   external = set(_root(t, i) for i in t.inputs)
+  for o in t.outputs if training and not eager else ():
+    nbytes = t.tensors[_root(t, o)].nbytes
+    if nbytes <= FOLD_LIMIT:  # the folded loss gradient and the heap its folding leaves
+      pool.add(("folded", o), nbytes, 1)
+      pool.add(("heap", o), int(FOLDED_COPIES * nbytes), 1)
   peak = Peak(0, "", "", "forward")
   for op in t.ops:
     new = 0

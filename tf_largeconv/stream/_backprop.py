@@ -18,10 +18,11 @@ A strided convolution's kernel gradient also leaves a buffer of its output's siz
 outside TensorFlow's pool for each shape it runs on (`Step.kept`, a ('k', key, bytes)
 event: `_pool.Pool.keep`): a pass over tiles of several shapes holds one per shape.
 
-A layer that runs the package's op under the tape (`package_under_tape`) takes a workspace
-of at most the padded window's bytes in its forward pass (freed as the op returns, not
-kept by the tape) and one of the same bound while its gradients are made (their two passes
-run one after the other; `keep_memory=False`: nothing is kept after them).
+A layer that runs the package's op under the tape (`package_under_tape`) takes its
+planner's workspace in its forward pass (freed as the op returns, not kept by the tape)
+and in each of its gradients' two passes, which run one after the other, the input's
+gradient allocated first (`_plan.package_workspaces`; `keep_memory=False`: nothing is
+kept after them).
 """
 
 from __future__ import annotations
@@ -120,11 +121,12 @@ def train_tile_events(
     if out_share:  # the activation's gradient, from its output: then the tape lets go of it
       ev.append(("a", ("gtmp", k), int(out_share * size[step.output])))
     ev.extend(("f", key) for key in made)
-    if k in ws:  # the package's op: each gradient pass's workspace, one pass at a time
-      ev.append(("a", ("gws", k), ws[k]))
-    _input_grads(step, k, size, needs, grads, dy)
-    if k in ws:
-      ev.append(("f", ("gws", k)))
+    gws: list[int] = []
+    if k in ws:  # the package's op: its gradients' passes, one after the other
+      spans = tiling.window(index, step.output) or []
+      gws = list(_plan.package_workspaces(tiling, step, spans, batch)[1:])
+    _input_grads(step, k, size, needs, grads, dy, gws)
+    _workspaces(ev, k, gws)
     grads.drop(dy)
     if out_share:
       ev.append(("f", ("gtmp", k)))
@@ -140,12 +142,27 @@ def _is_ws(key: Any) -> bool:
   return isinstance(key, tuple) and key[0] == "ws"
 
 
+def _workspaces(ev: list[Event], k: int, gws: list[int]) -> None:
+  """The package op's gradient passes of step `k` not yet run: each takes its workspace
+  (`gws`, emptied) and frees it as it returns."""
+  for j, nbytes in enumerate(gws):
+    ev.extend([("a", ("gws", k, j), nbytes), ("f", ("gws", k, j))])
+  gws.clear()
+
+
 def _input_grads(
-  step: Any, k: int, size: dict[Any, int], needs: set[int], grads: _Grads, dy: Any
+  step: Any,
+  k: int,
+  size: dict[Any, int],
+  needs: set[int],
+  grads: _Grads,
+  dy: Any,
+  gws: list[int],
 ) -> None:
   """The gradients step `k` sends to its inputs that get one, its output's gradient `dy` in
   hand: of the part it read (with a resize's scratch), scattered into a whole window where
-  that part was a crop or a padded copy."""
+  that part was a crop or a padded copy. A package op's gradient passes (`gws`) take their
+  workspaces once the input's gradient is allocated."""
   ev = grads.ev
   _, in_share, through = step.grads
   for v in dict.fromkeys(step.inputs):
@@ -161,6 +178,7 @@ def _input_grads(
       continue
     if not through:
       ev.append(("a", ("gpart", k, v), part))
+      _workspaces(ev, k, gws)
     if read in size:  # scattered into the whole window
       ev.append(("a", ("gw", k, v), size[v]))
       if not through:

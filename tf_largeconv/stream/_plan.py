@@ -9,6 +9,7 @@ compute is the union of what its readers need (`_rules`), clipped to the layer's
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Sequence
@@ -255,6 +256,26 @@ def _padded(step: Any, out_spans: Sequence[Range]) -> list[Range]:
   return [step.rule.needs(i, a, b) for i, (a, b) in enumerate(out_spans)]
 
 
+def package_workspaces(
+  tiling: Tiling, step: Any, out_spans: Sequence[Range], batch: int
+) -> tuple[int, int, int]:
+  """The workspace bytes of the package's op that windowed step `step` runs under the tape
+  (`package_under_tape`) for the tile's output `out_spans`: its forward pass's, its input
+  gradient's and its filter gradient's, from the op's planner (`_windowed`'s `workspaces`)
+  for the input it reads and the padding it is given."""
+  v = step.inputs[0]
+  need, padded = _needed(tiling, step, out_spans, v), _padded(step, out_spans)
+  pads = tuple((a - pa, pb - b) for (a, b), (pa, pb) in zip(need, padded))
+  channels = tiling.geometry.graph.channels.get(v) or 1
+  shape = (batch, *(b - a for a, b in need), channels)
+  return _planned(step.rule.call, shape, pads)
+
+
+@functools.lru_cache(maxsize=4096)
+def _planned(call: Any, shape: tuple[int, ...], pads: tuple[Range, ...]) -> tuple[int, int, int]:
+  return call.workspaces(shape, pads)
+
+
 def _needed(tiling: Tiling, step: Any, out_spans: Sequence[Range], v: int) -> list[Range]:
   """The part of input `v` step `step` reads for `out_spans` (inside the input)."""
   size = tiling.geometry.sizes[v]
@@ -313,9 +334,9 @@ def tile_events(
       for key, nbytes in zip(keys, [int(f * out) for f in shares] + [out]):
         ev.append(("a", key, nbytes))
         if key == keys[0] and taped and getattr(rule, "package_under_tape", False):
-          # The package's op: its workspace, at most the padded window's bytes (its
-          # workspace_limit), from its result's allocation until it returns.
-          ws = _bytes(tiling, step.inputs[0], _padded(step, out_spans), batch, itemsize)
+          # The package's op: its forward pass's workspace, as its planner gives it for the
+          # tile's input, from its result's allocation until it returns.
+          ws = package_workspaces(tiling, step, out_spans, batch)[0]
           ev.extend([("a", ("ws", k), ws), ("f", ("ws", k))])
       ev.extend(("f", t) for t in temps + made)
     for v in dict.fromkeys(step.inputs):

@@ -21,8 +21,9 @@ filter's gradient then builds a buffer of kernel taps x input channels x output 
 convolutions and depthwise convolutions with large kernels (`PACKAGE_UNDER_TAPE`: from
 where the package's gradients are the faster, `benchmarks/cpu/taped_ops.py`) run the
 package's op under the tape instead, with explicit padding, a workspace limit of the
-padded window's bytes, which the plan counts for each pass (`_plan.tile_events`,
-`_backprop`), and keep_memory=False: each pass's workspace is a temporary of TensorFlow's
+padded window's bytes (the plan counts each pass's workspace as the op's planner gives it
+for the tile's input: the call's `workspaces`, `_plan.package_workspaces`), and
+keep_memory=False: each pass's workspace is a temporary of TensorFlow's
 allocator, freed when the pass returns, and no filter spectra are kept, so nothing
 outlives the call that the plan does not count (the op's pool of idle workspaces and its
 spectrum cache would otherwise hold up to 128 and 64 MiB across a pass's tile shapes).
@@ -46,6 +47,7 @@ import keras
 import tensorflow as tf
 
 from tf_largeconv import ops as _ops
+from tf_largeconv import planning as _plan
 from tf_largeconv.stream import _rules
 
 L = keras.layers
@@ -99,20 +101,20 @@ def _nhwc(pads: Pads) -> list[list[int]]:
 
 def _op_padding(
   pads: Pads,
-  x: tf.Tensor,
+  sizes: Sequence[Any],
   kernel: Sequence[int],
   strides: Sequence[int],
   dilations: Sequence[int],
 ) -> Any:
   """`pads` of a 2-D window op (`kernel` taps, `strides`, `dilations` per spatial axis)
-  on the NHWC window `x` as tf.nn's ops take them: 'VALID' where nothing is padded (the
-  tiles inside the image), 'SAME' where that gives the same output (a tile that spans an
-  axis, as a one-tile stream does), else explicit pairs. The CPU kernels run 'VALID' and
-  'SAME' faster than the same op given explicit pairs (max pooling about twice to five
-  times, 3x3 convolutions of 64 channels about 1.5 times)."""
+  on an NHWC window of spatial `sizes` as tf.nn's ops take them: 'VALID' where nothing is
+  padded (the tiles inside the image), 'SAME' where that gives the same output (a tile
+  that spans the image, as a one-tile stream does), else explicit pairs. The CPU kernels
+  run 'VALID' and 'SAME' faster than the same op given explicit pairs (max pooling about
+  twice to five times, 3x3 convolutions of 64 channels about 1.5 times)."""
   if not any(p for pair in pads for p in pair):
     return "VALID"
-  if same_padding([int(n) for n in x.shape[1:-1]], pads, kernel, strides, dilations):
+  if same_padding([int(n) for n in sizes], pads, kernel, strides, dilations):
     return "SAME"
   return _nhwc(pads)
 
@@ -197,12 +199,12 @@ def _keras_windowed(
     if rank == 1:
       weights = [w[None] for w in weights]
     pairs = _nhwc(pads)
-    padding = _op_padding(pads, x, weights[0].shape[:2], strides, dilations)
+    padding = _op_padding(pads, x.shape[1:-1], weights[0].shape[:2], strides, dilations)
     options: dict[str, Any] = {}
     run_conv = conv
     if large and _TAPED.get():
       run_conv = getattr(_ops, str(package))
-      options.update(workspace_limit=padded_bytes(x, pairs), keep_memory=False)
+      options.update(workspace_limit=padded_bytes(x.shape, pairs, x.dtype.size), keep_memory=False)
     elif copies and _TAPED.get() and not isinstance(padding, str):
       x, padding = tf.pad(x, pairs), "VALID"
     # No name holds the op's result: _finish frees it once the bias is added.
@@ -212,18 +214,55 @@ def _keras_windowed(
 
   call = _as_2d(rank, run)
   call.copies_under_tape = copies  # type: ignore[attr-defined]
-  # The plan counts the package op's workspace under the tape (`_plan.tile_events`).
+  # The plan counts the package op's workspaces under the tape (`_plan.tile_events`,
+  # `_backprop`): `workspaces` gives them for a tile's input.
   call.package_under_tape = large  # type: ignore[attr-defined]
+  depthwise = package == "depthwise_conv2d"
+  call.workspaces = _planned(op, rank, getattr(op, kernels[0]), depthwise, {})  # type: ignore[attr-defined]
   return call
 
 
-def padded_bytes(x: tf.Tensor, padding: Sequence[Sequence[int]]) -> int:
-  """The bytes of `x` (NHWC) padded by `padding` (per axis, before and after)."""
-  sizes = [int(n) + int(a) + int(b) for n, (a, b) in zip(x.shape, padding)]
-  count = 1
-  for n in sizes:
-    count *= n
-  return count * x.dtype.size
+def _planned(
+  op: Any, rank: int, kernel: Any, depthwise: bool, options: dict[str, Any]
+) -> Callable[[Sequence[int], Pads], tuple[int, int, int]]:
+  """`workspaces(shape, pads)`: the planner's workspace bytes of the package's op as a
+  layer's call runs it under the tape on an input of `shape` (batch, spatial, channels)
+  padded by `pads`, with keep_memory=False and the layer's `options` (algorithm,
+  workspace_limit; default: the padded window's bytes): its forward pass's, its input
+  gradient's and its filter gradient's."""
+  strides, dilations = _window(op, rank)
+
+  def workspaces(shape: Sequence[int], pads: Pads) -> tuple[int, int, int]:
+    filter_shape = [int(d) for d in kernel.shape]
+    if rank == 1:
+      filter_shape, shape = [1, *filter_shape], [shape[0], 1, *shape[1:]]
+      pads = [(0, 0), *pads]
+    if depthwise:  # the op's grouped filter, one group per channel
+      filter_shape = [*filter_shape[:2], 1, filter_shape[2] * filter_shape[3]]
+    dtype = tf.as_dtype(op.compute_dtype)
+    kept = dict(options, keep_memory=False)
+    if kept.get("workspace_limit") is None:
+      kept["workspace_limit"] = padded_bytes(shape, _nhwc(pads), dtype.size)
+    passes = _plan.plan(
+      [int(n) for n in shape], filter_shape, [1, *strides, 1],
+      _op_padding(pads, shape[1:-1], filter_shape[:2], strides, dilations),
+      dilations=dilations, dtype=dtype, **kept,
+    )  # fmt: skip
+    return tuple(  # type: ignore[return-value]
+      q.workspace_bytes if q else 0
+      for q in (passes.forward, passes.backprop_input, passes.backprop_filter)
+    )
+
+  return workspaces
+
+
+def padded_bytes(shape: Sequence[Any], padding: Sequence[Sequence[int]], itemsize: int) -> int:
+  """The bytes of a tensor of `shape` (NHWC) and `itemsize` padded by `padding` (per axis,
+  before and after)."""
+  count = itemsize
+  for n, (a, b) in zip(shape, padding):
+    count *= int(n) + int(a) + int(b)
+  return count
 
 
 def _keras_conv(op: Any, rank: int) -> PaddedCall | None:
@@ -260,7 +299,9 @@ def _max_pool(op: Any, rank: int) -> PaddedCall | None:
       # The op takes paddings smaller than the window only.
       low = float("-inf")
       return tf.nn.max_pool2d(tf.pad(x, _nhwc(pads), constant_values=low), size, strides, "VALID")
-    return tf.nn.max_pool2d(x, size, strides, _op_padding(pads, x, size, strides, [1, 1]))
+    return tf.nn.max_pool2d(
+      x, size, strides, _op_padding(pads, x.shape[1:-1], size, strides, [1, 1])
+    )
 
   return _as_2d(rank, run)
 
@@ -287,10 +328,16 @@ def _package_conv(op: Any, rank: int) -> PaddedCall | None:
   def run(x: tf.Tensor, pads: Pads) -> tf.Tensor:
     x = tf.cast(x, op.compute_dtype)
     padding = [list(p) for p in pads] if rank == 1 else _nhwc(pads)
-    return op._bias_and_activation(
-      conv(x, _value(op.kernel, x.dtype), strides, padding, **op._op_kwargs())
-    )
+    options = op._op_kwargs()
+    if _TAPED.get():  # nothing kept past the call, as the plan counts it
+      options["keep_memory"] = False
+    return op._bias_and_activation(conv(x, _value(op.kernel, x.dtype), strides, padding, **options))
 
+  # Under the tape the plan counts the op's workspaces (`_plan.tile_events`, `_backprop`).
+  run.package_under_tape = True  # type: ignore[attr-defined]
+  settings = {k: v for k, v in op.settings().items() if k in ("algorithm", "workspace_limit")}
+  depthwise = family is lk.LargeDepthwiseConv2D
+  run.workspaces = _planned(op, rank, op.kernel, depthwise, settings)  # type: ignore[attr-defined]
   return run
 
 
