@@ -285,14 +285,6 @@ def _needed(tiling: Tiling, step: Any, out_spans: Sequence[Range], v: int) -> li
   return [_rules.clip(lo, hi, size[i]) for i, (lo, hi) in enumerate(need)]
 
 
-def _same(rule: Any, padded: Sequence[Range], inside: Sequence[Range]) -> bool:
-  """Whether an explicit windowed rule runs its op with 'SAME' on the window `inside`
-  padded to `padded` (`_windowed.same_padding`), without a padded copy."""
-  pads = [(a - p, q - b) for (p, q), (a, b) in zip(padded, inside)]
-  sizes = [b - a for a, b in inside]
-  return _windowed.same_padding(sizes, pads, rule.kernel, rule.strides, rule.dilations)
-
-
 def tile_events(
   tiling: Tiling, index: Sequence[int], batch: int, itemsize: int, taped: bool = False
 ) -> list[Any]:
@@ -324,7 +316,7 @@ def tile_events(
         not rule.explicit or (taped and getattr(rule, "taped_copy", False))
       ):
         pads, need = _padded(step, out_spans), _needed(tiling, step, out_spans, step.inputs[0])
-        if pads != need and not (rule.explicit and _same(rule, pads, need)):
+        if pads != need and not (rule.explicit and _windowed.runs_same(rule, pads, need)):
           temps.append(("pad", k))
           ev.append(("a", temps[-1], _bytes(tiling, step.inputs[0], pads, batch, itemsize)))
       out = _bytes(tiling, step.output, out_spans, batch, itemsize)

@@ -134,6 +134,16 @@ def same_padding(
   )
 
 
+def runs_same(
+  rule: Any, padded: Sequence[tuple[int, int]], inside: Sequence[tuple[int, int]]
+) -> bool:
+  """Whether an explicit windowed rule (`_rules.Sliding`) runs its op with 'SAME' on the
+  window [a, b) per axis of `inside`, padded to `padded`: without a padded copy."""
+  pads = [(a - p, q - b) for (p, q), (a, b) in zip(padded, inside)]
+  sizes = [b - a for a, b in inside]
+  return same_padding(sizes, pads, rule.kernel, rule.strides, rule.dilations)
+
+
 def _same_as(n: int, kernel: int, stride: int, dilation: int, pads: tuple[int, int]) -> bool:
   """Whether padding 'same' on an axis of `n` pixels gives what `pads` give: the same
   padding before and the same number of outputs (padding after the last window's taps
