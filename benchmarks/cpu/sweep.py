@@ -3,6 +3,7 @@
   python -m benchmarks.cpu.bench --cases sweep [--out DIR]   # the default cells
   python -m benchmarks.cpu.sweep --full [--out DIR]          # every point of the grid
   python -m benchmarks.cpu.sweep --few-channel [--out DIR]   # the few-channel images only
+  python -m benchmarks.cpu.sweep --many-channel [--out DIR]  # channels 16..256, filters 7..63
 
 Over filter sizes, input and output channels, batch and image sizes, forward passes and
 training steps (forward + both gradients), with one and with every intra-op thread, it
@@ -26,6 +27,14 @@ Besides the square images of `grid`, `few_channel_grid` takes large photographs 
 a few channels (a grayscale or colour image through a small filter bank): small filters
 there are priced close to TensorFlow's kernel, and a choice on a thin margin shows. With
 --few-channel the sweep runs those points alone and writes sweep_few_channel.json/.png.
+
+`many_channel_grid` crosses MANY_CHANNELS (16 to 256, in = out) with MANY_CHANNEL_KS (7 to
+63) on one batch of images, MANY_CHANNEL_SIZE: with --many-channel the sweep runs those
+points alone (up to MANY_CHANNEL_MAX_MODEL_S modelled, so that 63x63 over 256 channels is
+in) and writes sweep_many_channel.json/.png, whose heat maps show the fastest algorithm
+timed in each cell (its first letter; "a" in the corner where auto chose another).
+
+Until a run completes, DIR/sweep*.rows.jsonl holds each row as it is timed.
 
 A step that runs out of memory (TF's kernel, on large filters) is marked "oom" and counts
 as slower than auto. Prints one row per point (times, auto's choice per pass by its first
@@ -54,6 +63,11 @@ SIZES = tuple(itertools.product((1, 8), (64, 128, 256, 512)))  # (batch, image s
 FEW_CHANNEL_KS = (3, 5, 7)
 FEW_CHANNELS = ((1, 1), (1, 3), (3, 3), (3, 8))
 FEW_CHANNEL_SIZES = ((2, (321, 481)), (1, (321, 481)), (4, (321, 481)), (1, (1024, 1024)))
+# Many channels: (in = out) x filter sizes, on one batch of images (batch, side).
+MANY_CHANNEL_KS = (7, 15, 31, 63)
+MANY_CHANNELS = (16, 32, 64, 128, 256)
+MANY_CHANNEL_SIZE = (8, 64)
+MANY_CHANNEL_MAX_MODEL_S = 16.0
 MODES = ("forward", "train")
 ALGORITHMS = ("direct", "fft", "tf")
 SKIP_FACTOR = 6.0
@@ -99,6 +113,16 @@ def few_channel_grid(full=False):
     (k, ci, co, n, hw, mode)
     for mode, k, (ci, co), (n, hw) in itertools.product(MODES, FEW_CHANNEL_KS, FEW_CHANNELS, sizes)
     if n * hw[0] * hw[1] * max(ci, co) * 4 <= MAX_INPUT_BYTES
+  ]
+
+
+def many_channel_grid():
+  """The many-channel points: (k, channels, channels, batch, side, mode), every
+  MANY_CHANNEL_KS x MANY_CHANNELS cell on MANY_CHANNEL_SIZE, in every mode."""
+  n, side = MANY_CHANNEL_SIZE
+  return [
+    (k, c, c, n, side, mode)
+    for mode, k, c in itertools.product(MODES, MANY_CHANNEL_KS, MANY_CHANNELS)
   ]
 
 
@@ -227,12 +251,15 @@ def _once(fn):
   return time.perf_counter() - t0
 
 
-def points(full=False, few_channel=False):
-  """The points the sweep runs: `grid`'s and `few_channel_grid`'s, or the latter alone."""
+def points(full=False, few_channel=False, many_channel=False):
+  """The points the sweep runs: `grid`'s and `few_channel_grid`'s, or one of
+  `few_channel_grid`'s and `many_channel_grid`'s alone."""
+  if many_channel:
+    return many_channel_grid()
   return few_channel_grid(full) if few_channel else grid(full) + few_channel_grid(full)
 
 
-def _child(full, threads, few_channel=False):
+def _child(full, threads, few_channel=False, many_channel=False, rows_file=None):
   """Runs in a fresh process with `threads` intra-op threads: every point of `points`."""
   import numpy as np
   import tensorflow as tf
@@ -243,13 +270,17 @@ def _child(full, threads, few_channel=False):
   import tf_largeconv as lc
 
   rows = []
-  for point in points(full, few_channel):
+  most = MANY_CHANNEL_MAX_MODEL_S if many_channel else MAX_MODEL_S
+  for point in points(full, few_channel, many_channel):
     model = _modelled(lc, point)
-    if min(t for t in model.values() if t is not None) > MAX_MODEL_S:
+    if min(t for t in model.values() if t is not None) > most:
       continue
     row = _time_point(lc, tf, np, point)
     row["threads"] = threads
     rows.append(row)
+    if rows_file:  # each row as it is timed: a run cut short keeps what it timed
+      with open(rows_file, "a", encoding="ascii") as f:
+        f.write(json.dumps(row) + "\n")
     print(_format(row), file=sys.stderr, flush=True)
   return rows
 
@@ -259,9 +290,15 @@ def _verdict(row):
   it was not timed)."""
   s = row["seconds"]
   fastest = min(t for a, t in s.items() if a != "auto")
-  if "tf" in row["failed"]:
+  if row["failed"].get("tf") == "out of memory":
     return s["auto"] / fastest, 0.0
   return s["auto"] / fastest, s["auto"] / s["tf"] if "tf" in s else None
+
+
+def _untimed(why):
+  """How the table marks an algorithm that was not timed: out of memory, stopped (a row
+  whose `failed` says why), or left out by the model (-)."""
+  return "-" if why is None else "oom" if why == "out of memory" else "stopped"
 
 
 def _format(row):
@@ -269,7 +306,7 @@ def _format(row):
   image = str(side) if isinstance(side, int) else "x".join(map(str, side))
   s = row["seconds"]
   cells = "".join(
-    f"{s[a] * 1e3:>10.1f}" if a in s else f"{'oom' if a in row['failed'] else '-':>10s}"
+    f"{s[a] * 1e3:>10.1f}" if a in s else f"{_untimed(row['failed'].get(a)):>10s}"
     for a in ("auto",) + ALGORITHMS
   )
   best, vs_tf = _verdict(row)
@@ -285,6 +322,69 @@ HEADER = (
   f"{'auto ms':>10s}{'direct':>10s}{'fft':>10s}{'tf':>10s}{'picks':>7s}"
   f"{'a/best':>9s}{'a/tf':>8s}"
 )
+
+
+def _winner(row):
+  """The fastest algorithm timed at a point ("tf" never where it ran out of memory)."""
+  timed = {a: t for a, t in row["seconds"].items() if a != "auto"}
+  return min(timed, key=timed.get)
+
+
+def _print_winners(rows):
+  """Per mode and thread setting, a table of the fastest algorithm per channels x filter
+  cell, with auto's time over the fastest's."""
+  for mode, threads in sorted({(r["point"][5], r["threads"]) for r in rows}):
+    cells = {
+      (r["point"][1], r["point"][0]): r
+      for r in rows
+      if (r["point"][5], r["threads"]) == (mode, threads)
+    }
+    ks = sorted({k for _, k in cells})
+    print(f"\n{mode}, {threads} thread(s): fastest timed (auto / fastest)")
+    print(f"{'channels':>9s}" + "".join(f"{k:>14d}" for k in ks))
+    for c in sorted({c for c, _ in cells}):
+      line = f"{c:>9d}"
+      for k in ks:
+        r = cells.get((c, k))
+        line += f"{_winner(r) + f' ({_verdict(r)[0]:.2f})':>14s}" if r else f"{'-':>14s}"
+      print(line)
+
+
+def _plot_winners(rows, path):
+  """Heat maps per mode and thread setting: each channels x filter cell coloured by the
+  fastest algorithm timed, with auto's time over it."""
+  plt = measure.pyplot()
+  if plt is None:
+    return
+  import numpy as np
+
+  panels = sorted({(r["point"][5], r["threads"]) for r in rows})
+  ks = sorted({r["point"][0] for r in rows})
+  chans = sorted({r["point"][1] for r in rows})
+  colours = {a: i for i, a in enumerate(ALGORITHMS)}
+  fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4.5), squeeze=False)
+  for ax, (mode, threads) in zip(axes[0], panels):
+    grid_ = np.full((len(chans), len(ks)), np.nan)
+    for r in rows:
+      k, c, _, _, _, m = r["point"]
+      if (m, r["threads"]) != (mode, threads):
+        continue
+      i, j = chans.index(c), ks.index(k)
+      best = _winner(r)
+      grid_[i, j] = colours[best]
+      auto = r["picks"][0][0]
+      label = f"{best}\n{_verdict(r)[0]:.2f}" + ("" if auto == best[0] else f"\nauto: {auto}")
+      ax.text(j, i, label, ha="center", va="center", fontsize=7)
+    ax.imshow(grid_, cmap="Pastel1", vmin=0, vmax=8, aspect="auto")
+    ax.set_xticks(range(len(ks)), [str(k) for k in ks])
+    ax.set_yticks(range(len(chans)), [f"{c}->{c}" for c in chans])
+    ax.set_xlabel("filter size")
+    ax.set_ylabel("channels")
+    n, side = MANY_CHANNEL_SIZE
+    ax.set_title(f"{mode}, {threads} thread(s), {n}x{side}x{side}: fastest (auto / it)", fontsize=9)
+  fig.tight_layout()
+  fig.savefig(path, dpi=100)
+  print(f"wrote {path}")
 
 
 def _plot(rows, path):
@@ -328,15 +428,23 @@ def _plot(rows, path):
   print(f"wrote {path}")
 
 
-def main(out_dir, full=False, threads=None, few_channel=False):
+def main(out_dir, full=False, threads=None, few_channel=False, many_channel=False):
   """Runs the sweep with each thread setting (default: one thread and every core)."""
   rows = []
   print(HEADER)
+  suffix = "_few_channel" if few_channel else "_many_channel" if many_channel else ""
+  name = os.path.join(out_dir, "sweep" + suffix)
+  os.makedirs(out_dir, exist_ok=True)
+  partial = name + ".rows.jsonl"  # each row as it is timed, until the run completes
+  if os.path.exists(partial):
+    os.remove(partial)
   for n in threads or sorted({1, len(os.sched_getaffinity(0))}):
     got = measure.run_child(
       ["-m", "benchmarks.cpu.sweep", "--child", str(n)]
       + (["--full"] if full else [])
-      + (["--few-channel"] if few_channel else []),
+      + (["--few-channel"] if few_channel else [])
+      + (["--many-channel"] if many_channel else [])
+      + ["--rows-file", partial],
       timeout=6 * 3600,
     )
     if "error" in got:
@@ -356,12 +464,14 @@ def main(out_dir, full=False, threads=None, few_channel=False):
     f"{sum(t <= MISS for t in vs_tf)} (worst {max(vs_tf, default=0):.2f}); "
     f"{sum(r.get('retimed', False) for r in rows)} points timed again after a miss"
   )
-  os.makedirs(out_dir, exist_ok=True)
-  name = os.path.join(out_dir, "sweep_few_channel" if few_channel else "sweep")
   with open(name + ".json", "w", encoding="ascii") as f:
     json.dump(rows, f, indent=1)
   print(f"wrote {name}.json")
-  _plot(rows, name + ".png")
+  if os.path.exists(partial):
+    os.remove(partial)
+  if many_channel:
+    _print_winners(rows)
+  (_plot_winners if many_channel else _plot)(rows, name + ".png")
   return 0
 
 
@@ -374,6 +484,11 @@ if __name__ == "__main__":
     help="only the one- and few-channel large images (few_channel_grid)",
   )
   parser.add_argument(
+    "--many-channel",
+    action="store_true",
+    help="only the many-channel cells (many_channel_grid)",
+  )
+  parser.add_argument(
     "--out",
     default=measure.RESULTS_DIR,
     help="where sweep.json and sweep.png (with --few-channel, "
@@ -383,8 +498,10 @@ if __name__ == "__main__":
     "--threads", type=int, nargs="*", help="intra-op thread settings (default: 1 and every core)"
   )
   parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
+  parser.add_argument("--rows-file", help=argparse.SUPPRESS)
   args = parser.parse_args()
   if args.child:
-    print(json.dumps({"rows": _child(args.full, args.child, args.few_channel)}))
+    rows = _child(args.full, args.child, args.few_channel, args.many_channel, args.rows_file)
+    print(json.dumps({"rows": rows}))
   else:
-    sys.exit(main(args.out, args.full, args.threads, args.few_channel))
+    sys.exit(main(args.out, args.full, args.threads, args.few_channel, args.many_channel))
