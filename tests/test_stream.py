@@ -460,6 +460,44 @@ def test_a_model_plans_once_per_setting_and_runs_its_current_weights(monkeypatch
   assert len(planned) == count + 1
 
 
+def test_threads_share_a_models_plan():
+  """`predict` on one model from several threads at once (as dask's threaded scheduler
+  runs tasks): every result is the untiled model's, and the model is planned once."""
+  import threading
+
+  from tf_largeconv.stream import _stages
+
+  model = resnet()
+  image = _image((1, 44, 40, 3), "float32")
+  ref = model(image, training=False).numpy()
+  planned, results, errors = [], [], []
+  real = _stages.plan
+
+  def counted(*a, **k):  # a slow planner, so that the threads' calls overlap
+    planned.append(1)
+    time.sleep(0.3)
+    return real(*a, **k)
+
+  def run():
+    try:
+      results.append(stream.predict(model, image, tile=17))
+    except Exception as e:  # noqa: BLE001 - reported below
+      errors.append(e)
+
+  _stages.plan = counted
+  try:
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    for t in threads:
+      t.start()
+    for t in threads:
+      t.join(timeout=120)
+  finally:
+    _stages.plan = real
+  assert errors == [] and len(results) == 4 and len(planned) == 1
+  for got in results:
+    assert np.abs(got - ref).max() <= 2e-5 * np.abs(ref).max()
+
+
 def test_progress_and_out():
   model = dilated()
   image = _image((2, 30, 26, 3), "float32")

@@ -32,6 +32,7 @@ handed on through temporary files on disk, so that less work is recomputed in ov
 
 from __future__ import annotations
 
+import threading
 import weakref
 from collections.abc import Callable
 from collections.abc import Sequence
@@ -71,6 +72,7 @@ _PLANS: weakref.WeakKeyDictionary[Any, dict[tuple[Any, ...], tuple[Any, StreamPl
   weakref.WeakKeyDictionary()
 )
 PLANS_PER_MODEL = 4
+_PLANS_LOCK = threading.Lock()
 
 
 def _prepare(
@@ -91,14 +93,15 @@ def _prepare(
     return twin, graph, source, _stages.plan(graph, source.shape, tile, memory_limit, stages)
   limit = _plan.DEFAULT_MEMORY_LIMIT if memory_limit is None else memory_limit
   key = (up_to, source.shape, tile, limit, stages, len(_layers.POINTWISE))
-  known = _PLANS.setdefault(model, {})
-  if key not in known:
-    known[key] = graph, _stages.plan(graph, source.shape, tile, memory_limit, stages)
-    while len(known) > PLANS_PER_MODEL:
-      known.pop(next(iter(known)))
-  else:
-    known[key] = known.pop(key)  # the most recent last
-  graph, stream_plan = known[key]
+  with _PLANS_LOCK:  # predict may run in several threads at once (dask's threaded scheduler)
+    known = _PLANS.setdefault(model, {})
+    if key not in known:
+      known[key] = graph, _stages.plan(graph, source.shape, tile, memory_limit, stages)
+      while len(known) > PLANS_PER_MODEL:
+        known.pop(next(iter(known)))
+    else:
+      known[key] = known.pop(key)  # the most recent last
+    graph, stream_plan = known[key]
   return model, graph, source, stream_plan
 
 
