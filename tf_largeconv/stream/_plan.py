@@ -9,7 +9,6 @@ compute is the union of what its readers need (`_rules`), clipped to the layer's
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 from collections.abc import Sequence
@@ -268,12 +267,7 @@ def package_workspaces(
   pads = tuple((a - pa, pb - b) for (a, b), (pa, pb) in zip(need, padded))
   channels = tiling.geometry.graph.channels.get(v) or 1
   shape = (batch, *(b - a for a, b in need), channels)
-  return _planned(step.rule.call, shape, pads)
-
-
-@functools.lru_cache(maxsize=4096)
-def _planned(call: Any, shape: tuple[int, ...], pads: tuple[Range, ...]) -> tuple[int, int, int]:
-  return call.workspaces(shape, pads)
+  return step.rule.call.workspaces(shape, pads)
 
 
 def _needed(tiling: Tiling, step: Any, out_spans: Sequence[Range], v: int) -> list[Range]:

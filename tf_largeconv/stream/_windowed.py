@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 from collections.abc import Callable
 from collections.abc import Iterator
 from collections.abc import Sequence
@@ -242,20 +243,24 @@ def _planned(
   gradient's and its filter gradient's."""
   strides, dilations = _window(op, rank)
 
-  def workspaces(shape: Sequence[int], pads: Pads) -> tuple[int, int, int]:
+  # Cached with the call (a tile shape recurs over a pass's tiles and every step), so the
+  # cache goes with the graph that holds the call.
+  @functools.lru_cache(maxsize=256)
+  def workspaces(shape: tuple[int, ...], pads: tuple[tuple[int, int], ...]) -> tuple[int, int, int]:
     filter_shape = [int(d) for d in kernel.shape]
+    dims, padding = list(shape), list(pads)
     if rank == 1:
-      filter_shape, shape = [1, *filter_shape], [shape[0], 1, *shape[1:]]
-      pads = [(0, 0), *pads]
+      filter_shape, dims = [1, *filter_shape], [dims[0], 1, *dims[1:]]
+      padding = [(0, 0), *padding]
     if depthwise:  # the op's grouped filter, one group per channel
       filter_shape = [*filter_shape[:2], 1, filter_shape[2] * filter_shape[3]]
     dtype = tf.as_dtype(op.compute_dtype)
     kept = dict(options, keep_memory=False)
     if kept.get("workspace_limit") is None:
-      kept["workspace_limit"] = padded_bytes(shape, _nhwc(pads), dtype.size)
+      kept["workspace_limit"] = padded_bytes(dims, _nhwc(padding), dtype.size)
     passes = _plan.plan(
-      [int(n) for n in shape], filter_shape, [1, *strides, 1],
-      _op_padding(pads, shape[1:-1], filter_shape[:2], strides, dilations),
+      [int(n) for n in dims], filter_shape, [1, *strides, 1],
+      _op_padding(padding, dims[1:-1], filter_shape[:2], strides, dilations),
       dilations=dilations, dtype=dtype, **kept,
     )  # fmt: skip
     return tuple(  # type: ignore[return-value]
