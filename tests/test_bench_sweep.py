@@ -1,8 +1,10 @@
 """The planner sweep's grid (benchmarks/cpu/sweep.py) covers what its goals are stated
 over: every filter size, channel pair and mode, every batch and image size, and no input or
-output over the sweep's memory bound. Its verdicts count TF's out-of-memory as a win."""
+output over the sweep's memory bound. Its verdicts count TF's out-of-memory as a win. A
+child stuck in one call is stopped, and the next resumes without that call."""
 
 import itertools
+import time
 
 import pytest
 
@@ -90,3 +92,34 @@ def test_rows_name_their_images():
   assert " 321x481 forward" in line and line.endswith("2.00")
   row["point"][4] = 64
   assert "      64 forward" in sweep._format(row)
+
+
+# A stand-in for the sweep's child: unless it was started with ([7], "tf") stopped, it says it
+# is in a call of "tf" at point [7] that began long ago, and waits to be stopped; with it,
+# it writes a row for the point, as a child resuming there would.
+FAKE_CHILD = """
+import json, sys, time
+rows_file, stopped = sys.argv[2], json.loads(sys.argv[4])
+if [[7], "tf"] not in stopped:
+  with open(rows_file + ".calling", "w") as f:
+    json.dump({"point": [7], "algorithm": "tf", "since": time.time() - 3600}, f)
+  time.sleep(120)
+with open(rows_file, "a") as f:
+  f.write(json.dumps({"point": [7], "threads": 2, "stopped": stopped}) + "\\n")
+"""
+
+
+def test_a_child_stuck_in_a_call_is_stopped_and_a_new_one_resumes(tmp_path, capsys):
+  rows = str(tmp_path / "rows.jsonl")
+  start = time.time()
+  error = sweep._run_children(["-c", FAKE_CHILD, "--rows-file", rows], rows, limit=5)
+  assert error is None
+  assert time.time() - start < 60  # the first child was stopped, not waited for
+  assert sweep._rows_of(rows, 2) == [{"point": [7], "threads": 2, "stopped": [[[7], "tf"]]}]
+  assert "stopped tf at [7]" in capsys.readouterr().out
+
+
+def test_a_failing_child_is_reported(tmp_path):
+  rows = str(tmp_path / "rows.jsonl")
+  error = sweep._run_children(["-c", "import sys; sys.exit(3)"], rows, limit=5)
+  assert error == "the child failed (exit 3)"

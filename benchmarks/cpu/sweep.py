@@ -34,7 +34,10 @@ points alone (up to MANY_CHANNEL_MAX_MODEL_S modelled, so that 63x63 over 256 ch
 in) and writes sweep_many_channel.json/.png, whose heat maps show the fastest algorithm
 timed in each cell (its first letter; "a" in the corner where auto chose another).
 
-Until a run completes, DIR/sweep*.rows.jsonl holds each row as it is timed.
+Until a run completes, DIR/sweep*.rows.jsonl holds each row as it is timed. A child in one
+call for over CALL_LIMIT_S (TensorFlow's filter gradient of a 15x15 filter over 256
+channels ran for more than 25 minutes) is stopped; a new child resumes at that point with
+the algorithm left out there, marked "stopped".
 
 A step that runs out of memory (TF's kernel, on large filters) is marked "oom" and counts
 as slower than auto. Prints one row per point (times, auto's choice per pass by its first
@@ -49,6 +52,7 @@ import itertools
 import json
 import os
 import random
+import subprocess
 import sys
 import time
 
@@ -82,6 +86,8 @@ MAX_ROUNDS = 200
 ROUND_S = 2.0  # rounds continue while they have taken less than this (timings vary by ±30%)
 MISS = 1.10  # auto slower than the fastest, or than TF, by more than this misses the goal
 RETRY_ROUND_S = 4.0  # a missing point's rounds run again for this long
+CALL_LIMIT_S = 300.0  # a call running longer is stopped, and its algorithm left out there
+RUNS_FILE_SUFFIX = ".calling"  # beside the rows file: the call the child is in, and since when
 
 
 def grid(full=False):
@@ -167,8 +173,11 @@ def _step(lc, tf, x, w, mode, algorithm):
   return train
 
 
-def _time_point(lc, tf, np, point, rounds=5):
-  """Times "auto" and every algorithm within SKIP_FACTOR of the fastest modelled one."""
+def _time_point(lc, tf, np, point, rounds=5, stopped=(), calling=None):
+  """Times "auto" and every algorithm within SKIP_FACTOR of the fastest modelled one, but
+  those in `stopped` (an earlier child was stopped in one of their calls here); `calling`,
+  where given, is told (point, algorithm) before each warm-up call and (None, None) after
+  the warm-ups."""
   k, ci, co, n, side, mode = point
   shape = (n,) + image_hw(side) + (ci,)
   rng = np.random.default_rng(0)
@@ -181,12 +190,15 @@ def _time_point(lc, tf, np, point, rounds=5):
     for a in ALGORITHMS
     if model[a] is not None and model[a] <= max(SKIP_FACTOR * best_model, ALWAYS_TIMED_S)
   ]
-  calls = {a: _step(lc, tf, x, w, mode, a) for a in run}
+  failed = {a: f"stopped: a call ran over {CALL_LIMIT_S:.0f} s" for a in run if a in stopped}
+  calls = {a: _step(lc, tf, x, w, mode, a) for a in run if a not in stopped}
   # A call right after a different kernel's runs slower than one after its own (a small
   # FFT up to twice as slow, TF's kernel by a third), so each timed call follows a call of
   # the same algorithm: a slow one its warm-up, a fast one an untimed call in each round.
-  times, failed = {}, {}
+  times = {}
   for a, fn in list(calls.items()):  # warm-up: plans, kernels, allocations
+    if calling:
+      calling(point, a)
     try:
       times[a] = _once(fn)
       if times[a] >= SLOW_S:
@@ -194,6 +206,8 @@ def _time_point(lc, tf, np, point, rounds=5):
     except tf.errors.ResourceExhaustedError:  # TF's im2col buffers, mostly
       failed[a] = "out of memory"
       del calls[a]
+  if calling:
+    calling(None, None)
   fast = [a for a in calls if times[a] < SLOW_S]
   # Interleaved rounds (a slow spell of the machine hits every algorithm alike): at least
   # `rounds`, more while they take under ROUND_S seconds, at most MAX_ROUNDS (calls of a
@@ -259,8 +273,25 @@ def points(full=False, few_channel=False, many_channel=False):
   return few_channel_grid(full) if few_channel else grid(full) + few_channel_grid(full)
 
 
-def _child(full, threads, few_channel=False, many_channel=False, rows_file=None):
-  """Runs in a fresh process with `threads` intra-op threads: every point of `points`."""
+def _key(point):
+  """A point as the rows file writes it (tuples as lists), to compare points by."""
+  return json.dumps(list(point))
+
+
+def _rows_of(rows_file, threads):
+  """The rows `rows_file` holds for a thread setting, in the order they were timed."""
+  if not os.path.exists(rows_file):
+    return []
+  with open(rows_file, encoding="ascii") as f:
+    rows = [json.loads(line) for line in f if line.strip()]
+  return [r for r in rows if r["threads"] == threads]
+
+
+def _child(full, threads, few_channel=False, many_channel=False, rows_file=None, stopped=()):
+  """Runs in a fresh process with `threads` intra-op threads: every point of `points` that
+  `rows_file` does not hold yet (a child started after one was stopped resumes), and says
+  in RUNS_FILE_SUFFIX's file beside `rows_file` which call runs; `stopped` holds the
+  [point, algorithm] pairs an earlier child was stopped in (left out of their point)."""
   import numpy as np
   import tensorflow as tf
 
@@ -271,11 +302,22 @@ def _child(full, threads, few_channel=False, many_channel=False, rows_file=None)
 
   rows = []
   most = MANY_CHANNEL_MAX_MODEL_S if many_channel else MAX_MODEL_S
+  done = {_key(r["point"]) for r in _rows_of(rows_file, threads)} if rows_file else set()
+  calling = None
+  if rows_file:
+
+    def calling(point, algorithm):
+      with open(rows_file + RUNS_FILE_SUFFIX, "w", encoding="ascii") as f:
+        json.dump({"point": point, "algorithm": algorithm, "since": time.time()}, f)
+
   for point in points(full, few_channel, many_channel):
+    if _key(point) in done:
+      continue
     model = _modelled(lc, point)
     if min(t for t in model.values() if t is not None) > most:
       continue
-    row = _time_point(lc, tf, np, point)
+    left_out = [a for p, a in stopped if p == json.loads(_key(point))]
+    row = _time_point(lc, tf, np, point, stopped=left_out, calling=calling)
     row["threads"] = threads
     rows.append(row)
     if rows_file:  # each row as it is timed: a run cut short keeps what it timed
@@ -428,6 +470,43 @@ def _plot(rows, path):
   print(f"wrote {path}")
 
 
+def _run_children(args, rows_file, limit=CALL_LIMIT_S, timeout=6 * 3600):
+  """Runs the child `args` until it has timed every point: a child in one call for over
+  `limit` seconds (TensorFlow's filter gradient takes minutes to hours on some large
+  filters) is stopped, and a new one resumes from that point without that algorithm.
+  Returns None, or why the children stopped short (a failure, or `timeout` in all)."""
+  calls = rows_file + RUNS_FILE_SUFFIX
+  stopped = []
+  start = time.time()
+  while True:
+    if os.path.exists(calls):
+      os.remove(calls)
+    child = subprocess.Popen(
+      [sys.executable] + args + ["--stopped", json.dumps(stopped)],
+      stdout=subprocess.DEVNULL,
+      env=measure.child_env(TF_CPP_MIN_LOG_LEVEL="3", OPENBLAS_NUM_THREADS="1"),
+    )
+    while child.poll() is None:
+      time.sleep(1.0)
+      try:
+        with open(calls, encoding="ascii") as f:
+          call = json.load(f)
+      except (OSError, ValueError):  # not written yet, or being written
+        continue
+      if time.time() - start > timeout:
+        child.kill()
+        child.wait()
+        return f"timed out after {timeout} s"
+      if call["point"] is not None and time.time() - call["since"] > limit:
+        child.kill()
+        child.wait()
+        stopped.append([call["point"], call["algorithm"]])
+        print(f"stopped {call['algorithm']} at {call['point']}: one call ran over {limit} s")
+        break
+    else:
+      return None if child.returncode == 0 else f"the child failed (exit {child.returncode})"
+
+
 def main(out_dir, full=False, threads=None, few_channel=False, many_channel=False):
   """Runs the sweep with each thread setting (default: one thread and every core)."""
   rows = []
@@ -436,23 +515,24 @@ def main(out_dir, full=False, threads=None, few_channel=False, many_channel=Fals
   name = os.path.join(out_dir, "sweep" + suffix)
   os.makedirs(out_dir, exist_ok=True)
   partial = name + ".rows.jsonl"  # each row as it is timed, until the run completes
-  if os.path.exists(partial):
-    os.remove(partial)
+  for stale in (partial, partial + RUNS_FILE_SUFFIX):
+    if os.path.exists(stale):
+      os.remove(stale)
   for n in threads or sorted({1, len(os.sched_getaffinity(0))}):
-    got = measure.run_child(
+    args = (
       ["-m", "benchmarks.cpu.sweep", "--child", str(n)]
       + (["--full"] if full else [])
       + (["--few-channel"] if few_channel else [])
       + (["--many-channel"] if many_channel else [])
-      + ["--rows-file", partial],
-      timeout=6 * 3600,
+      + ["--rows-file", partial]
     )
-    if "error" in got:
-      print(f"{n} thread(s): {got['error']}")
-      continue
-    for row in got["rows"]:
+    error = _run_children(args, partial)
+    if error:
+      print(f"{n} thread(s): {error}")
+    got = _rows_of(partial, n)
+    for row in got:
       print(_format(row))
-    rows += got["rows"]
+    rows += got
   if not rows:
     return 1
   verdicts = [_verdict(r) for r in rows]
@@ -467,8 +547,9 @@ def main(out_dir, full=False, threads=None, few_channel=False, many_channel=Fals
   with open(name + ".json", "w", encoding="ascii") as f:
     json.dump(rows, f, indent=1)
   print(f"wrote {name}.json")
-  if os.path.exists(partial):
-    os.remove(partial)
+  for done in (partial, partial + RUNS_FILE_SUFFIX):
+    if os.path.exists(done):
+      os.remove(done)
   if many_channel:
     _print_winners(rows)
   (_plot_winners if many_channel else _plot)(rows, name + ".png")
@@ -499,9 +580,17 @@ if __name__ == "__main__":
   )
   parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
   parser.add_argument("--rows-file", help=argparse.SUPPRESS)
+  parser.add_argument("--stopped", default="[]", help=argparse.SUPPRESS)
   args = parser.parse_args()
   if args.child:
-    rows = _child(args.full, args.child, args.few_channel, args.many_channel, args.rows_file)
+    rows = _child(
+      args.full,
+      args.child,
+      args.few_channel,
+      args.many_channel,
+      args.rows_file,
+      [(p, a) for p, a in json.loads(args.stopped)],
+    )
     print(json.dumps({"rows": rows}))
   else:
     sys.exit(main(args.out, args.full, args.threads, args.few_channel, args.many_channel))
