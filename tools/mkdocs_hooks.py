@@ -7,7 +7,7 @@ import pathlib
 from mkdocs.structure.files import File
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-PLOTS = ("bench.png", "sweep.png", "budget.png")
+PLOTS = ("bench.png", "sweep.png", "sweep_many_channel.png", "budget.png")
 PLOT_DIR = ROOT / "benchmarks" / "results" / "cpu"
 
 
