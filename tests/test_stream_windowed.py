@@ -315,3 +315,65 @@ def test_a_tile_that_spans_the_image_runs_its_ops_with_same(monkeypatch):
   seen.clear()
   stream.predict(model, _image((1, 160, 160, 3), "float64"), tile=48)
   assert "VALID" in seen and any(not isinstance(p, str) for p in seen), seen
+
+
+FUSED_2D = [  # (layer, whether it runs as one traced function outside the tape)
+  (lambda: L.Conv2D(3, 5, padding="same", activation="relu"), True),
+  (lambda: L.Conv2D(3, 4, strides=3, padding="same"), True),
+  (lambda: L.Conv2D(2, 3, padding="valid", activation="relu", use_bias=False), False),
+  (lambda: L.Conv2D(2, 3, padding="same", activation="tanh"), False),
+  (lambda: L.DepthwiseConv2D(3, padding="same", activation="relu"), False),
+]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_convolutions_with_a_bias_run_fused_outside_the_tape(dtype, monkeypatch):
+  """A Conv1D/Conv2D with a bias and a linear or ReLU activation runs as one traced
+  function on every tile outside the tape where TensorFlow's pool serves tensors (bit for
+  bit the untiled model's where the tile spans the image, within rounding on small tiles);
+  others run their ops one by one; under the tape, or without the pool, none is fused. The
+  memory model counts a fused call's output alone (three tensors for the eager ops)."""
+  import numpy as np
+
+  from tf_largeconv import stream
+  from tf_largeconv.stream import _layers
+  from tf_largeconv.stream import _pool
+
+  monkeypatch.setattr(_pool, "pooled", lambda: True)  # as with oneDNN on
+  ran = []
+  real = _windowed._fused_conv
+
+  def spy(*key):
+    fn = real(*key)
+    return lambda *args: ran.append(key) or fn(*args)
+
+  monkeypatch.setattr(_windowed, "_fused_conv", spy)
+  for make, fused in FUSED_2D:
+    with floatx(dtype):
+      model = _model(make, (None, None, 3))
+    layer = model.layers[-1]
+    kernel = tuple(int(n) for n in layer.kernel.shape)
+    call = _windowed.explicit_call(layer, 2)
+    assert _windowed.fused_outside_tape(call) == fused, layer
+    rule, kind = _layers.rule_for(layer, [model.layers[-2].output], 2, layer)
+    assert rule.fused == fused
+    unfused = _layers.allocs(layer, kind, 1)
+    assert _layers.allocs(layer, kind, 1, rule.fused) == ((1.0,) if fused else unfused)
+    image = _image((2, 37, 30, 3), dtype)
+    ran.clear()
+    ref = check(model, image, (5, 8, 16), dtype)
+    mine = [key for key in ran if key[-1] == kernel]
+    assert bool(mine) == fused, (layer, ran)
+    assert all(key[3] == (layer.activation is keras.activations.relu) for key in mine)
+    ran.clear()
+    np.testing.assert_array_equal(stream.predict(model, image, tile=64), ref)
+    assert any(key[-1] == kernel for key in ran) == fused
+    ran.clear()
+    x = model.layers[-2](image)
+    with _windowed.tile_tape():
+      call(x, [(0, 0), (0, 0)])
+    assert ran == []
+    monkeypatch.setattr(_pool, "pooled", lambda: False)  # malloc's memory: the ops one by one
+    call(x, [(0, 0), (0, 0)])
+    assert ran == [] and not _windowed.fused_outside_tape(call)
+    monkeypatch.setattr(_pool, "pooled", lambda: True)

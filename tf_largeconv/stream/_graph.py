@@ -132,7 +132,7 @@ class _Builder:
     else:
       rule, kind = _layers.rule_for(op, refs, self.graph.rank, call)
     step = Step(op.name, kind, rule, ins, call)
-    step.allocs = _layers.allocs(op, kind, len(ins))
+    step.allocs = _layers.allocs(op, kind, len(ins), bool(getattr(rule, "fused", False)))
     step.tape_allocs = _layers.tape_allocs(op, kind, len(ins))
     step.grads = _layers.grad_temps(op, kind)
     step.kept = _layers.kept_by_kernel(op, kind, rule)

@@ -174,10 +174,14 @@ _ACTIVATION_TEMPS = {"gelu": 2, "swish": 1, "silu": 1, "elu": 1, "selu": 1, "sof
 _TWO_TENSORS = (L.BatchNormalization, L.Rescaling, L.Normalization, L.Dense, L.Softmax, L.PReLU)
 
 
-def allocs(op: Any, kind: str, n_inputs: int) -> tuple[float, ...]:
+def allocs(op: Any, kind: str, n_inputs: int, fused: bool = False) -> tuple[float, ...]:
   """The tensors a step's call makes on a tile, as shares of its output, the output last:
   what `_plan.tile_events` feeds the memory model. Measured per layer with TensorFlow's
-  allocator statistics in eager calls (a temporary is freed only when the call returns)."""
+  allocator statistics in eager calls (a temporary is freed only when the call returns).
+  `fused`: a convolution that runs as one traced function outside the tape
+  (`_windowed.fused_outside_tape`) makes its output alone."""
+  if fused and kind == "conv":
+    return (1.0,)
   if kind in ("conv", "folded conv", "transpose"):
     # The convolution's result, then the bias added, then the activation (with its own
     # temporaries) on that: each alive until the next is made.
@@ -269,6 +273,7 @@ def rule_for(op: Any, refs: Sequence[Any], rank: int, call: _rules.Call) -> tupl
     sliding = _rules.Sliding(call, kernel, strides, dilations, op.padding, explicit=bool(explicit))
     sliding.taped_copy = _windowed.copies_under_tape(explicit)
     sliding.package_under_tape = _windowed.package_under_tape(explicit)
+    sliding.fused = _windowed.fused_outside_tape(explicit)
     return sliding, "conv"
   if isinstance(op, TRANSPOSED):
     clone = _valid_clone(op, channels, rank)

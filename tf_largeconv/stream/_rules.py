@@ -173,10 +173,12 @@ class Sliding(_Kernel):
     super().__init__(call, kernel, strides, dilations)
     self.padding = padding
     self.pad_value, self.average, self.explicit = pad_value, average, explicit
-    # Whether an explicit call pads a copy under a gradient tape (`_windowed.taped`), and
-    # whether it runs the package's op there (`_windowed.package_under_tape`).
+    # Whether an explicit call pads a copy under a gradient tape (`_windowed.taped`),
+    # whether it runs the package's op there (`_windowed.package_under_tape`), and whether it
+    # runs as one fused function outside it (`_windowed.fused_outside_tape`).
     self.taped_copy = False
     self.package_under_tape = False
+    self.fused = False
     self.geometry: list[tuple[int, int, int]] = []
 
   def _padding(self, axis: int) -> str | tuple[int, int]:
