@@ -123,3 +123,20 @@ def test_a_failing_child_is_reported(tmp_path):
   rows = str(tmp_path / "rows.jsonl")
   error = sweep._run_children(["-c", "import sys; sys.exit(3)"], rows, limit=5)
   assert error == "the child failed (exit 3)"
+
+
+def test_a_child_that_never_says_its_call_still_times_out(tmp_path):
+  rows = str(tmp_path / "rows.jsonl")
+  start = time.time()
+  error = sweep._run_children(["-c", "import time; time.sleep(120)"], rows, limit=5, timeout=3)
+  assert error == "timed out after 3 s" and time.time() - start < 60
+
+
+def test_rows_cut_short_are_skipped_and_a_stopped_auto_is_a_miss(tmp_path):
+  rows = tmp_path / "rows.jsonl"
+  rows.write_text('{"point": [7], "threads": 2}\n{"point": [15], "thr', encoding="ascii")
+  assert sweep._rows_of(str(rows), 2) == [{"point": [7], "threads": 2}]
+  stopped = {"seconds": {"fft": 1.0, "tf": 2.0}, "failed": {"auto": "stopped"}}
+  assert sweep._verdict(stopped) == (float("inf"), float("inf"))
+  alone = {"seconds": {"auto": 1.0}, "failed": {"fft": "stopped"}}
+  assert sweep._verdict(alone) == (1.0, None) and sweep._winner(alone) == "auto"

@@ -323,6 +323,7 @@ FUSED_2D = [  # (layer, whether it runs as one traced function outside the tape)
   (lambda: L.Conv2D(2, 3, padding="valid", activation="relu", use_bias=False), False),
   (lambda: L.Conv2D(2, 3, padding="same", activation="tanh"), False),
   (lambda: L.DepthwiseConv2D(3, padding="same", activation="relu"), False),
+  (lambda: L.Conv2D(3, 3, padding="same", activation="relu", dtype="mixed_bfloat16"), False),
 ]
 
 
@@ -374,6 +375,7 @@ def test_convolutions_with_a_bias_run_fused_outside_the_tape(dtype, monkeypatch)
       call(x, [(0, 0), (0, 0)])
     assert ran == []
     monkeypatch.setattr(_pool, "pooled", lambda: False)  # malloc's memory: the ops one by one
-    call(x, [(0, 0), (0, 0)])
-    assert ran == [] and not _windowed.fused_outside_tape(call)
+    unpooled = _windowed.explicit_call(layer, 2)
+    unpooled(x, [(0, 0), (0, 0)])
+    assert ran == [] and not _windowed.fused_outside_tape(unpooled)
     monkeypatch.setattr(_pool, "pooled", lambda: True)

@@ -50,6 +50,7 @@ training step).
 import argparse
 import itertools
 import json
+import math
 import os
 import random
 import subprocess
@@ -202,6 +203,8 @@ def _time_point(lc, tf, np, point, rounds=5, stopped=(), calling=None):
     try:
       times[a] = _once(fn)
       if times[a] >= SLOW_S:
+        if calling:
+          calling(point, a)  # the limit is on each call
         times[a] = min(times[a], _once(fn))
     except tf.errors.ResourceExhaustedError:  # TF's im2col buffers, mostly
       failed[a] = "out of memory"
@@ -282,8 +285,13 @@ def _rows_of(rows_file, threads):
   """The rows `rows_file` holds for a thread setting, in the order they were timed."""
   if not os.path.exists(rows_file):
     return []
+  rows = []
   with open(rows_file, encoding="ascii") as f:
-    rows = [json.loads(line) for line in f if line.strip()]
+    for line in f:
+      try:
+        rows.append(json.loads(line))
+      except ValueError:  # a line cut short where a child was stopped as it wrote it
+        continue
   return [r for r in rows if r["threads"] == threads]
 
 
@@ -331,7 +339,10 @@ def _verdict(row):
   """(auto / fastest timed, auto / tf.nn.conv2d: 0 where TF ran out of memory, None where
   it was not timed)."""
   s = row["seconds"]
-  fastest = min(t for a, t in s.items() if a != "auto")
+  if "auto" not in s:  # stopped in a call: slower than anything timed
+    return math.inf, (math.inf if "tf" in s else None)
+  others = [t for a, t in s.items() if a != "auto"]
+  fastest = min(others) if others else s["auto"]
   if row["failed"].get("tf") == "out of memory":
     return s["auto"] / fastest, 0.0
   return s["auto"] / fastest, s["auto"] / s["tf"] if "tf" in s else None
@@ -368,8 +379,8 @@ HEADER = (
 
 def _winner(row):
   """The fastest algorithm timed at a point ("tf" never where it ran out of memory)."""
-  timed = {a: t for a, t in row["seconds"].items() if a != "auto"}
-  return min(timed, key=timed.get)
+  timed = {a: t for a, t in row["seconds"].items() if a != "auto"} or row["seconds"]
+  return min(timed, key=timed.get) if timed else "-"
 
 
 def _print_winners(rows):
@@ -486,25 +497,26 @@ def _run_children(args, rows_file, limit=CALL_LIMIT_S, timeout=6 * 3600):
       stdout=subprocess.DEVNULL,
       env=measure.child_env(TF_CPP_MIN_LOG_LEVEL="3", OPENBLAS_NUM_THREADS="1"),
     )
-    while child.poll() is None:
-      time.sleep(1.0)
-      try:
-        with open(calls, encoding="ascii") as f:
-          call = json.load(f)
-      except (OSError, ValueError):  # not written yet, or being written
-        continue
-      if time.time() - start > timeout:
+    try:
+      while child.poll() is None:
+        time.sleep(1.0)
+        if time.time() - start > timeout:
+          return f"timed out after {timeout} s"
+        try:
+          with open(calls, encoding="ascii") as f:
+            call = json.load(f)
+        except (OSError, ValueError):  # not written yet, or being written
+          continue
+        if call["point"] is not None and time.time() - call["since"] > limit:
+          stopped.append([call["point"], call["algorithm"]])
+          print(f"stopped {call['algorithm']} at {call['point']}: one call ran over {limit} s")
+          break
+      else:
+        return None if child.returncode == 0 else f"the child failed (exit {child.returncode})"
+    finally:  # stopped, timed out, or this process interrupted: the child goes too
+      if child.poll() is None:
         child.kill()
         child.wait()
-        return f"timed out after {timeout} s"
-      if call["point"] is not None and time.time() - call["since"] > limit:
-        child.kill()
-        child.wait()
-        stopped.append([call["point"], call["algorithm"]])
-        print(f"stopped {call['algorithm']} at {call['point']}: one call ran over {limit} s")
-        break
-    else:
-      return None if child.returncode == 0 else f"the child failed (exit {child.returncode})"
 
 
 def main(out_dir, full=False, threads=None, few_channel=False, many_channel=False):
