@@ -385,3 +385,30 @@ def test_padded_copies_under_the_tape_are_the_plans(tile, grid, monkeypatch):
   monkeypatch.setattr(tf, "pad", lambda *a, **k: calls.append(1) or real(*a, **k))
   trainer.streamed_gradients(tf.constant(image), tf.zeros((1, 48, 48, 2)))
   assert planned == len(calls) == (0 if grid == 1 else 2 * grid * grid)
+
+
+POOLED = """
+import json
+from tf_largeconv import _loader
+from tf_largeconv.stream import _pool
+print(json.dumps([_pool.pooled(), _loader.core().tf_kernels()]))
+"""
+
+
+@pytest.mark.parametrize("setting", ["1", "0", "False", " 0 ", None])
+def test_the_pool_is_modelled_where_tensorflow_runs_onednn(setting):
+  """`pooled()` follows TensorFlow's oneDNN setting as the planner reads it: the variable
+  where it is set, else the CPU's features (where TensorFlow leaves oneDNN off, malloc
+  serves tensors and there is no pool to model). TensorFlow reads " 0 " as no setting."""
+  env = {k: v for k, v in os.environ.items() if k != "TF_ENABLE_ONEDNN_OPTS"}
+  if setting is not None:
+    env["TF_ENABLE_ONEDNN_OPTS"] = setting
+  env.update(TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
+  run = subprocess.run(
+    [sys.executable, "-c", POOLED], capture_output=True, text=True, timeout=300, env=env
+  )
+  assert run.returncode == 0, run.stderr[-3000:]
+  pooled, kernels = json.loads(run.stdout.strip().splitlines()[-1])
+  assert pooled == (kernels == "onednn")
+  if setting in ("1", "0", "False"):
+    assert pooled == (setting == "1")

@@ -39,9 +39,16 @@ EXPECTED, WORST = 1.05, 1.3
 
 def pooled() -> bool:
   """Whether TensorFlow serves CPU tensors from its pool: with oneDNN's operations on, as
-  they are unless TF_ENABLE_ONEDNN_OPTS is 0. Without it, malloc returns each large tensor
-  to the system when it is freed, and the process holds its live tensors only."""
-  return os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1").strip().lower() not in ("0", "false")
+  TensorFlow decides it and the planner reads it (`info()["tf_kernels_priced_as"]`):
+  TF_ENABLE_ONEDNN_OPTS where it is 0, 1, false or true, else on where the x86 CPU has
+  AVX512_VNNI, AVX512_BF16, AVX_VNNI or AMX. Without it, malloc serves every tensor. Where
+  the compiled core is missing, the variable alone decides (on unless it says 0)."""
+  try:
+    from tf_largeconv import _loader
+
+    return bool(_loader.core().tf_kernels() == "onednn")
+  except ImportError:
+    return os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1").strip().lower() not in ("0", "false")
 
 
 class Pool:
