@@ -337,18 +337,19 @@ def test_convolutions_with_a_bias_run_fused_outside_the_tape(dtype, monkeypatch)
   import numpy as np
 
   from tf_largeconv import stream
+  from tf_largeconv.stream import _fused
   from tf_largeconv.stream import _layers
   from tf_largeconv.stream import _pool
 
   monkeypatch.setattr(_pool, "pooled", lambda: True)  # as with oneDNN on
   ran = []
-  real = _windowed._fused_conv
+  real = _fused.conv
 
   def spy(*key):
     fn = real(*key)
     return lambda *args: ran.append(key) or fn(*args)
 
-  monkeypatch.setattr(_windowed, "_fused_conv", spy)
+  monkeypatch.setattr(_fused, "conv", spy)
   for make, fused in FUSED_2D:
     with floatx(dtype):
       model = _model(make, (None, None, 3))

@@ -13,7 +13,7 @@ the layers whose op takes explicit padding, or None where the streamed rule pads
 - FoldedBlock: its `convolve(x, padding)`.
 A window with nothing to pad runs the op with 'VALID', one whose padding is what 'SAME' gives
 runs it with 'SAME' (`_op_padding`). Outside the tape, a Conv1D/Conv2D with a bias and a
-linear or ReLU activation runs as one traced function (`_fused_conv`), which TensorFlow runs
+linear or ReLU activation runs as one traced function (`_fused.conv`), which TensorFlow runs
 as one kernel, where TensorFlow's pool serves its tensors (oneDNN on). `nearest_window`
 gives Keras's nearest upsampling of only a tile's output pixels.
 Under a gradient tape (`taped()`), Keras's Conv1D/Conv2D pad a copy and run 'VALID':
@@ -51,7 +51,7 @@ import tensorflow as tf
 
 from tf_largeconv import ops as _ops
 from tf_largeconv import planning as _plan
-from tf_largeconv.stream import _pool
+from tf_largeconv.stream import _fused
 from tf_largeconv.stream import _rules
 
 L = keras.layers
@@ -101,11 +101,11 @@ def package_under_tape(call: Any) -> bool:
 
 def fused_outside_tape(call: Any) -> bool:
   """Whether `call` (from `explicit_call`) runs its convolution, bias and activation as one
-  traced function outside `taped()` (`_fused_conv`) where TensorFlow serves tensors from its
-  pool (`_pool.pooled()`). Without the pool (oneDNN off), malloc serves them, and the
-  traced calls left more resident than the eager ops (the U-Net of
-  `benchmarks/cpu/stream_memory.py` at 256 MiB: 467 to 505 MiB against 355 to 367), so the
-  ops run one by one there."""
+  traced function outside `taped()` (`_fused.conv`) where TensorFlow serves tensors from its
+  pool (`_pool.pooled()`, `_fused.fuses`). Without the pool (oneDNN off), malloc serves
+  them, and the traced calls left more resident than the eager ops (the U-Net of
+  `benchmarks/cpu/stream_memory.py` at 256 MiB: 467 to 505 MiB against 355 to 367), so
+  the ops run one by one there."""
   return bool(getattr(call, "fused_outside_tape", False))
 
 
@@ -206,56 +206,6 @@ def _window(op: Any, rank: int) -> tuple[list[int], list[int]]:
   return ones + list(op.strides), ones + list(op.dilation_rate)
 
 
-@functools.lru_cache(maxsize=1024)
-def _fused_conv(
-  strides: tuple[int, ...],
-  dilations: tuple[int, ...],
-  padding: Any,
-  relu: bool,
-  dtype: tf.DType,
-  kernel_shape: tuple[int, ...],
-) -> Any:
-  """tf.nn.conv2d, BiasAdd and (`relu`) Relu as one function traced once for any batch and
-  window size (`padding`: 'SAME', 'VALID' or the NHWC pairs as tuples). TensorFlow's graph
-  optimizer runs the three as one fused kernel, which adds the bias and takes the maximum on
-  each sum as it is stored: the same values as the three ops one after another (the tests
-  hold them equal bit for bit), with one tensor the size of the output instead of three,
-  and two passes over it saved (a 3x3 convolution of 3 to 8 channels on 4096^2 with its
-  bias and ReLU: 0.069 s traced against 0.160 s eagerly, 2 threads). The function holds no
-  weights or model (they are its arguments), so one serves every layer and model of the
-  same shape: a first streamed call of the U-Net of `benchmarks/cpu/stream_networks.py`
-  (9 tiles) took 4.2 s with this cache against 5.1 s with one per layer's call (3.3 s
-  unfused; 2.5 s each later call)."""
-  pad = padding if isinstance(padding, str) else [list(pair) for pair in padding]
-
-  def run(x: tf.Tensor, kernel: tf.Tensor, bias: tf.Tensor) -> tf.Tensor:
-    y = tf.nn.conv2d(x, kernel, [1, *strides, 1], pad, dilations=list(dilations))
-    y = tf.nn.bias_add(y, bias)
-    return tf.nn.relu(y) if relu else y
-
-  spec = [
-    tf.TensorSpec([None, None, None, kernel_shape[2]], dtype),
-    tf.TensorSpec(kernel_shape, dtype),
-    tf.TensorSpec([kernel_shape[3]], dtype),
-  ]
-  return tf.function(run, input_signature=spec)
-
-
-def _fuses(op: Any, conv: Any) -> bool:
-  """Whether a Keras convolution's call runs as `_fused_conv` outside the tape: tf.nn.conv2d
-  in float32 or float64 (a 16-bit fused kernel would round once where the ops round twice)
-  with a bias and Keras's own linear or ReLU activation, where TensorFlow's pool serves
-  tensors (`fused_outside_tape`). Decided once, when the call is made, so that the plan
-  (`Sliding.fused`) and the runs agree."""
-  return (
-    conv is tf.nn.conv2d
-    and tf.as_dtype(op.compute_dtype) in (tf.float32, tf.float64)
-    and bool(op.use_bias)
-    and op.activation in (keras.activations.linear, keras.activations.relu)
-    and _pool.pooled()
-  )
-
-
 def _keras_windowed(
   op: Any, rank: int, kernels: tuple[str, ...], conv: Any, package: str | None = None
 ) -> PaddedCall:
@@ -266,7 +216,7 @@ def _keras_windowed(
   strides, dilations = _window(op, rank)
   large = package is not None and max(op.kernel_size) >= PACKAGE_UNDER_TAPE[package]
   copies = conv is tf.nn.conv2d and not large
-  fused = _fuses(op, conv)
+  fused = _fused.fuses(op, conv)
 
   def run(x: tf.Tensor, pads: Pads) -> tf.Tensor:
     x = tf.cast(x, op.compute_dtype)
@@ -283,7 +233,7 @@ def _keras_windowed(
     elif copies and _TAPED.get() and not isinstance(padding, str):
       x, padding = tf.pad(x, pairs), "VALID"
     elif fused and not _TAPED.get():
-      fn = _fused_conv(
+      fn = _fused.conv(
         tuple(strides),
         tuple(dilations),
         padding if isinstance(padding, str) else tuple(map(tuple, padding)),
