@@ -143,3 +143,12 @@ def test_info_of_a_loaded_library():
   # holds CUDA kernels: where nvcc was found.
   assert (report["cufft"] is not None) == report["cuda_built"], report
   assert report["tf_kernels_priced_as"] in ("onednn", "eigen")
+  # TensorFlow's own word on its CPU allocator: figures where a pool serves tensors.
+  tf.constant(1.0) + 1.0
+  try:
+    tf.config.experimental.get_memory_info("CPU:0")
+    has_pool = True
+  except ValueError:
+    has_pool = False
+  assert report["tf_cpu_allocator"] in ("onednn", "bfc", "malloc")
+  assert (report["tf_cpu_allocator"] != "malloc") == has_pool, report

@@ -19,11 +19,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def _fresh(code: str, **env: str) -> dict:
   # oneDNN's operations on, as TensorFlow runs by default (the suite turns them off).
-  env = dict(
-    os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT, TF_ENABLE_ONEDNN_OPTS="1", **env
-  )
+  full = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT, TF_ENABLE_ONEDNN_OPTS="1")
+  full.update(env)
   run = subprocess.run(
-    [sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=env
+    [sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=full
   )
   assert run.returncode == 0, run.stderr[-3000:]
   return json.loads(run.stdout.strip().splitlines()[-1])
@@ -65,7 +64,19 @@ def test_pool_rounding_and_regions():
   a chunk split only when the rest is at least the request or 128 MiB; written bytes are
   the requests', not the chunks', and they are what the process grows by."""
   pool = _pool.Pool()
-  assert _pool.Pool(pooled=False).alloc(1 << 30) < 0  # without the pool: malloc's
+  assert _pool.Pool("malloc").alloc(1 << 30) < 0  # without the pool: malloc's
+  # oneDNN's allocator leaves requests under 256 KiB to malloc; the plain pool takes them.
+  assert _pool.Pool("onednn").alloc((256 << 10) - 1) < 0 < _pool.Pool("onednn").alloc(256 << 10)
+  bfc = _pool.Pool("bfc")
+  assert bfc.alloc(1000) > 0 and bfc.touched == 1000 and bfc.in_use == 1024
+  # An empty tensor takes nothing, and the chunks stay whole.
+  empty, c = bfc.alloc(0), bfc.alloc(2000)
+  assert empty == 0 and bfc.in_use == 1024 + 2048 and bfc.touched == 3000
+  bfc.free(empty)
+  bfc.free(c)
+  assert bfc.in_use == 1024
+  with pytest.raises(ValueError, match="allocator: expected 'onednn', 'bfc' or 'malloc'"):
+    _pool.Pool("tcmalloc")
   a = pool.alloc(300_000)  # 300,032 in a 2 MiB region: split
   assert (pool.in_use, pool.touched, pool.regions[0][1] - pool.regions[0][0]) == (
     300_032,
@@ -158,15 +169,29 @@ print(json.dumps({"model": pool.peak_in_use, "tf": peak, "tiles": p.tiles}))
 )
 
 
-@pytest.mark.parametrize("name,tile", [("depthwise", 320), ("unet", 256)])
-def test_training_plan_counts_the_tensors_tensorflow_makes(name, tile):
+# TensorFlow's own kernels (oneDNN off) under the plain pool, whose figures they report.
+EIGEN = {"TF_ENABLE_ONEDNN_OPTS": "0", "TF_CPU_ALLOCATOR_USE_BFC": "true"}
+
+
+@pytest.mark.parametrize(
+  "name,tile,kernels",
+  [
+    ("depthwise", 320, "onednn"),
+    ("unet", 256, "onednn"),
+    ("depthwise", 320, "eigen"),
+    ("unet", 256, "eigen"),
+  ],
+)
+def test_training_plan_counts_the_tensors_tensorflow_makes(name, tile, kernels):
   """A dense StreamingModel step's in-use peak, as TensorFlow's allocator reports it,
-  against the model fed `_backprop.train_tile_events`: within 15%. Each of these fails
-  the U-Net: leaving out the padded copies a Keras convolution makes under the tape;
-  keeping a layer's own tensors until its inputs' gradients are made; running the
-  convolutions with explicit padding under the tape (TensorFlow's gradient then leaves
-  oneDNN for a buffer of taps x channels x pixels)."""
-  got = _fresh(TRAIN_RUN.replace("NAME", repr(name)).replace("TILE", str(tile)))
+  against the model fed `_backprop.train_tile_events`: within 15%, with oneDNN's kernels
+  and with TensorFlow's own. Each of these fails the U-Net: leaving out the padded copies
+  a Keras convolution makes under the tape; keeping a layer's own tensors until its inputs'
+  gradients are made; running the convolutions with explicit padding under the tape
+  (TensorFlow's gradient then leaves oneDNN for a buffer of taps x channels x pixels);
+  with TensorFlow's own kernels, leaving out their gradients' im2col buffers."""
+  code = TRAIN_RUN.replace("NAME", repr(name)).replace("TILE", str(tile))
+  got = _fresh(code, **(EIGEN if kernels == "eigen" else {}))
   assert got["tiles"] > 4
   assert got["model"] == pytest.approx(got["tf"], rel=0.15), got
 
@@ -229,15 +254,20 @@ def test_plan_counts_what_strided_kernel_gradients_keep(tile):
 
 
 def test_kept_buffers_count_once_per_key():
-  """`Pool.keep`: once per key, never freed, part of `grown`; nothing without oneDNN."""
+  """`Pool.keep`: once per key, never freed, part of `grown`; nothing without oneDNN's
+  kernels."""
   pool = _pool.Pool()
   pool.keep(("kept", 3, (10, 12)), 5 << 20)
   pool.keep(("kept", 3, (10, 12)), 5 << 20)
   pool.keep(("kept", 3, (12, 10)), 5 << 20)
   assert pool.kept == 10 << 20 and pool.grown == 10 << 20
-  plain = _pool.Pool(pooled=False)
-  plain.keep(("kept", 3, (10, 12)), 5 << 20)
-  assert plain.kept == 0 and plain.grown == 0
+  for plain in (_pool.Pool("malloc"), _pool.Pool("bfc")):
+    plain.keep(("kept", 3, (10, 12)), 5 << 20)
+    assert plain.kept == 0 and plain.grown == 0
+  # oneDNN's kernels under the plain pool (TF_CPU_ALLOCATOR_USE_BFC=true, oneDNN on).
+  both = _pool.Pool("bfc", keeps=True)
+  both.keep(("kept", 3, (10, 12)), 5 << 20)
+  assert both.kept == 5 << 20
 
 
 LEAN_RUN = """
@@ -389,26 +419,82 @@ def test_padded_copies_under_the_tape_are_the_plans(tile, grid, monkeypatch):
 
 POOLED = """
 import json
+import tensorflow as tf
 from tf_largeconv import _loader
 from tf_largeconv.stream import _pool
-print(json.dumps([_pool.pooled(), _loader.core().tf_kernels()]))
+
+def in_use():
+  try:
+    return tf.config.experimental.get_memory_info("CPU:0")["current"]
+  except ValueError:  # TensorFlow's word that no pool serves its CPU tensors
+    return None
+
+big = tf.random.uniform((512, 512))
+before = in_use()
+small = tf.random.uniform((1000,))  # 4,000 bytes: under oneDNN's allocator's 256 KiB
+after = in_use()
+pooled_small = None if before is None else after - before >= small.shape[0] * 4
+print(json.dumps([_pool.allocator(), _pool.pooled(), _loader.core().tf_kernels(),
+                  before is not None, pooled_small]))
 """
 
 
-@pytest.mark.parametrize("setting", ["1", "0", "False", " 0 ", None])
-def test_the_pool_is_modelled_where_tensorflow_runs_onednn(setting):
-  """`pooled()` follows TensorFlow's oneDNN setting as the planner reads it: the variable
-  where it is set, else the CPU's features (where TensorFlow leaves oneDNN off, malloc
-  serves tensors and there is no pool to model). TensorFlow reads " 0 " as no setting."""
-  env = {k: v for k, v in os.environ.items() if k != "TF_ENABLE_ONEDNN_OPTS"}
-  if setting is not None:
-    env["TF_ENABLE_ONEDNN_OPTS"] = setting
+@pytest.mark.parametrize(
+  "onednn, bfc",
+  [
+    ("1", None),
+    ("0", None),
+    ("False", None),
+    (" 0 ", None),
+    (None, None),
+    ("0", "true"),
+    ("0", "TRUE"),
+    ("0", "1"),
+    ("0", "yes"),
+    ("1", "false"),
+    (None, "true"),
+  ],
+)
+def test_the_pool_is_modelled_where_tensorflow_has_one(onednn, bfc):
+  """`allocator()` names the allocator TensorFlow picked, by its own word: whether
+  `get_memory_info` has figures (a pool) and whether a small tensor is in them (the plain
+  pool of TF_CPU_ALLOCATOR_USE_BFC, where oneDNN's leaves it to malloc). TensorFlow reads
+  TF_ENABLE_ONEDNN_OPTS=" 0 " as no setting, and TF_CPU_ALLOCATOR_USE_BFC only as 0, 1,
+  false or true in any case."""
+  names = ("TF_ENABLE_ONEDNN_OPTS", "TF_CPU_ALLOCATOR_USE_BFC")
+  env = {k: v for k, v in os.environ.items() if k not in names}
+  env.update({k: v for k, v in zip(names, (onednn, bfc)) if v is not None})
   env.update(TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
   run = subprocess.run(
     [sys.executable, "-c", POOLED], capture_output=True, text=True, timeout=300, env=env
   )
   assert run.returncode == 0, run.stderr[-3000:]
-  pooled, kernels = json.loads(run.stdout.strip().splitlines()[-1])
-  assert pooled == (kernels == "onednn")
-  if setting in ("1", "0", "False"):
-    assert pooled == (setting == "1")
+  got = json.loads(run.stdout.strip().splitlines()[-1])
+  allocator, pooled, kernels, has_figures, pooled_small = got
+  assert pooled == has_figures == (allocator != "malloc")
+  assert (allocator == "bfc") == bool(pooled_small) == (bfc in ("true", "TRUE", "1"))
+  assert (allocator == "onednn") == (kernels == "onednn" and allocator != "bfc")
+  if onednn in ("1", "0", "False") and bfc is None:
+    assert allocator == ("onednn" if onednn == "1" else "malloc")
+
+
+def test_a_limit_malloc_may_not_hold_is_said(monkeypatch):
+  """Where malloc serves TensorFlow's tensors, sizing a tile by `memory_limit` warns, naming
+  the setting that makes the limit hold; under a pool, or with a tile given, it is silent."""
+  import warnings
+
+  import keras
+
+  from tf_largeconv import stream
+
+  conv = keras.layers.Conv2D(4, 3, padding="same")
+  model = keras.Sequential([keras.Input((None, None, 3)), conv])
+  monkeypatch.setattr(_pool, "allocator", lambda: "malloc")
+  with pytest.warns(RuntimeWarning, match="malloc.*TF_CPU_ALLOCATOR_USE_BFC=true before"):
+    stream.plan(model, (1, 256, 256, 3), memory_limit=8 << 20)
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    stream.plan(model, (1, 256, 256, 3), tile=64)
+    for mib, allocator in ((9, "bfc"), (10, "onednn")):
+      monkeypatch.setattr(_pool, "allocator", lambda name=allocator: name)
+      stream.plan(model, (1, 256, 256, 3), memory_limit=mib << 20)

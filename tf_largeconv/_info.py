@@ -50,6 +50,10 @@ def info() -> dict[str, Any]:
       cuFFT on a GPU.
     tf_kernels_priced_as: 'onednn' or 'eigen', the TensorFlow CPU kernels the planner
       weighs its own against.
+    tf_cpu_allocator: what serves TensorFlow's CPU tensors in this process, which decides
+      whether a stream's `memory_limit` holds: 'onednn' (oneDNN's allocator: a pool),
+      'bfc' (TF_CPU_ALLOCATOR_USE_BFC=true: a pool) or 'malloc' (no pool; the limit may be
+      exceeded).
     cpu_isa: the instruction-set level of the CPU kernels: {'level': what the op library
       runs ('avx', 'avx2' or 'avx512'; `_core`'s where the library is not loaded),
       'available': the levels this CPU runs, 'requested': the LARGECONV_ISA environment
@@ -70,6 +74,8 @@ def info() -> dict[str, Any]:
   failure = _loader.failure()
   loaded = failure is None and library is not None
   cuda = _cuda_module()
+  from tf_largeconv.stream import _pool
+
   return {
     "version": VERSION,
     "tensorflow_built": built,
@@ -81,6 +87,7 @@ def info() -> dict[str, Any]:
     "cufft": dict(cuda.cufft()) if cuda is not None else None,
     "fft_backend": {"CPU": "DUCC (TensorFlow's copy)", "GPU": "cuFFT"},
     "tf_kernels_priced_as": _loader.core().tf_kernels(),
+    "tf_cpu_allocator": _pool.allocator(),
     "cpu_isa": _cpu_isa(loaded),
     "fallback": failure,
   }

@@ -22,15 +22,20 @@ A layer that runs the package's op under the tape (`package_under_tape`) takes i
 planner's workspace in its forward pass (freed as the op returns, not kept by the tape)
 and in each of its gradients' two passes, which run one after the other, the input's
 gradient allocated first (`_plan.package_workspaces`; `keep_memory=False`: nothing is
-kept after them).
+kept after them). Where oneDNN is off, TensorFlow's own gradient of a convolution takes an
+im2col buffer in each of those two passes in the same way (`Step.cols`,
+`_layers.grad_col_bytes`).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
+from tf_largeconv.stream import _layers
 from tf_largeconv.stream import _plan
+from tf_largeconv.stream import _pool
 
 Event = tuple[Any, ...]
 # Steps whose layer has weights a training step updates: where gradients start to flow.
@@ -96,6 +101,7 @@ def train_tile_events(
   ev: list[Event] = [e for e in forward if e[0] == "a" or _is_ws(e[1])]
   needs = _with_grads(steps)
   grads = _Grads(ev)
+  onednn = _pool.onednn()
   for v in g.sinks:  # the output's gradient, from the loss or the head
     if v in size and v in needs:
       ev.extend(("a", ("loss", v, j), size[v]) for j in range(loss))
@@ -125,6 +131,10 @@ def train_tile_events(
     if k in ws:  # the package's op: its gradients' passes, one after the other
       spans = tiling.window(index, step.output) or []
       gws = list(_plan.package_workspaces(tiling, step, spans, batch)[1:])
+    elif step.cols[0] and not onednn:  # TensorFlow's own: the input's, then the kernel's
+      spans = tiling.window(index, step.output) or []
+      pixels = math.prod(b - a for a, b in spans)
+      gws = [_layers.grad_col_bytes(step.cols, pixels, itemsize)] * 2
     _input_grads(step, k, size, needs, grads, dy, gws)
     _workspaces(ev, k, gws)
     grads.drop(dy)

@@ -39,6 +39,7 @@ class Step:
     "tape_allocs",
     "grads",
     "kept",
+    "cols",
   )
 
   def __init__(self, name: str, kind: str, rule: Rule | None, inputs: list[int], call: Any):
@@ -55,6 +56,9 @@ class Step:
     # What its backward pass's kernel keeps for the process's life per output shape, as a
     # share of its output (`_layers.kept_by_kernel`).
     self.kept = 0.0
+    # TensorFlow's own CPU gradient's im2col buffer, (kernel window x input channels,
+    # output channels) (`_layers.grad_cols`); (0, 0) for none.
+    self.cols = (0, 0)
 
 
 class Graph:
@@ -136,6 +140,7 @@ class _Builder:
     step.tape_allocs = _layers.tape_allocs(op, kind, len(ins))
     step.grads = _layers.grad_temps(op, kind)
     step.kept = _layers.kept_by_kernel(op, kind, rule)
+    step.cols = _layers.grad_cols(op, kind, rule)
     if kinds == {True, False}:
       self._gate(step, refs)
     out = self.graph.add(step)

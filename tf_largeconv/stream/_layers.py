@@ -251,6 +251,45 @@ def kept_by_kernel(op: Any, kind: str, rule: Any = None) -> float:
   return KEPT_BY_STRIDED_KERNEL_GRAD if strided and max(_tuple(op.kernel_size, 2)) > 1 else 0.0
 
 
+# TensorFlow's own CPU gradients of a convolution (oneDNN's off) fill an im2col buffer of
+# shard x output pixels x (kernel window x input channels), with `shard` images at a time
+# sized to a 30 MiB working set (at least one): the input's and the kernel's gradient each
+# allocate one, one after the other.
+EIGEN_GRAD_WORKING_SET = 30 << 20
+
+
+def grad_cols(op: Any, kind: str, rule: Any = None) -> tuple[int, int]:
+  """(kernel window x input channels, output channels) of the im2col buffer TensorFlow's
+  own CPU gradient of a Keras Conv1D/Conv2D fills (`grad_col_bytes`), where it runs (not
+  the package's op, `rule.package_under_tape`; not a 1x1 convolution of stride 1, which is a
+  matrix product; not grouped or dilated); (0, 0) for other steps."""
+  if kind != "conv" or not isinstance(op, (L.Conv1D, L.Conv2D)):
+    return 0, 0
+  if getattr(rule, "package_under_tape", False) or getattr(op, "groups", 1) != 1:
+    return 0, 0
+  rank = 1 if isinstance(op, L.Conv1D) else 2
+  kernel, strides = _tuple(op.kernel_size, rank), _tuple(op.strides, rank)
+  if any(d != 1 for d in _tuple(op.dilation_rate, rank)):
+    return 0, 0
+  if max(kernel) == 1 and max(strides) == 1:
+    return 0, 0
+  window = 1
+  for n in kernel:
+    window *= int(n)
+  return window * int(op.kernel.shape[-2]), int(op.filters)
+
+
+def grad_col_bytes(cols: tuple[int, int], out_pixels: int, itemsize: int) -> int:
+  """The bytes of one im2col buffer of `grad_cols` for an output of `out_pixels` per image."""
+  total, depth = cols
+  if not total:
+    return 0
+  work = out_pixels * total + out_pixels * depth + total * depth
+  target = EIGEN_GRAD_WORKING_SET // itemsize
+  shard = max(-(-target // work), 1)
+  return shard * out_pixels * total * itemsize
+
+
 def rule_for(op: Any, refs: Sequence[Any], rank: int, call: _rules.Call) -> tuple[_rules.Rule, str]:
   """The rule that streams `op` (a layer or operation reading the symbolic tensors `refs`,
   all spatial; `call(*tensors)` calls it as the model does) and the kind of step it is.

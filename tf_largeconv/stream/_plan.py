@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import warnings
 from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any
@@ -341,7 +342,7 @@ def simulate(
   order, the first three and last two of each axis standing for the rest (interior tiles
   repeat one another); a tile whose tensors match one already run twice is skipped."""
   events = events or tile_events
-  pool = pool or _pool.Pool(_pool.pooled())
+  pool = pool or _pool.Pool(_pool.allocator(), _pool.onednn())
   seen: dict[tuple[Any, ...], int] = {}
   picks = [
     sorted({t for t in (0, 1, 2, len(b) - 2, len(b) - 1) if 0 <= t < len(b)}) for b in tiling.bounds
@@ -394,7 +395,11 @@ def choose_tile(
   most: int | None = None,
 ) -> int:
   """The largest tile (input pixels; at most `most`) whose pass (`peak`, default
-  `pass_peak`) at its worst, `_pool.WORST` times the model's figure, fits `memory_limit`."""
+  `pass_peak`) at its worst, `_pool.WORST` times the model's figure, fits `memory_limit`.
+  Where malloc serves TensorFlow's tensors, warns that the limit may not hold
+  (`_pool.MALLOC_WARNING`)."""
+  if not _pool.pooled():
+    warnings.warn(_pool.MALLOC_WARNING, RuntimeWarning, stacklevel=2)
   n_in = max(geometry.sizes[0])
   lo, hi = 1, max(min(n_in, most or n_in), 1)
   peak = peak or pass_peak

@@ -1,8 +1,11 @@
 """The memory a sequence of tensor allocations leaves resident under TensorFlow's CPU
 allocator: a model of its best-fit pool, fed the allocations the plan predicts.
 
-On the x86 wheels (oneDNN on), TensorFlow serves CPU tensors of 256 KiB and more from a
-best-fit-with-coalescing pool that grows by regions and never returns them to the system.
+On the x86 wheels with oneDNN on, TensorFlow serves CPU tensors of 256 KiB and more from a
+best-fit-with-coalescing pool that grows by regions and never returns them to the system;
+with TF_CPU_ALLOCATOR_USE_BFC=true the same pool serves every tensor, oneDNN on or off
+(`allocator()`). Otherwise malloc serves them, and the plan counts the tensors alive at once,
+which malloc's retained heap can exceed (MALLOC_WARNING).
 So a process's anonymous resident memory after a run is not its largest set of live tensors
 but the pages of the pool's regions that some tensor ever wrote:
 - a region is made when no free chunk fits a request, sized 2 MiB doubled until the
@@ -11,8 +14,8 @@ but the pages of the pool's regions that some tensor ever wrote:
   the rest is under both the request and 128 MiB;
 - a freed chunk merges with free neighbours in its region.
 
-`Pool.touched` is the bytes of regions written so far; requests under 256 KiB go to malloc,
-counted at their peak (`small_peak`). Some of oneDNN's kernels keep a buffer of their own,
+`Pool.touched` is the bytes of regions written so far; requests malloc serves are counted
+at their peak (`small_peak`). Some of oneDNN's kernels keep a buffer of their own,
 outside the pool, for each shape they have run on, as long as the process lives
 (`Pool.keep`: once per key, never freed; `kept`). `Pool.grown` is what the process's
 anonymous memory grows by.
@@ -37,12 +40,11 @@ FIRST_REGION = 2 << 20
 EXPECTED, WORST = 1.05, 1.3
 
 
-def pooled() -> bool:
-  """Whether TensorFlow serves CPU tensors from its pool: with oneDNN's operations on, as
-  TensorFlow decides it and the planner reads it (`info()["tf_kernels_priced_as"]`):
-  TF_ENABLE_ONEDNN_OPTS where it is 0, 1, false or true, else on where the x86 CPU has
-  AVX512_VNNI, AVX512_BF16, AVX_VNNI or AMX. Without it, malloc serves every tensor. Where
-  the compiled core is missing, the variable alone decides (on unless it says 0)."""
+def onednn() -> bool:
+  """Whether TensorFlow runs oneDNN's operations, as it decides it and the planner reads it
+  (`info()["tf_kernels_priced_as"]`): TF_ENABLE_ONEDNN_OPTS where it is 0, 1, false or
+  true, else on where the x86 CPU has AVX512_VNNI, AVX512_BF16, AVX_VNNI or AMX. Where the
+  compiled core is missing, the variable alone decides (on unless it says 0)."""
   try:
     from tf_largeconv import _loader
 
@@ -51,13 +53,45 @@ def pooled() -> bool:
     return os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1").strip().lower() not in ("0", "false")
 
 
-class Pool:
-  """The pool's chunks, regions and written pages; `alloc` returns a handle for `free`.
-  With `pooled` False (`pooled()`), every request is served as a small one is: malloc's,
-  counted while it lives."""
+def allocator() -> str:
+  """TensorFlow's CPU allocator in this process, as TensorFlow picks it when it starts:
+  - "bfc" where TF_CPU_ALLOCATOR_USE_BFC is 1 or true (any case): the pool serves every
+    tensor;
+  - else "onednn" with oneDNN's operations on (`onednn()`): its allocator, the pool for
+    requests of SMALL bytes and more, malloc below;
+  - else "malloc", for every tensor."""
+  setting = os.environ.get("TF_CPU_ALLOCATOR_USE_BFC")
+  if setting is not None and setting.lower() in ("1", "true"):
+    return "bfc"
+  return "onednn" if onednn() else "malloc"
 
-  def __init__(self, pooled: bool = True) -> None:
-    self.pooled = pooled
+
+def pooled() -> bool:
+  """Whether TensorFlow serves CPU tensors from its pool (`allocator()` is not malloc)."""
+  return allocator() != "malloc"
+
+
+MALLOC_WARNING = (
+  "memory_limit: TensorFlow serves CPU tensors from malloc in this process (oneDNN off, "
+  "TF_CPU_ALLOCATOR_USE_BFC unset), and malloc keeps freed blocks resident: the run can "
+  "grow to about twice the plan's figure and past the limit. Set "
+  "TF_CPU_ALLOCATOR_USE_BFC=true before TensorFlow starts for a limit that holds."
+)
+
+
+class Pool:
+  """The pool's chunks, regions and written pages, for `allocator` ("onednn", "bfc" or
+  "malloc", as `allocator()`); `alloc` returns a handle for `free`. Requests malloc serves
+  (all of them for "malloc", those under SMALL bytes for "onednn") are counted while they
+  live. With `keeps`, oneDNN's kernels keep their buffers (`keep`); by default where the
+  allocator is oneDNN's."""
+
+  def __init__(self, allocator: str = "onednn", keeps: bool | None = None) -> None:
+    if allocator not in ("onednn", "bfc", "malloc"):
+      raise ValueError(f"allocator: expected 'onednn', 'bfc' or 'malloc', got {allocator!r}")
+    self.pooled = allocator != "malloc"
+    self.bypass = SMALL if allocator == "onednn" else 0
+    self.keeps = allocator == "onednn" if keeps is None else keeps
     self.next_region = FIRST_REGION
     self.top = GRAIN  # the next region's address (above 0: small requests are <= 0)
     # Chunks as address -> [size, free, region end]; free chunks also in `free_list` sorted
@@ -83,8 +117,8 @@ class Pool:
 
   def keep(self, key: object, nbytes: int) -> None:
     """A buffer of `nbytes` a oneDNN kernel keeps for the life of the process, once per
-    `key` (the layer and the shape it ran on); nothing without oneDNN (`pooled` False)."""
-    if self.pooled and key not in self.kept_keys:
+    `key` (the layer and the shape it ran on); nothing without oneDNN (`keeps` False)."""
+    if self.keeps and key not in self.kept_keys:
       self.kept_keys.add(key)
       self.kept += nbytes
 
@@ -111,8 +145,11 @@ class Pool:
     self._insert_free(addr)
 
   def alloc(self, nbytes: int) -> int:
-    """Takes a chunk for `nbytes` and marks them written; a small request: -nbytes."""
-    if nbytes < SMALL or not self.pooled:
+    """Takes a chunk for `nbytes` and marks them written; one malloc serves: -nbytes (an
+    empty tensor takes nothing: 0)."""
+    if nbytes <= 0:
+      return 0
+    if nbytes < self.bypass or not self.pooled:
       self.small += nbytes
       self.small_peak = max(self.small_peak, self.small)
       return -nbytes
