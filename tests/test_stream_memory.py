@@ -69,6 +69,15 @@ def test_pool_rounding_and_regions():
   assert _pool.Pool("onednn").alloc((256 << 10) - 1) < 0 < _pool.Pool("onednn").alloc(256 << 10)
   bfc = _pool.Pool("bfc")
   assert bfc.alloc(1000) > 0 and bfc.touched == 1000 and bfc.in_use == 1024
+  # A buffer written in part: its chunk in use, its written pages resident.
+  part = _pool.Pool("bfc")
+  h = part.alloc(3 << 20, written=1 << 20)
+  # (a 4 MiB region, its 1 MiB rest too small to split off)
+  assert part.in_use == 4 << 20 and part.touched == 1 << 20 and part.grown == 1 << 20
+  part.free(h)
+  malloc = _pool.Pool("malloc")
+  malloc.alloc(3 << 20, written=1 << 20)
+  assert malloc.grown == 1 << 20
   # An empty tensor takes nothing, and the chunks stay whole.
   empty, c = bfc.alloc(0), bfc.alloc(2000)
   assert empty == 0 and bfc.in_use == 1024 + 2048 and bfc.touched == 3000
@@ -498,3 +507,41 @@ def test_a_limit_malloc_may_not_hold_is_said(monkeypatch):
     for mib, allocator in ((9, "bfc"), (10, "onednn")):
       monkeypatch.setattr(_pool, "allocator", lambda name=allocator: name)
       stream.plan(model, (1, 256, 256, 3), memory_limit=mib << 20)
+
+
+EIGEN_GRADS = """
+import json
+import tensorflow as tf
+from tf_largeconv.stream import _layers
+
+def peak(f):
+  f()
+  tf.config.experimental.reset_memory_stats("CPU:0")
+  before = tf.config.experimental.get_memory_info("CPU:0")["current"]
+  f()
+  return tf.config.experimental.get_memory_info("CPU:0")["peak"] - before
+
+rows = []
+for n, c, batch in ((8, 4, 1), (64, 16, 1), (128, 32, 1), (32, 8, 3)):
+  w = tf.random.normal((3, 3, c, c))
+  x, dy = tf.random.normal((batch, n, n, c)), tf.random.normal((batch, n, n, c))
+  one = [1, 1, 1, 1]
+  tf_in = peak(lambda: tf.raw_ops.Conv2DBackpropInput(
+    input_sizes=x.shape, filter=w, out_backprop=dy, strides=one, padding="SAME"))
+  tf_kernel = peak(lambda: tf.raw_ops.Conv2DBackpropFilter(
+    input=x, filter_sizes=w.shape, out_backprop=dy, strides=one, padding="SAME"))
+  (col_in, _), (col_kernel, _) = _layers.grad_col_bytes((9 * c, c), n * n, batch, 4)
+  rows.append([tf_in, tf_kernel, col_in, col_kernel, x.shape.num_elements() * 4, 9 * c * c * 4])
+print(json.dumps(rows))
+"""
+
+
+def test_tensorflows_own_convolution_gradients_take_the_planned_im2col():
+  """TensorFlow's own CPU gradients of a 3x3 convolution (oneDNN off), by its allocator's
+  in-use peak, against `_layers.grad_col_bytes`: each pass holds its result and the
+  buffer, which the pool's chunk may round up to at most twice. Small outputs tell the
+  cases apart: the kernel's gradient takes a 30 MiB working set of images whatever the
+  batch, the input's too but for a batch of one image, where it takes one image's."""
+  for tf_in, tf_kernel, col_in, col_kernel, x_bytes, w_bytes in _fresh(EIGEN_GRADS, **EIGEN):
+    assert col_in + x_bytes <= tf_in <= 2 * (col_in + x_bytes)
+    assert col_kernel <= tf_kernel <= 2 * (col_kernel + w_bytes)

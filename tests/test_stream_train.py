@@ -171,7 +171,7 @@ def test_a_head_without_an_input_shape_trains(conv):
 
   def trained(head):
     trunk.set_weights(start)
-    model = stream.StreamingModel(trunk, head, memory_limit=1 << 20)
+    model = stream.StreamingModel(trunk, head, tile=100)
     model.compile(
       optimizer=keras.optimizers.SGD(0.1),
       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -191,7 +191,7 @@ def test_a_head_without_an_input_shape_trains(conv):
 def test_keras_workflow(tmp_path):
   """fit on a tf.data pipeline, evaluate, predict, and a .keras round trip."""
   trunk, head = plain_trunk(), classifier_head(8)
-  model = stream.StreamingModel(trunk, head, memory_limit=1_000_000)
+  model = stream.StreamingModel(trunk, head, tile=32, memory_limit=1_000_000)
   model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(True))
   images = _image((4, 64, 60, 3), "float32")
   labels = np.array([0, 1, 2, 1])
@@ -511,7 +511,7 @@ def test_segmentation_example_trains_and_writes_ome_zarr(tmp_path):
   import re
 
   run = _run_example(
-    "segment_slides.py", "--size", "512", "--steps", "2", "--memory-limit-mib", "32",
+    "segment_slides.py", "--size", "512", "--steps", "2", "--memory-limit-mib", "64",
     "--folder", str(tmp_path / "slides"), timeout=600,
   )  # fmt: skip
   assert run.returncode == 0, run.stderr[-3000:]

@@ -127,14 +127,14 @@ def train_tile_events(
     if out_share:  # the activation's gradient, from its output: then the tape lets go of it
       ev.append(("a", ("gtmp", k), int(out_share * size[step.output])))
     ev.extend(("f", key) for key in made)
-    gws: list[int] = []
+    gws: list[Any] = []
     if k in ws:  # the package's op: its gradients' passes, one after the other
       spans = tiling.window(index, step.output) or []
       gws = list(_plan.package_workspaces(tiling, step, spans, batch)[1:])
     elif step.cols[0] and not onednn:  # TensorFlow's own: the input's, then the kernel's
       spans = tiling.window(index, step.output) or []
       pixels = math.prod(b - a for a, b in spans)
-      gws = [_layers.grad_col_bytes(step.cols, pixels, itemsize)] * 2
+      gws = _layers.grad_col_bytes(step.cols, pixels, batch, itemsize)
     _input_grads(step, k, size, needs, grads, dy, gws)
     _workspaces(ev, k, gws)
     grads.drop(dy)
@@ -152,11 +152,12 @@ def _is_ws(key: Any) -> bool:
   return isinstance(key, tuple) and key[0] == "ws"
 
 
-def _workspaces(ev: list[Event], k: int, gws: list[int]) -> None:
-  """The package op's gradient passes of step `k` not yet run: each takes its workspace
-  (`gws`, emptied) and frees it as it returns."""
+def _workspaces(ev: list[Event], k: int, gws: list[Any]) -> None:
+  """The gradient passes of step `k` not yet run: each takes its workspace (`gws`, bytes
+  or (bytes, bytes written); emptied) and frees it as it returns."""
   for j, nbytes in enumerate(gws):
-    ev.extend([("a", ("gws", k, j), nbytes), ("f", ("gws", k, j))])
+    spec = nbytes if isinstance(nbytes, tuple) else (nbytes,)
+    ev.extend([("a", ("gws", k, j), *spec), ("f", ("gws", k, j))])
   gws.clear()
 
 
@@ -167,7 +168,7 @@ def _input_grads(
   needs: set[int],
   grads: _Grads,
   dy: Any,
-  gws: list[int],
+  gws: list[Any],
 ) -> None:
   """The gradients step `k` sends to its inputs that get one, its output's gradient `dy` in
   hand: of the part it read (with a resize's scratch), scattered into a whole window where

@@ -251,10 +251,10 @@ def kept_by_kernel(op: Any, kind: str, rule: Any = None) -> float:
   return KEPT_BY_STRIDED_KERNEL_GRAD if strided and max(_tuple(op.kernel_size, 2)) > 1 else 0.0
 
 
-# TensorFlow's own CPU gradients of a convolution (oneDNN's off) fill an im2col buffer of
-# shard x output pixels x (kernel window x input channels), with `shard` images at a time
-# sized to a 30 MiB working set (at least one): the input's and the kernel's gradient each
-# allocate one, one after the other.
+# TensorFlow's own CPU gradients of a convolution (oneDNN's off) each fill an im2col buffer
+# of output pixels x (kernel window x input channels) per image, for `shard` images at a
+# time: as many as a 30 MiB working set holds (at least one), whatever the batch, except
+# that the input's gradient of a batch of one image takes one image's.
 EIGEN_GRAD_WORKING_SET = 30 << 20
 
 
@@ -279,15 +279,20 @@ def grad_cols(op: Any, kind: str, rule: Any = None) -> tuple[int, int]:
   return window * int(op.kernel.shape[-2]), int(op.filters)
 
 
-def grad_col_bytes(cols: tuple[int, int], out_pixels: int, itemsize: int) -> int:
-  """The bytes of one im2col buffer of `grad_cols` for an output of `out_pixels` per image."""
+def grad_col_bytes(
+  cols: tuple[int, int], out_pixels: int, batch: int, itemsize: int
+) -> list[tuple[int, int]]:
+  """The im2col buffers of `grad_cols` (the input's gradient's, the kernel's) for an
+  output of `out_pixels` per image and `batch` images: (bytes, bytes written) each, since
+  a buffer sized for more images than the batch has is written only for the batch's."""
   total, depth = cols
   if not total:
-    return 0
+    return []
   work = out_pixels * total + out_pixels * depth + total * depth
-  target = EIGEN_GRAD_WORKING_SET // itemsize
-  shard = max(-(-target // work), 1)
-  return shard * out_pixels * total * itemsize
+  shard = max(-(-(EIGEN_GRAD_WORKING_SET // itemsize) // work), 1)
+  image = out_pixels * total * itemsize
+  written = min(shard, batch) * image
+  return [(image if batch == 1 else shard * image, written), (shard * image, written)]
 
 
 def rule_for(op: Any, refs: Sequence[Any], rank: int, call: _rules.Call) -> tuple[_rules.Rule, str]:

@@ -356,7 +356,7 @@ def simulate(
     handles: dict[Any, Any] = {}
     for e in tensors:
       if e[0] == "a":
-        handles[e[1]] = pool.alloc(e[2])
+        handles[e[1]] = pool.alloc(*e[2:])
       elif e[0] == "k":
         pool.keep(e[1], e[2])
       else:

@@ -144,15 +144,17 @@ class Pool:
     self.chunks[addr] = [size, 1, addr + size]
     self._insert_free(addr)
 
-  def alloc(self, nbytes: int) -> int:
-    """Takes a chunk for `nbytes` and marks them written; one malloc serves: -nbytes (an
-    empty tensor takes nothing: 0)."""
+  def alloc(self, nbytes: int, written: int | None = None) -> int:
+    """Takes a chunk for `nbytes` and marks its first `written` bytes written (default
+    all: a kernel may write only part of a buffer, and pages never written are not
+    resident); one malloc serves: -written (an empty tensor takes nothing: 0)."""
+    written = nbytes if written is None else min(written, nbytes)
     if nbytes <= 0:
       return 0
     if nbytes < self.bypass or not self.pooled:
-      self.small += nbytes
+      self.small += written
       self.small_peak = max(self.small_peak, self.small)
-      return -nbytes
+      return -written
     rounded = -(-nbytes // GRAIN) * GRAIN
     i = bisect.bisect_left(self.free_list, (rounded, -1))
     if i == len(self.free_list):
@@ -168,7 +170,8 @@ class Pool:
     chunk[1] = 0
     self.in_use += chunk[0]
     self.peak_in_use = max(self.peak_in_use, self.in_use)
-    self._write(addr, addr + nbytes)
+    if written > 0:
+      self._write(addr, addr + written)
     return addr
 
   def _write(self, a: int, b: int) -> None:
