@@ -255,7 +255,7 @@ def test_example_script_trains():
     "--memory-limit-mib", "8", timeout=300,
   )  # fmt: skip
   assert run.returncode == 0, run.stderr[-2000:]
-  assert "16 tiles (4 x 4)" in run.stdout
+  assert "36 tiles (6 x 6)" in run.stdout
   assert "epoch 2: loss" in run.stdout and "4 steps on 256^2 images" in run.stdout
 
 

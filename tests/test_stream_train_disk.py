@@ -25,7 +25,7 @@ from test_stream_train import plain_trunk
 from tf_largeconv import stream
 
 L = keras.layers
-SHAPE = (2, 61, 50, 3)  # plain_trunk's output: (2, 13, 11, 8)
+SHAPE = (2, 121, 100, 3)  # plain_trunk's output: (2, 29, 23, 8)
 
 
 def conv_pool_head(channels=8, classes=3):

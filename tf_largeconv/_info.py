@@ -74,7 +74,7 @@ def info() -> dict[str, Any]:
   failure = _loader.failure()
   loaded = failure is None and library is not None
   cuda = _cuda_module()
-  from tf_largeconv.stream import _pool
+  from tf_largeconv.planning import device
 
   return {
     "version": VERSION,
@@ -87,7 +87,7 @@ def info() -> dict[str, Any]:
     "cufft": dict(cuda.cufft()) if cuda is not None else None,
     "fft_backend": {"CPU": "DUCC (TensorFlow's copy)", "GPU": "cuFFT"},
     "tf_kernels_priced_as": _loader.core().tf_kernels(),
-    "tf_cpu_allocator": _pool.allocator(),
+    "tf_cpu_allocator": device.allocator(),
     "cpu_isa": _cpu_isa(loaded),
     "fallback": failure,
   }

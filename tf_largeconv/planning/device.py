@@ -37,3 +37,29 @@ def runs_on_gpu(tensor: Any) -> bool:
 def _gpu_visible() -> bool:
   # Logical devices are fixed once TensorFlow's runtime is up; asked once, not per trace.
   return bool(tf.config.list_logical_devices("GPU"))
+
+
+def onednn() -> bool:
+  """Whether TensorFlow runs oneDNN's operations, as it decides it and the planner reads it
+  (`info()["tf_kernels_priced_as"]`): TF_ENABLE_ONEDNN_OPTS where it is 0, 1, false or
+  true, else on where the x86 CPU has AVX512_VNNI, AVX512_BF16, AVX_VNNI or AMX. Where the
+  compiled core is missing, the variable alone decides (on unless it says 0)."""
+  try:
+    from tf_largeconv import _loader
+
+    return bool(_loader.core().tf_kernels() == "onednn")
+  except ImportError:
+    return os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1").strip().lower() not in ("0", "false")
+
+
+def allocator() -> str:
+  """TensorFlow's CPU allocator in this process, as TensorFlow picks it when it starts:
+  - "bfc" where TF_CPU_ALLOCATOR_USE_BFC is 1 or true (any case): the pool serves every
+    tensor;
+  - else "onednn" with oneDNN's operations on (`onednn()`): its allocator, the pool for
+    requests of 256 KiB and more, malloc below;
+  - else "malloc", for every tensor."""
+  setting = os.environ.get("TF_CPU_ALLOCATOR_USE_BFC")
+  if setting is not None and setting.lower() in ("1", "true"):
+    return "bfc"
+  return "onednn" if onednn() else "malloc"

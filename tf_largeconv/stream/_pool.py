@@ -31,7 +31,9 @@ tiles so that WORST times it fits the limit.
 from __future__ import annotations
 
 import bisect
-import os
+
+from tf_largeconv.planning.device import allocator
+from tf_largeconv.planning.device import onednn
 
 GRAIN = 256
 SMALL = 256 << 10  # requests below this bypass the pool
@@ -40,34 +42,12 @@ FIRST_REGION = 2 << 20
 EXPECTED, WORST = 1.05, 1.3
 
 
-def onednn() -> bool:
-  """Whether TensorFlow runs oneDNN's operations, as it decides it and the planner reads it
-  (`info()["tf_kernels_priced_as"]`): TF_ENABLE_ONEDNN_OPTS where it is 0, 1, false or
-  true, else on where the x86 CPU has AVX512_VNNI, AVX512_BF16, AVX_VNNI or AMX. Where the
-  compiled core is missing, the variable alone decides (on unless it says 0)."""
-  try:
-    from tf_largeconv import _loader
-
-    return bool(_loader.core().tf_kernels() == "onednn")
-  except ImportError:
-    return os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1").strip().lower() not in ("0", "false")
-
-
-def allocator() -> str:
-  """TensorFlow's CPU allocator in this process, as TensorFlow picks it when it starts:
-  - "bfc" where TF_CPU_ALLOCATOR_USE_BFC is 1 or true (any case): the pool serves every
-    tensor;
-  - else "onednn" with oneDNN's operations on (`onednn()`): its allocator, the pool for
-    requests of SMALL bytes and more, malloc below;
-  - else "malloc", for every tensor."""
-  setting = os.environ.get("TF_CPU_ALLOCATOR_USE_BFC")
-  if setting is not None and setting.lower() in ("1", "true"):
-    return "bfc"
-  return "onednn" if onednn() else "malloc"
+__all__ = ["allocator", "onednn", "pooled", "Pool"]
 
 
 def pooled() -> bool:
-  """Whether TensorFlow serves CPU tensors from its pool (`allocator()` is not malloc)."""
+  """Whether TensorFlow serves CPU tensors from its pool (`allocator()`, from
+  `planning.device`, is not malloc)."""
   return allocator() != "malloc"
 
 
