@@ -8,11 +8,12 @@ pixel) against the streamed forward pass over the same image, both under the sam
 A case that takes longer than `--budget` seconds is timed once after its warm-up. The step
 streams the model's forward and backward pass tile by tile (its tiles are planned
 for the training step, which holds more per pixel, so they are smaller than the forward's);
-the forward is `StreamingModel.predict` on the same batch. The untiled model's step and
-forward (`train_on_batch`, `predict_on_batch` of a Keras model with the same weights) are
-timed alongside, for what the network's own layers cost. With --eager, also the untiled
-model's `GradientTape` step (mean squared error, SGD) and forward call run eagerly, as the
-streamed step runs its layers, and the same step under `tf.function`.
+the forward is `StreamingModel.predict` on the same batch. The same step with
+`trace_tiles=True` (each tile's step one traced function) is timed beside it. The untiled
+model's step and forward (`train_on_batch`, `predict_on_batch` of a Keras model with the
+same weights) are timed alongside, for what the network's own layers cost. With --eager,
+also the untiled model's `GradientTape` step (mean squared error, SGD) and forward call run
+eagerly, as the streamed step runs its layers, and the same step under `tf.function`.
 """
 
 import argparse
@@ -49,6 +50,10 @@ def _case(keras, network, size, memory_limit, repeats, budget, eager=False):
       layer.trainable = False
   model = stream.StreamingModel(trunk, head=None, memory_limit=memory_limit << 20)
   model.compile(optimizer="sgd", loss="mse")
+  traced = stream.StreamingModel(
+    trunk, head=None, memory_limit=memory_limit << 20, trace_tiles=True
+  )
+  traced.compile(optimizer="sgd", loss="mse")
   rng = np.random.default_rng(0)
   x = rng.standard_normal((1, size, size, 3), np.float32)
   y = rng.standard_normal(trunk.compute_output_shape(x.shape), np.float32)
@@ -57,6 +62,7 @@ def _case(keras, network, size, memory_limit, repeats, budget, eager=False):
   plain.compile(optimizer="sgd", loss="mse")
   runs = {
     "step": lambda: model.train_on_batch(x, y),
+    "traced_tiles_step": lambda: traced.train_on_batch(x, y),
     "forward": lambda: model.predict_on_batch(x),
     "untiled_step": lambda: plain.train_on_batch(x, y),
     "untiled_forward": lambda: plain.predict_on_batch(x),
@@ -74,7 +80,9 @@ def _case(keras, network, size, memory_limit, repeats, budget, eager=False):
         times[name].append(time.perf_counter() - start)
   best = {name: min(t) for name, t in times.items()}
   extra = {
-    f"untiled_{name}_s": best[name] for name in runs if name.split("_")[0] in ("eager", "traced")
+    f"untiled_{name}_s": best[name]
+    for name in runs
+    if name in ("eager_step", "eager_forward", "traced_step")
   }
   return {
     **extra,
@@ -84,6 +92,8 @@ def _case(keras, network, size, memory_limit, repeats, budget, eager=False):
     "step_s": best["step"],
     "forward_s": best["forward"],
     "ratio": best["step"] / best["forward"],
+    "traced_tiles_step_s": best["traced_tiles_step"],
+    "traced_tiles_ratio": best["traced_tiles_step"] / best["forward"],
     "untiled_step_s": best["untiled_step"],
     "untiled_forward_s": best["untiled_forward"],
     "step_tiles": model.plan(x.shape, training=True).tiles,
@@ -118,7 +128,8 @@ def main(argv=None):
     print(
       f"{network} {args.size}^2, {args.memory_limit} MiB: step {row['step_s']:.2f} s "
       f"({row['step_tiles']} tiles), forward {row['forward_s']:.2f} s "
-      f"({row['forward_tiles']} tiles): {row['ratio']:.2f}x; untiled step "
+      f"({row['forward_tiles']} tiles): {row['ratio']:.2f}x; tiles traced "
+      f"{row['traced_tiles_step_s']:.2f} s, {row['traced_tiles_ratio']:.2f}x; untiled step "
       f"{row['untiled_step_s']:.2f} s, forward {row['untiled_forward_s']:.2f} s",
       flush=True,
     )

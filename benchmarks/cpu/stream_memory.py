@@ -134,7 +134,7 @@ def _memmap(path, shape, seed):
   return np.load(path, mmap_mode="r")
 
 
-def _train_child(name, size):
+def _train_child(name, size, traced=False):
   """One StreamingModel step: (plan, measured growth). Dense (`train_*`: head None, mean
   squared error against labels of the output's shape) or with a head (`head_*`: global
   average pooling and a dense layer of 10 classes, cross-entropy against one label)."""
@@ -158,7 +158,7 @@ def _train_child(name, size):
       return np.eye(10, dtype=np.float32)[[seed % 10]]
 
   else:
-    model = stream.StreamingModel(trunk, head=None, memory_limit=mib * MiB)
+    model = stream.StreamingModel(trunk, head=None, memory_limit=mib * MiB, trace_tiles=traced)
     model.compile(optimizer="sgd", loss="mse")
 
     def labels(shape, seed):
@@ -199,11 +199,11 @@ def _zarr_child(name, size):
   return plan, grown
 
 
-def _child(name, size, train_size, zarr_size):
+def _child(name, size, train_size, zarr_size, traced=False):
   if name in ZARR_CASES:
     plan, grown = _zarr_child(name, zarr_size)
   elif name.startswith(("train_", "head_")):
-    plan, grown = _train_child(name, train_size)
+    plan, grown = _train_child(name, train_size, traced)
   else:
     plan, grown = _predict_child(name, size)
   figures = (plan.tile, plan.tiles, len(plan.stages), plan.peak_bytes, plan.worst_bytes, grown)
@@ -244,15 +244,19 @@ def main(argv=None):
   parser.add_argument("--zarr-size", type=int, default=16384)
   parser.add_argument("--out", default=measure.RESULTS_DIR)
   parser.add_argument("--timeout", type=int, default=900)
+  parser.add_argument(
+    "--trace-tiles", action="store_true", help="dense steps with trace_tiles=True"
+  )
   parser.add_argument("--child", help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
   if args.child:
-    return _child(args.child, args.size, args.train_size, args.zarr_size)
+    return _child(args.child, args.size, args.train_size, args.zarr_size, args.trace_tiles)
   rows = []
   print(f"{'case':<16}{'tiles':>6}{'expected':>12}{'worst':>12}{'measured':>12}{'error':>8}  limit")
   for name in args.cases:
     child = ["-m", "benchmarks.cpu.stream_memory", "--child", name, "--size", str(args.size)]
     child += ["--train-size", str(args.train_size), "--zarr-size", str(args.zarr_size)]
+    child += ["--trace-tiles"] if args.trace_tiles else []
     r = measure.run_child(child, args.timeout)
     if "error" in r:
       print(f"{name:<16}{r['error']}")

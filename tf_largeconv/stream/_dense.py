@@ -1,8 +1,10 @@
-"""Dense training's parts: the compiled loss as per-pixel values, the labels read tile by
-tile, and the sums over tiles (`StreamingModel` without a head)."""
+"""Dense training (`StreamingModel` without a head): the step over the tiles, and its
+parts: the compiled loss as per-pixel values, the labels read tile by tile, and the sums
+over tiles."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -10,6 +12,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from tf_largeconv.stream import _run
+from tf_largeconv.stream import _traced
+from tf_largeconv.stream import _windowed
 from tf_largeconv.stream._plan import Range
 
 # How a loss reduces its values: 'sum' adds them; the means divide the sum by their count.
@@ -174,3 +179,55 @@ def _flat(metrics: list[Any]) -> list[Any]:
   for m in metrics:
     found.extend(getattr(m, "metrics", [m]) if m is not None else [])
   return found
+
+
+def step(
+  model: Any, source: Any, plan: Any, y: Any, sample_weight: Any, training: bool
+) -> tuple[tf.Tensor, Any, list[tf.Tensor], list[Any]]:
+  """Dense training or evaluation of `model` (a StreamingModel without a head): every
+  output tile's loss (and, training, gradients) from its input window, summed; metrics
+  updated per tile. A training step's tiles run traced where they can
+  (`model.trace_tiles`, `_traced.traceable`), else eagerly under a tape."""
+  g = model._stream_graph
+  loss = model._tile_steps.pixel_loss(model.loss, PixelLoss)
+  out_sizes, batch = plan.tiling.geometry.out_sizes, source.shape[0]
+  labels = Labels(y, out_sizes, batch)
+  weights = Weights(sample_weight, out_sizes, batch)
+  variables = list(model.trunk.trainable_variables) if training else []
+  traced = training and model.trace_tiles and _traced.traceable(plan.tiling, len(plan.tilings))
+  sums = TileSums(variables)
+  for index in plan.tiling.tiles():
+    bounds = [plan.tiling.bounds[i][t] for i, t in enumerate(index)]
+    y_tile, w_tile = labels.read(bounds), weights.read(bounds)
+    if traced:
+      window = source.read(plan.tiling.window(index, 0))
+      part, count, grads, pred = model._tile_steps.run(
+        plan.tiling, index, window, y_tile, w_tile, loss, model.optimizer, variables
+      )
+      sums.add(part, int(count), grads)
+    else:
+      # Evaluation records nothing: a tape would keep every value of the tile.
+      with _windowed.tile_tape() if training else contextlib.nullcontext() as tape:
+        sinks, _ = _run.run_tile(plan.tiling, index, source.read, g.input_dtype)
+        pred = sinks[g.output]
+        values = loss.values(y_tile, pred, w_tile)
+        part = tf.reduce_sum(values)
+        scaled = model.optimizer.scale_loss(part) if training and model.optimizer else part
+      grads = (
+        tape.gradient(scaled, variables, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        if tape is not None
+        else []
+      )
+      sums.add(part, int(tf.size(values)), grads)
+    share = float(np.prod([b - a for a, b in bounds])) / float(np.prod(out_sizes))
+    update_metrics(model._compile_metrics, y_tile, pred, w_tile, share)
+  total, grads = sums.result(loss.divides)
+  if model.trunk.losses:  # regularization: once per step, not per tile
+    with tf.GradientTape() as tape:
+      extra = tf.add_n([tf.cast(v, total.dtype) for v in model.trunk.losses])
+      extra = extra / tf.cast(tf.distribute.get_strategy().num_replicas_in_sync, extra.dtype)
+    if training:
+      more = tape.gradient(extra, variables, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+      grads = [gr + tf.cast(m, gr.dtype) for gr, m in zip(grads, more)]
+    total = total + extra
+  return total, None, grads, variables

@@ -25,7 +25,6 @@ the size of the image is held: not the prediction, not its gradient.
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 import keras
@@ -40,6 +39,7 @@ from tf_largeconv.stream import _graph
 from tf_largeconv.stream import _lazy
 from tf_largeconv.stream import _plan
 from tf_largeconv.stream import _run
+from tf_largeconv.stream import _traced
 from tf_largeconv.stream import _trunk_out
 from tf_largeconv.stream import _windowed
 from tf_largeconv.stream._report import StreamPlan
@@ -123,6 +123,14 @@ class StreamingModel(keras.Model):
       largest whose training step fits `memory_limit`.
     memory_limit: bytes a tile's training step may hold (default 1 GiB); a trunk output
       whose size and its gradient's exceed it is kept on disk (a temporary memory map).
+    trace_tiles: without a head, run each tile's training step (its forward pass, loss and
+      gradients) as one traced function, one for each kind of tile (interior, edge,
+      corner), traced on the first step that meets it: faster (TensorFlow fuses a
+      convolution with its bias and activation, and runs the step as one graph), but its
+      memory is not what `plan()` counts, which is the eager step's: the graph may run
+      independent gradient ops at once, so `memory_limit` is not guaranteed. Tiles of a
+      network with a squeeze-excitation gate, or under a tf.distribute strategy, run
+      eagerly.
     **kwargs: for `keras.Model` (name, ...).
 
   Raises:
@@ -137,12 +145,16 @@ class StreamingModel(keras.Model):
     *,
     tile: int | None = None,
     memory_limit: int | None = None,
+    trace_tiles: bool = False,
     **kwargs: Any,
   ) -> None:
     super().__init__(**kwargs)
     _plan.check_tile(tile, memory_limit)
+    if not isinstance(trace_tiles, bool):
+      raise TypeError(f"trace_tiles must be True or False, got {trace_tiles!r}")
     self.trunk, self.head = trunk, head
-    self.tile, self.memory_limit = tile, memory_limit
+    self.tile, self.memory_limit, self.trace_tiles = tile, memory_limit, trace_tiles
+    self._tile_steps = _traced.TileSteps()
     self._stream_graph = _graph.build(trunk)
     check_trunk(trunk, self._stream_graph)
     self._pooled_head = head is not None and reads_only_the_mean(head)
@@ -264,6 +276,7 @@ class StreamingModel(keras.Model):
       )
     kwargs.update(run_eagerly=True, jit_compile=False)
     super().compile(*args, **kwargs)
+    self._tile_steps.clear()  # traced with the loss and optimizer compiled before
 
   def streamed_gradients(
     self, x: Any, y: Any, sample_weight: Any = None
@@ -276,7 +289,7 @@ class StreamingModel(keras.Model):
     g = self._stream_graph
     source, plan = self._batch(x, training=True)
     if self.head is None:
-      return self._dense_step(source, plan, y, sample_weight, training=True)
+      return _dense.step(self, source, plan, y, sample_weight, training=True)
     head_vars = _trunk_out.head_variables(self, plan)
     trunk_vars = list(self.trunk.trainable_variables)
     one_tile = plan.tiles == 1
@@ -355,46 +368,6 @@ class StreamingModel(keras.Model):
       totals = [gr if t is None else t + gr for t, gr in zip(totals, grads)]
     return totals
 
-  def _dense_step(
-    self, source: Source, plan: StreamPlan, y: Any, sample_weight: Any, training: bool
-  ) -> tuple[tf.Tensor, Any, list[tf.Tensor], list[Any]]:
-    """Dense training or evaluation: every output tile's loss (and, training, gradients)
-    from its input window, summed; metrics updated per tile."""
-    g = self._stream_graph
-    loss = _dense.PixelLoss(self.loss)
-    out_sizes, batch = plan.tiling.geometry.out_sizes, source.shape[0]
-    labels = _dense.Labels(y, out_sizes, batch)
-    weights = _dense.Weights(sample_weight, out_sizes, batch)
-    variables = list(self.trunk.trainable_variables) if training else []
-    step = _dense.TileSums(variables)
-    for index in plan.tiling.tiles():
-      bounds = [plan.tiling.bounds[i][t] for i, t in enumerate(index)]
-      y_tile, w_tile = labels.read(bounds), weights.read(bounds)
-      # Evaluation records nothing: a tape would keep every value of the tile.
-      with _windowed.tile_tape() if training else contextlib.nullcontext() as tape:
-        sinks, _ = _run.run_tile(plan.tiling, index, source.read, g.input_dtype)
-        values = loss.values(y_tile, sinks[g.output], w_tile)
-        part = tf.reduce_sum(values)
-        scaled = self.optimizer.scale_loss(part) if training and self.optimizer else part
-      grads = (
-        tape.gradient(scaled, variables, unconnected_gradients=tf.UnconnectedGradients.ZERO)
-        if tape is not None
-        else []
-      )
-      step.add(part, int(tf.size(values)), grads)
-      share = float(np.prod([b - a for a, b in bounds])) / float(np.prod(out_sizes))
-      _dense.update_metrics(self._compile_metrics, y_tile, sinks[g.output], w_tile, share)
-    total, grads = step.result(loss.divides)
-    if self.trunk.losses:  # regularization: once per step, not per tile
-      with tf.GradientTape() as tape:
-        extra = tf.add_n([tf.cast(v, total.dtype) for v in self.trunk.losses])
-        extra = extra / tf.cast(tf.distribute.get_strategy().num_replicas_in_sync, extra.dtype)
-      if training:
-        more = tape.gradient(extra, variables, unconnected_gradients=tf.UnconnectedGradients.ZERO)
-        grads = [gr + tf.cast(m, gr.dtype) for gr, m in zip(grads, more)]
-      total = total + extra
-    return total, None, grads, variables
-
   def train_step(self, data: Any) -> Any:
     x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
     loss, y_pred, grads, variables = self.streamed_gradients(x, y, sample_weight)
@@ -413,7 +386,7 @@ class StreamingModel(keras.Model):
       loss = self._compute_loss(x, y, y_pred, sample_weight, training=False)
     else:
       source, plan = self._batch(x, training=False)
-      loss, _, _, _ = self._dense_step(source, plan, y, sample_weight, training=False)
+      loss, _, _, _ = _dense.step(self, source, plan, y, sample_weight, training=False)
     batch, loss = _distribute.batch_size(x), _distribute.unscaled(loss)
     self._loss_tracker.update_state(loss, sample_weight=batch)
     if self.head is None:  # the metrics were updated tile by tile
@@ -439,6 +412,7 @@ class StreamingModel(keras.Model):
       "head": None if self.head is None else keras.saving.serialize_keras_object(self.head),
       "tile": self.tile,
       "memory_limit": self.memory_limit,
+      "trace_tiles": self.trace_tiles,
     }
 
   @classmethod
