@@ -545,3 +545,19 @@ def test_tensorflows_own_convolution_gradients_take_the_planned_im2col():
   for tf_in, tf_kernel, col_in, col_kernel, x_bytes, w_bytes in _fresh(EIGEN_GRADS, **EIGEN):
     assert col_in + x_bytes <= tf_in <= 2 * (col_in + x_bytes)
     assert col_kernel <= tf_kernel <= 2 * (col_kernel + w_bytes)
+
+
+LATE_SETTING = """
+import json, os
+import tensorflow as tf
+tf.constant(1.0) + 1.0  # TensorFlow's runtime starts: malloc, with oneDNN off
+os.environ["TF_CPU_ALLOCATOR_USE_BFC"] = "true"  # too late for TensorFlow
+from tf_largeconv.planning import device
+print(json.dumps(device.allocator()))
+"""
+
+
+def test_the_allocator_is_what_tensorflow_runs_not_a_late_setting():
+  """TF_CPU_ALLOCATOR_USE_BFC set after TensorFlow's runtime started changes nothing:
+  `allocator()` goes by TensorFlow's own figures, not by the variable alone."""
+  assert _fresh(LATE_SETTING, TF_ENABLE_ONEDNN_OPTS="0") == "malloc"

@@ -52,14 +52,22 @@ def onednn() -> bool:
     return os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1").strip().lower() not in ("0", "false")
 
 
+@functools.cache
 def allocator() -> str:
-  """TensorFlow's CPU allocator in this process, as TensorFlow picks it when it starts:
-  - "bfc" where TF_CPU_ALLOCATOR_USE_BFC is 1 or true (any case): the pool serves every
-    tensor;
-  - else "onednn" with oneDNN's operations on (`onednn()`): its allocator, the pool for
-    requests of 256 KiB and more, malloc below;
-  - else "malloc", for every tensor."""
+  """TensorFlow's CPU allocator in this process, by TensorFlow's own word (it picks one when
+  its runtime starts, and its pools report figures, `get_memory_info`, where malloc does
+  not):
+  - "malloc" where no pool reports figures: malloc serves every tensor;
+  - "onednn" where oneDNN's operations are on (`onednn()`) and TF_CPU_ALLOCATOR_USE_BFC
+    does not say 1 or true (any case): oneDNN's allocator, the pool for requests of 256
+    KiB and more, malloc below;
+  - else "bfc": TensorFlow's pool serves every tensor (TF_CPU_ALLOCATOR_USE_BFC=true, or
+    a build that asks for it)."""
+  try:
+    tf.config.experimental.get_memory_info("CPU:0")
+  except ValueError:
+    return "malloc"
   setting = os.environ.get("TF_CPU_ALLOCATOR_USE_BFC")
-  if setting is not None and setting.lower() in ("1", "true"):
-    return "bfc"
-  return "onednn" if onednn() else "malloc"
+  if (setting is None or setting.lower() not in ("1", "true")) and onednn():
+    return "onednn"
+  return "bfc"
